@@ -1,0 +1,30 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Small definitions every locus module shares: cache-line alignment,
+ * branch hints, static assertions. No dependencies beyond libc.
+ */
+#ifndef LOCUS_COMMON_H
+#define LOCUS_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define LOCUS_CACHE_LINE 64
+#define __locus_cache_aligned __attribute__((aligned(LOCUS_CACHE_LINE)))
+
+#ifndef likely
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#endif
+
+#define LOCUS_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define LOCUS_STATIC_ASSERT(cond, msg) _Static_assert(cond, msg)
+
+/* Round x up to a multiple of a (a power of two). */
+#define LOCUS_ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define LOCUS_IS_POW2(x) ((x) != 0 && (((x) & ((x) - 1)) == 0))
+
+#define LOCUS_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define LOCUS_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+#endif /* LOCUS_COMMON_H */

@@ -1,0 +1,41 @@
+#!/bin/bash
+# Run test programs and print one closing line: "N passed, N failed".
+# cmocka binaries are counted by their own per-test results; any other
+# program (a shell test, the VM harness) counts as one test by exit status.
+# Each program gets a bound (TEST_TIMEOUT seconds, default 600): nothing hangs.
+set -u
+timeout_s=${TEST_TIMEOUT:-600}
+passed=0
+failed=0
+failed_names=()
+for t in "$@"; do
+	echo "=== $t"
+	log=$(mktemp)
+	timeout --kill-after=10 "$timeout_s" "$t" 2>&1 | tee "$log"
+	rc=${PIPESTATUS[0]}
+	p=$(sed -n 's/^\[  PASSED  \] \([0-9]\+\) test(s)\./\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+	f=$(sed -n 's/^\[  FAILED  \] \([0-9]\+\) test(s).*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+	runs=$(grep -c '^\[==========\] .* test(s) run\.' "$log")
+	rm -f "$log"
+	if [ "$runs" -gt 0 ]; then
+		passed=$((passed + p))
+		failed=$((failed + f))
+		# A crash after cmocka's summary or a non-zero exit without a
+		# FAILED line still fails the program.
+		if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+			failed=$((failed + 1))
+		fi
+	elif [ "$rc" -eq 0 ]; then
+		passed=$((passed + 1))
+	else
+		failed=$((failed + 1))
+	fi
+	if [ "$rc" -ne 0 ]; then
+		[ "$rc" -eq 124 ] && echo "*** $t: timed out after ${timeout_s}s"
+		failed_names+=("$t (exit $rc)")
+	fi
+done
+echo
+for n in "${failed_names[@]+"${failed_names[@]}"}"; do echo "FAILED: $n"; done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
