@@ -7,10 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "locus_crc32c.h"
 #include "locus_err.h"
+#include "locus_tblfile.h"
 
 static void test_crc32c_known_answers(void **state)
 {
@@ -72,12 +74,71 @@ static void test_error_report(void **state)
 	assert_int_equal(e.code, 0);
 }
 
+static void test_tblfile_seal_and_check(void **state)
+{
+	uint8_t buf[64 + 100], bad[sizeof(buf) + 1];
+	const void *payload;
+	size_t plen;
+	struct locus_error e;
+	char path[] = "/tmp/locus-tbl-XXXXXX";
+	void *rd;
+	size_t rdlen;
+	int fd;
+	(void)state;
+
+	for (int i = 0; i < 100; i++)
+		buf[64 + i] = (uint8_t)(i * 7);
+	assert_int_equal(locus_tbl_seal(buf, sizeof(buf), LOCUS_TBL_ELDR, 3, 100), 0);
+	assert_int_equal(locus_tbl_check(buf, sizeof(buf), LOCUS_TBL_ELDR, &payload, &plen, &e), 0);
+	assert_ptr_equal(payload, buf + 64);
+	assert_int_equal(plen, 100);
+	assert_int_equal(locus_tbl_seal(buf, sizeof(buf) - 1, LOCUS_TBL_ELDR, 3, 100), -LOCUS_ERANGE);
+	assert_int_equal(locus_tbl_seal(buf, sizeof(buf), 0, 3, 100), -EINVAL);
+
+	/* each defect has its own code */
+	assert_int_equal(locus_tbl_check(buf, sizeof(buf), LOCUS_TBL_GRACE, NULL, NULL, &e),
+			 -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "expected grace"));
+	assert_int_equal(locus_tbl_check(buf, 63, 0, NULL, NULL, &e), -LOCUS_ETRUNCATED);
+	assert_int_equal(locus_tbl_check(buf, sizeof(buf) - 1, 0, NULL, NULL, &e), -LOCUS_ETRUNCATED);
+	memcpy(bad, buf, sizeof(buf));
+	bad[sizeof(buf)] = 0;
+	assert_int_equal(locus_tbl_check(bad, sizeof(bad), 0, NULL, NULL, &e), -LOCUS_ERANGE);
+	bad[64 + 50] ^= 1;
+	assert_int_equal(locus_tbl_check(bad, sizeof(buf), 0, NULL, NULL, &e), -LOCUS_ECRC);
+	memcpy(bad, buf, sizeof(buf));
+	bad[0] ^= 1;
+	assert_int_equal(locus_tbl_check(bad, sizeof(buf), 0, NULL, NULL, &e), -LOCUS_EBADMAGIC);
+	memcpy(bad, buf, sizeof(buf));
+	bad[8] = 9; /* format version */
+	assert_int_equal(locus_tbl_check(bad, sizeof(buf), 0, NULL, NULL, &e), -LOCUS_EVERSION);
+	memcpy(bad, buf, sizeof(buf));
+	bad[20] ^= 0x40; /* payload length, header CRC now wrong */
+	assert_int_equal(locus_tbl_check(bad, sizeof(buf), 0, NULL, NULL, &e), -LOCUS_ECRC);
+
+	/* files: round trip, truncated file named in the message */
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(locus_tbl_write_file(path, buf, sizeof(buf), &e), 0);
+	assert_int_equal(locus_tbl_read_file(path, LOCUS_TBL_ELDR, &rd, &rdlen, &e), 0);
+	assert_int_equal(rdlen, sizeof(buf));
+	assert_memory_equal(rd, buf, sizeof(buf));
+	free(rd);
+	assert_int_equal(truncate(path, 100), 0);
+	assert_int_equal(locus_tbl_read_file(path, 0, &rd, &rdlen, &e), -LOCUS_ETRUNCATED);
+	assert_non_null(strstr(e.msg, path));
+	unlink(path);
+	assert_int_equal(locus_tbl_read_file(path, 0, &rd, &rdlen, &e), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_crc32c_known_answers),
 		cmocka_unit_test(test_crc32c_paths_agree),
 		cmocka_unit_test(test_error_report),
+		cmocka_unit_test(test_tblfile_seal_and_check),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
