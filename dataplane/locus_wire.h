@@ -1,0 +1,84 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The message header every locus RDMA message starts with (DESIGN.md, "Wire
+ * formats"). 32 bytes, little-endian, naturally aligned. The payload that
+ * follows is defined by the type's own module (signature: locus_eldr.h;
+ * dispatch/combine: locus_grace.h / the data plane).
+ *
+ * The immediate value of a WRITE_WITH_IMM names the inbox slot; the header
+ * says what is in it. A receiver checks locus_msg_hdr_check() before it
+ * trusts a single byte of the payload.
+ */
+#ifndef LOCUS_WIRE_H
+#define LOCUS_WIRE_H
+
+#include <stdint.h>
+
+#include "locus_common.h"
+#include "locus_err.h"
+
+#define LOCUS_MSG_MAGIC   0x4d53434cu /* "LCSM" */
+#define LOCUS_MSG_VERSION 1u
+
+enum locus_msg_type {
+	LOCUS_MSG_SIGNATURE = 1, /* request header + expert signature (ELDR) */
+	LOCUS_MSG_DISPATCH  = 2, /* token rows to expert ranks (GRACE) */
+	LOCUS_MSG_COMBINE   = 3, /* expert outputs back to the source rank */
+	LOCUS_MSG_LOAD      = 4, /* decoder load report */
+	LOCUS_MSG_HEARTBEAT = 5,
+	LOCUS_MSG_CREDIT    = 6, /* inbox slots released by the receiver */
+	LOCUS_MSG_TYPE_MAX
+};
+
+struct locus_msg_hdr {
+	uint32_t magic;       /* LOCUS_MSG_MAGIC */
+	uint8_t  version;     /* LOCUS_MSG_VERSION */
+	uint8_t  type;        /* enum locus_msg_type */
+	uint16_t flags;
+	uint32_t payload_len; /* bytes after this header */
+	uint32_t seq;         /* per (source, destination) sequence number */
+	uint64_t id;          /* request id or batch id */
+	uint32_t src_rank;
+	uint32_t dst_rank;
+};
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_msg_hdr) == 32, "message header is 32 bytes");
+
+/*
+ * Check a header received in a buffer of len bytes (header + payload) and
+ * whose ranks must be below n_ranks. Returns 0 or -LOCUS_E*.
+ */
+static inline int locus_msg_hdr_check(const struct locus_msg_hdr *h, uint64_t len,
+				      uint32_t n_ranks)
+{
+	if (unlikely(len < sizeof(*h)))
+		return -LOCUS_ETRUNCATED;
+	if (unlikely(h->magic != LOCUS_MSG_MAGIC))
+		return -LOCUS_EBADMAGIC;
+	if (unlikely(h->version != LOCUS_MSG_VERSION))
+		return -LOCUS_EVERSION;
+	if (unlikely(h->type == 0 || h->type >= LOCUS_MSG_TYPE_MAX))
+		return -LOCUS_EPROTO;
+	if (unlikely(h->payload_len != len - sizeof(*h)))
+		return -LOCUS_ETRUNCATED;
+	if (unlikely(h->src_rank >= n_ranks || h->dst_rank >= n_ranks))
+		return -LOCUS_ERANGE;
+	return 0;
+}
+
+static inline void locus_msg_hdr_init(struct locus_msg_hdr *h, enum locus_msg_type type,
+				      uint32_t payload_len, uint64_t id, uint32_t src_rank,
+				      uint32_t dst_rank, uint32_t seq)
+{
+	h->magic = LOCUS_MSG_MAGIC;
+	h->version = LOCUS_MSG_VERSION;
+	h->type = (uint8_t)type;
+	h->flags = 0;
+	h->payload_len = payload_len;
+	h->seq = seq;
+	h->id = id;
+	h->src_rank = src_rank;
+	h->dst_rank = dst_rank;
+}
+
+#endif /* LOCUS_WIRE_H */
