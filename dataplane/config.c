@@ -1,0 +1,440 @@
+// SPDX-License-Identifier: MIT
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "locus_common.h"
+#include "locus_config.h"
+
+#define CFG_MAX_FILE (1u << 20)
+#define CFG_LINE_MAX 1024
+
+enum cfg_section { SEC_NONE, SEC_LOCUSD, SEC_CLUSTER };
+
+struct cfg_parser {
+	const char *origin;
+	unsigned line;
+	struct locus_config *cfg;
+	struct locus_error *err;
+	int nodes_seen;          /* the file lists its own nodes: drop the default */
+	unsigned line_of_node[LOCUS_CFG_MAX_NODES];
+};
+
+#define CFG_FAIL(p, code, fmt, ...)                                                  \
+	locus_error_set((p)->err, (code), "%s:%u: " fmt, (p)->origin, (p)->line,       \
+			##__VA_ARGS__)
+
+/* Cross-field problems belong to the whole file, not to a line. */
+#define CFG_FAIL_FILE(p, code, fmt, ...)                                             \
+	locus_error_set((p)->err, (code), "%s: " fmt, (p)->origin, ##__VA_ARGS__)
+
+void locus_config_defaults(struct locus_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	strcpy(cfg->instance, "default");
+	strcpy(cfg->eal_args, "-l 0-1 --no-huge --no-pci -m 64");
+	strcpy(cfg->rdma_device, "none");
+	cfg->rdma_near_numa = -1;
+	cfg->rdma_port = 1;
+	cfg->intra_node = LOCUS_INTRA_SHM;
+	cfg->ring_size = 1024;
+	cfg->inbox_slots = 256;
+	cfg->inbox_slot_size = 16384;
+	cfg->client_slots = 16;
+	cfg->tau = 0.1f;
+	cfg->load_timeout_ms = 1000;
+	cfg->watchdog = 1;
+	cfg->cluster_id = 1;
+	cfg->gpus_per_node = 4;
+	cfg->n_nodes = 1;
+	cfg->nodes[0].ipv4 = htonl(INADDR_LOOPBACK);
+	cfg->nodes[0].port = 7471;
+	cfg->nodes[0].set = 1;
+}
+
+static int parse_u64(struct cfg_parser *p, const char *key, const char *v, uint64_t lo,
+		     uint64_t hi, uint64_t *out)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!isdigit((unsigned char)v[0]))
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a non-negative integer", key, v);
+	errno = 0;
+	x = strtoull(v, &end, 0);
+	if (errno || *end)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a non-negative integer", key, v);
+	if (x < lo || x > hi)
+		return CFG_FAIL(p, LOCUS_ERANGE, "%s: %llu is outside [%llu, %llu]", key, x,
+				(unsigned long long)lo, (unsigned long long)hi);
+	*out = x;
+	return 0;
+}
+
+static int parse_u32(struct cfg_parser *p, const char *key, const char *v, uint32_t lo,
+		     uint32_t hi, uint32_t *out)
+{
+	uint64_t x;
+	int ret = parse_u64(p, key, v, lo, hi, &x);
+
+	if (ret == 0)
+		*out = (uint32_t)x;
+	return ret;
+}
+
+static int parse_pow2(struct cfg_parser *p, const char *key, const char *v, uint32_t lo,
+		      uint32_t hi, uint32_t *out)
+{
+	int ret = parse_u32(p, key, v, lo, hi, out);
+
+	if (ret == 0 && !LOCUS_IS_POW2(*out))
+		return CFG_FAIL(p, LOCUS_ERANGE, "%s: %u is not a power of two", key, *out);
+	return ret;
+}
+
+static int parse_bool(struct cfg_parser *p, const char *key, const char *v, uint8_t *out)
+{
+	if (!strcmp(v, "yes") || !strcmp(v, "true") || !strcmp(v, "1"))
+		*out = 1;
+	else if (!strcmp(v, "no") || !strcmp(v, "false") || !strcmp(v, "0"))
+		*out = 0;
+	else
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not yes/no", key, v);
+	return 0;
+}
+
+static int copy_str(struct cfg_parser *p, const char *key, const char *v, char *dst,
+		    size_t cap)
+{
+	size_t n = strlen(v);
+
+	if (n == 0)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: empty value", key);
+	if (n >= cap)
+		return CFG_FAIL(p, LOCUS_ERANGE, "%s: value longer than %zu characters", key,
+				cap - 1);
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+static int valid_name(const char *s)
+{
+	if (!*s)
+		return 0;
+	for (; *s; s++)
+		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+			return 0;
+	return 1;
+}
+
+static int valid_pci(const char *s)
+{
+	/* dddd:bb:dd.f, hex digits */
+	static const char shape[] = "xxxx:xx:xx.x";
+
+	if (strlen(s) != sizeof(shape) - 1)
+		return 0;
+	for (size_t i = 0; shape[i]; i++) {
+		if (shape[i] == 'x' ? !isxdigit((unsigned char)s[i]) : s[i] != shape[i])
+			return 0;
+	}
+	return 1;
+}
+
+static int parse_addr(struct cfg_parser *p, const char *key, const char *v,
+		      struct locus_cfg_node *node)
+{
+	char host[INET_ADDRSTRLEN];
+	const char *colon = strrchr(v, ':');
+	struct in_addr a;
+	uint32_t port = 0;
+	size_t hl;
+
+	if (!colon)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not IPv4:port", key, v);
+	hl = (size_t)(colon - v);
+	if (hl == 0 || hl >= sizeof(host))
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not IPv4:port", key, v);
+	memcpy(host, v, hl);
+	host[hl] = '\0';
+	if (inet_pton(AF_INET, host, &a) != 1)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not an IPv4 address", key, host);
+	if (parse_u32(p, key, colon + 1, 1, 65535, &port) < 0)
+		return -p->err->code;
+	node->ipv4 = a.s_addr;
+	node->port = (uint16_t)port;
+	node->set = 1;
+	return 0;
+}
+
+static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
+{
+	struct locus_config *c = p->cfg;
+	uint32_t u = 0;
+	int ret;
+
+	if (!strcmp(k, "instance")) {
+		if (!valid_name(v) || strlen(v) >= LOCUS_CFG_NAME_MAX)
+			return CFG_FAIL(p, LOCUS_EPARSE,
+					"instance: '%s' must be 1-63 of [A-Za-z0-9_.-]", v);
+		return copy_str(p, k, v, c->instance, sizeof(c->instance));
+	}
+	if (!strcmp(k, "node"))
+		return parse_u32(p, k, v, 0, LOCUS_CFG_MAX_NODES - 1, &c->node_id);
+	if (!strcmp(k, "eal_args"))
+		return copy_str(p, k, v, c->eal_args, sizeof(c->eal_args));
+	if (!strcmp(k, "rdma_device")) {
+		if (!valid_name(v))
+			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' is not a device name", v);
+		return copy_str(p, k, v, c->rdma_device, sizeof(c->rdma_device));
+	}
+	if (!strcmp(k, "rdma_near_pci")) {
+		if (!valid_pci(v))
+			return CFG_FAIL(p, LOCUS_EPARSE,
+					"rdma_near_pci: '%s' is not a PCI address dddd:bb:dd.f", v);
+		return copy_str(p, k, v, c->rdma_near_pci, sizeof(c->rdma_near_pci));
+	}
+	if (!strcmp(k, "rdma_near_numa")) {
+		ret = parse_u32(p, k, v, 0, 1023, &u);
+		c->rdma_near_numa = (int32_t)u;
+		return ret;
+	}
+	if (!strcmp(k, "rdma_port")) {
+		ret = parse_u32(p, k, v, 1, 255, &u);
+		c->rdma_port = (uint8_t)u;
+		return ret;
+	}
+	if (!strcmp(k, "intra_node")) {
+		if (!strcmp(v, "shm"))
+			c->intra_node = LOCUS_INTRA_SHM;
+		else if (!strcmp(v, "verbs"))
+			c->intra_node = LOCUS_INTRA_VERBS;
+		else
+			return CFG_FAIL(p, LOCUS_EPARSE, "intra_node: '%s' is not shm or verbs", v);
+		return 0;
+	}
+	if (!strcmp(k, "secret_file")) {
+		if (v[0] != '/')
+			return CFG_FAIL(p, LOCUS_EPARSE, "secret_file: '%s' is not an absolute path",
+					v);
+		return copy_str(p, k, v, c->secret_file, sizeof(c->secret_file));
+	}
+	if (!strcmp(k, "ring_size"))
+		return parse_pow2(p, k, v, 16, 1u << 20, &c->ring_size);
+	if (!strcmp(k, "inbox_slots"))
+		return parse_pow2(p, k, v, 4, 1u << 16, &c->inbox_slots);
+	if (!strcmp(k, "inbox_slot_size")) {
+		ret = parse_u32(p, k, v, 256, 16u << 20, &c->inbox_slot_size);
+		if (ret == 0 && c->inbox_slot_size % LOCUS_CACHE_LINE)
+			return CFG_FAIL(p, LOCUS_ERANGE, "inbox_slot_size: %u is not a multiple of %d",
+					c->inbox_slot_size, LOCUS_CACHE_LINE);
+		return ret;
+	}
+	if (!strcmp(k, "client_slots"))
+		return parse_u32(p, k, v, 1, 1024, &c->client_slots);
+	if (!strcmp(k, "tau")) {
+		char *end;
+		double t;
+
+		errno = 0;
+		t = strtod(v, &end);
+		if (errno || *end || end == v || !isfinite(t))
+			return CFG_FAIL(p, LOCUS_EPARSE, "tau: '%s' is not a number", v);
+		if (t < 0.0 || t > 2.0)
+			return CFG_FAIL(p, LOCUS_ERANGE, "tau: %g is outside [0, 2]", t);
+		c->tau = (float)t;
+		return 0;
+	}
+	if (!strcmp(k, "load_timeout_ms"))
+		return parse_u32(p, k, v, 1, 3600u * 1000u, &c->load_timeout_ms);
+	if (!strcmp(k, "watchdog"))
+		return parse_bool(p, k, v, &c->watchdog);
+	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [locusd]", k);
+}
+
+static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
+{
+	struct locus_config *c = p->cfg;
+
+	if (!strcmp(k, "id"))
+		return parse_u64(p, k, v, 0, UINT64_MAX, &c->cluster_id);
+	if (!strcmp(k, "gpus_per_node"))
+		return parse_u32(p, k, v, 1, LOCUS_CFG_MAX_GPUS, &c->gpus_per_node);
+	if (!strncmp(k, "node.", 5)) {
+		uint32_t id = 0;
+
+		if (parse_u32(p, k, k + 5, 0, LOCUS_CFG_MAX_NODES - 1, &id) < 0)
+			return -p->err->code;
+		if (!p->nodes_seen) {
+			memset(c->nodes, 0, sizeof(c->nodes));
+			c->n_nodes = 0;
+			p->nodes_seen = 1;
+		}
+		if (c->nodes[id].set)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s listed twice (first on line %u)", k,
+					p->line_of_node[id]);
+		p->line_of_node[id] = p->line;
+		if (parse_addr(p, k, v, &c->nodes[id]) < 0)
+			return -p->err->code;
+		if (id + 1 > c->n_nodes)
+			c->n_nodes = id + 1;
+		return 0;
+	}
+	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [cluster]", k);
+}
+
+static char *trim(char *s)
+{
+	char *e;
+
+	while (isspace((unsigned char)*s))
+		s++;
+	e = s + strlen(s);
+	while (e > s && isspace((unsigned char)e[-1]))
+		*--e = '\0';
+	return s;
+}
+
+static int parse_line(struct cfg_parser *p, char *line, enum cfg_section *sec)
+{
+	char *s, *eq, *k, *v, *hash;
+
+	/* A '#' starts a comment anywhere: no value here needs one. */
+	hash = strchr(line, '#');
+	if (hash)
+		*hash = '\0';
+	s = trim(line);
+	if (!*s)
+		return 0;
+	if (*s == '[') {
+		if (!strcmp(s, "[locusd]"))
+			*sec = SEC_LOCUSD;
+		else if (!strcmp(s, "[cluster]"))
+			*sec = SEC_CLUSTER;
+		else
+			return CFG_FAIL(p, LOCUS_EPARSE, "unknown section %s", s);
+		return 0;
+	}
+	eq = strchr(s, '=');
+	if (!eq)
+		return CFG_FAIL(p, LOCUS_EPARSE, "expected 'key = value', got '%.64s'", s);
+	*eq = '\0';
+	k = trim(s);
+	v = trim(eq + 1);
+	if (!*k)
+		return CFG_FAIL(p, LOCUS_EPARSE, "missing key before '='");
+	if (!*v)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: empty value", k);
+	switch (*sec) {
+	case SEC_LOCUSD:
+		return set_locusd(p, k, v);
+	case SEC_CLUSTER:
+		return set_cluster(p, k, v);
+	default:
+		return CFG_FAIL(p, LOCUS_EPARSE, "'%s' outside any section", k);
+	}
+}
+
+static int check_whole(struct cfg_parser *p)
+{
+	struct locus_config *c = p->cfg;
+
+	for (uint32_t i = 0; i < c->n_nodes; i++)
+		if (!c->nodes[i].set)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE,
+					"[cluster] lists node.%u but not node.%u: ids must be 0..n-1",
+					c->n_nodes - 1, i);
+	if (c->node_id >= c->n_nodes)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node = %u, but [cluster] has nodes 0..%u",
+				c->node_id, c->n_nodes - 1);
+	for (uint32_t i = 0; i < c->n_nodes; i++)
+		for (uint32_t j = i + 1; j < c->n_nodes; j++)
+			if (c->nodes[i].ipv4 == c->nodes[j].ipv4 &&
+			    c->nodes[i].port == c->nodes[j].port)
+				return CFG_FAIL_FILE(p, LOCUS_ERANGE,
+						"node.%u and node.%u have the same address", i, j);
+	if (c->intra_node == LOCUS_INTRA_VERBS && !strcmp(c->rdma_device, "none"))
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "intra_node = verbs needs an rdma_device");
+	if (c->n_nodes > 1 && !strcmp(c->rdma_device, "none"))
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE,
+				"%u nodes need an rdma_device (name or auto) for inter-node traffic",
+				c->n_nodes);
+	if (c->n_nodes > 1 && !c->secret_file[0])
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "%u nodes need a secret_file", c->n_nodes);
+	return 0;
+}
+
+int locus_config_parse(const char *text, size_t len, const char *origin,
+		       struct locus_config *cfg, struct locus_error *err)
+{
+	struct cfg_parser p = { .origin = origin, .cfg = cfg, .err = err };
+	struct locus_error local;
+	enum cfg_section sec = SEC_NONE;
+	char line[CFG_LINE_MAX];
+	size_t pos = 0;
+	int ret;
+
+	if (!p.err)
+		p.err = &local;
+	locus_config_defaults(cfg);
+	while (pos < len) {
+		const char *nl = memchr(text + pos, '\n', len - pos);
+		size_t n = nl ? (size_t)(nl - (text + pos)) : len - pos;
+
+		p.line++;
+		if (n >= sizeof(line))
+			return CFG_FAIL(&p, LOCUS_EPARSE, "line longer than %zu characters",
+					sizeof(line) - 1);
+		if (memchr(text + pos, '\0', n))
+			return CFG_FAIL(&p, LOCUS_EPARSE, "NUL byte in line");
+		memcpy(line, text + pos, n);
+		line[n] = '\0';
+		ret = parse_line(&p, line, &sec);
+		if (ret < 0)
+			return ret;
+		pos += n + 1;
+	}
+	return check_whole(&p);
+}
+
+int locus_config_load(const char *path, struct locus_config *cfg, struct locus_error *err)
+{
+	char *buf;
+	struct stat st;
+	size_t got = 0;
+	int fd, ret;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return locus_error_set(err, errno, "%s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CFG_MAX_FILE) {
+		close(fd);
+		return locus_error_set(err, EINVAL, "%s: not a regular file of at most %u bytes",
+				       path, CFG_MAX_FILE);
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return locus_error_set(err, ENOMEM, "%s: out of memory", path);
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	ret = locus_config_parse(buf, got, path, cfg, err);
+	free(buf);
+	return ret;
+}

@@ -1,0 +1,2 @@
+# locusd configuration parser (pure C).
+$(eval $(call LIBRARY,config,dataplane/config.c))

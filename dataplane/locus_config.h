@@ -1,0 +1,102 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locusd configuration: /etc/locus/<instance>.conf.
+ *
+ * An INI-style text file, one `key = value` per line, `#` comments, two
+ * sections. Every key is known, every value is checked; the first problem
+ * is reported as "FILE:LINE: message" and the whole file is refused.
+ *
+ *   [locusd]
+ *   instance        = default          # segment /dev/shm/locus.<instance>
+ *   node            = 0                # this node's id in [cluster]
+ *   eal_args        = -l 0-1 --no-huge --no-pci -m 64
+ *   rdma_device     = auto             # a device name, "auto" or "none"
+ *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
+ *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
+ *   rdma_port       = 1
+ *   intra_node      = shm              # shm | verbs (loopback)
+ *   secret_file     = /etc/locus/secret
+ *   ring_size       = 1024             # client ring entries, power of two
+ *   inbox_slots     = 256              # per-peer inbox slots, power of two
+ *   inbox_slot_size = 16384            # bytes, multiple of 64
+ *   client_slots    = 16               # client attachments
+ *   tau             = 0.1              # default locality band
+ *   load_timeout_ms = 1000             # a decoder silent this long is skipped
+ *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
+ *
+ *   [cluster]
+ *   id              = 1
+ *   gpus_per_node   = 4
+ *   node.0          = 127.0.0.1:7471   # node.<id> = IPv4:port, ids 0..n-1
+ *   node.1          = 127.0.0.2:7471
+ */
+#ifndef LOCUS_CONFIG_H
+#define LOCUS_CONFIG_H
+
+#include <stdint.h>
+
+#include "locus_err.h"
+
+#define LOCUS_CFG_MAX_NODES    64
+#define LOCUS_CFG_MAX_GPUS     16   /* per node */
+#define LOCUS_CFG_NAME_MAX     64
+#define LOCUS_CFG_PATH_MAX     256
+#define LOCUS_CFG_EAL_MAX      512
+
+enum locus_intra_node {
+	LOCUS_INTRA_SHM   = 0, /* copy into the peer rank's inbox in the segment */
+	LOCUS_INTRA_VERBS = 1, /* RDMA loopback through the local device */
+};
+
+struct locus_cfg_node {
+	uint32_t ipv4;  /* network byte order */
+	uint16_t port;  /* host byte order */
+	uint8_t  set;
+};
+
+struct locus_config {
+	char     instance[LOCUS_CFG_NAME_MAX];
+	uint32_t node_id;
+	char     eal_args[LOCUS_CFG_EAL_MAX];
+	char     rdma_device[LOCUS_CFG_NAME_MAX]; /* name, "auto" or "none" */
+	char     rdma_near_pci[16];               /* "" or dddd:bb:dd.f */
+	int32_t  rdma_near_numa;                  /* -1: not set */
+	uint8_t  rdma_port;
+	enum locus_intra_node intra_node;
+	char     secret_file[LOCUS_CFG_PATH_MAX];
+	uint32_t ring_size;
+	uint32_t inbox_slots;
+	uint32_t inbox_slot_size;
+	uint32_t client_slots;
+	float    tau;
+	uint32_t load_timeout_ms;
+	uint8_t  watchdog;
+
+	uint64_t cluster_id;
+	uint32_t gpus_per_node;
+	uint32_t n_nodes;
+	struct locus_cfg_node nodes[LOCUS_CFG_MAX_NODES];
+};
+
+/* Fill cfg with the defaults (one node, 4 GPUs, shared-memory tiers). */
+void locus_config_defaults(struct locus_config *cfg);
+
+/*
+ * Parse text (len bytes; need not be NUL-terminated) named `origin` in
+ * messages, on top of the defaults. Returns 0, or a negative code with
+ * err->msg "origin:LINE: what is wrong". Cross-field checks (node ids
+ * contiguous, this node present, sizes) run at the end.
+ */
+int locus_config_parse(const char *text, size_t len, const char *origin,
+		       struct locus_config *cfg, struct locus_error *err);
+
+/* Read and parse a file. */
+int locus_config_load(const char *path, struct locus_config *cfg, struct locus_error *err);
+
+/* Total ranks: n_nodes * gpus_per_node. */
+static inline uint32_t locus_config_n_ranks(const struct locus_config *cfg)
+{
+	return cfg->n_nodes * cfg->gpus_per_node;
+}
+
+#endif /* LOCUS_CONFIG_H */

@@ -1,0 +1,208 @@
+// SPDX-License-Identifier: MIT
+/* locusd config parser: a full file, every refusal with its line number. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_config.h"
+
+static const char full[] =
+	"# two nodes of 8 GPUs\n"
+	"[locusd]\n"
+	"instance = prod-a   # trailing comment\n"
+	"node = 1\n"
+	"eal_args = -l 2-5 --no-huge --no-pci -m 64\n"
+	"rdma_device = auto\n"
+	"rdma_near_pci = 0000:3b:00.0\n"
+	"rdma_near_numa = 1\n"
+	"rdma_port = 2\n"
+	"intra_node = verbs\n"
+	"secret_file = /etc/locus/secret\n"
+	"ring_size = 4096\n"
+	"inbox_slots = 64\n"
+	"inbox_slot_size = 65536\n"
+	"client_slots = 32\n"
+	"tau = 0.25\n"
+	"load_timeout_ms = 500\n"
+	"watchdog = no\n"
+	"\n"
+	"[cluster]\n"
+	"id = 0x2a\n"
+	"gpus_per_node = 8\n"
+	"node.1 = 10.0.0.2:7000\n"
+	"node.0 = 10.0.0.1:7000\n";
+
+static int parse(const char *text, struct locus_config *c, struct locus_error *e)
+{
+	return locus_config_parse(text, strlen(text), "t.conf", c, e);
+}
+
+static void test_full_file(void **state)
+{
+	struct locus_config c;
+	struct locus_error e;
+	char ip[INET_ADDRSTRLEN];
+	(void)state;
+
+	assert_int_equal(parse(full, &c, &e), 0);
+	assert_string_equal(c.instance, "prod-a");
+	assert_int_equal(c.node_id, 1);
+	assert_string_equal(c.eal_args, "-l 2-5 --no-huge --no-pci -m 64");
+	assert_string_equal(c.rdma_device, "auto");
+	assert_string_equal(c.rdma_near_pci, "0000:3b:00.0");
+	assert_int_equal(c.rdma_near_numa, 1);
+	assert_int_equal(c.rdma_port, 2);
+	assert_int_equal(c.intra_node, LOCUS_INTRA_VERBS);
+	assert_string_equal(c.secret_file, "/etc/locus/secret");
+	assert_int_equal(c.ring_size, 4096);
+	assert_int_equal(c.inbox_slots, 64);
+	assert_int_equal(c.inbox_slot_size, 65536);
+	assert_int_equal(c.client_slots, 32);
+	assert_true(c.tau > 0.2499f && c.tau < 0.2501f);
+	assert_int_equal(c.load_timeout_ms, 500);
+	assert_int_equal(c.watchdog, 0);
+	assert_int_equal(c.cluster_id, 42);
+	assert_int_equal(c.gpus_per_node, 8);
+	assert_int_equal(c.n_nodes, 2);
+	assert_int_equal(locus_config_n_ranks(&c), 16);
+	inet_ntop(AF_INET, &c.nodes[1].ipv4, ip, sizeof(ip));
+	assert_string_equal(ip, "10.0.0.2");
+	assert_int_equal(c.nodes[0].port, 7000);
+}
+
+static void test_defaults_alone(void **state)
+{
+	struct locus_config c;
+	(void)state;
+
+	/* an empty file is the embedded single-node default */
+	assert_int_equal(parse("", &c, NULL), 0);
+	assert_int_equal(c.n_nodes, 1);
+	assert_int_equal(c.gpus_per_node, 4);
+	assert_int_equal(c.intra_node, LOCUS_INTRA_SHM);
+	assert_string_equal(c.instance, "default");
+	assert_int_equal(c.nodes[0].ipv4, htonl(INADDR_LOOPBACK));
+}
+
+struct bad_case {
+	const char *text;
+	const char *needle; /* expected in the message, with the line number */
+	int code;
+};
+
+static void test_refusals(void **state)
+{
+	static const struct bad_case cases[] = {
+		{ "[locusd]\nnode = 0\nbogus = 1\n", "t.conf:3: unknown key 'bogus'", LOCUS_EPARSE },
+		{ "node = 0\n", "t.conf:1: 'node' outside any section", LOCUS_EPARSE },
+		{ "[locusd]\n[metrics]\n", "t.conf:2: unknown section [metrics]", LOCUS_EPARSE },
+		{ "[locusd]\nring_size = 1000\n", "t.conf:2: ring_size: 1000 is not a power of two",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nring_size = -4\n", "t.conf:2: ring_size: '-4' is not", LOCUS_EPARSE },
+		{ "[locusd]\nring_size = 12abc\n", "t.conf:2: ring_size:", LOCUS_EPARSE },
+		{ "[locusd]\nring_size = 99999999999999999999999\n", "t.conf:2:", LOCUS_EPARSE },
+		{ "[locusd]\ninbox_slot_size = 1000\n", "not a multiple of 64", LOCUS_ERANGE },
+		{ "[locusd]\ntau = nan\n", "t.conf:2: tau: 'nan' is not a number", LOCUS_EPARSE },
+		{ "[locusd]\ntau = 3\n", "t.conf:2: tau: 3 is outside", LOCUS_ERANGE },
+		{ "[locusd]\ninstance = a/b\n", "t.conf:2: instance:", LOCUS_EPARSE },
+		{ "[locusd]\nintra_node = rdma\n", "t.conf:2: intra_node: 'rdma'", LOCUS_EPARSE },
+		{ "[locusd]\nsecret_file = secret\n", "not an absolute path", LOCUS_EPARSE },
+		{ "[locusd]\nrdma_near_pci = 3b:00.0\n", "t.conf:2: rdma_near_pci:", LOCUS_EPARSE },
+		{ "[locusd]\nwatchdog = maybe\n", "t.conf:2: watchdog:", LOCUS_EPARSE },
+		{ "[locusd]\nnode\n", "t.conf:2: expected 'key = value'", LOCUS_EPARSE },
+		{ "[locusd]\nnode =\n", "t.conf:2: node: empty value", LOCUS_EPARSE },
+		{ "[cluster]\nnode.0 = 1.2.3:80\n", "t.conf:2: node.0: '1.2.3' is not an IPv4",
+		  LOCUS_EPARSE },
+		{ "[cluster]\nnode.0 = 1.2.3.4:0\n", "t.conf:2: node.0: 0 is outside", LOCUS_ERANGE },
+		{ "[cluster]\nnode.0 = 1.2.3.4\n", "t.conf:2: node.0: '1.2.3.4' is not IPv4:port",
+		  LOCUS_EPARSE },
+		{ "[cluster]\nnode.99 = 1.2.3.4:5\n", "t.conf:2: node.99: 99 is outside", LOCUS_ERANGE },
+		{ "[cluster]\nnode.0 = 1.2.3.4:5\nnode.0 = 1.2.3.5:5\n",
+		  "t.conf:3: node.0 listed twice (first on line 2)", LOCUS_EPARSE },
+		{ "[cluster]\ngpus_per_node = 0\n", "t.conf:2: gpus_per_node: 0 is outside",
+		  LOCUS_ERANGE },
+		/* whole-file checks name the file, not a line */
+		{ "[cluster]\nnode.0 = 1.2.3.4:5\nnode.2 = 1.2.3.6:5\n",
+		  "t.conf: [cluster] lists node.2 but not node.1", LOCUS_ERANGE },
+		{ "[locusd]\nnode = 3\n", "t.conf: node = 3, but [cluster] has nodes 0..0",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = mlx5_0\nsecret_file = /s\n[cluster]\n"
+		  "node.0 = 1.2.3.4:5\nnode.1 = 1.2.3.4:5\n",
+		  "node.0 and node.1 have the same address", LOCUS_ERANGE },
+		{ "[cluster]\nnode.0 = 1.2.3.4:5\nnode.1 = 1.2.3.5:5\n",
+		  "2 nodes need an rdma_device", LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = mlx5_0\n[cluster]\nnode.0 = 1.2.3.4:5\nnode.1 = 1.2.3.5:5\n",
+		  "2 nodes need a secret_file", LOCUS_ERANGE },
+		{ "[locusd]\nintra_node = verbs\n", "intra_node = verbs needs an rdma_device",
+		  LOCUS_ERANGE },
+	};
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		struct locus_config c;
+		struct locus_error e = { 0 };
+		int ret = parse(cases[i].text, &c, &e);
+
+		if (ret != -cases[i].code || !strstr(e.msg, cases[i].needle))
+			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
+				 -cases[i].code, e.msg, cases[i].needle);
+	}
+}
+
+static void test_binary_and_long_lines(void **state)
+{
+	struct locus_config c;
+	struct locus_error e;
+	char big[2048];
+	static const char nul[] = "[locusd]\nnode = 0\0\n";
+	(void)state;
+
+	assert_int_equal(locus_config_parse(nul, sizeof(nul) - 1, "t.conf", &c, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "t.conf:2: NUL byte"));
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	assert_int_equal(parse(big, &c, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "t.conf:1: line longer"));
+	/* a value just too long for its field */
+	snprintf(big, sizeof(big), "[locusd]\nsecret_file = /%0300d\n", 0);
+	assert_int_equal(parse(big, &c, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "t.conf:2: secret_file: value longer"));
+}
+
+static void test_load_file(void **state)
+{
+	char path[] = "/tmp/locus-cfg-XXXXXX";
+	struct locus_config c;
+	struct locus_error e;
+	int fd = mkstemp(path);
+	(void)state;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write(fd, full, strlen(full)), (ssize_t)strlen(full));
+	close(fd);
+	assert_int_equal(locus_config_load(path, &c, &e), 0);
+	assert_int_equal(c.n_nodes, 2);
+	unlink(path);
+	assert_int_equal(locus_config_load(path, &c, &e), -ENOENT);
+	assert_non_null(strstr(e.msg, path));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_full_file),
+		cmocka_unit_test(test_defaults_alone),
+		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_binary_and_long_lines),
+		cmocka_unit_test(test_load_file),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
