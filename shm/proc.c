@@ -1,0 +1,81 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Process identity: pid + start time, so that a recycled pid is never taken
+ * for the process that registered it.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "locus_shm.h"
+
+/*
+ * Parse /proc/<pid>/stat. comm (field 2) may hold spaces and ')' so fields
+ * are counted from the last ')'. Fields after it: 3 state ... 22 starttime.
+ */
+static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
+{
+	char path[64], buf[1024], *p, *end;
+	ssize_t n;
+	int fd, field;
+
+	if (pid <= 0)
+		return -ESRCH;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ESRCH : -errno;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -ESRCH; /* the process went away between open and read */
+	buf[n] = '\0';
+	p = strrchr(buf, ')');
+	if (!p || p[1] != ' ' || !p[2])
+		return -EPROTO;
+	p += 2;
+	*state = *p;
+	for (field = 3; field < 22; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -EPROTO;
+		p++;
+	}
+	errno = 0;
+	*ticks = strtoull(p, &end, 10);
+	if (errno || end == p)
+		return -EPROTO;
+	return 0;
+}
+
+int locus_proc_start_ticks(pid_t pid, uint64_t *ticks)
+{
+	char state;
+
+	return proc_stat(pid, &state, ticks);
+}
+
+int locus_proc_alive(pid_t pid, uint64_t start_ticks)
+{
+	uint64_t ticks;
+	char state;
+	int rc;
+
+	if (pid <= 0)
+		return 0;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 0;
+	rc = proc_stat(pid, &state, &ticks);
+	if (rc == -ESRCH)
+		return 0;
+	if (rc < 0)
+		return 1; /* /proc hidden from us: kill() said it exists, believe it */
+	/* an exited child its parent has not reaped yet runs no code */
+	if (state == 'Z' || state == 'X' || state == 'x')
+		return 0;
+	return ticks == start_ticks;
+}

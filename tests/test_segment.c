@@ -1,0 +1,459 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The shared-memory segment: lifecycle, header, region directory, and every
+ * refusal of attach with its own code. Each test works in a private
+ * directory ($LOCUS_SHM_DIR) and leaves nothing behind.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <cmocka.h>
+
+#include "locus_common.h"
+#include "locus_shm.h"
+
+#define INST "t0"
+#define NOBODY 65534
+
+static char g_dir[64];
+static char g_path[256];
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(g_dir, sizeof(g_dir), "/dev/shm/locus-test-seg.XXXXXX");
+	if (!mkdtemp(g_dir))
+		return -1;
+	setenv(LOCUS_SHM_DIR_ENV, g_dir, 1);
+	snprintf(g_path, sizeof(g_path), "%s/locus.%s", g_dir, INST);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", g_dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static struct locus_shm *create_default(void)
+{
+	struct locus_shm_params p = { .instance = INST };
+	struct locus_shm *shm = NULL;
+	struct locus_error err;
+	int rc;
+
+	p.region_size[LOCUS_REGION_TABLES] = 1000;
+	p.region_size[LOCUS_REGION_COUNTERS] = 4096 + 3;
+	rc = locus_shm_create(&p, &shm, &err);
+	if (rc)
+		print_error("create: %s\n", err.msg);
+	assert_int_equal(rc, 0);
+	assert_non_null(shm);
+	return shm;
+}
+
+/* Overwrite bytes of the object at off, as a corrupter would. */
+static void patch(off_t off, const void *buf, size_t len)
+{
+	int fd = open(g_path, O_WRONLY);
+
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, buf, len, off), (ssize_t)len);
+	close(fd);
+}
+
+static int attach_code(unsigned flags, struct locus_error *err)
+{
+	struct locus_shm *shm = NULL;
+	int rc = locus_shm_attach(INST, flags, &shm, err);
+
+	if (rc == 0)
+		locus_shm_detach(shm);
+	else
+		assert_null(shm);
+	return rc;
+}
+
+static void test_lifecycle(void **state)
+{
+	struct locus_shm *own, *rw, *ro;
+	struct locus_error err;
+	struct timespec t0;
+	struct stat st;
+	uint8_t *a, *b;
+	size_t sz, sz2;
+	mode_t old;
+	(void)state;
+
+	clock_gettime(CLOCK_REALTIME, &t0);
+	old = umask(077); /* the mode must not depend on the caller's umask */
+	own = create_default();
+	umask(old);
+	assert_int_equal(stat(g_path, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_uid, geteuid());
+	assert_int_equal((size_t)st.st_size, locus_shm_size(own));
+
+	assert_int_equal(locus_shm_state(own), LOCUS_SHM_STARTING);
+	assert_int_equal(locus_shm_owner_pid(own), getpid());
+	assert_true(locus_shm_start_time_ns(own) >=
+		    (uint64_t)t0.tv_sec * 1000000000ull + (uint64_t)t0.tv_nsec);
+	assert_string_equal(locus_shm_instance(own), INST);
+
+	/* regions: aligned, in bounds, disjoint, zeroed; absent ones NULL */
+	a = locus_shm_region(own, LOCUS_REGION_TABLES, &sz);
+	b = locus_shm_region(own, LOCUS_REGION_COUNTERS, &sz2);
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(sz, 1000);
+	assert_int_equal(sz2, 4099);
+	assert_int_equal(((uintptr_t)a) % LOCUS_SHM_REGION_ALIGN, 0);
+	assert_int_equal(((uintptr_t)b) % LOCUS_SHM_REGION_ALIGN, 0);
+	assert_true(a + sz <= b);
+	{
+		struct locus_shm_hdr h;
+		int fd = open(g_path, O_RDONLY);
+
+		assert_true(fd >= 0);
+		assert_int_equal(pread(fd, &h, sizeof(h), 0), (ssize_t)sizeof(h));
+		close(fd);
+		assert_int_equal(h.magic, LOCUS_SHM_MAGIC);
+		assert_int_equal(h.abi_version, LOCUS_SHM_ABI_VERSION);
+		assert_int_equal(h.hdr_size, sizeof(h));
+		assert_int_equal(h.total_size, locus_shm_size(own));
+		assert_int_equal(h.owner_pid, getpid());
+		assert_string_equal(h.instance, INST);
+		for (int i = 0; i < LOCUS_REGION_MAX; i++) {
+			if (!h.region[i].size)
+				continue;
+			assert_int_equal(h.region[i].offset % LOCUS_SHM_REGION_ALIGN, 0);
+			assert_true(h.region[i].offset >= sizeof(h));
+			assert_true(h.region[i].offset + h.region[i].size <= h.total_size);
+		}
+		assert_int_equal(b - a, (ptrdiff_t)(h.region[1].offset - h.region[0].offset));
+	}
+	for (size_t i = 0; i < sz; i++)
+		assert_int_equal(a[i], 0);
+	assert_null(locus_shm_region(own, LOCUS_REGION_CLIENTS, &sz));
+	assert_int_equal(sz, 0);
+	assert_null(locus_shm_region(own, LOCUS_REGION_MAX, &sz));
+
+	/* read-write attach shares memory with the creator */
+	assert_int_equal(locus_shm_attach(INST, 0, &rw, &err), 0);
+	assert_int_equal(locus_shm_size(rw), locus_shm_size(own));
+	assert_int_equal(locus_shm_owner_pid(rw), getpid());
+	a = locus_shm_region(rw, LOCUS_REGION_TABLES, NULL);
+	a[7] = 0x5a;
+	assert_int_equal(((uint8_t *)locus_shm_region(own, LOCUS_REGION_TABLES, NULL))[7], 0x5a);
+	locus_shm_set_state(own, LOCUS_SHM_RUNNING);
+	assert_int_equal(locus_shm_state(rw), LOCUS_SHM_RUNNING);
+
+	/* read-only attach reads; a write faults */
+	assert_int_equal(locus_shm_attach(INST, LOCUS_SHM_RDONLY, &ro, &err), 0);
+	assert_true(locus_shm_is_rdonly(ro));
+	b = locus_shm_region(ro, LOCUS_REGION_TABLES, NULL);
+	assert_int_equal(b[7], 0x5a);
+	locus_shm_set_state(ro, LOCUS_SHM_STOPPING); /* ignored, must not fault */
+	assert_int_equal(locus_shm_state(own), LOCUS_SHM_RUNNING);
+	{
+		pid_t pid = fork();
+		int status;
+
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			/* cmocka catches SIGSEGV; the child must die of it */
+			signal(SIGSEGV, SIG_DFL);
+			*(volatile uint8_t *)&b[7] = 1;
+			_exit(0);
+		}
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFSIGNALED(status));
+		assert_int_equal(WTERMSIG(status), SIGSEGV);
+	}
+	assert_int_equal(b[7], 0x5a);
+
+	locus_shm_detach(ro);
+	locus_shm_detach(rw);
+	locus_shm_detach(own);
+	locus_shm_detach(NULL);
+	assert_int_equal(locus_shm_remove(INST), 0);
+	assert_int_equal(locus_shm_remove(INST), -ENOENT);
+	assert_int_equal(attach_code(0, &err), -ENOENT);
+	assert_non_null(strstr(err.msg, INST));
+}
+
+static void test_names(void **state)
+{
+	static const char *const bad[] = {
+		"", ".", "..", "a/b", "/x", "a b", "a\nb", "ab*",
+		"0123456789012345678901234567890123456789012345678901234567890123",
+	};
+	struct locus_shm_params p = { 0 };
+	struct locus_shm *shm = NULL;
+	struct locus_error err;
+	char buf[256];
+	(void)state;
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(bad); i++) {
+		assert_int_equal(locus_shm_check_name(bad[i]), -EINVAL);
+		assert_int_equal(locus_shm_path(bad[i], buf, sizeof(buf)), -EINVAL);
+		assert_int_equal(locus_shm_attach(bad[i], 0, &shm, &err), -EINVAL);
+		p.instance = bad[i];
+		assert_int_equal(locus_shm_create(&p, &shm, &err), -EINVAL);
+		assert_int_equal(locus_shm_remove(bad[i]), -EINVAL);
+	}
+	assert_int_equal(locus_shm_check_name(NULL), -EINVAL);
+	assert_int_equal(locus_shm_check_name("node-1_a.B9"), 0);
+	assert_int_equal(locus_shm_check_name(
+		"012345678901234567890123456789012345678901234567890123456789012"), 0);
+	assert_int_equal(locus_shm_path("x", buf, sizeof(buf)), 0);
+	assert_non_null(strstr(buf, "/locus.x"));
+	assert_int_equal(locus_shm_path("x", buf, 4), -ENAMETOOLONG);
+
+	/* a region larger than the bound is refused, nothing is left */
+	p.instance = INST;
+	p.region_size[0] = LOCUS_SHM_MAX_SIZE + 1;
+	assert_int_equal(locus_shm_create(&p, &shm, &err), -LOCUS_ERANGE);
+	assert_int_equal(access(g_path, F_OK), -1);
+}
+
+static void test_exists_and_stale(void **state)
+{
+	struct locus_shm_params p = { .instance = INST };
+	struct locus_shm *own, *again = NULL;
+	struct locus_error err;
+	uint64_t bogus;
+	pid_t pid;
+	int status;
+	(void)state;
+
+	own = create_default();
+	p.region_size[0] = 64;
+	assert_int_equal(locus_shm_create(&p, &again, &err), -EEXIST);
+	assert_null(again);
+	assert_non_null(strstr(err.msg, "alive"));
+
+	/* same pid but another start time: a recycled pid, hence stale */
+	bogus = 12345;
+	patch(offsetof(struct locus_shm_hdr, owner_start_ticks), &bogus, sizeof(bogus));
+	assert_int_equal(locus_shm_create(&p, &again, &err), 0);
+	assert_int_equal(locus_shm_size(again), 4096);
+	locus_shm_detach(again);
+	locus_shm_detach(own);
+	assert_int_equal(locus_shm_remove(INST), 0);
+
+	/* the owner exits without removing its segment */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct locus_shm *c;
+
+		_exit(locus_shm_create(&p, &c, NULL) == 0 ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	assert_int_equal(access(g_path, F_OK), 0);
+	own = create_default();
+	assert_int_equal(locus_shm_owner_pid(own), getpid());
+	assert_non_null(locus_shm_region(own, LOCUS_REGION_COUNTERS, NULL));
+	locus_shm_detach(own);
+
+	/* something that is not a locus segment is never replaced */
+	assert_int_equal(locus_shm_remove(INST), 0);
+	{
+		int fd = open(g_path, O_CREAT | O_WRONLY, 0660);
+		char junk[512];
+
+		memset(junk, 'j', sizeof(junk));
+		assert_true(fd >= 0);
+		assert_int_equal(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+		close(fd);
+	}
+	assert_int_equal(locus_shm_create(&p, &again, &err), -LOCUS_EBADMAGIC);
+	assert_int_equal(access(g_path, F_OK), 0);
+	assert_int_equal(locus_shm_remove(INST), 0);
+}
+
+static void test_refusals_mode_owner(void **state)
+{
+	struct locus_shm *own;
+	struct locus_error err;
+	char link[300];
+	pid_t pid;
+	int status;
+	(void)state;
+
+	own = create_default();
+
+	assert_int_equal(chmod(g_path, 0666), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_EWORLDWRITABLE);
+	assert_non_null(strstr(err.msg, g_path));
+	assert_int_equal(attach_code(LOCUS_SHM_RDONLY, &err), -LOCUS_EWORLDWRITABLE);
+	assert_int_equal(chmod(g_path, 0660), 0);
+	assert_int_equal(attach_code(0, &err), 0);
+
+	/* another user's segment, unless our group and the caller allows it */
+	assert_int_equal(chown(g_path, NOBODY, NOBODY), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_EFOREIGN);
+	assert_non_null(strstr(err.msg, "65534"));
+	assert_int_equal(attach_code(LOCUS_SHM_ALLOW_GROUP, &err), -LOCUS_EFOREIGN);
+	assert_int_equal(chown(g_path, NOBODY, getegid()), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_EFOREIGN);
+	assert_int_equal(attach_code(LOCUS_SHM_ALLOW_GROUP | LOCUS_SHM_RDONLY, &err), 0);
+	/* a foreign stale segment is not ours to replace either */
+	{
+		struct locus_shm_params p = { .instance = INST };
+		struct locus_shm *x = NULL;
+		int32_t dead = 0;
+
+		patch(offsetof(struct locus_shm_hdr, owner_pid), &dead, sizeof(dead));
+		assert_int_equal(locus_shm_create(&p, &x, &err), -LOCUS_EFOREIGN);
+		assert_null(x);
+	}
+	assert_int_equal(chown(g_path, geteuid(), getegid()), 0);
+
+	/* the OS says no: an unprivileged user without access */
+	assert_int_equal(chmod(g_path, 0600), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct locus_error e;
+
+		if (setresgid(NOBODY, NOBODY, NOBODY) || setgroups(0, NULL) ||
+		    setresuid(NOBODY, NOBODY, NOBODY))
+			_exit(99);
+		_exit(attach_code(LOCUS_SHM_RDONLY, &e) == -EACCES &&
+		      strstr(e.msg, "permission") ? 0 : 1);
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status));
+	assert_int_equal(WEXITSTATUS(status), 0);
+	assert_int_equal(chmod(g_path, 0660), 0);
+
+	/* a symbolic link in place of the object */
+	snprintf(link, sizeof(link), "%s/locus.ln", g_dir);
+	assert_int_equal(symlink(g_path, link), 0);
+	{
+		struct locus_shm *x = NULL;
+
+		assert_int_equal(locus_shm_attach("ln", 0, &x, &err), -LOCUS_EBADMAGIC);
+		assert_null(x);
+	}
+	unlink(link);
+
+	locus_shm_detach(own);
+	assert_int_equal(locus_shm_remove(INST), 0);
+}
+
+static void test_refusals_content(void **state)
+{
+	struct locus_shm_region_desc r;
+	struct locus_shm *own;
+	struct locus_error err;
+	uint64_t v64, size;
+	uint32_t v32;
+	(void)state;
+
+	own = create_default();
+	size = locus_shm_size(own);
+	locus_shm_detach(own);
+
+	v64 = 0x1122334455667788ull;
+	patch(0, &v64, sizeof(v64));
+	assert_int_equal(attach_code(0, &err), -LOCUS_EBADMAGIC);
+	v64 = LOCUS_SHM_MAGIC;
+	patch(0, &v64, sizeof(v64));
+	assert_int_equal(attach_code(0, &err), 0);
+
+	v32 = LOCUS_SHM_ABI_VERSION + 1;
+	patch(offsetof(struct locus_shm_hdr, abi_version), &v32, sizeof(v32));
+	assert_int_equal(attach_code(0, &err), -LOCUS_EVERSION);
+	assert_non_null(strstr(err.msg, "ABI version 2"));
+	v32 = LOCUS_SHM_ABI_VERSION;
+	patch(offsetof(struct locus_shm_hdr, abi_version), &v32, sizeof(v32));
+
+	/* header claims more than the object holds */
+	v64 = size + 4096;
+	patch(offsetof(struct locus_shm_hdr, total_size), &v64, sizeof(v64));
+	assert_int_equal(attach_code(0, &err), -LOCUS_ETRUNCATED);
+	patch(offsetof(struct locus_shm_hdr, total_size), &size, sizeof(size));
+	assert_int_equal(attach_code(0, &err), 0);
+
+	/* the region directory: beyond the end, wrapping, misaligned, overlapping,
+	 * inside the header; each refused before any pointer is handed out */
+	{
+		const off_t at = offsetof(struct locus_shm_hdr, region[LOCUS_REGION_COUNTERS]);
+		struct locus_shm_region_desc orig, bad[] = {
+			{ .offset = 4096, .size = size },
+			{ .offset = size, .size = 1 },
+			{ .offset = 1024, .size = UINT64_MAX - 100 },
+			{ .offset = 1032, .size = 64 },
+			{ .offset = 64, .size = 64 },
+			{ .offset = 0, .size = 64 },
+		};
+		int fd = open(g_path, O_RDONLY);
+
+		assert_int_equal(pread(fd, &orig, sizeof(orig), at), (ssize_t)sizeof(orig));
+		close(fd);
+		for (size_t i = 0; i < LOCUS_ARRAY_SIZE(bad); i++) {
+			patch(at, &bad[i], sizeof(bad[i]));
+			assert_int_equal(attach_code(LOCUS_SHM_RDONLY, &err), -LOCUS_ERANGE);
+			assert_non_null(strstr(err.msg, "region"));
+		}
+		/* overlapping the tables region */
+		fd = open(g_path, O_RDONLY);
+		assert_int_equal(pread(fd, &r, sizeof(r),
+				       offsetof(struct locus_shm_hdr, region[0])),
+				 (ssize_t)sizeof(r));
+		close(fd);
+		r.size = 64;
+		patch(at, &r, sizeof(r));
+		assert_int_equal(attach_code(0, &err), -LOCUS_ERANGE);
+		assert_non_null(strstr(err.msg, "overlap"));
+		patch(at, &orig, sizeof(orig));
+		assert_int_equal(attach_code(0, &err), 0);
+	}
+
+	/* cut short: below the header, then below what the header says */
+	assert_int_equal(truncate(g_path, 100), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_ETRUNCATED);
+	assert_int_equal(truncate(g_path, 0), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_ETRUNCATED);
+	assert_int_equal(locus_shm_remove(INST), 0);
+
+	own = create_default();
+	locus_shm_detach(own);
+	assert_int_equal(truncate(g_path, (off_t)sizeof(struct locus_shm_hdr)), 0);
+	assert_int_equal(attach_code(0, &err), -LOCUS_ETRUNCATED);
+	assert_non_null(strstr(err.msg, "header says"));
+	assert_int_equal(locus_shm_remove(INST), 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_setup_teardown(test_lifecycle, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_names, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_exists_and_stale, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals_mode_owner, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refusals_content, setup, teardown),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
