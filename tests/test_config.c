@@ -195,6 +195,21 @@ static void test_load_file(void **state)
 	assert_non_null(strstr(e.msg, path));
 }
 
+/* The shipped example configs are valid (make test runs from the repo root). */
+static void test_shipped_examples(void **state)
+{
+	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf" };
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+		struct locus_config c;
+		struct locus_error e = { 0 };
+
+		if (locus_config_load(files[i], &c, &e) != 0)
+			fail_msg("%s", e.msg);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -203,6 +218,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
+		cmocka_unit_test(test_shipped_examples),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
