@@ -35,7 +35,7 @@
 #define LOCUS_SHM_NAME_MAX     64  /* instance name: [A-Za-z0-9_.-]{1,63} */
 #define LOCUS_SHM_DIR_ENV      "LOCUS_SHM_DIR"
 #define LOCUS_SHM_DEFAULT_DIR  "/dev/shm"
-#define LOCUS_SHM_REGION_ALIGN 64
+#define LOCUS_SHM_REGION_ALIGN 4096 /* page: client buffers are registered memory */
 #define LOCUS_SHM_MAX_SIZE     (1ull << 40) /* sanity bound on a segment */
 
 enum locus_shm_state {
@@ -161,5 +161,19 @@ int locus_shm_check_name(const char *name);
  */
 int locus_proc_start_ticks(pid_t pid, uint64_t *ticks);
 int locus_proc_alive(pid_t pid, uint64_t start_ticks);
+
+/*
+ * The same identity in one word, for lock and ownership words taken with a
+ * single CAS: pid in the low 32 bits, the low 32 bits of its start ticks
+ * above (never 0 for a real process). locus_proc_ident_alive(0) is 0.
+ */
+static inline uint64_t locus_proc_ident(pid_t pid, uint64_t start_ticks)
+{
+	return (uint64_t)(uint32_t)pid | (start_ticks << 32);
+}
+
+int locus_proc_ident_alive(uint64_t ident);
+/* Our own identity word (computed once per process). 0 if /proc is unreadable. */
+uint64_t locus_proc_self_ident(void);
 
 #endif /* LOCUS_SHM_H */
