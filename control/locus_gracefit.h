@@ -1,0 +1,223 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * GRACE fitting (control plane): profile -> hierarchical grouping ->
+ * hot-expert replication -> sealed table (locus_grace.h payload).
+ *
+ * Profile: per layer W[e] (tokens routed to e) and A[i][j] (tokens that
+ * chose both i and j), from per-token top-k ids (a calibration trace) or W
+ * alone from live per-(layer, expert) counters.
+ *
+ * Grouping, per layer:
+ *  1. nodes: spectral clustering of A (normalised Laplacian
+ *     I - D^-1/2 A D^-1/2, its k smallest eigenvectors from LAPACKE dsyevr,
+ *     rows normalised to unit length, k-means++ with a fixed seed and a few
+ *     restarts). Fully non-uniform: the only bound is the node's capacity
+ *     (gpus_per_node x capacity). Feasible by construction: after k-means, a
+ *     repair moves experts out of over-full clusters, each time the one whose
+ *     move loses the least affinity (sum of A to its cluster minus to the
+ *     target), into clusters with room, until every bound holds.
+ *  2. GPUs inside each node: the same clustering on the node's sub-matrix,
+ *     then the same repair with sizes in [floor(m)-d, ceil(m)+d] (and <=
+ *     capacity), m = node's experts / gpus_per_node, d = floor(m r).
+ *  3. r: for r on a grid 0, 1/16, ... 1, U(r) = intra-GPU affinity / total
+ *     affinity and S(r) = sum over GPUs |size - m| / E are measured; r is the
+ *     knee of U against S: both normalised to [0,1] over the grid, the knee is
+ *     the point farthest above the chord from first to last point (Kneedle's
+ *     difference curve; ties to the smaller r).
+ *
+ * Replication, per layer (the issue's formulas): group loads W_g by GPU,
+ * rho = W_max / mean; n_rep = min(max(1, floor(rho)), n_gpu - 1); hot =
+ * experts of the most loaded GPU in descending load until their sum reaches
+ * W_max n_rep / (1 + n_rep); each hot expert gets one replica on each of the
+ * n_rep GPUs with the lowest predicted load W' that do not hold it and have
+ * replica budget left (fewer when budget runs out). W' = W - W_removed +
+ * W_received with an expert's load split evenly over its copies.
+ */
+#ifndef LOCUS_GRACEFIT_H
+#define LOCUS_GRACEFIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_err.h"
+#include "locus_grace.h"
+
+struct locus_trace;
+
+struct locus_gracefit_topo {
+	uint32_t n_nodes;
+	uint32_t gpus_per_node;
+	uint32_t capacity;       /* primary experts per GPU; 0: ceil(E/N) */
+	uint32_t replica_budget; /* replicas per GPU */
+};
+
+struct locus_gracefit_profile {
+	uint32_t n_layers;
+	uint32_t n_experts;
+	uint64_t n_tokens;       /* token-layer rows added */
+	double *W;               /* [L][E] */
+	double *A;               /* [L][E][E] symmetric, zero diagonal; NULL: loads only */
+};
+
+/* Allocate a zeroed profile; with_affinity 0 gives loads only. */
+int locus_gracefit_profile_init(struct locus_gracefit_profile *p, uint32_t n_layers,
+				uint32_t n_experts, int with_affinity, struct locus_error *err);
+void locus_gracefit_profile_free(struct locus_gracefit_profile *p);
+
+/*
+ * Add n_tokens tokens of one layer (ids [n_tokens][k]). An id >= E or the
+ * same expert twice in one token is rejected and nothing of the call is
+ * added.
+ */
+int locus_gracefit_profile_add(struct locus_gracefit_profile *p, uint32_t layer,
+			       const uint16_t *ids, size_t n_tokens, uint32_t k,
+			       struct locus_error *err);
+
+/*
+ * Add every prompt (and, with use_gen, generated) token of a calibration
+ * trace. The trace's layers and E must match the profile's.
+ */
+int locus_gracefit_profile_add_trace(struct locus_gracefit_profile *p,
+				     const struct locus_trace *t, int use_gen,
+				     struct locus_error *err);
+
+/* Add live counts [L][E] (loads only; A is left as is). */
+int locus_gracefit_profile_add_counts(struct locus_gracefit_profile *p, const uint64_t *counts,
+				      struct locus_error *err);
+
+/* ---- building blocks (exposed for tests and the figures tool) ---------- */
+
+/*
+ * Knee of an increasing curve (x[i], y[i]), i = 0..n-1, x ascending: the
+ * index maximising ynorm - xnorm. Returns 0 when n < 3 or a range is 0.
+ */
+size_t locus_gracefit_knee(const double *x, const double *y, size_t n);
+
+/*
+ * Spectral clustering of the n x n affinity a (row-major) into k clusters:
+ * label[i] in 0..k-1, embedding each item by the dim (>= k) smallest
+ * eigenvectors. The node level embeds with as many eigenvectors as there are
+ * GPUs, so that whole GPU-sized communities move between nodes together
+ * instead of a k-dimensional embedding cutting through them. Deterministic
+ * for a seed. Returns 0 or -errno /
+ * -LOCUS_E* (a LAPACK failure is -LOCUS_ESTATE with the info code).
+ */
+int locus_gracefit_spectral(const double *a, uint32_t n, uint32_t k, uint32_t dim,
+			    uint64_t seed, uint32_t *label, struct locus_error *err);
+
+/*
+ * Move items between clusters until every cluster c has lo[c] <= size <=
+ * hi[c], each move the one that loses the least affinity. Fails with
+ * -LOCUS_ERANGE when sum(lo) > n or sum(hi) < n.
+ */
+int locus_gracefit_repair_sizes(const double *a, uint32_t n, uint32_t k, const uint32_t *lo,
+				const uint32_t *hi, uint32_t *label, struct locus_error *err);
+
+struct locus_gracefit_layer_info {
+	double r;            /* chosen non-uniformity ratio */
+	double U, S;         /* at that r */
+	double U_uniform;    /* at r = 0 */
+	double rho;          /* load skew before replication */
+	double rho_after;    /* predicted, after */
+	uint32_t n_rep;      /* replicas per hot expert */
+	uint32_t n_hot;      /* hot experts */
+	uint32_t n_replicas; /* replicas placed (budget may cut) */
+};
+
+struct locus_gracefit_opts {
+	double r;            /* < 0: pick by the knee; else fixed in [0, 1] */
+	uint64_t seed;       /* default 1 */
+	int no_grouping;     /* contiguous placement instead (loads-only fits) */
+	int no_replication;
+};
+
+/*
+ * Group one layer: primary[E] gets each expert's rank. A (E x E) may be
+ * NULL only with opts->no_grouping.
+ */
+int locus_gracefit_group_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
+			       const double *A, const struct locus_gracefit_opts *opts,
+			       uint16_t *primary, struct locus_gracefit_layer_info *info,
+			       struct locus_error *err);
+
+/*
+ * Replicate one layer: replica[E][R] (ascending, NO_RANK padded) and
+ * pred[N] (W') from W[E] and primary[E]. R = max replicas per expert in
+ * the table; n_rep is cut to R.
+ */
+int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
+				   const double *W, const uint16_t *primary, uint32_t R,
+				   uint16_t *replica, float *pred,
+				   struct locus_gracefit_layer_info *info, struct locus_error *err);
+
+/* Predicted loads W'[N] of a placement (the split model) and rho = max/mean. */
+double locus_gracefit_predict(const struct locus_grace_dims *d, const double *W,
+			      const uint16_t *primary, const uint16_t *replica, double *pred);
+
+/*
+ * Resolve a topology against E: capacity 0 becomes ceil(E/N); R for the
+ * table is min(N - 1, LOCUS_GRACE_MAX_REPLICAS). Fills dims.
+ */
+int locus_gracefit_dims(const struct locus_gracefit_topo *topo, uint32_t n_layers,
+			uint32_t n_experts, struct locus_grace_dims *d, struct locus_error *err);
+
+/*
+ * Whole fit: every layer grouped (unless no_grouping) and replicated (unless
+ * no_replication) into a sealed blob (*blob malloc'd: header + payload).
+ * info (may be NULL) gets n_layers entries.
+ */
+int locus_gracefit_fit(const struct locus_gracefit_profile *p,
+		       const struct locus_gracefit_topo *topo,
+		       const struct locus_gracefit_opts *opts, void **blob, size_t *blob_len,
+		       struct locus_gracefit_layer_info *info, struct locus_error *err);
+
+/*
+ * Refit replication only, on the primaries of an existing payload, with
+ * fresh loads W[L][E]: writes a new sealed blob. The rebalance loop uses it.
+ */
+int locus_gracefit_refit_replicas(const void *payload, size_t payload_len, const double *W,
+				  void **blob, size_t *blob_len, double *rho_before,
+				  double *rho_after, struct locus_error *err);
+
+/* ---- EPLB interop (deepseek-ai/EPLB, vLLM, SGLang) --------------------- */
+
+/*
+ * Export a payload as JSON {"phy2log": [L][P], "log2phy": [L][E][X],
+ * "logcnt": [L][E]} with P = ranks x slots per rank (physical slot p lives
+ * on rank p / slots), X = most copies of any expert, -1 padded. Ranks
+ * holding fewer copies than the fullest rank are padded with extra replicas
+ * of the experts with the highest per-copy load not yet on that rank (EPLB
+ * has no empty slots). *json is malloc'd, NUL-terminated.
+ */
+int locus_gracefit_eplb_export(const void *payload, size_t payload_len, char **json,
+			       struct locus_error *err);
+
+/*
+ * Import such JSON for a topology: slots per rank = P / ranks (P must
+ * divide); each expert's primary is its lowest physical slot, others are
+ * replicas; capacity and budget are the largest per-rank counts seen (and
+ * at least topo's when given). W (may be NULL: every expert 1) gives the
+ * expert loads. Checks phy2log against log2phy and logcnt. Writes a sealed
+ * blob.
+ */
+int locus_gracefit_eplb_import(const char *json, size_t len,
+			       const struct locus_gracefit_topo *topo, const double *W,
+			       void **blob, size_t *blob_len, struct locus_error *err);
+
+/* ---- rebalance decision (pure) ----------------------------------------- */
+
+/*
+ * Push a refit when the predicted skew improves by more than threshold
+ * (relative): (rho_now - rho_new) / rho_now > threshold. Non-finite input
+ * never pushes.
+ */
+static inline int locus_gracefit_should_push(double rho_now, double rho_new, double threshold)
+{
+	if (!(rho_now > 0) || !(rho_new > 0) || rho_now != rho_now || rho_new != rho_new)
+		return 0;
+	if (rho_now > 1e300 || rho_new > 1e300)
+		return 0;
+	return (rho_now - rho_new) / rho_now > threshold;
+}
+
+#endif /* LOCUS_GRACEFIT_H */

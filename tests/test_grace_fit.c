@@ -1,0 +1,454 @@
+// SPDX-License-Identifier: MIT
+/*
+ * GRACE fitting: hand examples for the replication formulas, the knee on a
+ * curve with a known knee, spectral clustering of planted groups, capacity
+ * and size bounds over many random instances, profiling, whole fits.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <errno.h>
+#include <cmocka.h>
+
+#include "locus_gracefit.h"
+#include "locus_tblfile.h"
+#include "locus_trace.h"
+
+#define NR LOCUS_GRACE_NO_RANK
+#define EPS 1e-4
+
+static void test_knee_known_curve(void **state)
+{
+	double x[21], y[21];
+	(void)state;
+
+	/* slope 1 up to x = 5, then slope 0.1: the knee is x = 5 */
+	for (int i = 0; i < 21; i++) {
+		x[i] = i;
+		y[i] = i <= 5 ? i : 5 + 0.1 * (i - 5);
+	}
+	assert_int_equal(locus_gracefit_knee(x, y, 21), 5);
+	/* same curve, uneven x spacing and a scaled y */
+	for (int i = 0; i < 21; i++) {
+		x[i] = i * 0.5;
+		y[i] = 100 * (i <= 12 ? i : 12 + 0.05 * (i - 12));
+	}
+	assert_int_equal(locus_gracefit_knee(x, y, 21), 12);
+	/* a straight line has no knee above the chord: the first point */
+	for (int i = 0; i < 21; i++)
+		y[i] = 2 * x[i];
+	assert_int_equal(locus_gracefit_knee(x, y, 21), 0);
+	/* flat or too short */
+	for (int i = 0; i < 21; i++)
+		y[i] = 3;
+	assert_int_equal(locus_gracefit_knee(x, y, 21), 0);
+	assert_int_equal(locus_gracefit_knee(x, y, 2), 0);
+}
+
+static const struct locus_gracefit_topo topo14 = { 1, 4, 4, 2 };
+
+static void test_replication_single_hot(void **state)
+{
+	/* W_g = [60, 10, 10, 20], mean 25, rho 2.4 -> n_rep 2, threshold 40 */
+	const double W[8] = { 40, 20, 5, 5, 5, 5, 10, 10 };
+	const uint16_t pri[8] = { 0, 0, 1, 1, 2, 2, 3, 3 };
+	uint16_t rep[8 * 3];
+	float pred[4];
+	struct locus_gracefit_layer_info li = { 0 };
+	(void)state;
+
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 8, W, pri, 3, rep, pred, &li,
+							NULL), 0);
+	assert_true(fabs(li.rho - 2.4) < EPS);
+	assert_int_equal(li.n_rep, 2);
+	assert_int_equal(li.n_hot, 1);
+	assert_int_equal(li.n_replicas, 2);
+	/* expert 0 copied to the two least-loaded GPUs, 1 and 2 (tie: lower rank) */
+	assert_int_equal(rep[0], 1);
+	assert_int_equal(rep[1], 2);
+	assert_int_equal(rep[2], NR);
+	for (int e = 1; e < 8; e++)
+		for (int i = 0; i < 3; i++)
+			assert_int_equal(rep[e * 3 + i], NR);
+	/* W' = W - W_removed + W_received: 40 split in three */
+	assert_true(fabs(pred[0] - (60 - 80.0 / 3)) < EPS);
+	assert_true(fabs(pred[1] - (10 + 40.0 / 3)) < EPS);
+	assert_true(fabs(pred[2] - (10 + 40.0 / 3)) < EPS);
+	assert_true(fabs(pred[3] - 20) < EPS);
+	assert_true(fabs(li.rho_after - (100.0 / 3) / 25) < EPS);
+}
+
+static void test_replication_until_threshold_and_budget(void **state)
+{
+	/* rank 0: 30, 20, 10 (=60); ranks 1..3: 10 each. mean 22.5, n_rep 2,
+	 * threshold 40: 30 (sum 30 < 40), 20 (sum 50) are hot, 10 is not */
+	const double W[6] = { 30, 20, 10, 10, 10, 10 };
+	const uint16_t pri[6] = { 0, 0, 0, 1, 2, 3 };
+	uint16_t rep[6 * 3];
+	float pred[4];
+	struct locus_gracefit_layer_info li = { 0 };
+	struct locus_gracefit_topo t = topo14;
+	(void)state;
+
+	t.capacity = 3;
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 6, W, pri, 3, rep, pred, &li, NULL),
+			 0);
+	assert_int_equal(li.n_rep, 2);
+	assert_int_equal(li.n_hot, 2);
+	/* 30 -> ranks 1, 2 (10 each); then W' = [40, 20, 20, 10]: 20 -> 3, 1 */
+	assert_int_equal(rep[0], 1);
+	assert_int_equal(rep[1], 2);
+	assert_int_equal(rep[3], 1);
+	assert_int_equal(rep[4], 3);
+	assert_int_equal(rep[6], NR);
+	assert_true(fabs(pred[0] - (60 - 20 - 40.0 / 3)) < EPS);
+	assert_true(fabs(pred[1] - (10 + 10 + 20.0 / 3)) < EPS);
+	assert_true(fabs(pred[2] - 20) < EPS);
+	assert_true(fabs(pred[3] - (10 + 20.0 / 3)) < EPS);
+
+	/* budget 1 per GPU: 30 takes ranks 1 and 2, 20 only rank 3 */
+	t.replica_budget = 1;
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 6, W, pri, 3, rep, pred, &li, NULL),
+			 0);
+	assert_int_equal(rep[0], 1);
+	assert_int_equal(rep[1], 2);
+	assert_int_equal(rep[3], 3);
+	assert_int_equal(rep[4], NR);
+	assert_int_equal(li.n_replicas, 3);
+	assert_true(fabs(pred[0] - (60 - 20 - 10)) < EPS);
+	assert_true(fabs(pred[3] - 20) < EPS);
+}
+
+static void test_replication_n_rep_bounds(void **state)
+{
+	const uint16_t pri2[2] = { 0, 1 };
+	const double W2[2] = { 100, 0 };
+	const double Wb[4] = { 12, 10, 9, 9 };
+	const uint16_t prib[4] = { 0, 1, 2, 3 };
+	struct locus_gracefit_topo t = { 1, 2, 1, 1 };
+	uint16_t rep[4 * 3];
+	float pred[4];
+	struct locus_gracefit_layer_info li = { 0 };
+	double Wz[4] = { 0 };
+	(void)state;
+
+	/* rho = 2 on 2 GPUs: n_rep = min(2, N - 1) = 1 */
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 2, W2, pri2, 1, rep, pred, &li, NULL),
+			 0);
+	assert_true(fabs(li.rho - 2) < EPS);
+	assert_int_equal(li.n_rep, 1);
+	assert_int_equal(rep[0], 1);
+	assert_true(fabs(pred[0] - 50) < EPS && fabs(pred[1] - 50) < EPS);
+	/* rho = 12/10 < 2: n_rep = max(1, 1) = 1; threshold 6: only expert 0 */
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wb, prib, 3, rep, pred, &li,
+							NULL), 0);
+	assert_int_equal(li.n_rep, 1);
+	assert_int_equal(li.n_hot, 1);
+	assert_int_equal(rep[0], 2); /* ranks 2 and 3 tie at 9: lower rank */
+	assert_int_equal(rep[1], NR);
+	/* no load: nothing to replicate, no NaN */
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
+							NULL), 0);
+	assert_int_equal(li.n_replicas, 0);
+	assert_true(li.rho == 1.0);
+	Wz[2] = NAN;
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
+							NULL), -LOCUS_ENAN);
+}
+
+static void test_repair_sizes_hand(void **state)
+{
+	/* items 0,1 bound tightly, 2,3 loosely, all in cluster 0; hi = 2 each */
+	const double a[16] = {
+		0, 9, 1, 0,
+		9, 0, 0, 1,
+		1, 0, 0, 2,
+		0, 1, 2, 0,
+	};
+	uint32_t lab[4] = { 0, 0, 0, 0 }, lo[2] = { 0, 0 }, hi[2] = { 2, 2 };
+	uint32_t lo_bad[2] = { 3, 3 };
+	(void)state;
+
+	assert_int_equal(locus_gracefit_repair_sizes(a, 4, 2, lo, hi, lab, NULL), 0);
+	/* cheapest moves: 2 (loses 1+2=3, first of the ties) then 3 (loses 1
+	 * to cluster 0, gains 2 from 2): {0,1} and {2,3} */
+	assert_int_equal(lab[0], 0);
+	assert_int_equal(lab[1], 0);
+	assert_int_equal(lab[2], 1);
+	assert_int_equal(lab[3], 1);
+	assert_int_equal(locus_gracefit_repair_sizes(a, 4, 2, lo_bad, hi, lab, NULL),
+			 -LOCUS_ERANGE);
+}
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+
+static uint32_t xr(void)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (uint32_t)rs;
+}
+
+/* planted: groups of g experts co-activate strongly, plus noise */
+static double *planted(uint32_t E, uint32_t g, double noise)
+{
+	double *A = calloc((size_t)E * E, sizeof(double));
+
+	for (uint32_t i = 0; i < E; i++)
+		for (uint32_t j = i + 1; j < E; j++) {
+			double v = (i / g == j / g) ? 50 + xr() % 10 : noise * (xr() % 100) / 100;
+
+			A[(size_t)i * E + j] = A[(size_t)j * E + i] = v;
+		}
+	return A;
+}
+
+static void test_spectral_planted(void **state)
+{
+	/* 24 experts in 4 planted groups, shuffled ids */
+	uint32_t perm[24], lab[24];
+	double *A0 = planted(24, 6, 0.5), *A = calloc(24 * 24, sizeof(double));
+	(void)state;
+
+	for (int i = 0; i < 24; i++)
+		perm[i] = i;
+	for (int i = 23; i > 0; i--) {
+		int j = xr() % (i + 1), t = perm[i];
+
+		perm[i] = perm[j];
+		perm[j] = t;
+	}
+	for (int i = 0; i < 24; i++)
+		for (int j = 0; j < 24; j++)
+			A[perm[i] * 24 + perm[j]] = A0[i * 24 + j];
+	assert_int_equal(locus_gracefit_spectral(A, 24, 4, 4, 1, lab, NULL), 0);
+	for (int i = 0; i < 24; i++)
+		for (int j = 0; j < 24; j++)
+			assert_int_equal(lab[perm[i]] == lab[perm[j]], i / 6 == j / 6);
+	A[5] = NAN;
+	assert_int_equal(locus_gracefit_spectral(A, 24, 4, 4, 1, lab, NULL), -LOCUS_ENAN);
+	free(A);
+	free(A0);
+}
+
+/* bounds every grouping must keep, checked from the output alone */
+static void check_bounds(const struct locus_gracefit_topo *t, uint32_t E, const uint16_t *pri,
+			 double r)
+{
+	uint32_t N = t->n_nodes * t->gpus_per_node, cnt[64] = { 0 }, node[16] = { 0 };
+
+	for (uint32_t e = 0; e < E; e++) {
+		assert_true(pri[e] < N);
+		cnt[pri[e]]++;
+		node[pri[e] / t->gpus_per_node]++;
+	}
+	for (uint32_t n = 0; n < t->n_nodes; n++) {
+		double m = (double)node[n] / t->gpus_per_node;
+		uint32_t d = (uint32_t)floor(m * r);
+
+		assert_true(node[n] <= t->gpus_per_node * t->capacity);
+		for (uint32_t g = 0; g < t->gpus_per_node; g++) {
+			uint32_t c = cnt[n * t->gpus_per_node + g];
+
+			assert_true(c <= t->capacity);
+			assert_true(c <= (uint32_t)ceil(m) + d);
+			assert_true(c + d >= (uint32_t)floor(m));
+		}
+	}
+}
+
+static void test_grouping_bounds_random(void **state)
+{
+	static const struct locus_gracefit_topo tp[] = {
+		{ 1, 4, 20, 2 }, { 2, 2, 24, 2 }, { 2, 4, 12, 2 }, { 4, 8, 6, 1 },
+		{ 2, 4, 8, 1 }, { 3, 2, 30, 1 },
+	};
+	(void)state;
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(tp); i++) {
+		for (int trial = 0; trial < 3; trial++) {
+			uint32_t E = (tp[i].n_nodes * tp[i].gpus_per_node == 32) ? 128 : 64;
+			double *A = planted(E, 3 + trial * 5, 5.0);
+			uint16_t pri[128];
+			struct locus_gracefit_layer_info li = { 0 };
+			struct locus_gracefit_opts o = { .r = -1, .seed = 7 + trial };
+
+			assert_int_equal(locus_gracefit_group_layer(&tp[i], E, A, &o, pri, &li,
+								    NULL), 0);
+			check_bounds(&tp[i], E, pri, li.r);
+			assert_true(li.r >= 0 && li.r <= 1);
+			for (int k = 0; k <= 4; k++) {
+				o.r = k / 4.0;
+				assert_int_equal(locus_gracefit_group_layer(&tp[i], E, A, &o, pri,
+									    &li, NULL), 0);
+				check_bounds(&tp[i], E, pri, o.r);
+			}
+			free(A);
+		}
+	}
+}
+
+static void test_grouping_recovers_planted(void **state)
+{
+	/* 2 x 4 GPUs of capacity 8, 64 experts in 8 planted groups of 8: every
+	 * group must land whole on one GPU (with capacity 12 a node may take 5
+	 * groups, which 4 GPUs of 12 cannot keep whole) */
+	struct locus_gracefit_topo t = { 2, 4, 8, 2 };
+	double *A = planted(64, 8, 0.2), intra = 0, total = 0;
+	uint16_t pri[64];
+	struct locus_gracefit_layer_info li = { 0 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 3 };
+	(void)state;
+
+	assert_int_equal(locus_gracefit_group_layer(&t, 64, A, &o, pri, &li, NULL), 0);
+	for (int i = 0; i < 64; i++)
+		for (int j = i + 1; j < 64; j++) {
+			total += A[i * 64 + j];
+			intra += pri[i] == pri[j] ? A[i * 64 + j] : 0;
+		}
+	assert_true(intra / total > 0.95);
+	assert_true(fabs(li.U - intra / total) < 1e-9);
+	free(A);
+}
+
+static void test_profile_counts(void **state)
+{
+	struct locus_gracefit_profile p;
+	struct locus_error err = { 0 };
+	const uint16_t ids[6] = { 0, 1, 2, 1, 2, 3 }; /* 2 tokens of top-3 */
+	const uint16_t bad[3] = { 0, 4, 1 };
+	const uint16_t dup[3] = { 2, 1, 2 };
+	(void)state;
+
+	assert_int_equal(locus_gracefit_profile_init(&p, 2, 4, 1, NULL), 0);
+	assert_int_equal(locus_gracefit_profile_add(&p, 1, ids, 2, 3, &err), 0);
+	assert_true(p.W[4 + 0] == 1 && p.W[4 + 1] == 2 && p.W[4 + 2] == 2 && p.W[4 + 3] == 1);
+	assert_true(p.W[0] == 0);
+	const double *A = p.A + 16;
+
+	assert_true(A[1 * 4 + 2] == 2 && A[2 * 4 + 1] == 2);
+	assert_true(A[0 * 4 + 1] == 1 && A[0 * 4 + 3] == 0 && A[1 * 4 + 3] == 1);
+	assert_true(A[1 * 4 + 1] == 0);
+	assert_int_equal(locus_gracefit_profile_add(&p, 1, bad, 1, 3, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "expert id 4 >= E=4"));
+	assert_int_equal(locus_gracefit_profile_add(&p, 1, dup, 1, 3, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "twice"));
+	assert_int_equal(locus_gracefit_profile_add(&p, 2, ids, 1, 3, &err), -LOCUS_ERANGE);
+	assert_true(p.W[4 + 1] == 2); /* nothing of the rejected calls added */
+	assert_int_equal(p.n_tokens, 2);
+
+	/* from a trace struct: 1 request, 2 tokens, 2 layers, k = 1 */
+	uint16_t prompt[4] = { 3, 0, 3, 1 };
+	struct locus_trace_req rq = { .prompt_len = 2, .prompt = prompt };
+	struct locus_trace tr = { .n_requests = 1, .n_layers = 2, .k = 1, .n_experts = 4,
+				  .reqs = &rq };
+
+	assert_int_equal(locus_gracefit_profile_add_trace(&p, &tr, 0, &err), 0);
+	assert_true(p.W[3] == 2 && p.W[4 + 0] == 2 && p.W[4 + 1] == 3);
+	const uint64_t counts[8] = { 1, 0, 0, 0, 0, 0, 0, 5 };
+
+	assert_int_equal(locus_gracefit_profile_add_counts(&p, counts, &err), 0);
+	assert_true(p.W[0] == 1 && p.W[7] == 6);
+	locus_gracefit_profile_free(&p);
+}
+
+static void fill_profile(struct locus_gracefit_profile *p, uint32_t tokens, uint32_t k)
+{
+	uint16_t ids[8];
+
+	for (uint32_t l = 0; l < p->n_layers; l++)
+		for (uint32_t t = 0; t < tokens; t++) {
+			/* skewed: a token's experts cluster around a hot base */
+			uint32_t base = (xr() % 4 == 0) ? 0 : (xr() % p->n_experts);
+
+			for (uint32_t j = 0; j < k; j++) {
+				uint32_t e;
+				int dup;
+
+				do {
+					e = (base + xr() % 6) % p->n_experts;
+					dup = 0;
+					for (uint32_t q = 0; q < j; q++)
+						dup |= ids[q] == e;
+				} while (dup);
+				ids[j] = (uint16_t)e;
+			}
+			assert_int_equal(locus_gracefit_profile_add(p, l, ids, 1, k, NULL), 0);
+		}
+}
+
+static void test_fit_end_to_end(void **state)
+{
+	struct locus_gracefit_profile p;
+	struct locus_gracefit_topo t = { 2, 2, 0, 2 };
+	struct locus_gracefit_layer_info li[3];
+	struct locus_error err = { 0 };
+	struct locus_grace_view v;
+	const void *pl;
+	size_t plen, len, len2;
+	void *blob = NULL, *blob2 = NULL;
+	double before, after;
+	(void)state;
+
+	assert_int_equal(locus_gracefit_profile_init(&p, 3, 32, 1, NULL), 0);
+	fill_profile(&p, 400, 4);
+	if (locus_gracefit_fit(&p, &t, NULL, &blob, &len, li, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(locus_tbl_check(blob, len, LOCUS_TBL_GRACE, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(locus_grace_validate(&v, &err), 0);
+	assert_int_equal(v.dims->capacity, 8); /* ceil(32 / 4) */
+	assert_int_equal(v.dims->max_replicas, 3);
+	for (int l = 0; l < 3; l++) {
+		assert_true(li[l].rho_after <= li[l].rho + 1e-9);
+		assert_true(li[l].n_replicas > 0);
+	}
+	/* loads alone cannot group */
+	struct locus_gracefit_profile q;
+
+	assert_int_equal(locus_gracefit_profile_init(&q, 3, 32, 0, NULL), 0);
+	assert_int_equal(locus_gracefit_fit(&q, &t, NULL, &blob2, &len2, NULL, &err), -EINVAL);
+	locus_gracefit_profile_free(&q);
+
+	/* refit with loads moved: the predicted skew drops */
+	double W[3 * 32];
+
+	for (int i = 0; i < 3 * 32; i++)
+		W[i] = (i % 32 == 31) ? 1000 : 10;
+	assert_int_equal(locus_gracefit_refit_replicas(pl, plen, W, &blob2, &len2, &before,
+						       &after, &err), 0);
+	assert_true(after < before);
+	assert_int_equal(locus_tbl_check(blob2, len2, LOCUS_TBL_GRACE, NULL, NULL, &err), 0);
+	assert_true(locus_gracefit_should_push(before, after, 0.05));
+	assert_false(locus_gracefit_should_push(2.0, 1.95, 0.05));
+	assert_false(locus_gracefit_should_push(NAN, 1.0, 0.05));
+	assert_false(locus_gracefit_should_push(2.0, NAN, 0.05));
+	assert_false(locus_gracefit_should_push(2.0, INFINITY, 0.05));
+	assert_false(locus_gracefit_should_push(0, 1.0, 0.05));
+	free(blob2);
+	free(blob);
+	locus_gracefit_profile_free(&p);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_knee_known_curve),
+		cmocka_unit_test(test_replication_single_hot),
+		cmocka_unit_test(test_replication_until_threshold_and_budget),
+		cmocka_unit_test(test_replication_n_rep_bounds),
+		cmocka_unit_test(test_repair_sizes_hand),
+		cmocka_unit_test(test_spectral_planted),
+		cmocka_unit_test(test_grouping_bounds_random),
+		cmocka_unit_test(test_grouping_recovers_planted),
+		cmocka_unit_test(test_profile_counts),
+		cmocka_unit_test(test_fit_end_to_end),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
