@@ -1,0 +1,8 @@
+# locus-stat: counters, gauges and histograms from the segment (read-only).
+LOCUS_STAT_SRCS := tools/locus_stat.c tools/stat_snap.c tools/stat_fmt.c tools/stat_prom.c
+$(eval $(call PROGRAM,bin/locus-stat,$(LOCUS_STAT_SRCS),counters shm common,))
+BINS += bin/locus-stat
+$(eval $(call PROGRAM,tests/test_locus_stat,tests/test_locus_stat.c tests/mini_json.c tests/stat_test_prom.c,counters shm common,cmocka))
+# the test runs the binary it checks
+$(BUILD)/tests/test_locus_stat: $(BUILD)/bin/locus-stat
+UNIT_TESTS += tests/test_locus_stat

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locus-stat: Prometheus text exposition format (version 0.0.4).
+ *
+ * Metric names are "locus_" + the entry name; counters end in "_total".
+ * Vector elements carry their label names with the element index as value.
+ * A log2 histogram becomes cumulative buckets at the inclusive upper bounds
+ * 0, 1, 3, 7, ... 2^62 - 1, then le="+Inf" (bucket 63 is open-ended), with
+ * _count equal to the +Inf bucket and _sum the sum word (mod 2^64).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "locus_stat.h"
+
+/* HELP text escaping: backslash and line feed. */
+static void prom_help(FILE *f, const char *metric, const char *help)
+{
+	fprintf(f, "# HELP %s ", metric);
+	if (!help[0])
+		help = "(no help text registered)";
+	for (; *help; help++) {
+		if (*help == '\\')
+			fputs("\\\\", f);
+		else if (*help == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*help, f);
+	}
+	fputc('\n', f);
+}
+
+/* Label value escaping: backslash, double quote and line feed. */
+static void prom_label_value(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		if (*s == '\\' || *s == '"')
+			fprintf(f, "\\%c", *s);
+		else if (*s == '\n')
+			fputs("\\n", f);
+		else
+			fputc(*s, f);
+	}
+	fputc('"', f);
+}
+
+/* The labels of element k, each followed by a comma when more follow. */
+static void elem_labels(char *buf, size_t len, const struct locus_ctr_info *in, uint32_t k)
+{
+	uint32_t idx[2];
+
+	buf[0] = '\0';
+	if (in->ndims == 0)
+		return;
+	locus_stat_elem_index(in, k, idx);
+	if (in->ndims == 1)
+		snprintf(buf, len, "%s=\"%u\"", in->label[0], idx[0]);
+	else
+		snprintf(buf, len, "%s=\"%u\",%s=\"%u\"", in->label[0], idx[0],
+			 in->label[1], idx[1]);
+}
+
+static void sample_line(FILE *f, const char *metric, const char *suffix, const char *labels,
+			const char *extra, const char *value)
+{
+	int any = labels[0] || extra[0];
+
+	fprintf(f, "%s%s%s%s%s%s%s %s\n", metric, suffix, any ? "{" : "", labels,
+		labels[0] && extra[0] ? "," : "", extra, any ? "}" : "", value);
+}
+
+static void prom_hist(FILE *f, const char *metric, const char *labels, const uint64_t *p)
+{
+	char le[48], val[32];
+	uint64_t cum = 0;
+
+	for (unsigned i = 0; i < LOCUS_HIST_BUCKETS; i++) {
+		cum += p[LOCUS_HIST_BUCKET0 + i];
+		if (i == LOCUS_HIST_BUCKETS - 1)
+			snprintf(le, sizeof(le), "le=\"+Inf\"");
+		else
+			snprintf(le, sizeof(le), "le=\"%" PRIu64 "\"", locus_hist_bucket_le(i));
+		snprintf(val, sizeof(val), "%" PRIu64, cum);
+		sample_line(f, metric, "_bucket", labels, le, val);
+	}
+	snprintf(val, sizeof(val), "%" PRIu64, p[LOCUS_HIST_SUM]);
+	sample_line(f, metric, "_sum", labels, "", val);
+	snprintf(val, sizeof(val), "%" PRIu64, cum);
+	sample_line(f, metric, "_count", labels, "", val);
+}
+
+static void prom_entry(FILE *f, const struct locus_stat_entry *e)
+{
+	const struct locus_ctr_info *in = e->info;
+	size_t n = strlen(in->name);
+	char metric[LOCUS_CTR_NAME_MAX + 16], labels[2 * LOCUS_CTR_LABEL_MAX + 32], val[32];
+	int total = in->kind == LOCUS_CTR_COUNTER &&
+		    !(n >= 6 && strcmp(in->name + n - 6, "_total") == 0);
+
+	snprintf(metric, sizeof(metric), "locus_%s%s", in->name, total ? "_total" : "");
+	prom_help(f, metric, in->help);
+	fprintf(f, "# TYPE %s %s\n", metric, locus_ctr_kind_name(in->kind));
+	for (uint32_t k = 0; k < in->n_elems; k++) {
+		const uint64_t *p = e->w + (size_t)k * in->elem_words;
+
+		elem_labels(labels, sizeof(labels), in, k);
+		if (in->kind == LOCUS_CTR_HISTOGRAM) {
+			prom_hist(f, metric, labels, p);
+			continue;
+		}
+		if (in->kind == LOCUS_CTR_GAUGE)
+			snprintf(val, sizeof(val), "%" PRId64, (int64_t)p[0]);
+		else
+			snprintf(val, sizeof(val), "%" PRIu64, p[0]);
+		sample_line(f, metric, "", labels, "", val);
+	}
+}
+
+int locus_stat_print_prom(FILE *f, const struct locus_stat_view *v,
+			  const struct locus_stat_snap *s)
+{
+	fputs("# HELP locus_stat_segment_info The segment locus-stat read: instance, state and owner pid.\n"
+	      "# TYPE locus_stat_segment_info gauge\n"
+	      "locus_stat_segment_info{instance=", f);
+	prom_label_value(f, v->instance);
+	fputs(",state=", f);
+	prom_label_value(f, v->state);
+	fprintf(f, ",owner_pid=\"%ld\"} 1\n", v->owner_pid);
+	fprintf(f, "# HELP locus_stat_segment_start_time_seconds When the data plane created the segment (Unix time).\n"
+		"# TYPE locus_stat_segment_start_time_seconds gauge\n"
+		"locus_stat_segment_start_time_seconds %" PRIu64 ".%09" PRIu64 "\n",
+		v->start_ns / UINT64_C(1000000000), v->start_ns % UINT64_C(1000000000));
+	for (uint32_t i = 0; i < s->n; i++)
+		prom_entry(f, &s->e[i]);
+	fflush(f);
+	return ferror(f) ? -EIO : 0;
+}
