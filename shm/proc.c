@@ -79,3 +79,41 @@ int locus_proc_alive(pid_t pid, uint64_t start_ticks)
 		return 0;
 	return ticks == start_ticks;
 }
+
+int locus_proc_ident_alive(uint64_t ident)
+{
+	pid_t pid = (pid_t)(uint32_t)ident;
+	uint64_t ticks;
+	char state;
+	int rc;
+
+	if (pid <= 0)
+		return 0;
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 0;
+	rc = proc_stat(pid, &state, &ticks);
+	if (rc == -ESRCH)
+		return 0;
+	if (rc < 0)
+		return 1;
+	if (state == 'Z' || state == 'X' || state == 'x')
+		return 0;
+	return (uint32_t)ticks == (uint32_t)(ident >> 32);
+}
+
+uint64_t locus_proc_self_ident(void)
+{
+	static pid_t cached_pid;
+	static uint64_t cached;
+	pid_t pid = getpid();
+	uint64_t ticks;
+
+	/* a forked child has a new pid and must not inherit the parent's word */
+	if (__atomic_load_n(&cached_pid, __ATOMIC_ACQUIRE) == pid)
+		return __atomic_load_n(&cached, __ATOMIC_RELAXED);
+	if (locus_proc_start_ticks(pid, &ticks) < 0)
+		return 0;
+	__atomic_store_n(&cached, locus_proc_ident(pid, ticks), __ATOMIC_RELAXED);
+	__atomic_store_n(&cached_pid, pid, __ATOMIC_RELEASE);
+	return locus_proc_ident(pid, ticks);
+}

@@ -1,4 +1,9 @@
 # shm: the segment (create/attach/remove) and the table channels.
-$(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c))
+$(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c shm/table.c shm/table_writer.c \
+	shm/table_reader.c))
 $(eval $(call PROGRAM,tests/test_segment,tests/test_segment.c,shm common,cmocka))
-UNIT_TESTS += tests/test_segment
+$(eval $(call PROGRAM,tests/test_table,tests/test_table.c,shm common,cmocka))
+
+
+UNIT_TESTS += tests/test_segment tests/test_table
+
