@@ -1,8 +1,10 @@
 # GRACE fitting (profile, spectral grouping, replication, EPLB interop) and
 # the locusctl grace subcommands. LAPACKE/OpenBLAS via pkg-config.
 GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c \
-	control/grace_replicate.c control/grace_fit.c
+	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c
 $(eval $(call LIBRARY,gracefit,$(GRACEFIT_SRCS)))
 $(eval $(call USES_PKG,$(GRACEFIT_SRCS),lapacke))
 $(eval $(call PROGRAM,tests/test_grace_fit,tests/test_grace_fit.c,gracefit grace common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_fit
+$(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit grace common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_eplb

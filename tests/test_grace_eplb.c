@@ -1,0 +1,194 @@
+// SPDX-License-Identifier: MIT
+/* EPLB phy2log / log2phy / logcnt import and export: hand cases, round trip, bad input. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <cmocka.h>
+
+#include "locus_gracefit.h"
+#include "locus_tblfile.h"
+
+#define NR LOCUS_GRACE_NO_RANK
+
+static const struct locus_gracefit_topo t12 = { 1, 2, 0, 0 };
+
+static int import(const char *json, const struct locus_gracefit_topo *t, void **blob,
+		  struct locus_grace_view *v, struct locus_error *err)
+{
+	size_t len, plen;
+	const void *pl;
+	int rc = locus_gracefit_eplb_import(json, strlen(json), t, NULL, blob, &len, err);
+
+	if (rc)
+		return rc;
+	assert_int_equal(locus_tbl_check(*blob, len, LOCUS_TBL_GRACE, &pl, &plen, err), 0);
+	assert_int_equal(locus_grace_view_init(v, (void *)pl, plen, err), 0);
+	return 0;
+}
+
+static void test_import_hand(void **state)
+{
+	/* 2 ranks x 3 slots: rank 0 holds 0 1 2, rank 1 holds 3 0 1 */
+	const char *j = "{\"phy2log\": [[0, 1, 2, 3, 0, 1]],\n"
+			" \"log2phy\": [[[0, 4], [1, 5], [2, -1], [3, -1]]],\n"
+			" \"logcnt\": [[2, 2, 1, 1]]}";
+	struct locus_grace_view v;
+	struct locus_error err = { 0 };
+	void *blob = NULL;
+	(void)state;
+
+	if (import(j, &t12, &blob, &v, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(v.dims->n_layers, 1);
+	assert_int_equal(v.dims->n_experts, 4);
+	assert_int_equal(v.dims->max_replicas, 1);
+	assert_int_equal(v.dims->capacity, 3);
+	assert_int_equal(v.dims->replica_budget, 2);
+	assert_int_equal(v.primary[0], 0);
+	assert_int_equal(v.primary[1], 0);
+	assert_int_equal(v.primary[2], 0);
+	assert_int_equal(v.primary[3], 1);
+	assert_int_equal(v.replica[0], 1);
+	assert_int_equal(v.replica[1], 1);
+	assert_int_equal(v.replica[2], NR);
+	assert_int_equal(v.replica[3], NR);
+	/* loads default to 1 per expert, split over copies: 0.5 0.5 1 | 0.5 0.5 1 */
+	assert_true(v.pred_load[0] == 2.0f && v.pred_load[1] == 2.0f);
+	free(blob);
+}
+
+static void test_export_hand_and_round_trip(void **state)
+{
+	/* 2 layers, 4 experts, 1 x 2 ranks, each rank 3 copies in both layers */
+	struct locus_grace_dims d = { .n_layers = 2, .n_experts = 4, .n_nodes = 1,
+				      .gpus_per_node = 2, .max_replicas = 1, .capacity = 3,
+				      .replica_budget = 2 };
+	static const uint16_t pri[8] = { 0, 0, 1, 1, /* layer 1: */ 1, 0, 0, 0 };
+	static const uint16_t rep[8] = { 1, NR, NR, 0, /* layer 1: */ NR, 1, 1, NR };
+	size_t plen = locus_grace_payload_size(&d);
+	void *pl = calloc(1, plen), *blob = NULL;
+	struct locus_grace_view v, w;
+	struct locus_error err = { 0 };
+	char *json = NULL;
+	(void)state;
+
+	memcpy(pl, &d, sizeof(d));
+	assert_int_equal(locus_grace_view_init(&v, pl, plen, NULL), 0);
+	memcpy(v.primary, pri, sizeof(pri));
+	memcpy(v.replica, rep, sizeof(rep));
+	for (int i = 0; i < 8; i++)
+		v.expert_load[i] = 1;
+	assert_int_equal(locus_grace_validate(&v, &err), 0);
+	if (locus_gracefit_eplb_export(pl, plen, &json, &err))
+		fail_msg("%s", err.msg);
+	/* layer 0: rank 0 = primaries 0 1 + replica 3; rank 1 = 2 3 + replica 0
+	 * layer 1: rank 0 = 1 2 3;       rank 1 = 0 + replicas 1 2 */
+	assert_string_equal(json,
+			    "{\"phy2log\": [[0, 1, 3, 2, 3, 0], [1, 2, 3, 0, 1, 2]],\n"
+			    " \"log2phy\": [[[0, 5], [1, -1], [3, -1], [4, 2]], "
+			    "[[3, -1], [0, 4], [1, 5], [2, -1]]],\n"
+			    " \"logcnt\": [[2, 1, 1, 2], [1, 2, 2, 1]]}\n");
+	if (import(json, &t12, &blob, &w, &err))
+		fail_msg("%s", err.msg);
+	assert_memory_equal(w.primary, pri, sizeof(pri));
+	assert_memory_equal(w.replica, rep, sizeof(rep));
+	free(blob);
+	free(json);
+	free(pl);
+}
+
+static void test_export_pads_with_hottest(void **state)
+{
+	/* rank 0 holds 3 experts, rank 1 holds 1: rank 1 is padded with two
+	 * copies of the experts with the highest load per copy (2 then 0) */
+	struct locus_grace_dims d = { .n_layers = 1, .n_experts = 4, .n_nodes = 1,
+				      .gpus_per_node = 2, .max_replicas = 1, .capacity = 3,
+				      .replica_budget = 1 };
+	static const uint16_t pri[4] = { 0, 0, 0, 1 };
+	static const float load[4] = { 5, 1, 9, 3 };
+	size_t plen = locus_grace_payload_size(&d);
+	void *pl = calloc(1, plen), *blob = NULL;
+	struct locus_grace_view v, w;
+	struct locus_error err = { 0 };
+	char *json = NULL;
+	(void)state;
+
+	memcpy(pl, &d, sizeof(d));
+	assert_int_equal(locus_grace_view_init(&v, pl, plen, NULL), 0);
+	memcpy(v.primary, pri, sizeof(pri));
+	for (int i = 0; i < 4; i++)
+		v.replica[i] = NR;
+	memcpy(v.expert_load, load, sizeof(load));
+	assert_int_equal(locus_gracefit_eplb_export(pl, plen, &json, &err), 0);
+	assert_non_null(strstr(json, "\"phy2log\": [[0, 1, 2, 3, 2, 0]]"));
+	assert_non_null(strstr(json, "\"logcnt\": [[2, 1, 2, 1]]"));
+	assert_int_equal(import(json, &t12, &blob, &w, &err), 0);
+	assert_memory_equal(w.primary, pri, sizeof(pri));
+	assert_int_equal(w.replica[0], 1);
+	assert_int_equal(w.replica[2], 1);
+	free(blob);
+	free(json);
+	free(pl);
+}
+
+static void expect_bad(const char *j, const struct locus_gracefit_topo *t, int code,
+		       const char *needle)
+{
+	struct locus_error err = { 0 };
+	void *blob = NULL;
+	size_t len;
+
+	assert_int_equal(locus_gracefit_eplb_import(j, strlen(j), t, NULL, &blob, &len, &err),
+			 -code);
+	assert_null(blob);
+	if (!strstr(err.msg, needle))
+		fail_msg("message \"%s\" lacks \"%s\"", err.msg, needle);
+}
+
+static void test_import_rejects(void **state)
+{
+	static const struct locus_gracefit_topo t14 = { 1, 4, 0, 0 };
+	(void)state;
+
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 9]], \"log2phy\": [[[0, 4], [1, 5], [2, -1],"
+		   " [3, -1]]], \"logcnt\": [[2, 2, 1, 1]]}", &t12, LOCUS_ERANGE,
+		   "phy2log[0][5] = 9 is not an expert id < 4");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"log2phy\": [[[0, 5], [1, 4], [2, -1],"
+		   " [3, -1]]], \"logcnt\": [[2, 2, 1, 1]]}", &t12, LOCUS_ERANGE,
+		   "log2phy[0][0][1] = 5 does not hold expert 0");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"log2phy\": [[[0, 4], [1, 5], [2, -1],"
+		   " [3, -1]]], \"logcnt\": [[2, 1, 1, 1]]}", &t12, LOCUS_ERANGE,
+		   "layer 0 expert 1: logcnt 1, log2phy lists 2, phy2log holds 2");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 0, 1, 2]], \"log2phy\": [[[0, 3], [1, 4], [2, 5],"
+		   " [-1, -1]]], \"logcnt\": [[2, 2, 2, 0]]}", &t12, LOCUS_ERANGE,
+		   "expert 3 has no physical slot");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"log2phy\": [[[0, 4], [1, 5], [2, -1],"
+		   " [3, -1]]], \"logcnt\": [[2, 2, 1, 1]]}", &t14, LOCUS_ERANGE,
+		   "6 physical slots do not divide over 4 ranks");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"log2phy\": [[[0, 4], [1, 5], [2],"
+		   " [3, -1]]], \"logcnt\": [[2, 2, 1, 1]]}", &t12, LOCUS_EPARSE,
+		   "rows of different lengths");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"logcnt\": [[2, 2, 1, 1]]}", &t12,
+		   LOCUS_EPARSE, "needs phy2log, log2phy and logcnt");
+	expect_bad("{\"phy2log\": [[0, 1.5]]}", &t12, LOCUS_EPARSE, "fraction");
+	expect_bad("{\"phy2log\": [[0, 1,]]}", &t12, LOCUS_EPARSE, "expected an integer");
+	expect_bad("{\"phy2log\": [[0, 1]]} x", &t12, LOCUS_EPARSE, "trailing");
+	expect_bad("{\"weights\": [[0, 1]]}", &t12, LOCUS_EPARSE, "unknown key");
+	expect_bad("", &t12, LOCUS_EPARSE, "expected '{'");
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_import_hand),
+		cmocka_unit_test(test_export_hand_and_round_trip),
+		cmocka_unit_test(test_export_pads_with_hottest),
+		cmocka_unit_test(test_import_rejects),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
