@@ -239,13 +239,16 @@ int mj_parse(const char *text, struct mj_val *out, const char **end)
 	struct mj_in in = { .p = text };
 	int rc = parse_value(&in, out);
 
-	skip_ws(&in);
-	if (end)
-		*end = in.p;
 	if (rc < 0) {
+		/* in.p may have stepped past the terminating NUL: never read on */
+		if (end)
+			*end = text;
 		mj_free(out);
 		return -1;
 	}
+	skip_ws(&in);
+	if (end)
+		*end = in.p;
 	return 0;
 }
 

@@ -672,6 +672,61 @@ static void test_permission(void **state)
 	drop_segment(shm, c, "perm");
 }
 
+/* The checkers the tests above rely on must be able to fail. */
+static void test_checkers_reject(void **state)
+{
+	static const char *const bad_prom[] = {
+		"locus_x 1\n",                                            /* no HELP/TYPE */
+		"# TYPE locus_x gauge\nlocus_x 1\n",                      /* TYPE without HELP */
+		"# HELP locus_x h\n# TYPE locus_x gauge\nlocus_y 1\n",   /* other family */
+		"# HELP locus_x h\n# TYPE locus_x gauge\nlocus_x one\n", /* value */
+		"# HELP locus_x h\n# TYPE locus_x gauge\nlocus_x{a=\"1} 1\n",
+		"# HELP locus_x h\n# TYPE locus_x gauge\nlocus_x 1",      /* no line feed */
+		"# HELP locus_x h\n# TYPE locus_x counter\nlocus_x 1\n",  /* no _total */
+		"# HELP x h\n# TYPE x gauge\nx 1\n",                      /* no locus_ prefix */
+		"# HELP locus_x h\n# TYPE locus_x gauge\nlocus_x 1\n"
+		"# HELP locus_x h\n# TYPE locus_x gauge\n",               /* family repeated */
+		"# HELP locus_h h\n# TYPE locus_h histogram\n"            /* not cumulative */
+		"locus_h_bucket{le=\"1\"} 2\nlocus_h_bucket{le=\"+Inf\"} 1\n"
+		"locus_h_sum 1\nlocus_h_count 1\n",
+		"# HELP locus_h h\n# TYPE locus_h histogram\n"            /* count != +Inf */
+		"locus_h_bucket{le=\"1\"} 1\nlocus_h_bucket{le=\"+Inf\"} 2\n"
+		"locus_h_sum 1\nlocus_h_count 3\n",
+		"# HELP locus_h h\n# TYPE locus_h histogram\n"            /* no +Inf */
+		"locus_h_bucket{le=\"1\"} 1\nlocus_h_sum 1\nlocus_h_count 1\n",
+	};
+	static const char *const bad_json[] = {
+		"{", "{\"a\":1,}", "[1 2]", "{\"a\" 1}", "\"\x01\"", "\"\\x\"", "01", "1.",
+		"-", "tru", "{\"a\":[1,2}", "\"abc",
+	};
+	struct prom_doc d;
+	struct mj_val v;
+	const char *end;
+	char err[256];
+	(void)state;
+
+	assert_int_equal(prom_parse("# HELP locus_h h\n# TYPE locus_h histogram\n"
+				    "locus_h_bucket{le=\"1\"} 1\nlocus_h_bucket{le=\"+Inf\"} 2\n"
+				    "locus_h_sum 1\nlocus_h_count 2\n", &d, err, sizeof(err)), 0);
+	prom_free(&d);
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(bad_prom); i++) {
+		if (prom_parse(bad_prom[i], &d, err, sizeof(err)) == 0)
+			fail_msg("prometheus case %zu accepted", i);
+		prom_free(&d);
+	}
+	assert_int_equal(mj_parse("{\"a\":[1,-2.5e3,\"\\u0041\\n\"],\"b\":null}", &v, &end), 0);
+	assert_string_equal(mj_at(mj_get(&v, "a"), 2)->s, "A\n");
+	assert_true(mj_at(mj_get(&v, "a"), 1)->num == -2500);
+	mj_free(&v);
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(bad_json); i++) {
+		if (mj_parse(bad_json[i], &v, &end) < 0)
+			continue;
+		mj_free(&v);
+		if (*end == '\0')
+			fail_msg("json case %zu accepted", i); /* trailing text is an error */
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -685,6 +740,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_no_counters),
 		cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_checkers_reject),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

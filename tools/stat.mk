@@ -6,3 +6,5 @@ $(eval $(call PROGRAM,tests/test_locus_stat,tests/test_locus_stat.c tests/mini_j
 # the test runs the binary it checks
 $(BUILD)/tests/test_locus_stat: $(BUILD)/bin/locus-stat
 UNIT_TESTS += tests/test_locus_stat
+$(eval $(call PROGRAM,tools/bench_counters,tools/bench_counters.c,counters common,))
+BENCHES += tools/bench_counters
