@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "locus_grace.h"
+#include "locus_tblfile.h"
 
 struct layout {
 	size_t off_primary, off_replica, off_eload, off_pred, size;
@@ -351,4 +352,39 @@ int locus_grace_map_build(void *mem, size_t len, const void *payload, size_t pay
 		}
 	}
 	return 0;
+}
+
+int locus_grace_blob_check(const void *blob, size_t len, const void **payload,
+			   size_t *payload_len, struct locus_error *err)
+{
+	const struct locus_tbl_hdr *h = blob;
+	struct locus_grace_view v;
+	const void *pl;
+	size_t plen;
+	int rc;
+
+	rc = locus_tbl_check(blob, len, LOCUS_TBL_GRACE, &pl, &plen, err);
+	if (rc)
+		return rc;
+	if (h->kind_version != LOCUS_GRACE_KIND_VERSION)
+		return locus_error_set(err, LOCUS_EVERSION,
+				       "GRACE table layout version %u, this build reads %u",
+				       h->kind_version, LOCUS_GRACE_KIND_VERSION);
+	rc = locus_grace_view_init(&v, (void *)(uintptr_t)pl, plen, err);
+	if (!rc)
+		rc = locus_grace_validate(&v, err);
+	if (rc)
+		return rc;
+	if (payload)
+		*payload = pl;
+	if (payload_len)
+		*payload_len = plen;
+	return 0;
+}
+
+int locus_grace_table_validate_cb(const void *blob, size_t len, void *arg,
+				  struct locus_error *err)
+{
+	(void)arg;
+	return locus_grace_blob_check(blob, len, NULL, NULL, err);
 }

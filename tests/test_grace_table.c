@@ -247,6 +247,22 @@ static void test_sealed_round_trip(void **state)
 	assert_int_equal(locus_tbl_check(blob, 64 + f.len, LOCUS_TBL_GRACE, &pl, &plen, &err), 0);
 	assert_int_equal(plen, f.len);
 	assert_memory_equal(pl, f.buf, f.len);
+	assert_int_equal(locus_grace_blob_check(blob, 64 + f.len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_table_validate_cb(blob, 64 + f.len, NULL, &err), 0);
+	/* a well-sealed blob whose contents are wrong is still refused */
+	f.v.primary[0] = 7;
+	memcpy(blob + 64, f.buf, f.len);
+	assert_int_equal(locus_tbl_seal(blob, 64 + f.len, LOCUS_TBL_GRACE,
+					LOCUS_GRACE_KIND_VERSION, f.len), 0);
+	assert_int_equal(locus_grace_table_validate_cb(blob, 64 + f.len, NULL, &err),
+			 -LOCUS_ERANGE);
+	f.v.primary[0] = 0;
+	memcpy(blob + 64, f.buf, f.len);
+	assert_int_equal(locus_tbl_seal(blob, 64 + f.len, LOCUS_TBL_GRACE, 2, f.len), 0);
+	assert_int_equal(locus_grace_blob_check(blob, 64 + f.len, NULL, NULL, &err),
+			 -LOCUS_EVERSION);
+	assert_int_equal(locus_tbl_seal(blob, 64 + f.len, LOCUS_TBL_GRACE,
+					LOCUS_GRACE_KIND_VERSION, f.len), 0);
 	blob[64 + 40] ^= 1;
 	assert_int_equal(locus_tbl_check(blob, 64 + f.len, LOCUS_TBL_GRACE, &pl, &plen, &err),
 			 -LOCUS_ECRC);
