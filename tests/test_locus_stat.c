@@ -84,9 +84,9 @@ static int tmp_fd(void)
 /*
  * Run locus-stat with argv (NULL-terminated, argv[0] excluded) as uid (or
  * as ourselves when uid < 0). tick, when set, runs in the parent every
- * millisecond until the child exits (to move counters under --watch).
+ * millisecond, with the child's stdout, until the child exits.
  */
-static void run_stat(struct run *r, int uid, const char *bin, void (*tick)(void),
+static void run_stat(struct run *r, int uid, const char *bin, void (*tick)(int out_fd),
 		     const char *const *args)
 {
 	const char *argv[32] = { bin };
@@ -112,7 +112,7 @@ static void run_stat(struct run *r, int uid, const char *bin, void (*tick)(void)
 		_exit(127);
 	}
 	while (waitpid(pid, &st, tick ? WNOHANG : 0) == 0) {
-		tick();
+		tick(out);
 		usleep(1000);
 	}
 	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -447,8 +447,9 @@ static void test_prometheus(void **state)
 	run_free(&r);
 }
 
-static void bump_routed(void)
+static void bump_routed(int out_fd)
 {
+	(void)out_fd;
 	locus_counter_add(locus_counters_block(fx.c, 2), fx.routed_off, 1000);
 }
 
@@ -672,6 +673,46 @@ static void test_permission(void **state)
 	drop_segment(shm, c, "perm");
 }
 
+static const char *shrink_path;
+static int shrink_ticks; /* 1 once truncated */
+
+/* Once locus-stat has printed its first sample, pull the pages from under it. */
+static void shrink_later(int out_fd)
+{
+	struct stat st;
+
+	if (shrink_ticks || fstat(out_fd, &st) < 0 || st.st_size == 0)
+		return;
+	shrink_ticks = 1;
+	assert_int_equal(truncate(shrink_path, 0), 0);
+}
+
+/* A segment truncated under a running locus-stat: exit 5, not SIGBUS. */
+static void test_shrunk_segment(void **state)
+{
+	char path[PATH_MAX];
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	struct run r;
+	(void)state;
+
+	shm = small_segment("shrink", &c);
+	assert_int_equal(locus_shm_path("shrink", path, sizeof(path)), 0);
+	shrink_path = path;
+	shrink_ticks = 0;
+	run_stat(&r, -1, stat_bin, shrink_later, (const char *const[]){
+		"-i", "shrink", "--json", "--watch", "0.01", "--count", "1000", NULL });
+	assert_int_equal(shrink_ticks, 1);
+	if (r.status != LOCUS_STAT_EXIT_CORRUPT || !strstr(r.err, "shrank"))
+		fail_msg("exit %d, stderr %s", r.status, r.err);
+	assert_non_null(strstr(r.out, "\"instance\":\"shrink\"")); /* it ran before */
+	run_free(&r);
+	/* our own mapping lost its pages too: unmap without touching them */
+	locus_counters_close(c);
+	locus_shm_detach(shm);
+	assert_int_equal(locus_shm_remove("shrink"), 0);
+}
+
 /* The checkers the tests above rely on must be able to fail. */
 static void test_checkers_reject(void **state)
 {
@@ -740,6 +781,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt),
 		cmocka_unit_test(test_no_counters),
 		cmocka_unit_test(test_permission),
+		cmocka_unit_test(test_shrunk_segment),
 		cmocka_unit_test(test_checkers_reject),
 	};
 

@@ -9,10 +9,13 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "locus_shm.h"
 #include "locus_stat.h"
@@ -55,8 +58,22 @@ static void usage(FILE *f)
 	      "  2  no such instance\n"
 	      "  3  permission denied (access refused, segment of another user, world-writable)\n"
 	      "  4  version mismatch (segment ABI or counter layout)\n"
-	      "  5  corrupt segment (bad magic, truncated, a field or entry out of range)\n"
+	      "  5  corrupt segment (bad magic, truncated or shrunk, a field or entry out of range)\n"
 	      "  6  no counters yet (region absent or not yet initialised by the data plane)\n", f);
+}
+
+/*
+ * Another process can shrink the shm file under our mapping; touching the
+ * lost pages raises SIGBUS. That is a corrupt segment, not a crash: jump
+ * back to main and exit with the documented code. Only the counter and
+ * header reads touch the mapping, never stdio, so nothing is left half-done.
+ */
+static sigjmp_buf bus_jmp;
+
+static void on_sigbus(int sig)
+{
+	(void)sig;
+	siglongjmp(bus_jmp, 1);
 }
 
 static int exit_code(int rc)
@@ -288,6 +305,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locus-stat: %s\n", err.msg[0] ? err.msg : locus_strerror(rc));
 		return exit_code(rc);
 	}
+	if (sigsetjmp(bus_jmp, 1)) {
+		static const char msg[] = "locus-stat: the segment shrank while being read "
+					  "(truncated by another process)\n";
+
+		ssize_t w = write(2, msg, sizeof(msg) - 1);
+
+		(void)w;
+		_exit(LOCUS_STAT_EXIT_CORRUPT);
+	}
+	signal(SIGBUS, on_sigbus);
 	rc = open_counters(shm, o.instance, &c);
 	if (rc)
 		goto out_detach;
