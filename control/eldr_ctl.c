@@ -1,0 +1,419 @@
+// SPDX-License-Identifier: MIT
+/* locusctl fit / show / push for ELDR tables. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "locus_eldr.h"
+#include "locus_eldrfit.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+#include "locus_tblfile.h"
+#include "locus_trace.h"
+#include "locusctl.h"
+
+static int parse_u64(const char *s, uint64_t max, uint64_t *v)
+{
+	char *end;
+	unsigned long long x;
+
+	if (!s || !*s || *s == '-' || *s == '+')
+		return -1;
+	errno = 0;
+	x = strtoull(s, &end, 10);
+	if (errno || *end || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
+static int parse_ids(const char *s, uint32_t **out, uint32_t *n)
+{
+	uint32_t cap = 16, cnt = 0, *ids = malloc(cap * sizeof(*ids));
+	char *copy = strdup(s), *save = NULL, *tok;
+
+	if (!ids || !copy)
+		goto err;
+	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t v;
+
+		if (parse_u64(tok, UINT32_MAX, &v) < 0)
+			goto err;
+		if (cnt == cap) {
+			uint32_t *n2 = realloc(ids, 2 * cap * sizeof(*ids));
+
+			if (!n2)
+				goto err;
+			ids = n2;
+			cap *= 2;
+		}
+		ids[cnt++] = (uint32_t)v;
+	}
+	free(copy);
+	*out = ids;
+	*n = cnt;
+	return 0;
+err:
+	free(copy);
+	free(ids);
+	return -1;
+}
+
+/* Share of requests whose cluster's majority domain is their own. */
+static double domain_purity(const struct locus_trace *t, const struct locus_eldrfit_result *r,
+			    uint32_t K)
+{
+	uint32_t *cnt = calloc((size_t)K * t->n_domains, sizeof(*cnt)), agree = 0;
+
+	if (!cnt)
+		return NAN;
+	for (uint32_t i = 0; i < r->n_used; i++)
+		cnt[(size_t)r->assign[i] * t->n_domains + t->reqs[r->req_index[i]].domain]++;
+	for (uint32_t k = 0; k < K; k++) {
+		uint32_t best = 0;
+
+		for (uint32_t d = 0; d < t->n_domains; d++)
+			if (cnt[(size_t)k * t->n_domains + d] > best)
+				best = cnt[(size_t)k * t->n_domains + d];
+		agree += best;
+	}
+	free(cnt);
+	return (double)agree / r->n_used;
+}
+
+static const char *score_kind_name(enum locus_eldrfit_score_kind k)
+{
+	return k == LOCUS_ELDRFIT_SCORE_DECODE ? "decode expert overlap" :
+	       k == LOCUS_ELDRFIT_SCORE_SPLIT_HALF ? "split-half prompt proxy" : "none";
+}
+
+int locusctl_eldr_fit(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "trace", required_argument, NULL, 't' },
+		{ "decoders", required_argument, NULL, 'k' },
+		{ "decoder-ids", required_argument, NULL, 'd' },
+		{ "tau", required_argument, NULL, 'T' },
+		{ "seed", required_argument, NULL, 's' },
+		{ "no-mask", no_argument, NULL, 'n' },
+		{ "max-iter", required_argument, NULL, 'm' },
+		{ "n-experts", required_argument, NULL, 'E' },
+		{ "mask-sample", required_argument, NULL, 'S' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "eldr", no_argument, NULL, 'e' },
+		{ "output", required_argument, NULL, 'o' },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct locus_eldrfit_opts o = { .tau = LOCUS_ELDR_TAU_DEFAULT };
+	struct locus_trace_opts to = { 0 };
+	struct locus_eldrfit_result res;
+	struct locus_trace *t = NULL;
+	struct locus_error err = { 0 };
+	const char *trace = NULL, *out = NULL;
+	uint32_t *ids = NULL, n_ids = 0;
+	int c, ret, quiet = 0;
+	uint64_t v;
+	char *end;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "o:q", lo, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			trace = optarg;
+			break;
+		case 'k':
+			if (parse_u64(optarg, LOCUS_ELDR_MAX_DECODERS, &v) < 0 || !v)
+				goto bad_value;
+			o.n_decoders = (uint32_t)v;
+			break;
+		case 'd':
+			free(ids);
+			ids = NULL;
+			if (parse_ids(optarg, &ids, &n_ids) < 0)
+				goto bad_value;
+			break;
+		case 'T':
+			errno = 0;
+			o.tau = strtof(optarg, &end);
+			if (errno || *end || !isfinite(o.tau) || o.tau < 0 || o.tau > 2)
+				goto bad_value;
+			break;
+		case 's':
+			if (parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
+				goto bad_value;
+			break;
+		case 'n':
+			o.no_mask = 1;
+			break;
+		case 'm':
+			if (parse_u64(optarg, 100000, &v) < 0 || !v)
+				goto bad_value;
+			o.max_iter = (uint32_t)v;
+			break;
+		case 'E':
+			if (parse_u64(optarg, LOCUS_ELDR_MAX_EXPERTS, &v) < 0 || !v)
+				goto bad_value;
+			to.n_experts = (uint32_t)v;
+			break;
+		case 'S':
+			if (parse_u64(optarg, 100000, &v) < 0 || v < 2)
+				goto bad_value;
+			o.mask_sample = (uint32_t)v;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'e': /* the default kind of fit, named explicitly */
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		default:
+			goto usage;
+		}
+	}
+	if (optind != argc || !trace || !out || !o.n_decoders)
+		goto usage;
+	if (ids && n_ids != o.n_decoders) {
+		fprintf(stderr, "locusctl: --decoder-ids has %u ids, --decoders is %u\n", n_ids,
+			o.n_decoders);
+		free(ids);
+		return 2;
+	}
+	o.decoder_ids = ids;
+	if (!quiet)
+		o.progress = locusctl_progress;
+	ret = locus_trace_load(trace, &to, &t, &err);
+	if (ret < 0)
+		goto fail;
+	ret = locus_eldrfit_trace(t, &o, &res, &err);
+	if (ret < 0)
+		goto fail;
+	ret = locus_tbl_write_file(out, res.blob, res.blob_len, &err);
+	if (ret < 0) {
+		locus_eldrfit_result_free(&res);
+		goto fail;
+	}
+	printf("fitted %u requests (L=%u E=%u k=%u) into K=%u decoders: %u/%u layers masked, "
+	       "%u k-means iterations%s\n", res.n_used, t->n_layers, t->n_experts, t->k,
+	       o.n_decoders, res.n_masked, t->n_layers, res.iterations,
+	       res.converged ? " (converged)" : " (cap reached)");
+	if (res.score_kind != LOCUS_ELDRFIT_SCORE_NONE)
+		printf("mask score (%s): %.4f with the mask, %.4f with every layer\n",
+		       score_kind_name(res.score_kind), res.mask_score, res.full_score);
+	printf("mean similarity to own centroid: %.4f\n", res.objective / res.n_used);
+	if (t->n_domains > 2 || (t->n_domains == 2 && t->domains[1][0]))
+		printf("domain purity (majority domain share per cluster): %.3f\n",
+		       domain_purity(t, &res, o.n_decoders));
+	printf("wrote %s (%zu bytes)\n", out, res.blob_len);
+	locus_eldrfit_result_free(&res);
+	locus_trace_free(t);
+	free(ids);
+	return 0;
+
+fail:
+	locus_trace_free(t);
+	free(ids);
+	return locusctl_fail(&err, ret);
+bad_value:
+	fprintf(stderr, "locusctl fit: bad value '%s' for --%s\n", optarg,
+		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" :
+		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" : "mask-sample");
+	free(ids);
+	return 2;
+usage:
+	fprintf(stderr, "usage: locusctl fit --trace FILE --decoders K [--decoder-ids 0,1,..] "
+		"[--tau 0.1] [--seed N] [--no-mask] [--max-iter N] [--n-experts E] "
+		"[--mask-sample N] [--quiet] -o TABLE\n");
+	free(ids);
+	return 2;
+}
+
+static void fmt_time(uint64_t ns, char *buf, size_t len)
+{
+	time_t s = (time_t)(ns / 1000000000ull);
+	struct tm tm;
+
+	if (gmtime_r(&s, &tm))
+		strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	else
+		snprintf(buf, len, "?");
+}
+
+static void show_human(const char *path, const struct locus_tbl_hdr *th,
+		       const struct locus_eldr_tbl_view *v)
+{
+	const struct locus_eldr_tbl_hdr *h = v->hdr;
+	float lo = INFINITY, hi = -INFINITY;
+	char when[40];
+
+	fmt_time(th->created_ns, when, sizeof(when));
+	for (size_t i = 0; i < (size_t)h->n_layers * h->n_experts; i++) {
+		lo = fminf(lo, v->idf[i]);
+		hi = fmaxf(hi, v->idf[i]);
+	}
+	printf("%s: ELDR table v%u, %" PRIu64 " payload bytes, crc32c 0x%08x, created %s\n",
+	       path, th->kind_version, th->payload_len, th->payload_crc32c, when);
+	printf("  layers L=%u  experts E=%u  decoders K=%u  tau=%g\n", h->n_layers,
+	       h->n_experts, h->n_decoders, (double)h->tau);
+	printf("  masked layers (%u):", h->n_masked);
+	for (uint32_t l = 0; l < h->n_layers; l++)
+		if (v->layer_mask[l])
+			printf(" %u", l);
+	printf("\n  decoder ids:");
+	for (uint32_t d = 0; d < h->n_decoders; d++)
+		printf(" %u", v->decoder_ids[d]);
+	printf("\n  fit: %u calibration requests, seed %" PRIu64 ", %u iterations, "
+	       "mask score %.4f (every layer %.4f)\n", h->n_calib, h->seed, h->iterations,
+	       (double)h->mask_score, (double)h->full_score);
+	printf("  idf range [%.4f, %.4f]\n", (double)lo, (double)hi);
+}
+
+static void show_json(const char *path, const struct locus_tbl_hdr *th,
+		      const struct locus_eldr_tbl_view *v)
+{
+	const struct locus_eldr_tbl_hdr *h = v->hdr;
+	int first = 1;
+
+	printf("{\"path\":\"");
+	for (const char *p = path; *p; p++)
+		printf((*p == '"' || *p == '\\') ? "\\%c" : ((unsigned char)*p < 0x20 ? "?" : "%c"),
+		       *p);
+	printf("\",\"kind\":\"eldr\",\"kind_version\":%u,\"payload_len\":%" PRIu64
+	       ",\"payload_crc32c\":%u,\"created_ns\":%" PRIu64 ",", th->kind_version,
+	       th->payload_len, th->payload_crc32c, th->created_ns);
+	printf("\"n_layers\":%u,\"n_experts\":%u,\"n_decoders\":%u,\"tau\":%.9g,",
+	       h->n_layers, h->n_experts, h->n_decoders, (double)h->tau);
+	printf("\"masked_layers\":[");
+	for (uint32_t l = 0; l < h->n_layers; l++) {
+		if (!v->layer_mask[l])
+			continue;
+		printf(first ? "%u" : ",%u", l);
+		first = 0;
+	}
+	printf("],\"decoder_ids\":[");
+	for (uint32_t d = 0; d < h->n_decoders; d++)
+		printf(d ? ",%u" : "%u", v->decoder_ids[d]);
+	printf("],\"n_calib\":%u,\"seed\":%" PRIu64 ",\"iterations\":%u,"
+	       "\"mask_score\":%.9g,\"full_score\":%.9g}\n", h->n_calib, h->seed, h->iterations,
+	       (double)h->mask_score, (double)h->full_score);
+}
+
+int locusctl_eldr_show(int argc, char **argv)
+{
+	struct locus_eldr_tbl_view v;
+	struct locus_error err = { 0 };
+	const char *path = NULL;
+	void *buf = NULL;
+	size_t len;
+	int json = 0, ret;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (!path && argv[i][0] != '-')
+			path = argv[i];
+		else
+			goto usage;
+	}
+	if (!path)
+		goto usage;
+	ret = locus_tbl_read_file(path, LOCUS_TBL_ELDR, &buf, &len, &err);
+	if (ret < 0)
+		return locusctl_fail(&err, ret);
+	ret = locus_eldr_blob_check(buf, len, &v, &err);
+	if (ret < 0) {
+		char msg[LOCUS_ERRMSG_MAX];
+
+		memcpy(msg, err.msg, sizeof(msg));
+		locus_error_set(&err, ret, "%s: %.200s", path, msg);
+		free(buf);
+		return locusctl_fail(&err, ret);
+	}
+	if (json)
+		show_json(path, buf, &v);
+	else
+		show_human(path, buf, &v);
+	free(buf);
+	return 0;
+usage:
+	fprintf(stderr, "usage: locusctl show TABLE [--json]\n");
+	return 2;
+}
+
+int locusctl_eldr_push(int argc, char **argv)
+{
+	struct locus_table_wait_result wr;
+	struct locus_table_region *tr = NULL;
+	struct locus_error err = { 0 };
+	struct locus_shm *shm = NULL;
+	const char *inst = NULL, *path = NULL;
+	uint64_t timeout_ms = 2000;
+	void *buf = NULL, *region;
+	size_t len, rlen;
+	int64_t gen;
+	int ret, status = 1;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-i") && i + 1 < argc)
+			inst = argv[++i];
+		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
+			if (parse_u64(argv[++i], 3600000, &timeout_ms) < 0)
+				goto usage;
+		} else if (!path && argv[i][0] != '-')
+			path = argv[i];
+		else
+			goto usage;
+	}
+	if (!inst || !path)
+		goto usage;
+	ret = locus_tbl_read_file(path, LOCUS_TBL_ELDR, &buf, &len, &err);
+	if (ret >= 0)
+		ret = locus_eldr_blob_check(buf, len, NULL, &err);
+	if (ret < 0)
+		goto fail;
+	ret = locus_shm_attach(inst, LOCUS_SHM_ALLOW_GROUP, &shm, &err);
+	if (ret < 0)
+		goto fail;
+	region = locus_shm_region(shm, LOCUS_REGION_TABLES, &rlen);
+	if (!region) {
+		ret = locus_error_set(&err, LOCUS_ESTATE, "instance %s has no table region", inst);
+		goto fail;
+	}
+	ret = locus_table_region_attach(region, rlen, &tr, &err);
+	if (ret < 0)
+		goto fail;
+	gen = locus_table_push(tr, LOCUS_ELDR_TABLE_CHANNEL, buf, len, timeout_ms * 1000000ull,
+			       &err);
+	if (gen < 0) {
+		ret = (int)gen;
+		goto fail;
+	}
+	ret = locus_table_wait(tr, LOCUS_ELDR_TABLE_CHANNEL, (uint64_t)gen,
+			       timeout_ms * 1000000ull, &wr);
+	printf("pushed %s to %s channel %u: generation %" PRId64 "\n", path, inst,
+	       LOCUS_ELDR_TABLE_CHANNEL, gen);
+	printf("readers: %u live, %u adopted, %u refused%s\n", wr.n_live, wr.n_adopted,
+	       wr.n_refused, ret == -ETIMEDOUT ? " (timed out waiting for the rest)" : "");
+	if (wr.n_refused)
+		fprintf(stderr, "locusctl: reader %d refused generation %" PRIu64 ": %s (%s)\n",
+			wr.refused_reader, wr.refused_gen, wr.refused_msg,
+			locus_strerror(wr.refused_code));
+	status = (wr.n_refused || ret == -ETIMEDOUT) ? 1 : 0;
+	goto out;
+fail:
+	locusctl_fail(&err, ret);
+out:
+	locus_table_region_detach(tr);
+	locus_shm_detach(shm);
+	free(buf);
+	return status;
+usage:
+	fprintf(stderr, "usage: locusctl push -i INSTANCE TABLE [--timeout-ms N]\n");
+	return 2;
+}

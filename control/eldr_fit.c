@@ -1,0 +1,326 @@
+// SPDX-License-Identifier: MIT
+/* The ELDR fit: IDF, vectors, mask, balanced k-means, sealed table. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "eldr_fit_priv.h"
+#include "locus_eldr.h"
+#include "locus_tblfile.h"
+
+#define DEF_MASK_SAMPLE 512u
+#define DEF_NEIGHBOURS  8u
+
+void locus_eldrfit_idf(const uint16_t *counts, uint32_t n, size_t le, float *idf)
+{
+	for (size_t f = 0; f < le; f++) {
+		uint32_t df = 0;
+
+		for (uint32_t i = 0; i < n; i++)
+			df += counts[(size_t)i * le + f] != 0;
+		idf[f] = (float)(log((1.0 + n) / (1.0 + df)) + 1.0);
+	}
+}
+
+double locus_eldrfit_vector(const uint16_t *counts, uint16_t L, uint16_t E, const float *idf,
+			    const uint8_t *mask, float *x)
+{
+	double n2 = 0, inv;
+	size_t o = 0;
+
+	for (uint32_t l = 0; l < L; l++) {
+		if (!mask[l])
+			continue;
+		for (uint32_t e = 0; e < E; e++, o++) {
+			size_t f = (size_t)l * E + e;
+
+			x[o] = (float)counts[f] * idf[f];
+			n2 += (double)x[o] * x[o];
+		}
+	}
+	if (n2 <= 0)
+		return 0;
+	inv = 1.0 / sqrt(n2);
+	for (size_t i = 0; i < o; i++)
+		x[i] = (float)(x[i] * inv);
+	return sqrt(n2);
+}
+
+void locus_eldrfit_result_free(struct locus_eldrfit_result *res)
+{
+	if (!res)
+		return;
+	free(res->blob);
+	free(res->assign);
+	free(res->req_index);
+	memset(res, 0, sizeof(*res));
+}
+
+static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L, uint16_t E,
+		      struct locus_error *err)
+{
+	if (!o || !o->n_decoders)
+		return locus_error_set(err, LOCUS_ERANGE, "number of decoders K must be at least 1");
+	if (o->n_decoders > LOCUS_ELDR_MAX_DECODERS)
+		return locus_error_set(err, LOCUS_ERANGE, "K=%u exceeds the maximum %u",
+				       o->n_decoders, LOCUS_ELDR_MAX_DECODERS);
+	if (o->n_decoders > n)
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "K=%u decoders but only %u calibration requests",
+				       o->n_decoders, n);
+	if (!L || L > LOCUS_ELDR_MAX_LAYERS || !E || E > LOCUS_ELDR_MAX_EXPERTS)
+		return locus_error_set(err, LOCUS_ERANGE, "shape L=%u E=%u out of range", L, E);
+	if (!isfinite(o->tau) || o->tau < 0.0f || o->tau > 2.0f)
+		return locus_error_set(err, LOCUS_ERANGE, "tau %g outside [0, 2]", (double)o->tau);
+	if (o->decoder_ids) {
+		for (uint32_t d = 0; d < o->n_decoders; d++)
+			for (uint32_t e = 0; e < d; e++)
+				if (o->decoder_ids[d] == o->decoder_ids[e])
+					return locus_error_set(err, LOCUS_ERANGE,
+							       "decoder id %u given twice",
+							       o->decoder_ids[d]);
+	}
+	return 0;
+}
+
+static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t E, uint32_t n,
+		       const uint8_t *mask, uint32_t M, const float *idf, const float *cen,
+		       struct locus_eldrfit_result *res, struct locus_error *err)
+{
+	struct locus_eldr_tbl_layout lay;
+	struct locus_eldr_tbl_hdr *h;
+	uint32_t *ids, K = o->n_decoders;
+	uint8_t *tmask, *blob;
+	float *tidf, *tcen;
+	int ret;
+
+	ret = locus_eldr_tbl_layout(L, E, K, &lay);
+	if (ret < 0)
+		return locus_error_set(err, -ret, "table for L=%u E=%u K=%u too large", L, E, K);
+	blob = calloc(1, sizeof(struct locus_tbl_hdr) + lay.len);
+	if (!blob)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	h = (struct locus_eldr_tbl_hdr *)(blob + sizeof(struct locus_tbl_hdr));
+	ret = locus_eldr_tbl_init(h, lay.len, L, E, (uint16_t)K, o->tau, &ids, &tmask, &tidf,
+				  &tcen);
+	if (ret < 0) {
+		ret = locus_error_set(err, -ret, "table init failed");
+		goto err_free;
+	}
+	for (uint32_t d = 0; d < K; d++) {
+		size_t c = 0;
+
+		ids[d] = o->decoder_ids ? o->decoder_ids[d] : d;
+		for (uint32_t l = 0; l < L; l++) {
+			if (!mask[l])
+				continue;
+			memcpy(tcen + ((size_t)d * L + l) * E, cen + ((size_t)d * M + c) * E,
+			       sizeof(float) * E);
+			c++;
+		}
+	}
+	memcpy(tmask, mask, L);
+	memcpy(tidf, idf, sizeof(float) * L * E);
+	h->n_masked = (uint16_t)M;
+	h->n_calib = n;
+	h->seed = o->seed;
+	h->mask_score = res->mask_score;
+	h->full_score = res->full_score;
+	h->iterations = res->iterations;
+	ret = locus_eldr_tbl_validate(h, lay.len, NULL, err);
+	if (ret < 0)
+		goto err_free;
+	ret = locus_tbl_seal(blob, sizeof(struct locus_tbl_hdr) + lay.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
+			     lay.len);
+	if (ret < 0) {
+		ret = locus_error_set(err, -ret, "sealing the table failed");
+		goto err_free;
+	}
+	res->blob = blob;
+	res->blob_len = sizeof(struct locus_tbl_hdr) + lay.len;
+	return 0;
+
+err_free:
+	free(blob);
+	return ret;
+}
+
+int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16_t E,
+			 const uint16_t *score_pre, const uint16_t *score_target,
+			 uint32_t n_score, enum locus_eldrfit_score_kind kind,
+			 const struct locus_eldrfit_opts *o, struct locus_eldrfit_result *res,
+			 struct locus_error *err)
+{
+	const size_t LE = (size_t)L * E;
+	uint8_t *mask = NULL;
+	float *idf = NULL, *x = NULL, *cen = NULL;
+	uint32_t M = 0, K, D, nn;
+	int ret, conv = 0;
+
+	memset(res, 0, sizeof(*res));
+	ret = check_opts(o, n, L, E, err);
+	if (ret < 0)
+		return ret;
+	if (!prefill)
+		return locus_error_set(err, EINVAL, "no calibration counts");
+	K = o->n_decoders;
+	nn = o->mask_neighbours ? o->mask_neighbours : DEF_NEIGHBOURS;
+	mask = malloc(L);
+	idf = malloc(sizeof(float) * LE);
+	res->assign = malloc(sizeof(uint32_t) * n);
+	res->req_index = malloc(sizeof(uint32_t) * n);
+	if (!mask || !idf || !res->assign || !res->req_index) {
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_free;
+	}
+	if (o->progress)
+		o->progress(o->progress_arg, "idf", 0, 1);
+	locus_eldrfit_idf(prefill, n, LE, idf);
+	memset(mask, 1, L);
+	res->score_kind = LOCUS_ELDRFIT_SCORE_NONE;
+	if (!o->no_mask && score_pre && score_target && n_score >= 2) {
+		ret = eldr_select_mask(score_pre, score_target, n_score, L, E, idf, nn, mask,
+				       &res->mask_score, &res->full_score, o->progress,
+				       o->progress_arg);
+		if (ret < 0) {
+			ret = locus_error_set(err, -ret, "layer mask search: %s", locus_strerror(ret));
+			goto err_free;
+		}
+		res->score_kind = kind;
+	}
+	for (uint32_t l = 0; l < L; l++)
+		M += mask[l];
+	D = M * E;
+	x = malloc(sizeof(float) * (size_t)n * D);
+	cen = malloc(sizeof(float) * (size_t)K * D);
+	if (!x || !cen) {
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_free;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		locus_eldrfit_vector(prefill + (size_t)i * LE, L, E, idf, mask, x + (size_t)i * D);
+		res->req_index[i] = i;
+	}
+	ret = locus_eldrfit_kmeans(x, n, D, K, o->seed, o->max_iter, cen, res->assign, &conv,
+				   o->progress, o->progress_arg);
+	if (ret < 0) {
+		ret = locus_error_set(err, -ret, "k-means: %s", locus_strerror(ret));
+		goto err_free;
+	}
+	res->iterations = (uint32_t)ret;
+	res->converged = conv;
+	res->n_used = n;
+	res->n_masked = M;
+	res->objective = 0;
+	for (uint32_t i = 0; i < n; i++) {
+		const float *xi = x + (size_t)i * D, *c = cen + (size_t)res->assign[i] * D;
+		double s = 0;
+
+		for (uint32_t f = 0; f < D; f++)
+			s += (double)xi[f] * c[f];
+		res->objective += s;
+	}
+	ret = write_table(o, L, E, n, mask, M, idf, cen, res, err);
+	if (ret < 0)
+		goto err_free;
+	free(cen);
+	free(x);
+	free(idf);
+	free(mask);
+	return 0;
+
+err_free:
+	free(cen);
+	free(x);
+	free(idf);
+	free(mask);
+	locus_eldrfit_result_free(res);
+	return ret;
+}
+
+/* Evenly spaced pick of at most max of the m candidates in cand. */
+static uint32_t sample_even(uint32_t *cand, uint32_t m, uint32_t max)
+{
+	if (m <= max)
+		return m;
+	for (uint32_t i = 0; i < max; i++)
+		cand[i] = cand[(uint64_t)i * m / max];
+	return max;
+}
+
+int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
+			struct locus_eldrfit_result *res, struct locus_error *err)
+{
+	const uint16_t L = t ? t->n_layers : 0, E = t ? t->n_experts : 0, k = t ? t->k : 0;
+	const size_t LE = (size_t)L * E;
+	enum locus_eldrfit_score_kind kind = LOCUS_ELDRFIT_SCORE_DECODE;
+	uint16_t *pre = NULL, *spre = NULL, *stgt = NULL;
+	uint32_t *cand = NULL, m = 0, S = 0, n;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	if (!t || !t->n_requests)
+		return locus_error_set(err, LOCUS_EPARSE, "empty trace");
+	n = t->n_requests;
+	ret = check_opts(o, n, L, E, err);
+	if (ret < 0)
+		return ret;
+	pre = calloc((size_t)n * LE, sizeof(*pre));
+	cand = malloc(sizeof(*cand) * n);
+	if (!pre || !cand) {
+		ret = locus_error_set(err, ENOMEM, "out of memory (%u x %zu counts)", n, LE);
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		ret = locus_eldr_counts_add(pre + (size_t)i * LE, L, E, k, t->reqs[i].prompt,
+					    t->reqs[i].prompt_len, err);
+		if (ret < 0)
+			goto out;
+		if (t->reqs[i].gen_len)
+			cand[m++] = i;
+	}
+	if (!m) {
+		kind = LOCUS_ELDRFIT_SCORE_SPLIT_HALF;
+		for (uint32_t i = 0; i < n; i++)
+			if (t->reqs[i].prompt_len >= 2)
+				cand[m++] = i;
+	}
+	S = sample_even(cand, m, o->mask_sample ? o->mask_sample : DEF_MASK_SAMPLE);
+	if (!o->no_mask && S >= 2) {
+		spre = calloc((size_t)S * LE, sizeof(*spre));
+		stgt = calloc((size_t)S * LE, sizeof(*stgt));
+		if (!spre || !stgt) {
+			ret = locus_error_set(err, ENOMEM, "out of memory");
+			goto out;
+		}
+		for (uint32_t s = 0; s < S; s++) {
+			const struct locus_trace_req *r = &t->reqs[cand[s]];
+
+			if (kind == LOCUS_ELDRFIT_SCORE_DECODE) {
+				memcpy(spre + (size_t)s * LE, pre + (size_t)cand[s] * LE,
+				       sizeof(*spre) * LE);
+				ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k, r->gen,
+							    r->gen_len, err);
+			} else {
+				uint32_t h = r->prompt_len / 2;
+
+				ret = locus_eldr_counts_add(spre + (size_t)s * LE, L, E, k, r->prompt,
+							    h, err);
+				if (ret >= 0)
+					ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k,
+								    locus_trace_tok(t, r->prompt, h, 0),
+								    r->prompt_len - h, err);
+			}
+			if (ret < 0)
+				goto out;
+		}
+	}
+	ret = locus_eldrfit_arrays(pre, n, L, E, spre, stgt, spre ? S : 0, kind, o, res, err);
+out:
+	free(stgt);
+	free(spre);
+	free(cand);
+	free(pre);
+	return ret;
+}

@@ -1,0 +1,350 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Balanced spherical k-means with an exact balanced assignment step.
+ *
+ * The assignment is a min-cost flow: source -> point (cap 1) -> cluster
+ * (cost c[i][k]) -> sink with each cluster's edge of capacity q = n / K plus
+ * an "extra" edge of capacity 1 into a node X whose edge to the sink has
+ * capacity r = n % K. Total capacity is n, so a full flow gives every
+ * cluster q or q + 1 points. Points are added one at a time along a
+ * shortest augmenting path (successive shortest paths keeps the flow
+ * optimal for its value because the residual graph never has a negative
+ * cycle). Point nodes are contracted away: moving point j from cluster a
+ * to b costs c[j][b] - c[j][a], so the search runs on K + 1 nodes.
+ */
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_eldrfit.h"
+
+#define NONE UINT32_MAX
+
+struct bal {
+	uint32_t n, K, q, r, X; /* X = node index K */
+	const double *c;
+	uint32_t *assign, *size;
+	double *w, *dist;       /* w[(K+1)^2] move costs; dist[K+1] */
+	uint32_t *wj, *prev;    /* argmin point per move; predecessor node */
+};
+
+static int is_big(const struct bal *b, uint32_t k)
+{
+	return b->size[k] == b->q + 1;
+}
+
+static uint32_t n_big(const struct bal *b)
+{
+	uint32_t nb = 0;
+
+	for (uint32_t k = 0; k < b->K; k++)
+		nb += is_big(b, k);
+	return nb;
+}
+
+/* Cheapest move a -> b for every cluster pair, over assigned points. */
+static void move_costs(struct bal *b)
+{
+	const uint32_t K = b->K;
+
+	for (uint32_t i = 0; i < K * K; i++) {
+		b->w[i] = DBL_MAX;
+		b->wj[i] = NONE;
+	}
+	for (uint32_t j = 0; j < b->n; j++) {
+		uint32_t a = b->assign[j];
+		const double *cj = b->c + (size_t)j * K;
+		double *wa;
+		uint32_t *ja;
+
+		if (a == NONE)
+			continue;
+		wa = b->w + (size_t)a * K;
+		ja = b->wj + (size_t)a * K;
+		for (uint32_t k = 0; k < K; k++) {
+			double v = cj[k] - cj[a];
+
+			if (k != a && v < wa[k]) {
+				wa[k] = v;
+				ja[k] = j;
+			}
+		}
+	}
+}
+
+/* Shortest paths from point p over clusters and X (Bellman-Ford). */
+static void shortest(struct bal *b, uint32_t p)
+{
+	const uint32_t K = b->K, X = b->X;
+	const double *cp = b->c + (size_t)p * K;
+	int changed = 1;
+
+	for (uint32_t k = 0; k < K; k++) {
+		b->dist[k] = cp[k];
+		b->prev[k] = NONE; /* reached straight from p */
+	}
+	b->dist[X] = DBL_MAX;
+	b->prev[X] = NONE;
+	for (uint32_t round = 0; changed && round <= K + 1; round++) {
+		changed = 0;
+		for (uint32_t a = 0; a < K; a++) {
+			double da = b->dist[a];
+
+			if (da == DBL_MAX)
+				continue;
+			for (uint32_t k = 0; k < K; k++) {
+				double w = b->w[(size_t)a * K + k];
+
+				if (w != DBL_MAX && da + w < b->dist[k] - 1e-12) {
+					b->dist[k] = da + w;
+					b->prev[k] = a;
+					changed = 1;
+				}
+			}
+			/* a -> X: a's q direct slots are full and its extra slot free */
+			if (b->size[a] == b->q && da < b->dist[X] - 1e-12) {
+				b->dist[X] = da;
+				b->prev[X] = a;
+				changed = 1;
+			}
+		}
+		if (b->dist[X] != DBL_MAX) {
+			/* X -> k: cancel k's extra slot; k must then move a point out */
+			for (uint32_t k = 0; k < K; k++) {
+				if (is_big(b, k) && b->dist[X] < b->dist[k] - 1e-12) {
+					b->dist[k] = b->dist[X];
+					b->prev[k] = X;
+					changed = 1;
+				}
+			}
+		}
+	}
+}
+
+static void augment(struct bal *b, uint32_t p)
+{
+	const uint32_t K = b->K, X = b->X;
+	uint32_t end = NONE, node;
+	double best = DBL_MAX;
+	int x_open = n_big(b) < b->r;
+
+	move_costs(b);
+	shortest(b, p);
+	for (uint32_t k = 0; k < K; k++) {
+		if (b->size[k] < b->q && b->dist[k] < best - 1e-12) {
+			best = b->dist[k];
+			end = k;
+		}
+	}
+	if (x_open && b->dist[X] < best - 1e-12)
+		end = X;
+	/* walk back applying moves; a node reached from X sheds a point next */
+	node = end;
+	if (node != X)
+		b->size[node]++;
+	while (node != NONE) {
+		uint32_t from = b->prev[node];
+
+		if (from == NONE) {
+			b->assign[p] = node;
+			break;
+		}
+		if (from != X && node != X) {
+			uint32_t j = b->wj[(size_t)from * K + node];
+
+			b->assign[j] = node;
+			/* from gains the previous hop's point and loses j: net 0 */
+		} else if (from == X) {
+			/* node loses its extra point (moved further along the path) */
+			b->size[node]--;
+		} else {
+			/* from -> X: from keeps the point it received: one larger */
+			b->size[from]++;
+		}
+		node = from;
+	}
+}
+
+int locus_eldrfit_balanced_assign(const double *cost, uint32_t n, uint32_t K,
+				  uint32_t *assign)
+{
+	struct bal b;
+	int ret = 0;
+
+	if (!cost || !assign || !n || !K || K > 65536)
+		return -EINVAL;
+	memset(&b, 0, sizeof(b));
+	b.n = n;
+	b.K = K;
+	b.q = n / K;
+	b.r = n % K;
+	b.X = K;
+	b.c = cost;
+	b.assign = assign;
+	b.size = calloc(K + 1, sizeof(*b.size));
+	b.w = malloc(sizeof(*b.w) * K * K);
+	b.wj = malloc(sizeof(*b.wj) * K * K);
+	b.dist = malloc(sizeof(*b.dist) * (K + 1));
+	b.prev = malloc(sizeof(*b.prev) * (K + 1));
+	if (!b.size || !b.w || !b.wj || !b.dist || !b.prev) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		assign[i] = NONE;
+	for (uint32_t i = 0; i < n; i++)
+		augment(&b, i);
+out:
+	free(b.prev);
+	free(b.dist);
+	free(b.wj);
+	free(b.w);
+	free(b.size);
+	return ret;
+}
+
+/* ---- k-means ---- */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* Uniform in [0, 1) with 53 bits. */
+static double uniform(uint64_t *s)
+{
+	return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+}
+
+/* Fixed-order dot product: 8 partial sums, then a fixed tree. */
+static float dotf(const float *a, const float *b, uint32_t D)
+{
+	float s[8] = { 0 };
+	uint32_t i = 0;
+
+	for (; i + 8 <= D; i += 8)
+		for (unsigned l = 0; l < 8; l++)
+			s[l] += a[i + l] * b[i + l];
+	for (unsigned l = 0; i < D; i++, l++)
+		s[l] += a[i] * b[i];
+	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
+		     float *cen, double *dmin)
+{
+	uint64_t rng = seed;
+	uint32_t first = (uint32_t)(uniform(&rng) * n);
+
+	memcpy(cen, x + (size_t)first * D, sizeof(float) * D);
+	for (uint32_t i = 0; i < n; i++)
+		dmin[i] = DBL_MAX;
+	for (uint32_t k = 1; k < K; k++) {
+		const float *last = cen + (size_t)(k - 1) * D;
+		double total = 0, pick;
+		uint32_t chosen = NONE;
+
+		for (uint32_t i = 0; i < n; i++) {
+			double d = 2.0 - 2.0 * dotf(x + (size_t)i * D, last, D);
+
+			if (d < 0)
+				d = 0;
+			if (d < dmin[i])
+				dmin[i] = d;
+			total += dmin[i];
+		}
+		pick = uniform(&rng) * total;
+		for (uint32_t i = 0; i < n && total > 0; i++) {
+			if (dmin[i] > 0) {
+				chosen = i;
+				if (pick < dmin[i])
+					break;
+				pick -= dmin[i];
+			}
+		}
+		if (chosen == NONE) /* every point sits on a centroid: take any */
+			chosen = (uint32_t)(uniform(&rng) * n);
+		memcpy(cen + (size_t)k * D, x + (size_t)chosen * D, sizeof(float) * D);
+	}
+}
+
+static void update(const float *x, uint32_t n, uint32_t D, uint32_t K, const uint32_t *assign,
+		   float *cen, double *acc)
+{
+	for (uint32_t k = 0; k < K; k++) {
+		double nn = 0;
+		uint32_t any = NONE;
+
+		memset(acc, 0, sizeof(double) * D);
+		for (uint32_t i = 0; i < n; i++) {
+			if (assign[i] != k)
+				continue;
+			if (any == NONE)
+				any = i;
+			for (uint32_t d = 0; d < D; d++)
+				acc[d] += x[(size_t)i * D + d];
+		}
+		for (uint32_t d = 0; d < D; d++)
+			nn += acc[d] * acc[d];
+		nn = sqrt(nn);
+		if (nn > 1e-12) {
+			for (uint32_t d = 0; d < D; d++)
+				cen[(size_t)k * D + d] = (float)(acc[d] / nn);
+		} else if (any != NONE) {
+			memcpy(cen + (size_t)k * D, x + (size_t)any * D, sizeof(float) * D);
+		}
+	}
+}
+
+int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
+			 uint32_t max_iter, float *centroids, uint32_t *assign, int *converged,
+			 locus_eldrfit_progress_fn progress, void *progress_arg)
+{
+	double *cost = NULL, *scratch = NULL;
+	uint32_t *prev = NULL, it;
+	int ret;
+
+	if (!x || !centroids || !assign || !n || !D || !K || K > n)
+		return -EINVAL;
+	if (!max_iter)
+		max_iter = 100;
+	cost = malloc(sizeof(*cost) * (size_t)n * K);
+	scratch = malloc(sizeof(*scratch) * (D > n ? D : n));
+	prev = malloc(sizeof(*prev) * n);
+	if (!cost || !scratch || !prev) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	kmeanspp(x, n, D, K, seed, centroids, scratch);
+	*converged = 0;
+	for (it = 1; it <= max_iter; it++) {
+		for (uint32_t i = 0; i < n; i++)
+			for (uint32_t k = 0; k < K; k++)
+				cost[(size_t)i * K + k] =
+					-(double)dotf(x + (size_t)i * D, centroids + (size_t)k * D, D);
+		if (it > 1)
+			memcpy(prev, assign, sizeof(*prev) * n);
+		ret = locus_eldrfit_balanced_assign(cost, n, K, assign);
+		if (ret < 0)
+			goto out;
+		if (progress)
+			progress(progress_arg, "kmeans", it, max_iter);
+		if (it > 1 && !memcmp(prev, assign, sizeof(*prev) * n)) {
+			*converged = 1;
+			break;
+		}
+		update(x, n, D, K, assign, centroids, scratch);
+	}
+	ret = (int)(it > max_iter ? max_iter : it);
+out:
+	free(prev);
+	free(scratch);
+	free(cost);
+	return ret;
+}

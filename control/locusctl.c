@@ -1,0 +1,93 @@
+// SPDX-License-Identifier: MIT
+/* locusctl: the control plane's command line; dispatch and shared helpers. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "locus_common.h"
+#include "locusctl.h"
+
+/*
+ * Kinds of fit, chosen by a flag anywhere on the fit command line (the
+ * first entry is the default); the handler gets the whole argv.
+ */
+static const struct locusctl_cmd fit_kinds[] = {
+	{ "--eldr", locusctl_eldr_fit, "fit [--eldr] ... (ELDR decode-routing table)" },
+};
+
+static int cmd_fit(int argc, char **argv)
+{
+	for (size_t k = 1; k < LOCUS_ARRAY_SIZE(fit_kinds); k++)
+		for (int i = 1; i < argc; i++)
+			if (!strcmp(argv[i], fit_kinds[k].name))
+				return fit_kinds[k].run(argc, argv);
+	return fit_kinds[0].run(argc, argv);
+}
+
+/* One line per subcommand; add a subcommand by adding an entry. */
+static const struct locusctl_cmd cmds[] = {
+	{ "fit", cmd_fit,
+	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1] [--seed N]\n"
+	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE" },
+	{ "show", locusctl_eldr_show, "show TABLE [--json]" },
+	{ "push", locusctl_eldr_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: locusctl <command> [args]\n");
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(cmds); i++)
+		fprintf(f, "  locusctl %s\n", cmds[i].usage);
+}
+
+void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t total)
+{
+	static char last_stage[32];
+	static uint32_t last_step;
+	int tty = isatty(STDERR_FILENO);
+	uint32_t pct = total ? (uint32_t)((uint64_t)done * 100 / total) : 100;
+	int new_stage = strncmp(last_stage, stage, sizeof(last_stage) - 1) != 0;
+
+	(void)arg;
+	if (tty) {
+		char bar[31];
+		uint32_t fill = pct * 30 / 100;
+
+		memset(bar, '#', fill);
+		memset(bar + fill, ' ', 30 - fill);
+		bar[30] = '\0';
+		if (new_stage && last_stage[0])
+			fputc('\n', stderr);
+		fprintf(stderr, "\r%-8s [%s] %u/%u", stage, bar, done, total);
+		if (done >= total)
+			fputc('\n', stderr);
+	} else if (new_stage || pct / 10 != last_step / 10 || done >= total) {
+		fprintf(stderr, "locusctl: %s %u/%u\n", stage, done, total);
+	}
+	snprintf(last_stage, sizeof(last_stage), "%s", stage);
+	last_step = new_stage ? pct : (pct / 10 != last_step / 10 ? pct : last_step);
+	fflush(stderr);
+}
+
+int locusctl_fail(const struct locus_error *err, int code)
+{
+	if (err && err->msg[0])
+		fprintf(stderr, "locusctl: %s (%s)\n", err->msg, locus_strerror(code));
+	else
+		fprintf(stderr, "locusctl: %s\n", locus_strerror(code));
+	return 1;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(cmds); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].run(argc - 1, argv + 1);
+	fprintf(stderr, "locusctl: unknown command '%s'\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

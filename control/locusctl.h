@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locusctl: subcommands and the helpers they share. A subcommand is one
+ * entry in the table of locusctl.c: a name, a handler that gets argv from
+ * the subcommand's name on, and a one-line usage. A handler returns the
+ * process exit status (0 ok, 1 failure, 2 usage).
+ */
+#ifndef LOCUSCTL_H
+#define LOCUSCTL_H
+
+#include <stdint.h>
+
+#include "locus_err.h"
+
+struct locusctl_cmd {
+	const char *name;
+	int (*run)(int argc, char **argv);
+	const char *usage;
+};
+
+/* ELDR (control/eldr_ctl.c) */
+int locusctl_eldr_fit(int argc, char **argv);
+int locusctl_eldr_show(int argc, char **argv);
+int locusctl_eldr_push(int argc, char **argv);
+
+/*
+ * Progress callback for long fits: a redrawn bar when stderr is a terminal,
+ * otherwise one plain line per stage and per 10% step. arg is unused.
+ */
+void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t total);
+
+/* "locusctl: <msg>" on stderr from an error report; returns 1. */
+int locusctl_fail(const struct locus_error *err, int code);
+
+#endif /* LOCUSCTL_H */

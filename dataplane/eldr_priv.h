@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Router internals shared by the selection code and the scoring kernels.
+ *
+ * Every kernel computes bit-identical results by following one canonical
+ * arithmetic: features are processed in blocks of 16 lanes; lane i of a
+ * block accumulates with a fused multiply-add into accumulator lane i; the
+ * 16 lanes are then summed in the fixed tree of eldr_reduce16() (i += i+8,
+ * i += i+4, i += i+2, 0 += 1). The scalar kernel does exactly that with
+ * fmaf(); AVX2 holds the 16 lanes in two registers, AVX-512 in one.
+ */
+#ifndef LOCUS_ELDR_PRIV_H
+#define LOCUS_ELDR_PRIV_H
+
+#include <stdint.h>
+
+#include "locus_common.h"
+#include "locus_eldr.h"
+
+#define ELDR_LANES 16u /* canonical accumulator width */
+#define ELDR_GROUP 4u  /* centroids scored together, packed side by side */
+
+struct locus_eldr_router;
+
+/* dots[Kpad] = x . cw_d; *norm2 = sum (x * idf)^2 (canonical order). */
+typedef void (*eldr_kernel_fn)(const struct locus_eldr_router *r, const float *x,
+			       float *dots, float *norm2);
+
+struct eldr_slot {
+	uint64_t reported;   /* last load report */
+	uint64_t local;      /* assignments made here since that report */
+	uint64_t bit;        /* 1 << decoder_id when id < 64, else 0 */
+	uint32_t decoder_id;
+	uint32_t up;
+};
+
+struct locus_eldr_router {
+	uint32_t n_layers, n_experts, n_decoders, n_masked;
+	uint32_t k_pad;      /* n_decoders rounded up to ELDR_GROUP */
+	uint32_t n_feat;     /* n_masked * n_experts */
+	uint32_t n_blocks;   /* ceil(n_feat / ELDR_LANES) */
+	float tau;
+	enum locus_eldr_path path;
+	eldr_kernel_fn kernel;
+	const uint16_t *layers;  /* [n_masked] masked layer numbers */
+	const float *idf;        /* [n_blocks * 16], 0 in padding */
+	/*
+	 * idf * centroid, masked layers only, packed for streaming:
+	 * cw[((g * n_blocks + b) * ELDR_GROUP + c) * 16 + lane] is centroid
+	 * g * 4 + c, feature b * 16 + lane (0 for padding and pad centroids).
+	 */
+	const float *cw;
+	float *x;                /* scratch [n_blocks * 16], padding stays 0 */
+	float *dots;             /* scratch [k_pad] */
+	struct eldr_slot *slots; /* [n_decoders] */
+} __locus_cache_aligned;
+
+static inline float eldr_reduce16(float a[ELDR_LANES])
+{
+	for (unsigned i = 0; i < 8; i++)
+		a[i] += a[i + 8];
+	for (unsigned i = 0; i < 4; i++)
+		a[i] += a[i + 4];
+	for (unsigned i = 0; i < 2; i++)
+		a[i] += a[i + 2];
+	return a[0] + a[1];
+}
+
+void eldr_kernel_scalar(const struct locus_eldr_router *r, const float *x, float *dots,
+			float *norm2);
+void eldr_kernel_avx2(const struct locus_eldr_router *r, const float *x, float *dots,
+		      float *norm2);
+void eldr_kernel_avx512(const struct locus_eldr_router *r, const float *x, float *dots,
+			float *norm2);
+
+#endif /* LOCUS_ELDR_PRIV_H */

@@ -1,0 +1,277 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The locality-band decode router: build from a validated ELDR payload into
+ * caller memory, then score and choose with no allocation per request.
+ */
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "eldr_priv.h"
+
+struct router_layout {
+	size_t off_slots, off_layers, off_idf, off_cw, off_x, off_dots, size;
+	uint32_t k_pad, n_blocks;
+};
+
+static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t M,
+			 struct router_layout *o)
+{
+	size_t off = LOCUS_ALIGN_UP(sizeof(struct locus_eldr_router), (size_t)LOCUS_CACHE_LINE);
+	size_t feat;
+
+	if (!L || !E || !K || !M || M > L || L > LOCUS_ELDR_MAX_LAYERS ||
+	    E > LOCUS_ELDR_MAX_EXPERTS || K > LOCUS_ELDR_MAX_DECODERS)
+		return -LOCUS_ERANGE;
+	o->k_pad = (uint32_t)LOCUS_ALIGN_UP(K, ELDR_GROUP);
+	o->n_blocks = (uint32_t)(((size_t)M * E + ELDR_LANES - 1) / ELDR_LANES);
+	feat = (size_t)o->n_blocks * ELDR_LANES;
+	o->off_slots = off;
+	off = LOCUS_ALIGN_UP(off + sizeof(struct eldr_slot) * K, (size_t)LOCUS_CACHE_LINE);
+	o->off_layers = off;
+	off = LOCUS_ALIGN_UP(off + 2 * (size_t)M, (size_t)LOCUS_CACHE_LINE);
+	o->off_idf = off;
+	off = LOCUS_ALIGN_UP(off + 4 * feat, (size_t)LOCUS_CACHE_LINE);
+	o->off_cw = off;
+	off = LOCUS_ALIGN_UP(off + 4 * feat * o->k_pad, (size_t)LOCUS_CACHE_LINE);
+	o->off_x = off;
+	off = LOCUS_ALIGN_UP(off + 4 * feat, (size_t)LOCUS_CACHE_LINE);
+	o->off_dots = off;
+	off = LOCUS_ALIGN_UP(off + 4 * (size_t)o->k_pad, (size_t)LOCUS_CACHE_LINE);
+	o->size = off;
+	return 0;
+}
+
+const char *locus_eldr_path_name(enum locus_eldr_path p)
+{
+	switch (p) {
+	case LOCUS_ELDR_PATH_SCALAR:
+		return "scalar";
+	case LOCUS_ELDR_PATH_AVX2:
+		return "avx2";
+	case LOCUS_ELDR_PATH_AVX512:
+		return "avx512";
+	case LOCUS_ELDR_PATH_AUTO:
+		return "auto";
+	}
+	return "unknown";
+}
+
+int locus_eldr_path_supported(enum locus_eldr_path p)
+{
+	__builtin_cpu_init();
+	switch (p) {
+	case LOCUS_ELDR_PATH_AUTO:
+	case LOCUS_ELDR_PATH_SCALAR:
+		return 1;
+	case LOCUS_ELDR_PATH_AVX2:
+		return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+	case LOCUS_ELDR_PATH_AVX512:
+		return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") &&
+		       __builtin_cpu_supports("fma");
+	}
+	return 0;
+}
+
+size_t locus_eldr_router_mem_size(const void *payload, size_t len)
+{
+	const struct locus_eldr_tbl_hdr *h = payload;
+	struct router_layout o;
+
+	if (!payload || len < sizeof(*h))
+		return 0;
+	if (router_layout(h->n_layers, h->n_experts, h->n_decoders, h->n_masked, &o) < 0)
+		return 0;
+	return o.size;
+}
+
+int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size_t len,
+			    enum locus_eldr_path path, struct locus_eldr_router **out,
+			    struct locus_error *err)
+{
+	struct locus_eldr_tbl_view v;
+	struct locus_eldr_router *r = mem;
+	struct router_layout o;
+	uint8_t *base = mem;
+	uint16_t *layers;
+	float *idf, *cw;
+	uint32_t L, E, K, M, m;
+	int ret;
+
+	ret = locus_eldr_tbl_validate(payload, len, &v, err);
+	if (ret < 0)
+		return ret;
+	L = v.hdr->n_layers;
+	E = v.hdr->n_experts;
+	K = v.hdr->n_decoders;
+	M = v.hdr->n_masked;
+	ret = router_layout(L, E, K, M, &o);
+	if (ret < 0)
+		return locus_error_set(err, -ret, "router shape out of range");
+	if (!mem || (uintptr_t)mem % LOCUS_CACHE_LINE)
+		return locus_error_set(err, EINVAL, "router memory must be 64-byte aligned");
+	if (mem_len < o.size)
+		return locus_error_set(err, LOCUS_ERANGE, "router memory is %zu bytes, needs %zu",
+				       mem_len, o.size);
+	if (path == LOCUS_ELDR_PATH_AUTO)
+		path = locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? LOCUS_ELDR_PATH_AVX512 :
+		       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? LOCUS_ELDR_PATH_AVX2 :
+		       LOCUS_ELDR_PATH_SCALAR;
+	if (path > LOCUS_ELDR_PATH_AVX512 || !locus_eldr_path_supported(path))
+		return locus_error_set(err, ENOTSUP, "routing path %s not supported by this CPU",
+				       locus_eldr_path_name(path));
+	memset(mem, 0, o.size);
+	r->n_layers = L;
+	r->n_experts = E;
+	r->n_decoders = K;
+	r->n_masked = M;
+	r->k_pad = o.k_pad;
+	r->n_feat = M * E;
+	r->n_blocks = o.n_blocks;
+	r->tau = v.hdr->tau;
+	r->path = path;
+	r->kernel = path == LOCUS_ELDR_PATH_AVX512 ? eldr_kernel_avx512 :
+		    path == LOCUS_ELDR_PATH_AVX2 ? eldr_kernel_avx2 : eldr_kernel_scalar;
+	r->slots = (struct eldr_slot *)(base + o.off_slots);
+	layers = (uint16_t *)(base + o.off_layers);
+	idf = (float *)(base + o.off_idf);
+	cw = (float *)(base + o.off_cw);
+	r->layers = layers;
+	r->idf = idf;
+	r->cw = cw;
+	r->x = (float *)(base + o.off_x);
+	r->dots = (float *)(base + o.off_dots);
+	for (uint32_t l = 0, i = 0; l < L; l++)
+		if (v.layer_mask[l])
+			layers[i++] = (uint16_t)l;
+	for (m = 0; m < M; m++)
+		memcpy(idf + (size_t)m * E, v.idf + (size_t)layers[m] * E, 4 * (size_t)E);
+	for (uint32_t d = 0; d < K; d++) {
+		const float *c = v.centroids + (size_t)d * L * E;
+		uint32_t g = d / ELDR_GROUP, cl = d % ELDR_GROUP;
+
+		for (uint32_t f = 0; f < r->n_feat; f++) {
+			uint32_t b = f / ELDR_LANES, lane = f % ELDR_LANES;
+			size_t src = (size_t)layers[f / E] * E + f % E;
+
+			cw[(((size_t)g * o.n_blocks + b) * ELDR_GROUP + cl) * ELDR_LANES + lane] =
+				idf[f] * c[src];
+		}
+		r->slots[d].decoder_id = v.decoder_ids[d];
+		r->slots[d].bit = v.decoder_ids[d] < 64 ? 1ull << v.decoder_ids[d] : 0;
+		r->slots[d].up = 1;
+	}
+	*out = r;
+	return 0;
+}
+
+/* Similarities into r->dots[0..K-1]; the signature is already checked. */
+static void score(struct locus_eldr_router *r, const uint16_t *counts)
+{
+	const uint32_t E = r->n_experts;
+	float norm2, inv;
+
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+		float *dst = r->x + (size_t)m * E;
+
+		for (uint32_t e = 0; e < E; e++)
+			dst[e] = (float)src[e];
+	}
+	r->kernel(r, r->x, r->dots, &norm2);
+	inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f;
+	for (uint32_t d = 0; d < r->n_decoders; d++)
+		r->dots[d] *= inv;
+}
+
+int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     float *scores)
+{
+	int ret = locus_eldr_sig_check(sig, sig_len, (uint16_t)r->n_layers,
+				       (uint16_t)r->n_experts, NULL);
+
+	if (ret < 0)
+		return ret;
+	score(r, locus_eldr_sig_counts(sig));
+	memcpy(scores, r->dots, sizeof(float) * r->n_decoders);
+	return 0;
+}
+
+int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     struct locus_eldr_decision *d)
+{
+	const struct locus_eldr_sig_hdr *h = sig;
+	struct eldr_slot *slots = r->slots;
+	uint64_t allowed, best_load = UINT64_MAX;
+	float best = -INFINITY, thr;
+	uint32_t pick = UINT32_MAX, n_cand = 0;
+	int ret;
+
+	ret = locus_eldr_sig_check(sig, sig_len, (uint16_t)r->n_layers, (uint16_t)r->n_experts,
+				   NULL);
+	if (unlikely(ret < 0))
+		return ret;
+	allowed = h->allowed_decoders;
+	score(r, locus_eldr_sig_counts(sig));
+	for (uint32_t s = 0; s < r->n_decoders; s++)
+		if (slots[s].up && (!allowed || (slots[s].bit & allowed)) && r->dots[s] > best)
+			best = r->dots[s];
+	if (unlikely(best == -INFINITY))
+		return -LOCUS_ENODEST;
+	thr = best - r->tau;
+	for (uint32_t s = 0; s < r->n_decoders; s++) {
+		uint64_t load;
+
+		if (!slots[s].up || (allowed && !(slots[s].bit & allowed)) || r->dots[s] < thr)
+			continue;
+		n_cand++;
+		load = slots[s].reported + slots[s].local;
+		if (load < slots[s].reported)
+			load = UINT64_MAX;
+		if (pick == UINT32_MAX || load < best_load ||
+		    (load == best_load && r->dots[s] > r->dots[pick])) {
+			best_load = load;
+			pick = s;
+		}
+	}
+	slots[pick].local++;
+	d->slot = pick;
+	d->decoder_id = slots[pick].decoder_id;
+	d->similarity = r->dots[pick];
+	d->best = best;
+	d->n_candidates = n_cand;
+	d->load = best_load;
+	return 0;
+}
+
+void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load)
+{
+	if (slot < r->n_decoders) {
+		r->slots[slot].reported = load;
+		r->slots[slot].local = 0;
+	}
+}
+
+void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up)
+{
+	if (slot < r->n_decoders)
+		r->slots[slot].up = !!up;
+}
+
+int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_id)
+{
+	for (uint32_t s = 0; s < r->n_decoders; s++)
+		if (r->slots[s].decoder_id == decoder_id)
+			return (int)s;
+	return -LOCUS_ERANGE;
+}
+
+uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r)
+{
+	return r->n_decoders;
+}
+
+enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r)
+{
+	return r->path;
+}

@@ -1,0 +1,243 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ELDR: expert signatures, the ELDR table payload, and the locality-band
+ * decode router (DESIGN.md, "ELDR"). Pure C: no EAL, verbs or shm.
+ *
+ * Signature (payload of a LOCUS_MSG_SIGNATURE message, and of a prefill
+ * client's submit descriptor):
+ *   struct locus_eldr_sig_hdr (32 bytes) | uint16_t counts[n_layers][n_experts]
+ * counts[l][e] = prompt tokens whose top-k at MoE layer l includes expert e,
+ * saturating at 65535 (an id repeated in one token's top-k counts once).
+ *
+ * Table (kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION), sealed
+ * with locus_tblfile.h; the payload is
+ *   struct locus_eldr_tbl_hdr (64 bytes)
+ *   uint32_t decoder_ids[K]            at layout.off_ids
+ *   uint8_t  layer_mask[L]  (0 or 1)   at layout.off_mask
+ *   float    idf[L][E]                 at layout.off_idf
+ *   float    centroids[K][L][E]        at layout.off_centroids
+ * each section starting on a 64-byte boundary, zero padding between them.
+ * A centroid is unit-norm over the masked layers and zero elsewhere; a
+ * signature x = normalize(counts * idf over masked layers); s_d = x . c_d.
+ */
+#ifndef LOCUS_ELDR_H
+#define LOCUS_ELDR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_common.h"
+#include "locus_err.h"
+
+#define LOCUS_ELDR_SIG_MAGIC    0x47495345u /* "ESIG" */
+#define LOCUS_ELDR_SIG_VERSION  1u
+#define LOCUS_ELDR_TBL_VERSION  1u
+#define LOCUS_ELDR_MAX_LAYERS   1024u
+#define LOCUS_ELDR_MAX_EXPERTS  4096u
+#define LOCUS_ELDR_MAX_DECODERS 1024u
+#define LOCUS_ELDR_MAX_K        64u     /* top-k per token per layer */
+#define LOCUS_ELDR_TAU_DEFAULT  0.1f
+#define LOCUS_ELDR_NORM_TOL     1e-3f   /* |centroid norm - 1| allowed */
+#define LOCUS_ELDR_IDF_MAX      1e6f    /* keeps (count * idf)^2 sums finite in f32 */
+
+struct locus_eldr_sig_hdr {
+	uint32_t magic;            /* LOCUS_ELDR_SIG_MAGIC */
+	uint16_t version;          /* LOCUS_ELDR_SIG_VERSION */
+	uint16_t flags;            /* 0 */
+	uint16_t n_layers;         /* must equal the active table's L */
+	uint16_t n_experts;        /* must equal the active table's E */
+	uint32_t prompt_tokens;    /* informational (counts saturate) */
+	/*
+	 * Decode constraint: bit i set = the decoder whose id is i may take
+	 * the request; 0 = any decoder. Decoders with ids >= 64 are only
+	 * reachable with a mask of 0.
+	 */
+	uint64_t allowed_decoders;
+	uint8_t  reserved[8];      /* 0 */
+};
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_eldr_sig_hdr) == 32, "signature header is 32 bytes");
+
+/* Bytes of a signature payload for L layers and E experts (header included). */
+static inline size_t locus_eldr_sig_len(uint32_t n_layers, uint32_t n_experts)
+{
+	return sizeof(struct locus_eldr_sig_hdr) + (size_t)n_layers * n_experts * 2;
+}
+
+static inline const uint16_t *locus_eldr_sig_counts(const void *payload)
+{
+	return (const uint16_t *)((const uint8_t *)payload + sizeof(struct locus_eldr_sig_hdr));
+}
+
+/*
+ * Check a signature payload of len bytes against the table's L and E: magic,
+ * version, flags and reserved zero, L/E equal, exact length. err may be NULL
+ * (the hot path passes NULL and gets only the code).
+ */
+int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
+			 uint16_t n_experts, struct locus_error *err);
+
+/*
+ * Add n_tokens tokens of routed experts (ids[t][n_layers][k]) to counts
+ * [n_layers][n_experts], saturating at 65535; an id repeated within one
+ * token's top-k counts once. Ids >= n_experts: -LOCUS_ERANGE, counts are
+ * then partially updated. Returns 0.
+ */
+int locus_eldr_counts_add(uint16_t *counts, uint16_t n_layers, uint16_t n_experts,
+			  uint16_t k, const uint16_t *ids, uint32_t n_tokens,
+			  struct locus_error *err);
+
+/*
+ * Write a whole signature payload into buf (cap bytes): header with the
+ * given decode constraint, counts from the routed experts of the prompt.
+ * Returns the payload length or a negative code.
+ */
+long locus_eldr_sig_build(void *buf, size_t cap, uint16_t n_layers, uint16_t n_experts,
+			  uint16_t k, const uint16_t *ids, uint32_t n_tokens,
+			  uint64_t allowed_decoders, struct locus_error *err);
+
+/* ---- table payload ---- */
+
+struct locus_eldr_tbl_hdr {
+	uint16_t n_layers;         /* L */
+	uint16_t n_experts;        /* E */
+	uint16_t n_decoders;       /* K >= 1 */
+	uint16_t n_masked;         /* layers set in layer_mask, >= 1 */
+	float    tau;              /* locality band, finite, [0, 2] */
+	uint32_t n_calib;          /* calibration requests fitted (information) */
+	uint64_t seed;             /* k-means++ seed (information) */
+	float    mask_score;       /* calibration score of the mask (information) */
+	float    full_score;       /* same score with every layer (information) */
+	uint32_t iterations;       /* k-means iterations run (information) */
+	uint32_t flags;            /* 0 */
+	uint8_t  reserved[24];     /* 0 */
+};
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_eldr_tbl_hdr) == 64, "ELDR table header is 64 bytes");
+
+struct locus_eldr_tbl_layout {
+	size_t off_ids, off_mask, off_idf, off_centroids;
+	size_t len; /* exact payload length */
+};
+
+/* Offsets for L, E, K; -LOCUS_ERANGE if any is 0 or above its maximum. */
+int locus_eldr_tbl_layout(uint32_t n_layers, uint32_t n_experts, uint32_t n_decoders,
+			  struct locus_eldr_tbl_layout *out);
+
+/* Pointers into a validated payload. */
+struct locus_eldr_tbl_view {
+	const struct locus_eldr_tbl_hdr *hdr;
+	const uint32_t *decoder_ids;  /* [K] */
+	const uint8_t *layer_mask;    /* [L] */
+	const float *idf;             /* [L][E] */
+	const float *centroids;       /* [K][L][E] */
+};
+
+/*
+ * Validate an ELDR payload (the part after the sealed-blob header): sizes,
+ * exact length, flags/reserved zero, tau, mask bytes 0/1 and its count, at
+ * least one masked layer, idf in (0, LOCUS_ELDR_IDF_MAX], centroids finite, zero outside
+ * the mask and of norm 1 +- LOCUS_ELDR_NORM_TOL inside it, decoder ids
+ * unique. Used by locusctl show, the table channel and the router build.
+ * view may be NULL. The payload must be 4-byte aligned.
+ */
+int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_tbl_view *view,
+			    struct locus_error *err);
+
+/* The segment's table channel that carries ELDR tables (DESIGN.md, "Tables"). */
+#define LOCUS_ELDR_TABLE_CHANNEL 0u
+
+/*
+ * Check a whole sealed blob (locus_tblfile.h header + payload): locus_tbl_check
+ * with kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION, then
+ * locus_eldr_tbl_validate. On success *payload / *payload_len (may be NULL)
+ * point into blob. The signature matches the table channel's validate
+ * callback (arg unused), so locusd passes it as is.
+ */
+int locus_eldr_blob_check(const void *blob, size_t len, struct locus_eldr_tbl_view *view,
+			  struct locus_error *err);
+int locus_eldr_table_validate_cb(const void *blob, size_t len, void *arg,
+				 struct locus_error *err);
+
+/*
+ * Start a payload in buf (zeroed, len == layout.len): writes the header's
+ * shape fields and tau, and returns writable section pointers through the
+ * out parameters. The caller fills them and then validates and seals.
+ */
+int locus_eldr_tbl_init(void *buf, size_t len, uint16_t n_layers, uint16_t n_experts,
+			uint16_t n_decoders, float tau, uint32_t **ids, uint8_t **mask,
+			float **idf, float **centroids);
+
+/* ---- router ---- */
+
+enum locus_eldr_path {
+	LOCUS_ELDR_PATH_AUTO = 0,  /* best the CPU supports */
+	LOCUS_ELDR_PATH_SCALAR,
+	LOCUS_ELDR_PATH_AVX2,      /* AVX2 + FMA */
+	LOCUS_ELDR_PATH_AVX512,    /* AVX-512F */
+};
+
+struct locus_eldr_decision {
+	uint32_t slot;         /* index in the table's decoder list */
+	uint32_t decoder_id;
+	float similarity;      /* x . c of the chosen decoder */
+	float best;            /* highest similarity among eligible decoders */
+	uint32_t n_candidates; /* eligible decoders inside the band */
+	uint64_t load;         /* effective load of the chosen decoder before this pick */
+};
+
+struct locus_eldr_router; /* one per routing lcore, in caller memory */
+
+/* Name of a path ("scalar", "avx2", "avx512"). */
+const char *locus_eldr_path_name(enum locus_eldr_path p);
+
+/* Whether this CPU runs path p (AUTO and SCALAR: always). */
+int locus_eldr_path_supported(enum locus_eldr_path p);
+
+/*
+ * Bytes of memory a router for this payload needs (64-byte aligned memory),
+ * or 0 when the payload's shape is invalid.
+ */
+size_t locus_eldr_router_mem_size(const void *payload, size_t len);
+
+/*
+ * Build a router in mem (64-byte aligned, mem_len >= mem_size) from a
+ * payload, which is validated first: centroids are pre-multiplied by idf and
+ * packed for the chosen kernel, only masked layers kept. Every decoder
+ * starts up with load 0. The router does not point into the payload. -ENOTSUP
+ * if path is not supported by this CPU.
+ */
+int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size_t len,
+			    enum locus_eldr_path path, struct locus_eldr_router **out,
+			    struct locus_error *err);
+
+/*
+ * Route one signature payload: score against every centroid, take the
+ * eligible decoders (up, allowed by the signature's mask) whose score is
+ * within tau of the best eligible score, choose the lowest effective load
+ * (reported load + assignments made here since that report), ties to the
+ * higher score, then the lower slot. Counts the assignment. Returns 0, or
+ * -LOCUS_ENODEST (no eligible decoder), or the signature check's code.
+ * An all-zero signature (over the masked layers) scores 0 everywhere.
+ * No allocation, no syscalls, no locks.
+ */
+int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     struct locus_eldr_decision *d);
+
+/* Scores only (tests, tools): scores[K]. Returns 0 or the check's code. */
+int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     float *scores);
+
+/* A load report for slot: replaces the reported load, clears local assignments. */
+void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
+
+/* Mark slot up (1) or down (0). */
+void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up);
+
+/* Slot of a decoder id, or -LOCUS_ERANGE. */
+int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_id);
+
+uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r);
+enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r);
+
+#endif /* LOCUS_ELDR_H */
