@@ -4,7 +4,8 @@
  * LOCUS_SHM_DIR, registers and fills counters with values it knows, runs
  * the built binary (build/bin/locus-stat beside this test's directory) and
  * checks its table, its JSON (parsed back) and its Prometheus text (parsed
- * back line by line), then every documented error exit.
+ * back line by line), and --watch rates. Error exits are in
+ * test_locus_stat_errors.c.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,16 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <libgen.h>
-#include <limits.h>
 #include <math.h>
-#include <signal.h>
 #include <unistd.h>
-#include <grp.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "locus_counters.h"
@@ -30,12 +23,10 @@
 #include "locus_stat.h"
 #include "mini_json.h"
 #include "stat_test_prom.h"
+#include "stat_test_run.h"
 
 #define HELP_ROUTED "Requests routed, \"quoted\" and back\\slashed"
 #define BIG_SUM_TXT "9223372036854776825" /* 2^63 + 1017 */
-
-static char tmpdir[64];
-static char stat_bin[PATH_MAX];
 
 struct fixture {
 	struct locus_shm *shm;
@@ -44,124 +35,6 @@ struct fixture {
 };
 
 static struct fixture fx;
-
-struct run {
-	int status;      /* exit code, or 128 + signal */
-	char *out, *err;
-};
-
-static char *slurp(int fd)
-{
-	size_t cap = 4096, n = 0;
-	char *buf = malloc(cap);
-	ssize_t r;
-
-	assert_non_null(buf);
-	lseek(fd, 0, SEEK_SET);
-	while ((r = read(fd, buf + n, cap - n - 1)) > 0) {
-		n += (size_t)r;
-		if (n + 1 == cap) {
-			buf = realloc(buf, cap *= 2);
-			assert_non_null(buf);
-		}
-	}
-	buf[n] = '\0';
-	return buf;
-}
-
-static int tmp_fd(void)
-{
-	char path[PATH_MAX];
-	int fd;
-
-	snprintf(path, sizeof(path), "%s/outXXXXXX", tmpdir);
-	fd = mkstemp(path);
-	assert_true(fd >= 0);
-	unlink(path);
-	return fd;
-}
-
-/*
- * Run locus-stat with argv (NULL-terminated, argv[0] excluded) as uid (or
- * as ourselves when uid < 0). tick, when set, runs in the parent every
- * millisecond, with the child's stdout, until the child exits.
- */
-static void run_stat(struct run *r, int uid, const char *bin, void (*tick)(int out_fd),
-		     const char *const *args)
-{
-	const char *argv[32] = { bin };
-	int out = tmp_fd(), err = tmp_fd(), st;
-	pid_t pid;
-	size_t n = 1;
-
-	for (; args[n - 1]; n++) {
-		assert_true(n < LOCUS_ARRAY_SIZE(argv) - 1);
-		argv[n] = args[n - 1];
-	}
-	argv[n] = NULL;
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0) {
-		alarm(30); /* survives exec: a hung locus-stat dies */
-		dup2(out, 1);
-		dup2(err, 2);
-		if (uid >= 0 && (setgroups(0, NULL) < 0 || setresgid(uid, uid, uid) < 0 ||
-				 setresuid(uid, uid, uid) < 0))
-			_exit(125);
-		execv(bin, (char *const *)argv);
-		_exit(127);
-	}
-	while (waitpid(pid, &st, tick ? WNOHANG : 0) == 0) {
-		tick(out);
-		usleep(1000);
-	}
-	r->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	r->out = slurp(out);
-	r->err = slurp(err);
-	close(out);
-	close(err);
-}
-
-#define RUN(r, ...) run_stat((r), -1, stat_bin, NULL, (const char *const[]){ __VA_ARGS__, NULL })
-
-static void run_free(struct run *r)
-{
-	free(r->out);
-	free(r->err);
-}
-
-static void reg(struct locus_counters *c, const char *name, const char *help,
-		enum locus_ctr_kind kind, uint32_t ndims, uint32_t d0, uint32_t d1,
-		const char *l0, const char *l1, uint64_t *off)
-{
-	struct locus_ctr_desc d = { .name = name, .help = help, .kind = kind, .ndims = ndims,
-				    .dim = { d0, d1 }, .label = { l0, l1 } };
-	struct locus_error err;
-
-	if (locus_counters_register(c, &d, off, &err) < 0)
-		fail_msg("register %s: %s", name, err.msg);
-}
-
-static struct locus_shm *make_segment(const char *instance, size_t ctr_size,
-				      struct locus_ctr_params *p, struct locus_counters **c)
-{
-	struct locus_shm_params sp = { .instance = instance };
-	struct locus_shm *shm;
-	struct locus_error err;
-	size_t size;
-	void *region;
-
-	sp.region_size[LOCUS_REGION_COUNTERS] = ctr_size;
-	if (locus_shm_create(&sp, &shm, &err) < 0)
-		fail_msg("create %s: %s", instance, err.msg);
-	region = locus_shm_region(shm, LOCUS_REGION_COUNTERS, &size);
-	if (p) {
-		assert_int_equal(locus_counters_init(region, size, p, &err), 0);
-		assert_int_equal(locus_counters_open(region, size, 0, c, &err), 0);
-	}
-	locus_shm_set_state(shm, LOCUS_SHM_RUNNING);
-	return shm;
-}
 
 /*
  * Known contents:
@@ -175,24 +48,11 @@ static struct locus_shm *make_segment(const char *instance, size_t ctr_size,
 static int setup(void **state)
 {
 	struct locus_ctr_params p = { .max_entries = 16, .n_blocks = 4, .block_size = 4096 };
-	char self[PATH_MAX];
-	ssize_t n;
 	uint64_t off;
 	void *b[4];
 	(void)state;
 
-	n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	assert_true(n > 0);
-	self[n] = '\0';
-	snprintf(stat_bin, sizeof(stat_bin), "%s/../bin/locus-stat", dirname(self));
-	if (access(stat_bin, X_OK) < 0)
-		fail_msg("%s not built", stat_bin);
-	snprintf(tmpdir, sizeof(tmpdir), "/tmp/locus-stat-test.XXXXXX");
-	assert_non_null(mkdtemp(tmpdir));
-	chmod(tmpdir, 0755); /* uid 65534 must reach the files to meet their modes */
-	setenv(LOCUS_SHM_DIR_ENV, tmpdir, 1);
-	unsetenv("LOCUS_INSTANCE");
-
+	stat_test_env();
 	fx.shm = make_segment("stattest", locus_counters_region_size(&p), &p, &fx.c);
 	for (uint32_t i = 0; i < 4; i++)
 		b[i] = locus_counters_block(fx.c, i);
@@ -229,13 +89,10 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	char cmd[PATH_MAX + 16];
 	(void)state;
-
 	locus_counters_close(fx.c);
 	locus_shm_detach(fx.shm);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
-	return system(cmd) == 0 ? 0 : -1;
+	return stat_test_env_cleanup();
 }
 
 /* The line of out that starts with prefix followed by a blank, or NULL. */
@@ -500,219 +357,6 @@ static void test_watch(void **state)
 	run_free(&r);
 }
 
-static void expect_exit(int want, const char *err_has, const char *const *args)
-{
-	struct run r;
-
-	run_stat(&r, -1, stat_bin, NULL, args);
-	if (r.status != want || (err_has && !strstr(r.err, err_has)))
-		fail_msg("locus-stat %s ...: exit %d (want %d), stderr: %s", args[0], r.status,
-			 want, r.err);
-	run_free(&r);
-}
-
-#define EXPECT_EXIT(want, err_has, ...) \
-	expect_exit((want), (err_has), (const char *const[]){ __VA_ARGS__, NULL })
-
-static void test_usage_errors(void **state)
-{
-	struct run r;
-	(void)state;
-
-	EXPECT_EXIT(1, "exclude", "-i", "stattest", "--json", "--prometheus");
-	EXPECT_EXIT(1, "--count needs --watch", "-i", "stattest", "--count", "2");
-	EXPECT_EXIT(1, "--watch", "-i", "stattest", "--watch", "0");
-	EXPECT_EXIT(1, "--watch", "-i", "stattest", "--watch", "1s");
-	EXPECT_EXIT(1, "--count", "-i", "stattest", "--watch", "1", "--count", "-1");
-	EXPECT_EXIT(1, "--prometheus", "-i", "stattest", "--prometheus", "--watch", "1");
-	EXPECT_EXIT(1, "bad instance name", "-i", "../etc");
-	EXPECT_EXIT(1, NULL, "--no-such-option");
-	RUN(&r, "--help");
-	assert_int_equal(r.status, 0);
-	assert_non_null(strstr(r.out, "Exit codes"));
-	run_free(&r);
-}
-
-static void test_no_instance(void **state)
-{
-	(void)state;
-	EXPECT_EXIT(LOCUS_STAT_EXIT_NOINSTANCE, "no locus instance \"nosuch\"", "-i", "nosuch");
-	/* default instance name when neither -i nor $LOCUS_INSTANCE is given */
-	EXPECT_EXIT(LOCUS_STAT_EXIT_NOINSTANCE, "\"default\"", "--json");
-}
-
-static struct locus_shm *small_segment(const char *instance, struct locus_counters **c)
-{
-	struct locus_ctr_params p = { .max_entries = 4, .n_blocks = 2, .block_size = 256 };
-
-	return make_segment(instance, locus_counters_region_size(&p), &p, c);
-}
-
-static void drop_segment(struct locus_shm *shm, struct locus_counters *c, const char *instance)
-{
-	locus_counters_close(c);
-	locus_shm_detach(shm);
-	assert_int_equal(locus_shm_remove(instance), 0);
-}
-
-static void shm_file_patch(const char *instance, off_t off, const void *buf, size_t len)
-{
-	char path[PATH_MAX];
-	int fd;
-
-	assert_int_equal(locus_shm_path(instance, path, sizeof(path)), 0);
-	fd = open(path, O_RDWR);
-	assert_true(fd >= 0);
-	assert_int_equal(pwrite(fd, buf, len, off), (ssize_t)len);
-	close(fd);
-}
-
-static struct locus_ctr_hdr *ctr_hdr(struct locus_shm *shm)
-{
-	return locus_shm_region(shm, LOCUS_REGION_COUNTERS, NULL);
-}
-
-static void test_version_mismatch(void **state)
-{
-	struct locus_counters *c;
-	struct locus_shm *shm;
-	uint32_t abi = LOCUS_SHM_ABI_VERSION + 1;
-	(void)state;
-
-	shm = small_segment("ctrver", &c);
-	ctr_hdr(shm)->version = LOCUS_CTR_VERSION + 1;
-	EXPECT_EXIT(LOCUS_STAT_EXIT_VERSION, "layout version", "-i", "ctrver");
-	drop_segment(shm, c, "ctrver");
-
-	shm = small_segment("abiver", &c);
-	shm_file_patch("abiver", offsetof(struct locus_shm_hdr, abi_version), &abi, sizeof(abi));
-	EXPECT_EXIT(LOCUS_STAT_EXIT_VERSION, "ABI version", "-i", "abiver");
-	drop_segment(shm, c, "abiver");
-}
-
-static void test_corrupt(void **state)
-{
-	struct locus_counters *c;
-	struct locus_shm *shm;
-	struct locus_ctr_entry *e;
-	uint64_t off, magic = 0x1122334455667788ull;
-	(void)state;
-
-	shm = small_segment("ctrbad", &c);
-	reg(c, "x", NULL, LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, &off);
-	e = (struct locus_ctr_entry *)((char *)ctr_hdr(shm) + ctr_hdr(shm)->dir_off);
-	e->offset = 256;
-	EXPECT_EXIT(LOCUS_STAT_EXIT_CORRUPT, "beyond", "-i", "ctrbad");
-	e->offset = 0;
-	e->name[0] = 'X';
-	EXPECT_EXIT(LOCUS_STAT_EXIT_CORRUPT, "name", "-i", "ctrbad");
-	ctr_hdr(shm)->magic = magic;
-	EXPECT_EXIT(LOCUS_STAT_EXIT_CORRUPT, "bad magic", "-i", "ctrbad");
-	drop_segment(shm, c, "ctrbad");
-
-	shm = small_segment("segbad", &c);
-	shm_file_patch("segbad", 0, &magic, sizeof(magic));
-	EXPECT_EXIT(LOCUS_STAT_EXIT_CORRUPT, "not a locus segment", "-i", "segbad");
-	drop_segment(shm, c, "segbad");
-}
-
-static void test_no_counters(void **state)
-{
-	struct locus_shm_params sp = { .instance = "noctr" };
-	struct locus_shm *shm;
-	(void)state;
-
-	shm = make_segment("uninit", 4096, NULL, NULL);
-	locus_shm_set_state(shm, LOCUS_SHM_STARTING);
-	EXPECT_EXIT(LOCUS_STAT_EXIT_NOCOUNTERS, "state starting): counters not initialised",
-		    "-i", "uninit");
-	drop_segment(shm, NULL, "uninit");
-
-	sp.region_size[LOCUS_REGION_TABLES] = 4096;
-	assert_int_equal(locus_shm_create(&sp, &shm, NULL), 0);
-	EXPECT_EXIT(LOCUS_STAT_EXIT_NOCOUNTERS, "no counters region", "-i", "noctr");
-	drop_segment(shm, NULL, "noctr");
-}
-
-static void test_permission(void **state)
-{
-	char path[PATH_MAX], bin[sizeof(tmpdir) + 16], cmd[2 * PATH_MAX];
-	struct locus_counters *c;
-	struct locus_shm *shm;
-	struct run r;
-	(void)state;
-
-	if (geteuid() != 0)
-		skip(); /* needs chown and setresuid */
-	snprintf(bin, sizeof(bin), "%s/locus-stat", tmpdir);
-	snprintf(cmd, sizeof(cmd), "cp '%s' '%s' && chmod 0755 '%s'", stat_bin, bin, bin);
-	assert_int_equal(system(cmd), 0);
-	shm = small_segment("perm", &c);
-	assert_int_equal(locus_shm_path("perm", path, sizeof(path)), 0);
-
-	/* mode 0600, root's: the OS refuses uid 65534 */
-	assert_int_equal(chmod(path, 0600), 0);
-	run_stat(&r, 65534, bin, NULL, (const char *const[]){ "-i", "perm", NULL });
-	if (r.status != LOCUS_STAT_EXIT_PERM || !strstr(r.err, "permission denied"))
-		fail_msg("as uid 65534: exit %d, stderr %s", r.status, r.err);
-	run_free(&r);
-	/* mode 0660 but root:root, and 65534 is not in group root */
-	assert_int_equal(chmod(path, 0660), 0);
-	run_stat(&r, 65534, bin, NULL, (const char *const[]){ "-i", "perm", NULL });
-	assert_int_equal(r.status, LOCUS_STAT_EXIT_PERM);
-	run_free(&r);
-	/* owned by another user whose group we are not in */
-	assert_int_equal(chown(path, 65534, 65534), 0);
-	EXPECT_EXIT(LOCUS_STAT_EXIT_PERM, "owned by uid 65534", "-i", "perm");
-	/* world-writable */
-	assert_int_equal(chown(path, 0, 0), 0);
-	assert_int_equal(chmod(path, 0666), 0);
-	EXPECT_EXIT(LOCUS_STAT_EXIT_PERM, "world-writable", "-i", "perm");
-	assert_int_equal(chmod(path, 0660), 0);
-	EXPECT_EXIT(0, NULL, "-i", "perm");
-	drop_segment(shm, c, "perm");
-}
-
-static const char *shrink_path;
-static int shrink_ticks; /* 1 once truncated */
-
-/* Once locus-stat has printed its first sample, pull the pages from under it. */
-static void shrink_later(int out_fd)
-{
-	struct stat st;
-
-	if (shrink_ticks || fstat(out_fd, &st) < 0 || st.st_size == 0)
-		return;
-	shrink_ticks = 1;
-	assert_int_equal(truncate(shrink_path, 0), 0);
-}
-
-/* A segment truncated under a running locus-stat: exit 5, not SIGBUS. */
-static void test_shrunk_segment(void **state)
-{
-	char path[PATH_MAX];
-	struct locus_counters *c;
-	struct locus_shm *shm;
-	struct run r;
-	(void)state;
-
-	shm = small_segment("shrink", &c);
-	assert_int_equal(locus_shm_path("shrink", path, sizeof(path)), 0);
-	shrink_path = path;
-	shrink_ticks = 0;
-	run_stat(&r, -1, stat_bin, shrink_later, (const char *const[]){
-		"-i", "shrink", "--json", "--watch", "0.01", "--count", "1000", NULL });
-	assert_int_equal(shrink_ticks, 1);
-	if (r.status != LOCUS_STAT_EXIT_CORRUPT || !strstr(r.err, "shrank"))
-		fail_msg("exit %d, stderr %s", r.status, r.err);
-	assert_non_null(strstr(r.out, "\"instance\":\"shrink\"")); /* it ran before */
-	run_free(&r);
-	/* our own mapping lost its pages too: unmap without touching them */
-	locus_counters_close(c);
-	locus_shm_detach(shm);
-	assert_int_equal(locus_shm_remove("shrink"), 0);
-}
-
 /* The checkers the tests above rely on must be able to fail. */
 static void test_checkers_reject(void **state)
 {
@@ -775,13 +419,6 @@ int main(void)
 		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_prometheus),
 		cmocka_unit_test(test_watch),
-		cmocka_unit_test(test_usage_errors),
-		cmocka_unit_test(test_no_instance),
-		cmocka_unit_test(test_version_mismatch),
-		cmocka_unit_test(test_corrupt),
-		cmocka_unit_test(test_no_counters),
-		cmocka_unit_test(test_permission),
-		cmocka_unit_test(test_shrunk_segment),
 		cmocka_unit_test(test_checkers_reject),
 	};
 
