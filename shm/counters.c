@@ -460,7 +460,7 @@ int locus_counters_find(const struct locus_counters *c, const char *name)
 
 void *locus_counters_block(struct locus_counters *c, uint32_t lcore)
 {
-	if (lcore >= c->n_blocks)
+	if (lcore >= c->n_blocks || (c->flags & LOCUS_CTR_RDONLY))
 		return NULL;
 	return c->base + c->blocks_off + (uint64_t)lcore * c->block_size;
 }

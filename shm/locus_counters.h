@@ -174,7 +174,11 @@ int locus_counters_register(struct locus_counters *c, const struct locus_ctr_des
 /* Directory index of name, or -ENOENT. */
 int locus_counters_find(const struct locus_counters *c, const char *name);
 
-/* Base of lcore's block (for the hot-path helpers below); NULL if out of range. */
+/*
+ * Base of lcore's block for the hot-path helpers below; each block has one
+ * writing thread at a time. NULL if lcore is out of range or the handle is
+ * read-only.
+ */
 void *locus_counters_block(struct locus_counters *c, uint32_t lcore);
 
 uint32_t locus_counters_n_blocks(const struct locus_counters *c);

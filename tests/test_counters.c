@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -174,6 +175,108 @@ static void test_reopen_rw_resumes(void **state)
 	assert_int_equal(o2, o1 + 24);
 	assert_null(locus_counters_block(again, 1));
 	locus_counters_close(again);
+	region_free(&r);
+}
+
+#define N_REG_THREADS 4
+#define N_REG_EACH    40
+
+struct reg_arg {
+	struct locus_counters *c;
+	int id, failures;
+	uint64_t off[N_REG_EACH];
+};
+
+static void *register_main(void *p)
+{
+	struct reg_arg *a = p;
+	char name[32];
+
+	for (int i = 0; i < N_REG_EACH; i++) {
+		snprintf(name, sizeof(name), "t%d_c%d", a->id, i);
+		/* every thread also races for one shared name: exactly one wins */
+		if (reg(a->c, name, i & 1 ? LOCUS_CTR_HISTOGRAM : LOCUS_CTR_COUNTER, 0, 0, 0,
+			NULL, NULL, &a->off[i]) < 0)
+			a->failures++;
+		if (i == N_REG_EACH / 2 &&
+		    reg(a->c, "shared", LOCUS_CTR_GAUGE, 0, 0, 0, NULL, NULL, NULL) >= 0)
+			a->failures += 1000;
+	}
+	return NULL;
+}
+
+/* Registration from several threads of the owner: no lost or overlapping entries. */
+static void test_register_threads(void **state)
+{
+	struct reg_arg a[N_REG_THREADS];
+	pthread_t t[N_REG_THREADS];
+	struct locus_counters *ro;
+	struct region r;
+	uint64_t end = 0;
+	int wins = 0;
+	(void)state;
+
+	region_new(&r, N_REG_THREADS * N_REG_EACH + 1, 2, 64 * 1024);
+	for (int i = 0; i < N_REG_THREADS; i++) {
+		a[i] = (struct reg_arg){ .c = r.rw, .id = i };
+		assert_int_equal(pthread_create(&t[i], NULL, register_main, &a[i]), 0);
+	}
+	for (int i = 0; i < N_REG_THREADS; i++) {
+		pthread_join(t[i], NULL);
+		assert_int_equal(a[i].failures % 1000, 0);
+		wins += a[i].failures / 1000;
+	}
+	assert_int_equal(wins, 1);
+	assert_int_equal(locus_counters_open(r.mem, r.size, LOCUS_CTR_RDONLY, &ro, NULL), 0);
+	assert_int_equal(locus_counters_n_entries(ro), N_REG_THREADS * N_REG_EACH + 1);
+	/* directory order is allocation order: offsets strictly increase */
+	for (uint32_t i = 0; i < locus_counters_n_entries(ro); i++) {
+		const struct locus_ctr_info *in = locus_counters_info(ro, i);
+
+		assert_true(in->offset >= end);
+		end = in->offset + 8ull * in->n_elems * in->elem_words;
+	}
+	for (int i = 0; i < N_REG_THREADS; i++) {
+		char name[32];
+
+		snprintf(name, sizeof(name), "t%d_c%d", i, N_REG_EACH - 1);
+		assert_int_equal(locus_counters_info(ro, (uint32_t)locus_counters_find(ro, name))->offset,
+				 a[i].off[N_REG_EACH - 1]);
+	}
+	assert_null(locus_counters_block(ro, 0)); /* readers get no block to write */
+	locus_counters_close(ro);
+	region_free(&r);
+}
+
+/* A reader keeps what it validated when the shared directory goes bad later. */
+static void test_refresh_rejects(void **state)
+{
+	struct locus_counters *ro;
+	struct locus_ctr_hdr *h;
+	struct locus_ctr_entry *e;
+	struct locus_error err;
+	struct region r;
+	uint64_t off, v;
+	(void)state;
+
+	region_new(&r, 4, 1, 512);
+	h = r.mem;
+	e = (struct locus_ctr_entry *)((char *)r.mem + h->dir_off);
+	assert_int_equal(reg(r.rw, "a", LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, &off), 0);
+	locus_counter_add(locus_counters_block(r.rw, 0), off, 42);
+	assert_int_equal(locus_counters_open(r.mem, r.size, LOCUS_CTR_RDONLY, &ro, NULL), 0);
+	assert_int_equal(reg(r.rw, "b", LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, NULL), 1);
+	e[1].offset = 4096; /* the new entry is corrupt */
+	assert_int_equal(locus_counters_refresh(ro, &err), -LOCUS_ERANGE);
+	assert_int_equal(locus_counters_n_entries(ro), 1);
+	/* a later rewrite of entry 0 cannot move what this reader reads */
+	e[0].offset = 1ull << 40;
+	assert_int_equal(locus_counters_sum(ro, 0, &v, 1), 1);
+	assert_int_equal(v, 42);
+	h->n_entries = 0; /* entries never disappear */
+	assert_int_equal(locus_counters_refresh(ro, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "entry count 0"));
+	locus_counters_close(ro);
 	region_free(&r);
 }
 
@@ -499,6 +602,8 @@ int main(void)
 		cmocka_unit_test(test_params),
 		cmocka_unit_test(test_register_rules),
 		cmocka_unit_test(test_reopen_rw_resumes),
+		cmocka_unit_test(test_register_threads),
+		cmocka_unit_test(test_refresh_rejects),
 		cmocka_unit_test(test_concurrent_writers),
 		cmocka_unit_test(test_hist_buckets),
 		cmocka_unit_test(test_corrupt_rejected),
