@@ -222,6 +222,41 @@ static void test_shrunk_segment(void **state)
 	assert_int_equal(locus_shm_remove("shrink"), 0);
 }
 
+static struct locus_ctr_hdr *corrupt_hdr;
+static int corrupted;
+
+static void corrupt_later(int out_fd)
+{
+	struct stat st;
+
+	if (corrupted || fstat(out_fd, &st) < 0 || st.st_size == 0)
+		return;
+	corrupted = 1;
+	__atomic_store_n(&corrupt_hdr->n_entries, 0, __ATOMIC_RELEASE);
+}
+
+/* The directory goes bad between two --watch samples: exit 5, say why. */
+static void test_corrupted_while_watching(void **state)
+{
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	struct run r;
+	uint64_t off;
+	(void)state;
+
+	shm = small_segment("watchbad", &c);
+	reg(c, "x", NULL, LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, &off);
+	corrupt_hdr = ctr_hdr(shm);
+	corrupted = 0;
+	run_stat(&r, -1, stat_bin, corrupt_later, (const char *const[]){
+		"-i", "watchbad", "--watch", "0.01", "--count", "1000", NULL });
+	assert_int_equal(corrupted, 1);
+	if (r.status != LOCUS_STAT_EXIT_CORRUPT || !strstr(r.err, "entry count 0"))
+		fail_msg("exit %d, stderr %s", r.status, r.err);
+	run_free(&r);
+	drop_segment(shm, c, "watchbad");
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -245,6 +280,7 @@ int main(void)
 		cmocka_unit_test(test_no_counters),
 		cmocka_unit_test(test_permission),
 		cmocka_unit_test(test_shrunk_segment),
+		cmocka_unit_test(test_corrupted_while_watching),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
