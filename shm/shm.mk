@@ -4,6 +4,7 @@ $(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c shm/table.c shm/table_writer.
 $(eval $(call PROGRAM,tests/test_segment,tests/test_segment.c,shm common,cmocka))
 $(eval $(call PROGRAM,tests/test_table,tests/test_table.c,shm common,cmocka))
 
-
 UNIT_TESTS += tests/test_segment tests/test_table
 
+$(eval $(call PROGRAM,tests/test_table_torture,tests/test_table_torture.c,shm common,cmocka))
+UNIT_TESTS += tests/test_table_torture
