@@ -8,3 +8,7 @@ $(eval $(call PROGRAM,tests/test_grace_fit,tests/test_grace_fit.c,gracefit grace
 UNIT_TESTS += tests/test_grace_fit
 $(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit grace common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_eplb
+# locusctl's GRACE subcommands (the lead links this into locusctl).
+$(eval $(call LIBRARY,gracectl,control/locusctl_grace.c))
+$(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c,gracectl gracefit grace trace counters shm common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_ctl

@@ -1,0 +1,31 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locusctl's GRACE subcommands. locusctl's dispatch calls
+ * locusctl_grace_main(subcmd, argc, argv) with argv[0] the subcommand name:
+ *
+ *   fit --grace (--trace FILE [--use-gen] | --esft DIR [--layers 26 --k 6])
+ *       --nodes N --gpus G [--capacity C] [--replica-budget B] [--n-experts E]
+ *       [--r R] [--seed S] [--no-replication] -o TABLE
+ *   show TABLE                         a GRACE table file, in text
+ *   eplb-export TABLE [-o FILE.json]   phy2log / log2phy / logcnt JSON
+ *   eplb-import FILE.json --nodes N --gpus G [--capacity C]
+ *       [--replica-budget B] -o TABLE
+ *   rebalance -i INSTANCE --table TABLE --interval S [--count N]
+ *       [--threshold 0.05] [--counter NAME] [--timeout-ms N] [-o TABLE]
+ *
+ * rebalance reads the live per-(layer, expert) token counters of a running
+ * locusd (counter NAME, default "grace_expert_tokens", else "expert_tokens";
+ * shape [layers >= L][experts >= E]), takes each interval's increase as the
+ * loads, refits replication on TABLE's grouping and pushes the refit to the
+ * GRACE table channel only when the predicted skew improves by more than the
+ * threshold (relative). The pushed table becomes the base of the next round.
+ *
+ * Returns a process exit code: 0 success, 1 failure (message on stderr),
+ * 2 usage error.
+ */
+#ifndef LOCUSCTL_GRACE_H
+#define LOCUSCTL_GRACE_H
+
+int locusctl_grace_main(const char *subcmd, int argc, char **argv);
+
+#endif /* LOCUSCTL_GRACE_H */

@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locusctl GRACE subcommands end to end: fit from a JSONL trace, show,
+ * EPLB export/import, usage errors, and rebalance against a live segment
+ * whose expert counters a writer thread keeps bumping (skewed), checking
+ * that a refit lands on the GRACE table channel and passes validation.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_counters.h"
+#include "locus_grace.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+#include "locus_tblfile.h"
+#include "locusctl_grace.h"
+
+static char dir[64];
+
+static void path(char *buf, size_t n, const char *name)
+{
+	snprintf(buf, n, "%s/%s", dir, name);
+}
+
+static int run(const char *sub, ...)
+{
+	char *argv[32];
+	int argc = 0;
+	va_list ap;
+
+	argv[argc++] = (char *)sub;
+	va_start(ap, sub);
+	for (char *s; (s = va_arg(ap, char *)) != NULL;)
+		argv[argc++] = s;
+	va_end(ap);
+	argv[argc] = NULL;
+	return locusctl_grace_main(sub, argc, argv);
+}
+
+/* 40 requests, 2 layers, top-2 over 8 experts, in co-activated pairs. */
+static void write_trace(const char *file)
+{
+	FILE *f = fopen(file, "w");
+
+	assert_non_null(f);
+	fprintf(f, "{\"locus_trace\":1,\"n_layers\":2,\"k\":2,\"n_experts\":8}\n");
+	for (int r = 0; r < 40; r++) {
+		fprintf(f, "{\"id\":%d,\"prompt_routed_experts\":[", r);
+		for (int t = 0; t < 6; t++) {
+			int a = 2 * ((r + t) % 4), b = a + 1;
+
+			if (t % 3 == 0) {
+				a = 0;
+				b = 1; /* experts 0 and 1 are hot */
+			}
+			fprintf(f, "%s[[%d,%d],[%d,%d]]", t ? "," : "", a, b, b, a);
+		}
+		fprintf(f, "]}\n");
+	}
+	fclose(f);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(dir, sizeof(dir), "/tmp/locus-grace-ctl.XXXXXX");
+	assert_non_null(mkdtemp(dir));
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char cmd[128];
+	(void)state;
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_fit_show_eplb(void **state)
+{
+	char tr[128], tbl[128], js[128], tbl2[128];
+	void *buf = NULL;
+	size_t len;
+	struct locus_error err = { 0 };
+	const void *pl;
+	size_t plen;
+	(void)state;
+
+	path(tr, sizeof(tr), "trace.jsonl");
+	path(tbl, sizeof(tbl), "g.tbl");
+	path(js, sizeof(js), "g.json");
+	path(tbl2, sizeof(tbl2), "g2.tbl");
+	write_trace(tr);
+	assert_int_equal(run("fit", "--grace", "--trace", tr, "--nodes", "2", "--gpus", "2",
+			     "--replica-budget", "1", "-o", tbl, NULL), 0);
+	assert_int_equal(locus_tbl_read_file(tbl, LOCUS_TBL_GRACE, &buf, &len, &err), 0);
+	assert_int_equal(locus_grace_blob_check(buf, len, &pl, &plen, &err), 0);
+	/* experts 0 and 1 always co-activate: grouping keeps them on one GPU */
+	struct locus_grace_view v;
+
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(v.primary[0], v.primary[1]);
+	free(buf);
+	assert_int_equal(run("show", tbl, NULL), 0);
+	assert_int_equal(run("eplb-export", tbl, "-o", js, NULL), 0);
+	assert_int_equal(run("eplb-import", js, "--nodes", "2", "--gpus", "2", "-o", tbl2, NULL),
+			 0);
+	assert_int_equal(run("show", tbl2, NULL), 0);
+	/* usage and input errors */
+	assert_int_equal(run("fit", "--trace", tr, "--nodes", "2", "--gpus", "2", "-o", tbl,
+			     NULL), 2); /* no --grace */
+	assert_int_equal(run("fit", "--grace", "--trace", tr, "--nodes", "0", "--gpus", "2",
+			     "-o", tbl, NULL), 2);
+	assert_int_equal(run("fit", "--grace", "--trace", tr, "--nodes", "2", "--gpus", "2",
+			     "--r", "1.5", "-o", tbl, NULL), 2);
+	assert_int_equal(run("fit", "--grace", "--trace", "/nonexistent", "--nodes", "2",
+			     "--gpus", "2", "-o", tbl, NULL), 1);
+	assert_int_equal(run("show", js, NULL), 1);        /* not a table */
+	assert_int_equal(run("eplb-import", tbl, "--nodes", "2", "--gpus", "2", "-o", tbl2,
+			     NULL), 1);                    /* not JSON */
+	assert_int_equal(run("eplb-import", js, "--nodes", "5", "--gpus", "1", "-o", tbl2,
+			     NULL), 1);                    /* slots do not divide */
+	assert_int_equal(run("frobnicate", NULL), 2);
+	assert_int_equal(run("show", "--bogus", tbl, NULL), 2);
+}
+
+struct writer {
+	void *block;
+	uint64_t off;
+	volatile int stop;
+};
+
+static void *bump(void *arg)
+{
+	struct writer *w = arg;
+
+	while (!w->stop) {
+		/* layer l expert e at [l][e] of a [4][16] counter: expert 0 is hot */
+		for (uint32_t l = 0; l < 2; l++) {
+			locus_counter_add_elem(w->block, w->off, l * 16 + 0, 50);
+			for (uint32_t e = 1; e < 8; e++)
+				locus_counter_add_elem(w->block, w->off, l * 16 + e, 2);
+		}
+		usleep(1000);
+	}
+	return NULL;
+}
+
+static void test_rebalance_pushes(void **state)
+{
+	char inst[48], tbl[128], out[128];
+	struct locus_shm_params sp = { 0 };
+	struct locus_ctr_params cp = { .max_entries = 4, .n_blocks = 2, .block_size = 4096 };
+	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1 };
+	struct locus_error err = { 0 };
+	struct locus_shm *shm;
+	struct locus_counters *c;
+	struct locus_table_region *t;
+	struct writer w = { 0 };
+	pthread_t th;
+	void *reg, *buf = NULL;
+	size_t size, len;
+	(void)state;
+
+	/* base table: the one test_fit_show_eplb fitted (same directory) */
+	path(tbl, sizeof(tbl), "g.tbl");
+	path(out, sizeof(out), "pushed.tbl");
+	snprintf(inst, sizeof(inst), "grace-ctl-%d", (int)getpid());
+	tp.channel[0] = (struct locus_table_channel_params){ .n_slots = 2, .slot_size = 4096 };
+	tp.channel[1] = (struct locus_table_channel_params){ .n_slots = 3, .slot_size = 65536 };
+	sp.instance = inst;
+	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
+	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
+	if (locus_shm_create(&sp, &shm, &err))
+		fail_msg("create: %s", err.msg);
+	reg = locus_shm_region(shm, LOCUS_REGION_COUNTERS, &size);
+	assert_int_equal(locus_counters_init(reg, size, &cp, &err), 0);
+	assert_int_equal(locus_counters_open(reg, size, 0, &c, &err), 0);
+	struct locus_ctr_desc d = { .name = "grace_expert_tokens", .kind = LOCUS_CTR_COUNTER,
+				    .ndims = 2, .dim = { 4, 16 }, .label = { "layer", "expert" } };
+
+	assert_true(locus_counters_register(c, &d, &w.off, &err) >= 0);
+	w.block = locus_counters_block(c, 1);
+	reg = locus_shm_region(shm, LOCUS_REGION_TABLES, &size);
+	assert_int_equal(locus_table_region_init(reg, size, &tp, &err), 0);
+	assert_int_equal(locus_table_region_attach(reg, size, &t, &err), 0);
+	locus_shm_set_state(shm, LOCUS_SHM_RUNNING);
+
+	/* no traffic yet: nothing pushed */
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--count", "1", NULL), 0);
+	assert_int_equal(locus_table_published(t, LOCUS_GRACE_TABLE_CHANNEL), 0);
+	/* a counter of the wrong shape or name is refused */
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--count", "1", "--counter", "nope", NULL), 1);
+	assert_int_equal(run("rebalance", "-i", "no-such-instance", "--table", tbl,
+			     "--interval", "0.02", "--count", "1", NULL), 1);
+
+	assert_int_equal(pthread_create(&th, NULL, bump, &w), 0);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.05",
+			     "--count", "2", "-o", out, NULL), 0);
+	w.stop = 1;
+	pthread_join(th, NULL);
+	uint64_t p = locus_table_published(t, LOCUS_GRACE_TABLE_CHANNEL);
+
+	assert_true(LOCUS_TABLE_GEN(p) >= 1);
+	/* the pushed table replicates the hot expert 0 */
+	assert_int_equal(locus_tbl_read_file(out, LOCUS_TBL_GRACE, &buf, &len, &err), 0);
+	const void *pl;
+	size_t plen;
+	struct locus_grace_view v;
+
+	assert_int_equal(locus_grace_blob_check(buf, len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_true(v.replica[0] != LOCUS_GRACE_NO_RANK);
+	free(buf);
+	locus_table_region_detach(t);
+	locus_counters_close(c);
+	locus_shm_detach(shm);
+	locus_shm_remove(inst);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fit_show_eplb),
+		cmocka_unit_test(test_rebalance_pushes),
+	};
+
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
