@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <cmocka.h>
 
 #include "locus_counters.h"
@@ -290,12 +291,21 @@ struct writer_arg {
 };
 
 static volatile int writers_done;
+static uint64_t reader_samples; /* atomic: samples the reader has taken */
 
 static void *writer_main(void *p)
 {
 	struct writer_arg *a = p;
 
 	for (uint64_t i = 0; i < N_INCS; i++) {
+		/* halfway, wait for the reader to sample a while: its checks
+		 * then provably ran against writers in mid-flight */
+		if (i == N_INCS / 2) {
+			uint64_t target = __atomic_load_n(&reader_samples, __ATOMIC_ACQUIRE) + 200;
+
+			while (__atomic_load_n(&reader_samples, __ATOMIC_ACQUIRE) < target)
+				sched_yield();
+		}
 		locus_counter_inc(a->block, a->c_off);
 		locus_counter_add_elem(a->block, a->v_off, (uint32_t)(i % 3), 2);
 		if ((i & 63) == 0)
@@ -307,7 +317,7 @@ static void *writer_main(void *p)
 
 struct reader_arg {
 	struct locus_counters *ro;
-	uint64_t samples;
+	uint64_t samples, partial;
 	int bad;
 };
 
@@ -319,6 +329,8 @@ static void *reader_main(void *p)
 	while (!__atomic_load_n(&writers_done, __ATOMIC_ACQUIRE) || a->samples < 10) {
 		if (locus_counters_sum(a->ro, 0, out, 1) != 1 || out[0] < last_c)
 			a->bad++;
+		if (out[0] > 0 && out[0] < (uint64_t)N_WRITERS * N_INCS)
+			a->partial++;
 		last_c = out[0];
 		if (locus_counters_sum(a->ro, 1, out, 3) != 3)
 			a->bad++;
@@ -332,6 +344,7 @@ static void *reader_main(void *p)
 			a->bad++;
 		last_h = out[LOCUS_HIST_COUNT];
 		a->samples++;
+		__atomic_store_n(&reader_samples, a->samples, __ATOMIC_RELEASE);
 	}
 	return NULL;
 }
@@ -354,6 +367,7 @@ static void test_concurrent_writers(void **state)
 	assert_int_equal(locus_counters_open(r.mem, r.size, LOCUS_CTR_RDONLY, &ra.ro, NULL), 0);
 
 	writers_done = 0;
+	reader_samples = 0;
 	assert_int_equal(pthread_create(&rt, NULL, reader_main, &ra), 0);
 	for (uint32_t i = 0; i < N_WRITERS; i++) {
 		wa[i] = (struct writer_arg){ .block = locus_counters_block(r.rw, i), .c_off = c_off,
@@ -367,7 +381,8 @@ static void test_concurrent_writers(void **state)
 	pthread_join(rt, NULL);
 
 	assert_int_equal(ra.bad, 0);
-	assert_true(ra.samples >= 10);
+	assert_true(ra.samples >= 200);
+	assert_true(ra.partial >= 200); /* it checked totals in mid-flight */
 	assert_int_equal(locus_counters_sum(ra.ro, 0, out, 1), 1);
 	assert_int_equal(out[0], (uint64_t)N_WRITERS * N_INCS);
 	assert_int_equal(locus_counters_sum(ra.ro, 1, out, 3), 3);
