@@ -8,3 +8,5 @@ UNIT_TESTS += tests/test_segment tests/test_table
 
 $(eval $(call PROGRAM,tests/test_table_torture,tests/test_table_torture.c,shm common,cmocka))
 UNIT_TESTS += tests/test_table_torture
+$(eval $(call PROGRAM,tools/bench_table,tools/bench_table.c,shm common,))
+BENCHES += tools/bench_table
