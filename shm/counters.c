@@ -159,6 +159,9 @@ static const char *check_shape(unsigned kind, uint32_t ndims, const uint32_t *di
 				return "zero-length dimension";
 			if (!label[d] || !valid_name(label[d], LOCUS_CTR_LABEL_MAX, 1))
 				return "label name not [a-z_][a-z0-9_]{0,30}";
+			/* Prometheus reserves "__*" and histograms use "le" */
+			if (!strncmp(label[d], "__", 2) || !strcmp(label[d], "le"))
+				return "label name is reserved (le, __*)";
 			n *= dim[d];
 			if (n > LOCUS_CTR_MAX_ELEMS)
 				return "too many elements";

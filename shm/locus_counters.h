@@ -49,7 +49,7 @@
 #define LOCUS_CTR_VERSION    1u
 #define LOCUS_CTR_NAME_MAX   64  /* [a-z0-9_], 1..63 chars, NUL-terminated */
 #define LOCUS_CTR_HELP_MAX   128 /* printable ASCII, NUL-terminated */
-#define LOCUS_CTR_LABEL_MAX  32  /* [a-z_][a-z0-9_]*, 1..31 chars */
+#define LOCUS_CTR_LABEL_MAX  32  /* [a-z_][a-z0-9_]*, 1..31 chars, not le or __* */
 #define LOCUS_CTR_MAX_DIMS   2
 #define LOCUS_CTR_MAX_ELEMS  (1u << 20) /* elements of one entry */
 

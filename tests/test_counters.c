@@ -112,6 +112,8 @@ static void test_register_rules(void **state)
 	assert_int_equal(reg(r.rw, "v", LOCUS_CTR_COUNTER, 1, 4, 0, "9lbl", NULL, NULL), -EINVAL);
 	assert_int_equal(reg(r.rw, "v", LOCUS_CTR_COUNTER, 1, 4, 2, "a", NULL, NULL), -EINVAL);
 	assert_int_equal(reg(r.rw, "v", LOCUS_CTR_COUNTER, 2, 4, 2, "a", "a", NULL), -EINVAL);
+	assert_int_equal(reg(r.rw, "v", LOCUS_CTR_HISTOGRAM, 1, 4, 0, "le", NULL, NULL), -EINVAL);
+	assert_int_equal(reg(r.rw, "v", LOCUS_CTR_COUNTER, 1, 4, 0, "__x", NULL, NULL), -EINVAL);
 	{
 		struct locus_ctr_desc d = { .name = "h", .help = "line\nbreak",
 					    .kind = LOCUS_CTR_COUNTER };
