@@ -1,3 +1,7 @@
 # ELDR: signatures, table payload, locality-band router (pure C, no EAL).
 $(eval $(call LIBRARY,eldr,dataplane/eldr_sig.c dataplane/eldr_table.c \
 	dataplane/eldr_router.c dataplane/eldr_kernels.c))
+$(eval $(call PROGRAM,tests/test_eldr_sig,tests/test_eldr_sig.c,eldr common,cmocka))
+UNIT_TESTS += tests/test_eldr_sig
+$(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c,eldrfit eldr trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_route
