@@ -304,6 +304,42 @@ static void test_prometheus(void **state)
 	run_free(&r);
 }
 
+/* Entry names that map to one Prometheus name: the later one is left out. */
+static void test_prometheus_name_clash(void **state)
+{
+	struct locus_ctr_params p = { .max_entries = 8, .n_blocks = 1, .block_size = 2048 };
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	struct prom_doc d;
+	struct run r;
+	char err[256];
+	uint64_t off;
+	(void)state;
+
+	shm = make_segment("clash", locus_counters_region_size(&p), &p, &c);
+	reg(c, "h", "", LOCUS_CTR_HISTOGRAM, 0, 0, 0, NULL, NULL, &off);
+	reg(c, "h_sum", "", LOCUS_CTR_GAUGE, 0, 0, 0, NULL, NULL, &off);
+	reg(c, "c", "", LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, &off);
+	reg(c, "c_total", "", LOCUS_CTR_COUNTER, 0, 0, 0, NULL, NULL, &off);
+	reg(c, "stat_segment_info", "", LOCUS_CTR_GAUGE, 0, 0, 0, NULL, NULL, &off);
+	reg(c, "ok", "", LOCUS_CTR_GAUGE, 0, 0, 0, NULL, NULL, &off);
+	RUN(&r, "-i", "clash", "--prometheus");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.err, "h_sum left out"));
+	assert_non_null(strstr(r.err, "c_total left out"));
+	assert_non_null(strstr(r.err, "stat_segment_info left out"));
+	if (prom_parse(r.out, &d, err, sizeof(err)) < 0)
+		fail_msg("%s\n%s", err, r.out);
+	assert_string_equal(prom_value(&d, "locus_ok"), "0");
+	assert_string_equal(prom_value(&d, "locus_c_total"), "0");
+	assert_string_equal(prom_type(&d, "locus_h"), "histogram");
+	prom_free(&d);
+	run_free(&r);
+	locus_counters_close(c);
+	locus_shm_detach(shm);
+	assert_int_equal(locus_shm_remove("clash"), 0);
+}
+
 static void bump_routed(int out_fd)
 {
 	(void)out_fd;
@@ -418,6 +454,7 @@ int main(void)
 		cmocka_unit_test(test_table),
 		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_prometheus),
+		cmocka_unit_test(test_prometheus_name_clash),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_checkers_reject),
 	};

@@ -278,7 +278,8 @@ static int run(const struct opts *o, struct locus_shm *shm, struct locus_counter
 		else
 			rc = locus_stat_print_table(stdout, &v, s);
 		if (rc < 0) {
-			fprintf(stderr, "locus-stat: writing the output failed\n");
+			fprintf(stderr, "locus-stat: %s\n", rc == -ENOMEM ? "out of memory" :
+				"writing the output failed");
 			rc = LOCUS_STAT_EXIT_USAGE;
 			break;
 		}

@@ -72,7 +72,11 @@ int locus_stat_rate(const struct locus_stat_entry *e, uint32_t k, double interva
 /* Element k's label values: idx[0] (and idx[1] for 2-D). */
 void locus_stat_elem_index(const struct locus_ctr_info *in, uint32_t k, uint32_t idx[2]);
 
-/* Renderers; each returns 0, or -EIO if the stream failed. */
+/*
+ * Renderers; each returns 0, -EIO if the stream failed, or -ENOMEM. The
+ * Prometheus one leaves out, with a warning on stderr, an entry whose
+ * metric names clash with an earlier one's (counter "x" and "x_total").
+ */
 int locus_stat_print_table(FILE *f, const struct locus_stat_view *v,
 			   const struct locus_stat_snap *s);
 int locus_stat_print_json(FILE *f, const struct locus_stat_view *v,

@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "locus_stat.h"
@@ -92,15 +93,84 @@ static void prom_hist(FILE *f, const char *metric, const char *labels, const uin
 	sample_line(f, metric, "_count", labels, "", val);
 }
 
-static void prom_entry(FILE *f, const struct locus_stat_entry *e)
+#define PROM_NAME_MAX (LOCUS_CTR_NAME_MAX + 32)
+
+/*
+ * Sample names already printed. Distinct entry names can still map to one
+ * Prometheus name (counter "x" and counter "x_total", histogram "h" and
+ * gauge "h_sum"); a scraper rejects such output, so the later entry is left
+ * out with a warning. Open addressing, sized for every name up front.
+ */
+struct name_set {
+	char (*slot)[PROM_NAME_MAX];
+	size_t mask;
+};
+
+static uint64_t fnv1a(const char *s)
 {
-	const struct locus_ctr_info *in = e->info;
+	uint64_t h = 0xcbf29ce484222325ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 0x100000001b3ull;
+	return h;
+}
+
+static int set_init(struct name_set *ns, size_t names)
+{
+	size_t cap = 16;
+
+	while (cap < 2 * names)
+		cap *= 2;
+	ns->slot = calloc(cap, sizeof(*ns->slot));
+	ns->mask = cap - 1;
+	return ns->slot ? 0 : -ENOMEM;
+}
+
+/* Slot of name: where it is, or the empty slot where it would go. */
+static char *set_find(const struct name_set *ns, const char *name)
+{
+	size_t i = (size_t)fnv1a(name) & ns->mask;
+
+	while (ns->slot[i][0] && strcmp(ns->slot[i], name))
+		i = (i + 1) & ns->mask;
+	return ns->slot[i];
+}
+
+static void metric_name(char *buf, const struct locus_ctr_info *in)
+{
 	size_t n = strlen(in->name);
-	char metric[LOCUS_CTR_NAME_MAX + 16], labels[2 * LOCUS_CTR_LABEL_MAX + 32], val[32];
 	int total = in->kind == LOCUS_CTR_COUNTER &&
 		    !(n >= 6 && strcmp(in->name + n - 6, "_total") == 0);
 
-	snprintf(metric, sizeof(metric), "locus_%s%s", in->name, total ? "_total" : "");
+	snprintf(buf, PROM_NAME_MAX, "locus_%s%s", in->name, total ? "_total" : "");
+}
+
+/* Claim every name entry e prints; 0, or -EEXIST naming the clash in *clash. */
+static int claim_names(struct name_set *ns, const struct locus_ctr_info *in, const char **clash)
+{
+	static const char *const hist_sfx[] = { "", "_bucket", "_sum", "_count" };
+	char names[4][PROM_NAME_MAX];
+	int k = in->kind == LOCUS_CTR_HISTOGRAM ? 4 : 1;
+
+	for (int i = 0; i < k; i++) {
+		metric_name(names[i], in);
+		strcat(names[i], hist_sfx[i]);
+		if (set_find(ns, names[i])[0]) {
+			*clash = set_find(ns, names[i]);
+			return -EEXIST;
+		}
+	}
+	for (int i = 0; i < k; i++)
+		strcpy(set_find(ns, names[i]), names[i]);
+	return 0;
+}
+
+static void prom_entry(FILE *f, const struct locus_stat_entry *e)
+{
+	const struct locus_ctr_info *in = e->info;
+	char metric[PROM_NAME_MAX], labels[2 * LOCUS_CTR_LABEL_MAX + 32], val[32];
+
+	metric_name(metric, in);
 	prom_help(f, metric, in->help);
 	fprintf(f, "# TYPE %s %s\n", metric, locus_ctr_kind_name(in->kind));
 	for (uint32_t k = 0; k < in->n_elems; k++) {
@@ -122,6 +192,13 @@ static void prom_entry(FILE *f, const struct locus_stat_entry *e)
 int locus_stat_print_prom(FILE *f, const struct locus_stat_view *v,
 			  const struct locus_stat_snap *s)
 {
+	struct name_set ns;
+
+	if (set_init(&ns, 4 * (size_t)s->n + 2) < 0)
+		return -ENOMEM;
+	strcpy(set_find(&ns, "locus_stat_segment_info"), "locus_stat_segment_info");
+	strcpy(set_find(&ns, "locus_stat_segment_start_time_seconds"),
+	       "locus_stat_segment_start_time_seconds");
 	fputs("# HELP locus_stat_segment_info The segment locus-stat read: instance, state and owner pid.\n"
 	      "# TYPE locus_stat_segment_info gauge\n"
 	      "locus_stat_segment_info{instance=", f);
@@ -133,8 +210,17 @@ int locus_stat_print_prom(FILE *f, const struct locus_stat_view *v,
 		"# TYPE locus_stat_segment_start_time_seconds gauge\n"
 		"locus_stat_segment_start_time_seconds %" PRIu64 ".%09" PRIu64 "\n",
 		v->start_ns / UINT64_C(1000000000), v->start_ns % UINT64_C(1000000000));
-	for (uint32_t i = 0; i < s->n; i++)
+	for (uint32_t i = 0; i < s->n; i++) {
+		const char *clash;
+
+		if (claim_names(&ns, s->e[i].info, &clash) < 0) {
+			fprintf(stderr, "locus-stat: %s left out of the Prometheus output: its name clashes with %s\n",
+				s->e[i].info->name, clash);
+			continue;
+		}
 		prom_entry(f, &s->e[i]);
+	}
+	free(ns.slot);
 	fflush(f);
 	return ferror(f) ? -EIO : 0;
 }
