@@ -1,0 +1,452 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Host unit tests of the verbs transport's pure logic: private data
+ * encoding and validation, credit / ring arithmetic, slot indexing, and
+ * device choice on a fake sysfs tree built here.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "locus_verbs.h"
+
+static struct locus_verbs_pdata sample(void)
+{
+	struct locus_verbs_pdata p = {
+		.version = LOCUS_VERBS_PROTO_VERSION, .kind = LOCUS_VERBS_PD_REQ, .slot_shift = 14,
+		.cluster_id = 0x11223344, .node_id = 0x0506, .slot_count = 256,
+		.rkey = 0xa1b2c3d4, .inbox_addr = 0x00007f0012345000ull,
+	};
+	unsigned i;
+
+	for (i = 0; i < LOCUS_VERBS_SECRET_LEN; i++)
+		p.secret[i] = (uint8_t)(0x40 + i);
+	return p;
+}
+
+static void test_pdata_layout(void **state)
+{
+	struct locus_verbs_pdata p = sample(), q;
+	uint8_t b[LOCUS_VERBS_PDATA_LEN];
+	/* the wire layout written out by hand (little-endian, see locus_verbs.h) */
+	static const uint8_t head[24] = {
+		0x01, 0x00, 0x01, 0x0e, 0x44, 0x33, 0x22, 0x11, 0x06, 0x05, 0x00, 0x01,
+		0xd4, 0xc3, 0xb2, 0xa1, 0x00, 0x50, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,
+	};
+
+	(void)state;
+	assert_int_equal(LOCUS_VERBS_PDATA_LEN, 56); /* fits a RoCE REQ through rdma_cm */
+	locus_verbs_pdata_encode(&p, b);
+	assert_memory_equal(b, head, sizeof(head));
+	assert_int_equal(b[24], 0x40);
+	assert_int_equal(b[55], 0x40 + 31);
+	memset(&q, 0, sizeof(q));
+	assert_int_equal(locus_verbs_pdata_decode(b, sizeof(b), &q, NULL), 0);
+	assert_memory_equal(&p, &q, sizeof(p));
+}
+
+static void test_pdata_invalid(void **state)
+{
+	struct locus_verbs_pdata p = sample(), q;
+	struct locus_error err;
+	uint8_t b[LOCUS_VERBS_PDATA_LEN + 8];
+
+	(void)state;
+	locus_verbs_pdata_encode(&p, b);
+	assert_int_equal(locus_verbs_pdata_decode(b, 55, &q, &err), -LOCUS_ETRUNCATED);
+	assert_non_null(strstr(err.msg, "55"));
+	assert_int_equal(locus_verbs_pdata_decode(NULL, 0, &q, NULL), -LOCUS_ETRUNCATED);
+	/* transports pad private data: trailing bytes are fine */
+	assert_int_equal(locus_verbs_pdata_decode(b, sizeof(b), &q, NULL), 0);
+
+	b[0] = 2;
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_EVERSION);
+	assert_non_null(strstr(err.msg, "version 2"));
+	b[0] = 1;
+	b[2] = 3;
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_EPROTO);
+	b[2] = 1;
+	b[3] = 5;
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "slot shift"));
+	b[3] = 25;
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
+	b[3] = 14;
+	b[10] = 1; b[11] = 0; /* 1 slot */
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "slot count"));
+	b[10] = 0x01; b[11] = 0x80; /* 32769 */
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
+	b[10] = 0; b[11] = 0x80; /* 32768 */
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), 0);
+	/* inbox wrapping the address space */
+	memset(b + 16, 0xff, 8);
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
+	memset(b + 16, 0, 8);
+	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
+}
+
+static void test_pdata_admit(void **state)
+{
+	struct locus_verbs_pdata p = sample();
+	uint8_t secret[LOCUS_VERBS_SECRET_LEN];
+	struct locus_error err;
+
+	(void)state;
+	memcpy(secret, p.secret, sizeof(secret));
+	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REQ, &err), 0);
+	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REP, &err),
+			 -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_pdata_admit(&p, 9, secret, LOCUS_VERBS_PD_REQ, &err),
+			 -LOCUS_EAUTH);
+	assert_non_null(strstr(err.msg, "cluster"));
+	secret[31] ^= 1; /* last byte differs: still refused */
+	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REQ, &err),
+			 -LOCUS_EAUTH);
+	assert_non_null(strstr(err.msg, "secret"));
+	assert_int_equal(locus_verbs_ct_equal("abc", "abc", 3), 1);
+	assert_int_equal(locus_verbs_ct_equal("abc", "abd", 3), 0);
+	assert_int_equal(locus_verbs_ct_equal("xbc", "abc", 3), 0);
+	assert_int_equal(locus_verbs_ct_equal("", "", 0), 1);
+}
+
+static void test_reject_codes(void **state)
+{
+	(void)state;
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_VERSION), -LOCUS_EVERSION);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_AUTH), -LOCUS_EAUTH);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_CLUSTER), -LOCUS_EAUTH);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_PEER), -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_BUSY), -EBUSY);
+	assert_int_equal(locus_verbs_reject_errno(200), -ECONNREFUSED);
+}
+
+static void test_slots_and_credits(void **state)
+{
+	struct locus_verbs_ring r = { .slot_count = 16, .slot_shift = 12 };
+	uint32_t idx;
+
+	(void)state;
+	assert_int_equal(locus_verbs_slots_for(&r, 1), 1);
+	assert_int_equal(locus_verbs_slots_for(&r, 4096), 1);
+	assert_int_equal(locus_verbs_slots_for(&r, 4097), 2);
+	assert_int_equal(locus_verbs_slots_for(&r, 12288), 3);
+	assert_int_equal(locus_verbs_max_msg(&r), 8 * 4096);
+	/* 16 KiB x 256: a 12,288 B signature + 32 B header fits one slot, 2 MiB max */
+	{
+		struct locus_verbs_ring d = { .slot_count = 256, .slot_shift = 14 };
+
+		assert_int_equal(locus_verbs_slots_for(&d, 12288 + 32), 1);
+		assert_int_equal(locus_verbs_max_msg(&d), 2u << 20);
+	}
+	assert_int_equal(locus_verbs_credits(&r, 0, 0), 16);
+	assert_int_equal(locus_verbs_credits(&r, 10, 4), 10);
+	assert_int_equal(locus_verbs_credits(&r, 20, 20), 16);
+	/* cumulative counters across the u64 wrap */
+	assert_int_equal(locus_verbs_credits(&r, 3, UINT64_MAX - 2), 10);
+	/* placement: fits, exactly fits, wraps with skip */
+	assert_int_equal(locus_verbs_place(&r, 0, 3, &idx), 3);
+	assert_int_equal(idx, 0);
+	assert_int_equal(locus_verbs_place(&r, 13, 3, &idx), 3);
+	assert_int_equal(idx, 13);
+	assert_int_equal(locus_verbs_place(&r, 14, 3, &idx), 2 + 3);
+	assert_int_equal(idx, 0);
+	assert_int_equal(locus_verbs_place(&r, 16 * 1000 + 15, 8, &idx), 1 + 8);
+	assert_int_equal(idx, 0);
+	assert_int_equal(locus_verbs_imm_encode(5, 1), 5);
+	assert_int_equal(locus_verbs_imm_encode(5, 3), 5 | (2u << 16));
+}
+
+static void test_ring_accept(void **state)
+{
+	struct locus_verbs_ring r = { .slot_count = 16, .slot_shift = 12 };
+	uint32_t idx, n, used;
+
+	(void)state;
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 0, 1, &idx, &n, &used), 0);
+	assert_int_equal(used, 1);
+	assert_int_equal(locus_verbs_ring_accept(&r, 5, 5 | (2u << 16), 12288, &idx, &n, &used), 0);
+	assert_int_equal(idx, 5);
+	assert_int_equal(n, 3);
+	assert_int_equal(used, 3);
+	/* the sender skipped slots 14, 15 to place 3 slots at 0 */
+	assert_int_equal(locus_verbs_ring_accept(&r, 14, 0 | (2u << 16), 9000, &idx, &n, &used), 0);
+	assert_int_equal(used, 5);
+	/* ... but may not skip when the message fits */
+	assert_int_equal(locus_verbs_ring_accept(&r, 12, 0 | (2u << 16), 9000, &idx, &n, &used),
+			 -LOCUS_EPROTO);
+	/* not where the next message must be */
+	assert_int_equal(locus_verbs_ring_accept(&r, 4, 6, 10, &idx, &n, &used), -LOCUS_EPROTO);
+	/* slot out of range; too many slots; over the end */
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 16, 10, &idx, &n, &used), -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 0xffff, 10, &idx, &n, &used), -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 8u << 16, 9 * 4096, &idx, &n, &used),
+			 -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_ring_accept(&r, 15, 15 | (1u << 16), 5000, &idx, &n, &used),
+			 -LOCUS_EPROTO);
+	/* length must need exactly the slots named */
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 1u << 16, 4096, &idx, &n, &used),
+			 -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 1u << 16, 8193, &idx, &n, &used),
+			 -LOCUS_EPROTO);
+	assert_int_equal(locus_verbs_ring_accept(&r, 0, 0, 0, &idx, &n, &used), -LOCUS_EPROTO);
+}
+
+/*
+ * Sender and receiver driven only by the pure rules, with an independent
+ * per-slot ownership map: the sender never writes a slot the receiver holds,
+ * every message is accepted where it lands, and the ring wraps many times.
+ */
+static void test_ring_simulation(void **state)
+{
+	struct locus_verbs_ring r = { .slot_count = 16, .slot_shift = 12 };
+	int owner[16] = { 0 }; /* 0 free, else message number + 1 */
+	uint64_t head = 0, rx_head = 0, released = 0, announced = 0;
+	struct { uint32_t idx, n, used; } q[64];
+	unsigned qh = 0, qn = 0, msgs = 0, stalls = 0, step, k;
+	uint32_t seed = 12345;
+
+	(void)state;
+	for (step = 0; step < 20000; step++) {
+		seed = seed * 1103515245u + 12345u;
+		if (seed & 0x100) { /* sender tries one message */
+			uint32_t len = 1 + (seed >> 8) % (uint32_t)locus_verbs_max_msg(&r);
+			uint32_t n = locus_verbs_slots_for(&r, len), idx, used, ridx, rn, rused;
+
+			used = locus_verbs_place(&r, head, n, &idx);
+			if (used > locus_verbs_credits(&r, head, announced)) {
+				stalls++;
+				continue;
+			}
+			for (k = 0; k < n; k++) {
+				assert_int_equal(owner[idx + k], 0);
+				owner[idx + k] = (int)msgs + 1;
+			}
+			head += used;
+			assert_int_equal(locus_verbs_ring_accept(&r, rx_head, locus_verbs_imm_encode(idx, n),
+								 len, &ridx, &rn, &rused), 0);
+			assert_int_equal(ridx, idx);
+			assert_int_equal(rused, used);
+			rx_head += rused;
+			q[(qh + qn) % 64].idx = ridx;
+			q[(qh + qn) % 64].n = rn;
+			q[(qh + qn) % 64].used = rused;
+			qn++;
+			msgs++;
+		} else if (qn) { /* receiver releases the oldest */
+			for (k = 0; k < q[qh].n; k++)
+				owner[q[qh].idx + k] = 0;
+			released += q[qh].used;
+			qh = (qh + 1) % 64;
+			qn--;
+			if ((seed & 0x600) == 0 || qn == 0)
+				announced = released; /* credit write lands */
+		}
+	}
+	assert_true(msgs > 5000);
+	assert_true(head / 16 > 1000); /* wrapped over a thousand times */
+	assert_true(stalls > 0);
+}
+
+/* ---- fake sysfs ---- */
+
+static char root[64];
+
+static void mk(const char *rel)
+{
+	char p[512], *s;
+
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
+		*s = '\0';
+		mkdir(p, 0755);
+		*s = '/';
+	}
+	mkdir(p, 0755);
+}
+
+static void put(const char *rel, const char *text)
+{
+	char p[512];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	f = fopen(p, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+static void link_to(const char *target_rel, const char *rel)
+{
+	char t[512], p[512];
+
+	snprintf(t, sizeof(t), "%s/%s", root, target_rel);
+	snprintf(p, sizeof(p), "%s/%s", root, rel);
+	assert_int_equal(symlink(t, p), 0);
+}
+
+static void ib_dev(const char *name, const char *pci_rel, const char *numa)
+{
+	char d[256];
+
+	snprintf(d, sizeof(d), "class/infiniband/%s/ports/1/gids", name);
+	mk(d);
+	snprintf(d, sizeof(d), "class/infiniband/%s/ports/1/gid_attrs/types", name);
+	mk(d);
+	if (pci_rel) {
+		char n[256];
+
+		mk(pci_rel);
+		snprintf(n, sizeof(n), "%s/numa_node", pci_rel);
+		put(n, numa);
+		snprintf(d, sizeof(d), "class/infiniband/%s/device", name);
+		link_to(pci_rel, d);
+	}
+}
+
+static void gid(const char *dev, int i, const char *g, const char *type)
+{
+	char p[256];
+
+	snprintf(p, sizeof(p), "class/infiniband/%s/ports/1/gids/%d", dev, i);
+	put(p, g);
+	snprintf(p, sizeof(p), "class/infiniband/%s/ports/1/gid_attrs/types/%d", dev, i);
+	if (type)
+		put(p, type);
+}
+
+static int setup_sysfs(void **state)
+{
+	(void)state;
+	snprintf(root, sizeof(root), "/tmp/locus-fakesys-XXXXXX");
+	if (!mkdtemp(root))
+		return -1;
+	/* socket 0: root port 00:01.0 -> switch 01:00.0 -> {mlx5_0 @ 02:00.0, GPU @ 02:01.0} */
+	ib_dev("mlx5_0", "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", "0\n");
+	/* socket 0, other root port */
+	ib_dev("mlx5_1", "devices/pci0000:00/0000:00:03.0/0000:05:00.0", "0\n");
+	/* socket 1 */
+	ib_dev("mlx5_2", "devices/pci0000:80/0000:80:01.0/0000:81:00.0", "1\n");
+	ib_dev("rxe0", NULL, NULL); /* software device: no parent */
+	mk("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0");
+	mk("devices/pci0000:80/0000:80:02.0/0000:83:00.0");
+	mk("bus/pci/devices");
+	link_to("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0",
+		"bus/pci/devices/0000:02:01.0");
+	link_to("devices/pci0000:80/0000:80:02.0/0000:83:00.0", "bus/pci/devices/0000:83:00.0");
+	gid("mlx5_0", 0, "fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", "IB/RoCE v1\n");
+	gid("mlx5_0", 1, "fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", "RoCE v2\n");
+	gid("mlx5_0", 2, "0000:0000:0000:0000:0000:ffff:0a00:0005\n", "IB/RoCE v1\n");
+	gid("mlx5_0", 3, "0000:0000:0000:0000:0000:ffff:0a00:0005\n", "RoCE v2\n");
+	gid("mlx5_0", 4, "0000:0000:0000:0000:0000:ffff:0a00:0105\n", "RoCE v2\n");
+	gid("mlx5_0", 5, "0000:0000:0000:0000:0000:0000:0000:0000\n", NULL); /* unused entry */
+	return 0;
+}
+
+static int teardown_sysfs(void **state)
+{
+	char cmd[128];
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	return system(cmd) == 0 ? 0 : -1;
+}
+
+static void test_dev_list(void **state)
+{
+	struct locus_verbs_devinfo d[8];
+
+	(void)state;
+	assert_int_equal(locus_verbs_dev_list(root, d, 8), 4);
+	assert_string_equal(d[0].name, "mlx5_0");
+	assert_string_equal(d[3].name, "rxe0");
+	assert_int_equal(d[0].numa_node, 0);
+	assert_int_equal(d[2].numa_node, 1);
+	assert_int_equal(d[3].numa_node, -1);
+	assert_string_equal(d[3].pci, "");
+	assert_non_null(strstr(d[0].pci, "0000:02:00.0"));
+	assert_int_equal(d[0].n_ports, 1);
+	/* a short array still reports how many exist */
+	assert_int_equal(locus_verbs_dev_list(root, d, 2), 4);
+	/* no infiniband class at all: zero devices, not an error */
+	assert_int_equal(locus_verbs_dev_list("/nonexistent-sysfs", d, 8), 0);
+}
+
+static void test_dev_pick(void **state)
+{
+	struct locus_verbs_devinfo d[8];
+	struct locus_error err;
+	int n;
+
+	(void)state;
+	n = locus_verbs_dev_list(root, d, 8);
+	assert_int_equal(n, 4);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_2", root, NULL, -1, &err), 2);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_9", root, NULL, -1, &err), -ENODEV);
+	assert_non_null(strstr(err.msg, "mlx5_9"));
+	/* GPU behind the same switch as mlx5_0 beats mlx5_1 on the same socket */
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:02:01.0", -1, &err), 0);
+	/* a GPU on socket 1: same root complex as mlx5_2 */
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:83:00.0", -1, &err), 2);
+	/* NUMA only */
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, NULL, 1, &err), 2);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, NULL, root, NULL, 0, &err), 0);
+	/* nothing to go by: the lowest name */
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, NULL, -1, &err), 0);
+	/* bad PCI references */
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:99:00.0", -1, &err), -ENODEV);
+	assert_non_null(strstr(err.msg, "0000:99:00.0"));
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "../../etc", -1, &err), -ENODEV);
+	assert_int_equal(locus_verbs_dev_pick(d, 0, "auto", root, NULL, -1, &err), -ENODEV);
+	/* a software device only: auto still works */
+	assert_int_equal(locus_verbs_dev_pick(&d[3], 1, "auto", root, NULL, 0, &err), 0);
+}
+
+static void test_gid_ipv4(void **state)
+{
+	struct in_addr a, want;
+
+	(void)state;
+	/* skips RoCE v1 and the link-local v2 GID */
+	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, NULL, &a), 3);
+	assert_string_equal(inet_ntoa(a), "10.0.0.5");
+	inet_aton("10.0.1.5", &want);
+	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, &want, &a), 4);
+	assert_string_equal(inet_ntoa(a), "10.0.1.5");
+	inet_aton("10.9.9.9", &want);
+	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, &want, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_1", 1, NULL, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 2, NULL, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(root, "../x", 1, NULL, &a), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest pure[] = {
+		cmocka_unit_test(test_pdata_layout),
+		cmocka_unit_test(test_pdata_invalid),
+		cmocka_unit_test(test_pdata_admit),
+		cmocka_unit_test(test_reject_codes),
+		cmocka_unit_test(test_slots_and_credits),
+		cmocka_unit_test(test_ring_accept),
+		cmocka_unit_test(test_ring_simulation),
+	};
+	const struct CMUnitTest sysfs[] = {
+		cmocka_unit_test(test_dev_list),
+		cmocka_unit_test(test_dev_pick),
+		cmocka_unit_test(test_gid_ipv4),
+	};
+	int rc = cmocka_run_group_tests_name("verbs_pure", pure, NULL, NULL);
+
+	return rc | cmocka_run_group_tests_name("verbs_sysfs", sysfs, setup_sysfs, teardown_sysfs);
+}

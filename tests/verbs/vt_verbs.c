@@ -1,0 +1,487 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Soft-RoCE tests of the verbs transport, run inside the qemu guest by
+ * tools/rxe-vm/verbs-vm-test.sh. Needs rxe0 (192.0.2.1 on dummy0) and
+ * rxex/rxey on the two ends of a veth pair (see tools/rxe-vm/guest-verbs.sh).
+ * Every received byte is checked against the sender's generator.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <infiniband/verbs.h>
+
+#include "vt_util.h"
+
+#define DEV_LO "rxe0"
+#define DEV_X  "rxex"
+#define DEV_Y  "rxey"
+
+struct stream {
+	struct vt_node *tx[2], *rx[2];
+	unsigned n;                 /* directions */
+	const uint32_t *sizes;
+	unsigned nsizes, batch;
+	uint64_t total;
+	unsigned release_step;      /* receivers holding: release this many per round */
+	unsigned rounds;
+};
+
+static bool stream_done(void *a)
+{
+	struct stream *s = a;
+	bool done = true;
+	unsigned i;
+
+	for (i = 0; i < s->n; i++) {
+		struct vt_node *t = s->tx[i], *r = s->rx[i];
+
+		if (locus_verbs_peer_state(t->peer) != LOCUS_VERBS_UP)
+			return true; /* let the test's asserts say what broke */
+		vt_send(t, s->sizes, s->nsizes, s->batch, s->total);
+		/* hold messages across a few rounds (the sender keeps trying), then release */
+		if (s->release_step && r->rx_held >= s->release_step)
+			vt_release_held(r, s->release_step);
+		else if (s->release_step && r->rx_held && (++s->rounds & 7) == 0)
+			vt_release_held(r, r->rx_held);
+		if (r->rx_count < s->total || t->tx_done < s->total || r->rx_held)
+			done = false;
+	}
+	return done;
+}
+
+static void check_stream(const struct stream *s)
+{
+	unsigned i;
+
+	for (i = 0; i < s->n; i++) {
+		assert_int_equal(s->rx[i]->rx_bad, 0);
+		assert_int_equal(s->rx[i]->rx_count, s->total);
+		assert_int_equal(s->tx[i]->tx_ok, s->total);
+		assert_int_equal(s->tx[i]->tx_err, 0);
+		assert_int_equal(s->tx[i]->done_dup, 0);
+		assert_int_equal(s->tx[i]->downs, 0);
+	}
+}
+
+/* Two nodes: a listens on dev_a:port (passive for 2), b dials it from dev_b. */
+static void pair_up(struct vt_node *a, struct vt_node *b, const char *dev_a, const char *dev_b,
+		    uint16_t port, void (*tune_a)(struct locus_verbs_ep_params *),
+		    void (*tune_b)(struct locus_verbs_ep_params *))
+{
+	assert_int_equal(vt_node_init(a, "a", dev_a, port, 1, tune_a), 0);
+	assert_int_equal(vt_node_init(b, "b", dev_b, 0, 2, tune_b), 0);
+	assert_int_equal(vt_node_peer(a, 2, NULL, 0), 0);
+	assert_int_equal(vt_node_peer(b, 1, dev_a, port), 0);
+}
+
+static const uint32_t all_sizes[] = { 1, 7, 8, 31, 32, 64, 100, 200, 255, 256, 257, 1000, 4096,
+				      12288, 14336, 16384, 16385, 65536, 262144, 1048576,
+				      2097152 };
+
+static void test_loopback_sizes(void **state)
+{
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	struct stream s = { .tx = { &b }, .rx = { &a }, .n = 1, .sizes = all_sizes,
+			    .nsizes = LOCUS_ARRAY_SIZE(all_sizes), .batch = 4,
+			    .total = 2 * LOCUS_ARRAY_SIZE(all_sizes) };
+	static const uint32_t sig[] = { 12288 };
+	uint32_t inl;
+
+	(void)state;
+	pair_up(&a, &b, DEV_LO, DEV_LO, 7471, NULL, NULL);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&b, 8, 2097152, 4096), 0);
+	inl = locus_verbs_ep_max_inline(b.ep);
+	printf("# %s: max_inline %u, NUMA node %d\n", locus_verbs_ep_dev_name(b.ep), inl,
+	       locus_verbs_ep_numa_node(b.ep));
+	/* both paths are exercised: sizes above go from 1 B to 2 MiB */
+	assert_true(inl >= 8 && inl < 4096);
+	a.rx_sizes = all_sizes;
+	a.rx_nsizes = s.nsizes;
+	assert_true(vt_pump(nodes, 2, stream_done, &s, 60000));
+	check_stream(&s);
+	/* too large / empty messages are refused, not truncated */
+	{
+		struct locus_verbs_msg m = { .buf = b.txmr.addr, .len = 2097153, .lkey = b.txmr.lkey };
+
+		assert_int_equal(locus_verbs_post(b.peer, &m, 1), -LOCUS_ERANGE);
+		m.len = 0;
+		assert_int_equal(locus_verbs_post(b.peer, &m, 1), -LOCUS_ERANGE);
+	}
+	/* then a stream of 12,288 B signatures in batches of 8 */
+	a.rx_count = b.tx_posted = b.tx_done = b.tx_ok = 0;
+	memset(b.done_count, 0, b.done_cap);
+	a.rx_sizes = sig;
+	a.rx_nsizes = 1;
+	b.tx_stream = a.rx_stream = 5;
+	s.sizes = sig;
+	s.nsizes = 1;
+	s.batch = 8;
+	s.total = 400;
+	assert_true(vt_pump(nodes, 2, stream_done, &s, 60000));
+	check_stream(&s);
+	assert_true(locus_verbs_peer_stats(b.peer)->tx_msgs == 400 + 2 * LOCUS_ARRAY_SIZE(all_sizes));
+	assert_true(locus_verbs_peer_stats(a.peer)->rx_bytes > 400 * 12288);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
+static void tune_small_ring(struct locus_verbs_ep_params *p)
+{
+	p->slot_shift = 12; /* 4 KiB slots */
+	p->slot_count = 16; /* 64 KiB ring, messages up to 32 KiB */
+	p->sq_depth = 64;
+	p->signal_every = 8;
+}
+
+static void test_loopback_credit_wrap(void **state)
+{
+	static const uint32_t sizes[] = { 1, 4096, 4097, 12288, 8192, 100, 32768, 5000, 12288, 64,
+					  20000, 3 };
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	struct stream s = { .tx = { &b }, .rx = { &a }, .n = 1, .sizes = sizes,
+			    .nsizes = LOCUS_ARRAY_SIZE(sizes), .batch = 6, .total = 1500,
+			    .release_step = 3 };
+	const struct locus_verbs_stats *st;
+	uint64_t slots = 0, i;
+
+	(void)state;
+	pair_up(&a, &b, DEV_LO, DEV_LO, 7472, tune_small_ring, tune_small_ring);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&b, 16, 32768, 2000), 0);
+	a.rx_sizes = sizes;
+	a.rx_nsizes = s.nsizes;
+	a.rx_hold = true; /* release 3 at a time, re-checking the held bytes first */
+	assert_true(vt_pump(nodes, 2, stream_done, &s, 90000));
+	check_stream(&s);
+	for (i = 0; i < s.total; i++)
+		slots += (sizes[i % s.nsizes] + 4095) / 4096;
+	st = locus_verbs_peer_stats(b.peer);
+	printf("# %llu slots through a 16-slot ring (%llu wraps), %llu credit stalls, %llu credit writes\n",
+	       (unsigned long long)slots, (unsigned long long)slots / 16,
+	       (unsigned long long)st->credit_stalls,
+	       (unsigned long long)locus_verbs_peer_stats(a.peer)->credit_writes);
+	assert_true(slots / 16 > 100);
+	assert_true(st->credit_stalls > 0); /* flow control did hold the sender back */
+	assert_true(locus_verbs_peer_stats(a.peer)->credit_writes > 0);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
+static void test_veth_both_directions(void **state)
+{
+	static const uint32_t sizes[] = { 12288, 4096, 64, 65536, 14336, 1, 8 };
+	struct vt_node x, y, *nodes[] = { &x, &y };
+	struct stream s = { .tx = { &x, &y }, .rx = { &y, &x }, .n = 2, .sizes = sizes,
+			    .nsizes = LOCUS_ARRAY_SIZE(sizes), .batch = 8, .total = 300 };
+
+	(void)state;
+	pair_up(&x, &y, DEV_X, DEV_Y, 7473, NULL, NULL);
+	assert_string_equal(locus_verbs_ep_dev_name(x.ep), DEV_X);
+	assert_string_equal(locus_verbs_ep_dev_name(y.ep), DEV_Y);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&x, 16, 65536, 512), 0);
+	assert_int_equal(vt_node_txbufs(&y, 16, 65536, 512), 0);
+	x.tx_stream = y.rx_stream = 11;
+	y.tx_stream = x.rx_stream = 12;
+	x.rx_sizes = y.rx_sizes = sizes;
+	x.rx_nsizes = y.rx_nsizes = s.nsizes;
+	assert_true(vt_pump(nodes, 2, stream_done, &s, 60000));
+	check_stream(&s);
+	vt_node_fini(&y);
+	vt_node_fini(&x);
+}
+
+static bool first_down(void *a)
+{
+	return ((struct vt_node *)a)->downs > 0;
+}
+
+static void tune_bad_secret(struct locus_verbs_ep_params *p)
+{
+	p->secret[5] ^= 0x20;
+}
+
+static void tune_bad_version(struct locus_verbs_ep_params *p)
+{
+	p->proto_version = LOCUS_VERBS_PROTO_VERSION + 1;
+}
+
+static void refused(uint16_t port, void (*tune)(struct locus_verbs_ep_params *), int want)
+{
+	struct vt_node a, b, *nodes[] = { &a, &b };
+
+	pair_up(&a, &b, DEV_LO, DEV_LO, port, NULL, tune);
+	assert_true(vt_pump(nodes, 2, first_down, &b, 10000));
+	assert_int_equal(b.last_down, want);
+	assert_int_equal(a.ups, 0);
+	assert_int_equal(b.ups, 0);
+	assert_int_equal(locus_verbs_peer_state(a.peer), LOCUS_VERBS_DOWN);
+	if (want == -LOCUS_EAUTH)
+		assert_true(locus_verbs_ep_stats(a.ep)->auth_rejects >= 1);
+	else
+		assert_true(locus_verbs_ep_stats(a.ep)->version_rejects >= 1);
+	assert_true(locus_verbs_peer_stats(b.peer)->rejects_received >= 1);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
+static void test_wrong_secret(void **state)
+{
+	(void)state;
+	refused(7474, tune_bad_secret, -LOCUS_EAUTH);
+}
+
+static void test_wrong_version(void **state)
+{
+	(void)state;
+	refused(7475, tune_bad_version, -LOCUS_EVERSION);
+}
+
+/*
+ * Receiver process: passive node 2 on rxe0:port expecting messages of size;
+ * dies by SIGKILL at message kill_after (0: never), else exits 0 when it got
+ * expect messages intact. A fresh exec, not a bare fork: librdmacm caches
+ * device contexts whose file descriptors a forked child may not use.
+ */
+static int receiver_main(uint16_t port, uint32_t size, uint64_t kill_after, uint64_t expect)
+{
+	struct vt_node c;
+	uint64_t end;
+
+	alarm(60); /* never outlive the test */
+	if (vt_node_init(&c, "receiver", DEV_LO, port, 2, NULL) < 0 || vt_node_peer(&c, 1, NULL, 0) < 0)
+		return 2;
+	c.rx_sizes = &size;
+	c.rx_nsizes = 1;
+	c.rx_kill_after = kill_after;
+	end = vt_now_us() + 40000000ull;
+	while (vt_now_us() < end && c.rx_count < expect) {
+		locus_verbs_poll(c.ep);
+		locus_verbs_service(c.ep, 0);
+	}
+	/* let the last completions and credit writes reach the sender */
+	end = vt_now_us() + 300000;
+	while (vt_now_us() < end) {
+		locus_verbs_poll(c.ep);
+		locus_verbs_service(c.ep, 1);
+	}
+	return c.rx_count == expect && c.rx_bad == 0 ? 0 : 3;
+}
+
+static pid_t spawn_receiver(uint16_t port, uint32_t size, uint64_t kill_after, uint64_t expect)
+{
+	char a[4][24];
+	pid_t pid;
+
+	snprintf(a[0], sizeof(a[0]), "%u", port);
+	snprintf(a[1], sizeof(a[1]), "%u", size);
+	snprintf(a[2], sizeof(a[2]), "%llu", (unsigned long long)kill_after);
+	snprintf(a[3], sizeof(a[3]), "%llu", (unsigned long long)expect);
+	pid = fork();
+	if (pid == 0) {
+		execl("/proc/self/exe", "vt_verbs", "--receiver", a[0], a[1], a[2], a[3], (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+struct kill_ctx {
+	struct vt_node *n;
+	uint32_t size;
+	uint64_t limit;
+	int want_ups;
+	int downs0;  /* failed dials before the receiver listened */
+};
+
+static bool is_up(void *a)
+{
+	struct kill_ctx *k = a;
+
+	return k->n->ups >= k->want_ups;
+}
+
+static bool send_until_down(void *a)
+{
+	struct kill_ctx *k = a;
+
+	if (k->n->downs > k->downs0)
+		return true;
+	if (locus_verbs_peer_state(k->n->peer) == LOCUS_VERBS_UP)
+		vt_send(k->n, &k->size, 1, 2, k->limit);
+	return false;
+}
+
+static bool send_all_ok(void *a)
+{
+	struct kill_ctx *k = a;
+
+	if (k->n->ups < k->want_ups)
+		return false;
+	if (locus_verbs_peer_state(k->n->peer) == LOCUS_VERBS_UP)
+		vt_send(k->n, &k->size, 1, 4, k->limit);
+	return k->n->tx_ok == k->limit || k->n->tx_err > 0;
+}
+
+static void test_peer_killed_reconnect(void **state)
+{
+	struct vt_node p, *nodes[] = { &p };
+	struct kill_ctx k = { .n = &p, .size = 1048576, .limit = 1000, .want_ups = 1 };
+	struct locus_verbs_msg m;
+	pid_t c1, c2;
+	int st, i;
+
+	(void)state;
+	/* receiver dies (SIGKILL) when the 6th 1 MiB message lands */
+	c1 = spawn_receiver(7476, k.size, 6, 1000);
+	assert_true(c1 > 0);
+	assert_int_equal(vt_node_init(&p, "survivor", DEV_LO, 0, 1, NULL), 0);
+	assert_int_equal(vt_node_txbufs(&p, 4, 1048576, 1000), 0);
+	assert_int_equal(vt_node_peer(&p, 2, DEV_LO, 7476), 0);
+	/* dials refused until the receiver listens come back as peer-down events */
+	assert_true(vt_pump(nodes, 1, is_up, &k, 20000));
+	k.downs0 = p.downs;
+	assert_true(vt_pump(nodes, 1, send_until_down, &k, 30000));
+	assert_int_equal(waitpid(c1, &st, 0), c1);
+	assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+	printf("# peer killed: %llu posted, %llu ok, %llu failed (last %s), down reason %s\n",
+	       (unsigned long long)p.tx_posted, (unsigned long long)p.tx_ok,
+	       (unsigned long long)p.tx_err, locus_strerror(p.tx_last_err),
+	       locus_strerror(p.last_down));
+	assert_int_equal(p.downs, k.downs0 + 1);
+	assert_int_equal(p.ups, 1);
+	/* every message completed exactly once; the ones in flight with an error */
+	assert_int_equal(p.done_dup, 0);
+	assert_int_equal(p.tx_done, p.tx_posted);
+	for (i = 0; i < (int)p.tx_posted; i++)
+		assert_int_equal(p.done_count[i], 1);
+	assert_true(p.tx_err >= 1);
+	assert_true(p.tx_ok >= 5);
+	m = (struct locus_verbs_msg){ .buf = p.txmr.addr, .len = 8, .lkey = p.txmr.lkey };
+	assert_int_equal(locus_verbs_post(p.peer, &m, 1), -LOCUS_EPEERDOWN);
+	assert_int_not_equal(locus_verbs_peer_state(p.peer), LOCUS_VERBS_UP);
+
+	/* the peer restarts: we redial with back-off and carry on */
+	p.tx_posted = p.tx_done = p.tx_ok = p.tx_err = 0;
+	memset(p.done_count, 0, p.done_cap);
+	k.size = 12288;
+	k.limit = 50;
+	k.want_ups = 2;
+	c2 = spawn_receiver(7476, k.size, 0, 50);
+	assert_true(c2 > 0);
+	assert_true(vt_pump(nodes, 1, send_all_ok, &k, 30000));
+	assert_int_equal(p.tx_ok, 50);
+	assert_int_equal(p.tx_err, 0);
+	assert_int_equal(p.ups, 2);
+	assert_int_equal(locus_verbs_peer_stats(p.peer)->reconnects, 1);
+	assert_int_equal(waitpid(c2, &st, 0), c2);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0); /* child checked all 50 messages */
+	vt_node_fini(&p);
+}
+
+static bool both_down(void *a)
+{
+	struct vt_node **n = a;
+
+	return n[0]->downs > 0 && n[1]->downs > 0;
+}
+
+/* A peer (b) posts a raw WR on its QP: the victim (a) must drop it. */
+static void forged(uint16_t port, bool outside, int want_b, int want_a)
+{
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	uint64_t raddr, rlen, ilen, i;
+	uint32_t rkey;
+	const uint8_t *inbox;
+
+	pair_up(&a, &b, DEV_LO, DEV_LO, port, NULL, NULL);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&b, 1, 4096, 1), 0);
+	memset(b.txmr.addr, 0xa5, 4096);
+	locus_verbs_peer_remote(b.peer, &raddr, &rkey, &rlen);
+	inbox = locus_verbs_peer_inbox(a.peer, &ilen);
+	assert_int_equal(rlen, ilen);
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = (uintptr_t)b.txmr.addr;
+	sge.length = 64;
+	sge.lkey = b.txmr.lkey;
+	wr.wr_id = locus_verbs_peer_raw_wrid(b.peer);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.wr.rdma.rkey = rkey;
+	if (outside) {
+		/* just past the end of the inbox MR (the page behind it is ours too) */
+		wr.opcode = IBV_WR_RDMA_WRITE;
+		wr.wr.rdma.remote_addr = raddr + rlen;
+	} else {
+		/* inside the inbox, but an immediate naming a slot that does not exist */
+		wr.opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
+		wr.imm_data = htonl(0x0000ffffu);
+		wr.wr.rdma.remote_addr = raddr;
+	}
+	assert_int_equal(ibv_post_send(locus_verbs_peer_qp(b.peer), &wr, &bad), 0);
+	assert_true(vt_pump(nodes, 2, both_down, nodes, 20000));
+	printf("# forged %s: attacker down: %s, victim down: %s\n", outside ? "offset" : "imm",
+	       locus_strerror(b.last_down), locus_strerror(a.last_down));
+	if (want_b)
+		assert_int_equal(b.last_down, want_b);
+	if (want_a)
+		assert_int_equal(a.last_down, want_a);
+	if (outside) {
+		assert_int_equal(locus_verbs_peer_stats(b.peer)->cq_errors[IBV_WC_REM_ACCESS_ERR], 1);
+		for (i = 0; i < 64; i++)
+			assert_int_equal(inbox[ilen + i], 0);
+	} else {
+		assert_int_equal(locus_verbs_peer_stats(a.peer)->proto_errors, 1);
+	}
+	assert_int_equal(a.rx_count, 0);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
+static void test_forged_offset(void **state)
+{
+	(void)state;
+	forged(7477, true, -EACCES, 0);
+}
+
+static void test_forged_imm(void **state)
+{
+	(void)state;
+	forged(7478, false, 0, -LOCUS_EPROTO);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_loopback_sizes),
+		cmocka_unit_test(test_loopback_credit_wrap),
+		cmocka_unit_test(test_veth_both_directions),
+		cmocka_unit_test(test_wrong_secret),
+		cmocka_unit_test(test_wrong_version),
+		cmocka_unit_test(test_peer_killed_reconnect),
+		cmocka_unit_test(test_forged_offset),
+		cmocka_unit_test(test_forged_imm),
+	};
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (argc == 6 && !strcmp(argv[1], "--receiver"))
+		return receiver_main((uint16_t)atoi(argv[2]), (uint32_t)atoi(argv[3]),
+				     strtoull(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
+	if (getenv("VT_FILTER"))
+		cmocka_set_test_filter(getenv("VT_FILTER"));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}

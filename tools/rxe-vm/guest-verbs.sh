@@ -1,0 +1,41 @@
+#!/bin/sh
+# Runs INSIDE the qemu guest (host root over 9p, chroot'ed). Sets up
+#   rxe0 on dummy0 (192.0.2.1)               one device, loopback tests
+#   rxex on vx (192.0.2.20), rxey on vy (.21) two "nodes" on a veth pair in the
+#       initial namespace (rxe on 6.1 answers RoCE only there), policy routing
+#       so traffic between the two local addresses really crosses the pair
+# then runs $RXE_VT (the cmocka suite) or, with RXE_WHAT=bench, $RXE_BENCH
+# next to perftest. Exit status = the tests' status.
+set -u
+T=${RXE_T:-420}
+fail() { echo "GUEST SETUP FAILED: $*"; exit 1; }
+ip link set lo up
+ip link add dummy0 type dummy || fail "dummy0"
+ip addr add 192.0.2.1/24 dev dummy0 && ip link set dummy0 up || fail "dummy0 addr"
+rdma link add rxe0 type rxe netdev dummy0 || fail "rxe0"
+ip link add vx type veth peer name vy || fail "veth"
+ip addr add 192.0.2.20/24 dev vx; ip addr add 192.0.2.21/24 dev vy
+ip link set vx up; ip link set vy up
+for k in all.accept_local vx.accept_local vy.accept_local; do sysctl -qw net.ipv4.conf.$k=1; done
+for k in all.rp_filter default.rp_filter vx.rp_filter vy.rp_filter; do sysctl -qw net.ipv4.conf.$k=0; done
+ip route add 192.0.2.21/32 dev vx table 120; ip route add 192.0.2.20/32 dev vy table 121
+ip rule add oif vx lookup 120 pref 100; ip rule add oif vy lookup 121 pref 101
+ip rule add from 192.0.2.20 to 192.0.2.21 lookup 120 pref 102
+ip rule add from 192.0.2.21 to 192.0.2.20 lookup 121 pref 103
+ip rule add iif vx lookup local pref 10; ip rule add iif vy lookup local pref 11
+ip rule add pref 1000 lookup local; ip rule del pref 0
+rdma link add rxex type rxe netdev vx || fail "rxex"
+rdma link add rxey type rxe netdev vy || fail "rxey"
+rdma link show
+ulimit -l unlimited 2>/dev/null
+VX0=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
+if [ "${RXE_WHAT:-test}" = bench ]; then
+	timeout $T "$RXE_BENCH"; rc=$?
+else
+	timeout $T "$RXE_VT"; rc=$?
+fi
+VX1=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
+echo "veth vx TX bytes during the run: $((VX1 - VX0))"
+dmesg | grep -iE 'rxe|rdma' | tail -n 5 | sed 's/^/  [dmesg] /'
+echo "GUEST RESULT rc=$rc"
+exit $rc

@@ -1,0 +1,30 @@
+#!/bin/bash
+# make test-verbs / make bench-verbs: run the verbs transport for real on
+# Soft-RoCE in a qemu guest (TCG) booting Debian's kernel with rdma_rxe.
+#   tools/rxe-vm/verbs-vm-test.sh            the cmocka suite (build/tests/verbs/vt_verbs)
+#   tools/rxe-vm/verbs-vm-test.sh --bench    locus vs ib_write_bw / ib_write_lat
+# Builds what is missing (binaries with make, kernel + initramfs cached in
+# $BUILD/rxe-vm), prints the guest's output, exits with the guest's status
+# (124 when qemu hits its hard timeout).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
+WHAT=test
+[ "${1:-}" = --bench ] && WHAT=bench
+tools/deps.sh ensure || exit 1
+VT=$BUILD/tests/verbs/vt_verbs
+BENCH=$BUILD/tools/bench_verbs
+if [ "$WHAT" = bench ]; then T=$BENCH; else T=$VT; fi
+[ -x "$T" ] || make --no-print-directory -j2 BUILD="${BUILD#"$ROOT"/}" "${T#"$ROOT"/}" || exit 1
+export RXE_VM_DIR=$BUILD/rxe-vm
+mkdir -p "$RXE_VM_DIR/rw"
+if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
+   [ tools/rxe-vm/build-initramfs.sh -nt "$RXE_VM_DIR/initramfs.cpio.gz" ]; then
+	bash tools/rxe-vm/build-initramfs.sh > "$RXE_VM_DIR/initramfs.log" 2>&1 ||
+		{ cat "$RXE_VM_DIR/initramfs.log"; echo "initramfs build failed"; exit 1; }
+fi
+exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-540}" \
+	-c "$ROOT/tools/rxe-vm/guest-verbs.sh" -w "$RXE_VM_DIR/rw" \
+	RXE_VT="$VT" RXE_BENCH="$BENCH" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"}

@@ -1,0 +1,663 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Control path: endpoint set-up, peers, rdma_cm connection handling, peer
+ * down / reconnect with back-off. Every wait is bounded: rdma_cm events are
+ * read from a non-blocking channel after poll() with a timeout, address and
+ * route resolution carry a timeout, and a connection attempt that does not
+ * finish within 4 x connect_timeout_ms is abandoned and retried.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "verbs_priv.h"
+
+#define REJ_TAG 0x4c /* 'L': our reject private data: { tag, reason } */
+
+uint64_t locus_verbs_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
+{
+	if (!p->proto_version)
+		p->proto_version = LOCUS_VERBS_PROTO_VERSION;
+	if (!p->slot_shift)
+		p->slot_shift = 14;
+	if (!p->slot_count)
+		p->slot_count = 256;
+	if (!p->sq_depth)
+		p->sq_depth = 256;
+	if (!p->signal_every)
+		p->signal_every = 16;
+	if (!p->max_peers)
+		p->max_peers = 16;
+	if (!p->cq_depth)
+		p->cq_depth = p->max_peers * (p->sq_depth + p->slot_count + RECV_BATCH);
+	if (!p->max_inline)
+		p->max_inline = 256;
+	if (!p->backoff_min_ms)
+		p->backoff_min_ms = 20;
+	if (!p->backoff_max_ms)
+		p->backoff_max_ms = 1000;
+	if (!p->connect_timeout_ms)
+		p->connect_timeout_ms = 2000;
+}
+
+static int check_params(const struct locus_verbs_ep_params *p, struct locus_error *err)
+{
+	if (p->slot_shift < LOCUS_VERBS_SLOT_SHIFT_MIN || p->slot_shift > LOCUS_VERBS_SLOT_SHIFT_MAX)
+		return locus_error_set(err, LOCUS_ERANGE, "slot_shift %u outside [%u, %u]",
+				       p->slot_shift, LOCUS_VERBS_SLOT_SHIFT_MIN,
+				       LOCUS_VERBS_SLOT_SHIFT_MAX);
+	if (p->slot_count < LOCUS_VERBS_SLOTS_MIN || p->slot_count > LOCUS_VERBS_SLOTS_MAX)
+		return locus_error_set(err, LOCUS_ERANGE, "slot_count %u outside [%u, %u]",
+				       p->slot_count, LOCUS_VERBS_SLOTS_MIN, LOCUS_VERBS_SLOTS_MAX);
+	if (!LOCUS_IS_POW2(p->sq_depth) || p->sq_depth < 8 || p->sq_depth > 16384)
+		return locus_error_set(err, LOCUS_ERANGE, "sq_depth %u: want a power of two in [8, 16384]",
+				       p->sq_depth);
+	if (p->signal_every >= p->sq_depth / 2)
+		return locus_error_set(err, LOCUS_ERANGE, "signal_every %u must be < sq_depth / 2",
+				       p->signal_every);
+	if (p->max_peers > 0xffff || p->backoff_min_ms > p->backoff_max_ms)
+		return locus_error_set(err, LOCUS_ERANGE, "max_peers or back-off bounds out of range");
+	return 0;
+}
+
+static int read_numa(const char *dev)
+{
+	char path[256], line[16];
+	FILE *f;
+	int v = -1;
+
+	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/numa_node", dev);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (!fgets(line, sizeof(line), f) || sscanf(line, "%d", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_verbs_ep **out,
+			  struct locus_error *err)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET };
+	struct locus_verbs_ep *ep;
+	int rc, fl;
+
+	ep = calloc(1, sizeof(*ep));
+	if (!ep)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	ep->prm = *prm;
+	locus_verbs_ep_params_default(&ep->prm);
+	rc = check_params(&ep->prm, err);
+	if (rc < 0)
+		goto err_free;
+	ep->peers = calloc(ep->prm.max_peers, sizeof(*ep->peers));
+	if (!ep->peers) {
+		rc = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_free;
+	}
+	ep->ch = rdma_create_event_channel();
+	if (!ep->ch) {
+		rc = locus_error_set(err, errno, "rdma_create_event_channel: %s (is rdma_ucm loaded?)",
+				     strerror(errno));
+		goto err_peers;
+	}
+	fl = fcntl(ep->ch->fd, F_GETFL);
+	if (fl < 0 || fcntl(ep->ch->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		rc = locus_error_set(err, errno, "cannot make the CM channel non-blocking");
+		goto err_ch;
+	}
+	if (rdma_create_id(ep->ch, &ep->listen_id, NULL, RDMA_PS_TCP)) {
+		rc = locus_error_set(err, errno, "rdma_create_id: %s", strerror(errno));
+		goto err_ch;
+	}
+	sin.sin_addr = prm->local_addr;
+	sin.sin_port = htons(prm->port);
+	if (rdma_bind_addr(ep->listen_id, (struct sockaddr *)&sin) || !ep->listen_id->verbs) {
+		rc = locus_error_set(err, errno ? errno : ENODEV,
+				     "cannot bind %s to an RDMA device: %s", inet_ntoa(prm->local_addr),
+				     strerror(errno ? errno : ENODEV));
+		goto err_id;
+	}
+	ep->ctx = ep->listen_id->verbs;
+	snprintf(ep->dev_name, sizeof(ep->dev_name), "%s", ibv_get_device_name(ep->ctx->device));
+	if (prm->dev_name && strcmp(prm->dev_name, ep->dev_name)) {
+		rc = locus_error_set(err, ENODEV, "%s belongs to device %s, not %s",
+				     inet_ntoa(prm->local_addr), ep->dev_name, prm->dev_name);
+		goto err_id;
+	}
+	ep->numa_node = read_numa(ep->dev_name);
+	ep->pd = ibv_alloc_pd(ep->ctx);
+	if (!ep->pd) {
+		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_alloc_pd on %s failed", ep->dev_name);
+		goto err_id;
+	}
+	ep->cq = ibv_create_cq(ep->ctx, (int)ep->prm.cq_depth, NULL, NULL, 0);
+	if (!ep->cq) {
+		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_create_cq(%u) on %s: %s",
+				     ep->prm.cq_depth, ep->dev_name, strerror(errno));
+		goto err_pd;
+	}
+	if (prm->port && rdma_listen(ep->listen_id, 16)) {
+		rc = locus_error_set(err, errno, "rdma_listen on port %u: %s", prm->port, strerror(errno));
+		goto err_cq;
+	}
+	*out = ep;
+	return 0;
+
+err_cq:
+	ibv_destroy_cq(ep->cq);
+err_pd:
+	ibv_dealloc_pd(ep->pd);
+err_id:
+	rdma_destroy_id(ep->listen_id);
+err_ch:
+	rdma_destroy_event_channel(ep->ch);
+err_peers:
+	free(ep->peers);
+err_free:
+	free(ep);
+	return rc;
+}
+
+static void peer_free(struct locus_verbs_peer *p)
+{
+	locus_verbs_mr_free(&p->inbox);
+	free(p->tx_cookie);
+	free(p->tx_kind);
+	free(p->held);
+	free(p);
+}
+
+void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
+{
+	uint32_t i;
+
+	if (!ep)
+		return;
+	for (i = 0; i < ep->n_peers; i++) {
+		ep->peers[i]->active = false; /* no redial */
+		locus_verbs_peer_down(ep->peers[i], -LOCUS_EPEERDOWN);
+	}
+	/* drain completions of the torn-down QPs before the CQ goes */
+	while (locus_verbs_poll(ep) > 0)
+		;
+	for (i = 0; i < ep->n_peers; i++)
+		peer_free(ep->peers[i]);
+	ibv_destroy_cq(ep->cq);
+	ibv_dealloc_pd(ep->pd);
+	rdma_destroy_id(ep->listen_id);
+	rdma_destroy_event_channel(ep->ch);
+	free(ep->peers);
+	free(ep);
+}
+
+int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
+			 const struct sockaddr_in *remote, struct locus_verbs_peer **out,
+			 struct locus_error *err)
+{
+	struct locus_verbs_peer *p;
+	uint64_t len;
+	uint32_t i;
+	int rc;
+
+	if (ep->n_peers >= ep->prm.max_peers)
+		return locus_error_set(err, LOCUS_EFULL, "endpoint already has %u peers", ep->n_peers);
+	for (i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->node_id == node_id)
+			return locus_error_set(err, EEXIST, "node %u already declared", node_id);
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	p->ep = ep;
+	p->idx = (uint16_t)ep->n_peers;
+	p->node_id = node_id;
+	p->lring.slot_count = ep->prm.slot_count;
+	p->lring.slot_shift = ep->prm.slot_shift;
+	p->backoff_ms = ep->prm.backoff_min_ms;
+	p->tx_cookie = calloc(ep->prm.sq_depth, sizeof(*p->tx_cookie));
+	p->tx_kind = calloc(ep->prm.sq_depth, sizeof(*p->tx_kind));
+	p->held = calloc(ep->prm.slot_count, sizeof(*p->held));
+	if (!p->tx_cookie || !p->tx_kind || !p->held) {
+		rc = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_free;
+	}
+	len = ((uint64_t)ep->prm.slot_count << ep->prm.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+	rc = locus_verbs_mr_alloc(ep, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+				  &p->inbox, err);
+	if (rc < 0)
+		goto err_free;
+	p->credit_in = (volatile uint64_t *)((uint8_t *)p->inbox.addr + len - LOCUS_VERBS_CTRL_LEN);
+	p->credit_src = p->credit_in + 1;
+	if (remote) {
+		p->active = true;
+		p->remote = *remote;
+		p->state = LOCUS_VERBS_BACKOFF;
+		p->deadline_ns = locus_verbs_now_ns(); /* dial at the next service() */
+	}
+	ep->peers[ep->n_peers++] = p;
+	*out = p;
+	return 0;
+
+err_free:
+	peer_free(p);
+	return rc;
+}
+
+static void fill_pdata(const struct locus_verbs_peer *p, enum locus_verbs_pdata_kind kind,
+		       uint8_t *buf)
+{
+	const struct locus_verbs_ep *ep = p->ep;
+	struct locus_verbs_pdata pd = {
+		.version = ep->prm.proto_version,
+		.kind = (uint8_t)kind,
+		.slot_shift = (uint8_t)ep->prm.slot_shift,
+		.cluster_id = ep->prm.cluster_id,
+		.node_id = ep->prm.node_id,
+		.slot_count = (uint16_t)ep->prm.slot_count,
+		.rkey = p->inbox.rkey,
+		.inbox_addr = (uintptr_t)p->inbox.addr,
+	};
+
+	memcpy(pd.secret, ep->prm.secret, sizeof(pd.secret));
+	locus_verbs_pdata_encode(&pd, buf);
+}
+
+static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	uint32_t inl = ep->max_inline ? ep->max_inline : ep->prm.max_inline;
+	struct ibv_qp_init_attr qa;
+
+	if (id->verbs != ep->ctx)
+		return -EXDEV; /* routed through another device than our PD's */
+	for (;;) {
+		memset(&qa, 0, sizeof(qa));
+		qa.send_cq = qa.recv_cq = ep->cq;
+		qa.qp_type = IBV_QPT_RC;
+		qa.cap.max_send_wr = ep->prm.sq_depth;
+		qa.cap.max_recv_wr = ep->prm.slot_count + 2 * RECV_BATCH;
+		qa.cap.max_send_sge = 1;
+		qa.cap.max_recv_sge = 1;
+		qa.cap.max_inline_data = inl;
+		qa.sq_sig_all = 0;
+		if (!rdma_create_qp(id, ep->pd, &qa))
+			break;
+		if (inl == 0)
+			return -errno;
+		inl = inl > 64 ? 64 : 0; /* the device offers less inline room */
+	}
+	ep->max_inline = qa.cap.max_inline_data;
+	p->qp = id->qp;
+	p->id = id;
+	return 0;
+}
+
+/* Start dialling p. */
+static void dial(struct locus_verbs_peer *p)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	struct sockaddr_in src = { .sin_family = AF_INET, .sin_addr = ep->prm.local_addr };
+	struct rdma_cm_id *id;
+
+	p->state = LOCUS_VERBS_CONNECTING;
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
+	if (rdma_create_id(ep->ch, &id, p, RDMA_PS_TCP)) {
+		locus_verbs_peer_down(p, -errno);
+		return;
+	}
+	p->id = id;
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&p->remote,
+			      (int)ep->prm.connect_timeout_ms))
+		locus_verbs_peer_down(p, -errno);
+}
+
+void locus_verbs_peer_up(struct locus_verbs_peer *p)
+{
+	const struct locus_verbs_callbacks *cb = &p->ep->prm.cb;
+
+	if (p->state == LOCUS_VERBS_UP)
+		return;
+	p->state = LOCUS_VERBS_UP;
+	p->backoff_ms = p->ep->prm.backoff_min_ms;
+	if (p->stats.connects++)
+		p->stats.reconnects++;
+	if (cb->on_peer_up)
+		cb->on_peer_up(cb->arg, p);
+	if (p->state == LOCUS_VERBS_UP && p->rx_released != p->rx_credit_sent)
+		locus_verbs_post_credit(p);
+}
+
+void locus_verbs_peer_down(struct locus_verbs_peer *p, int reason)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	const struct locus_verbs_callbacks *cb = &ep->prm.cb;
+	uint32_t mask = ep->prm.sq_depth - 1;
+	bool was_up = p->state == LOCUS_VERBS_UP;
+
+	if (p->state != LOCUS_VERBS_UP && p->state != LOCUS_VERBS_CONNECTING)
+		return;
+	/* From here on completions of this connection are stale (gen) and its QP is gone. */
+	p->gen++;
+	if (p->id) {
+		if (was_up)
+			rdma_disconnect(p->id);
+		if (p->qp)
+			rdma_destroy_qp(p->id);
+		rdma_destroy_id(p->id);
+	}
+	p->id = NULL;
+	p->qp = NULL;
+	for (; p->sq_done < p->sq_posted; p->sq_done++) {
+		uint64_t s = p->sq_done;
+
+		if (p->tx_kind[s & mask] == TX_MSG) {
+			p->stats.tx_failed++;
+			if (cb->on_send_done)
+				cb->on_send_done(cb->arg, p, p->tx_cookie[s & mask], reason);
+		}
+		p->tx_kind[s & mask] = 0;
+	}
+	p->held_n = 0; /* held messages die with the connection */
+	if (p->active) {
+		p->state = LOCUS_VERBS_BACKOFF;
+		p->deadline_ns = locus_verbs_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+		p->backoff_ms = LOCUS_MIN(p->backoff_ms * 2, ep->prm.backoff_max_ms);
+	} else {
+		p->state = LOCUS_VERBS_DOWN;
+	}
+	if (was_up)
+		p->stats.disconnects++;
+	if (cb->on_peer_down)
+		cb->on_peer_down(cb->arg, p, reason);
+}
+
+static void reject(struct locus_verbs_ep *ep, struct rdma_cm_id *id, int reason)
+{
+	uint8_t rej[2] = { REJ_TAG, (uint8_t)reason };
+
+	rdma_reject(id, rej, sizeof(rej));
+	rdma_destroy_id(id);
+	if (reason == LOCUS_VERBS_REJ_AUTH || reason == LOCUS_VERBS_REJ_CLUSTER)
+		ep->stats.auth_rejects++;
+	else if (reason == LOCUS_VERBS_REJ_VERSION)
+		ep->stats.version_rejects++;
+	else
+		ep->stats.peer_rejects++;
+}
+
+static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
+			       const uint8_t *pd, size_t pdlen)
+{
+	struct locus_verbs_pdata in;
+	struct locus_verbs_peer *p = NULL;
+	uint8_t rep[LOCUS_VERBS_PDATA_LEN];
+	struct rdma_conn_param cp;
+	uint32_t i;
+	int rc;
+
+	rc = locus_verbs_pdata_decode(pd, pdlen, &in, NULL);
+	if (rc == -LOCUS_EVERSION || (rc == 0 && in.version != ep->prm.proto_version))
+		return reject(ep, id, LOCUS_VERBS_REJ_VERSION);
+	if (rc < 0)
+		return reject(ep, id, LOCUS_VERBS_REJ_INVALID);
+	rc = locus_verbs_pdata_admit(&in, ep->prm.cluster_id, ep->prm.secret, LOCUS_VERBS_PD_REQ, NULL);
+	if (rc == -LOCUS_EAUTH)
+		return reject(ep, id, LOCUS_VERBS_REJ_AUTH);
+	if (rc < 0)
+		return reject(ep, id, LOCUS_VERBS_REJ_INVALID);
+	for (i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->node_id == in.node_id && !ep->peers[i]->active)
+			p = ep->peers[i];
+	if (!p)
+		return reject(ep, id, LOCUS_VERBS_REJ_PEER);
+	/* a peer that comes back replaces its old connection (it restarted) */
+	locus_verbs_peer_down(p, -ECONNRESET);
+	if (make_qp(p, id) < 0)
+		return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
+	id->context = p;
+	p->rring.slot_count = in.slot_count;
+	p->rring.slot_shift = in.slot_shift;
+	p->raddr = in.inbox_addr;
+	p->rkey = in.rkey;
+	p->state = LOCUS_VERBS_CONNECTING;
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
+	if (locus_verbs_peer_arm(p) < 0)
+		goto err_down;
+	fill_pdata(p, LOCUS_VERBS_PD_REP, rep);
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = rep;
+	cp.private_data_len = sizeof(rep);
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.rnr_retry_count = 7;
+	if (rdma_accept(id, &cp))
+		goto err_down;
+	return;
+
+err_down:
+	locus_verbs_peer_down(p, -errno);
+}
+
+static void on_route_resolved(struct locus_verbs_peer *p)
+{
+	uint8_t req[LOCUS_VERBS_PDATA_LEN];
+	struct rdma_conn_param cp;
+	int rc;
+
+	rc = make_qp(p, p->id);
+	if (rc < 0)
+		return locus_verbs_peer_down(p, rc);
+	rc = locus_verbs_peer_arm(p);
+	if (rc < 0)
+		return locus_verbs_peer_down(p, rc);
+	fill_pdata(p, LOCUS_VERBS_PD_REQ, req);
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = req;
+	cp.private_data_len = sizeof(req);
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.retry_count = 7;
+	cp.rnr_retry_count = 7;
+	if (rdma_connect(p->id, &cp))
+		locus_verbs_peer_down(p, -errno);
+}
+
+static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd, size_t pdlen)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	struct locus_verbs_pdata in;
+	int rc;
+
+	rc = locus_verbs_pdata_decode(pd, pdlen, &in, NULL);
+	if (rc == 0)
+		rc = locus_verbs_pdata_admit(&in, ep->prm.cluster_id, ep->prm.secret,
+					     LOCUS_VERBS_PD_REP, NULL);
+	if (rc == 0 && in.node_id != p->node_id)
+		rc = -LOCUS_EPROTO; /* someone else answers at that address */
+	if (rc < 0) {
+		p->stats.proto_errors++;
+		return locus_verbs_peer_down(p, rc);
+	}
+	p->rring.slot_count = in.slot_count;
+	p->rring.slot_shift = in.slot_shift;
+	p->raddr = in.inbox_addr;
+	p->rkey = in.rkey;
+	locus_verbs_peer_up(p);
+}
+
+static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type, int status,
+			 struct rdma_cm_id *id, const uint8_t *pd, size_t pdlen)
+{
+	struct locus_verbs_peer *p = id->context;
+
+	ep->stats.cm_events++;
+	if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
+		return on_connect_request(ep, id, pd, pdlen);
+	/* events of an id we already tore down cannot arrive: rdma_destroy_id drains them */
+	if (!p || p->id != id)
+		return;
+	switch (type) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(id, (int)ep->prm.connect_timeout_ms))
+			locus_verbs_peer_down(p, -errno);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED:
+		on_route_resolved(p);
+		break;
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (p->active)
+			on_established_active(p, pd, pdlen);
+		else
+			locus_verbs_peer_up(p);
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+		p->stats.rejects_received++;
+		if (pd && pdlen >= 2 && pd[0] == REJ_TAG)
+			locus_verbs_peer_down(p, locus_verbs_reject_errno(pd[1]));
+		else
+			locus_verbs_peer_down(p, -ECONNREFUSED); /* nobody listening (status) */
+		(void)status;
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		locus_verbs_peer_down(p, -EHOSTUNREACH);
+		break;
+	case RDMA_CM_EVENT_DISCONNECTED:
+	case RDMA_CM_EVENT_DEVICE_REMOVAL:
+	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+		locus_verbs_peer_down(p, -ECONNRESET);
+		break;
+	default:
+		break;
+	}
+}
+
+int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
+{
+	struct pollfd pfd = { .fd = ep->ch->fd, .events = POLLIN };
+	uint64_t now = locus_verbs_now_ns(), next = UINT64_MAX;
+	uint8_t pd[256];
+	int handled = 0;
+	uint32_t i;
+
+	for (i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		if (p->state == LOCUS_VERBS_BACKOFF || p->state == LOCUS_VERBS_CONNECTING)
+			next = LOCUS_MIN(next, p->deadline_ns);
+	}
+	if (next != UINT64_MAX) {
+		uint64_t wait = next > now ? (next - now) / 1000000ull : 0;
+
+		timeout_ms = (int)LOCUS_MIN((uint64_t)timeout_ms, wait);
+	}
+	if (poll(&pfd, 1, timeout_ms) > 0) {
+		struct rdma_cm_event *ev;
+
+		while (!rdma_get_cm_event(ep->ch, &ev)) {
+			enum rdma_cm_event_type type = ev->event;
+			struct rdma_cm_id *id = ev->id;
+			int status = ev->status;
+			size_t pdlen = LOCUS_MIN((size_t)ev->param.conn.private_data_len, sizeof(pd));
+
+			/* copy and ack first: tearing an id down waits for its events' acks */
+			if (ev->param.conn.private_data && pdlen)
+				memcpy(pd, ev->param.conn.private_data, pdlen);
+			else
+				pdlen = 0;
+			rdma_ack_cm_event(ev);
+			handle_event(ep, type, status, id, pdlen ? pd : NULL, pdlen);
+			handled++;
+		}
+	}
+	now = locus_verbs_now_ns();
+	for (i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		if (p->state == LOCUS_VERBS_BACKOFF && now >= p->deadline_ns)
+			dial(p);
+		else if (p->state == LOCUS_VERBS_CONNECTING && now >= p->deadline_ns)
+			locus_verbs_peer_down(p, -ETIMEDOUT);
+	}
+	return handled;
+}
+
+enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p)
+{
+	return p->state;
+}
+
+uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p)
+{
+	return p->node_id;
+}
+
+const struct locus_verbs_stats *locus_verbs_peer_stats(const struct locus_verbs_peer *p)
+{
+	return &p->stats;
+}
+
+const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep)
+{
+	return &ep->stats;
+}
+
+uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep)
+{
+	return ep->max_inline;
+}
+
+const char *locus_verbs_ep_dev_name(const struct locus_verbs_ep *ep)
+{
+	return ep->dev_name;
+}
+
+int locus_verbs_ep_numa_node(const struct locus_verbs_ep *ep)
+{
+	return ep->numa_node;
+}
+
+void *locus_verbs_peer_qp(struct locus_verbs_peer *p)
+{
+	return p->qp;
+}
+
+void *locus_verbs_ep_pd(struct locus_verbs_ep *ep)
+{
+	return ep->pd;
+}
+
+uint64_t locus_verbs_peer_raw_wrid(const struct locus_verbs_peer *p)
+{
+	return locus_verbs_wrid(p, (uint32_t)p->sq_posted);
+}
+
+void locus_verbs_peer_remote(const struct locus_verbs_peer *p, uint64_t *addr, uint32_t *rkey,
+			     uint64_t *len)
+{
+	*addr = p->raddr;
+	*rkey = p->rkey;
+	*len = ((uint64_t)p->rring.slot_count << p->rring.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+}
+
+void *locus_verbs_peer_inbox(const struct locus_verbs_peer *p, uint64_t *len)
+{
+	*len = p->inbox.len;
+	return p->inbox.addr;
+}

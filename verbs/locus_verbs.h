@@ -1,0 +1,389 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locus RDMA transport on rdma-core (libibverbs + librdmacm, RC).
+ *
+ * One endpoint per process and device: a PD, one CQ shared by every peer, an
+ * rdma_cm event channel and (optionally) a listener. Peers are declared by
+ * node id; each has its own remote-writable region ("inbox MR") so a peer
+ * only ever holds the rkey of the memory meant for it:
+ *
+ *   inbox MR = slot_count slots of slot_size bytes | 64-byte control block
+ *
+ * The peer writes messages into the slots with WRITE_WITH_IMM and writes the
+ * cumulative count of slots we released to it into... its own control block:
+ * we write *our* released count into the control block of the peer's inbox
+ * MR (8-byte inline RDMA WRITE, no immediate, so it costs the peer no RECV
+ * and no completion, and works when traffic is one-directional, which is
+ * the common case: signatures go router -> decoder only).
+ *
+ * A message of n = ceil(len / slot_size) slots is written contiguously. If it
+ * does not fit before the end of the ring, the tail slots are skipped (and
+ * counted as used). imm = slot index | (n - 1) << 16. A message needs at most
+ * slot_count / 2 slots, so the skip never deadlocks.
+ *
+ * Threading: an endpoint and its peers belong to one thread, which calls
+ * locus_verbs_poll() (data path: CQ only, no syscall) and
+ * locus_verbs_service() (control path: CM events, reconnect timers).
+ */
+#ifndef LOCUS_VERBS_H
+#define LOCUS_VERBS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <netinet/in.h>
+
+#include "locus_common.h"
+#include "locus_err.h"
+
+/* ------------------------------------------------------------------ */
+/* Connection private data (pure: no verbs dependency)                 */
+
+#define LOCUS_VERBS_PROTO_VERSION 1u
+#define LOCUS_VERBS_SECRET_LEN    32u
+/* rdma_cm leaves 56 bytes of REQ private data on RoCE / IB (92 - cma hdr). */
+#define LOCUS_VERBS_PDATA_LEN     56u
+#define LOCUS_VERBS_SLOT_SHIFT_MIN 6u  /* 64 B */
+#define LOCUS_VERBS_SLOT_SHIFT_MAX 24u /* 16 MiB */
+#define LOCUS_VERBS_SLOTS_MIN     2u
+#define LOCUS_VERBS_SLOTS_MAX     32768u
+#define LOCUS_VERBS_CTRL_LEN      64u  /* control block after the slots */
+
+enum locus_verbs_pdata_kind {
+	LOCUS_VERBS_PD_REQ = 1, /* connect request (active side) */
+	LOCUS_VERBS_PD_REP = 2, /* accept (passive side) */
+};
+
+/* Reject reasons carried in the REJ private data (one byte + version). */
+enum locus_verbs_reject {
+	LOCUS_VERBS_REJ_VERSION = 1,
+	LOCUS_VERBS_REJ_AUTH    = 2,
+	LOCUS_VERBS_REJ_CLUSTER = 3,
+	LOCUS_VERBS_REJ_PEER    = 4, /* unknown node id / not accepted from it */
+	LOCUS_VERBS_REJ_INVALID = 5, /* malformed private data */
+	LOCUS_VERBS_REJ_BUSY    = 6, /* resources */
+};
+
+/*
+ * Decoded private data. Wire layout (56 bytes, little-endian):
+ *   0 u16 version | 2 u8 kind | 3 u8 slot_shift | 4 u32 cluster_id |
+ *   8 u16 node_id | 10 u16 slot_count | 12 u32 rkey | 16 u64 inbox_addr |
+ *   24 u8 secret[32]
+ */
+struct locus_verbs_pdata {
+	uint16_t version;
+	uint8_t kind;
+	uint8_t slot_shift;
+	uint32_t cluster_id;
+	uint16_t node_id;
+	uint16_t slot_count;
+	uint32_t rkey;
+	uint64_t inbox_addr;
+	uint8_t secret[LOCUS_VERBS_SECRET_LEN];
+};
+
+/* Serialise p into buf (LOCUS_VERBS_PDATA_LEN bytes). */
+void locus_verbs_pdata_encode(const struct locus_verbs_pdata *p, uint8_t *buf);
+
+/*
+ * Parse len bytes into *p and check what needs no local knowledge: length,
+ * version, kind, slot geometry, that the inbox + control block does not wrap
+ * the address space. Returns 0, -LOCUS_ETRUNCATED, -LOCUS_EVERSION or
+ * -LOCUS_ERANGE / -LOCUS_EPROTO, with err saying which field.
+ */
+int locus_verbs_pdata_decode(const void *buf, size_t len, struct locus_verbs_pdata *p,
+			     struct locus_error *err);
+
+/*
+ * Check a decoded peer's identity against ours: cluster id, then secret in
+ * constant time, then the kind expected. Returns 0, -LOCUS_EAUTH or
+ * -LOCUS_EPROTO (err says which).
+ */
+int locus_verbs_pdata_admit(const struct locus_verbs_pdata *p, uint32_t cluster_id,
+			    const uint8_t secret[LOCUS_VERBS_SECRET_LEN],
+			    enum locus_verbs_pdata_kind kind, struct locus_error *err);
+
+/* Constant-time equality of n bytes: 1 if equal. */
+int locus_verbs_ct_equal(const void *a, const void *b, size_t n);
+
+/* Map a reject reason to -LOCUS_E* (unknown reasons: -ECONNREFUSED). */
+int locus_verbs_reject_errno(int reason);
+
+/* ------------------------------------------------------------------ */
+/* Ring / credit arithmetic (pure). Counters are cumulative u64 slot    */
+/* counts; unsigned subtraction keeps them right across u64 wrap too.   */
+
+struct locus_verbs_ring {
+	uint32_t slot_count;
+	uint32_t slot_shift;
+};
+
+/* Slots a message of len bytes occupies (len >= 1). */
+static inline uint32_t locus_verbs_slots_for(const struct locus_verbs_ring *r, uint64_t len)
+{
+	return (uint32_t)((len + (1ull << r->slot_shift) - 1) >> r->slot_shift);
+}
+
+/* Largest message the ring takes: slot_count / 2 slots (see top comment). */
+static inline uint64_t locus_verbs_max_msg(const struct locus_verbs_ring *r)
+{
+	return (uint64_t)(r->slot_count / 2) << r->slot_shift;
+}
+
+/* Slots the sender may still use: slot_count - (head - released). */
+static inline uint64_t locus_verbs_credits(const struct locus_verbs_ring *r, uint64_t head,
+					   uint64_t released)
+{
+	return r->slot_count - (head - released);
+}
+
+/*
+ * Place a message of n slots at cumulative head: *index receives its slot
+ * index and the return value is the slots it consumes (n, or n plus the
+ * skipped tail when it would cross the end of the ring).
+ */
+static inline uint32_t locus_verbs_place(const struct locus_verbs_ring *r, uint64_t head,
+					 uint32_t n, uint32_t *index)
+{
+	uint32_t pos = (uint32_t)(head % r->slot_count);
+
+	if (pos + n > r->slot_count) {
+		*index = 0;
+		return r->slot_count - pos + n;
+	}
+	*index = pos;
+	return n;
+}
+
+static inline uint32_t locus_verbs_imm_encode(uint32_t index, uint32_t n)
+{
+	return index | ((n - 1) << 16);
+}
+
+/*
+ * Receiver side: validate an arriving message (imm, byte_len) against the
+ * expected cumulative head. On success *index, *n and *consumed (n plus any
+ * skipped tail) are set. Returns 0 or -LOCUS_EPROTO (the peer broke the ring
+ * contract: the connection must be dropped).
+ */
+int locus_verbs_ring_accept(const struct locus_verbs_ring *r, uint64_t head, uint32_t imm,
+			    uint32_t byte_len, uint32_t *index, uint32_t *n, uint32_t *consumed);
+
+/* ------------------------------------------------------------------ */
+/* Device discovery from a sysfs root (pure file reading)              */
+
+#define LOCUS_VERBS_NAME_MAX 64
+#define LOCUS_VERBS_PCI_MAX  256
+
+struct locus_verbs_devinfo {
+	char name[LOCUS_VERBS_NAME_MAX];  /* "mlx5_0", "rxe0" */
+	char pci[LOCUS_VERBS_PCI_MAX];    /* resolved device path below /sys/devices, "" if none */
+	int numa_node;                    /* -1 unknown */
+	unsigned n_ports;
+};
+
+/*
+ * List RDMA devices under <sysfs_root>/class/infiniband (sysfs_root "/sys"
+ * in production). Fills up to max entries, sorted by name; returns the
+ * number found (may exceed max) or -errno.
+ */
+int locus_verbs_dev_list(const char *sysfs_root, struct locus_verbs_devinfo *out, unsigned max);
+
+/*
+ * Choose a device. want: a device name, or "auto". For auto, near_pci (a PCI
+ * address such as "0000:3b:00.0", or NULL) picks the device sharing the
+ * longest PCI path prefix with it (same switch beats same root complex);
+ * ties and the no-PCI case prefer numa_node == near_numa (if >= 0), then the
+ * lowest name. Returns the index into devs or -ENODEV (err says why).
+ */
+int locus_verbs_dev_pick(const struct locus_verbs_devinfo *devs, unsigned n, const char *want,
+			 const char *sysfs_root, const char *near_pci, int near_numa,
+			 struct locus_error *err);
+
+/*
+ * Find the RoCE v2 GID holding an IPv4-mapped address (::ffff:a.b.c.d) on
+ * port of dev: reads ports/<port>/gids/<i> and gid_attrs/types/<i>. If want
+ * is non-NULL only that address matches. Returns the GID index and *addr, or
+ * -ENOENT.
+ */
+int locus_verbs_gid_ipv4(const char *sysfs_root, const char *dev, unsigned port,
+			 const struct in_addr *want, struct in_addr *addr);
+
+/* ------------------------------------------------------------------ */
+/* Endpoint, peers, messages (libibverbs + librdmacm)                  */
+
+struct locus_verbs_ep;
+struct locus_verbs_peer;
+
+enum locus_verbs_peer_state {
+	LOCUS_VERBS_DOWN = 0,     /* not connected, no attempt scheduled (passive) */
+	LOCUS_VERBS_CONNECTING,   /* rdma_cm in progress */
+	LOCUS_VERBS_BACKOFF,      /* waiting to redial */
+	LOCUS_VERBS_UP,
+};
+
+/* Per-peer statistics; written only by the endpoint's thread. */
+struct locus_verbs_stats {
+	uint64_t tx_msgs, tx_bytes;
+	uint64_t rx_msgs, rx_bytes;
+	uint64_t credit_stalls;       /* post refused for lack of inbox credits */
+	uint64_t sq_stalls;           /* post refused for lack of send queue room */
+	uint64_t credit_writes;
+	uint64_t tx_failed;           /* messages completed with an error */
+	uint64_t connects, reconnects, disconnects;
+	uint64_t rejects_sent, rejects_received;
+	uint64_t proto_errors;
+	uint64_t cq_errors[32];       /* by enum ibv_wc_status (clamped to 31) */
+} __locus_cache_aligned;
+
+struct locus_verbs_ep_stats {
+	uint64_t auth_rejects;        /* connect requests refused: secret / cluster */
+	uint64_t version_rejects;
+	uint64_t peer_rejects;        /* unknown / not passive node id, bad data */
+	uint64_t cm_events;
+	uint64_t stale_cqes;          /* completions of a torn-down connection */
+} __locus_cache_aligned;
+
+#define LOCUS_VERBS_HOLD 1 /* on_recv return value: the caller releases later */
+
+struct locus_verbs_callbacks {
+	/*
+	 * A message arrived: data points into the inbox, valid until released.
+	 * Return 0 to release it now, or LOCUS_VERBS_HOLD to release it later
+	 * with locus_verbs_release() (messages of a peer release in order).
+	 */
+	int (*on_recv)(void *arg, struct locus_verbs_peer *p, const void *data, uint32_t len);
+	/* Every posted message completes here exactly once: status 0 or -errno/-LOCUS_E*. */
+	void (*on_send_done)(void *arg, struct locus_verbs_peer *p, uint64_t cookie, int status);
+	/*
+	 * Peer up / down (down: reason as -errno/-LOCUS_E*). Down is also
+	 * called when a connection attempt fails (refused, rejected: the
+	 * reason says why), before the next redial.
+	 */
+	void (*on_peer_up)(void *arg, struct locus_verbs_peer *p);
+	void (*on_peer_down)(void *arg, struct locus_verbs_peer *p, int reason);
+	void *arg;
+};
+
+struct locus_verbs_ep_params {
+	struct in_addr local_addr;     /* address to bind (selects the device) */
+	uint16_t port;                 /* listen port (0: do not listen) */
+	const char *dev_name;          /* if set, the bound device must be this one */
+	uint32_t cluster_id;
+	uint16_t node_id;
+	uint8_t secret[LOCUS_VERBS_SECRET_LEN];
+	uint16_t proto_version;        /* 0: LOCUS_VERBS_PROTO_VERSION (tests change it) */
+	uint32_t slot_shift;           /* inbox slot size, log2 (default 14: 16 KiB) */
+	uint32_t slot_count;           /* slots per peer inbox (default 256) */
+	uint32_t sq_depth;             /* send WRs per peer, power of two (default 256) */
+	uint32_t signal_every;         /* selective signalling period (default 16) */
+	uint32_t cq_depth;             /* default: enough for 16 peers */
+	uint32_t max_peers;            /* default 16 */
+	uint32_t max_inline;           /* wanted inline size (default 256, clamped by device) */
+	uint32_t backoff_min_ms;       /* reconnect back-off (default 20 ms ... 1000 ms) */
+	uint32_t backoff_max_ms;
+	uint32_t connect_timeout_ms;   /* address/route resolution bound (default 2000) */
+	struct locus_verbs_callbacks cb;
+};
+
+/* Fill defaults for every zero field of p. */
+void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p);
+
+/*
+ * Create an endpoint: binds local_addr (and listens if port != 0), opens the
+ * device it resolves to, allocates the PD and CQ. Returns 0 and *out or a
+ * negative code; err explains (device mismatch, bind failure, ...).
+ */
+int locus_verbs_ep_create(const struct locus_verbs_ep_params *p, struct locus_verbs_ep **out,
+			  struct locus_error *err);
+
+/* Tear down every peer (in-flight messages complete with -LOCUS_EPEERDOWN), free. */
+void locus_verbs_ep_destroy(struct locus_verbs_ep *ep);
+
+/*
+ * Declare a peer. remote non-NULL: we dial it (and redial with back-off);
+ * NULL: we accept its connection on our listener. Allocates its inbox on
+ * the device's NUMA node and registers it. Returns 0 and *out or negative.
+ */
+int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
+			 const struct sockaddr_in *remote, struct locus_verbs_peer **out,
+			 struct locus_error *err);
+
+/*
+ * Post up to n messages to p as one work-request list. Messages below the
+ * device's inline limit are copied at post time (buf may be reused on
+ * return); larger ones must stay untouched in memory registered with the
+ * endpoint's PD (lkey) until on_send_done. Returns the number posted (0 when
+ * out of credits or send-queue room: poll and retry), or -LOCUS_EPEERDOWN,
+ * -LOCUS_ERANGE (empty or too large message).
+ */
+struct locus_verbs_msg {
+	const void *buf;
+	uint32_t len;
+	uint32_t lkey;
+	uint64_t cookie;
+};
+int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *msgs, unsigned n);
+
+/* Data path: poll the CQ once (burst of up to 32). Returns completions handled or negative. */
+int locus_verbs_poll(struct locus_verbs_ep *ep);
+
+/* Release the oldest n held messages of p (in arrival order). */
+int locus_verbs_release(struct locus_verbs_peer *p, unsigned n);
+
+/* Force pending released credits out now (normally batched by slot_count / 4). */
+int locus_verbs_flush_credits(struct locus_verbs_peer *p);
+
+/*
+ * Control path: handle rdma_cm events and reconnect timers, waiting at most
+ * timeout_ms for the first event (0: do not wait). Returns events handled.
+ */
+int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms);
+
+/* Memory: allocate len bytes on the device's NUMA node and register them. */
+struct locus_verbs_mr {
+	void *addr;
+	size_t len;
+	size_t alloc_len;  /* page-rounded size we allocated (owned only) */
+	uint32_t lkey, rkey;
+	void *ibv_mr;      /* struct ibv_mr * */
+	bool numa_alloc;   /* freed with numa_free */
+	bool owned;        /* we allocated addr */
+};
+int locus_verbs_mr_alloc(struct locus_verbs_ep *ep, size_t len, unsigned access,
+			 struct locus_verbs_mr *mr, struct locus_error *err);
+/* Register caller memory. */
+int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsigned access,
+		       struct locus_verbs_mr *mr, struct locus_error *err);
+/*
+ * Register a dma-buf (GPU memory). -EOPNOTSUPP with "not supported by this
+ * device" when the provider refuses (EOPNOTSUPP / EINVAL / ENOSYS).
+ */
+int locus_verbs_mr_reg_dmabuf(struct locus_verbs_ep *ep, int fd, uint64_t offset, size_t len,
+			      uint64_t iova, unsigned access, struct locus_verbs_mr *mr,
+			      struct locus_error *err);
+void locus_verbs_mr_free(struct locus_verbs_mr *mr);
+
+/* Accessors. */
+enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p);
+uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p);
+const struct locus_verbs_stats *locus_verbs_peer_stats(const struct locus_verbs_peer *p);
+const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep);
+/* Device limits after creation. */
+uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep);
+const char *locus_verbs_ep_dev_name(const struct locus_verbs_ep *ep);
+int locus_verbs_ep_numa_node(const struct locus_verbs_ep *ep);
+/* Raw handles for tests that play a misbehaving peer (struct ibv_qp *, ibv_pd *). */
+void *locus_verbs_peer_qp(struct locus_verbs_peer *p);
+void *locus_verbs_ep_pd(struct locus_verbs_ep *ep);
+/*
+ * wr_id a raw WR posted on locus_verbs_peer_qp() must carry so that its
+ * completion is attributed to p (its error takes p down like any other).
+ */
+uint64_t locus_verbs_peer_raw_wrid(const struct locus_verbs_peer *p);
+/* What the peer told us about its inbox for us (valid while UP). */
+void locus_verbs_peer_remote(const struct locus_verbs_peer *p, uint64_t *addr, uint32_t *rkey,
+			     uint64_t *len);
+/* Our inbox for this peer (tests check nothing outside it changed). */
+void *locus_verbs_peer_inbox(const struct locus_verbs_peer *p, uint64_t *len);
+
+#endif /* LOCUS_VERBS_H */

@@ -1,0 +1,26 @@
+# verbs: RDMA transport on rdma-core (issue 3).
+#   liblocus_verbs_core.a  pure logic (private data, ring/credit rules, sysfs device choice)
+#   liblocus_verbs.a       endpoint, connections, data path, memory (libibverbs, librdmacm, libnuma)
+VERBS_PKGS := libibverbs librdmacm numa
+$(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/sysfs.c))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/data.c verbs/mem.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/data.c verbs/mem.c,libibverbs librdmacm numa))
+
+# host unit tests (no device)
+$(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka))
+UNIT_TESTS += tests/test_verbs_unit
+
+# guest-side programs (run inside the Soft-RoCE VM by tools/rxe-vm/verbs-vm-test.sh)
+VERBS_GUEST_LIBS := verbs verbs_core common
+VERBS_GUEST_PKGS := cmocka libibverbs librdmacm numa
+$(eval $(call PROGRAM,tests/verbs/vt_verbs,tests/verbs/vt_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
+$(eval $(call PROGRAM,tools/bench_verbs,tools/bench_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),libibverbs librdmacm numa))
+$(eval $(call USES_PKG,tests/verbs/vt_verbs.c tests/verbs/vt_util.c tools/bench_verbs.c,libibverbs librdmacm numa))
+EXTRA_TESTS += tools/rxe-vm/verbs-vm-test.sh
+
+.PHONY: test-verbs bench-verbs
+test-verbs: $(BUILD)/tests/verbs/vt_verbs
+	BUILD=$(BUILD) tools/rxe-vm/verbs-vm-test.sh
+
+bench-verbs: $(BUILD)/tools/bench_verbs
+	BUILD=$(BUILD) tools/rxe-vm/verbs-vm-test.sh --bench
