@@ -12,6 +12,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <cmocka.h>
@@ -40,15 +41,12 @@ static char *slurp(int fd)
 	return buf;
 }
 
+/* An anonymous file for the child's output: nothing to name or clean up. */
 static int tmp_fd(void)
 {
-	char path[PATH_MAX];
-	int fd;
+	int fd = memfd_create("locus-stat-out", MFD_CLOEXEC);
 
-	snprintf(path, sizeof(path), "%s/outXXXXXX", stat_tmpdir);
-	fd = mkstemp(path);
 	assert_true(fd >= 0);
-	unlink(path);
 	return fd;
 }
 
@@ -157,7 +155,10 @@ void stat_test_env(void)
 	snprintf(stat_bin, sizeof(stat_bin), "%s/../bin/locus-stat", dirname(self));
 	if (access(stat_bin, X_OK) < 0)
 		fail_msg("%s not built", stat_bin);
-	snprintf(stat_tmpdir, sizeof(stat_tmpdir), "/tmp/locus-stat-test.XXXXXX");
+	/* mkdtemp(3) replaces the template's six trailing 'X' characters */
+	n = snprintf(stat_tmpdir, sizeof(stat_tmpdir), "/tmp/locus-stat-test.");
+	memset(stat_tmpdir + n, 'X', 6);
+	stat_tmpdir[n + 6] = '\0';
 	assert_non_null(mkdtemp(stat_tmpdir));
 	chmod(stat_tmpdir, 0755); /* uid 65534 must reach the files to meet their modes */
 	setenv(LOCUS_SHM_DIR_ENV, stat_tmpdir, 1);
