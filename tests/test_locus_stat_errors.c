@@ -17,7 +17,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <unistd.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <cmocka.h>
 
 #include "locus_stat.h"
@@ -257,6 +259,41 @@ static void test_corrupted_while_watching(void **state)
 	drop_segment(shm, c, "watchbad");
 }
 
+/* Output that cannot be written (a full disk) is an error, not silence. */
+static void test_output_failure(void **state)
+{
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	int full, st, err_fd;
+	char buf[512] = "";
+	pid_t pid;
+	(void)state;
+
+	full = open("/dev/full", O_WRONLY);
+	if (full < 0)
+		skip();
+	err_fd = memfd_create("stderr", 0);
+	assert_true(err_fd >= 0);
+	shm = small_segment("fullout", &c);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(30);
+		dup2(full, 1);
+		dup2(err_fd, 2);
+		execl(stat_bin, stat_bin, "-i", "fullout", "--json", (char *)NULL);
+		_exit(127);
+	}
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), LOCUS_STAT_EXIT_USAGE);
+	assert_true(pread(err_fd, buf, sizeof(buf) - 1, 0) > 0);
+	assert_non_null(strstr(buf, "writing the output failed"));
+	close(full);
+	close(err_fd);
+	drop_segment(shm, c, "fullout");
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -281,6 +318,7 @@ int main(void)
 		cmocka_unit_test(test_permission),
 		cmocka_unit_test(test_shrunk_segment),
 		cmocka_unit_test(test_corrupted_while_watching),
+		cmocka_unit_test(test_output_failure),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
