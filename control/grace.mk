@@ -12,3 +12,6 @@ UNIT_TESTS += tests/test_grace_eplb
 $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c))
 $(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c,gracectl gracefit grace trace counters shm common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_ctl
+# Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
+$(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace trace common,lapacke openblas))
+BENCHES += tools/grace_figures

@@ -84,6 +84,8 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 		return rc;
 	t = *topo;
 	t.capacity = d.capacity;
+	if (opts->no_replication)
+		t.replica_budget = 0; /* replicate_layer then only fills W' */
 	E = d.n_experts;
 	N = locus_grace_n_ranks(&d);
 	for (size_t i = 0; i < (size_t)d.n_layers * E; i++)
@@ -104,9 +106,8 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 						opts, pri, &li, err);
 		if (rc)
 			goto err_free;
-		rc = locus_gracefit_replicate_layer(&t, E, W, pri,
-						    opts->no_replication ? 0 : d.max_replicas,
-						    rep, pred, &li, err);
+		rc = locus_gracefit_replicate_layer(&t, E, W, pri, d.max_replicas, rep, pred,
+						    &li, err);
 		if (rc)
 			goto err_free;
 		for (uint32_t e = 0; e < E; e++)

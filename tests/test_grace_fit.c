@@ -408,6 +408,18 @@ static void test_fit_end_to_end(void **state)
 		assert_true(li[l].rho_after <= li[l].rho + 1e-9);
 		assert_true(li[l].n_replicas > 0);
 	}
+	/* without replication: no replica anywhere, W' = group loads */
+	struct locus_gracefit_opts nr = { .r = -1, .seed = 1, .no_replication = 1 };
+
+	assert_int_equal(locus_gracefit_fit(&p, &t, &nr, &blob2, &len2, li, &err), 0);
+	assert_int_equal(locus_tbl_check(blob2, len2, LOCUS_TBL_GRACE, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	for (size_t i = 0; i < 3 * 32 * 3; i++)
+		assert_int_equal(v.replica[i], NR);
+	for (int l = 0; l < 3; l++)
+		assert_int_equal(li[l].n_replicas, 0);
+	free(blob2);
+	assert_int_equal(locus_tbl_check(blob, len, LOCUS_TBL_GRACE, &pl, &plen, &err), 0);
 	/* loads alone cannot group */
 	struct locus_gracefit_profile q;
 
