@@ -340,6 +340,58 @@ static void test_prometheus_name_clash(void **state)
 	assert_int_equal(locus_shm_remove("clash"), 0);
 }
 
+/* The real shape of per-(layer, expert) token counts: 48 x 128, lcore-summed. */
+static void test_big_vector(void **state)
+{
+	struct locus_ctr_params p = { .max_entries = 2, .n_blocks = 3,
+				      .block_size = 48 * 128 * 8 };
+	const struct mj_val *v;
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	struct mj_val doc;
+	struct prom_doc d;
+	const char *end;
+	struct run r;
+	char err[256];
+	uint64_t off;
+	(void)state;
+
+	shm = make_segment("big", locus_counters_region_size(&p), &p, &c);
+	reg(c, "grace_expert_tokens", "Tokens routed per (layer, expert)", LOCUS_CTR_COUNTER, 2,
+	    48, 128, "layer", "expert", &off);
+	for (uint32_t b = 0; b < 3; b++)
+		for (uint32_t k = 0; k < 48 * 128; k++)
+			locus_counter_add_elem(locus_counters_block(c, b), off, k, k % 7 + b);
+
+	RUN(&r, "-i", "big", "--json");
+	assert_int_equal(r.status, 0);
+	if (mj_parse(r.out, &doc, &end) < 0 || *end)
+		fail_msg("invalid JSON");
+	v = mj_get(metric(&doc, "grace_expert_tokens"), "values");
+	assert_int_equal(v->n, 48);
+	for (size_t l = 0; l < 48; l++) {
+		assert_int_equal(mj_at(v, l)->n, 128);
+		for (size_t e = 0; e < 128; e++)
+			assert_true(mj_at(mj_at(v, l), e)->num == (double)(3 * ((l * 128 + e) % 7) + 3));
+	}
+	mj_free(&doc);
+	run_free(&r);
+
+	RUN(&r, "-i", "big", "--prometheus");
+	assert_int_equal(r.status, 0);
+	if (prom_parse(r.out, &d, err, sizeof(err)) < 0)
+		fail_msg("%s", err);
+	assert_int_equal(d.n_samples, 2 + 48 * 128);
+	/* (47 * 128 + 127) % 7 = 6143 % 7 = 4: 3 * 4 + 3 */
+	assert_string_equal(prom_value(&d, "locus_grace_expert_tokens_total{layer=\"47\",expert=\"127\"}"),
+			    "15");
+	prom_free(&d);
+	run_free(&r);
+	locus_counters_close(c);
+	locus_shm_detach(shm);
+	assert_int_equal(locus_shm_remove("big"), 0);
+}
+
 static void bump_routed(int out_fd)
 {
 	(void)out_fd;
@@ -455,6 +507,7 @@ int main(void)
 		cmocka_unit_test(test_json),
 		cmocka_unit_test(test_prometheus),
 		cmocka_unit_test(test_prometheus_name_clash),
+		cmocka_unit_test(test_big_vector),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_checkers_reject),
 	};
