@@ -15,3 +15,5 @@ UNIT_TESTS += tests/test_grace_ctl
 # Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
 $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace trace common,lapacke openblas))
 BENCHES += tools/grace_figures
+$(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace common,lapacke openblas))
+BENCHES += tools/grace_bench
