@@ -213,17 +213,20 @@ static int parse_token(struct line_state *s)
 			return ret;
 		kk = 0;
 		do {
+			const char *at;
 			uint64_t v;
 
 			if (b->k && kk >= b->k)
 				return tj_fail(j, LOCUS_EPARSE, "layer %u has more than k=%u ids", l, b->k);
 			if (kk >= LOCUS_TRACE_MAX_K)
 				return tj_fail(j, LOCUS_ERANGE, "more than %u ids per layer", LOCUS_TRACE_MAX_K);
+			tj_ws(j);
+			at = j->p;
 			ret = tj_uint(j, 65535, &v);
 			if (ret < 0)
 				return ret;
 			if (b->n_experts && v >= b->n_experts) {
-				j->p--; /* point the column at the id */
+				j->p = at; /* point the column at the id */
 				return tj_fail(j, LOCUS_ERANGE, "expert id %llu >= n_experts=%u",
 					       (unsigned long long)v, b->n_experts);
 			}
@@ -300,6 +303,7 @@ static int parse_line(struct line_state *s, int first)
 	uint64_t hv[4] = { 0 };
 	size_t prompt_off = 0, gen_off = 0;
 	unsigned seen = 0, bit;
+	const char *at;
 	int ret, more;
 
 	memset(&r, 0, sizeof(r));
@@ -351,10 +355,14 @@ static int parse_line(struct line_state *s, int first)
 			ret = parse_tokens(s, &r.gen_len, "routed_experts");
 			break;
 		case K_MAGIC:
+			tj_ws(j);
+			at = j->p;
 			ret = tj_uint(j, 1000, &hv[0]);
-			if (ret >= 0 && hv[0] != 1)
+			if (ret >= 0 && hv[0] != 1) {
+				j->p = at;
 				ret = tj_fail(j, LOCUS_EVERSION, "trace version %llu, this build reads 1",
 					      (unsigned long long)hv[0]);
+			}
 			break;
 		case K_LAYERS:
 			ret = tj_uint(j, LOCUS_TRACE_MAX_LAYERS, &hv[1]);

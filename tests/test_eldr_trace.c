@@ -1,0 +1,260 @@
+// SPDX-License-Identifier: MIT
+/* The JSONL trace importer: shapes, the n_experts rules, and every error. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_trace.h"
+
+static int parse(const char *s, uint32_t n_experts, struct locus_trace **t,
+		 struct locus_error *e)
+{
+	struct locus_trace_opts o = { .n_experts = n_experts };
+
+	locus_error_clear(e);
+	return locus_trace_parse(s, strlen(s), "t.jsonl", &o, t, e);
+}
+
+static void test_good_trace(void **state)
+{
+	const char *s =
+		"{\"locus_trace\":1,\"n_layers\":2,\"k\":2,\"n_experts\":8}\n"
+		"\n"
+		"{\"id\":\"a\",\"domain\":\"law\",\"prompt_routed_experts\":[[[0,1],[2,3]],[[4,5],[6,7]]],"
+		"\"routed_experts\":[[[7,6],[5,4]]],\"extra\":{\"x\":[1,2.5e3,null,true,\"s\\u00e9\"]}}\r\n"
+		"  {\"prompt_routed_experts\":[[[1,1],[2,2]]],\"routed_experts\":[],\"id\":42}\n"
+		"{\"id\":\"c\\\"q\",\"domain\":\"code\",\"prompt_routed_experts\":[[[3,3],[3,3]]],\"routed_experts\":null}";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	assert_int_equal(parse(s, 0, &t, &e), 0);
+	assert_int_equal(t->n_requests, 3);
+	assert_int_equal(t->n_layers, 2);
+	assert_int_equal(t->k, 2);
+	assert_int_equal(t->n_experts, 8);
+	assert_string_equal(t->reqs[0].id, "a");
+	assert_string_equal(t->domains[t->reqs[0].domain], "law");
+	assert_int_equal(t->reqs[0].prompt_len, 2);
+	assert_int_equal(t->reqs[0].gen_len, 1);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 1, 1)[1], 7);
+	assert_int_equal(t->reqs[0].gen[0], 7);
+	assert_string_equal(t->reqs[1].id, "42");
+	assert_int_equal(t->reqs[1].domain, 0); /* unlabelled */
+	assert_null(t->reqs[1].gen);
+	assert_string_equal(t->reqs[2].id, "c\"q");
+	assert_int_equal(t->reqs[2].gen_len, 0);
+	assert_int_equal(t->n_domains, 3);
+	locus_trace_free(t);
+}
+
+static void test_n_experts_rules(void **state)
+{
+	const char *noh = "{\"prompt_routed_experts\":[[[0,5]]]}\n";
+	const char *hdr = "{\"locus_trace\":1,\"n_experts\":6}\n{\"prompt_routed_experts\":[[[0,5]]]}\n";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	/* inferred from the largest id */
+	assert_int_equal(parse(noh, 0, &t, &e), 0);
+	assert_int_equal(t->n_experts, 6);
+	assert_int_equal(t->n_layers, 1);
+	locus_trace_free(t);
+	/* given by the caller */
+	assert_int_equal(parse(noh, 64, &t, &e), 0);
+	assert_int_equal(t->n_experts, 64);
+	locus_trace_free(t);
+	/* caller's E too small for an id: error at its column */
+	assert_int_equal(parse(noh, 5, &t, &e), -LOCUS_ERANGE);
+	assert_string_equal(e.msg, "t.jsonl:1:31: expert id 5 >= n_experts=5");
+	assert_int_equal(parse("{\"prompt_routed_experts\":[[[0,12]]]}", 5, &t, &e), -LOCUS_ERANGE);
+	assert_string_equal(e.msg, "t.jsonl:1:31: expert id 12 >= n_experts=5");
+	/* header */
+	assert_int_equal(parse(hdr, 0, &t, &e), 0);
+	assert_int_equal(t->n_experts, 6);
+	locus_trace_free(t);
+	/* header and caller disagree */
+	assert_int_equal(parse(hdr, 8, &t, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "n_experts=6 but 8"));
+}
+
+struct bad {
+	const char *text;
+	int code;
+	const char *msg; /* expected prefix of the message (line:col included) */
+};
+
+static void test_errors(void **state)
+{
+	static const struct bad bad[] = {
+		{ "", -LOCUS_EPARSE, "t.jsonl: trace has no requests" },
+		{ "\n  \n", -LOCUS_EPARSE, "t.jsonl: trace has no requests" },
+		{ "{\"locus_trace\":1,\"n_experts\":4}\n", -LOCUS_EPARSE, "t.jsonl: trace has no requests" },
+		{ "{\"prompt_routed_experts\":[[[0,1]],[[2]]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:39: layer 0 has 1 ids, expected k=2" },
+		{ "{\"prompt_routed_experts\":[[[0,1]],[[2,3],[0,0]]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:42: token has more than n_layers=1 layers" },
+		{ "{\"prompt_routed_experts\":[[[0,NaN]]]}", -LOCUS_ENAN,
+		  "t.jsonl:1:31: NaN/Infinity are not JSON numbers" },
+		{ "{\"prompt_routed_experts\":[[[0,1.5]]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:32: expected an integer, found a fraction" },
+		{ "{\"prompt_routed_experts\":[[[0,-1]]]}", -LOCUS_ERANGE,
+		  "t.jsonl:1:31: negative value" },
+		{ "{\"prompt_routed_experts\":[[[0,70000]]]}", -LOCUS_ERANGE,
+		  "t.jsonl:1:35: integer larger than 65535" },
+		{ "{\"prompt_routed_experts\":[[[0,01]]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:31: leading zero" },
+		{ "{\"prompt_routed_experts\":[[[0,1],]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:34: expected '[' opening a layer's expert ids, found ']'" },
+		{ "{\"prompt_routed_experts\":[[[0,1]]],}", -LOCUS_EPARSE,
+		  "t.jsonl:1:36: expected a string, found '}'" },
+		{ "{\"prompt_routed_experts\":[[[0,1]]]", -LOCUS_EPARSE,
+		  "t.jsonl:1:35: expected ',' or '}', found end of line" },
+		{ "{\"prompt_routed_experts\":[[[0,1]]]} x", -LOCUS_EPARSE,
+		  "t.jsonl:1:37: text after the object" },
+		{ "{\"prompt_routed_experts\":[]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:29: request has no prompt_routed_experts tokens" },
+		{ "{\"id\":\"x\"}", -LOCUS_EPARSE, "t.jsonl:1:11: request has no prompt" },
+		{ "{}", -LOCUS_EPARSE, "t.jsonl:1:2: empty object" },
+		{ "[1]", -LOCUS_EPARSE, "t.jsonl:1:1: expected '{'" },
+		{ "{\"id\":\"a\",\"id\":\"b\",\"prompt_routed_experts\":[[[0]]]}", -LOCUS_EPARSE,
+		  "t.jsonl:1:15: duplicate key \"id\"" },
+		{ "{\"domain\":\"this domain label is much too long\",\"prompt_routed_experts\":[[[0]]]}",
+		  -LOCUS_ERANGE, "t.jsonl:1:" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"a\\qb\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:41: bad escape \\q" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"\\ud800\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:" },
+		{ "{\"prompt_routed_experts\":[[[0]]]}\n{\"locus_trace\":1}", -LOCUS_EPARSE,
+		  "t.jsonl:2:18: header (\"locus_trace\") only allowed on the first line" },
+		{ "{\"locus_trace\":2}", -LOCUS_EVERSION, "t.jsonl:1:16: trace version 2" },
+		{ "{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1,2]]]}",
+		  -LOCUS_EPARSE, "t.jsonl:2:33: layer 0 has more than k=2 ids" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":tru}", -LOCUS_EPARSE,
+		  "t.jsonl:1:38: unexpected 't'" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"a\tb\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:40: control character" },
+	};
+	struct locus_trace *t = NULL;
+	struct locus_error e;
+	int failed = 0;
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int ret = parse(bad[i].text, 0, &t, &e);
+
+		if (ret != bad[i].code || strncmp(e.msg, bad[i].msg, strlen(bad[i].msg))) {
+			print_error("case %zu: got %d '%s', want %d '%s'\n", i, ret, e.msg,
+				    bad[i].code, bad[i].msg);
+			failed++;
+		}
+	}
+	assert_int_equal(failed, 0);
+}
+
+static void test_nesting_bounded(void **state)
+{
+	char buf[400];
+	struct locus_trace *t;
+	struct locus_error e;
+	size_t n;
+	(void)state;
+
+	n = (size_t)snprintf(buf, sizeof(buf), "{\"prompt_routed_experts\":[[[0]]],\"x\":");
+	for (int i = 0; i < 100; i++)
+		buf[n++] = '[';
+	buf[n] = '\0';
+	assert_int_equal(parse(buf, 0, &t, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "nesting deeper"));
+}
+
+static void test_limits(void **state)
+{
+	struct locus_trace_opts o = { .max_requests = 1 };
+	const char *two = "{\"prompt_routed_experts\":[[[0]]]}\n{\"prompt_routed_experts\":[[[0]]]}";
+	const char *three_tok = "{\"prompt_routed_experts\":[[[0]],[[0]],[[0]]]}";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	assert_int_equal(locus_trace_parse(two, strlen(two), "t", &o, &t, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "t:2:"));
+	o.max_requests = 0;
+	o.max_tokens = 2;
+	assert_int_equal(locus_trace_parse(three_tok, strlen(three_tok), "t", &o, &t, &e),
+			 -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "more than 2 tokens"));
+	o.max_tokens = 0;
+	o.max_file_bytes = 10;
+	assert_int_equal(locus_trace_parse(two, strlen(two), "t", &o, &t, &e), -LOCUS_ERANGE);
+	/* NUL byte inside a line */
+	assert_int_equal(locus_trace_parse("{\0}", 3, "t", NULL, &t, &e), -LOCUS_EPARSE);
+	/* missing file */
+	assert_int_equal(locus_trace_load("/nonexistent/x.jsonl", NULL, &t, &e), -ENOENT);
+	assert_non_null(strstr(e.msg, "/nonexistent/x.jsonl"));
+}
+
+static void test_write_then_read(void **state)
+{
+	const uint16_t p0[] = { 0, 1, 2, 3, 4, 5, 6, 7 }, g0[] = { 1, 1, 2, 2 };
+	struct locus_trace_req reqs[2];
+	const char *names[2] = { "law", NULL };
+	char path[] = "/tmp/test_eldr_trace.XXXXXX";
+	struct locus_trace *t, *u;
+	struct locus_error e;
+	int fd;
+	(void)state;
+
+	memset(reqs, 0, sizeof(reqs));
+	snprintf(reqs[0].id, sizeof(reqs[0].id), "r\\0");
+	reqs[0].prompt = p0;
+	reqs[0].prompt_len = 2; /* L=2, k=2 */
+	reqs[0].gen = g0;
+	reqs[0].gen_len = 1;
+	snprintf(reqs[1].id, sizeof(reqs[1].id), "r1");
+	reqs[1].prompt = p0 + 4;
+	reqs[1].prompt_len = 1;
+	assert_int_equal(locus_trace_from_arrays(2, 2, 8, 2, reqs, names, &t, &e), 0);
+	fd = mkstemp(path);
+	assert_true(fd >= 0);
+	close(fd);
+	assert_int_equal(locus_trace_write(t, path, &e), 0);
+	assert_int_equal(locus_trace_load(path, NULL, &u, &e), 0);
+	unlink(path);
+	assert_int_equal(u->n_requests, 2);
+	assert_int_equal(u->n_experts, 8);
+	assert_string_equal(u->reqs[0].id, "r\\0");
+	assert_string_equal(u->domains[u->reqs[0].domain], "law");
+	assert_int_equal(u->reqs[1].domain, 0);
+	assert_memory_equal(u->reqs[0].prompt, p0, sizeof(uint16_t) * 8);
+	assert_memory_equal(u->reqs[0].gen, g0, sizeof(g0));
+	assert_memory_equal(u->reqs[1].prompt, p0 + 4, sizeof(uint16_t) * 4);
+	locus_trace_free(u);
+	locus_trace_free(t);
+	/* from_arrays validates ids and shapes */
+	assert_int_equal(locus_trace_from_arrays(2, 2, 4, 2, reqs, names, &t, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, ">= n_experts=4"));
+	assert_int_equal(locus_trace_from_arrays(2, 2, 8, 0, reqs, names, &t, &e), -LOCUS_EPARSE);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_good_trace),
+		cmocka_unit_test(test_n_experts_rules),
+		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_nesting_bounded),
+		cmocka_unit_test(test_limits),
+		cmocka_unit_test(test_write_then_read),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
