@@ -205,7 +205,8 @@ static void *reader_main(void *p)
 
 			if (t->word[i] != splitmix(t->seq * 1000003ull + i))
 				reader_fail(a, "read a word that changed under us", t->seq);
-			a->reads++;
+			/* single writer; main polls it while we run */
+			__atomic_store_n(&a->reads, a->reads + 1, __ATOMIC_RELAXED);
 		}
 		if ((it & 1023) == 0) {
 			a->full_checks++;
