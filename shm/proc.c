@@ -59,7 +59,11 @@ int locus_proc_start_ticks(pid_t pid, uint64_t *ticks)
 	return proc_stat(pid, &state, ticks);
 }
 
-int locus_proc_alive(pid_t pid, uint64_t start_ticks)
+/*
+ * 1 if pid runs and its start ticks, masked by mask, equal want. An exited
+ * child its parent has not reaped yet runs no code: dead.
+ */
+static int alive_masked(pid_t pid, uint64_t want, uint64_t mask)
 {
 	uint64_t ticks;
 	char state;
@@ -74,31 +78,19 @@ int locus_proc_alive(pid_t pid, uint64_t start_ticks)
 		return 0;
 	if (rc < 0)
 		return 1; /* /proc hidden from us: kill() said it exists, believe it */
-	/* an exited child its parent has not reaped yet runs no code */
 	if (state == 'Z' || state == 'X' || state == 'x')
 		return 0;
-	return ticks == start_ticks;
+	return (ticks & mask) == (want & mask);
+}
+
+int locus_proc_alive(pid_t pid, uint64_t start_ticks)
+{
+	return alive_masked(pid, start_ticks, UINT64_MAX);
 }
 
 int locus_proc_ident_alive(uint64_t ident)
 {
-	pid_t pid = (pid_t)(uint32_t)ident;
-	uint64_t ticks;
-	char state;
-	int rc;
-
-	if (pid <= 0)
-		return 0;
-	if (kill(pid, 0) < 0 && errno == ESRCH)
-		return 0;
-	rc = proc_stat(pid, &state, &ticks);
-	if (rc == -ESRCH)
-		return 0;
-	if (rc < 0)
-		return 1;
-	if (state == 'Z' || state == 'X' || state == 'x')
-		return 0;
-	return (uint32_t)ticks == (uint32_t)(ident >> 32);
+	return alive_masked((pid_t)(uint32_t)ident, ident >> 32, UINT32_MAX);
 }
 
 uint64_t locus_proc_self_ident(void)

@@ -113,6 +113,8 @@ void locus_table_reader_unregister(struct locus_table_reader *r)
 
 void locus_table_reader_offline(struct locus_table_reader *r)
 {
+	if (!r->rec)
+		return; /* unregistered */
 	drop_table(r);
 	r->online = 0;
 	/* release: our reads of the old table come before the writer reuses it */
@@ -122,6 +124,8 @@ void locus_table_reader_offline(struct locus_table_reader *r)
 
 void locus_table_reader_online(struct locus_table_reader *r)
 {
+	if (!r->rec)
+		return;
 	__atomic_store_n(&r->rec->state, LOCUS_TABLE_READER_ONLINE, __ATOMIC_RELEASE);
 	r->online = 1;
 }

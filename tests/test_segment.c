@@ -449,6 +449,95 @@ static void test_refusals_content(void **state)
 	assert_int_equal(locus_shm_remove(INST), 0);
 }
 
+/*
+ * Several processes race to create the same instance over a stale segment:
+ * exactly one wins each round, the others see its live owner (-EEXIST), and
+ * nobody unlinks the winner's fresh segment.
+ */
+static void test_create_race(void **state)
+{
+	enum { K = 4, ROUNDS = 20 };
+	struct locus_shm_params p = { .instance = INST };
+	(void)state;
+
+	p.region_size[0] = 128;
+	for (int round = 0; round < ROUNDS; round++) {
+		int go[2], res[2], rel[2], wins = 0, busy = 0, status;
+		pid_t pids[K], winner = 0;
+
+		/* a stale segment: its creator exited without removing it */
+		if (round % 2 == 0) {
+			pid_t c = fork();
+
+			assert_true(c >= 0);
+			if (c == 0) {
+				struct locus_shm *x;
+
+				_exit(locus_shm_create(&p, &x, NULL) == 0 ? 0 : 1);
+			}
+			assert_int_equal(waitpid(c, &status, 0), c);
+			assert_int_equal(WEXITSTATUS(status), 0);
+		}
+		assert_int_equal(pipe(go), 0);
+		assert_int_equal(pipe(res), 0);
+		assert_int_equal(pipe(rel), 0);
+		for (int k = 0; k < K; k++) {
+			pids[k] = fork();
+			assert_true(pids[k] >= 0);
+			if (pids[k] == 0) {
+				struct locus_shm *x;
+				char c;
+				int rc;
+
+				close(go[1]);
+				close(rel[1]);
+				if (read(go[0], &c, 1) < 0)
+					_exit(2);
+				rc = locus_shm_create(&p, &x, NULL);
+				if (write(res[1], &rc, sizeof(rc)) != sizeof(rc))
+					_exit(3);
+				if (rc == 0 && read(rel[0], &c, 1) < 0) /* stay alive */
+					_exit(4);
+				_exit(0);
+			}
+		}
+		close(go[0]);
+		close(go[1]); /* everyone starts */
+		for (int k = 0; k < K; k++) {
+			int rc;
+
+			assert_int_equal(read(res[0], &rc, sizeof(rc)), sizeof(rc));
+			if (rc == 0)
+				wins++;
+			else if (rc == -EEXIST)
+				busy++;
+		}
+		assert_int_equal(wins, 1);
+		assert_int_equal(busy, K - 1);
+		{
+			struct locus_shm *x;
+			struct locus_error err;
+
+			assert_int_equal(locus_shm_attach(INST, LOCUS_SHM_RDONLY, &x, &err), 0);
+			winner = locus_shm_owner_pid(x);
+			locus_shm_detach(x);
+		}
+		close(rel[1]);
+		close(rel[0]);
+		close(res[0]);
+		close(res[1]);
+		for (int k = 0; k < K; k++) {
+			assert_int_equal(waitpid(pids[k], &status, 0), pids[k]);
+			assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+			if (pids[k] == winner)
+				winner = -1;
+		}
+		assert_int_equal(winner, -1); /* the segment is the winner's */
+		/* odd rounds start from the previous winner's now-stale segment */
+	}
+	assert_int_equal(locus_shm_remove(INST), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -457,6 +546,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_exists_and_stale, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals_mode_owner, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals_content, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
