@@ -181,6 +181,51 @@ static void test_import_rejects(void **state)
 	expect_bad("", &t12, LOCUS_EPARSE, "expected '{'");
 }
 
+/* Every strict prefix of a valid document and a few byte flips are refused cleanly. */
+static void test_import_truncated_and_flipped(void **state)
+{
+	const char *j = "{\"phy2log\": [[0, 1, 2, 3, 0, 1]],\n"
+			" \"log2phy\": [[[0, 4], [1, 5], [2, -1], [3, -1]]],\n"
+			" \"logcnt\": [[2, 2, 1, 1]]}";
+	size_t n = strlen(j);
+	char *buf = malloc(n + 1);
+	(void)state;
+
+	for (size_t cut = 0; cut < n; cut++) {
+		struct locus_error err = { 0 };
+		void *blob = NULL;
+		size_t len;
+
+		memcpy(buf, j, cut);
+		buf[cut] = '\0';
+		assert_true(locus_gracefit_eplb_import(buf, cut, &t12, NULL, &blob, &len, &err) <
+			    0);
+		assert_null(blob);
+		assert_true(err.msg[0] != '\0');
+	}
+	for (size_t at = 0; at < n; at++) {
+		static const char subst[] = "9-,[]{}\" x";
+
+		for (size_t s = 0; s < sizeof(subst) - 1; s++) {
+			struct locus_error err = { 0 };
+			void *blob = NULL;
+			size_t len;
+			int rc;
+
+			memcpy(buf, j, n + 1);
+			buf[at] = subst[s];
+			rc = locus_gracefit_eplb_import(buf, n, &t12, NULL, &blob, &len, &err);
+			if (rc == 0)
+				assert_int_equal(locus_grace_blob_check(blob, len, NULL, NULL, &err),
+						 0);
+			else
+				assert_null(blob);
+			free(blob);
+		}
+	}
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -188,6 +233,7 @@ int main(void)
 		cmocka_unit_test(test_export_hand_and_round_trip),
 		cmocka_unit_test(test_export_pads_with_hottest),
 		cmocka_unit_test(test_import_rejects),
+		cmocka_unit_test(test_import_truncated_and_flipped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -312,6 +312,10 @@ static void test_bad_batches_plan_nothing(void **state)
 	assert_memory_equal(snap, v.state, v.slen);
 	b.top_k = 2;
 	assert_true(locus_grace_plan_batch(v.state, v.map, &b, &v.plan, &err) > 0);
+	/* an empty batch plans nothing and is not an error */
+	b.n_tokens = 0;
+	assert_int_equal(locus_grace_plan_batch(v.state, v.map, &b, &v.plan, &err), 0);
+	assert_int_equal(v.plan.n_rows, 0);
 	free(snap);
 	free_env(&v);
 }

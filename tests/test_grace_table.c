@@ -270,6 +270,66 @@ static void test_sealed_round_trip(void **state)
 	free(f.buf);
 }
 
+/*
+ * Random corruption of a valid payload: validation either refuses it or the
+ * table it accepts builds a map whose every copy is a real rank.
+ */
+static void test_corruption_never_crashes(void **state)
+{
+	uint64_t x = 0x1234567887654321ull;
+	int accepted = 0;
+	(void)state;
+
+	for (int round = 0; round < 3000; round++) {
+		struct fixture f;
+		struct locus_error err = { 0 };
+		uint8_t *b;
+		int n;
+
+		make_table(&f);
+		b = f.buf;
+		n = 1 + round % 4;
+		for (int i = 0; i < n; i++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			/* mostly the arrays; sometimes the dims too */
+			size_t at = (round % 10 == 0) ? x % f.len : 32 + x % (f.len - 32);
+
+			b[at] = (uint8_t)(x >> 32);
+		}
+		if (locus_grace_view_init(&f.v, f.buf, f.len, &err) == 0 &&
+		    locus_grace_validate(&f.v, &err) == 0) {
+			size_t msz = locus_grace_map_size(f.v.dims);
+			void *mem = NULL;
+
+			accepted++;
+			assert_int_equal(posix_memalign(&mem, 64, msz), 0);
+			assert_int_equal(locus_grace_map_build(mem, msz, f.buf, f.len, 1, &err), 0);
+			const struct locus_grace_map *m = mem;
+			size_t le = (size_t)m->dims.n_layers * m->dims.n_experts;
+
+			for (size_t i = 0; i < le; i++) {
+				uint32_t c = locus_grace_map_ncopies(m)[i];
+
+				assert_true(c >= 1 && c <= m->n_slots);
+				for (uint32_t j = 0; j < c; j++) {
+					assert_true(locus_grace_map_ranks(m)[i * m->n_slots + j] <
+						    m->n_ranks);
+					assert_true(locus_grace_map_weights(m)[i * m->n_slots + j] >=
+						    1);
+				}
+			}
+			free(mem);
+		} else {
+			assert_true(err.msg[0] != '\0');
+		}
+		free(f.buf);
+	}
+	/* some mutations (a load changed, a replica moved) are still valid */
+	assert_true(accepted > 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -282,6 +342,7 @@ int main(void)
 		cmocka_unit_test(test_dims_and_size),
 		cmocka_unit_test(test_group_map),
 		cmocka_unit_test(test_sealed_round_trip),
+		cmocka_unit_test(test_corruption_never_crashes),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
