@@ -9,3 +9,5 @@ $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c,eldrfit eldr tra
 UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
+$(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c,eldrfit eldr trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_esft
