@@ -214,6 +214,13 @@ int locus_table_reader_switch(struct locus_table_reader *r, uint64_t p)
 					(unsigned long long)g, s, r->n_slots);
 			goto refused;
 		}
+		if (g <= r->cur_gen) {
+			/* P only grows: this is a corrupt word, not a table */
+			locus_error_set(&err, LOCUS_ESTATE,
+					"generation %llu is not newer than %llu in use",
+					(unsigned long long)g, (unsigned long long)r->cur_gen);
+			goto refused;
+		}
 		if ((int)s == r->cur_slot) {
 			/* we hold it: no honest writer could have refilled it */
 			locus_error_set(&err, LOCUS_ESTATE,

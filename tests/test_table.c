@@ -413,7 +413,12 @@ static void test_refusals(void **state)
 	chan(0)->pub = (8ull << 8) | (unsigned)r.cur_slot;
 	assert_int_equal(locus_table_reader_poll(&r), -LOCUS_ESTATE);
 	assert_table(&r, 0x33, 16);
-	assert_int_equal(rec(0, 0)->n_rejected, 6);
+	chan(0)->pub = (4ull << 8) | 0; /* backwards */
+	assert_int_equal(locus_table_reader_poll(&r), -LOCUS_ESTATE);
+	assert_non_null(strstr(rec(0, 0)->reject_msg, "not newer"));
+	chan(0)->pub = (8ull << 8) | (unsigned)r.cur_slot;
+	assert_table(&r, 0x33, 16);
+	assert_int_equal(rec(0, 0)->n_rejected, 7);
 	assert_int_equal(rec(0, 0)->hold, 1ull << r.cur_slot);
 	(void)saved;
 
