@@ -326,6 +326,14 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 							     "log2phy[%u][%u]: -1 before a slot", l, e);
 					goto out;
 				}
+				for (uint32_t q = 0; q < i; q++)
+					if (ph[q] == ph[i]) {
+						rc = locus_error_set(err, LOCUS_ERANGE,
+								     "log2phy[%u][%u] lists slot "
+								     "%lld twice", l, e,
+								     (long long)ph[i]);
+						goto out;
+					}
 				n++;
 			}
 			for (uint32_t p = 0; p < P; p++)

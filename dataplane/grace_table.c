@@ -283,6 +283,9 @@ int locus_grace_map_build(void *mem, size_t len, const void *payload, size_t pay
 	struct locus_grace_view v;
 	struct map_layout o;
 	uint32_t E, R, N, S;
+	uint16_t *rk, *wt;
+	uint8_t *ncp;
+	float *pred;
 	int rc;
 
 	if (!mem || ((uintptr_t)mem & 7))
@@ -313,10 +316,10 @@ int locus_grace_map_build(void *mem, size_t len, const void *payload, size_t pay
 	m->off_pred = o.off_pred;
 	m->size = o.size;
 
-	uint8_t *ncp = (uint8_t *)m + o.off_ncopies;
-	uint16_t *rk = (uint16_t *)((uint8_t *)m + o.off_rank);
-	uint16_t *wt = (uint16_t *)((uint8_t *)m + o.off_weight);
-	float *pred = (float *)((uint8_t *)m + o.off_pred);
+	ncp = (uint8_t *)m + o.off_ncopies;
+	rk = (uint16_t *)((uint8_t *)m + o.off_rank);
+	wt = (uint16_t *)((uint8_t *)m + o.off_weight);
+	pred = (float *)((uint8_t *)m + o.off_pred);
 
 	memcpy(pred, v.pred_load, (size_t)v.dims->n_layers * N * sizeof(float));
 	for (uint32_t l = 0; l < v.dims->n_layers; l++) {

@@ -179,6 +179,9 @@ static void test_import_rejects(void **state)
 	expect_bad("{\"phy2log\": [[0, 1]]} x", &t12, LOCUS_EPARSE, "trailing");
 	expect_bad("{\"weights\": [[0, 1]]}", &t12, LOCUS_EPARSE, "unknown key");
 	expect_bad("", &t12, LOCUS_EPARSE, "expected '{'");
+	expect_bad("{\"phy2log\": [[0, 1, 2, 3, 0, 1]], \"log2phy\": [[[0, 0], [1, 5], [2, -1],"
+		   " [3, -1]]], \"logcnt\": [[2, 2, 1, 1]]}", &t12, LOCUS_ERANGE,
+		   "lists slot 0 twice");
 }
 
 /* Every strict prefix of a valid document and a few byte flips are refused cleanly. */

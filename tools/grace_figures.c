@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "locus_grace.h"
 #include "locus_gracefit.h"
@@ -505,9 +506,26 @@ int main(void)
 	static struct score sc[LOCUS_ARRAY_SIZE(topos)][N_STRAT];
 	double r[4] = { 0 }, u[4] = { 0 }, u0[4] = { 0 };
 	const char *root = getenv("LOCUS_DATA_DIR");
+	static char def[4096];
 
-	if (!root)
-		root = "../shared/data";
+	if (!root) {
+		/* <repo>/build/tools/grace_figures -> <repo>/../shared/data */
+		ssize_t n = readlink("/proc/self/exe", def, sizeof(def) - 32);
+
+		if (n > 0) {
+			def[n] = '\0';
+			for (int up = 0; up < 3; up++) {
+				char *sl = strrchr(def, '/');
+
+				if (sl)
+					*sl = '\0';
+			}
+			strcat(def, "/../shared/data");
+			root = def;
+		} else {
+			root = "../shared/data";
+		}
+	}
 	for (size_t d = 0; d < LOCUS_ARRAY_SIZE(doms); d++)
 		esft_domain(root, doms[d], sc, r, u, u0);
 	printf("ESFT-vanilla-lite (DeepSeek-V2-Lite routing, 64 experts, top-6, 26 layers), "
