@@ -72,7 +72,10 @@ static void write_trace(const char *file)
 static int setup(void **state)
 {
 	(void)state;
-	snprintf(dir, sizeof(dir), "/tmp/locus-grace-ctl.XXXXXX");
+	size_t n = (size_t)snprintf(dir, sizeof(dir), "/tmp/locus-grace-ctl.");
+
+	memset(dir + n, 'X', 6); /* mkdtemp's template suffix */
+	dir[n + 6] = '\0';
 	assert_non_null(mkdtemp(dir));
 	return 0;
 }
