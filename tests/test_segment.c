@@ -538,6 +538,56 @@ static void test_create_race(void **state)
 	assert_int_equal(locus_shm_remove(INST), 0);
 }
 
+/* pid + start time: ours is alive, a recycled pid or a reaped child is not. */
+static void test_proc_identity(void **state)
+{
+	uint64_t ticks, ident;
+	pid_t pid;
+	int status;
+	(void)state;
+
+	assert_int_equal(locus_proc_start_ticks(getpid(), &ticks), 0);
+	assert_true(ticks > 0);
+	assert_int_equal(locus_proc_alive(getpid(), ticks), 1);
+	assert_int_equal(locus_proc_alive(getpid(), ticks + 1), 0);
+	assert_int_equal(locus_proc_alive(0, ticks), 0);
+	assert_int_equal(locus_proc_alive(-1, ticks), 0);
+	ident = locus_proc_self_ident();
+	assert_int_equal(ident, locus_proc_ident(getpid(), ticks));
+	assert_int_equal(locus_proc_ident_alive(ident), 1);
+	assert_int_equal(locus_proc_ident_alive(ident ^ (1ull << 40)), 0);
+	assert_int_equal(locus_proc_ident_alive(0), 0);
+
+	{
+		uint64_t child_ticks = 0;
+		int fds[2];
+
+		assert_int_equal(pipe(fds), 0);
+		pid = fork();
+		assert_true(pid >= 0);
+		if (pid == 0) {
+			uint64_t t = 0;
+
+			/* its own identity, not a copy of the parent's cached one */
+			if (locus_proc_self_ident() == ident ||
+			    (pid_t)(uint32_t)locus_proc_self_ident() != getpid() ||
+			    locus_proc_start_ticks(getpid(), &t) < 0 ||
+			    write(fds[1], &t, sizeof(t)) != sizeof(t))
+				_exit(1);
+			_exit(0);
+		}
+		close(fds[1]);
+		assert_int_equal(read(fds[0], &child_ticks, sizeof(child_ticks)),
+				 sizeof(child_ticks));
+		close(fds[0]);
+		assert_int_equal(waitpid(pid, &status, 0), pid);
+		assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+		/* reaped: that process is gone, even if its pid were recycled */
+		assert_int_equal(locus_proc_alive(pid, child_ticks), 0);
+		assert_int_equal(locus_proc_ident_alive(locus_proc_ident(pid, child_ticks)), 0);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -547,6 +597,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refusals_mode_owner, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refusals_content, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_create_race, setup, teardown),
+		cmocka_unit_test(test_proc_identity),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -581,6 +581,14 @@ static void test_dead_reader(void **state)
 	assert_int_equal(res.n_adopted, 1);
 
 	close(pfd[1]);
+	/* exited, not reaped yet: a zombie runs no code and counts as dead */
+	{
+		siginfo_t si;
+
+		assert_int_equal(waitid(P_PID, (id_t)pid, &si, WEXITED | WNOWAIT), 0);
+		assert_int_equal(locus_table_wait(F.t, 0, 2, 0, &res), 0);
+		assert_int_equal(res.n_live, 1);
+	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	/* dead: it neither blocks the writer nor counts in waits */
