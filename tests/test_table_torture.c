@@ -45,6 +45,8 @@ struct tbl {
 
 struct shared {
 	uint64_t stop;
+	uint64_t seq;             /* last sequence number, bumped under the lock */
+	uint64_t lock_handoffs;
 	uint64_t published;
 	uint64_t bad_published;
 	int      writer_rc;
@@ -112,46 +114,60 @@ static int validate(const void *buf, size_t len, void *arg, struct locus_error *
 	}
 }
 
-static void writer_main(struct locus_table_region *t)
+/*
+ * Publish batches of tables; with several writer processes they take turns
+ * at the channel's writer lock, so the lock handoff and a reuse scan right
+ * after another process's publish are exercised too.
+ */
+static void writer_main(struct locus_table_region *t, unsigned batch)
 {
-	struct locus_table_writer *w;
+	struct locus_table_writer *w = NULL;
 	struct locus_error err;
-	uint64_t seq = 0;
+	uint64_t seq;
 	size_t cap;
 	void *buf;
 	int rc;
 
-	rc = locus_table_writer_open(t, 0, &w, &err);
-	if (rc < 0)
-		goto fail;
 	while (!__atomic_load_n(&S->stop, __ATOMIC_ACQUIRE)) {
-		struct tbl *tb;
-		uint32_t n;
-
-		rc = locus_table_writer_reserve(w, 10ull * 1000000000ull, &buf, &cap, &err);
+		rc = locus_table_writer_open(t, 0, &w, &err);
+		if (rc == -EBUSY) {
+			sched_yield();
+			continue;
+		}
 		if (rc < 0)
 			goto fail;
-		seq++;
-		n = 8 + (uint32_t)(splitmix(seq) % 240);
-		tb = buf;
-		tb->seq = seq;
-		tb->nwords = n;
-		tb->reserved = 0;
-		for (uint32_t i = 0; i < n; i++)
-			tb->word[i] = splitmix(seq * 1000003ull + i);
-		tb->word[n] = fnv1a(tb, tbl_len(n) - 8);
-		if (seq % BAD_EVERY == 0) {
-			tb->word[n] ^= 1;
-			__atomic_fetch_add(&S->bad_published, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_add(&S->lock_handoffs, 1, __ATOMIC_RELAXED);
+		for (unsigned b = 0; b < batch && !__atomic_load_n(&S->stop, __ATOMIC_ACQUIRE);
+		     b++) {
+			struct tbl *tb;
+			uint32_t n;
+
+			rc = locus_table_writer_reserve(w, 10ull * 1000000000ull, &buf, &cap, &err);
+			if (rc < 0)
+				goto fail;
+			seq = ++S->seq; /* we hold the lock: nobody else bumps it */
+			n = 8 + (uint32_t)(splitmix(seq) % 240);
+			tb = buf;
+			tb->seq = seq;
+			tb->nwords = n;
+			tb->reserved = 0;
+			for (uint32_t i = 0; i < n; i++)
+				tb->word[i] = splitmix(seq * 1000003ull + i);
+			tb->word[n] = fnv1a(tb, tbl_len(n) - 8);
+			if (seq % BAD_EVERY == 0) {
+				tb->word[n] ^= 1;
+				__atomic_fetch_add(&S->bad_published, 1, __ATOMIC_RELAXED);
+			}
+			if (locus_table_writer_publish(w, tbl_len(n), &err) < 0) {
+				rc = -1;
+				goto fail;
+			}
+			__atomic_fetch_add(&S->published, 1, __ATOMIC_RELEASE);
+			sched_yield(); /* with free slots it never waits: share the cores */
 		}
-		if (locus_table_writer_publish(w, tbl_len(n), &err) < 0) {
-			rc = -1;
-			goto fail;
-		}
-		__atomic_fetch_add(&S->published, 1, __ATOMIC_RELEASE);
-		sched_yield(); /* with free slots it never waits: share the cores */
+		locus_table_writer_close(w);
+		w = NULL;
 	}
-	locus_table_writer_close(w);
 	_exit(0);
 fail:
 	S->writer_rc = rc;
@@ -227,7 +243,7 @@ static void *reader_main(void *p)
 	return NULL;
 }
 
-static void run(unsigned n_slots)
+static void run(unsigned n_slots, unsigned n_writers)
 {
 	struct locus_table_params p = { .n_channels = 1, .n_readers = N_READERS + 1 };
 	struct reader_arg ra[N_READERS];
@@ -238,9 +254,10 @@ static void run(unsigned n_slots)
 	struct timespec t0, t1;
 	size_t size;
 	void *mem;
-	pid_t pid;
-	int status;
+	pid_t pid[2];
+	int status = 0, writers_ok = 1;
 
+	assert_true(n_writers >= 1 && n_writers <= 2);
 	p.channel[0].n_slots = n_slots;
 	p.channel[0].slot_size = SLOT_SIZE;
 	size = locus_table_region_size(&p);
@@ -258,10 +275,12 @@ static void run(unsigned n_slots)
 		ra[i].churn = (i == 1);
 		assert_int_equal(pthread_create(&th[i], NULL, reader_main, &ra[i]), 0);
 	}
-	pid = fork();
-	assert_true(pid >= 0);
-	if (pid == 0)
-		writer_main(t);
+	for (unsigned i = 0; i < n_writers; i++) {
+		pid[i] = fork();
+		assert_true(pid[i] >= 0);
+		if (pid[i] == 0)
+			writer_main(t, n_writers == 1 ? UINT32_MAX : 16);
+	}
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	for (;;) {
@@ -273,10 +292,8 @@ static void run(unsigned n_slots)
 		if (reads >= MIN_READS &&
 		    __atomic_load_n(&S->published, __ATOMIC_ACQUIRE) >= MIN_PUBLISHES)
 			break;
-		if (waitpid(pid, &status, WNOHANG) == pid) {
-			pid = -1;
-			break; /* the writer gave up: reported below */
-		}
+		if (__atomic_load_n(&S->writer_rc, __ATOMIC_RELAXED))
+			break; /* a writer gave up: reported below */
 		clock_gettime(CLOCK_MONOTONIC, &t1);
 		if (t1.tv_sec - t0.tv_sec > SAFETY_CAP_S)
 			break;
@@ -285,8 +302,11 @@ static void run(unsigned n_slots)
 	__atomic_store_n(&S->stop, 1, __ATOMIC_RELEASE);
 	for (unsigned i = 0; i < N_READERS; i++)
 		pthread_join(th[i], NULL);
-	if (pid > 0)
-		assert_int_equal(waitpid(pid, &status, 0), pid);
+	for (unsigned i = 0; i < n_writers; i++) {
+		assert_int_equal(waitpid(pid[i], &status, 0), pid[i]);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+			writers_ok = 0;
+	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 
 	reads = switches = refusals = 0;
@@ -301,16 +321,19 @@ static void run(unsigned n_slots)
 		switches += ra[i].switches;
 		refusals += ra[i].refusals;
 	}
-	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+	if (!writers_ok)
 		print_error("writer: rc %d: %s\n", S->writer_rc, S->writer_msg);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	print_message("  %u slots: %llu publishes (%llu bad), %llu reads, %llu switches, "
-		      "%llu refusals in %.2f s\n", n_slots,
+	assert_true(writers_ok);
+	print_message("  %u slots, %u writer(s), %llu lock holds: %llu publishes (%llu bad), "
+		      "%llu reads, %llu switches, %llu refusals in %.2f s\n", n_slots, n_writers,
+		      (unsigned long long)S->lock_handoffs,
 		      (unsigned long long)S->published, (unsigned long long)S->bad_published,
 		      (unsigned long long)reads, (unsigned long long)switches,
 		      (unsigned long long)refusals,
 		      (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
 	assert_true(S->published >= MIN_PUBLISHES);
+	if (n_writers > 1)
+		assert_true(S->lock_handoffs > 1);
 	assert_true(reads >= MIN_READS);
 	assert_true(S->bad_published > 0);
 	assert_true(refusals > 0);
@@ -323,13 +346,19 @@ static void run(unsigned n_slots)
 static void test_torture_two_slots(void **state)
 {
 	(void)state;
-	run(2);
+	run(2, 1);
 }
 
 static void test_torture_three_slots(void **state)
 {
 	(void)state;
-	run(3);
+	run(3, 1);
+}
+
+static void test_torture_two_writers(void **state)
+{
+	(void)state;
+	run(2, 2);
 }
 
 int main(void)
@@ -337,6 +366,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_torture_two_slots),
 		cmocka_unit_test(test_torture_three_slots),
+		cmocka_unit_test(test_torture_two_writers),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
