@@ -48,6 +48,14 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->inbox_slots = 256;
 	cfg->inbox_slot_size = 16384;
 	cfg->client_slots = 16;
+	cfg->stage_size = 4u << 20;
+	cfg->client_inbox_slots = 64;
+	cfg->moe_layers = 48;
+	cfg->moe_experts = 128;
+	cfg->max_decoders = 64;
+	cfg->max_batch_tokens = 4096;
+	cfg->table_slot_size = 4u << 20;
+	cfg->idle_sleep_us = 0;
 	cfg->tau = 0.1f;
 	cfg->load_timeout_ms = 1000;
 	cfg->watchdog = 1;
@@ -239,6 +247,27 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 	}
 	if (!strcmp(k, "client_slots"))
 		return parse_u32(p, k, v, 1, 1024, &c->client_slots);
+	if (!strcmp(k, "stage_size")) {
+		ret = parse_u64(p, k, v, 4096, 1ull << 32, &c->stage_size);
+		if (ret == 0 && c->stage_size % LOCUS_CACHE_LINE)
+			return CFG_FAIL(p, LOCUS_ERANGE, "stage_size: %llu is not a multiple of %d",
+					(unsigned long long)c->stage_size, LOCUS_CACHE_LINE);
+		return ret;
+	}
+	if (!strcmp(k, "client_inbox_slots"))
+		return parse_u32(p, k, v, 1, 4096, &c->client_inbox_slots);
+	if (!strcmp(k, "moe_layers"))
+		return parse_u32(p, k, v, 1, 512, &c->moe_layers);
+	if (!strcmp(k, "moe_experts"))
+		return parse_u32(p, k, v, 1, 4096, &c->moe_experts);
+	if (!strcmp(k, "max_decoders"))
+		return parse_u32(p, k, v, 1, 1024, &c->max_decoders);
+	if (!strcmp(k, "max_batch_tokens"))
+		return parse_u32(p, k, v, 1, 1u << 20, &c->max_batch_tokens);
+	if (!strcmp(k, "table_slot_size"))
+		return parse_u64(p, k, v, 4096, 1ull << 30, &c->table_slot_size);
+	if (!strcmp(k, "idle_sleep_us"))
+		return parse_u32(p, k, v, 0, 100000, &c->idle_sleep_us);
 	if (!strcmp(k, "tau")) {
 		char *end;
 		double t;

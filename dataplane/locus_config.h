@@ -20,6 +20,14 @@
  *   inbox_slots     = 256              # per-peer inbox slots, power of two
  *   inbox_slot_size = 16384            # bytes, multiple of 64
  *   client_slots    = 16               # client attachments
+ *   stage_size      = 4194304          # bytes of each client's staging area
+ *   client_inbox_slots = 64            # inbox slots (inbox_slot_size each) per client
+ *   moe_layers      = 48               # largest table the data plane accepts
+ *   moe_experts     = 128
+ *   max_decoders    = 64               # decoder ids 0..max_decoders-1
+ *   max_batch_tokens = 4096            # tokens per dispatch batch
+ *   table_slot_size = 4194304          # bytes per table slot in the segment
+ *   idle_sleep_us   = 0                # 0: pure poll; N: sleep N us when idle
  *   tau             = 0.1              # default locality band
  *   load_timeout_ms = 1000             # a decoder silent this long is skipped
  *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
@@ -68,6 +76,14 @@ struct locus_config {
 	uint32_t inbox_slots;
 	uint32_t inbox_slot_size;
 	uint32_t client_slots;
+	uint64_t stage_size;
+	uint32_t client_inbox_slots;
+	uint32_t moe_layers;
+	uint32_t moe_experts;
+	uint32_t max_decoders;
+	uint32_t max_batch_tokens;
+	uint64_t table_slot_size;
+	uint32_t idle_sleep_us;
 	float    tau;
 	uint32_t load_timeout_ms;
 	uint8_t  watchdog;

@@ -368,8 +368,10 @@ const void *locus_client_inbox(struct locus_client *c, const struct locus_desc *
 {
 	uint64_t lo = c->v.p.stage_size;
 
+	/* a message may span consecutive slots up to the end of the inbox */
 	if (d->slot >= c->v.p.inbox_slots || d->off != locus_clients_inbox_off(&c->v, d->slot) ||
-	    d->len > c->v.p.inbox_slot_size || d->off < lo)
+	    d->len > (uint64_t)(c->v.p.inbox_slots - d->slot) * c->v.p.inbox_slot_size ||
+	    d->off < lo)
 		return NULL;
 	return locus_clients_buf(&c->v, c->slot) + d->off;
 }

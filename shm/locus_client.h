@@ -246,8 +246,9 @@ void locus_client_detach(struct locus_client *c);
 uint8_t *locus_client_stage(struct locus_client *c, uint64_t *size);
 
 /*
- * A delivered payload: validates desc->off/len against the inbox and
- * returns a pointer to it, or NULL for a descriptor that names no inbox data.
+ * A delivered payload: validates desc->off/len against the inbox (a message
+ * may span consecutive slots; RELEASE its first slot) and returns a pointer
+ * to it, or NULL for a descriptor that names no inbox data.
  */
 const void *locus_client_inbox(struct locus_client *c, const struct locus_desc *d);
 

@@ -374,6 +374,8 @@ static void test_inbox_bounds(void **state)
 				  .off = locus_clients_inbox_off(locus_client_region(c), 2),
 				  .len = params.inbox_slot_size };
 	assert_non_null(locus_client_inbox(c, &in));
+	in.len = 2 * params.inbox_slot_size; /* slots 2 and 3: the last two */
+	assert_non_null(locus_client_inbox(c, &in));
 	in.len++;
 	assert_null(locus_client_inbox(c, &in));
 	in.len = 100;

@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: MIT
+/* The engine's counters: names, help, shapes. */
+#include "locus_engine.h"
+#include "locus_grace.h"
+
+#define N_OPS 2 /* dispatch, combine */
+
+struct ctr_def {
+	const char *name;
+	const char *help;
+	enum locus_ctr_kind kind;
+	uint32_t ndims;
+	uint32_t dim0, dim1;
+	const char *label0, *label1;
+	uint64_t *off;
+};
+
+int locus_engine_register_counters(struct locus_counters *c, const struct locus_engine_dims *d,
+				   struct locus_engine_ctr *o, struct locus_error *err)
+{
+	const uint32_t tiers = LOCUS_GRACE_N_TIERS;
+	const struct ctr_def defs[] = {
+		{ "poll_iterations", "poll loop iterations", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->poll_iterations },
+		{ "poll_busy", "poll loop iterations that handled work", LOCUS_CTR_COUNTER, 0, 0, 0,
+		  0, 0, &o->poll_busy },
+		{ "clients_attached", "client slots served", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0,
+		  &o->clients_attached },
+		{ "client_protocol_errors", "clients dropped for corrupting their rings",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->client_protocol_errors },
+		{ "route_requests", "signatures submitted for routing", LOCUS_CTR_COUNTER, 0, 0, 0,
+		  0, 0, &o->route_requests },
+		{ "routed", "signatures routed, by decoder id", LOCUS_CTR_COUNTER, 1,
+		  d->max_decoders, 0, "decoder", 0, &o->routed },
+		{ "route_band_size", "eligible decoders inside the locality band",
+		  LOCUS_CTR_HISTOGRAM, 0, 0, 0, 0, 0, &o->route_band },
+		{ "route_ns", "route handling time per signature, ns", LOCUS_CTR_HISTOGRAM, 0, 0, 0,
+		  0, 0, &o->route_ns },
+		{ "decoder_load", "last load a decoder reported", LOCUS_CTR_GAUGE, 1,
+		  d->max_decoders, 0, "decoder", 0, &o->decoder_load },
+		{ "decoder_up", "1 while a decoder is attached and reporting", LOCUS_CTR_GAUGE, 1,
+		  d->max_decoders, 0, "decoder", 0, &o->decoder_up },
+		{ "rejected_bad_signature", "signatures refused: magic, version, shape, length",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_bad_signature },
+		{ "rejected_no_decoder", "signatures refused: no eligible decoder up",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_no_decoder },
+		{ "rejected_no_table", "requests refused: no table published yet",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_no_table },
+		{ "rejected_inbox_full", "requests refused: receiver inbox or ring full",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_inbox_full },
+		{ "rejected_bad_descriptor", "descriptors refused: malformed or wrong role",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_bad_descriptor },
+		{ "rejected_peer_down", "requests refused: receiver not attached or node down",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_peer_down },
+		{ "rejected_bad_release", "inbox releases naming no message", LOCUS_CTR_COUNTER, 0,
+		  0, 0, 0, 0, &o->rej_bad_release },
+		{ "dispatch_batches", "dispatch batches submitted", LOCUS_CTR_COUNTER, 0, 0, 0, 0,
+		  0, &o->dispatch_batches },
+		{ "combine_batches", "combine batches submitted", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->combine_batches },
+		{ "rows", "token rows moved, by op (0 dispatch, 1 combine) and tier "
+			  "(0 gpu, 1 node, 2 remote)", LOCUS_CTR_COUNTER, 2, N_OPS, tiers, "op", "tier",
+		  &o->rows },
+		{ "bytes", "row bytes copied, by op and tier", LOCUS_CTR_COUNTER, 2, N_OPS, tiers,
+		  "op", "tier", &o->bytes },
+		{ "messages", "rows messages delivered, by op and tier", LOCUS_CTR_COUNTER, 2, N_OPS,
+		  tiers, "op", "tier", &o->msgs },
+		{ "dispatch_ns", "dispatch handling time per batch, ns", LOCUS_CTR_HISTOGRAM, 0, 0,
+		  0, 0, 0, &o->dispatch_ns },
+		{ "combine_ns", "combine handling time per batch, ns", LOCUS_CTR_HISTOGRAM, 0, 0, 0,
+		  0, 0, &o->combine_ns },
+		{ "expert_tokens", "tokens dispatched per (layer, expert): live expert load",
+		  LOCUS_CTR_COUNTER, 2, d->max_layers, d->max_experts, "layer", "expert",
+		  &o->expert_tokens },
+		{ "table_generation", "table generation in use, by channel (0 eldr, 1 grace)",
+		  LOCUS_CTR_GAUGE, 1, LOCUS_TABLE_N_CHANNELS, 0, "channel", 0,
+		  &o->table_generation },
+		{ "table_adopted", "tables adopted, by channel", LOCUS_CTR_COUNTER, 1,
+		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_adopted },
+		{ "table_rejected", "tables refused by validation, by channel", LOCUS_CTR_COUNTER, 1,
+		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_rejected },
+	};
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {
+		struct locus_ctr_desc cd = {
+			.name = defs[i].name,
+			.help = defs[i].help,
+			.kind = defs[i].kind,
+			.ndims = defs[i].ndims,
+			.dim = { defs[i].dim0, defs[i].dim1 },
+			.label = { defs[i].label0, defs[i].label1 },
+		};
+		int ret = locus_counters_register(c, &cd, defs[i].off, err);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}

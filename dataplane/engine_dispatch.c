@@ -1,0 +1,330 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Dispatch and combine: plan a rank's batch with the GRACE planner and move
+ * each destination's rows by tier. Same GPU: a metadata-only message, the
+ * rows stay where they are. Same node: copy into the peer rank's inbox.
+ * Another node: the inter-node transport (without one, -LOCUS_EPEERDOWN).
+ *
+ * Two phases, so a batch is delivered whole or not at all: first every
+ * message's inbox space and completion entry is reserved, then written.
+ */
+#include <string.h>
+
+#include "engine_priv.h"
+
+static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
+{
+	return off <= e->stage_size && len <= e->stage_size - off && off % 8 == 0;
+}
+
+/* Most rows of one message that fit the whole inbox; 0 if not even one. */
+static uint32_t rows_per_msg(const struct locus_engine *e, uint32_t top_k, uint32_t row_bytes,
+			     int in_place, uint32_t n_rows)
+{
+	uint64_t cap = (uint64_t)e->inbox_slots * e->inbox_slot_size;
+	uint64_t per_row = sizeof(struct locus_row_ref) + 6ull * top_k + (in_place ? 0 : row_bytes);
+	uint64_t r = per_row ? cap / per_row : n_rows;
+
+	if (r > n_rows)
+		r = n_rows;
+	while (r > 0 && locus_rows_msg_len((uint32_t)r, top_k, row_bytes, in_place) > cap)
+		r--;
+	return (uint32_t)r;
+}
+
+/* Which client takes rank's rows, or a negative code. */
+static int target_of(struct locus_engine *e, uint32_t src_slot, uint32_t src_rank,
+		     uint32_t rank, struct dest_plan *dp)
+{
+	uint32_t gpn = e->p.dims.gpus_per_node;
+
+	dp->tier = locus_grace_tier_of(src_rank, rank, gpn);
+	dp->in_place = dp->tier == LOCUS_GRACE_TIER_GPU;
+	if (dp->in_place) {
+		dp->client = src_slot;
+		return 0;
+	}
+	if (rank / gpn != e->p.dims.node_id || e->rank_slot[rank] < 0)
+		return -LOCUS_EPEERDOWN;
+	dp->client = (uint32_t)e->rank_slot[rank];
+	return 0;
+}
+
+static void release_reservations(struct locus_engine *e, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		engine_inbox_free(e, &e->cl[e->res_client[i]], e->res_slot[i]);
+}
+
+/*
+ * Reserve inbox space and completion room for n_chunks messages of up to
+ * rows_per_msg rows to dp->client. Appends to the reservation list.
+ */
+static int reserve(struct locus_engine *e, const struct dest_plan *dp, uint32_t n_rows,
+		   uint32_t top_k, uint32_t row_bytes, uint32_t *n_res)
+{
+	struct engine_client *dc = &e->cl[dp->client];
+
+	if (engine_room(e, dc) < dp->n_chunks || *n_res + dp->n_chunks > e->res_max)
+		return -LOCUS_EFULL;
+	for (uint32_t k = 0; k < dp->n_chunks; k++) {
+		uint32_t rows = LOCUS_MIN(dp->rows_per_msg, n_rows - k * dp->rows_per_msg);
+		size_t len = locus_rows_msg_len(rows, top_k, row_bytes, (int)dp->in_place);
+		int first = engine_inbox_alloc(e, dc, engine_span_for(e, len));
+
+		if (first < 0)
+			return first;
+		e->res_client[*n_res] = dp->client;
+		e->res_slot[*n_res] = (uint32_t)first;
+		(*n_res)++;
+	}
+	/* completions owed to dc are promised now, so later checks see them */
+	dc->cpl_reserved += dp->n_chunks;
+	return 0;
+}
+
+static uint8_t *inbox_ptr(struct locus_engine *e, uint32_t client, uint32_t slot)
+{
+	return e->cl[client].buf + locus_clients_inbox_off(e->cv, slot);
+}
+
+static void deliver_msg(struct locus_engine *e, uint32_t client, uint32_t slot, uint8_t op,
+			uint64_t batch, uint16_t layer, uint32_t src_rank, size_t len,
+			uint16_t chunk)
+{
+	struct locus_desc out = {
+		.op = op,
+		.layer = layer,
+		.id = batch,
+		.off = locus_clients_inbox_off(e->cv, slot),
+		.len = (uint32_t)len,
+		.slot = slot,
+		.peer = src_rank,
+		.count = chunk,
+	};
+
+	e->cl[client].cpl_reserved--;
+	engine_deliver(e, client, &out);
+}
+
+static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, uint64_t rows,
+		       uint64_t bytes)
+{
+	uint32_t i = (uint32_t)op * LOCUS_GRACE_N_TIERS + t;
+
+	locus_counter_add_elem(e->blk, e->c.rows, i, rows);
+	locus_counter_add_elem(e->blk, e->c.bytes, i, bytes);
+	locus_counter_add_elem(e->blk, e->c.msgs, i, 1);
+}
+
+void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+{
+	struct engine_client *c = &e->cl[slot];
+	struct locus_grace_plan *p = &e->plan;
+	struct locus_dispatch_req rq;
+	struct locus_grace_batch b;
+	const uint16_t *experts;
+	const float *gates;
+	const uint8_t *body;
+	uint64_t t0 = e->p.now(), rows_sent = 0;
+	uint32_t n_res = 0, ri = 0;
+	int nd, ret;
+
+	engine_count(e, e->c.dispatch_batches);
+	if (!(c->roles & LOCUS_ROLE_RANK) || !stage_range_ok(e, d->off, d->len) ||
+	    d->len < sizeof(rq)) {
+		ret = -LOCUS_EPROTO;
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto out;
+	}
+	if (!e->map) {
+		ret = -LOCUS_ESTATE;
+		engine_count(e, e->c.rej_no_table);
+		goto out;
+	}
+	memcpy(&rq, c->buf + d->off, sizeof(rq));
+	body = c->buf + d->off + sizeof(rq);
+	ret = locus_dispatch_req_check(&rq, body, d->len, e->stage_size, e->map->dims.n_layers,
+				       e->map->dims.n_experts, e->p.dims.max_tokens, NULL);
+	if (ret < 0) {
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto out;
+	}
+	experts = (const uint16_t *)body;
+	gates = (const float *)(body + locus_ids_bytes(rq.n_tokens, rq.top_k));
+	b = (struct locus_grace_batch){
+		.layer = rq.layer, .src_rank = c->rank, .n_tokens = rq.n_tokens,
+		.top_k = rq.top_k, .experts = experts, .gates = gates,
+	};
+	nd = locus_grace_plan_batch(e->plan_st, e->map, &b, p, NULL);
+	if (nd < 0) {
+		ret = nd;
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto out;
+	}
+
+	/* phase 1: every destination gets room, or the batch fails whole */
+	for (int i = 0; i < nd; i++) {
+		struct dest_plan *q = &e->dplan[i];
+		uint32_t n_rows = p->dest_start[i + 1] - p->dest_start[i];
+
+		ret = target_of(e, slot, c->rank, p->dest[i], q);
+		if (ret == 0) {
+			q->rows_per_msg = rows_per_msg(e, rq.top_k, rq.row_bytes, (int)q->in_place,
+						       n_rows);
+			ret = q->rows_per_msg ? 0 : -LOCUS_ERANGE;
+		}
+		if (ret == 0) {
+			q->n_chunks = (n_rows + q->rows_per_msg - 1) / q->rows_per_msg;
+			ret = q->n_chunks <= UINT16_MAX
+				? reserve(e, q, n_rows, rq.top_k, rq.row_bytes, &n_res)
+				: -LOCUS_ERANGE;
+		}
+		if (ret < 0) {
+			release_reservations(e, n_res);
+			for (int j = 0; j < i; j++)
+				e->cl[e->dplan[j].client].cpl_reserved -= e->dplan[j].n_chunks;
+			engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down
+								: e->c.rej_inbox_full);
+			goto out;
+		}
+	}
+
+	/* phase 2: write and deliver */
+	for (int i = 0; i < nd; i++) {
+		const struct dest_plan *q = &e->dplan[i];
+		uint32_t rank = p->dest[i], first_row = p->dest_start[i];
+		uint32_t n_rows = p->dest_start[i + 1] - first_row;
+
+		for (uint32_t k = 0; k < q->n_chunks; k++, ri++) {
+			uint32_t r0 = first_row + k * q->rows_per_msg;
+			uint32_t nr = LOCUS_MIN(q->rows_per_msg, n_rows - k * q->rows_per_msg);
+			size_t len = locus_rows_msg_len(nr, rq.top_k, rq.row_bytes, (int)q->in_place);
+			uint8_t *msg = inbox_ptr(e, q->client, e->res_slot[ri]);
+			struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
+			struct locus_row_ref *refs = locus_rows_refs(msg);
+			uint16_t *mx = locus_rows_experts(msg, nr);
+			float *mg = locus_rows_gates(msg, nr, rq.top_k);
+
+			locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_DISPATCH,
+					   (uint32_t)(len - sizeof(struct locus_msg_hdr)), rq.batch_id,
+					   c->rank, rank, e->seq[rank]++);
+			*h = (struct locus_rows_hdr){
+				.magic = LOCUS_ROWS_MAGIC, .layer = rq.layer, .top_k = rq.top_k,
+				.n_rows = nr, .row_bytes = rq.row_bytes,
+				.flags = q->in_place ? LOCUS_ROWS_IN_PLACE : 0,
+				.chunk = (uint16_t)k, .n_chunks = (uint16_t)q->n_chunks,
+				.rows_off = q->in_place ? rq.rows_off
+							: locus_rows_msg_rows_off(nr, rq.top_k),
+				.batch_id = rq.batch_id,
+			};
+			memset((uint8_t *)mx, 0, locus_ids_bytes(nr, rq.top_k));
+			for (uint32_t j = 0; j < nr; j++) {
+				uint32_t t = p->rows[r0 + j];
+
+				refs[j] = (struct locus_row_ref){ .token = t, .kmask = p->kmask[r0 + j] };
+				memcpy(mx + (size_t)j * rq.top_k, experts + (size_t)t * rq.top_k,
+				       2u * rq.top_k);
+				memcpy(mg + (size_t)j * rq.top_k, gates + (size_t)t * rq.top_k,
+				       4u * rq.top_k);
+				if (!q->in_place)
+					memcpy(msg + h->rows_off + (size_t)j * rq.row_bytes,
+					       c->buf + rq.rows_off + (size_t)t * rq.row_bytes,
+					       rq.row_bytes);
+			}
+			deliver_msg(e, q->client, e->res_slot[ri], LOCUS_OP_ROWS_IN, rq.batch_id,
+				    rq.layer, c->rank, len, (uint16_t)k);
+			count_tier(e, OP_DISPATCH_IDX, q->tier, nr,
+				   q->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
+			rows_sent += nr;
+		}
+	}
+	/* the live per-(layer, expert) load that locusctl rebalance reads */
+	for (uint64_t i = 0; i < (uint64_t)rq.n_tokens * rq.top_k; i++)
+		locus_counter_add_elem(e->blk, e->c.expert_tokens,
+				       (uint32_t)(rq.layer * e->p.dims.max_experts + experts[i]), 1);
+	ret = 0;
+	d->count = (uint32_t)nd;
+	d->aux = rows_sent;
+out:
+	d->status = ret;
+	engine_complete(e, c, d);
+	locus_hist_record(e->blk, e->c.dispatch_ns, (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
+}
+
+void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+{
+	struct engine_client *c = &e->cl[slot];
+	const struct locus_row_ref *refs;
+	struct locus_combine_req rq;
+	struct dest_plan dp;
+	uint64_t t0 = e->p.now();
+	uint32_t n_res = 0;
+	int ret;
+
+	engine_count(e, e->c.combine_batches);
+	if (!(c->roles & LOCUS_ROLE_RANK) || !stage_range_ok(e, d->off, d->len) ||
+	    d->len < sizeof(rq)) {
+		ret = -LOCUS_EPROTO;
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto out;
+	}
+	memcpy(&rq, c->buf + d->off, sizeof(rq));
+	refs = (const struct locus_row_ref *)(c->buf + d->off + sizeof(rq));
+	ret = locus_combine_req_check(&rq, refs, d->len, e->stage_size, e->n_ranks,
+				      e->p.dims.max_tokens * LOCUS_MAX_TOPK, NULL);
+	if (ret < 0) {
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto out;
+	}
+	ret = target_of(e, slot, c->rank, rq.dst_rank, &dp);
+	if (ret == 0) {
+		dp.rows_per_msg = rows_per_msg(e, 0, rq.row_bytes, (int)dp.in_place, rq.n_rows);
+		ret = dp.rows_per_msg ? 0 : -LOCUS_ERANGE;
+	}
+	if (ret == 0) {
+		dp.n_chunks = (rq.n_rows + dp.rows_per_msg - 1) / dp.rows_per_msg;
+		ret = dp.n_chunks <= UINT16_MAX ? reserve(e, &dp, rq.n_rows, 0, rq.row_bytes, &n_res)
+						: -LOCUS_ERANGE;
+	}
+	if (ret < 0) {
+		release_reservations(e, n_res);
+		if (n_res)
+			e->cl[dp.client].cpl_reserved -= dp.n_chunks;
+		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down : e->c.rej_inbox_full);
+		goto out;
+	}
+	for (uint32_t k = 0; k < dp.n_chunks; k++) {
+		uint32_t r0 = k * dp.rows_per_msg;
+		uint32_t nr = LOCUS_MIN(dp.rows_per_msg, rq.n_rows - r0);
+		size_t len = locus_rows_msg_len(nr, 0, rq.row_bytes, (int)dp.in_place);
+		uint8_t *msg = inbox_ptr(e, dp.client, e->res_slot[k]);
+		struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
+
+		locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_COMBINE,
+				   (uint32_t)(len - sizeof(struct locus_msg_hdr)), rq.batch_id,
+				   c->rank, rq.dst_rank, e->seq[rq.dst_rank]++);
+		*h = (struct locus_rows_hdr){
+			.magic = LOCUS_ROWS_MAGIC, .layer = rq.layer, .n_rows = nr,
+			.row_bytes = rq.row_bytes, .flags = dp.in_place ? LOCUS_ROWS_IN_PLACE : 0,
+			.chunk = (uint16_t)k, .n_chunks = (uint16_t)dp.n_chunks,
+			.rows_off = dp.in_place ? rq.rows_off + (uint64_t)r0 * rq.row_bytes
+						: locus_rows_msg_rows_off(nr, 0),
+			.batch_id = rq.batch_id,
+		};
+		memcpy(locus_rows_refs(msg), refs + r0, (size_t)nr * sizeof(*refs));
+		if (!dp.in_place)
+			memcpy(msg + h->rows_off, c->buf + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
+			       (size_t)nr * rq.row_bytes);
+		deliver_msg(e, dp.client, e->res_slot[k], LOCUS_OP_RESULTS_IN, rq.batch_id,
+			    rq.layer, c->rank, len, (uint16_t)k);
+		count_tier(e, OP_COMBINE_IDX, dp.tier, nr,
+			   dp.in_place ? 0 : (uint64_t)nr * rq.row_bytes);
+	}
+	d->count = dp.n_chunks;
+	d->aux = rq.n_rows;
+out:
+	d->status = ret;
+	engine_complete(e, c, d);
+	locus_hist_record(e->blk, e->c.combine_ns, (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
+}

@@ -1,0 +1,134 @@
+/* SPDX-License-Identifier: MIT */
+/* Engine internals shared by engine*.c. */
+#ifndef LOCUS_ENGINE_PRIV_H
+#define LOCUS_ENGINE_PRIV_H
+
+#include "locus_dispatch.h"
+#include "locus_eldr.h"
+#include "locus_engine.h"
+#include "locus_grace.h"
+#include "locus_ring.h"
+
+enum { OP_DISPATCH_IDX = 0, OP_COMBINE_IDX = 1 };
+
+/* What the engine knows of one client slot. Engine-local memory. */
+struct engine_client {
+	uint8_t active;
+	uint8_t broken;          /* protocol violation: no longer polled */
+	uint32_t roles;
+	uint32_t decoder_id;
+	uint32_t rank;
+	struct locus_ring_end sub;  /* consumer */
+	struct locus_ring_end cpl;  /* producer */
+	uint8_t *buf;
+	struct locus_client_ctl *ctl;
+	uint32_t cpl_reserved;      /* completion entries promised in this batch */
+	uint32_t inbox_used;        /* inbox slots taken */
+	uint64_t *inbox_free;       /* bitmap, 1 = free */
+	uint16_t *inbox_span;       /* span of the message starting at a slot, else 0 */
+	/* decoder load tracking */
+	uint64_t load_seq;
+	uint64_t load_tsc;
+} __locus_cache_aligned;
+
+struct engine_cmd {
+	uint64_t ticket;         /* written by control (release) */
+	uint32_t cmd;
+	uint32_t pad;
+	struct locus_engine_grant grant;
+	uint32_t pad1;
+	uint64_t done;           /* written by the engine (release) */
+	uint8_t  pad2[24];
+};
+
+/* Where one destination of a batch goes, decided in phase 1. */
+struct dest_plan {
+	uint32_t client;         /* client slot receiving */
+	uint32_t in_place;
+	uint32_t rows_per_msg;
+	uint32_t n_chunks;
+	enum locus_grace_tier tier;
+};
+
+/* A decoder id's local state. */
+struct engine_decoder {
+	int32_t slot;            /* client slot serving it, -1 none */
+	int32_t router_slot;     /* index in the current router, -1 not in table */
+	uint8_t up;
+};
+
+struct locus_engine {
+	struct locus_engine_params p;
+	struct locus_clients *cv;
+	uint32_t n_slots;
+	uint32_t n_ranks;
+	uint64_t stage_size;
+	uint32_t inbox_slots;
+	uint32_t inbox_slot_size;
+	uint32_t inbox_words;
+
+	/* control -> engine commands */
+	uint64_t cmd_posted __locus_cache_aligned; /* control: tickets issued */
+	uint64_t cmd_seen __locus_cache_aligned;   /* engine: tickets handled */
+	struct engine_cmd *cmds;                   /* [n_slots] */
+
+	struct engine_client *cl;                  /* [n_slots] */
+	struct engine_decoder *dec;                /* [max_decoders] */
+	int32_t *rank_slot;                        /* [n_ranks] local client, -1 */
+	uint32_t *seq;                             /* [n_ranks] per destination */
+
+	/* tables */
+	struct locus_table_reader rd[LOCUS_TABLE_N_CHANNELS];
+	int rd_ok[LOCUS_TABLE_N_CHANNELS];
+	uint64_t gen[LOCUS_TABLE_N_CHANNELS];
+
+	void *router_mem[2];
+	size_t router_mem_len;
+	struct locus_eldr_router *router;
+	int router_buf;
+
+	void *map_mem[2];
+	size_t map_mem_len;
+	struct locus_grace_map *map;
+	int map_buf;
+	struct locus_grace_plan_state *plan_st;
+	size_t plan_st_len;
+	struct locus_grace_plan plan;
+	void *plan_mem;
+
+	/* per-destination message reservations of one batch */
+	uint32_t *res_slot;                        /* [max messages] inbox slot */
+	uint32_t *res_client;                      /* [max messages] client slot */
+	uint32_t res_max;
+	struct dest_plan *dplan;                   /* [n_ranks] */
+
+	uint64_t next_housekeeping;
+	uint64_t housekeeping_period;
+	uint64_t load_timeout_tsc;
+	void *blk;                                 /* counters block */
+	struct locus_engine_ctr c;
+};
+
+/* engine.c */
+int engine_complete(struct locus_engine *e, struct engine_client *c, const struct locus_desc *d);
+int engine_deliver(struct locus_engine *e, uint32_t slot, const struct locus_desc *d);
+uint32_t engine_room(struct locus_engine *e, struct engine_client *c);
+int engine_inbox_alloc(struct locus_engine *e, struct engine_client *c, uint32_t span);
+void engine_inbox_free(struct locus_engine *e, struct engine_client *c, uint32_t first);
+uint32_t engine_span_for(const struct locus_engine *e, size_t len);
+
+/* engine_route.c */
+void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+void engine_router_refresh(struct locus_engine *e);
+void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now);
+
+/* engine_dispatch.c */
+void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+
+static inline void engine_count(struct locus_engine *e, uint64_t off)
+{
+	locus_counter_inc(e->blk, off);
+}
+
+#endif /* LOCUS_ENGINE_PRIV_H */

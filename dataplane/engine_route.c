@@ -1,0 +1,146 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Signature path: route a prefill client's signature with the ELDR router,
+ * copy header + signature into the chosen decoder's inbox, tell both.
+ */
+#include <string.h>
+
+#include "engine_priv.h"
+#include "locus_wire.h"
+
+/* Re-apply what the engine knows of each decoder to the current router. */
+void engine_router_refresh(struct locus_engine *e)
+{
+	struct locus_eldr_router *r = e->router;
+
+	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++)
+		e->dec[d].router_slot = -1;
+	if (!r)
+		return;
+	for (uint32_t s = 0; s < locus_eldr_router_n_decoders(r); s++) {
+		/* walk the router's slots: decoder ids come from the table */
+		for (uint32_t d = 0; d < e->p.dims.max_decoders; d++) {
+			if (locus_eldr_router_slot(r, d) != (int)s)
+				continue;
+			e->dec[d].router_slot = (int32_t)s;
+			locus_eldr_router_set_up(r, s, e->dec[d].slot >= 0 && e->dec[d].up);
+			if (e->dec[d].slot >= 0)
+				locus_eldr_router_set_load(r, s, e->cl[e->dec[d].slot].ctl->load);
+			break;
+		}
+	}
+}
+
+/*
+ * Every HOUSEKEEPING_US: pick up decoder load reports (one-sided stores in
+ * the client's load line) and take decoders that went silent out of routing.
+ */
+void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
+{
+	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++) {
+		struct engine_decoder *dec = &e->dec[d];
+		struct engine_client *c;
+		uint64_t seq;
+		uint32_t load;
+		int up;
+
+		if (dec->slot < 0)
+			continue;
+		c = &e->cl[dec->slot];
+		seq = __atomic_load_n(&c->ctl->load_seq, __ATOMIC_ACQUIRE);
+		load = __atomic_load_n(&c->ctl->load, __ATOMIC_RELAXED);
+		if (seq != c->load_seq) {
+			c->load_seq = seq;
+			c->load_tsc = now;
+			locus_gauge_set_elem(e->blk, e->c.decoder_load, d, load);
+			if (e->router && dec->router_slot >= 0)
+				locus_eldr_router_set_load(e->router, (uint32_t)dec->router_slot, load);
+		}
+		up = now - c->load_tsc <= e->load_timeout_tsc;
+		if (up != dec->up) {
+			dec->up = (uint8_t)up;
+			if (e->router && dec->router_slot >= 0)
+				locus_eldr_router_set_up(e->router, (uint32_t)dec->router_slot, up);
+		}
+		locus_gauge_set_elem(e->blk, e->c.decoder_up, d, up);
+	}
+}
+
+static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
+{
+	return off <= e->stage_size && len <= e->stage_size - off;
+}
+
+void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+{
+	struct engine_client *c = &e->cl[slot], *dc;
+	struct locus_eldr_decision dec;
+	struct locus_msg_hdr *m;
+	struct locus_desc out;
+	uint64_t t0 = e->p.now();
+	const void *sig;
+	size_t msg_len;
+	int32_t dslot;
+	int first, ret;
+	float sim;
+
+	engine_count(e, e->c.route_requests);
+	if (!(c->roles & LOCUS_ROLE_PREFILL) || !stage_range_ok(e, d->off, d->len) ||
+	    d->off % 8) {
+		d->status = -LOCUS_EPROTO;
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto complete;
+	}
+	if (!e->router) {
+		d->status = -LOCUS_ESTATE;
+		engine_count(e, e->c.rej_no_table);
+		goto complete;
+	}
+	sig = c->buf + d->off;
+	ret = locus_eldr_route(e->router, sig, d->len, &dec);
+	if (ret < 0) {
+		d->status = ret;
+		engine_count(e, ret == -LOCUS_ENODEST ? e->c.rej_no_decoder : e->c.rej_bad_signature);
+		goto complete;
+	}
+	dslot = dec.decoder_id < e->p.dims.max_decoders ? e->dec[dec.decoder_id].slot : -1;
+	if (dslot < 0) {
+		/* a decoder of another node: the inter-node transport carries it */
+		d->status = -LOCUS_EPEERDOWN;
+		engine_count(e, e->c.rej_peer_down);
+		goto complete;
+	}
+	dc = &e->cl[dslot];
+	msg_len = sizeof(*m) + d->len;
+	if (engine_room(e, dc) == 0 ||
+	    (first = engine_inbox_alloc(e, dc, engine_span_for(e, msg_len))) < 0) {
+		d->status = -LOCUS_EFULL;
+		engine_count(e, e->c.rej_inbox_full);
+		goto complete;
+	}
+	m = (struct locus_msg_hdr *)(dc->buf + locus_clients_inbox_off(e->cv, (uint32_t)first));
+	/* For signatures the header's ranks name the source node and the decoder. */
+	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id,
+			   dec.decoder_id, e->seq[0]++);
+	memcpy(m + 1, sig, d->len);
+	out = (struct locus_desc){
+		.op = LOCUS_OP_SIGNATURE_IN,
+		.id = d->id,
+		.off = locus_clients_inbox_off(e->cv, (uint32_t)first),
+		.len = (uint32_t)msg_len,
+		.slot = (uint32_t)first,
+		.peer = slot,
+	};
+	engine_deliver(e, (uint32_t)dslot, &out);
+	locus_counter_add_elem(e->blk, e->c.routed, dec.decoder_id, 1);
+	locus_hist_record(e->blk, e->c.route_band, dec.n_candidates);
+	d->status = 0;
+	d->peer = dec.decoder_id;
+	d->count = dec.n_candidates;
+	sim = dec.similarity;
+	memcpy(&d->aux, &sim, sizeof(sim));
+complete:
+	engine_complete(e, c, d);
+	locus_hist_record(e->blk, e->c.route_ns,
+			  (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * One node's data plane, independent of how its threads are run: the
+ * segment with its regions (tables, counters, client slots), the engine of
+ * the worker lcore, and the control work of the main lcore (answering
+ * client claims, reclaiming dead clients). locusd runs these on DPDK
+ * lcores; tests run them on threads.
+ */
+#ifndef LOCUS_NODE_H
+#define LOCUS_NODE_H
+
+#include <stdint.h>
+
+#include "locus_config.h"
+#include "locus_engine.h"
+#include "locus_err.h"
+
+struct locus_node;
+
+/*
+ * Create the segment /dev/shm/locus.<cfg->instance> (state STARTING), lay
+ * out its regions from cfg, register counters and build the engine. now()
+ * is the clock of tsc_hz ticks the engine uses for timers and latencies.
+ */
+int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
+		      struct locus_node **out, struct locus_error *err);
+
+/* The segment accepts clients from now on (state RUNNING). */
+void locus_node_set_running(struct locus_node *n);
+
+/* The segment says the daemon is going away (state STOPPING). */
+void locus_node_set_stopping(struct locus_node *n);
+
+/* One pass of control work over every client slot. Control thread only. */
+void locus_node_control(struct locus_node *n);
+
+/* The worker lcore's engine. */
+struct locus_engine *locus_node_engine(struct locus_node *n);
+
+/* Clients attached right now (control's view). */
+uint32_t locus_node_clients(const struct locus_node *n);
+
+/* Tear down; remove the segment too when remove_segment is set. */
+void locus_node_destroy(struct locus_node *n, int remove_segment);
+
+#endif /* LOCUS_NODE_H */

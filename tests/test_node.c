@@ -1,0 +1,757 @@
+// SPDX-License-Identifier: MIT
+/*
+ * One node's data plane end to end, without EAL: the node's control work
+ * and the engine each run on a thread of their own, clients attach through
+ * the client library (in this process and in child processes), tables are
+ * pushed through the segment as locusctl does.
+ *
+ * Checked: every submitted request gets exactly one completion; routing
+ * decisions equal the pure router's for the same table and loads; decoders
+ * receive the exact signature bytes; a table push under traffic is adopted,
+ * a refused push leaves the old table; malformed descriptors are refused and
+ * counted; dispatch delivers each (token, k) exactly once by tier with the
+ * rows' content intact, and combine brings every result back; a killed
+ * client's slot is reclaimed.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_client.h"
+#include "locus_counters.h"
+#include "locus_dispatch.h"
+#include "locus_eldr.h"
+#include "locus_grace.h"
+#include "locus_node.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+#include "locus_tblfile.h"
+
+#define L 2
+#define E 8
+#define GPN 4
+#define ROW 256
+#define INST "t-node"
+
+static char shm_dir[64];
+static struct locus_node *node;
+static pthread_t th_ctl, th_eng;
+static volatile int stop;
+
+/* the test's own view of the segment, as locusctl and locus-stat have it */
+static struct locus_shm *view;
+static struct locus_table_region *tables;
+static struct locus_counters *ctrs;
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void nap(void)
+{
+	struct timespec ts = { 0, 200000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void *ctl_loop(void *arg)
+{
+	(void)arg;
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		locus_node_control(node);
+		nap();
+	}
+	return NULL;
+}
+
+static void *eng_loop(void *arg)
+{
+	struct locus_engine *e = locus_node_engine(node);
+
+	(void)arg;
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE))
+		if (locus_engine_poll(e) == 0)
+			sched_yield();
+	return NULL;
+}
+
+/* ---- counters as locus-stat reads them -------------------------------------- */
+
+static uint64_t ctr(const char *name, uint32_t elem)
+{
+	uint64_t buf[4096];
+	int idx, n;
+
+	locus_counters_refresh(ctrs, NULL);
+	idx = locus_counters_find(ctrs, name);
+	if (idx < 0)
+		fail_msg("no counter %s", name);
+	n = locus_counters_sum(ctrs, (uint32_t)idx, buf, LOCUS_ARRAY_SIZE(buf));
+	assert_true(n > (int)elem);
+	return buf[elem];
+}
+
+/* ---- tables ------------------------------------------------------------------ */
+
+/*
+ * ELDR table over L x E: decoder 0's centroid leans on expert 0, decoder 1's
+ * on expert 7; both share a little expert 3 so a mixed signature falls in
+ * both bands. nan_centroid makes a table that seals fine and fails validation.
+ */
+static void *eldr_table(float tau, int nan_centroid, size_t *len)
+{
+	struct locus_eldr_tbl_layout lay;
+	uint32_t *ids;
+	uint8_t *mask;
+	float *idf, *cen;
+	uint8_t *blob;
+
+	assert_int_equal(locus_eldr_tbl_layout(L, E, 2, &lay), 0);
+	blob = calloc(1, 64 + lay.len);
+	assert_int_equal(locus_eldr_tbl_init(blob + 64, lay.len, L, E, 2, tau, &ids, &mask, &idf,
+					     &cen), 0);
+	ids[0] = 0;
+	ids[1] = 1;
+	for (int l = 0; l < L; l++) {
+		mask[l] = 1;
+		for (int e = 0; e < E; e++)
+			idf[l * E + e] = 1.0f;
+		/* each centroid: (0.9, 0.3) over layers' expert 0/7 and 3, normalised */
+		cen[0 * L * E + l * E + 0] = 0.9f;
+		cen[0 * L * E + l * E + 3] = 0.3f;
+		cen[1 * L * E + l * E + 7] = 0.9f;
+		cen[1 * L * E + l * E + 3] = 0.3f;
+	}
+	for (int k = 0; k < 2; k++) {
+		double s = 0;
+
+		for (int j = 0; j < L * E; j++)
+			s += (double)cen[k * L * E + j] * cen[k * L * E + j];
+		for (int j = 0; j < L * E; j++)
+			cen[k * L * E + j] = (float)(cen[k * L * E + j] / sqrt(s));
+	}
+	((struct locus_eldr_tbl_hdr *)(blob + 64))->n_masked = L;
+	if (nan_centroid)
+		cen[5] = NAN;
+	assert_int_equal(locus_tbl_seal(blob, 64 + lay.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
+					lay.len), 0);
+	*len = 64 + lay.len;
+	return blob;
+}
+
+/*
+ * GRACE table, 1 node x 4 GPUs, E = 8: expert e on rank e / 2; the hot
+ * expert 5 (rank 2) has a replica on rank 0.
+ */
+static uint16_t primary_of(int e)
+{
+	return (uint16_t)(e / 2);
+}
+
+static void *grace_table(size_t *len)
+{
+	struct locus_grace_dims d = { .n_layers = L, .n_experts = E, .n_nodes = 1,
+				      .gpus_per_node = GPN, .max_replicas = 1, .capacity = 2,
+				      .replica_budget = 1 };
+	struct locus_grace_view v;
+	size_t plen = locus_grace_payload_size(&d);
+	uint8_t *blob;
+
+	assert_true(plen > 0);
+	blob = calloc(1, 64 + plen);
+	memcpy(blob + 64, &d, sizeof(d));
+	assert_int_equal(locus_grace_view_init(&v, blob + 64, plen, NULL), 0);
+	for (int l = 0; l < L; l++) {
+		for (int e = 0; e < E; e++) {
+			v.primary[l * E + e] = primary_of(e);
+			v.replica[l * E + e] = e == 5 ? 0 : LOCUS_GRACE_NO_RANK;
+			v.expert_load[l * E + e] = e == 5 ? 100.0f : 10.0f;
+		}
+		for (int r = 0; r < GPN; r++)
+			v.pred_load[l * GPN + r] = 40.0f;
+	}
+	assert_int_equal(locus_grace_validate(&v, NULL), 0);
+	assert_int_equal(locus_tbl_seal(blob, 64 + plen, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION,
+					plen), 0);
+	*len = 64 + plen;
+	return blob;
+}
+
+/* Push like `locusctl push`; returns the generation and whether readers took it. */
+static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
+{
+	struct locus_table_wait_result res;
+	struct locus_error e;
+	int64_t gen = locus_table_push(tables, ch, blob, len, 2000000000ull, &e);
+
+	if (gen <= 0)
+		fail_msg("push: %s", e.msg);
+	assert_int_equal(locus_table_wait(tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
+	*refused = res.n_refused > 0;
+	if (*refused)
+		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
+			res.refused_msg);
+	return gen;
+}
+
+/* ---- clients --------------------------------------------------------------------- */
+
+static struct locus_client *attach(uint32_t roles, uint32_t dec, uint32_t rank)
+{
+	struct locus_client_req req = { .roles = roles, .decoder_id = dec, .rank = rank,
+					.timeout_ms = 5000 };
+	struct locus_client *c;
+	struct locus_error e;
+
+	if (locus_client_attach(INST, &req, &c, &e) != 0)
+		fail_msg("attach: %s", e.msg);
+	return c;
+}
+
+static void wait_desc(struct locus_client *c, struct locus_desc *d)
+{
+	for (int i = 0; i < 50000; i++) {
+		if (locus_client_poll(c, d, 1) == 1)
+			return;
+		nap();
+	}
+	fail_msg("no descriptor within the bound");
+}
+
+static int try_desc(struct locus_client *c, struct locus_desc *d, int tries)
+{
+	for (int i = 0; i < tries; i++) {
+		if (locus_client_poll(c, d, 1) == 1)
+			return 1;
+		nap();
+	}
+	return 0;
+}
+
+/* Signature with w0 tokens on expert 0, w3 on 3, w7 on 7, at every layer. */
+static size_t put_signature(struct locus_client *c, uint64_t off, int w0, int w3, int w7)
+{
+	uint64_t size;
+	uint8_t *stage = locus_client_stage(c, &size);
+	struct locus_eldr_sig_hdr *h = (struct locus_eldr_sig_hdr *)(stage + off);
+	uint16_t *counts = (uint16_t *)(h + 1);
+
+	memset(h, 0, locus_eldr_sig_len(L, E));
+	h->magic = LOCUS_ELDR_SIG_MAGIC;
+	h->version = LOCUS_ELDR_SIG_VERSION;
+	h->n_layers = L;
+	h->n_experts = E;
+	h->prompt_tokens = (uint32_t)(w0 + w3 + w7);
+	for (int l = 0; l < L; l++) {
+		counts[l * E + 0] = (uint16_t)w0;
+		counts[l * E + 3] = (uint16_t)w3;
+		counts[l * E + 7] = (uint16_t)w7;
+	}
+	return locus_eldr_sig_len(L, E);
+}
+
+static int setup(void **state)
+{
+	struct locus_config cfg;
+	struct locus_error e;
+	void *region;
+	size_t size;
+	static const char conf[] =
+		"[locusd]\ninstance = " INST "\nclient_slots = 12\nring_size = 64\n"
+		"stage_size = 262144\nclient_inbox_slots = 16\ninbox_slot_size = 4096\n"
+		"moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\nmax_batch_tokens = 64\n"
+		"table_slot_size = 65536\nload_timeout_ms = 60000\n"
+		"[cluster]\ngpus_per_node = 4\nnode.0 = 127.0.0.1:7471\n";
+	(void)state;
+
+	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-node-test-XXXXXX");
+	if (!mkdtemp(shm_dir))
+		return -1;
+	setenv(LOCUS_SHM_DIR_ENV, shm_dir, 1);
+	if (locus_config_parse(conf, strlen(conf), "test.conf", &cfg, &e) ||
+	    locus_node_create(&cfg, now_ns, 1000000000ull, &node, &e)) {
+		fprintf(stderr, "%s\n", e.msg);
+		return -1;
+	}
+	locus_node_set_running(node);
+	if (locus_shm_attach(INST, 0, &view, &e))
+		return -1;
+	region = locus_shm_region(view, LOCUS_REGION_TABLES, &size);
+	if (locus_table_region_attach(region, size, &tables, &e))
+		return -1;
+	region = locus_shm_region(view, LOCUS_REGION_COUNTERS, &size);
+	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &ctrs, &e))
+		return -1;
+	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
+	pthread_create(&th_eng, NULL, eng_loop, NULL);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	pthread_join(th_ctl, NULL);
+	pthread_join(th_eng, NULL);
+	locus_counters_close(ctrs);
+	locus_table_region_detach(tables);
+	locus_shm_detach(view);
+	locus_node_destroy(node, 1);
+	return rmdir(shm_dir);
+}
+
+/* ---- signature routing ----------------------------------------------------------- */
+
+static void test_route_matches_pure_router(void **state)
+{
+	struct locus_client *pre = attach(LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec[2] = { attach(LOCUS_ROLE_DECODE, 0, 0),
+					attach(LOCUS_ROLE_DECODE, 1, 0) };
+	static uint8_t router_mem[1 << 16] __attribute__((aligned(64)));
+	struct locus_eldr_router *ref;
+	struct locus_desc d, in;
+	size_t tlen;
+	void *tbl = eldr_table(0.1f, 0, &tlen);
+	uint64_t submitted = 0, completed = 0;
+	int refused;
+	(void)state;
+
+	/* no table yet: an error completion, not silence */
+	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 1, .off = 0,
+				 .len = (uint32_t)put_signature(pre, 0, 5, 0, 0) };
+	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+	wait_desc(pre, &d);
+	assert_int_equal(d.status, -LOCUS_ESTATE);
+	assert_int_equal(ctr("rejected_no_table", 0), 1);
+
+	assert_true(push(0, tbl, tlen, &refused) > 0);
+	assert_false(refused);
+	assert_int_equal(locus_engine_table_generation(locus_node_engine(node), 0), 1);
+	assert_int_equal(locus_eldr_router_build(router_mem, sizeof(router_mem),
+						 (uint8_t *)tbl + 64, tlen - 64,
+						 LOCUS_ELDR_PATH_SCALAR, &ref, NULL), 0);
+	/* loads as the decoders report them, seen by the engine */
+	locus_client_report_load(dec[0], 3);
+	locus_client_report_load(dec[1], 1);
+	for (int i = 0; i < 50000 && (ctr("decoder_load", 0) != 3 || ctr("decoder_load", 1) != 1); i++)
+		nap();
+	assert_int_equal(ctr("decoder_load", 0), 3);
+	locus_eldr_router_set_load(ref, 0, 3);
+	locus_eldr_router_set_load(ref, 1, 1);
+
+	for (int i = 0; i < 40; i++) {
+		/* leaning to 0, to 7, or mixed (both in the band: load decides) */
+		int w0 = (i % 3 == 0) ? 9 : (i % 3 == 1 ? 0 : 4);
+		int w7 = (i % 3 == 1) ? 9 : (i % 3 == 0 ? 0 : 4);
+		uint64_t off = (uint64_t)(i % 8) * 4096;
+		size_t len = put_signature(pre, off, w0, 3, w7);
+		const uint8_t *sig = locus_client_stage(pre, NULL) + off;
+		struct locus_eldr_decision want;
+		const struct locus_msg_hdr *m;
+		int who;
+
+		assert_int_equal(locus_eldr_route(ref, sig, len, &want), 0);
+		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 100 + i, .off = off,
+					 .len = (uint32_t)len };
+		assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+		submitted++;
+		wait_desc(pre, &d);
+		completed++;
+		assert_int_equal(d.op, LOCUS_OP_ROUTE);
+		assert_int_equal(d.id, 100 + i);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.peer, want.decoder_id);
+		assert_int_equal(d.count, want.n_candidates);
+		/* the chosen decoder got header + the exact signature bytes */
+		who = (int)d.peer;
+		wait_desc(dec[who], &in);
+		assert_int_equal(in.op, LOCUS_OP_SIGNATURE_IN);
+		assert_int_equal(in.id, 100 + i);
+		m = locus_client_inbox(dec[who], &in);
+		assert_non_null(m);
+		assert_int_equal(m->type, LOCUS_MSG_SIGNATURE);
+		assert_int_equal(m->payload_len, len);
+		assert_memory_equal(m + 1, sig, len);
+		assert_int_equal(locus_client_release_slot(dec[who], in.slot), 0);
+		assert_false(try_desc(dec[!who], &in, 2));
+	}
+	assert_int_equal(submitted, completed);
+	assert_int_equal(ctr("routed", 0) + ctr("routed", 1), 40);
+	assert_true(ctr("routed", 0) > 0 && ctr("routed", 1) > 0);
+
+	/* malformed: bad magic, wrong role, unknown op, out-of-stage offset */
+	{
+		uint8_t *stage = locus_client_stage(pre, NULL);
+		struct locus_desc bad[4] = {
+			{ .op = LOCUS_OP_ROUTE, .id = 900, .off = 0,
+			  .len = (uint32_t)put_signature(pre, 0, 1, 1, 1) },
+			{ .op = 77, .id = 901 },
+			{ .op = LOCUS_OP_ROUTE, .id = 902, .off = 1ull << 40, .len = 10 },
+			{ .op = LOCUS_OP_DISPATCH, .id = 903 },
+		};
+		uint64_t before = ctr("rejected_bad_descriptor", 0);
+
+		stage[0] ^= 0xff; /* magic */
+		assert_int_equal(locus_client_submit(pre, bad, 4), 4);
+		for (int i = 0; i < 4; i++) {
+			wait_desc(pre, &d);
+			assert_int_equal(d.id, 900 + i);
+			assert_true(d.status < 0);
+		}
+		assert_int_equal(ctr("rejected_bad_signature", 0), 1);
+		assert_int_equal(ctr("rejected_bad_descriptor", 0), before + 3);
+	}
+
+	/* a decoder leaves: routing goes to the other one; both gone: no decoder */
+	locus_client_detach(dec[1]);
+	for (int i = 0; i < 50000 && ctr("clients_attached", 0) != 2; i++)
+		nap();
+	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 950, .off = 0,
+				 .len = (uint32_t)put_signature(pre, 0, 0, 0, 9) };
+	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+	wait_desc(pre, &d);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.peer, 0);
+	wait_desc(dec[0], &in);
+	locus_client_release_slot(dec[0], in.slot);
+	locus_client_detach(dec[0]);
+	for (int i = 0; i < 50000 && ctr("clients_attached", 0) != 1; i++)
+		nap();
+	d.id = 951;
+	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+	wait_desc(pre, &d);
+	assert_int_equal(d.status, -LOCUS_ENODEST);
+	locus_client_detach(pre);
+	free(tbl);
+}
+
+static void test_table_push_under_traffic(void **state)
+{
+	struct locus_client *pre = attach(LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec = attach(LOCUS_ROLE_DECODE | LOCUS_ROLE_PREFILL, 2, 0);
+	struct locus_engine *eng = locus_node_engine(node);
+	size_t glen, blen;
+	void *good, *bad;
+	uint64_t gen0, gen1;
+	int refused, n_ok = 0;
+	(void)state;
+
+	/* decoder 2 is not in the table: a table naming 0 and 1 routes nowhere */
+	good = eldr_table(0.2f, 0, &glen);
+	bad = eldr_table(0.2f, 1, &blen);
+	gen0 = locus_engine_table_generation(eng, 0);
+	for (int round = 0; round < 3; round++) {
+		struct locus_desc d[8];
+
+		for (int i = 0; i < 8; i++)
+			d[i] = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = round * 8 + i,
+						    .off = (uint64_t)i * 4096,
+						    .len = (uint32_t)put_signature(pre, (uint64_t)i * 4096,
+										   3, 3, 3) };
+		assert_int_equal(locus_client_submit(pre, d, 8), 8);
+		if (round == 1) {
+			gen1 = (uint64_t)push(0, good, glen, &refused);
+			assert_false(refused);
+		}
+		for (int i = 0; i < 8; i++) {
+			wait_desc(pre, &d[0]);
+			/* no decoder 0/1 attached: every answer is a clean refusal */
+			assert_int_equal(d[0].status, -LOCUS_ENODEST);
+			n_ok++;
+		}
+	}
+	assert_int_equal(n_ok, 24);
+	assert_int_equal(locus_engine_table_generation(eng, 0), gen1);
+	assert_true(gen1 > gen0);
+	/* a table that fails validation is refused; the old one stays */
+	assert_true(push(0, bad, blen, &refused) > (int64_t)gen1);
+	assert_true(refused);
+	assert_int_equal(locus_engine_table_generation(eng, 0), gen1);
+	assert_int_equal(ctr("table_rejected", 0), 1);
+	assert_int_equal(ctr("table_generation", 0), gen1);
+	locus_client_detach(dec);
+	locus_client_detach(pre);
+	free(good);
+	free(bad);
+}
+
+/* ---- dispatch and combine ------------------------------------------------------------ */
+
+struct seen {
+	uint8_t hits[64][8]; /* (token, k) delivered */
+	uint8_t back[64][8]; /* (token, k) combined back */
+};
+
+static void fill_row(uint8_t *row, uint32_t token)
+{
+	for (int i = 0; i < ROW; i++)
+		row[i] = (uint8_t)(token * 31 + i);
+}
+
+static void test_dispatch_combine(void **state)
+{
+	struct locus_client *rk[GPN];
+	struct locus_dispatch_req *rq;
+	struct locus_desc d, in;
+	static struct seen s;
+	uint16_t ex[64][2];
+	float *gates;
+	size_t glen;
+	void *g = grace_table(&glen);
+	const uint32_t T = 48, K = 2;
+	uint8_t *stage0;
+	uint64_t rows_sent = 0, rows_got = 0;
+	int refused, results = 0;
+	(void)state;
+
+	memset(&s, 0, sizeof(s));
+	for (int r = 0; r < GPN; r++)
+		rk[r] = attach(LOCUS_ROLE_RANK, 0, (uint32_t)r);
+	assert_true(push(1, g, glen, &refused) > 0);
+	assert_false(refused);
+
+	/* rank 0's batch: token t picks experts (t % 8, (t * 3 + 1) % 8) */
+	stage0 = locus_client_stage(rk[0], NULL);
+	rq = (struct locus_dispatch_req *)stage0;
+	*rq = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = 1, .top_k = K,
+					   .n_tokens = T, .row_bytes = ROW, .rows_off = 65536,
+					   .batch_id = 4242 };
+	for (uint32_t t = 0; t < T; t++) {
+		ex[t][0] = (uint16_t)(t % 8);
+		ex[t][1] = (uint16_t)((t * 3 + 1) % 8);
+		if (ex[t][1] == ex[t][0])
+			ex[t][1] = (uint16_t)((ex[t][0] + 1) % 8);
+		fill_row(stage0 + 65536 + t * ROW, t);
+	}
+	memcpy(rq + 1, ex, sizeof(uint16_t) * T * K);
+	gates = (float *)((uint8_t *)(rq + 1) + locus_ids_bytes(T, K));
+	for (uint32_t i = 0; i < T * K; i++)
+		gates[i] = 0.5f + (float)i / 1000.0f;
+	d = (struct locus_desc){ .op = LOCUS_OP_DISPATCH, .id = 7, .off = 0,
+				 .len = (uint32_t)locus_dispatch_req_len(T, K) };
+	assert_int_equal(locus_client_submit(rk[0], &d, 1), 1);
+
+	/*
+	 * Every rank (0 included: in place) takes its rows, checks them and
+	 * answers. Rank 0 reads until its DISPATCH completion, which the engine
+	 * posts after every delivery of the batch: then all rows are out.
+	 */
+	for (int r = 0; r < GPN; r++) {
+		for (;;) {
+			uint8_t *msg, *st = locus_client_stage(rk[r], NULL);
+			struct locus_rows_hdr *h;
+			struct locus_combine_req *cq;
+			struct locus_row_ref *refs;
+			struct locus_error e;
+			uint16_t *mx;
+			float *mg;
+
+			if (r == 0)
+				wait_desc(rk[0], &in);
+			else if (!try_desc(rk[r], &in, 20))
+				break;
+			if (in.op == LOCUS_OP_DISPATCH) { /* rank 0's own completion */
+				assert_int_equal(in.status, 0);
+				assert_int_equal(in.id, 7);
+				rows_sent = in.aux;
+				break;
+			}
+			assert_int_equal(in.op, LOCUS_OP_ROWS_IN);
+			msg = (uint8_t *)locus_client_inbox(rk[r], &in);
+			assert_non_null(msg);
+			if (locus_rows_msg_check(msg, in.len, GPN, 262144, &e))
+				fail_msg("rank %d: %s", r, e.msg);
+			h = locus_rows_hdr_of(msg);
+			refs = locus_rows_refs(msg);
+			mx = locus_rows_experts(msg, h->n_rows);
+			mg = locus_rows_gates(msg, h->n_rows, K);
+			assert_int_equal(h->batch_id, 4242);
+			rows_got += h->n_rows;
+			assert_int_equal(!!(h->flags & LOCUS_ROWS_IN_PLACE), r == 0);
+			/* the answer goes in this rank's stage at 128 KiB */
+			cq = (struct locus_combine_req *)(st + 131072);
+			*cq = (struct locus_combine_req){ .magic = LOCUS_COMBINE_MAGIC, .layer = 1,
+							  .dst_rank = 0, .n_rows = h->n_rows,
+							  .row_bytes = ROW, .rows_off = 196608,
+							  .batch_id = 4242 };
+			for (uint32_t j = 0; j < h->n_rows; j++) {
+				uint32_t t = refs[j].token;
+				const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
+					? st + h->rows_off + (size_t)t * ROW
+					: msg + h->rows_off + (size_t)j * ROW;
+				uint8_t want[ROW];
+
+				assert_true(t < T);
+				fill_row(want, t);
+				assert_memory_equal(row, want, ROW);
+				for (uint32_t k = 0; k < K; k++) {
+					uint16_t x = ex[t][k];
+					int here = primary_of(x) == r || (x == 5 && r == 0);
+
+					assert_int_equal(mx[j * K + k], x);
+					assert_true(mg[j * K + k] == gates[t * K + k]);
+					if (!(refs[j].kmask & (1u << k)))
+						continue;
+					assert_true(here);
+					/* TAR: a copy on the source GPU is always used */
+					if (x == 5)
+						assert_int_equal(r, 0);
+					assert_int_equal(s.hits[t][k]++, 0);
+				}
+				((struct locus_row_ref *)(cq + 1))[j] = refs[j];
+				/* "expert output": the row xor the rank */
+				for (int b = 0; b < ROW; b++)
+					st[196608 + j * ROW + b] = (uint8_t)(row[b] ^ (r + 1));
+			}
+			locus_client_release_slot(rk[r], in.slot);
+			d = (struct locus_desc){ .op = LOCUS_OP_COMBINE, .id = 50 + r, .off = 131072,
+						 .len = (uint32_t)locus_combine_req_len(h->n_rows) };
+			assert_int_equal(locus_client_submit(rk[r], &d, 1), 1);
+			if (r != 0) {
+				wait_desc(rk[r], &d);
+				assert_int_equal(d.op, LOCUS_OP_COMBINE);
+				assert_int_equal(d.status, 0);
+			}
+		}
+	}
+	/* every (token, k) went out exactly once, in the rows the completion counted */
+	assert_int_equal(rows_sent, rows_got);
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t k = 0; k < K; k++)
+			assert_int_equal(s.hits[t][k], 1);
+
+	/* rank 0 collects every result: combine inverts dispatch */
+	while (try_desc(rk[0], &in, 500)) {
+		uint8_t *msg, *st0 = stage0;
+		struct locus_rows_hdr *h;
+		struct locus_row_ref *refs;
+		struct locus_msg_hdr *m;
+
+		if (in.op == LOCUS_OP_COMBINE) {
+			assert_int_equal(in.status, 0);
+			continue;
+		}
+		assert_int_equal(in.op, LOCUS_OP_RESULTS_IN);
+		msg = (uint8_t *)locus_client_inbox(rk[0], &in);
+		assert_int_equal(locus_rows_msg_check(msg, in.len, GPN, 262144, NULL), 0);
+		m = (struct locus_msg_hdr *)msg;
+		h = locus_rows_hdr_of(msg);
+		refs = locus_rows_refs(msg);
+		for (uint32_t j = 0; j < h->n_rows; j++) {
+			const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
+				? st0 + h->rows_off + (size_t)j * ROW
+				: msg + h->rows_off + (size_t)j * ROW;
+			uint8_t want[ROW];
+
+			fill_row(want, refs[j].token);
+			for (int b = 0; b < ROW; b++)
+				want[b] ^= (uint8_t)(m->src_rank + 1);
+			assert_memory_equal(row, want, ROW);
+			for (uint32_t k = 0; k < K; k++)
+				if (refs[j].kmask & (1u << k))
+					assert_int_equal(s.back[refs[j].token][k]++, 0);
+		}
+		results++;
+		locus_client_release_slot(rk[0], in.slot);
+	}
+	assert_true(results >= GPN);
+	for (uint32_t t = 0; t < T; t++)
+		for (uint32_t k = 0; k < K; k++)
+			assert_int_equal(s.back[t][k], 1);
+	/* tiers: rank 0's own rows stayed put, the rest crossed the node */
+	assert_true(ctr("rows", 0 * 3 + 0) > 0);
+	assert_int_equal(ctr("bytes", 0 * 3 + 0), 0);
+	assert_int_equal(ctr("bytes", 0 * 3 + 1), ctr("rows", 0 * 3 + 1) * ROW);
+	assert_int_equal(ctr("rows", 0 * 3 + 0) + ctr("rows", 0 * 3 + 1), rows_got);
+	assert_int_equal(ctr("rows", 0 * 3 + 2), 0);
+	/* the live load matrix counted every (token, k) of layer 1 */
+	{
+		uint64_t sum = 0;
+
+		for (uint32_t e = 0; e < 16; e++)
+			sum += ctr("expert_tokens", 1 * 16 + e);
+		assert_int_equal(sum, T * K);
+	}
+
+	/* an expert id outside the table: refused whole, nothing delivered */
+	((uint16_t *)(rq + 1))[3] = E;
+	d = (struct locus_desc){ .op = LOCUS_OP_DISPATCH, .id = 8, .off = 0,
+				 .len = (uint32_t)locus_dispatch_req_len(T, K) };
+	assert_int_equal(locus_client_submit(rk[0], &d, 1), 1);
+	wait_desc(rk[0], &d);
+	assert_int_equal(d.id, 8);
+	assert_int_equal(d.status, -LOCUS_ERANGE);
+	for (int r = 1; r < GPN; r++)
+		assert_false(try_desc(rk[r], &in, 5));
+	for (int r = 0; r < GPN; r++)
+		locus_client_detach(rk[r]);
+	free(g);
+}
+
+/* ---- a client that dies ---------------------------------------------------------------- */
+
+static void test_killed_client_reclaimed(void **state)
+{
+	uint64_t before = ctr("clients_reclaimed", 0);
+	int status;
+	pid_t pid;
+	(void)state;
+
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		struct locus_client_req req = { .roles = LOCUS_ROLE_DECODE, .decoder_id = 5,
+						.timeout_ms = 5000 };
+		struct locus_client *c;
+
+		if (locus_client_attach(INST, &req, &c, NULL))
+			_exit(1);
+		_exit(0); /* dies attached */
+	}
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	for (int i = 0; i < 50000 && ctr("clients_reclaimed", 0) == before; i++)
+		nap();
+	assert_int_equal(ctr("clients_reclaimed", 0), before + 1);
+	/* the decoder id is free again */
+	locus_client_detach(attach(LOCUS_ROLE_DECODE, 5, 0));
+	/* a second claim of a taken rank, or a rank of another node, is refused */
+	{
+		struct locus_client *a = attach(LOCUS_ROLE_RANK, 0, 2);
+		struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = 2,
+						.timeout_ms = 5000 };
+		struct locus_client *c;
+
+		assert_int_equal(locus_client_attach(INST, &req, &c, NULL), -EEXIST);
+		req.rank = 4;
+		assert_int_equal(locus_client_attach(INST, &req, &c, NULL), -LOCUS_ERANGE);
+		locus_client_detach(a);
+	}
+	assert_true(ctr("clients_refused", 0) >= 2);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_route_matches_pure_router),
+		cmocka_unit_test(test_table_push_under_traffic),
+		cmocka_unit_test(test_dispatch_combine),
+		cmocka_unit_test(test_killed_client_reclaimed),
+	};
+	return cmocka_run_group_tests(tests, setup, teardown);
+}
