@@ -96,7 +96,7 @@ struct locus_shm_params {
 
 /*
  * Create the segment with mode 0660 in state STARTING; regions are zeroed and
- * 64-byte aligned; the owning module initialises each. The object appears
+ * LOCUS_SHM_REGION_ALIGN-aligned; the owning module initialises each. The object appears
  * under its name fully formed (built unnamed, then linked in), so an attacher
  * never sees a half-written header. Fails with -EEXIST if a segment of that
  * name exists and its owner is alive (pid and process start time both match);
