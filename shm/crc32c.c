@@ -84,9 +84,13 @@ uint32_t locus_crc32c_update(uint32_t crc, const void *buf, size_t len)
 #if defined(__x86_64__)
 	static int have_sse42 = -1;
 
-	if (unlikely(have_sse42 < 0))
-		have_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-	if (likely(have_sse42))
+	int have = __atomic_load_n(&have_sse42, __ATOMIC_RELAXED);
+
+	if (unlikely(have < 0)) {
+		have = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+		__atomic_store_n(&have_sse42, have, __ATOMIC_RELAXED);
+	}
+	if (likely(have))
 		return ~crc32c_hw_raw(~crc, buf, len);
 #endif
 	return ~crc32c_sw_raw(~crc, buf, len);
