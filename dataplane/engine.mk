@@ -1,6 +1,8 @@
 # The data-plane engine (plain C over shared memory) and the payload formats.
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
-	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/dispatch.c))
+	dataplane/engine_dispatch.c dataplane/engine_ctr.c))
+# payload formats shared by the engine and clients
+$(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c))
-$(eval $(call PROGRAM,tests/test_node,tests/test_node.c,node engine eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_node,tests/test_node.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node

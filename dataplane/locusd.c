@@ -1,0 +1,356 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locusd: one per node. DPDK EAL lcores: the main lcore does control work
+ * (client attachments, watchdog, signals, telemetry); the first worker lcore
+ * runs the engine's poll loop. Readiness and watchdog go to systemd with
+ * sd_notify; SIGTERM drains and stops, removing the segment; SIGHUP re-reads
+ * the config and applies what is safe to change while running.
+ *
+ *   locusd [-c CONFIG] [--check-config] [--print-cpus]
+ *
+ * Without -c, locusd runs the embedded single-node default (four ranks,
+ * shared-memory tiers), which is what the README's demo uses.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <rte_cycles.h>
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_pause.h>
+#include <rte_telemetry.h>
+#include <systemd/sd-daemon.h>
+
+#include "locus_config.h"
+#include "locus_engine.h"
+#include "locus_node.h"
+#include "locus_shm.h"
+
+#define MAX_EAL_ARGS 64
+#define CONTROL_PERIOD_US 1000
+#define DRAIN_MS 500
+#define IDLE_SPINS 1024
+
+static const char embedded_default[] =
+	"[locusd]\n"
+	"instance = default\n"
+	"node = 0\n"
+	"eal_args = -l 0-1 --no-huge --no-pci -m 64\n"
+	"rdma_device = none\n"
+	"intra_node = shm\n"
+	"client_slots = 16\n"
+	"idle_sleep_us = 50\n"
+	"[cluster]\n"
+	"id = 1\n"
+	"gpus_per_node = 4\n"
+	"node.0 = 127.0.0.1:7471\n";
+
+struct locusd {
+	struct locus_config cfg;
+	const char *config_path;
+	struct locus_node *node;
+	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
+	uint32_t idle_sleep_us;     /* changed by SIGHUP; read by the worker */
+	int stop;                   /* set by the main lcore, read by the worker */
+	int worker_done;
+};
+
+static struct locusd D;
+static volatile sig_atomic_t got_term, got_hup;
+
+static void on_signal(int sig)
+{
+	if (sig == SIGHUP)
+		got_hup = 1;
+	else
+		got_term = 1;
+}
+
+static uint64_t tsc_now(void)
+{
+	return rte_rdtsc();
+}
+
+/* The engine's poll loop: no syscalls, no locks; sleeps only when idle and configured to. */
+static int worker_main(void *arg)
+{
+	struct locusd *d = arg;
+	struct locus_engine *e = locus_node_engine(d->node);
+	uint64_t drain_until = 0;
+	unsigned idle = 0;
+
+	for (;;) {
+		int n = locus_engine_poll(e);
+
+		if (likely(n)) {
+			idle = 0;
+			continue;
+		}
+		if (unlikely(__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE))) {
+			/* drain: keep answering until the rings stay empty, bounded */
+			if (!drain_until)
+				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
+			if (++idle > IDLE_SPINS || rte_rdtsc() > drain_until)
+				break;
+			continue;
+		}
+		if (++idle < IDLE_SPINS) {
+			rte_pause();
+			continue;
+		}
+		idle = IDLE_SPINS;
+		if (__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED))
+			rte_delay_us_sleep(__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED));
+		else
+			rte_pause();
+	}
+	__atomic_store_n(&d->worker_done, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/* ---- telemetry: /locus/info ------------------------------------------------------ */
+
+static int tel_info(const char *cmd, const char *params, struct rte_tel_data *out)
+{
+	struct locus_engine *e = locus_node_engine(D.node);
+
+	(void)cmd;
+	(void)params;
+	rte_tel_data_start_dict(out);
+	rte_tel_data_add_dict_string(out, "instance", D.cfg.instance);
+	rte_tel_data_add_dict_int(out, "node", (int)D.cfg.node_id);
+	rte_tel_data_add_dict_int(out, "nodes", (int)D.cfg.n_nodes);
+	rte_tel_data_add_dict_int(out, "gpus_per_node", (int)D.cfg.gpus_per_node);
+	rte_tel_data_add_dict_u64(out, "clients", locus_node_clients(D.node));
+	rte_tel_data_add_dict_u64(out, "eldr_generation",
+				  locus_engine_table_generation(e, LOCUS_TABLE_CH_ELDR));
+	rte_tel_data_add_dict_u64(out, "grace_generation",
+				  locus_engine_table_generation(e, LOCUS_TABLE_CH_GRACE));
+	return 0;
+}
+
+/* ---- configuration ------------------------------------------------------------------ */
+
+static int load_config(const char *path, struct locus_config *cfg)
+{
+	struct locus_error err = { 0 };
+	int ret = path ? locus_config_load(path, cfg, &err)
+		       : locus_config_parse(embedded_default, sizeof(embedded_default) - 1,
+					    "<embedded default>", cfg, &err);
+
+	if (ret < 0)
+		fprintf(stderr, "locusd: %s\n", err.msg);
+	return ret;
+}
+
+/* Split eal_args on blanks into argv (the config forbids quoting). */
+static int eal_argv(const struct locus_config *cfg, char *buf, size_t len, char **argv)
+{
+	char prefix[96];
+	int argc = 0;
+	char *save, *tok;
+
+	snprintf(buf, len, "%s", cfg->eal_args);
+	argv[argc++] = (char *)"locusd";
+	for (tok = strtok_r(buf, " \t", &save); tok; tok = strtok_r(NULL, " \t", &save)) {
+		if (argc >= MAX_EAL_ARGS - 3)
+			return -E2BIG;
+		argv[argc++] = tok;
+	}
+	/* one DPDK runtime directory per instance: several locusd per host */
+	snprintf(prefix, sizeof(prefix), "--file-prefix=locus-%s", cfg->instance);
+	argv[argc++] = strdup(prefix);
+	argv[argc] = NULL;
+	return argv[argc - 1] ? argc : -ENOMEM;
+}
+
+/*
+ * The CPU list of eal_args' -l / --lcores, for a systemd CPUAffinity= drop-in
+ * (deploy/locusd-cpus). Prints nothing when eal_args names none.
+ */
+static int print_cpus(const struct locus_config *cfg)
+{
+	char buf[LOCUS_CFG_EAL_MAX];
+	char *save, *tok, *prev = NULL;
+
+	snprintf(buf, sizeof(buf), "%s", cfg->eal_args);
+	for (tok = strtok_r(buf, " \t", &save); tok; prev = tok, tok = strtok_r(NULL, " \t", &save)) {
+		if (prev && (!strcmp(prev, "-l") || !strcmp(prev, "--lcores"))) {
+			for (char *p = tok; *p; p++)
+				if (*p == ',')
+					*p = ' ';
+			printf("%s\n", tok);
+			return 0;
+		}
+		if (!strncmp(tok, "-l", 2) && tok[2]) {
+			printf("%s\n", tok + 2);
+			return 0;
+		}
+	}
+	return 0;
+}
+
+/* SIGHUP: take what is safe to change under traffic, name the rest. */
+static void reload(struct locusd *d)
+{
+	struct locus_config n;
+
+	if (!d->config_path) {
+		fprintf(stderr, "locusd: SIGHUP: running the embedded default, nothing to re-read\n");
+		return;
+	}
+	if (load_config(d->config_path, &n) < 0) {
+		fprintf(stderr, "locusd: SIGHUP: keeping the running configuration\n");
+		return;
+	}
+	__atomic_store_n(&d->idle_sleep_us, n.idle_sleep_us, __ATOMIC_RELAXED);
+	d->cfg.idle_sleep_us = n.idle_sleep_us;
+	d->cfg.watchdog = n.watchdog;
+	n.idle_sleep_us = d->cfg.idle_sleep_us;
+	n.watchdog = d->cfg.watchdog;
+	if (memcmp(&n, &d->cfg, sizeof(n)))
+		fprintf(stderr, "locusd: SIGHUP: applied idle_sleep_us and watchdog; other changes "
+				"need a restart\n");
+	else
+		fprintf(stderr, "locusd: SIGHUP: configuration re-read\n");
+	sd_notify(0, "READY=1");
+}
+
+/* ---- main ------------------------------------------------------------------------- */
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: locusd [-c CONFIG] [--check-config] [--print-cpus]\n"
+		"  -c CONFIG        /etc/locus/<instance>.conf (default: the embedded single-node\n"
+		"                   config: instance 'default', 4 ranks, shared-memory tiers)\n"
+		"  --check-config   parse and check the config, print 'ok' or the error, exit\n"
+		"  --print-cpus     print the lcore CPU list of eal_args (systemd CPUAffinity)\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "config", required_argument, NULL, 'c' },
+		{ "check-config", no_argument, NULL, 'k' },
+		{ "print-cpus", no_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char eal_buf[LOCUS_CFG_EAL_MAX], *eal[MAX_EAL_ARGS];
+	struct locus_error err = { 0 };
+	uint64_t watchdog_usec = 0, next_watchdog = 0, hz;
+	int check = 0, cpus = 0, c, n, ret = 1;
+	struct sigaction sa = { .sa_handler = on_signal };
+
+	while ((c = getopt_long(argc, argv, "c:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'c':
+			D.config_path = optarg;
+			break;
+		case 'k':
+			check = 1;
+			break;
+		case 'p':
+			cpus = 1;
+			break;
+		default:
+			usage();
+			return c == 'h' ? 0 : 2;
+		}
+	}
+	if (optind != argc) {
+		usage();
+		return 2;
+	}
+	if (load_config(D.config_path, &D.cfg) < 0)
+		return 1;
+	if (check) {
+		printf("ok\n");
+		return 0;
+	}
+	if (cpus)
+		return print_cpus(&D.cfg);
+
+	n = eal_argv(&D.cfg, eal_buf, sizeof(eal_buf), eal);
+	if (n < 0) {
+		fprintf(stderr, "locusd: eal_args: %s\n", strerror(-n));
+		return 1;
+	}
+	if (rte_eal_init(n, eal) < 0) {
+		fprintf(stderr, "locusd: EAL init failed: %s\n", rte_strerror(rte_errno));
+		return 1;
+	}
+	hz = rte_get_tsc_hz();
+	if (locus_node_create(&D.cfg, tsc_now, hz, &D.node, &err) < 0) {
+		fprintf(stderr, "locusd: %s\n", err.msg);
+		goto err_eal;
+	}
+	D.idle_sleep_us = D.cfg.idle_sleep_us;
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	rte_telemetry_register_cmd("/locus/info", tel_info,
+				   "locus instance, clients and table generations in use");
+
+	D.worker_lcore = rte_get_next_lcore(-1, 1, 0);
+	if (D.worker_lcore < RTE_MAX_LCORE &&
+	    rte_eal_remote_launch(worker_main, &D, D.worker_lcore) < 0) {
+		fprintf(stderr, "locusd: cannot launch the worker lcore %u\n", D.worker_lcore);
+		goto err_node;
+	}
+	if (D.worker_lcore >= RTE_MAX_LCORE)
+		fprintf(stderr, "locusd: one lcore only: the engine shares the main lcore\n");
+	locus_node_set_running(D.node);
+	if (D.cfg.watchdog && sd_watchdog_enabled(0, &watchdog_usec) <= 0)
+		watchdog_usec = 0;
+	sd_notifyf(0, "READY=1\nSTATUS=instance %s: %u node(s) x %u ranks, worker lcore %d\n"
+		      "MAINPID=%lu", D.cfg.instance, D.cfg.n_nodes, D.cfg.gpus_per_node,
+		   D.worker_lcore < RTE_MAX_LCORE ? (int)D.worker_lcore : -1,
+		   (unsigned long)getpid());
+	fprintf(stderr, "locusd: instance %s running (segment locus.%s, pid %d)\n",
+		D.cfg.instance, D.cfg.instance, (int)getpid());
+
+	while (!got_term) {
+		uint64_t now = rte_rdtsc();
+
+		locus_node_control(D.node);
+		if (D.worker_lcore >= RTE_MAX_LCORE) {
+			for (int i = 0; i < 64; i++)
+				locus_engine_poll(locus_node_engine(D.node));
+		} else if (__atomic_load_n(&D.worker_done, __ATOMIC_ACQUIRE)) {
+			fprintf(stderr, "locusd: worker lcore stopped\n");
+			break;
+		}
+		if (watchdog_usec && now >= next_watchdog) {
+			sd_notify(0, "WATCHDOG=1");
+			next_watchdog = now + hz / 1000000 * (watchdog_usec / 2);
+		}
+		if (got_hup) {
+			got_hup = 0;
+			sd_notify(0, "RELOADING=1");
+			reload(&D);
+		}
+		if (D.worker_lcore < RTE_MAX_LCORE)
+			rte_delay_us_sleep(CONTROL_PERIOD_US);
+	}
+	ret = 0;
+	sd_notify(0, "STOPPING=1");
+	fprintf(stderr, "locusd: stopping: draining client rings\n");
+	/* clients see STOPPING and attach no more; the worker drains, then leaves */
+	locus_node_set_stopping(D.node);
+	__atomic_store_n(&D.stop, 1, __ATOMIC_RELEASE);
+	if (D.worker_lcore < RTE_MAX_LCORE)
+		rte_eal_wait_lcore(D.worker_lcore);
+err_node:
+	locus_node_destroy(D.node, 1);
+err_eal:
+	rte_eal_cleanup();
+	return ret;
+}

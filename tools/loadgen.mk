@@ -1,0 +1,3 @@
+# locus-loadgen: client traffic through a running locusd (demo and daemon benchmark).
+$(eval $(call PROGRAM,bin/locus-loadgen,tools/locus_loadgen.c,client wire shm eldr trace common,))
+BINS += bin/locus-loadgen
