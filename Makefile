@@ -48,6 +48,7 @@ BINS        :=
 UNIT_TESTS  :=
 BENCHES     :=
 EXTRA_TESTS :=
+INSTALL_EXTRA :=
 
 .PHONY: all
 all: all-targets
@@ -125,8 +126,10 @@ bench-run: $(addprefix $(BUILD)/,$(BENCHES))
 	@set -e; for b in $(addprefix $(BUILD)/,$(BENCHES)); do \
 		echo "== $$b"; $$b; done
 
-.PHONY: install
-install: all-targets
+.PHONY: install install-bins
+install: install-bins $(INSTALL_EXTRA)
+
+install-bins: all-targets
 	install -d $(DESTDIR)$(PREFIX)/bin
 	$(if $(BINS),install -m 0755 $(addprefix $(BUILD)/,$(BINS)) $(DESTDIR)$(PREFIX)/bin/)
 

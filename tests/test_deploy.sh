@@ -1,0 +1,48 @@
+#!/bin/bash
+# Deployment checks: make install into a DESTDIR, systemd-analyze verify of
+# the unit as installed (pointing at this build's locusd), the shipped configs
+# accepted by locusd itself, bad configs refused with their line, and the CPU
+# affinity drop-in generated from eal_args.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "test_deploy: $*" >&2; exit 1; }
+
+make --no-print-directory -s install DESTDIR="$tmp/root" PREFIX=/usr >/dev/null
+for f in usr/lib/systemd/system/locusd@.service usr/lib/tmpfiles.d/locus.conf \
+	 usr/lib/sysusers.d/locus.conf etc/locus/default.conf.example usr/bin/locusd \
+	 usr/bin/locusctl usr/bin/locus-stat usr/bin/locusd-cpus usr/share/doc/locus/README.md; do
+	[ -e "$tmp/root/$f" ] || fail "make install did not install $f"
+done
+grep -q '^ExecStart=/usr/bin/locusd -c /etc/locus/%i.conf$' \
+	"$tmp/root/usr/lib/systemd/system/locusd@.service" || fail "ExecStart not substituted"
+for k in 'Type=notify' 'WatchdogSec=' 'LimitMEMLOCK=infinity' 'Restart=on-failure'; do
+	grep -q "^$k" "$tmp/root/usr/lib/systemd/system/locusd@.service" || fail "unit lacks $k"
+done
+
+# verify the unit as an instance whose binaries exist on this machine
+sed -e "s|@BINDIR@|$PWD/$build/bin|g" -e "s|@DOCDIR@|$PWD|g" deploy/locusd@.service.in \
+	> "$tmp/locusd@default.service"
+out=$(systemd-analyze verify --man=no "$tmp/locusd@default.service" 2>&1) ||
+	fail "systemd-analyze verify: $out"
+[ -z "$out" ] || fail "systemd-analyze verify warned: $out"
+
+for c in deploy/default.conf deploy/two-node.conf; do
+	[ "$("$build/bin/locusd" -c "$c" --check-config)" = ok ] || fail "$c refused"
+done
+printf '[locusd]\nring_size = 1000\n' > "$tmp/bad.conf"
+if msg=$("$build/bin/locusd" -c "$tmp/bad.conf" --check-config 2>&1); then
+	fail "a bad config was accepted"
+fi
+case "$msg" in *"bad.conf:2: ring_size: 1000 is not a power of two"*) ;;
+	*) fail "bad config message: $msg" ;; esac
+
+# CPU affinity drop-in from eal_args
+mkdir -p "$tmp/r/etc/locus"
+cp deploy/two-node.conf "$tmp/r/etc/locus/node0.conf"
+LOCUSD="$build/bin/locusd" deploy/locusd-cpus node0 "$tmp/r" >/dev/null
+grep -qx 'CPUAffinity=2-5' "$tmp/r/etc/systemd/system/locusd@node0.service.d/cpus.conf" ||
+	fail "drop-in: $(cat "$tmp/r/etc/systemd/system/locusd@node0.service.d/cpus.conf")"
+echo "test_deploy: install, unit verify, configs and CPU drop-in ok"
