@@ -24,6 +24,12 @@ struct mask_ctx {
 	float *inv;     /* [S] scratch */
 };
 
+/*
+ * The clones run the same operations in the same order (separate multiply
+ * and add: neither target has FMA, so nothing is contracted): bit-identical
+ * results on every CPU, only wider registers.
+ */
+__attribute__((target_clones("avx2", "default")))
 static float dot8(const float *a, const float *b, uint32_t n)
 {
 	float s[8] = { 0 };

@@ -5,3 +5,7 @@ $(eval $(call PROGRAM,tests/test_eldr_sig,tests/test_eldr_sig.c,eldr common,cmoc
 UNIT_TESTS += tests/test_eldr_sig
 $(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c,eldrfit eldr trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_route
+$(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr common,))
+BENCHES += tools/eldr_bench
+$(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c,eldrfit eldr trace common,))
+BENCHES += tools/eldr_quality

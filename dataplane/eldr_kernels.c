@@ -9,22 +9,27 @@
 
 #include "eldr_priv.h"
 
-void eldr_kernel_scalar(const struct locus_eldr_router *r, const float *x, float *dots,
-			float *norm2)
+float eldr_norm_scalar(const struct locus_eldr_router *r, const float *x)
+{
+	float acc[ELDR_LANES];
+
+	for (unsigned i = 0; i < ELDR_LANES; i++)
+		acc[i] = 0.0f;
+	for (uint32_t b = 0; b < r->n_blocks; b++) {
+		for (unsigned i = 0; i < ELDR_LANES; i++) {
+			float t = x[b * ELDR_LANES + i] * r->idf[b * ELDR_LANES + i];
+
+			acc[i] = fmaf(t, t, acc[i]);
+		}
+	}
+	return eldr_reduce16(acc);
+}
+
+void eldr_dots_scalar(const struct locus_eldr_router *r, const float *x, float *dots)
 {
 	const uint32_t nb = r->n_blocks;
 	float acc[ELDR_GROUP][ELDR_LANES];
 
-	for (unsigned i = 0; i < ELDR_LANES; i++)
-		acc[0][i] = 0.0f;
-	for (uint32_t b = 0; b < nb; b++) {
-		for (unsigned i = 0; i < ELDR_LANES; i++) {
-			float t = x[b * ELDR_LANES + i] * r->idf[b * ELDR_LANES + i];
-
-			acc[0][i] = fmaf(t, t, acc[0][i]);
-		}
-	}
-	*norm2 = eldr_reduce16(acc[0]);
 	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 		const float *cw = r->cw + (size_t)g * nb * ELDR_GROUP * ELDR_LANES;
 
@@ -54,13 +59,11 @@ static inline float reduce_avx2(__m256 lo, __m256 hi)
 }
 
 __attribute__((target("avx2,fma")))
-void eldr_kernel_avx2(const struct locus_eldr_router *r, const float *x, float *dots,
-		      float *norm2)
+float eldr_norm_avx2(const struct locus_eldr_router *r, const float *x)
 {
-	const uint32_t nb = r->n_blocks;
 	__m256 nlo = _mm256_setzero_ps(), nhi = _mm256_setzero_ps();
 
-	for (uint32_t b = 0; b < nb; b++) {
+	for (uint32_t b = 0; b < r->n_blocks; b++) {
 		__m256 tl = _mm256_mul_ps(_mm256_load_ps(x + b * 16), _mm256_load_ps(r->idf + b * 16));
 		__m256 th = _mm256_mul_ps(_mm256_load_ps(x + b * 16 + 8),
 					  _mm256_load_ps(r->idf + b * 16 + 8));
@@ -68,7 +71,14 @@ void eldr_kernel_avx2(const struct locus_eldr_router *r, const float *x, float *
 		nlo = _mm256_fmadd_ps(tl, tl, nlo);
 		nhi = _mm256_fmadd_ps(th, th, nhi);
 	}
-	*norm2 = reduce_avx2(nlo, nhi);
+	return reduce_avx2(nlo, nhi);
+}
+
+__attribute__((target("avx2,fma")))
+void eldr_dots_avx2(const struct locus_eldr_router *r, const float *x, float *dots)
+{
+	const uint32_t nb = r->n_blocks;
+
 	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 		const float *cw = r->cw + (size_t)g * nb * ELDR_GROUP * ELDR_LANES;
 		__m256 l0 = _mm256_setzero_ps(), h0 = _mm256_setzero_ps();
@@ -106,18 +116,23 @@ static inline float reduce_avx512(__m512 v)
 }
 
 __attribute__((target("avx512f,avx2,fma")))
-void eldr_kernel_avx512(const struct locus_eldr_router *r, const float *x, float *dots,
-			float *norm2)
+float eldr_norm_avx512(const struct locus_eldr_router *r, const float *x)
 {
-	const uint32_t nb = r->n_blocks;
 	__m512 n = _mm512_setzero_ps();
 
-	for (uint32_t b = 0; b < nb; b++) {
+	for (uint32_t b = 0; b < r->n_blocks; b++) {
 		__m512 t = _mm512_mul_ps(_mm512_load_ps(x + b * 16), _mm512_load_ps(r->idf + b * 16));
 
 		n = _mm512_fmadd_ps(t, t, n);
 	}
-	*norm2 = reduce_avx512(n);
+	return reduce_avx512(n);
+}
+
+__attribute__((target("avx512f,avx2,fma")))
+void eldr_dots_avx512(const struct locus_eldr_router *r, const float *x, float *dots)
+{
+	const uint32_t nb = r->n_blocks;
+
 	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 		const float *cw = r->cw + (size_t)g * nb * ELDR_GROUP * ELDR_LANES;
 		__m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
@@ -135,5 +150,137 @@ void eldr_kernel_avx512(const struct locus_eldr_router *r, const float *x, float
 		dots[g * 4 + 1] = reduce_avx512(a1);
 		dots[g * 4 + 2] = reduce_avx512(a2);
 		dots[g * 4 + 3] = reduce_avx512(a3);
+	}
+}
+
+/*
+ * Batched kernels: the same arithmetic per (signature, centroid, lane), so
+ * scores are bit-identical to the single kernels, but every centroid block
+ * is loaded once for several signatures (centroids stream from L2/L3; the
+ * signatures' features stay in L1).
+ */
+__attribute__((target("avx512f,avx2,fma")))
+void eldr_dots_avx512_x4(const struct locus_eldr_router *r, const float *const x[4],
+			   float *dots[4])
+{
+	const uint32_t nb = r->n_blocks;
+
+	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
+		const float *cw = r->cw + (size_t)g * nb * ELDR_GROUP * ELDR_LANES;
+		__m512 a[4][4];
+
+		for (int s = 0; s < 4; s++)
+			for (int c = 0; c < 4; c++)
+				a[s][c] = _mm512_setzero_ps();
+		for (uint32_t b = 0; b < nb; b++, cw += ELDR_GROUP * ELDR_LANES) {
+			__m512 c0 = _mm512_load_ps(cw + 0), c1 = _mm512_load_ps(cw + 16);
+			__m512 c2 = _mm512_load_ps(cw + 32), c3 = _mm512_load_ps(cw + 48);
+
+			for (int s = 0; s < 4; s++) {
+				__m512 xv = _mm512_load_ps(x[s] + b * 16);
+
+				a[s][0] = _mm512_fmadd_ps(xv, c0, a[s][0]);
+				a[s][1] = _mm512_fmadd_ps(xv, c1, a[s][1]);
+				a[s][2] = _mm512_fmadd_ps(xv, c2, a[s][2]);
+				a[s][3] = _mm512_fmadd_ps(xv, c3, a[s][3]);
+			}
+		}
+		for (int s = 0; s < 4; s++)
+			for (int c = 0; c < 4; c++)
+				dots[s][g * 4 + c] = reduce_avx512(a[s][c]);
+	}
+}
+
+__attribute__((target("avx2,fma")))
+void eldr_dots_avx2_x2(const struct locus_eldr_router *r, const float *const x[2],
+			 float *dots[2])
+{
+	const uint32_t nb = r->n_blocks;
+
+	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
+		for (uint32_t pair = 0; pair < 2; pair++) {
+			const float *cw = r->cw + (size_t)g * nb * ELDR_GROUP * ELDR_LANES +
+					  pair * 2 * ELDR_LANES;
+			__m256 l00 = _mm256_setzero_ps(), h00 = _mm256_setzero_ps();
+			__m256 l01 = _mm256_setzero_ps(), h01 = _mm256_setzero_ps();
+			__m256 l10 = _mm256_setzero_ps(), h10 = _mm256_setzero_ps();
+			__m256 l11 = _mm256_setzero_ps(), h11 = _mm256_setzero_ps();
+
+			for (uint32_t b = 0; b < nb; b++, cw += ELDR_GROUP * ELDR_LANES) {
+				__m256 cl0 = _mm256_load_ps(cw), ch0 = _mm256_load_ps(cw + 8);
+				__m256 cl1 = _mm256_load_ps(cw + 16), ch1 = _mm256_load_ps(cw + 24);
+				__m256 xl = _mm256_load_ps(x[0] + b * 16);
+				__m256 xh = _mm256_load_ps(x[0] + b * 16 + 8);
+
+				l00 = _mm256_fmadd_ps(xl, cl0, l00);
+				h00 = _mm256_fmadd_ps(xh, ch0, h00);
+				l01 = _mm256_fmadd_ps(xl, cl1, l01);
+				h01 = _mm256_fmadd_ps(xh, ch1, h01);
+				xl = _mm256_load_ps(x[1] + b * 16);
+				xh = _mm256_load_ps(x[1] + b * 16 + 8);
+				l10 = _mm256_fmadd_ps(xl, cl0, l10);
+				h10 = _mm256_fmadd_ps(xh, ch0, h10);
+				l11 = _mm256_fmadd_ps(xl, cl1, l11);
+				h11 = _mm256_fmadd_ps(xh, ch1, h11);
+			}
+			dots[0][g * 4 + pair * 2 + 0] = reduce_avx2(l00, h00);
+			dots[0][g * 4 + pair * 2 + 1] = reduce_avx2(l01, h01);
+			dots[1][g * 4 + pair * 2 + 0] = reduce_avx2(l10, h10);
+			dots[1][g * 4 + pair * 2 + 1] = reduce_avx2(l11, h11);
+		}
+	}
+}
+
+/* Masked counts (u16) into float features: exact conversions, any path. */
+void eldr_load_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	const uint32_t E = r->n_experts;
+
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+		float *dst = x + (size_t)m * E;
+
+		for (uint32_t e = 0; e < E; e++)
+			dst[e] = (float)src[e];
+	}
+}
+
+__attribute__((target("avx2,fma")))
+void eldr_load_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	const uint32_t E = r->n_experts;
+
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+		float *dst = x + (size_t)m * E;
+		uint32_t e = 0;
+
+		for (; e + 8 <= E; e += 8) {
+			__m128i v = _mm_loadu_si128((const __m128i *)(src + e));
+
+			_mm256_storeu_ps(dst + e, _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(v)));
+		}
+		for (; e < E; e++)
+			dst[e] = (float)src[e];
+	}
+}
+
+__attribute__((target("avx512f,avx2,fma")))
+void eldr_load_avx512(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	const uint32_t E = r->n_experts;
+
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+		float *dst = x + (size_t)m * E;
+		uint32_t e = 0;
+
+		for (; e + 16 <= E; e += 16) {
+			__m256i v = _mm256_loadu_si256((const __m256i *)(src + e));
+
+			_mm512_storeu_ps(dst + e, _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(v)));
+		}
+		for (; e < E; e++)
+			dst[e] = (float)src[e];
 	}
 }

@@ -19,12 +19,20 @@
 
 #define ELDR_LANES 16u /* canonical accumulator width */
 #define ELDR_GROUP 4u  /* centroids scored together, packed side by side */
+#define ELDR_BATCH 4u  /* widest batched kernel (signatures per centroid pass) */
 
 struct locus_eldr_router;
 
-/* dots[Kpad] = x . cw_d; *norm2 = sum (x * idf)^2 (canonical order). */
-typedef void (*eldr_kernel_fn)(const struct locus_eldr_router *r, const float *x,
-			       float *dots, float *norm2);
+/* masked counts of a signature into features x (exact u16 -> f32) */
+typedef void (*eldr_load_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
+			     float *x);
+/* sum (x * idf)^2 in the canonical order */
+typedef float (*eldr_norm_fn)(const struct locus_eldr_router *r, const float *x);
+/* dots[k_pad] = x . cw_d */
+typedef void (*eldr_dots_fn)(const struct locus_eldr_router *r, const float *x, float *dots);
+/* the same for batch_width signatures at once */
+typedef void (*eldr_dots_batch_fn)(const struct locus_eldr_router *r, const float *const *x,
+				   float **dots);
 
 struct eldr_slot {
 	uint64_t reported;   /* last load report */
@@ -41,7 +49,11 @@ struct locus_eldr_router {
 	uint32_t n_blocks;   /* ceil(n_feat / ELDR_LANES) */
 	float tau;
 	enum locus_eldr_path path;
-	eldr_kernel_fn kernel;
+	eldr_load_fn load;
+	eldr_norm_fn norm;
+	eldr_dots_fn dots_one;
+	eldr_dots_batch_fn dots_batch;
+	uint32_t batch_width;    /* signatures dots_batch takes: 1 (none), 2 or 4 */
 	const uint16_t *layers;  /* [n_masked] masked layer numbers */
 	const float *idf;        /* [n_blocks * 16], 0 in padding */
 	/*
@@ -50,8 +62,8 @@ struct locus_eldr_router {
 	 * g * 4 + c, feature b * 16 + lane (0 for padding and pad centroids).
 	 */
 	const float *cw;
-	float *x;                /* scratch [n_blocks * 16], padding stays 0 */
-	float *dots;             /* scratch [k_pad] */
+	float *x;                /* scratch [ELDR_BATCH][n_blocks * 16], padding stays 0 */
+	float *dots;             /* scratch [ELDR_BATCH][k_pad] */
 	struct eldr_slot *slots; /* [n_decoders] */
 } __locus_cache_aligned;
 
@@ -66,11 +78,18 @@ static inline float eldr_reduce16(float a[ELDR_LANES])
 	return a[0] + a[1];
 }
 
-void eldr_kernel_scalar(const struct locus_eldr_router *r, const float *x, float *dots,
-			float *norm2);
-void eldr_kernel_avx2(const struct locus_eldr_router *r, const float *x, float *dots,
-		      float *norm2);
-void eldr_kernel_avx512(const struct locus_eldr_router *r, const float *x, float *dots,
-			float *norm2);
+void eldr_load_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+void eldr_load_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+void eldr_load_avx512(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+float eldr_norm_scalar(const struct locus_eldr_router *r, const float *x);
+float eldr_norm_avx2(const struct locus_eldr_router *r, const float *x);
+float eldr_norm_avx512(const struct locus_eldr_router *r, const float *x);
+void eldr_dots_scalar(const struct locus_eldr_router *r, const float *x, float *dots);
+void eldr_dots_avx2(const struct locus_eldr_router *r, const float *x, float *dots);
+void eldr_dots_avx512(const struct locus_eldr_router *r, const float *x, float *dots);
+void eldr_dots_avx2_x2(const struct locus_eldr_router *r, const float *const x[2],
+		       float *dots[2]);
+void eldr_dots_avx512_x4(const struct locus_eldr_router *r, const float *const x[4],
+			 float *dots[4]);
 
 #endif /* LOCUS_ELDR_PRIV_H */

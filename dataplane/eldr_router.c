@@ -35,9 +35,9 @@ static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t M,
 	o->off_cw = off;
 	off = LOCUS_ALIGN_UP(off + 4 * feat * o->k_pad, (size_t)LOCUS_CACHE_LINE);
 	o->off_x = off;
-	off = LOCUS_ALIGN_UP(off + 4 * feat, (size_t)LOCUS_CACHE_LINE);
+	off = LOCUS_ALIGN_UP(off + 4 * feat * ELDR_BATCH, (size_t)LOCUS_CACHE_LINE);
 	o->off_dots = off;
-	off = LOCUS_ALIGN_UP(off + 4 * (size_t)o->k_pad, (size_t)LOCUS_CACHE_LINE);
+	off = LOCUS_ALIGN_UP(off + 4 * (size_t)o->k_pad * ELDR_BATCH, (size_t)LOCUS_CACHE_LINE);
 	o->size = off;
 	return 0;
 }
@@ -130,8 +130,29 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	r->n_blocks = o.n_blocks;
 	r->tau = v.hdr->tau;
 	r->path = path;
-	r->kernel = path == LOCUS_ELDR_PATH_AVX512 ? eldr_kernel_avx512 :
-		    path == LOCUS_ELDR_PATH_AVX2 ? eldr_kernel_avx2 : eldr_kernel_scalar;
+	switch (path) {
+	case LOCUS_ELDR_PATH_AVX512:
+		r->load = eldr_load_avx512;
+		r->norm = eldr_norm_avx512;
+		r->dots_one = eldr_dots_avx512;
+		r->dots_batch = eldr_dots_avx512_x4;
+		r->batch_width = 4;
+		break;
+	case LOCUS_ELDR_PATH_AVX2:
+		r->load = eldr_load_avx2;
+		r->norm = eldr_norm_avx2;
+		r->dots_one = eldr_dots_avx2;
+		r->dots_batch = eldr_dots_avx2_x2;
+		r->batch_width = 2;
+		break;
+	default:
+		r->load = eldr_load_scalar;
+		r->norm = eldr_norm_scalar;
+		r->dots_one = eldr_dots_scalar;
+		r->dots_batch = NULL;
+		r->batch_width = 1;
+		break;
+	}
 	r->slots = (struct eldr_slot *)(base + o.off_slots);
 	layers = (uint16_t *)(base + o.off_layers);
 	idf = (float *)(base + o.off_idf);
@@ -165,23 +186,38 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	return 0;
 }
 
-/* Similarities into r->dots[0..K-1]; the signature is already checked. */
+static inline float *x_buf(const struct locus_eldr_router *r, uint32_t i)
+{
+	return r->x + (size_t)i * r->n_blocks * ELDR_LANES;
+}
+
+static inline float *dots_buf(const struct locus_eldr_router *r, uint32_t i)
+{
+	return r->dots + (size_t)i * r->k_pad;
+}
+
+/* Masked counts of a checked signature into scratch row i as floats. */
+static inline void load_x(struct locus_eldr_router *r, const uint16_t *counts, uint32_t i)
+{
+	r->load(r, counts, x_buf(r, i));
+}
+
+/* dots row i (raw dot products) into similarities. */
+static void finish(struct locus_eldr_router *r, uint32_t i)
+{
+	float norm2 = r->norm(r, x_buf(r, i)), *dots = dots_buf(r, i);
+	float inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f;
+
+	for (uint32_t d = 0; d < r->n_decoders; d++)
+		dots[d] *= inv;
+}
+
+/* Similarities into dots row 0; the signature is already checked. */
 static void score(struct locus_eldr_router *r, const uint16_t *counts)
 {
-	const uint32_t E = r->n_experts;
-	float norm2, inv;
-
-	for (uint32_t m = 0; m < r->n_masked; m++) {
-		const uint16_t *src = counts + (size_t)r->layers[m] * E;
-		float *dst = r->x + (size_t)m * E;
-
-		for (uint32_t e = 0; e < E; e++)
-			dst[e] = (float)src[e];
-	}
-	r->kernel(r, r->x, r->dots, &norm2);
-	inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f;
-	for (uint32_t d = 0; d < r->n_decoders; d++)
-		r->dots[d] *= inv;
+	load_x(r, counts, 0);
+	r->dots_one(r, x_buf(r, 0), dots_buf(r, 0));
+	finish(r, 0);
 }
 
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
@@ -193,43 +229,36 @@ int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_le
 	if (ret < 0)
 		return ret;
 	score(r, locus_eldr_sig_counts(sig));
-	memcpy(scores, r->dots, sizeof(float) * r->n_decoders);
+	memcpy(scores, dots_buf(r, 0), sizeof(float) * r->n_decoders);
 	return 0;
 }
 
-int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
-		     struct locus_eldr_decision *d)
+/* Band, eligibility and load rules on similarities s[]; counts the pick. */
+static int choose(struct locus_eldr_router *r, const float *sv, uint64_t allowed,
+		  struct locus_eldr_decision *d)
 {
-	const struct locus_eldr_sig_hdr *h = sig;
 	struct eldr_slot *slots = r->slots;
-	uint64_t allowed, best_load = UINT64_MAX;
+	uint64_t best_load = UINT64_MAX;
 	float best = -INFINITY, thr;
 	uint32_t pick = UINT32_MAX, n_cand = 0;
-	int ret;
 
-	ret = locus_eldr_sig_check(sig, sig_len, (uint16_t)r->n_layers, (uint16_t)r->n_experts,
-				   NULL);
-	if (unlikely(ret < 0))
-		return ret;
-	allowed = h->allowed_decoders;
-	score(r, locus_eldr_sig_counts(sig));
 	for (uint32_t s = 0; s < r->n_decoders; s++)
-		if (slots[s].up && (!allowed || (slots[s].bit & allowed)) && r->dots[s] > best)
-			best = r->dots[s];
+		if (slots[s].up && (!allowed || (slots[s].bit & allowed)) && sv[s] > best)
+			best = sv[s];
 	if (unlikely(best == -INFINITY))
 		return -LOCUS_ENODEST;
 	thr = best - r->tau;
 	for (uint32_t s = 0; s < r->n_decoders; s++) {
 		uint64_t load;
 
-		if (!slots[s].up || (allowed && !(slots[s].bit & allowed)) || r->dots[s] < thr)
+		if (!slots[s].up || (allowed && !(slots[s].bit & allowed)) || sv[s] < thr)
 			continue;
 		n_cand++;
 		load = slots[s].reported + slots[s].local;
 		if (load < slots[s].reported)
 			load = UINT64_MAX;
 		if (pick == UINT32_MAX || load < best_load ||
-		    (load == best_load && r->dots[s] > r->dots[pick])) {
+		    (load == best_load && sv[s] > sv[pick])) {
 			best_load = load;
 			pick = s;
 		}
@@ -237,11 +266,64 @@ int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_le
 	slots[pick].local++;
 	d->slot = pick;
 	d->decoder_id = slots[pick].decoder_id;
-	d->similarity = r->dots[pick];
+	d->similarity = sv[pick];
 	d->best = best;
 	d->n_candidates = n_cand;
 	d->load = best_load;
 	return 0;
+}
+
+int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     struct locus_eldr_decision *d)
+{
+	int ret = locus_eldr_sig_check(sig, sig_len, (uint16_t)r->n_layers,
+				       (uint16_t)r->n_experts, NULL);
+
+	if (unlikely(ret < 0))
+		return ret;
+	score(r, locus_eldr_sig_counts(sig));
+	return choose(r, dots_buf(r, 0),
+		      ((const struct locus_eldr_sig_hdr *)sig)->allowed_decoders, d);
+}
+
+uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
+				const size_t *lens, uint32_t n, struct locus_eldr_decision *d,
+				int *rc)
+{
+	const uint32_t w = r->batch_width;
+	uint32_t i = 0, ok = 0;
+
+	while (i < n) {
+		const float *xs[ELDR_BATCH];
+		float *ds[ELDR_BATCH];
+		uint32_t idx[ELDR_BATCH], m = 0, j;
+
+		/* gather up to w valid signatures; invalid ones get their code */
+		for (; i < n && m < w; i++) {
+			rc[i] = locus_eldr_sig_check(sigs[i], lens[i], (uint16_t)r->n_layers,
+						     (uint16_t)r->n_experts, NULL);
+			if (unlikely(rc[i] < 0))
+				continue;
+			load_x(r, locus_eldr_sig_counts(sigs[i]), m);
+			xs[m] = x_buf(r, m);
+			ds[m] = dots_buf(r, m);
+			idx[m++] = i;
+		}
+		if (m == w && w > 1)
+			r->dots_batch(r, xs, ds);
+		else
+			for (j = 0; j < m; j++)
+				r->dots_one(r, xs[j], ds[j]);
+		/* decisions in submission order, as route() one by one */
+		for (j = 0; j < m; j++) {
+			const struct locus_eldr_sig_hdr *h = sigs[idx[j]];
+
+			finish(r, j);
+			rc[idx[j]] = choose(r, ds[j], h->allowed_decoders, &d[idx[j]]);
+			ok += rc[idx[j]] == 0;
+		}
+	}
+	return ok;
 }
 
 void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load)

@@ -224,6 +224,16 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     struct locus_eldr_decision *d);
 
+/*
+ * Route n signatures in submission order with the same decisions as n calls
+ * of locus_eldr_route(), scoring several signatures per pass over the
+ * centroids (4 with AVX-512, 2 with AVX2). rc[i] is route()'s result for
+ * signature i, d[i] its decision when rc[i] == 0. Returns the number routed.
+ */
+uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
+				const size_t *lens, uint32_t n, struct locus_eldr_decision *d,
+				int *rc);
+
 /* Scores only (tests, tools): scores[K]. Returns 0 or the check's code. */
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     float *scores);

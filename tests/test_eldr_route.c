@@ -451,6 +451,86 @@ static void test_paths_agree_real(void **state)
 	locus_trace_free(t);
 }
 
+/* Batched routing: the same decisions, in order, as one call per signature. */
+static void test_batch_matches_sequential(void **state)
+{
+	struct locus_eldrfit_opts o = { .n_decoders = 5, .tau = 0.2f, .seed = 2 };
+	struct locus_eldrfit_result res;
+	struct locus_trace *t;
+	struct locus_error e = { 0 };
+	const void *payload;
+	size_t plen, slen, msz;
+	uint8_t *sigs;
+	(void)state;
+
+	assert_int_equal(locus_trace_load(sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
+	payload = (const uint8_t *)res.blob + 64;
+	plen = res.blob_len - 64;
+	msz = locus_eldr_router_mem_size(payload, plen);
+	slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
+	sigs = malloc(slen * t->n_requests);
+	assert_non_null(sigs);
+	for (uint32_t i = 0; i < t->n_requests; i++)
+		assert_int_equal(locus_eldr_sig_build(sigs + i * slen, slen, t->n_layers,
+						      t->n_experts, t->k, t->reqs[i].prompt,
+						      t->reqs[i].prompt_len, i % 5 ? 0 : 0x6,
+						      &e), (long)slen);
+	((struct locus_eldr_sig_hdr *)(sigs + 10 * slen))->magic = 0; /* one bad signature */
+	for (size_t p = 0; p < LOCUS_ARRAY_SIZE(all_paths); p++) {
+		void *m1 = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
+		void *m2 = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
+		struct locus_eldr_router *seq, *bat;
+		uint32_t done = 0;
+
+		if (!locus_eldr_path_supported(all_paths[p])) {
+			free(m1);
+			free(m2);
+			continue;
+		}
+		assert_int_equal(locus_eldr_router_build(m1, msz, payload, plen, all_paths[p], &seq,
+							 NULL), 0);
+		assert_int_equal(locus_eldr_router_build(m2, msz, payload, plen, all_paths[p], &bat,
+							 NULL), 0);
+		locus_eldr_router_set_up(seq, 3, 0);
+		locus_eldr_router_set_up(bat, 3, 0);
+		while (done < t->n_requests) {
+			const void *ptr[7];
+			size_t lens[7];
+			struct locus_eldr_decision db[7], ds;
+			int rc[7];
+			uint32_t n = t->n_requests - done < 7 ? t->n_requests - done : 7;
+
+			for (uint32_t j = 0; j < n; j++) {
+				ptr[j] = sigs + (done + j) * slen;
+				lens[j] = slen;
+			}
+			for (uint32_t j = 0; j < n; j++) {
+				int r1 = locus_eldr_route(seq, ptr[j], slen, &ds);
+
+				if (j == 0) {
+					uint32_t got = locus_eldr_route_batch(bat, ptr, lens, n, db, rc);
+
+					assert_true(got <= n);
+				}
+				assert_int_equal(rc[j], r1);
+				if (r1 == 0) {
+					assert_int_equal(db[j].slot, ds.slot);
+					assert_memory_equal(&db[j].similarity, &ds.similarity,
+							    sizeof(float));
+					assert_int_equal(db[j].load, ds.load);
+				}
+			}
+			done += n;
+		}
+		free(m1);
+		free(m2);
+	}
+	free(sigs);
+	locus_eldrfit_result_free(&res);
+	locus_trace_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -462,6 +542,7 @@ int main(void)
 		cmocka_unit_test(test_bad_signatures_and_build),
 		cmocka_unit_test(test_paths_agree_random),
 		cmocka_unit_test(test_paths_agree_real),
+		cmocka_unit_test(test_batch_matches_sequential),
 	};
 
 	printf("paths: avx2 %s, avx512 %s\n",
