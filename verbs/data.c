@@ -330,11 +330,12 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 			tx_complete(p, (uint32_t)wc[i].wr_id);
 	}
 	/*
-	 * Return what was released and not yet announced, once per burst: a
+	 * When idle, announce whatever was released and not yet announced: a
 	 * threshold alone could strand a sender that needs the last few slots
-	 * (a message wrapping the ring needs up to 2n - 1 of them).
+	 * (a message wrapping the ring needs up to 2n - 1 of them), and doing
+	 * it only when idle keeps credit writes off the wire ahead of replies.
 	 */
-	for (i = 0; i < (int)ep->n_peers; i++) {
+	for (i = 0; n == 0 && i < (int)ep->n_peers; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
 		if (p->rx_released != p->rx_credit_sent && p->state == LOCUS_VERBS_UP)

@@ -51,6 +51,8 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->backoff_max_ms = 1000;
 	if (!p->connect_timeout_ms)
 		p->connect_timeout_ms = 2000;
+	if (!p->ack_timeout)
+		p->ack_timeout = 14;
 }
 
 static int check_params(const struct locus_verbs_ep_params *p, struct locus_error *err)
@@ -68,6 +70,8 @@ static int check_params(const struct locus_verbs_ep_params *p, struct locus_erro
 	if (p->signal_every >= p->sq_depth / 2)
 		return locus_error_set(err, LOCUS_ERANGE, "signal_every %u must be < sq_depth / 2",
 				       p->signal_every);
+	if (p->ack_timeout > 31)
+		return locus_error_set(err, LOCUS_ERANGE, "ack_timeout %u > 31", p->ack_timeout);
 	if (p->max_peers > 0xffff || p->backoff_min_ms > p->backoff_max_ms)
 		return locus_error_set(err, LOCUS_ERANGE, "max_peers or back-off bounds out of range");
 	return 0;
@@ -145,11 +149,22 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_alloc_pd on %s failed", ep->dev_name);
 		goto err_id;
 	}
-	ep->cq = ibv_create_cq(ep->ctx, (int)ep->prm.cq_depth, NULL, NULL, 0);
+	ep->comp = ibv_create_comp_channel(ep->ctx);
+	if (!ep->comp) {
+		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_create_comp_channel on %s",
+				     ep->dev_name);
+		goto err_pd;
+	}
+	fl = fcntl(ep->comp->fd, F_GETFL);
+	if (fl < 0 || fcntl(ep->comp->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+		rc = locus_error_set(err, errno, "cannot make the completion channel non-blocking");
+		goto err_comp;
+	}
+	ep->cq = ibv_create_cq(ep->ctx, (int)ep->prm.cq_depth, NULL, ep->comp, 0);
 	if (!ep->cq) {
 		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_create_cq(%u) on %s: %s",
 				     ep->prm.cq_depth, ep->dev_name, strerror(errno));
-		goto err_pd;
+		goto err_comp;
 	}
 	if (prm->port && rdma_listen(ep->listen_id, 16)) {
 		rc = locus_error_set(err, errno, "rdma_listen on port %u: %s", prm->port, strerror(errno));
@@ -160,6 +175,8 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 
 err_cq:
 	ibv_destroy_cq(ep->cq);
+err_comp:
+	ibv_destroy_comp_channel(ep->comp);
 err_pd:
 	ibv_dealloc_pd(ep->pd);
 err_id:
@@ -197,10 +214,14 @@ void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
 		;
 	for (i = 0; i < ep->n_peers; i++)
 		peer_free(ep->peers[i]);
+	if (ep->cq_events)
+		ibv_ack_cq_events(ep->cq, ep->cq_events);
 	ibv_destroy_cq(ep->cq);
+	ibv_destroy_comp_channel(ep->comp);
 	ibv_dealloc_pd(ep->pd);
 	rdma_destroy_id(ep->listen_id);
 	rdma_destroy_event_channel(ep->ch);
+	free(ep->ctrs);
 	free(ep->peers);
 	free(ep);
 }
@@ -284,6 +305,9 @@ static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
 
 	if (id->verbs != ep->ctx)
 		return -EXDEV; /* routed through another device than our PD's */
+	if (rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ep->prm.ack_timeout,
+			    sizeof(ep->prm.ack_timeout)))
+		return -errno;
 	for (;;) {
 		memset(&qa, 0, sizeof(qa));
 		qa.send_cq = qa.recv_cq = ep->cq;
@@ -595,7 +619,34 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 		else if (p->state == LOCUS_VERBS_CONNECTING && now >= p->deadline_ns)
 			locus_verbs_peer_down(p, -ETIMEDOUT);
 	}
+	locus_verbs_counters_sync(ep);
 	return handled;
+}
+
+int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms)
+{
+	struct pollfd pfd[2] = { { .fd = ep->comp->fd, .events = POLLIN },
+				 { .fd = ep->ch->fd, .events = POLLIN } };
+	struct ibv_cq *cq;
+	void *ctx;
+	int n;
+
+	if (ibv_req_notify_cq(ep->cq, 0))
+		return -errno;
+	/* whatever completed before the notification was armed is in the CQ */
+	n = locus_verbs_poll(ep);
+	if (n)
+		return n;
+	if (poll(pfd, 2, timeout_ms) < 0)
+		return errno == EINTR ? 0 : -errno;
+	while (!ibv_get_cq_event(ep->comp, &cq, &ctx))
+		ep->cq_events++;
+	/* acknowledging takes a lock in the library: do it in batches */
+	if (ep->cq_events >= 64) {
+		ibv_ack_cq_events(ep->cq, ep->cq_events);
+		ep->cq_events = 0;
+	}
+	return locus_verbs_poll(ep);
 }
 
 enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p)

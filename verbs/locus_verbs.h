@@ -282,6 +282,9 @@ struct locus_verbs_ep_params {
 	uint32_t backoff_min_ms;       /* reconnect back-off (default 20 ms ... 1000 ms) */
 	uint32_t backoff_max_ms;
 	uint32_t connect_timeout_ms;   /* address/route resolution bound (default 2000) */
+	uint8_t ack_timeout;           /* RC local ACK timeout, 4.096 us * 2^n (default 14:
+					* 67 ms; rdma_cm's own default on RoCE is ~1 s,
+					* which makes every lost packet cost a second) */
 	struct locus_verbs_callbacks cb;
 };
 
@@ -327,6 +330,14 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 /* Data path: poll the CQ once (burst of up to 32). Returns completions handled or negative. */
 int locus_verbs_poll(struct locus_verbs_ep *ep);
 
+/*
+ * Sleep until a completion or an rdma_cm event arrives, at most timeout_ms,
+ * then poll once (lanes that need not spin, and Soft-RoCE, where a spinning
+ * receiver takes CPU from the emulated NIC). Returns completions handled
+ * (0 on timeout) or negative. CM events are left for locus_verbs_service().
+ */
+int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms);
+
 /* Release the oldest n held messages of p (in arrival order). */
 int locus_verbs_release(struct locus_verbs_peer *p, unsigned n);
 
@@ -362,6 +373,23 @@ int locus_verbs_mr_reg_dmabuf(struct locus_verbs_ep *ep, int fd, uint64_t offset
 			      uint64_t iova, unsigned access, struct locus_verbs_mr *mr,
 			      struct locus_error *err);
 void locus_verbs_mr_free(struct locus_verbs_mr *mr);
+
+/*
+ * Export the statistics to a counter directory (locus_counters.h): entries
+ * <prefix>_tx_msgs, _tx_bytes, _rx_msgs, _rx_bytes, _credit_stalls,
+ * _sq_stalls, _credit_writes, _tx_failed, _connects, _reconnects,
+ * _disconnects, _rejects_received, _proto_errors, _peer_node, _peer_up
+ * (vectors by "peer", the index in declaration order, max_peers long),
+ * _cq_errors ("peer" x "status", the ibv_wc_status), and the scalars
+ * _auth_rejects, _version_rejects, _peer_rejects. The values land in block
+ * lcore, which this endpoint's thread must own. They are refreshed by
+ * locus_verbs_service() and locus_verbs_counters_sync(): the data path
+ * itself never touches the block. Returns 0 or a negative code (err says).
+ */
+struct locus_counters;
+int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters *c,
+				uint32_t lcore, const char *prefix, struct locus_error *err);
+void locus_verbs_counters_sync(struct locus_verbs_ep *ep);
 
 /* Accessors. */
 enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p);

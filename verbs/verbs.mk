@@ -3,15 +3,15 @@
 #   liblocus_verbs.a       endpoint, connections, data path, memory (libibverbs, librdmacm, libnuma)
 VERBS_PKGS := libibverbs librdmacm numa
 $(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/sysfs.c))
-$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/data.c verbs/mem.c))
-$(eval $(call USES_PKG,verbs/ep.c verbs/data.c verbs/mem.c,libibverbs librdmacm numa))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/data.c verbs/mem.c verbs/counters.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/data.c verbs/mem.c verbs/counters.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka))
 UNIT_TESTS += tests/test_verbs_unit
 
 # guest-side programs (run inside the Soft-RoCE VM by tools/rxe-vm/verbs-vm-test.sh)
-VERBS_GUEST_LIBS := verbs verbs_core common
+VERBS_GUEST_LIBS := verbs verbs_core counters common
 VERBS_GUEST_PKGS := cmocka libibverbs librdmacm numa
 $(eval $(call PROGRAM,tests/verbs/vt_verbs,tests/verbs/vt_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
 $(eval $(call PROGRAM,tools/bench_verbs,tools/bench_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),libibverbs librdmacm numa))

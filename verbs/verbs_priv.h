@@ -56,6 +56,8 @@ struct locus_verbs_ep {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
+	struct ibv_comp_channel *comp;  /* for locus_verbs_wait() */
+	uint32_t cq_events;             /* CQ events to acknowledge */
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *listen_id;
 	struct locus_verbs_ep_params prm;
@@ -65,6 +67,7 @@ struct locus_verbs_ep {
 	struct locus_verbs_peer **peers;
 	uint32_t n_peers;
 	struct locus_verbs_ep_stats stats;
+	struct locus_verbs_ctrs *ctrs; /* counter export, NULL if none */
 };
 
 uint64_t locus_verbs_now_ns(void);

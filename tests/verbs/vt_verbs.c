@@ -13,12 +13,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 #include <infiniband/verbs.h>
 
+#include "locus_counters.h"
 #include "vt_util.h"
 
 #define DEV_LO "rxe0"
@@ -143,6 +145,45 @@ static void tune_small_ring(struct locus_verbs_ep_params *p)
 	p->signal_every = 8;
 }
 
+/* The same figures reach a counter directory (locus_counters.h). */
+static void check_counters(struct vt_node *a, struct vt_node *b, uint64_t total)
+{
+	struct locus_ctr_params cp = { .max_entries = 64, .n_blocks = 2, .block_size = 65536 };
+	size_t sz = locus_counters_region_size(&cp);
+	void *region = aligned_alloc(64, LOCUS_ALIGN_UP(sz, 64));
+	struct locus_counters *c;
+	struct locus_error err;
+	uint64_t v[32 * 16];
+	unsigned i;
+
+	assert_non_null(region);
+	assert_int_equal(locus_counters_init(region, sz, &cp, &err), 0);
+	assert_int_equal(locus_counters_open(region, sz, 0, &c, &err), 0);
+	assert_int_equal(locus_verbs_counters_attach(a->ep, c, 0, "verbs_a", &err), 0);
+	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, "verbs_b", &err), 0);
+	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, "verbs_c", &err), -LOCUS_ESTATE);
+	locus_verbs_service(a->ep, 0);
+	locus_verbs_service(b->ep, 0);
+	assert_int_equal(locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_b_tx_msgs"),
+					    v, 32 * 16), 16);
+	assert_int_equal(v[0], total);
+	assert_int_equal(v[1], 0);
+	locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_a_rx_msgs"), v, 32 * 16);
+	assert_int_equal(v[0], total);
+	locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_b_credit_stalls"), v, 32 * 16);
+	assert_true(v[0] > 0);
+	locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_a_peer_node"), v, 32 * 16);
+	assert_int_equal(v[0], 2);
+	locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_a_peer_up"), v, 32 * 16);
+	assert_int_equal(v[0], 1);
+	assert_int_equal(locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_a_cq_errors"),
+					    v, 32 * 16), 16 * 32);
+	for (i = 0; i < 16 * 32; i++)
+		assert_int_equal(v[i], 0);
+	locus_counters_close(c);
+	free(region);
+}
+
 static void test_loopback_credit_wrap(void **state)
 {
 	static const uint32_t sizes[] = { 1, 4096, 4097, 12288, 8192, 100, 32768, 5000, 12288, 64,
@@ -173,6 +214,8 @@ static void test_loopback_credit_wrap(void **state)
 	assert_true(slots / 16 > 100);
 	assert_true(st->credit_stalls > 0); /* flow control did hold the sender back */
 	assert_true(locus_verbs_peer_stats(a.peer)->credit_writes > 0);
+
+	check_counters(&a, &b, s.total);
 	vt_node_fini(&b);
 	vt_node_fini(&a);
 }
@@ -464,6 +507,36 @@ static void test_forged_imm(void **state)
 	forged(7478, false, 0, -LOCUS_EPROTO);
 }
 
+/* Memory registration paths that need a device but no peer. */
+static void test_memory(void **state)
+{
+	struct vt_node a;
+	struct locus_verbs_mr mr;
+	struct locus_error err;
+	int fd;
+
+	(void)state;
+	assert_int_equal(vt_node_init(&a, "mem", DEV_LO, 0, 1, NULL), 0);
+	/* host memory on the device's node, registered */
+	assert_int_equal(locus_verbs_mr_alloc(a.ep, 12288, IBV_ACCESS_LOCAL_WRITE, &mr, &err), 0);
+	assert_non_null(mr.addr);
+	assert_true(mr.lkey != 0 || mr.rkey != 0);
+	memset(mr.addr, 1, 12288);
+	locus_verbs_mr_free(&mr);
+	assert_int_equal(locus_verbs_mr_reg(a.ep, NULL, 0, 0, &mr, &err), -EINVAL);
+	/* rxe has no dma-buf support: a clear "not supported" instead of a bare errno */
+	fd = memfd_create("locus-dmabuf-probe", 0);
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 65536), 0);
+	assert_int_equal(locus_verbs_mr_reg_dmabuf(a.ep, fd, 0, 65536, 0, IBV_ACCESS_LOCAL_WRITE,
+						   &mr, &err), -EOPNOTSUPP);
+	printf("# dma-buf: %s\n", err.msg);
+	assert_non_null(strstr(err.msg, "not supported by this device"));
+	close(fd);
+	assert_int_equal(locus_verbs_mr_reg_dmabuf(a.ep, -1, 0, 65536, 0, 0, &mr, &err), -EINVAL);
+	vt_node_fini(&a);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -475,6 +548,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_peer_killed_reconnect),
 		cmocka_unit_test(test_forged_offset),
 		cmocka_unit_test(test_forged_imm),
+		cmocka_unit_test(test_memory),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

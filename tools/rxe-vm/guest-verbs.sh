@@ -36,6 +36,10 @@ else
 fi
 VX1=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
 echo "veth vx TX bytes during the run: $((VX1 - VX0))"
+# the veth test must really have crossed the pair (not a local shortcut)
+if [ "${RXE_WHAT:-test}" = test ] && [ -z "${VT_FILTER:-}" ] && [ $((VX1 - VX0)) -lt 1000000 ]; then
+	echo "FAIL: under 1 MB crossed the veth pair"; rc=1
+fi
 dmesg | grep -iE 'rxe|rdma' | tail -n 5 | sed 's/^/  [dmesg] /'
 echo "GUEST RESULT rc=$rc"
 exit $rc

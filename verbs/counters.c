@@ -1,0 +1,153 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Export of the transport's per-peer statistics to the segment's counter
+ * directory. The data path keeps counting in its own cache-aligned structs
+ * (no extra stores on the hot path); the control path copies them into the
+ * endpoint's counter block, where this endpoint is the only writer, so a
+ * relaxed store of the running total is a counter update.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_counters.h"
+#include "verbs_priv.h"
+
+enum {
+	C_TX_MSGS, C_TX_BYTES, C_RX_MSGS, C_RX_BYTES, C_CREDIT_STALLS, C_SQ_STALLS,
+	C_CREDIT_WRITES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
+	C_PROTO_ERRORS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
+	C_AUTH_REJECTS, C_VERSION_REJECTS, C_PEER_REJECTS,
+	C_N
+};
+
+static const struct {
+	const char *name, *help;
+	enum locus_ctr_kind kind;
+	unsigned shape; /* 0 scalar, 1 by peer, 2 by peer and status */
+} ctr_def[C_N] = {
+	[C_TX_MSGS] = { "tx_msgs", "messages posted to the peer", LOCUS_CTR_COUNTER, 1 },
+	[C_TX_BYTES] = { "tx_bytes", "message bytes posted to the peer", LOCUS_CTR_COUNTER, 1 },
+	[C_RX_MSGS] = { "rx_msgs", "messages received from the peer", LOCUS_CTR_COUNTER, 1 },
+	[C_RX_BYTES] = { "rx_bytes", "message bytes received from the peer", LOCUS_CTR_COUNTER, 1 },
+	[C_CREDIT_STALLS] = { "credit_stalls", "posts held back for lack of inbox credits",
+			      LOCUS_CTR_COUNTER, 1 },
+	[C_SQ_STALLS] = { "sq_stalls", "posts held back for lack of send queue room",
+			  LOCUS_CTR_COUNTER, 1 },
+	[C_CREDIT_WRITES] = { "credit_writes", "credit returns written to the peer",
+			      LOCUS_CTR_COUNTER, 1 },
+	[C_TX_FAILED] = { "tx_failed", "messages completed with an error", LOCUS_CTR_COUNTER, 1 },
+	[C_CONNECTS] = { "connects", "connections established", LOCUS_CTR_COUNTER, 1 },
+	[C_RECONNECTS] = { "reconnects", "connections re-established after a loss",
+			   LOCUS_CTR_COUNTER, 1 },
+	[C_DISCONNECTS] = { "disconnects", "established connections lost", LOCUS_CTR_COUNTER, 1 },
+	[C_REJECTS_RX] = { "rejects_received", "our connection attempts the peer refused",
+			   LOCUS_CTR_COUNTER, 1 },
+	[C_PROTO_ERRORS] = { "proto_errors", "ring or handshake violations by the peer",
+			     LOCUS_CTR_COUNTER, 1 },
+	[C_PEER_NODE] = { "peer_node", "node id of the peer at this index", LOCUS_CTR_GAUGE, 1 },
+	[C_PEER_UP] = { "peer_up", "1 while the connection is up", LOCUS_CTR_GAUGE, 1 },
+	[C_CQ_ERRORS] = { "cq_errors", "completion errors by ibv_wc_status", LOCUS_CTR_COUNTER, 2 },
+	[C_AUTH_REJECTS] = { "auth_rejects", "connection requests refused: secret or cluster",
+			     LOCUS_CTR_COUNTER, 0 },
+	[C_VERSION_REJECTS] = { "version_rejects", "connection requests refused: version",
+				LOCUS_CTR_COUNTER, 0 },
+	[C_PEER_REJECTS] = { "peer_rejects", "connection requests refused: unknown node or bad data",
+			     LOCUS_CTR_COUNTER, 0 },
+};
+
+struct locus_verbs_ctrs {
+	void *block;
+	uint64_t off[C_N];
+};
+
+int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters *c,
+				uint32_t lcore, const char *prefix, struct locus_error *err)
+{
+	struct locus_verbs_ctrs *x;
+	char name[LOCUS_CTR_NAME_MAX];
+	unsigned i;
+	int rc;
+
+	if (ep->ctrs)
+		return locus_error_set(err, LOCUS_ESTATE, "endpoint already exports its counters");
+	x = calloc(1, sizeof(*x));
+	if (!x)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	x->block = locus_counters_block(c, lcore);
+	if (!x->block) {
+		rc = locus_error_set(err, LOCUS_ERANGE, "no writable counter block %u", lcore);
+		goto err_free;
+	}
+	for (i = 0; i < C_N; i++) {
+		struct locus_ctr_desc d = {
+			.name = name, .help = ctr_def[i].help, .kind = ctr_def[i].kind,
+			.ndims = ctr_def[i].shape,
+			.dim = { ep->prm.max_peers, 32 },
+			.label = { "peer", "status" },
+		};
+
+		if (snprintf(name, sizeof(name), "%s_%s", prefix, ctr_def[i].name) >= (int)sizeof(name)) {
+			rc = locus_error_set(err, EINVAL, "counter prefix '%s' too long", prefix);
+			goto err_free;
+		}
+		if (d.ndims == 0) {
+			d.dim[0] = 0;
+			d.label[0] = NULL;
+		}
+		if (d.ndims < 2) {
+			d.dim[1] = 0;
+			d.label[1] = NULL;
+		}
+		rc = locus_counters_register(c, &d, &x->off[i], err);
+		if (rc < 0)
+			goto err_free;
+	}
+	ep->ctrs = x;
+	locus_verbs_counters_sync(ep);
+	return 0;
+
+err_free:
+	free(x);
+	return rc;
+}
+
+static inline void put(struct locus_verbs_ctrs *x, unsigned c, uint32_t i, uint64_t v)
+{
+	__atomic_store_n(locus_ctr_word(x->block, x->off[c] + (uint64_t)i * 8), v, __ATOMIC_RELAXED);
+}
+
+void locus_verbs_counters_sync(struct locus_verbs_ep *ep)
+{
+	struct locus_verbs_ctrs *x = ep->ctrs;
+	uint32_t i, s;
+
+	if (!x)
+		return;
+	for (i = 0; i < ep->n_peers; i++) {
+		const struct locus_verbs_peer *p = ep->peers[i];
+		const struct locus_verbs_stats *st = &p->stats;
+
+		put(x, C_TX_MSGS, i, st->tx_msgs);
+		put(x, C_TX_BYTES, i, st->tx_bytes);
+		put(x, C_RX_MSGS, i, st->rx_msgs);
+		put(x, C_RX_BYTES, i, st->rx_bytes);
+		put(x, C_CREDIT_STALLS, i, st->credit_stalls);
+		put(x, C_SQ_STALLS, i, st->sq_stalls);
+		put(x, C_CREDIT_WRITES, i, st->credit_writes);
+		put(x, C_TX_FAILED, i, st->tx_failed);
+		put(x, C_CONNECTS, i, st->connects);
+		put(x, C_RECONNECTS, i, st->reconnects);
+		put(x, C_DISCONNECTS, i, st->disconnects);
+		put(x, C_REJECTS_RX, i, st->rejects_received);
+		put(x, C_PROTO_ERRORS, i, st->proto_errors);
+		put(x, C_PEER_NODE, i, p->node_id);
+		put(x, C_PEER_UP, i, p->state == LOCUS_VERBS_UP);
+		for (s = 0; s < 32; s++)
+			put(x, C_CQ_ERRORS, i * 32 + s, st->cq_errors[s]);
+	}
+	put(x, C_AUTH_REJECTS, 0, ep->stats.auth_rejects);
+	put(x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
+	put(x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
+}
