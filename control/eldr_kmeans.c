@@ -222,13 +222,13 @@ static double uniform(uint64_t *s)
 	return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
 }
 
-/* Fixed-order dot product: 8 partial sums, then a fixed tree. */
 /*
- * The clones run the same operations in the same order (separate multiply
- * and add: neither target has FMA, so nothing is contracted): bit-identical
- * results on every CPU, only wider registers.
+ * Fixed-order dot product: 8 partial sums, then a fixed tree. The clones run
+ * the same operations in the same order (separate multiply and add: neither
+ * target has FMA and contraction is off): bit-identical results on every
+ * CPU, only wider registers.
  */
-__attribute__((target_clones("avx2", "default")))
+__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
 static float dotf(const float *a, const float *b, uint32_t D)
 {
 	float s[8] = { 0 };
@@ -240,6 +240,66 @@ static float dotf(const float *a, const float *b, uint32_t D)
 	for (unsigned l = 0; i < D; i++, l++)
 		s[l] += a[i] * b[i];
 	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
+typedef float v8f __attribute__((vector_size(32)));
+
+#define LD8(dst, p) memcpy(&(dst), (p), sizeof(v8f))
+#define HSUM8(v) ((((v)[0] + (v)[4]) + ((v)[2] + (v)[6])) + \
+		  (((v)[1] + (v)[5]) + ((v)[3] + (v)[7])))
+
+/*
+ * cost[i][k] = -x_i . c_k for all points and centroids, 2 x 4 dot products
+ * per block sharing their loads; the same lane order as dotf() (edges use
+ * dotf itself), so a pair's value does not depend on the path taken.
+ */
+__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, uint32_t K,
+			double *cost)
+{
+	const uint32_t D8 = D & ~7u;
+	uint32_t i0 = 0;
+
+	for (; i0 + 2 <= n; i0 += 2) {
+		const float *a0 = x + (size_t)i0 * D, *a1 = a0 + D;
+		uint32_t k0 = 0;
+
+		for (; k0 + 4 <= K; k0 += 4) {
+			const float *b0 = c + (size_t)k0 * D;
+			v8f acc[2][4] = { { { 0 } } };
+
+			for (uint32_t f = 0; f < D8; f += 8) {
+				v8f x0, x1;
+
+				LD8(x0, a0 + f);
+				LD8(x1, a1 + f);
+				for (int kk = 0; kk < 4; kk++) {
+					v8f y;
+
+					LD8(y, b0 + (size_t)kk * D + f);
+					acc[0][kk] += x0 * y;
+					acc[1][kk] += x1 * y;
+				}
+			}
+			for (int ii = 0; ii < 2; ii++) {
+				for (int kk = 0; kk < 4; kk++) {
+					const float *p = ii ? a1 : a0, *q = b0 + (size_t)kk * D;
+
+					/* tail lanes continue the same partial sums */
+					for (uint32_t f = D8; f < D; f++)
+						acc[ii][kk][f - D8] += p[f] * q[f];
+					cost[(size_t)(i0 + ii) * K + k0 + kk] = -(double)HSUM8(acc[ii][kk]);
+				}
+			}
+		}
+		for (; k0 < K; k0++) {
+			cost[(size_t)i0 * K + k0] = -(double)dotf(a0, c + (size_t)k0 * D, D);
+			cost[(size_t)(i0 + 1) * K + k0] = -(double)dotf(a1, c + (size_t)k0 * D, D);
+		}
+	}
+	for (; i0 < n; i0++)
+		for (uint32_t k = 0; k < K; k++)
+			cost[(size_t)i0 * K + k] = -(double)dotf(x + (size_t)i0 * D, c + (size_t)k * D, D);
 }
 
 static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
@@ -330,10 +390,7 @@ int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uin
 	kmeanspp(x, n, D, K, seed, centroids, scratch);
 	*converged = 0;
 	for (it = 1; it <= max_iter; it++) {
-		for (uint32_t i = 0; i < n; i++)
-			for (uint32_t k = 0; k < K; k++)
-				cost[(size_t)i * K + k] =
-					-(double)dotf(x + (size_t)i * D, centroids + (size_t)k * D, D);
+		cost_matrix(x, n, D, centroids, K, cost);
 		if (it > 1)
 			memcpy(prev, assign, sizeof(*prev) * n);
 		ret = locus_eldrfit_balanced_assign(cost, n, K, assign);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "eldr_fit_priv.h"
+#include "locus_common.h"
 
 #define MAX_NN 64
 
@@ -24,23 +25,52 @@ struct mask_ctx {
 	float *inv;     /* [S] scratch */
 };
 
-/*
- * The clones run the same operations in the same order (separate multiply
- * and add: neither target has FMA, so nothing is contracted): bit-identical
- * results on every CPU, only wider registers.
- */
-__attribute__((target_clones("avx2", "default")))
-static float dot8(const float *a, const float *b, uint32_t n)
-{
-	float s[8] = { 0 };
-	uint32_t i = 0;
+typedef float v8f __attribute__((vector_size(32)));
 
-	for (; i + 8 <= n; i += 8)
-		for (unsigned l = 0; l < 8; l++)
-			s[l] += a[i + l] * b[i + l];
-	for (unsigned l = 0; i < n; i++, l++)
-		s[l] += a[i] * b[i];
-	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+/* Macros, not functions: a 32-byte vector passed by value has two ABIs. */
+#define LD8(dst, p) memcpy(&(dst), (p), sizeof(v8f))
+#define HSUM8(v) ((((v)[0] + (v)[4]) + ((v)[2] + (v)[6])) + \
+		  (((v)[1] + (v)[5]) + ((v)[3] + (v)[7])))
+
+/*
+ * G[i][j] += sum over f in [off, off + len) of A[i][f] * A[j][f] for i, j < n
+ * (rows of A padded with zero rows up to a multiple of 4; len % 8 == 0; row
+ * stride ld floats; G row stride n). Blocks of 2 x 4 dot products share
+ * their loads. The clones run the same operations in the same order with
+ * separate multiply and add (no FMA in either target, contraction off):
+ * bit-identical results on every CPU.
+ */
+__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+static void gram_acc(const float *A, uint32_t n, size_t ld, size_t off, size_t len, float *G)
+{
+	for (uint32_t i0 = 0; i0 < n; i0 += 2) {
+		for (uint32_t j0 = i0 & ~3u; j0 < n; j0 += 4) {
+			const float *a0 = A + (size_t)i0 * ld + off, *a1 = a0 + ld;
+			const float *b0 = A + (size_t)j0 * ld + off;
+			v8f acc[2][4] = { { { 0 } } };
+
+			for (size_t f = 0; f < len; f += 8) {
+				v8f x0, x1;
+
+				LD8(x0, a0 + f);
+				LD8(x1, a1 + f);
+				for (int jj = 0; jj < 4; jj++) {
+					v8f y;
+
+					LD8(y, b0 + jj * ld + f);
+					acc[0][jj] += x0 * y;
+					acc[1][jj] += x1 * y;
+				}
+			}
+			for (uint32_t ii = 0; ii < 2 && i0 + ii < n; ii++)
+				for (uint32_t jj = 0; jj < 4 && j0 + jj < n; jj++)
+					G[(size_t)(i0 + ii) * n + j0 + jj] += HSUM8(acc[ii][jj]);
+		}
+	}
+	/* blocks covered j >= i (rounded down to 4): mirror the upper triangle */
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = i + 1; j < n; j++)
+			G[(size_t)j * n + i] = G[(size_t)i * n + j];
 }
 
 /*
@@ -106,6 +136,8 @@ int eldr_select_mask(const uint16_t *pre, const uint16_t *target, uint32_t S, ui
 		     float *full_score, locus_eldrfit_progress_fn progress, void *progress_arg)
 {
 	const size_t LE = (size_t)L * E, SS = (size_t)S * S;
+	const size_t Ep = LOCUS_ALIGN_UP((size_t)E, 8), LEp = LOCUS_ALIGN_UP(LE, 8);
+	const uint32_t Sp = LOCUS_ALIGN_UP(S, 4u);
 	struct mask_ctx m;
 	float *a = NULL, *y = NULL;
 	double cur = 0, full;
@@ -120,47 +152,34 @@ int eldr_select_mask(const uint16_t *pre, const uint16_t *target, uint32_t S, ui
 	m.nn = nn < S - 1 ? nn : S - 1;
 	if (m.nn > MAX_NN)
 		m.nn = MAX_NN;
-	m.G = malloc(sizeof(float) * SS * L);
-	m.T = malloc(sizeof(float) * SS);
+	m.G = calloc(SS * L, sizeof(float));
+	m.T = calloc(SS, sizeof(float));
 	m.GM = calloc(SS, sizeof(float));
 	m.nM = calloc(S, sizeof(double));
 	m.inv = malloc(sizeof(float) * S);
-	a = malloc(sizeof(float) * S * LE);
-	y = malloc(sizeof(float) * S * LE);
+	/* rows padded: S to a multiple of 4 (zero rows), lengths to multiples of 8 */
+	a = calloc((size_t)Sp * L * Ep, sizeof(float));  /* [L][Sp][Ep] counts * idf */
+	y = calloc((size_t)Sp * LEp, sizeof(float));     /* [Sp][LEp] unit targets */
 	if (!m.G || !m.T || !m.GM || !m.nM || !m.inv || !a || !y)
 		goto out;
-	/* prefill terms (counts * idf) and unit target vectors (raw counts) */
 	for (uint32_t i = 0; i < S; i++) {
+		float *yi = y + (size_t)i * LEp;
 		double n2 = 0;
 
 		for (size_t f = 0; f < LE; f++) {
-			a[(size_t)i * LE + f] = (float)pre[(size_t)i * LE + f] * idf[f];
-			y[(size_t)i * LE + f] = (float)target[(size_t)i * LE + f];
-			n2 += (double)y[(size_t)i * LE + f] * y[(size_t)i * LE + f];
+			a[((size_t)(f / E) * Sp + i) * Ep + f % E] = (float)pre[(size_t)i * LE + f] * idf[f];
+			yi[f] = (float)target[(size_t)i * LE + f];
+			n2 += (double)yi[f] * yi[f];
 		}
 		n2 = n2 > 0 ? 1.0 / sqrt(n2) : 0;
 		for (size_t f = 0; f < LE; f++)
-			y[(size_t)i * LE + f] = (float)(y[(size_t)i * LE + f] * n2);
+			yi[f] = (float)(yi[f] * n2);
 	}
-	for (uint32_t i = 0; i < S; i++) {
-		for (uint32_t j = i; j < S; j++) {
-			float t = dot8(y + (size_t)i * LE, y + (size_t)j * LE, (uint32_t)LE);
-
-			m.T[(size_t)i * S + j] = m.T[(size_t)j * S + i] = t;
-		}
-	}
+	/* target cosines, in feature chunks that keep all rows in L2 */
+	for (size_t off = 0; off < LEp; off += 256)
+		gram_acc(y, S, LEp, off, LEp - off < 256 ? LEp - off : 256, m.T);
 	for (uint32_t l = 0; l < L; l++) {
-		float *Gl = m.G + (size_t)l * SS;
-
-		for (uint32_t i = 0; i < S; i++) {
-			const float *ai = a + (size_t)i * LE + (size_t)l * E;
-
-			for (uint32_t j = i; j < S; j++) {
-				float g = dot8(ai, a + (size_t)j * LE + (size_t)l * E, E);
-
-				Gl[(size_t)i * S + j] = Gl[(size_t)j * S + i] = g;
-			}
-		}
+		gram_acc(a + (size_t)l * Sp * Ep, S, Ep, 0, Ep, m.G + (size_t)l * SS);
 		if (progress)
 			progress(progress_arg, "gram", l + 1, L);
 	}
