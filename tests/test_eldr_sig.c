@@ -287,6 +287,41 @@ static void test_blob_check(void **state)
 	free(t.blob);
 }
 
+/* Random damage to a valid payload: validation rejects or accepts, never crashes. */
+static void test_table_mutations(void **state)
+{
+	uint32_t seed = 5, rejected = 0;
+	struct tbl t;
+	uint8_t *copy;
+	(void)state;
+
+	tbl_make(&t);
+	copy = malloc(t.len);
+	assert_non_null(copy);
+	memcpy(copy, t.payload, t.len);
+	for (int it = 0; it < 20000; it++) {
+		struct locus_eldr_tbl_view v;
+		struct locus_error e = { 0 };
+		int ret;
+
+		memcpy(t.payload, copy, t.len);
+		for (int m = 0; m < 1 + it % 3; m++) {
+			seed = seed * 1103515245u + 12345u;
+			t.payload[(seed >> 8) % t.len] = (uint8_t)(seed >> 24);
+		}
+		ret = locus_eldr_tbl_validate(t.payload, t.len, &v, &e);
+		if (ret < 0) {
+			assert_true(e.msg[0] != '\0');
+			rejected++;
+		} else {
+			assert_true(v.hdr->n_decoders >= 1 && v.hdr->n_masked >= 1);
+		}
+	}
+	assert_true(rejected > 0);
+	free(copy);
+	free(t.blob);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -297,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_table_valid_and_layout),
 		cmocka_unit_test(test_table_rejections),
 		cmocka_unit_test(test_blob_check),
+		cmocka_unit_test(test_table_mutations),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -245,6 +245,59 @@ static void test_write_then_read(void **state)
 	assert_int_equal(locus_trace_from_arrays(2, 2, 8, 0, reqs, names, &t, &e), -LOCUS_EPARSE);
 }
 
+/* Random damage to a valid trace: every outcome is success or a reported error. */
+static void test_mutations(void **state)
+{
+	const char *good =
+		"{\"locus_trace\":1,\"n_layers\":2,\"k\":2,\"n_experts\":8}\n"
+		"{\"id\":\"a\",\"domain\":\"law\",\"prompt_routed_experts\":[[[0,1],[2,3]],[[4,5],[6,7]]],"
+		"\"routed_experts\":[[[7,6],[5,4]]]}\n"
+		"{\"id\":7,\"prompt_routed_experts\":[[[1,1],[2,2]]],\"x\":[{\"y\":\"\\u00e9\"},1e-3]}\n";
+	const char alphabet[] = "{}[]\",:0123456789-.eE \n\\unlNaIf";
+	size_t len = strlen(good);
+	char *buf = malloc(len + 1);
+	uint32_t seed = 99, ok = 0, bad = 0;
+	(void)state;
+
+	assert_non_null(buf);
+	for (int it = 0; it < 20000; it++) {
+		struct locus_trace *t = NULL;
+		struct locus_error e = { 0 };
+		size_t n = len;
+		int ret;
+
+		memcpy(buf, good, len + 1);
+		for (int m = 0; m < 1 + it % 4; m++) {
+			seed = seed * 1103515245u + 12345u;
+			switch ((seed >> 16) % 3) {
+			case 0: /* replace a byte */
+				buf[(seed >> 4) % n] = alphabet[(seed >> 20) % (sizeof(alphabet) - 1)];
+				break;
+			case 1: /* truncate */
+				n = (seed >> 4) % n + 1;
+				break;
+			default: /* raw byte */
+				buf[(seed >> 4) % n] = (char)(seed >> 24);
+				break;
+			}
+		}
+		ret = locus_trace_parse(buf, n, "m", NULL, &t, &e);
+		if (ret == 0) {
+			assert_true(t->n_requests >= 1);
+			assert_true(t->n_layers >= 1 && t->k >= 1);
+			locus_trace_free(t);
+			ok++;
+		} else {
+			assert_true(ret < 0);
+			assert_true(e.msg[0] != '\0');
+			bad++;
+		}
+	}
+	print_message("mutations: %u parsed, %u rejected with a message\n", ok, bad);
+	assert_true(bad > 0);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -254,6 +307,7 @@ int main(void)
 		cmocka_unit_test(test_nesting_bounded),
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_write_then_read),
+		cmocka_unit_test(test_mutations),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
