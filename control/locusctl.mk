@@ -11,3 +11,6 @@ $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common
 UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c,eldrfit eldr trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_esft
+$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c,eldr trace shm common,cmocka))
+$(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
+UNIT_TESTS += tests/test_eldr_ctl

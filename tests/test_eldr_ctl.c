@@ -1,0 +1,266 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locusctl fit / show / push end to end: the real binary (next to this test:
+ * <build>/tests/.. /bin/locusctl) on the repo's sample, its exit codes and
+ * messages on bad input, and a push into a live segment whose reader
+ * validates with the ELDR callback and adopts the exact bytes of the file.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <errno.h>
+#include <libgen.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_eldr.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+#include "locus_tblfile.h"
+#include "trace_json.h"
+
+static char locusctl[4096];
+static char tmpdir[] = "/tmp/test_eldr_ctl.XXXXXX";
+static char out[1 << 16];
+
+static const char *sample(void)
+{
+	static char buf[4096];
+	const char *src = getenv("LOCUS_SRCDIR");
+
+	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", src && *src ? src : ".");
+	return buf;
+}
+
+/* Run "locusctl <args>" with stderr folded into out; returns the exit status. */
+static int ctl(const char *fmt, ...)
+{
+	char args[2048], cmd[8192];
+	va_list ap;
+	size_t n = 0;
+	FILE *p;
+	int st;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	snprintf(cmd, sizeof(cmd), "'%s' %s 2>&1 </dev/null", locusctl, args);
+	p = popen(cmd, "r");
+	assert_non_null(p);
+	while (n + 1 < sizeof(out)) {
+		size_t got = fread(out + n, 1, sizeof(out) - 1 - n, p);
+
+		if (!got)
+			break;
+		n += got;
+	}
+	out[n] = '\0';
+	st = pclose(p);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+static void write_file(const char *path, const void *data, size_t len)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	assert_int_equal(fwrite(data, 1, len, f), len);
+	assert_int_equal(fclose(f), 0);
+}
+
+static void test_fit_and_show(void **state)
+{
+	char tbl[4200];
+	struct locus_error e = { 0 };
+	struct tj j;
+	(void)state;
+
+	snprintf(tbl, sizeof(tbl), "%s/k4.tbl", tmpdir);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --decoder-ids 10,11,12,13 --seed 7 -o %s",
+			     sample(), tbl), 0);
+	assert_non_null(strstr(out, "fitted 96 requests (L=26 E=64 k=6) into K=4 decoders"));
+	assert_non_null(strstr(out, "mask score (decode expert overlap)"));
+	assert_int_equal(ctl("show %s", tbl), 0);
+	assert_non_null(strstr(out, "ELDR table v1"));
+	assert_non_null(strstr(out, "decoders K=4"));
+	assert_non_null(strstr(out, "decoder ids: 10 11 12 13"));
+	assert_int_equal(ctl("show %s --json", tbl), 0);
+	/* one valid JSON object on one line */
+	tj_init(&j, out, strlen(out), "show --json", 1, &e);
+	assert_int_equal(tj_skip(&j), 0);
+	assert_int_equal(tj_peek(&j), -1);
+	assert_non_null(strstr(out, "\"n_decoders\":4"));
+	assert_non_null(strstr(out, "\"decoder_ids\":[10,11,12,13]"));
+	/* --eldr names the default kind of fit explicitly; --no-mask keeps 26 layers */
+	assert_int_equal(ctl("fit --eldr --trace %s --decoders 2 --no-mask --quiet -o %s", sample(),
+			     tbl), 0);
+	assert_non_null(strstr(out, "26/26 layers masked"));
+}
+
+static void test_bad_input(void **state)
+{
+	char bad[4200], tbl[4200], trunc[4200];
+	FILE *f;
+	char buf[256];
+	size_t n;
+	(void)state;
+
+	snprintf(bad, sizeof(bad), "%s/bad.jsonl", tmpdir);
+	snprintf(tbl, sizeof(tbl), "%s/t.tbl", tmpdir);
+	snprintf(trunc, sizeof(trunc), "%s/trunc.tbl", tmpdir);
+	assert_int_equal(ctl(""), 2);
+	assert_int_equal(ctl("frobnicate"), 2);
+	assert_non_null(strstr(out, "unknown command"));
+	assert_int_equal(ctl("fit --trace %s --decoders 0 -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value '0' for --decoders"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4", sample()), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau nan -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,2 -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,1 -o %s", sample(), tbl), 1);
+	assert_non_null(strstr(out, "decoder id 1 given twice"));
+	assert_int_equal(ctl("fit --trace %s --decoders 200 -o %s", sample(), tbl), 1);
+	assert_non_null(strstr(out, "only 96 calibration requests"));
+	/* malformed JSON, with its line and column */
+	write_file(bad, "{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1]],}\n",
+		   strlen("{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1]],}\n"));
+	assert_int_equal(ctl("fit --trace %s --decoders 1 -o %s", bad, tbl), 1);
+	assert_non_null(strstr(out, "bad.jsonl:2:35:"));
+	/* empty trace */
+	write_file(bad, "\n", 1);
+	assert_int_equal(ctl("fit --trace %s --decoders 1 -o %s", bad, tbl), 1);
+	assert_non_null(strstr(out, "trace has no requests"));
+	/* no table written by the failures */
+	assert_int_equal(access(tbl, F_OK), -1);
+	/* show: missing, truncated, not a table */
+	assert_int_equal(ctl("show %s/none.tbl", tmpdir), 1);
+	assert_non_null(strstr(out, "No such file"));
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --quiet -o %s", sample(), tbl), 0);
+	f = fopen(tbl, "r");
+	assert_non_null(f);
+	n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	assert_int_equal(n, sizeof(buf));
+	write_file(trunc, buf, sizeof(buf));
+	assert_int_equal(ctl("show %s", trunc), 1);
+	assert_non_null(strstr(out, "truncated"));
+	write_file(trunc, "hello world, not a table at all, but long enough for a header ..", 64);
+	assert_int_equal(ctl("show %s", trunc), 1);
+	assert_non_null(strstr(out, "not a locus table"));
+	assert_int_equal(ctl("show"), 2);
+	/* push: no such instance */
+	assert_int_equal(ctl("push -i eldr-no-such-instance %s", tbl), 1);
+	assert_int_equal(ctl("push %s", tbl), 2);
+}
+
+struct poller {
+	struct locus_table_reader *r;
+	volatile int stop;
+	int adopted;
+};
+
+static void *poll_thread(void *arg)
+{
+	struct poller *p = arg;
+
+	for (int i = 0; i < 5000 && !p->stop; i++) {
+		int ret = locus_table_reader_poll(p->r);
+
+		if (ret == 1) {
+			p->adopted = 1;
+			break;
+		}
+		usleep(1000);
+	}
+	return NULL;
+}
+
+static void test_push_into_segment(void **state)
+{
+	struct locus_shm_params sp = { 0 };
+	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1 };
+	struct locus_table_region *tr = NULL;
+	struct locus_table_reader rd;
+	struct locus_error e = { 0 };
+	struct locus_shm *shm = NULL;
+	struct poller pl = { 0 };
+	char tbl[4200], inst[64];
+	void *region, *file;
+	size_t rsize, flen, len;
+	const void *cur;
+	pthread_t th;
+	(void)state;
+
+	snprintf(tbl, sizeof(tbl), "%s/push.tbl", tmpdir);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --quiet -o %s", sample(), tbl), 0);
+	assert_int_equal(locus_tbl_read_file(tbl, LOCUS_TBL_ELDR, &file, &flen, &e), 0);
+	snprintf(inst, sizeof(inst), "eldrctl%d", (int)getpid());
+	tp.channel[0].n_slots = 2;
+	tp.channel[0].slot_size = flen;
+	tp.channel[1].n_slots = 2;
+	tp.channel[1].slot_size = 64;
+	sp.instance = inst;
+	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
+	assert_true(sp.region_size[LOCUS_REGION_TABLES] > 0);
+	assert_int_equal(locus_shm_create(&sp, &shm, &e), 0);
+	region = locus_shm_region(shm, LOCUS_REGION_TABLES, &rsize);
+	assert_non_null(region);
+	assert_int_equal(locus_table_region_init(region, rsize, &tp, &e), 0);
+	assert_int_equal(locus_table_region_attach(region, rsize, &tr, &e), 0);
+	assert_int_equal(locus_table_reader_register(tr, LOCUS_ELDR_TABLE_CHANNEL, 0,
+						     locus_eldr_table_validate_cb, NULL, &rd, &e), 0);
+	pl.r = &rd;
+	assert_int_equal(pthread_create(&th, NULL, poll_thread, &pl), 0);
+	assert_int_equal(ctl("push -i %s %s --timeout-ms 5000", inst, tbl), 0);
+	print_message("%s", out);
+	pl.stop = 1;
+	pthread_join(th, NULL);
+	assert_non_null(strstr(out, "generation 1"));
+	assert_non_null(strstr(out, "1 live, 1 adopted, 0 refused"));
+	assert_int_equal(pl.adopted, 1);
+	cur = locus_table_reader_table(&rd, &len);
+	assert_non_null(cur);
+	assert_int_equal(len, flen);
+	assert_memory_equal(cur, file, flen);
+	/* a table too large for the channel's slots is refused by the writer */
+	assert_int_equal(ctl("fit --trace %s --decoders 8 --quiet -o %s", sample(), tbl), 0);
+	assert_int_equal(ctl("push -i %s %s --timeout-ms 200", inst, tbl), 1);
+	print_message("too large for the slot: %s", out);
+	assert_non_null(strstr(out, "locusctl: "));
+	locus_table_reader_unregister(&rd);
+	locus_table_region_detach(tr);
+	locus_shm_detach(shm);
+	locus_shm_remove(inst);
+	free(file);
+}
+
+int main(int argc, char **argv)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_fit_and_show),
+		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_push_into_segment),
+	};
+	char self[4096];
+	int ret;
+
+	(void)argc;
+	snprintf(self, sizeof(self), "%s", argv[0]);
+	snprintf(locusctl, sizeof(locusctl), "%s/../bin/locusctl", dirname(self));
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	setenv(LOCUS_SHM_DIR_ENV, tmpdir, 1);
+	ret = cmocka_run_group_tests(tests, NULL, NULL);
+	snprintf(self, sizeof(self), "rm -rf '%s'", tmpdir);
+	if (system(self) != 0)
+		ret = ret ? ret : 1;
+	return ret;
+}
