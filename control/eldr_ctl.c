@@ -11,6 +11,7 @@
 
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
+#include "locus_grace.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
@@ -346,7 +347,23 @@ usage:
 	return 2;
 }
 
-int locusctl_eldr_push(int argc, char **argv)
+/* Tables push knows: kind -> segment table channel (see check_kind). */
+static const struct {
+	unsigned kind;
+	unsigned channel;
+} push_kinds[] = {
+	{ LOCUS_TBL_ELDR, LOCUS_ELDR_TABLE_CHANNEL },
+	{ LOCUS_TBL_GRACE, LOCUS_GRACE_TABLE_CHANNEL },
+};
+
+static int check_kind(unsigned kind, const void *blob, size_t len, struct locus_error *err)
+{
+	if (kind == LOCUS_TBL_ELDR)
+		return locus_eldr_blob_check(blob, len, NULL, err);
+	return locus_grace_blob_check(blob, len, NULL, NULL, err);
+}
+
+int locusctl_push(int argc, char **argv)
 {
 	struct locus_table_wait_result wr;
 	struct locus_table_region *tr = NULL;
@@ -355,7 +372,8 @@ int locusctl_eldr_push(int argc, char **argv)
 	const char *inst = NULL, *path = NULL;
 	uint64_t timeout_ms = 2000;
 	void *buf = NULL, *region;
-	size_t len, rlen;
+	size_t len, rlen, k;
+	unsigned kind, ch = 0;
 	int64_t gen;
 	int ret, status = 1;
 
@@ -372,11 +390,27 @@ int locusctl_eldr_push(int argc, char **argv)
 	}
 	if (!inst || !path)
 		goto usage;
-	ret = locus_tbl_read_file(path, LOCUS_TBL_ELDR, &buf, &len, &err);
-	if (ret >= 0)
-		ret = locus_eldr_blob_check(buf, len, NULL, &err);
+	ret = locus_tbl_read_file(path, 0, &buf, &len, &err);
 	if (ret < 0)
 		goto fail;
+	kind = ((const struct locus_tbl_hdr *)buf)->kind;
+	for (k = 0; k < LOCUS_ARRAY_SIZE(push_kinds); k++)
+		if (push_kinds[k].kind == kind)
+			break;
+	if (k == LOCUS_ARRAY_SIZE(push_kinds)) {
+		ret = locus_error_set(&err, LOCUS_ERANGE, "%s: no table channel for kind %s", path,
+				      locus_tbl_kind_name(kind));
+		goto fail;
+	}
+	ch = push_kinds[k].channel;
+	ret = check_kind(kind, buf, len, &err);
+	if (ret < 0) {
+		char msg[LOCUS_ERRMSG_MAX];
+
+		memcpy(msg, err.msg, sizeof(msg));
+		locus_error_set(&err, ret, "%s: %.200s", path, msg);
+		goto fail;
+	}
 	ret = locus_shm_attach(inst, LOCUS_SHM_ALLOW_GROUP, &shm, &err);
 	if (ret < 0)
 		goto fail;
@@ -388,16 +422,14 @@ int locusctl_eldr_push(int argc, char **argv)
 	ret = locus_table_region_attach(region, rlen, &tr, &err);
 	if (ret < 0)
 		goto fail;
-	gen = locus_table_push(tr, LOCUS_ELDR_TABLE_CHANNEL, buf, len, timeout_ms * 1000000ull,
-			       &err);
+	gen = locus_table_push(tr, ch, buf, len, timeout_ms * 1000000ull, &err);
 	if (gen < 0) {
 		ret = (int)gen;
 		goto fail;
 	}
-	ret = locus_table_wait(tr, LOCUS_ELDR_TABLE_CHANNEL, (uint64_t)gen,
-			       timeout_ms * 1000000ull, &wr);
-	printf("pushed %s to %s channel %u: generation %" PRId64 "\n", path, inst,
-	       LOCUS_ELDR_TABLE_CHANNEL, gen);
+	ret = locus_table_wait(tr, ch, (uint64_t)gen, timeout_ms * 1000000ull, &wr);
+	printf("pushed %s table %s to %s channel %u: generation %" PRId64 "\n",
+	       locus_tbl_kind_name(kind), path, inst, ch, gen);
 	printf("readers: %u live, %u adopted, %u refused%s\n", wr.n_live, wr.n_adopted,
 	       wr.n_refused, ret == -ETIMEDOUT ? " (timed out waiting for the rest)" : "");
 	if (wr.n_refused)

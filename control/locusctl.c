@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 /* locusctl: the control plane's command line; dispatch and shared helpers. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "locus_common.h"
+#include "locus_tblfile.h"
 #include "locusctl.h"
 
 /*
@@ -24,13 +26,48 @@ static int cmd_fit(int argc, char **argv)
 	return fit_kinds[0].run(argc, argv);
 }
 
+/*
+ * show dispatches on the kind in the file's sealed header; the first entry
+ * also takes files that are not tables at all (it reports what is wrong).
+ */
+static const struct {
+	unsigned kind;
+	int (*run)(int argc, char **argv);
+} show_kinds[] = {
+	{ LOCUS_TBL_ELDR, locusctl_eldr_show },
+};
+
+static int cmd_show(int argc, char **argv)
+{
+	struct locus_tbl_hdr h;
+	int fd = -1;
+
+	for (int i = 1; i < argc && fd < 0; i++)
+		if (argv[i][0] != '-')
+			fd = open(argv[i], O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, &h, sizeof(h));
+
+		close(fd);
+		if (n == (ssize_t)sizeof(h) && h.magic == LOCUS_TBL_MAGIC) {
+			for (size_t k = 0; k < LOCUS_ARRAY_SIZE(show_kinds); k++)
+				if (show_kinds[k].kind == h.kind)
+					return show_kinds[k].run(argc, argv);
+			fprintf(stderr, "locusctl show: no viewer for %s tables in this build\n",
+				locus_tbl_kind_name(h.kind));
+			return 1;
+		}
+	}
+	return show_kinds[0].run(argc, argv);
+}
+
 /* One line per subcommand; add a subcommand by adding an entry. */
 static const struct locusctl_cmd cmds[] = {
 	{ "fit", cmd_fit,
 	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1] [--seed N]\n"
 	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE" },
-	{ "show", locusctl_eldr_show, "show TABLE [--json]" },
-	{ "push", locusctl_eldr_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
+	{ "show", cmd_show, "show TABLE [--json]" },
+	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
 };
 
 static void usage(FILE *f)

@@ -21,7 +21,11 @@ struct locusctl_cmd {
 /* ELDR (control/eldr_ctl.c) */
 int locusctl_eldr_fit(int argc, char **argv);
 int locusctl_eldr_show(int argc, char **argv);
-int locusctl_eldr_push(int argc, char **argv);
+/*
+ * push -i INSTANCE TABLE: any kind with a table channel (ELDR -> 0, GRACE ->
+ * 1), checked locally with the kind's validator before it is published.
+ */
+int locusctl_push(int argc, char **argv);
 
 /*
  * Progress callback for long fits: a redrawn bar when stderr is a terminal,

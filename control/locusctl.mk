@@ -2,7 +2,7 @@
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c))
 $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c))
-$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c,eldrfit eldr trace shm common,))
+$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c,eldrfit eldr grace trace shm common,))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c,eldrfit eldr trace common,cmocka))
