@@ -177,6 +177,8 @@ int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16
 	if (o->progress)
 		o->progress(o->progress_arg, "idf", 0, 1);
 	locus_eldrfit_idf(prefill, n, LE, idf);
+	if (o->progress)
+		o->progress(o->progress_arg, "idf", 1, 1);
 	memset(mask, 1, L);
 	res->score_kind = LOCUS_ELDRFIT_SCORE_NONE;
 	if (!o->no_mask && score_pre && score_target && n_score >= 2) {

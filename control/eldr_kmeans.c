@@ -400,6 +400,8 @@ int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uin
 			progress(progress_arg, "kmeans", it, max_iter);
 		if (it > 1 && !memcmp(prev, assign, sizeof(*prev) * n)) {
 			*converged = 1;
+			if (progress) /* complete the bar: it - 1 iterations were needed */
+				progress(progress_arg, "kmeans", it, it);
 			break;
 		}
 		update(x, n, D, K, assign, centroids, scratch);

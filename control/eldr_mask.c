@@ -215,6 +215,8 @@ int eldr_select_mask(const uint16_t *pre, const uint16_t *target, uint32_t S, ui
 		if (progress)
 			progress(progress_arg, "mask", steps, L);
 	}
+	if (progress) /* complete the bar: the search stopped after `steps` layers */
+		progress(progress_arg, "mask", steps, steps);
 	if (full >= cur) {
 		memset(mask, 1, L);
 		cur = full;

@@ -81,6 +81,7 @@ void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t tot
 {
 	static char last_stage[32];
 	static uint32_t last_step;
+	static int line_open;
 	int tty = isatty(STDERR_FILENO);
 	uint32_t pct = total ? (uint32_t)((uint64_t)done * 100 / total) : 100;
 	int new_stage = strncmp(last_stage, stage, sizeof(last_stage) - 1) != 0;
@@ -93,10 +94,11 @@ void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t tot
 		memset(bar, '#', fill);
 		memset(bar + fill, ' ', 30 - fill);
 		bar[30] = '\0';
-		if (new_stage && last_stage[0])
+		if (new_stage && line_open)
 			fputc('\n', stderr);
 		fprintf(stderr, "\r%-8s [%s] %u/%u", stage, bar, done, total);
-		if (done >= total)
+		line_open = done < total;
+		if (!line_open)
 			fputc('\n', stderr);
 	} else if (new_stage || pct / 10 != last_step / 10 || done >= total) {
 		fprintf(stderr, "locusctl: %s %u/%u\n", stage, done, total);
