@@ -10,6 +10,7 @@ UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c,eldrfit eldr trace common,cmocka))
+$(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 UNIT_TESTS += tests/test_eldr_esft
 $(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c,eldr trace shm common,cmocka))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl

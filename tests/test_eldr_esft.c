@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,8 @@
 #define E_ESFT 64
 
 static const char *const domains[] = { "law", "translation", "summary", "intent" };
+
+static char esft2jsonl[4096];
 
 static const char *data_dir(void)
 {
@@ -299,13 +302,106 @@ static void test_fit_purity_and_determinism(void **state)
 	locus_trace_free(t);
 }
 
-int main(void)
+/* The ids of line `line` (1-based) of a layer file, read with plain stdio. */
+static uint32_t read_ids(const char *path, uint32_t line, uint16_t *ids, uint32_t cap)
 {
+	FILE *f = fopen(path, "r");
+	uint32_t n = 0, cur = 1;
+	int c;
+
+	assert_non_null(f);
+	while (cur < line && (c = fgetc(f)) != EOF)
+		cur += c == '\n';
+	for (;;) {
+		unsigned v;
+
+		if (fscanf(f, "%u", &v) != 1)
+			break;
+		if (n < cap)
+			ids[n] = (uint16_t)v;
+		n++;
+		c = fgetc(f);         /* the tab after the id */
+		c = fgetc(f);         /* a second tab ends the ids */
+		if (c == '\t' || c == EOF)
+			break;
+		ungetc(c, f);
+	}
+	fclose(f);
+	return n;
+}
+
+/* tools/esft2jsonl on the law domain, checked against the raw text files. */
+static void test_esft2jsonl_cli(void **state)
+{
+	char dir[2048], l1[4096], l26[4096], cmd[8192], out[] = "/tmp/test_esft2jsonl.XXXXXX";
+	static uint16_t ids1[60000], ids26[60000];
+	struct locus_error e = { 0 };
+	struct locus_trace *t;
+	uint32_t windows = 0, seqs = 0;
+	int fd;
+	(void)state;
+
+	if (!have_esft())
+		skip();
+	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores", data_dir());
+	snprintf(l1, sizeof(l1), "%s/law/expert_weights_1.txt", dir);
+	snprintf(l26, sizeof(l26), "%s/law/expert_weights_26.txt", dir);
+	for (uint32_t line = 1;; line++) {
+		uint32_t n = read_ids(l1, line, ids1, 0);
+
+		if (!n)
+			break;
+		assert_int_equal(n % 6, 0);
+		windows += n / 6 / 64;
+		seqs++;
+	}
+	assert_int_equal(seqs, 33);
+	fd = mkstemp(out);
+	assert_true(fd >= 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains law --window 64 --prompt-frac 0.5 -o %s"
+		 " 2>/dev/null", esft2jsonl, dir, out);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(locus_trace_load(out, NULL, &t, &e), 0);
+	assert_int_equal(t->n_requests, windows);
+	assert_int_equal(t->n_layers, 26);
+	assert_int_equal(t->n_experts, 64);
+	assert_string_equal(t->domains[t->reqs[0].domain], "law");
+	assert_int_equal(t->reqs[0].prompt_len, 32);
+	assert_int_equal(t->reqs[0].gen_len, 32);
+	/* window 0 of sequence 0: token 0 layer 1, and token 33 (gen 1) layer 26 */
+	read_ids(l1, 1, ids1, 60000);
+	read_ids(l26, 1, ids26, 60000);
+	assert_memory_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 0), ids1, 6 * 2);
+	assert_memory_equal(locus_trace_tok(t, t->reqs[0].gen, 1, 25), ids26 + 33 * 6, 6 * 2);
+	locus_trace_free(t);
+	/* --per-domain keeps that many */
+	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains law,intent --window 16 --per-domain 5 "
+		 "-o %s 2>/dev/null", esft2jsonl, dir, out);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(locus_trace_load(out, NULL, &t, &e), 0);
+	assert_int_equal(t->n_requests, 10);
+	assert_int_equal(t->reqs[0].gen_len, 0);
+	locus_trace_free(t);
+	/* a domain that does not exist */
+	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains nope -o %s 2>/dev/null", esft2jsonl,
+		 dir, out);
+	assert_int_not_equal(system(cmd), 0);
+	unlink(out);
+}
+
+int main(int argc, char **argv)
+{
+	char self[4096];
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_converter_matches_token_scores),
+		cmocka_unit_test(test_esft2jsonl_cli),
 		cmocka_unit_test(test_fit_purity_and_determinism),
 	};
 
+	(void)argc;
+	snprintf(self, sizeof(self), "%s", argv[0]);
+	snprintf(esft2jsonl, sizeof(esft2jsonl), "%s/../bin/esft2jsonl", dirname(self));
 	if (!have_esft())
 		printf("ESFT data not found under %s: tests skipped\n", data_dir());
 	return cmocka_run_group_tests(tests, NULL, NULL);
