@@ -153,3 +153,19 @@ int locus_gracefit_profile_add_counts(struct locus_gracefit_profile *p, const ui
 		p->W[i] += (double)counts[i];
 	return 0;
 }
+
+double locus_gracefit_counts_delta(const uint64_t *prev, const uint64_t *now, uint32_t n_layers,
+				   uint32_t n_experts, uint32_t stride, double *W)
+{
+	double tot = 0;
+
+	for (uint32_t l = 0; l < n_layers; l++)
+		for (uint32_t e = 0; e < n_experts; e++) {
+			size_t i = (size_t)l * stride + e;
+			uint64_t d = now[i] >= prev[i] ? now[i] - prev[i] : now[i];
+
+			W[(size_t)l * n_experts + e] = (double)d;
+			tot += (double)d;
+		}
+	return tot;
+}

@@ -207,6 +207,15 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 /* ---- rebalance decision (pure) ----------------------------------------- */
 
 /*
+ * One interval's loads from two reads of monotonic counters laid out
+ * [layers][stride] (stride >= E): W[l][e] = now - prev, or now when the
+ * counter went backwards (the data plane restarted and counts from zero).
+ * Returns the total.
+ */
+double locus_gracefit_counts_delta(const uint64_t *prev, const uint64_t *now, uint32_t n_layers,
+				   uint32_t n_experts, uint32_t stride, double *W);
+
+/*
  * Push a refit when the predicted skew improves by more than threshold
  * (relative): (rho_now - rho_new) / rho_now > threshold. Non-finite input
  * never pushes.

@@ -519,24 +519,14 @@ err_close:
 	return rc;
 }
 
-/* This interval's loads W[L][E]; returns their total. */
+/* This interval's loads W[L][E]; returns their total, < 0 on a read error. */
 static double live_loads(struct live *lv, uint32_t L, uint32_t E, double *W)
 {
-	uint32_t stride = lv->info->dim[1];
-	double tot = 0;
+	double tot;
 
 	if (locus_counters_sum(lv->ctr, lv->idx, lv->now, lv->info->n_elems) < 0)
 		return -1;
-	for (uint32_t l = 0; l < L; l++)
-		for (uint32_t e = 0; e < E; e++) {
-			size_t i = (size_t)l * stride + e;
-			/* a counter that went backwards was reset: count from zero */
-			uint64_t d = lv->now[i] >= lv->prev[i] ? lv->now[i] - lv->prev[i] :
-								 lv->now[i];
-
-			W[(size_t)l * E + e] = (double)d;
-			tot += (double)d;
-		}
+	tot = locus_gracefit_counts_delta(lv->prev, lv->now, L, E, lv->info->dim[1], W);
 	memcpy(lv->prev, lv->now, lv->info->n_elems * sizeof(uint64_t));
 	return tot;
 }

@@ -371,7 +371,7 @@ static void fill_profile(struct locus_gracefit_profile *p, uint32_t tokens, uint
 				int dup;
 
 				do {
-					e = (base + xr() % 6) % p->n_experts;
+					e = (base + xr() % (k + 4)) % p->n_experts;
 					dup = 0;
 					for (uint32_t q = 0; q < j; q++)
 						dup |= ids[q] == e;
@@ -447,6 +447,106 @@ static void test_fit_end_to_end(void **state)
 	locus_gracefit_profile_free(&p);
 }
 
+static void test_counts_delta(void **state)
+{
+	/* 2 layers x 3 experts in a [2][4] counter */
+	const uint64_t prev[8] = { 10, 20, 30, 99, 5, 5, 5, 99 };
+	const uint64_t now[8] = { 15, 20, 31, 0, 7, 3, 9, 0 };
+	double W[6];
+	(void)state;
+
+	/* expert (1, 1) went backwards: a restart, its 3 are this interval's */
+	assert_true(locus_gracefit_counts_delta(prev, now, 2, 3, 4, W) == 5 + 0 + 1 + 2 + 3 + 4);
+	assert_true(W[0] == 5 && W[1] == 0 && W[2] == 1);
+	assert_true(W[3] == 2 && W[4] == 3 && W[5] == 4);
+}
+
+/*
+ * The planner on fitted tables (4 x 8 GPUs, 128 experts, top-8): from every
+ * source rank, TAR order holds for every slot (own GPU if it has a copy,
+ * else own node if a copy is there), and the inverse map finds each slot's
+ * row.
+ */
+static void test_plan_on_fitted_table(void **state)
+{
+	struct locus_gracefit_profile p;
+	struct locus_gracefit_topo t = { 4, 8, 6, 2 };
+	struct locus_error err = { 0 };
+	void *blob = NULL, *map = NULL, *pm;
+	const void *pl;
+	size_t len, plen, msz, ssz, pmsz;
+	struct locus_grace_plan plan;
+	static uint16_t ex[512 * 8];
+	(void)state;
+
+	assert_int_equal(locus_gracefit_profile_init(&p, 2, 128, 1, NULL), 0);
+	fill_profile(&p, 3000, 8);
+	if (locus_gracefit_fit(&p, &t, NULL, &blob, &len, NULL, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+	msz = locus_grace_map_size(pl);
+	ssz = locus_grace_plan_state_size(pl);
+	pmsz = locus_grace_plan_mem_size(512, 8, 32);
+	pm = malloc(pmsz);
+	assert_int_equal(posix_memalign(&map, 64, msz), 0);
+	assert_int_equal(locus_grace_map_build(map, msz, pl, plen, 1, &err), 0);
+	assert_int_equal(locus_grace_plan_init(&plan, pm, pmsz, 512, 8, 32), 0);
+	const struct locus_grace_map *m = map;
+	int replicated = 0;
+
+	for (uint32_t src = 0; src < 32; src++) {
+		void *st = NULL;
+
+		assert_int_equal(posix_memalign(&st, 64, ssz), 0);
+		assert_int_equal(locus_grace_plan_state_init(st, ssz, m, src / 8, &err), 0);
+		for (uint32_t l = 0; l < 2; l++) {
+			for (int i = 0; i < 512; i++) {
+				uint32_t base = xr() % 128;
+
+				for (int j = 0; j < 8; j++)
+					ex[i * 8 + j] = (uint16_t)((base + j * 3) % 128);
+			}
+			struct locus_grace_batch b = { .layer = l, .src_rank = src,
+						       .n_tokens = 512, .top_k = 8, .experts = ex };
+			int nd = locus_grace_plan_batch(st, m, &b, &plan, &err);
+
+			assert_true(nd > 0);
+			for (int s = 0; s < 512 * 8; s++) {
+				size_t le = (size_t)l * 128 + ex[s];
+				const uint16_t *rk = locus_grace_map_ranks(m) + le * m->n_slots;
+				uint32_t c = locus_grace_map_ncopies(m)[le], d = plan.slots[s].rank;
+				int own = 0, node = 0, holds = 0, i;
+
+				replicated |= c > 1;
+				for (uint32_t q = 0; q < c; q++) {
+					own |= rk[q] == src;
+					node |= rk[q] / 8 == src / 8;
+					holds |= rk[q] == d;
+				}
+				assert_true(holds);
+				if (own)
+					assert_int_equal(d, src);
+				else if (node)
+					assert_int_equal(d / 8, src / 8);
+				for (i = 0; i < nd; i++)
+					if (plan.dest[i] == d)
+						break;
+				assert_true(i < nd);
+				assert_int_equal(plan.rows[plan.dest_start[i] + plan.slots[s].row],
+						 s / 8);
+				assert_true(plan.kmask[plan.dest_start[i] + plan.slots[s].row] &
+					    (1u << (s % 8)));
+			}
+		}
+		free(st);
+	}
+	assert_true(replicated);
+	free(pm);
+	free(map);
+	free(blob);
+	locus_gracefit_profile_free(&p);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -460,6 +560,8 @@ int main(void)
 		cmocka_unit_test(test_grouping_recovers_planted),
 		cmocka_unit_test(test_profile_counts),
 		cmocka_unit_test(test_fit_end_to_end),
+		cmocka_unit_test(test_counts_delta),
+		cmocka_unit_test(test_plan_on_fitted_table),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
