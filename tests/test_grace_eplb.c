@@ -229,6 +229,69 @@ static void test_import_truncated_and_flipped(void **state)
 	free(buf);
 }
 
+/*
+ * Fitted tables through EPLB and back: primaries come back unchanged and
+ * every replica survives (export may add padding copies, never drop one).
+ */
+static void test_round_trip_fitted(void **state)
+{
+	static const struct locus_gracefit_topo tp[] = { { 1, 4, 0, 2 }, { 2, 2, 0, 3 },
+							  { 2, 4, 0, 1 } };
+	uint64_t x = 99;
+	(void)state;
+
+	for (size_t ti = 0; ti < LOCUS_ARRAY_SIZE(tp); ti++) {
+		struct locus_gracefit_profile p;
+		struct locus_error err = { 0 };
+		struct locus_grace_view a, b;
+		const void *pl;
+		size_t len, plen;
+		void *blob = NULL, *blob2 = NULL;
+		char *json = NULL;
+		uint16_t ids[4];
+
+		assert_int_equal(locus_gracefit_profile_init(&p, 3, 32, 1, NULL), 0);
+		for (uint32_t l = 0; l < 3; l++)
+			for (int t = 0; t < 500; t++) {
+				x = x * 6364136223846793005ull + 1442695040888963407ull;
+				uint32_t base = (uint32_t)(x >> 33) % 32;
+
+				if ((x >> 20) % 3 == 0)
+					base = 0; /* a hot corner */
+				for (int j = 0; j < 4; j++)
+					ids[j] = (uint16_t)((base + j) % 32);
+				assert_int_equal(locus_gracefit_profile_add(&p, l, ids, 1, 4, NULL),
+						 0);
+			}
+		if (locus_gracefit_fit(&p, &tp[ti], NULL, &blob, &len, NULL, &err))
+			fail_msg("%s", err.msg);
+		assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+		assert_int_equal(locus_grace_view_init(&a, (void *)pl, plen, &err), 0);
+		if (locus_gracefit_eplb_export(pl, plen, &json, &err))
+			fail_msg("%s", err.msg);
+		if (import(json, &tp[ti], &blob2, &b, &err))
+			fail_msg("%s", err.msg);
+		assert_int_equal(b.dims->max_replicas, a.dims->max_replicas);
+		assert_memory_equal(b.primary, a.primary, 3 * 32 * sizeof(uint16_t));
+		for (size_t e = 0; e < 3 * 32; e++) {
+			uint32_t R = a.dims->max_replicas;
+
+			for (uint32_t i = 0; i < R; i++) {
+				uint16_t r = a.replica[e * R + i];
+				int found = r == NR;
+
+				for (uint32_t q = 0; q < R; q++)
+					found |= b.replica[e * R + q] == r;
+				assert_true(found);
+			}
+		}
+		free(json);
+		free(blob2);
+		free(blob);
+		locus_gracefit_profile_free(&p);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -237,6 +300,7 @@ int main(void)
 		cmocka_unit_test(test_export_pads_with_hottest),
 		cmocka_unit_test(test_import_rejects),
 		cmocka_unit_test(test_import_truncated_and_flipped),
+		cmocka_unit_test(test_round_trip_fitted),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
