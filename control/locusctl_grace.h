@@ -14,7 +14,7 @@
  *       [--threshold 0.05] [--counter NAME] [--timeout-ms N] [-o TABLE]
  *
  * rebalance reads the live per-(layer, expert) token counters of a running
- * locusd (counter NAME, default "grace_expert_tokens", else "expert_tokens";
+ * locusd (counter NAME; default "grace_expert_tokens", else the engine's "expert_tokens";
  * shape [layers >= L][experts >= E]), takes each interval's increase as the
  * loads, refits replication on TABLE's grouping and pushes the refit to the
  * GRACE table channel only when the predicted skew improves by more than the
