@@ -129,7 +129,23 @@ static void augment(struct bal *b, uint32_t p)
 	uint32_t end = NONE, node;
 	double best = DBL_MAX;
 	int x_open = n_big(b) < b->r;
+	const double *cp = b->c + (size_t)p * K;
+	uint32_t fav = 0;
 
+	/*
+	 * Fast path: the point's cheapest cluster can take it. No path through
+	 * moves is cheaper: a chain of moves ending at a cluster with room is a
+	 * flow of the current value, and the current flow is optimal for it, so
+	 * the chain costs >= 0, while the first hop costs >= c[p][fav].
+	 */
+	for (uint32_t k = 1; k < K; k++)
+		if (cp[k] < cp[fav])
+			fav = k;
+	if (b->size[fav] < b->q || (b->size[fav] == b->q && x_open)) {
+		b->assign[p] = fav;
+		b->size[fav]++;
+		return;
+	}
 	move_costs(b);
 	shortest(b, p);
 	for (uint32_t k = 0; k < K; k++) {

@@ -223,11 +223,15 @@ static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask)
 	free(tbl);
 }
 
-/* Synthetic calibration: 16 latent groups, each preferring 16 experts per layer. */
+/*
+ * Synthetic calibration: 24 latent groups (not K) of unequal sizes, each
+ * preferring 16 experts per layer for half of its picks, the other half
+ * uniform: overlapping clusters, so k-means and the balance have work to do.
+ */
 static void make_calib(uint16_t *pre, uint16_t *gen, uint32_t n)
 {
 	for (uint32_t i = 0; i < n; i++) {
-		uint32_t g = i % 16;
+		uint32_t g = (i * i + 7 * i) % 24;
 
 		for (int phase = 0; phase < 2; phase++) {
 			uint16_t *c = (phase ? gen : pre) + (size_t)i * L * E;
@@ -237,7 +241,7 @@ static void make_calib(uint16_t *pre, uint16_t *gen, uint32_t n)
 				for (int l = 0; l < L; l++)
 					for (int k = 0; k < 8; k++) {
 						uint32_t r = rnd();
-						uint32_t e = r % 4 ? (g * 8 + (r >> 4) % 16 + l) % E :
+						uint32_t e = r % 2 ? (g * 5 + (r >> 4) % 16 + 3 * l) % E :
 							     (r >> 4) % E;
 
 						c[l * E + e]++;
@@ -329,6 +333,44 @@ static void bench_fit(void)
 	free(pre);
 }
 
+/* The exact balanced assignment alone, against an unconstrained argmin. */
+static void bench_assign(uint32_t n, uint32_t K)
+{
+	double *cost = malloc(sizeof(double) * n * K), t0, t_bal, t_min;
+	uint32_t *a = malloc(sizeof(uint32_t) * n), reps = 0;
+
+	if (!cost || !a)
+		abort();
+	for (uint32_t i = 0; i < n * K; i++)
+		cost[i] = -(double)(rnd() % 1000000) / 1e6;
+	t0 = now();
+	do {
+		if (locus_eldrfit_balanced_assign(cost, n, K, a))
+			abort();
+		reps++;
+	} while (now() - t0 < 0.3);
+	t_bal = (now() - t0) / reps;
+	reps = 0;
+	t0 = now();
+	do {
+		for (uint32_t i = 0; i < n; i++) {
+			uint32_t best = 0;
+
+			for (uint32_t k = 1; k < K; k++)
+				if (cost[i * K + k] < cost[i * K + best])
+					best = k;
+			a[i] = best;
+		}
+		sink += a[reps % n];
+		reps++;
+	} while (now() - t0 < 0.1);
+	t_min = (now() - t0) / reps;
+	printf("exact balanced assignment N=%u K=%u: %.2f ms per call (unconstrained argmin %.3f ms, "
+	       "%.0fx)\n", n, K, t_bal * 1e3, t_min * 1e3, t_bal / t_min);
+	free(a);
+	free(cost);
+}
+
 int main(void)
 {
 	size_t slen = locus_eldr_sig_len(L, E);
@@ -361,5 +403,7 @@ int main(void)
 		printf("\n");
 	free(pool);
 	bench_fit();
+	bench_assign(1000, 16);
+	bench_assign(1000, 64);
 	return 0;
 }
