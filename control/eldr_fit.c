@@ -71,6 +71,12 @@ static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L
 				       o->n_decoders, n);
 	if (!L || L > LOCUS_ELDR_MAX_LAYERS || !E || E > LOCUS_ELDR_MAX_EXPERTS)
 		return locus_error_set(err, LOCUS_ERANGE, "shape L=%u E=%u out of range", L, E);
+	if ((uint64_t)n * L * E > LOCUS_ELDRFIT_MAX_CELLS)
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "%u requests x %u layers x %u experts = %llu cells exceeds the "
+				       "fit's limit of %llu", n, L, E,
+				       (unsigned long long)n * L * E,
+				       (unsigned long long)LOCUS_ELDRFIT_MAX_CELLS);
 	if (!isfinite(o->tau) || o->tau < 0.0f || o->tau > 2.0f)
 		return locus_error_set(err, LOCUS_ERANGE, "tau %g outside [0, 2]", (double)o->tau);
 	if (o->decoder_ids) {

@@ -38,6 +38,13 @@
 #include "locus_err.h"
 #include "locus_trace.h"
 
+/*
+ * Bound on requests x layers x experts a fit accepts: the fit holds the
+ * counts (2 bytes a cell) and the vectors (4 bytes a cell) in memory, so
+ * this is about 6 GiB. Above it, subsample the calibration trace.
+ */
+#define LOCUS_ELDRFIT_MAX_CELLS (1ull << 30)
+
 enum locus_eldrfit_score_kind {
 	LOCUS_ELDRFIT_SCORE_NONE = 0,   /* no_mask: no search ran */
 	LOCUS_ELDRFIT_SCORE_DECODE,     /* decode routed_experts as target */

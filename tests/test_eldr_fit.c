@@ -216,6 +216,10 @@ static void test_fit_option_errors(void **state)
 			 -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "twice"));
 	o.decoder_ids = NULL;
+	/* more cells than the fit holds in memory: refused before any allocation */
+	assert_int_equal(locus_eldrfit_arrays(counts, 1u << 20, 1024, 2, NULL, NULL, 0, 0, &o, &res,
+					      &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "exceeds the fit's limit"));
 	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e), 0);
 	assert_int_equal(res.n_masked, 2);
 	assert_int_equal(locus_eldr_blob_check(res.blob, res.blob_len, NULL, &e), 0);
