@@ -9,6 +9,7 @@
 #   make test       install missing Debian packages, build, run every test
 #   make asan       the unit tests under AddressSanitizer + UBSan
 #   make bench      build and run the benchmarks (figures are printed, never asserted)
+#   make demo       the main job: locusd on the embedded default with client traffic
 #   make install    PREFIX=/usr/local DESTDIR=
 #   make deps       install the Debian 12 packages the build and tests need
 
@@ -106,6 +107,14 @@ test:
 .PHONY: test-run
 test-run: $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(ALL_TARGETS)
 	tools/run-tests.sh $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(EXTRA_TESTS)
+
+# The main job on the embedded default: locusd, tables fitted from the repo's
+# calibration sample, client traffic, a table pushed mid-run, locus-stat.
+.PHONY: demo
+demo:
+	tools/deps.sh ensure
+	$(MAKE) --no-print-directory all-targets
+	BUILD=$(BUILD) tools/demo.sh
 
 .PHONY: test-unit
 test-unit: $(addprefix $(BUILD)/,$(UNIT_TESTS))
