@@ -46,7 +46,7 @@ int tj_expect(struct tj *j, char c, const char *what);
 int tj_next(struct tj *j, char closer);
 
 /*
- * A string into out (NUL-terminated, UTF-8; \uXXXX escapes decoded). Fails
+ * A string into out (NUL-terminated, UTF-8; \u escapes and surrogate pairs decoded). Fails
  * with -LOCUS_ERANGE if it does not fit in cap bytes. out NULL: validate only.
  */
 int tj_string(struct tj *j, char *out, size_t cap);
