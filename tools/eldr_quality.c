@@ -17,7 +17,8 @@
  *                room, else to the least-filled decoder with room;
  *   ELDR         the router (band tau, least loaded with the herding guard);
  *                a decoder whose batch is full is marked down for the rest
- *                of the round.
+ *                of the round; once with the fitted layer mask, once with
+ *                every layer (--no-mask).
  * Figures, mean over decoder batches, with their ratio to round-robin:
  *   per decode step  distinct (layer, expert) pairs of the batch's t-th
  *                    generated tokens (what one decode step must read),
@@ -148,23 +149,24 @@ static uint32_t distinct_pairs(const struct locus_trace *t, const uint32_t *batc
 	return cnt;
 }
 
-enum { POL_RR, POL_DOMAIN, POL_ELDR, POL_N };
-static const char *const pol_name[POL_N] = { "round-robin", "domain (oracle)", "ELDR" };
+enum { POL_RR, POL_DOMAIN, POL_ELDR, POL_ELDR_ALL, POL_N };
+static const char *const pol_name[POL_N] = { "round-robin", "domain (oracle)", "ELDR",
+					     "ELDR --no-mask" };
 
 static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 {
 	struct locus_eldrfit_opts o = { .n_decoders = K, .tau = tau, .seed = 1 };
 	struct locus_trace_req *cal = NULL;
 	struct locus_trace *calt = NULL;
-	struct locus_eldrfit_result res = { 0 };
-	struct locus_eldr_router *r = NULL;
+	struct locus_eldrfit_result res = { 0 }, res_all = { 0 };
+	struct locus_eldr_router *r = NULL, *r_all = NULL, *rp;
 	struct locus_error e = { 0 };
 	uint32_t *test = NULL, n_test = 0, n_cal = 0, *batch = NULL, *fill = NULL;
 	double sum[POL_N] = { 0 }, step[POL_N] = { 0 };
 	uint32_t n_batches = 0, rounds, seed = 12345;
 	const size_t slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
 	uint8_t *sig = NULL, *seen = NULL;
-	void *mem = NULL;
+	void *mem = NULL, *mem_all = NULL;
 	size_t msz;
 	int ret = 1;
 
@@ -199,15 +201,25 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 	if (!mem || locus_eldr_router_build(mem, msz, (uint8_t *)res.blob + 64, res.blob_len - 64,
 					    LOCUS_ELDR_PATH_AUTO, &r, &e) < 0)
 		goto fail;
+	o.no_mask = 1;
+	if (locus_eldrfit_trace(calt, &o, &res_all, &e) < 0)
+		goto fail;
+	msz = locus_eldr_router_mem_size((uint8_t *)res_all.blob + 64, res_all.blob_len - 64);
+	mem_all = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
+	if (!mem_all || locus_eldr_router_build(mem_all, msz, (uint8_t *)res_all.blob + 64,
+						res_all.blob_len - 64, LOCUS_ELDR_PATH_AUTO, &r_all,
+						&e) < 0)
+		goto fail;
 	rounds = n_test / (K * B);
 	for (uint32_t rd = 0; rd < rounds; rd++) {
 		const uint32_t *req = test + (size_t)rd * K * B;
 
 		for (int p = 0; p < POL_N; p++) {
+			rp = p == POL_ELDR_ALL ? r_all : r;
 			memset(fill, 0, sizeof(*fill) * K);
 			for (uint32_t d = 0; d < K; d++) {
-				locus_eldr_router_set_load(r, d, 0);
-				locus_eldr_router_set_up(r, d, 1);
+				locus_eldr_router_set_load(rp, d, 0);
+				locus_eldr_router_set_up(rp, d, 1);
 			}
 			for (uint32_t i = 0; i < K * B; i++) {
 				uint32_t dst = 0;
@@ -233,13 +245,13 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 					if (locus_eldr_sig_build(sig, slen, t->n_layers, t->n_experts, t->k,
 								 t->reqs[req[i]].prompt,
 								 t->reqs[req[i]].prompt_len, 0, &e) < 0 ||
-					    locus_eldr_route(r, sig, slen, &dec) < 0)
+					    locus_eldr_route(rp, sig, slen, &dec) < 0)
 						goto fail;
 					dst = dec.slot;
 				}
 				batch[dst * B + fill[dst]++] = req[i];
-				if (p == POL_ELDR && fill[dst] == B)
-					locus_eldr_router_set_up(r, dst, 0);
+				if (p >= POL_ELDR && fill[dst] == B)
+					locus_eldr_router_set_up(rp, dst, 0);
 			}
 			for (uint32_t d = 0; d < K; d++) {
 				sum[p] += distinct_pairs(t, batch + d * B, B, seen);
@@ -260,7 +272,9 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 fail:
 	fprintf(stderr, "eldr_quality: %s (%s)\n", e.msg, locus_strerror(e.code));
 out:
+	free(mem_all);
 	free(mem);
+	locus_eldrfit_result_free(&res_all);
 	locus_eldrfit_result_free(&res);
 	locus_trace_free(calt);
 	free(fill);
