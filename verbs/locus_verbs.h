@@ -338,7 +338,11 @@ int locus_verbs_poll(struct locus_verbs_ep *ep);
  */
 int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms);
 
-/* Release the oldest n held messages of p (in arrival order). */
+/*
+ * Release the oldest n held messages of p (in arrival order). Held messages
+ * die with their connection (after a reconnect the peer rewrites the
+ * slots): once on_peer_down ran, releasing them returns -LOCUS_ESTATE.
+ */
 int locus_verbs_release(struct locus_verbs_peer *p, unsigned n);
 
 /* Force pending released credits out now (normally batched by slot_count / 4). */

@@ -63,8 +63,8 @@ static void fill_dev(const char *root, const char *name, struct locus_verbs_devi
 
 	memset(di, 0, sizeof(*di));
 	di->numa_node = -1;
-	snprintf(di->name, sizeof(di->name), "%s", name);
-	if (snprintf(dir, sizeof(dir), "%s/class/infiniband/%s", root, name) >= (int)sizeof(dir))
+	if (snprintf(di->name, sizeof(di->name), "%s", name) >= (int)sizeof(di->name) ||
+	    snprintf(dir, sizeof(dir), "%s/class/infiniband/%s", root, name) >= (int)sizeof(dir))
 		return;
 	di->n_ports = count_ports(dir);
 	/* device -> ../../../0000:3b:00.0: resolve it to compare PCI ancestry */
