@@ -33,17 +33,25 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *v)
 	return 0;
 }
 
+/* "0,1,5": comma-separated u32 ids, no empty or stray fields. */
 static int parse_ids(const char *s, uint32_t **out, uint32_t *n)
 {
 	uint32_t cap = 16, cnt = 0, *ids = malloc(cap * sizeof(*ids));
-	char *copy = strdup(s), *save = NULL, *tok;
+	const char *p = s;
 
-	if (!ids || !copy)
+	if (!ids || !*s)
 		goto err;
-	for (tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+	for (;;) {
+		const char *comma = strchr(p, ',');
+		size_t len = comma ? (size_t)(comma - p) : strlen(p);
+		char field[24];
 		uint64_t v;
 
-		if (parse_u64(tok, UINT32_MAX, &v) < 0)
+		if (!len || len >= sizeof(field))
+			goto err;
+		memcpy(field, p, len);
+		field[len] = '\0';
+		if (parse_u64(field, UINT32_MAX, &v) < 0)
 			goto err;
 		if (cnt == cap) {
 			uint32_t *n2 = realloc(ids, 2 * cap * sizeof(*ids));
@@ -54,13 +62,14 @@ static int parse_ids(const char *s, uint32_t **out, uint32_t *n)
 			cap *= 2;
 		}
 		ids[cnt++] = (uint32_t)v;
+		if (!comma)
+			break;
+		p = comma + 1;
 	}
-	free(copy);
 	*out = ids;
 	*n = cnt;
 	return 0;
 err:
-	free(copy);
 	free(ids);
 	return -1;
 }

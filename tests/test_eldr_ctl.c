@@ -123,6 +123,9 @@ static void test_bad_input(void **state)
 	assert_int_equal(ctl("fit --trace %s --decoders 4", sample()), 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau nan -o %s", sample(), tbl), 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,2 -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,,2 -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,2, -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,x -o %s", sample(), tbl), 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,1 -o %s", sample(), tbl), 1);
 	assert_non_null(strstr(out, "decoder id 1 given twice"));
 	assert_int_equal(ctl("fit --trace %s --decoders 200 -o %s", sample(), tbl), 1);

@@ -295,6 +295,9 @@ static void test_bad_signatures_and_build(void **state)
 						 LOCUS_ELDR_PATH_AUTO, &f.r, &e), -LOCUS_ERANGE);
 	assert_int_equal(locus_eldr_router_build((uint8_t *)mem + 8, msz, f.payload, f.len,
 						 LOCUS_ELDR_PATH_AUTO, &f.r, &e), -EINVAL);
+	assert_int_equal(locus_eldr_router_build(mem, msz, f.payload, f.len,
+						 (enum locus_eldr_path)9, &f.r, &e), -ENOTSUP);
+	assert_non_null(strstr(e.msg, "not supported"));
 	((float *)(f.payload + f.len))[-1] = NAN; /* last centroid value */
 	assert_int_equal(locus_eldr_router_build(mem, msz, f.payload, f.len,
 						 LOCUS_ELDR_PATH_AUTO, &f.r, &e), -LOCUS_ENAN);
