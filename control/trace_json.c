@@ -187,6 +187,38 @@ static int escape(struct tj *j, char *out, size_t cap, size_t *n)
 	return put(j, out, cap, n, u, len);
 }
 
+/*
+ * Length of the well-formed UTF-8 sequence at p (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF), or 0.
+ */
+static size_t utf8_len(const unsigned char *p, const unsigned char *end)
+{
+	size_t n;
+	uint32_t cp;
+
+	if (p[0] < 0x80)
+		return 1;
+	if (p[0] >= 0xc2 && p[0] <= 0xdf)
+		n = 2, cp = p[0] & 0x1f;
+	else if (p[0] >= 0xe0 && p[0] <= 0xef)
+		n = 3, cp = p[0] & 0x0f;
+	else if (p[0] >= 0xf0 && p[0] <= 0xf4)
+		n = 4, cp = p[0] & 0x07;
+	else
+		return 0;
+	if ((size_t)(end - p) < n)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (p[i] & 0x3f);
+	}
+	if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp < 0xe000))) ||
+	    (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+		return 0;
+	return n;
+}
+
 int tj_string(struct tj *j, char *out, size_t cap)
 {
 	size_t n = 0;
@@ -206,6 +238,17 @@ int tj_string(struct tj *j, char *out, size_t cap)
 		}
 		if (c < 0x20)
 			return tj_fail(j, LOCUS_EPARSE, "control character 0x%02x in string", c);
+		if (c >= 0x80) {
+			size_t u = utf8_len((const unsigned char *)j->p, (const unsigned char *)j->end);
+
+			if (!u)
+				return tj_fail(j, LOCUS_EPARSE, "invalid UTF-8 in string");
+			ret = put(j, out, cap, &n, j->p, u);
+			j->p += u;
+			if (ret < 0)
+				return ret;
+			continue;
+		}
 		j->p++;
 		if (c == '\\')
 			ret = escape(j, out, cap, &n);

@@ -30,7 +30,7 @@ static void test_good_trace(void **state)
 		"{\"id\":\"a\",\"domain\":\"law\",\"prompt_routed_experts\":[[[0,1],[2,3]],[[4,5],[6,7]]],"
 		"\"routed_experts\":[[[7,6],[5,4]]],\"extra\":{\"x\":[1,2.5e3,null,true,\"s\\u00e9\"]}}\r\n"
 		"  {\"prompt_routed_experts\":[[[1,1],[2,2]]],\"routed_experts\":[],\"id\":42}\n"
-		"{\"id\":\"c\\\"q\",\"domain\":\"code\",\"prompt_routed_experts\":[[[3,3],[3,3]]],\"routed_experts\":null}";
+		"{\"id\":\"c\\\"q\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\",\"domain\":\"code\",\"prompt_routed_experts\":[[[3,3],[3,3]]],\"routed_experts\":null}";
 	struct locus_trace *t;
 	struct locus_error e;
 	(void)state;
@@ -49,7 +49,7 @@ static void test_good_trace(void **state)
 	assert_string_equal(t->reqs[1].id, "42");
 	assert_int_equal(t->reqs[1].domain, 0); /* unlabelled */
 	assert_null(t->reqs[1].gen);
-	assert_string_equal(t->reqs[2].id, "c\"q");
+	assert_string_equal(t->reqs[2].id, "c\"q\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80");
 	assert_int_equal(t->reqs[2].gen_len, 0);
 	assert_int_equal(t->n_domains, 3);
 	locus_trace_free(t);
@@ -142,6 +142,12 @@ static void test_errors(void **state)
 		  "t.jsonl:1:38: unexpected 't'" },
 		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"a\tb\"}", -LOCUS_EPARSE,
 		  "t.jsonl:1:40: control character" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"a\xc3(\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:40: invalid UTF-8" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"\xc0\xaf\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:39: invalid UTF-8" },
+		{ "{\"prompt_routed_experts\":[[[0]]],\"x\":\"\xed\xa0\x80\"}", -LOCUS_EPARSE,
+		  "t.jsonl:1:39: invalid UTF-8" },
 	};
 	struct locus_trace *t = NULL;
 	struct locus_error e;
