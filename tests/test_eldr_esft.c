@@ -375,6 +375,38 @@ static void test_esft2jsonl_cli(void **state)
 	assert_memory_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 0), ids1, 6 * 2);
 	assert_memory_equal(locus_trace_tok(t, t->reqs[0].gen, 1, 25), ids26 + 33 * 6, 6 * 2);
 	locus_trace_free(t);
+	/* whole sequences of all four domains: the converter's own output file
+	 * against the authors' token_scores */
+	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' -o %s 2>/dev/null", esft2jsonl, dir, out);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(locus_trace_load(out, NULL, &t, &e), 0);
+	assert_int_equal(t->n_requests, 33 + 40 + 13 + 127);
+	for (uint32_t d = 1; d < t->n_domains; d++) {
+		static double ts[L_ESFT][E_ESFT];
+		static uint64_t cnt[L_ESFT][E_ESFT];
+		char path[4096];
+		uint64_t tokens = 0;
+
+		snprintf(path, sizeof(path), "%s/%s/summary.json", dir, t->domains[d]);
+		assert_int_equal(read_token_scores(path, ts, &e), 0);
+		memset(cnt, 0, sizeof(cnt));
+		for (uint32_t i = 0; i < t->n_requests; i++) {
+			const struct locus_trace_req *r = &t->reqs[i];
+
+			if (r->domain != d)
+				continue;
+			tokens += r->prompt_len;
+			for (uint32_t tok = 0; tok < r->prompt_len; tok++)
+				for (uint32_t l = 0; l < L_ESFT; l++)
+					for (uint32_t k = 0; k < K_ESFT; k++)
+						cnt[l][locus_trace_tok(t, r->prompt, tok, l)[k]]++;
+		}
+		for (uint32_t l = 0; l < L_ESFT; l++)
+			for (uint32_t x = 0; x < E_ESFT; x++)
+				assert_float_equal((double)cnt[l][x] / (double)(tokens * K_ESFT), ts[l][x],
+						   5e-5);
+	}
+	locus_trace_free(t);
 	/* --per-domain keeps that many */
 	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains law,intent --window 16 --per-domain 5 "
 		 "-o %s 2>/dev/null", esft2jsonl, dir, out);
