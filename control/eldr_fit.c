@@ -61,7 +61,8 @@ static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L
 		      struct locus_error *err)
 {
 	if (!o || !o->n_decoders)
-		return locus_error_set(err, LOCUS_ERANGE, "number of decoders K must be at least 1");
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "number of decoders K must be at least 1");
 	if (o->n_decoders > LOCUS_ELDR_MAX_DECODERS)
 		return locus_error_set(err, LOCUS_ERANGE, "K=%u exceeds the maximum %u",
 				       o->n_decoders, LOCUS_ELDR_MAX_DECODERS);
@@ -137,7 +138,8 @@ static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t 
 	ret = locus_eldr_tbl_validate(h, lay.len, NULL, err);
 	if (ret < 0)
 		goto err_free;
-	ret = locus_tbl_seal(blob, sizeof(struct locus_tbl_hdr) + lay.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
+	ret = locus_tbl_seal(blob, sizeof(struct locus_tbl_hdr) + lay.len, LOCUS_TBL_ELDR,
+			     LOCUS_ELDR_TBL_VERSION,
 			     lay.len);
 	if (ret < 0) {
 		ret = locus_error_set(err, -ret, "sealing the table failed");
@@ -192,7 +194,8 @@ int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16
 				       &res->mask_score, &res->full_score, o->progress,
 				       o->progress_arg);
 		if (ret < 0) {
-			ret = locus_error_set(err, -ret, "layer mask search: %s", locus_strerror(ret));
+			ret = locus_error_set(err, -ret, "layer mask search: %s",
+					      locus_strerror(ret));
 			goto err_free;
 		}
 		res->score_kind = kind;
@@ -313,11 +316,13 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 			} else {
 				uint32_t h = r->prompt_len / 2;
 
-				ret = locus_eldr_counts_add(spre + (size_t)s * LE, L, E, k, r->prompt,
+				ret = locus_eldr_counts_add(spre + (size_t)s * LE, L, E, k,
+							    r->prompt,
 							    h, err);
 				if (ret >= 0)
 					ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k,
-								    locus_trace_tok(t, r->prompt, h, 0),
+								    locus_trace_tok(t, r->prompt, h,
+										    0),
 								    r->prompt_len - h, err);
 			}
 			if (ret < 0)

@@ -315,7 +315,8 @@ static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, 
 	}
 	for (; i0 < n; i0++)
 		for (uint32_t k = 0; k < K; k++)
-			cost[(size_t)i0 * K + k] = -(double)dotf(x + (size_t)i0 * D, c + (size_t)k * D, D);
+			cost[(size_t)i0 * K + k] = -(double)dotf(x + (size_t)i0 * D,
+								 c + (size_t)k * D, D);
 }
 
 static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,

@@ -32,7 +32,7 @@ int trace_builder_init(struct trace_builder *b, const struct locus_trace_opts *o
 		b->opts.max_tokens = DEF_MAX_TOKENS;
 	if (!b->opts.max_file_bytes)
 		b->opts.max_file_bytes = DEF_MAX_FILE;
-	if (b->opts.n_experts > 65536)
+	if (b->opts.n_experts > 65535) /* E is a u16 in struct locus_trace */
 		return -LOCUS_ERANGE;
 	b->n_experts = b->opts.n_experts;
 	b->t = calloc(1, sizeof(*b->t));
@@ -144,7 +144,8 @@ int trace_builder_finish(struct trace_builder *b, struct locus_trace **out,
 		/* inferred from the largest id seen (documented in locus_trace.h) */
 		if (b->max_id >= 65535) {
 			trace_builder_abort(b);
-			return locus_error_set(err, LOCUS_ERANGE, "%s: expert id 65535 leaves no room for E", name);
+			return locus_error_set(err, LOCUS_ERANGE,
+					       "%s: expert id 65535 leaves no room for E", name);
 		}
 		b->n_experts = b->max_id + 1u;
 	}
@@ -207,7 +208,8 @@ static int parse_token(struct line_state *s)
 			return tj_fail(j, LOCUS_EPARSE, "token has more than n_layers=%u layers",
 				       b->n_layers);
 		if (l >= LOCUS_TRACE_MAX_LAYERS)
-			return tj_fail(j, LOCUS_ERANGE, "more than %u layers", LOCUS_TRACE_MAX_LAYERS);
+			return tj_fail(j, LOCUS_ERANGE, "more than %u layers",
+				       LOCUS_TRACE_MAX_LAYERS);
 		ret = tj_expect(j, '[', "'[' opening a layer's expert ids");
 		if (ret < 0)
 			return ret;
@@ -217,9 +219,11 @@ static int parse_token(struct line_state *s)
 			uint64_t v;
 
 			if (b->k && kk >= b->k)
-				return tj_fail(j, LOCUS_EPARSE, "layer %u has more than k=%u ids", l, b->k);
+				return tj_fail(j, LOCUS_EPARSE, "layer %u has more than k=%u ids",
+					       l, b->k);
 			if (kk >= LOCUS_TRACE_MAX_K)
-				return tj_fail(j, LOCUS_ERANGE, "more than %u ids per layer", LOCUS_TRACE_MAX_K);
+				return tj_fail(j, LOCUS_ERANGE, "more than %u ids per layer",
+					       LOCUS_TRACE_MAX_K);
 			tj_ws(j);
 			at = j->p;
 			ret = tj_uint(j, 65535, &v);
@@ -244,7 +248,8 @@ static int parse_token(struct line_state *s)
 		if (!b->k)
 			b->k = (uint16_t)kk;
 		else if (kk != b->k)
-			return tj_fail(j, LOCUS_EPARSE, "layer %u has %u ids, expected k=%u", l, kk, b->k);
+			return tj_fail(j, LOCUS_EPARSE, "layer %u has %u ids, expected k=%u", l, kk,
+				       b->k);
 		l++;
 		more = tj_next(j, ']');
 		if (more < 0)
@@ -360,7 +365,8 @@ static int parse_line(struct line_state *s, int first)
 			ret = tj_uint(j, 1000, &hv[0]);
 			if (ret >= 0 && hv[0] != 1) {
 				j->p = at;
-				ret = tj_fail(j, LOCUS_EVERSION, "trace version %llu, this build reads 1",
+				ret = tj_fail(j, LOCUS_EVERSION,
+					      "trace version %llu, this build reads 1",
 					      (unsigned long long)hv[0]);
 			}
 			break;
@@ -371,7 +377,7 @@ static int parse_line(struct line_state *s, int first)
 			ret = tj_uint(j, LOCUS_TRACE_MAX_K, &hv[2]);
 			break;
 		case K_E:
-			ret = tj_uint(j, 65536, &hv[3]);
+			ret = tj_uint(j, 65535, &hv[3]);
 			break;
 		default:
 skip_value_after_key:
@@ -395,7 +401,8 @@ skip_value_after_key:
 
 	if (seen & K_MAGIC) {
 		if (!first)
-			return tj_fail(j, LOCUS_EPARSE, "header (\"locus_trace\") only allowed on the first line");
+			return tj_fail(j, LOCUS_EPARSE,
+				       "header (\"locus_trace\") only allowed on the first line");
 		if (seen & (K_ID | K_DOMAIN | K_PROMPT | K_GEN))
 			return tj_fail(j, LOCUS_EPARSE, "header line mixes request keys");
 		if ((seen & K_LAYERS) && !hv[1])
@@ -406,7 +413,8 @@ skip_value_after_key:
 			if (!hv[3])
 				return tj_fail(j, LOCUS_ERANGE, "header n_experts is 0");
 			if (b->opts.n_experts && b->opts.n_experts != hv[3])
-				return tj_fail(j, LOCUS_ERANGE, "header n_experts=%llu but %u was requested",
+				return tj_fail(j, LOCUS_ERANGE,
+					       "header n_experts=%llu but %u was requested",
 					       (unsigned long long)hv[3], b->opts.n_experts);
 			b->n_experts = (uint32_t)hv[3];
 		}
@@ -450,7 +458,8 @@ int locus_trace_parse(const char *buf, size_t len, const char *name,
 	}
 	if (opts && len > s.b->opts.max_file_bytes) {
 		trace_builder_abort(s.b);
-		return locus_error_set(err, LOCUS_ERANGE, "%s: %zu bytes exceeds the limit", name, len);
+		return locus_error_set(err, LOCUS_ERANGE, "%s: %zu bytes exceeds the limit", name,
+				       len);
 	}
 	while (p < end) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));

@@ -38,7 +38,8 @@ static long parse_ids(const char *p, const char *le, const char **weights, uint1
 			return locus_error_set(err, LOCUS_EPARSE, "%s:%u: bad expert id field",
 					       path, line);
 		if (v >= n_experts)
-			return locus_error_set(err, LOCUS_ERANGE, "%s:%u: expert id %lu >= %u", path,
+			return locus_error_set(err, LOCUS_ERANGE, "%s:%u: expert id %lu >= %u",
+					       path,
 					       line, v, n_experts);
 		if (dst) {
 			if ((size_t)n >= cap)
@@ -144,14 +145,16 @@ static int scan_layer(struct esft_ctx *c, const char *buf, size_t len, uint16_t 
 					       "%s:%u: %ld ids is not a positive multiple of k=%u",
 					       c->path, line, n, c->k);
 		if (count_fields(w, le) != n)
-			return locus_error_set(c->err, LOCUS_EPARSE, "%s:%u: %ld ids but %ld weights",
+			return locus_error_set(c->err, LOCUS_EPARSE,
+					       "%s:%u: %ld ids but %ld weights",
 					       c->path, line, n, count_fields(w, le));
 		if (!fill) {
 			ret = add_seq(c, n, line);
 			if (ret < 0)
 				return ret;
 		} else if ((size_t)n != cap) {
-			return locus_error_set(c->err, LOCUS_EPARSE, "%s:%u: %ld tokens, layer 1 has %u",
+			return locus_error_set(c->err, LOCUS_EPARSE,
+					       "%s:%u: %ld tokens, layer 1 has %u",
 					       c->path, line, n / c->k, c->seqs[line - 1].tokens);
 		}
 	}

@@ -239,7 +239,8 @@ int tj_string(struct tj *j, char *out, size_t cap)
 		if (c < 0x20)
 			return tj_fail(j, LOCUS_EPARSE, "control character 0x%02x in string", c);
 		if (c >= 0x80) {
-			size_t u = utf8_len((const unsigned char *)j->p, (const unsigned char *)j->end);
+			size_t u = utf8_len((const unsigned char *)j->p,
+					    (const unsigned char *)j->end);
 
 			if (!u)
 				return tj_fail(j, LOCUS_EPARSE, "invalid UTF-8 in string");
@@ -338,7 +339,8 @@ int tj_uint(struct tj *j, uint64_t max, uint64_t *v)
 		j->p++;
 	}
 	if (j->p < j->end && (*j->p == '.' || *j->p == 'e' || *j->p == 'E'))
-		return tj_fail(j, LOCUS_EPARSE, "expected an integer, found a fraction or exponent");
+		return tj_fail(j, LOCUS_EPARSE,
+			       "expected an integer, found a fraction or exponent");
 	*v = x;
 	return 0;
 }
@@ -354,7 +356,8 @@ int tj_number(struct tj *j, double *v)
 	if (ret < 0)
 		return ret;
 	if (len >= sizeof(buf))
-		return tj_fail(j, LOCUS_ERANGE, "number longer than %zu characters", sizeof(buf) - 1);
+		return tj_fail(j, LOCUS_ERANGE, "number longer than %zu characters",
+			       sizeof(buf) - 1);
 	memcpy(buf, j->p, len);
 	buf[len] = '\0';
 	errno = 0;

@@ -56,7 +56,8 @@ int locus_trace_from_arrays(uint16_t n_layers, uint16_t k, uint16_t n_experts,
 		const char *dn = domain_names ? domain_names[i] : NULL;
 
 		if (!r.prompt_len) {
-			ret = locus_error_set(err, LOCUS_EPARSE, "request %u has no prompt tokens", i);
+			ret = locus_error_set(err, LOCUS_EPARSE, "request %u has no prompt tokens",
+					      i);
 			goto err_abort;
 		}
 		ret = copy_ids(&b, reqs[i].prompt, per * r.prompt_len, &po, i, err);

@@ -64,7 +64,8 @@ float eldr_norm_avx2(const struct locus_eldr_router *r, const float *x)
 	__m256 nlo = _mm256_setzero_ps(), nhi = _mm256_setzero_ps();
 
 	for (uint32_t b = 0; b < r->n_blocks; b++) {
-		__m256 tl = _mm256_mul_ps(_mm256_load_ps(x + b * 16), _mm256_load_ps(r->idf + b * 16));
+		__m256 tl = _mm256_mul_ps(_mm256_load_ps(x + b * 16),
+					  _mm256_load_ps(r->idf + b * 16));
 		__m256 th = _mm256_mul_ps(_mm256_load_ps(x + b * 16 + 8),
 					  _mm256_load_ps(r->idf + b * 16 + 8));
 
@@ -121,7 +122,8 @@ float eldr_norm_avx512(const struct locus_eldr_router *r, const float *x)
 	__m512 n = _mm512_setzero_ps();
 
 	for (uint32_t b = 0; b < r->n_blocks; b++) {
-		__m512 t = _mm512_mul_ps(_mm512_load_ps(x + b * 16), _mm512_load_ps(r->idf + b * 16));
+		__m512 t = _mm512_mul_ps(_mm512_load_ps(x + b * 16),
+					 _mm512_load_ps(r->idf + b * 16));
 
 		n = _mm512_fmadd_ps(t, t, n);
 	}

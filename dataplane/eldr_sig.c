@@ -16,14 +16,17 @@ int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
 				       "signature is %zu bytes, shorter than its %zu-byte header",
 				       payload ? len : 0, sizeof(*h));
 	if (unlikely(h->magic != LOCUS_ELDR_SIG_MAGIC))
-		return locus_error_set(err, LOCUS_EBADMAGIC, "signature magic 0x%08x, expected 0x%08x",
+		return locus_error_set(err, LOCUS_EBADMAGIC,
+				       "signature magic 0x%08x, expected 0x%08x",
 				       h->magic, LOCUS_ELDR_SIG_MAGIC);
 	if (unlikely(h->version != LOCUS_ELDR_SIG_VERSION))
-		return locus_error_set(err, LOCUS_EVERSION, "signature version %u, this build reads %u",
+		return locus_error_set(err, LOCUS_EVERSION,
+				       "signature version %u, this build reads %u",
 				       h->version, LOCUS_ELDR_SIG_VERSION);
 	memcpy(&rsv, h->reserved, sizeof(rsv));
 	if (unlikely(h->flags || rsv))
-		return locus_error_set(err, LOCUS_EPROTO, "signature flags/reserved bytes not zero");
+		return locus_error_set(err, LOCUS_EPROTO,
+				       "signature flags/reserved bytes not zero");
 	if (unlikely(h->n_layers != n_layers || h->n_experts != n_experts))
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "signature is %ux%u (layers x experts), the table is %ux%u",
@@ -32,7 +35,8 @@ int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
 		return locus_error_set(err, len < locus_eldr_sig_len(n_layers, n_experts) ?
 				       LOCUS_ETRUNCATED : LOCUS_ERANGE,
 				       "signature payload is %zu bytes, %ux%u needs %zu", len,
-				       n_layers, n_experts, locus_eldr_sig_len(n_layers, n_experts));
+				       n_layers, n_experts, locus_eldr_sig_len(n_layers,
+									       n_experts));
 	return 0;
 }
 
@@ -77,9 +81,11 @@ long locus_eldr_sig_build(void *buf, size_t cap, uint16_t n_layers, uint16_t n_e
 
 	if (!buf || !n_layers || !n_experts || n_layers > LOCUS_ELDR_MAX_LAYERS ||
 	    n_experts > LOCUS_ELDR_MAX_EXPERTS)
-		return locus_error_set(err, EINVAL, "bad signature shape %ux%u", n_layers, n_experts);
+		return locus_error_set(err, EINVAL, "bad signature shape %ux%u", n_layers,
+				       n_experts);
 	if (cap < len)
-		return locus_error_set(err, LOCUS_ERANGE, "buffer of %zu bytes, signature needs %zu",
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "buffer of %zu bytes, signature needs %zu",
 				       cap, len);
 	memset(buf, 0, len);
 	h->magic = LOCUS_ELDR_SIG_MAGIC;

@@ -93,7 +93,8 @@ int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_t
 	if ((uintptr_t)payload % 4)
 		return locus_error_set(err, EINVAL, "ELDR table payload is not 4-byte aligned");
 	if (h->flags || !zero_bytes(h->reserved, sizeof(h->reserved)))
-		return locus_error_set(err, LOCUS_ERANGE, "ELDR table flags/reserved bytes not zero");
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "ELDR table flags/reserved bytes not zero");
 	if (locus_eldr_tbl_layout(h->n_layers, h->n_experts, h->n_decoders, &lay) < 0)
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "ELDR table shape L=%u E=%u K=%u out of range (1..%u, 1..%u, 1..%u)",
@@ -111,14 +112,16 @@ int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_t
 	idf = (const float *)(base + lay.off_idf);
 	for (uint32_t l = 0; l < h->n_layers; l++) {
 		if (mask[l] > 1)
-			return locus_error_set(err, LOCUS_ERANGE, "layer mask byte %u is %u, not 0/1",
+			return locus_error_set(err, LOCUS_ERANGE,
+					       "layer mask byte %u is %u, not 0/1",
 					       l, mask[l]);
 		masked += mask[l];
 	}
 	if (!masked)
 		return locus_error_set(err, LOCUS_ERANGE, "layer mask selects no layer");
 	if (masked != h->n_masked)
-		return locus_error_set(err, LOCUS_ERANGE, "header says %u masked layers, mask has %u",
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "header says %u masked layers, mask has %u",
 				       h->n_masked, masked);
 	le = (size_t)h->n_layers * h->n_experts;
 	for (size_t i = 0; i < le; i++)

@@ -122,16 +122,22 @@ static void test_bad_input(void **state)
 	assert_non_null(strstr(out, "bad value '0' for --decoders"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4", sample()), 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau nan -o %s", sample(), tbl), 2);
-	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,2 -o %s", sample(), tbl), 2);
-	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,,2 -o %s", sample(), tbl), 2);
-	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,2, -o %s", sample(), tbl), 2);
-	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,x -o %s", sample(), tbl), 2);
-	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,1 -o %s", sample(), tbl), 1);
+	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,2 -o %s", sample(), tbl),
+			 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,,2 -o %s", sample(), tbl),
+			 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,2, -o %s", sample(), tbl),
+			 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,x -o %s", sample(), tbl),
+			 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --decoder-ids 1,1 -o %s", sample(), tbl),
+			 1);
 	assert_non_null(strstr(out, "decoder id 1 given twice"));
 	assert_int_equal(ctl("fit --trace %s --decoders 200 -o %s", sample(), tbl), 1);
 	assert_non_null(strstr(out, "only 96 calibration requests"));
 	/* malformed JSON, with its line and column */
-	write_file(bad, "{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1]],}\n",
+	write_file(bad,
+		   "{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1]],}\n",
 		   strlen("{\"prompt_routed_experts\":[[[0,1]]]}\n{\"prompt_routed_experts\":[[[0,1]],}\n"));
 	assert_int_equal(ctl("fit --trace %s --decoders 1 -o %s", bad, tbl), 1);
 	assert_non_null(strstr(out, "bad.jsonl:2:35:"));

@@ -45,7 +45,8 @@ static int have_esft(void)
 {
 	char p[4096];
 
-	snprintf(p, sizeof(p), "%s/esft/results/expert_scores/law/expert_weights_1.txt", data_dir());
+	snprintf(p, sizeof(p), "%s/esft/results/expert_scores/law/expert_weights_1.txt",
+		 data_dir());
 	return access(p, R_OK) == 0;
 }
 
@@ -95,7 +96,8 @@ static int read_token_scores(const char *path, double ts[L_ESFT][E_ESFT], struct
 						break;
 					tj_init(&k, key, strlen(key), path, 1, e);
 					if (tj_uint(&k, E_ESFT - 1, &x) < 0) {
-						ret = tj_fail(&j, LOCUS_EPARSE, "bad expert key %s", key);
+						ret = tj_fail(&j, LOCUS_EPARSE, "bad expert key %s",
+							      key);
 						break;
 					}
 					ret = tj_expect(&j, ':', "':'");
@@ -126,7 +128,8 @@ static int read_token_scores(const char *path, double ts[L_ESFT][E_ESFT], struct
 	}
 	free(buf);
 	if (ret >= 0 && seen != L_ESFT * E_ESFT)
-		ret = locus_error_set(e, LOCUS_EPARSE, "%s: %d token scores, expected %d", path, seen,
+		ret = locus_error_set(e, LOCUS_EPARSE, "%s: %d token scores, expected %d", path,
+				      seen,
 				      L_ESFT * E_ESFT);
 	return ret;
 }
@@ -150,10 +153,12 @@ static void test_converter_matches_token_scores(void **state)
 		struct locus_trace *t, *u;
 		uint64_t tokens = 0;
 
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(), domains[d]);
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(),
+			 domains[d]);
 		snprintf(path, sizeof(path), "%s/summary.json", dir);
 		assert_int_equal(read_token_scores(path, ts, &e), 0);
-		assert_int_equal(locus_trace_load_esft(dir, domains[d], L_ESFT, K_ESFT, E_ESFT, &t, &e), 0);
+		assert_int_equal(locus_trace_load_esft(dir, domains[d], L_ESFT, K_ESFT, E_ESFT, &t,
+						       &e), 0);
 		/* the converter's output format, read back by the importer */
 		assert_int_equal(locus_trace_write(t, tmp, &e), 0);
 		assert_int_equal(locus_trace_load(tmp, NULL, &u, &e), 0);
@@ -196,7 +201,8 @@ static struct locus_trace *esft_windows(void)
 	char dir[4096];
 
 	for (size_t d = 0; d < 4; d++) {
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(), domains[d]);
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(),
+			 domains[d]);
 		assert_int_equal(locus_trace_load_esft(dir, domains[d], L_ESFT, K_ESFT, E_ESFT,
 						       &src[d], &e), 0);
 		for (uint32_t r = 0; r < src[d]->n_requests; r++) {
@@ -217,7 +223,8 @@ static struct locus_trace *esft_windows(void)
 			}
 		}
 	}
-	assert_int_equal(locus_trace_from_arrays(L_ESFT, K_ESFT, E_ESFT, n, reqs, names, &out, &e), 0);
+	assert_int_equal(locus_trace_from_arrays(L_ESFT, K_ESFT, E_ESFT, n, reqs, names, &out, &e),
+			 0);
 	for (size_t d = 0; d < 4; d++)
 		locus_trace_free(src[d]);
 	free(names);
@@ -284,7 +291,8 @@ static void test_fit_purity_and_determinism(void **state)
 		assert_int_equal(locus_eldrfit_trace(t, &o, &a, &e), 0);
 		assert_int_equal(locus_eldrfit_trace(t, &o, &b, &e), 0);
 		assert_int_equal(a.blob_len, b.blob_len);
-		assert_memory_equal((uint8_t *)a.blob + 64, (uint8_t *)b.blob + 64, a.blob_len - 64);
+		assert_memory_equal((uint8_t *)a.blob + 64, (uint8_t *)b.blob + 64,
+				    a.blob_len - 64);
 		o.no_mask = 1;
 		assert_int_equal(locus_eldrfit_trace(t, &o, &nm, &e), 0);
 		pa = purity_of(t, a.assign, Ks[i]);
@@ -359,7 +367,8 @@ static void test_esft2jsonl_cli(void **state)
 	fd = mkstemp(out);
 	assert_true(fd >= 0);
 	close(fd);
-	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains law --window 64 --prompt-frac 0.5 -o %s"
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --esft '%s' --domains law --window 64 --prompt-frac 0.5 -o %s"
 		 " 2>/dev/null", esft2jsonl, dir, out);
 	assert_int_equal(system(cmd), 0);
 	assert_int_equal(locus_trace_load(out, NULL, &t, &e), 0);
@@ -403,12 +412,14 @@ static void test_esft2jsonl_cli(void **state)
 		}
 		for (uint32_t l = 0; l < L_ESFT; l++)
 			for (uint32_t x = 0; x < E_ESFT; x++)
-				assert_float_equal((double)cnt[l][x] / (double)(tokens * K_ESFT), ts[l][x],
+				assert_float_equal((double)cnt[l][x] / (double)(tokens * K_ESFT),
+						   ts[l][x],
 						   5e-5);
 	}
 	locus_trace_free(t);
 	/* --per-domain keeps that many */
-	snprintf(cmd, sizeof(cmd), "'%s' --esft '%s' --domains law,intent --window 16 --per-domain 5 "
+	snprintf(cmd, sizeof(cmd),
+		 "'%s' --esft '%s' --domains law,intent --window 16 --per-domain 5 "
 		 "-o %s 2>/dev/null", esft2jsonl, dir, out);
 	assert_int_equal(system(cmd), 0);
 	assert_int_equal(locus_trace_load(out, NULL, &t, &e), 0);

@@ -185,8 +185,10 @@ static void test_kmeans_balanced_and_deterministic(void **state)
 			n2 += (double)c1[k * D + d] * c1[k * D + d];
 		assert_float_equal(n2, 1.0, 1e-5);
 	}
-	assert_int_equal(locus_eldrfit_kmeans(x, n, D, 0, 1, 1, c1, a1, &conv1, NULL, NULL), -EINVAL);
-	assert_int_equal(locus_eldrfit_kmeans(x, 3, D, 4, 1, 1, c1, a1, &conv1, NULL, NULL), -EINVAL);
+	assert_int_equal(locus_eldrfit_kmeans(x, n, D, 0, 1, 1, c1, a1, &conv1, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(locus_eldrfit_kmeans(x, 3, D, 4, 1, 1, c1, a1, &conv1, NULL, NULL),
+			 -EINVAL);
 	free(x);
 }
 

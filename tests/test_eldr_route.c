@@ -512,7 +512,8 @@ static void test_batch_matches_sequential(void **state)
 				int r1 = locus_eldr_route(seq, ptr[j], slen, &ds);
 
 				if (j == 0) {
-					uint32_t got = locus_eldr_route_batch(bat, ptr, lens, n, db, rc);
+					uint32_t got = locus_eldr_route_batch(bat, ptr, lens, n, db,
+									      rc);
 
 					assert_true(got <= n);
 				}

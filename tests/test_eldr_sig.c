@@ -260,14 +260,16 @@ static void test_blob_check(void **state)
 	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), 0);
 	assert_int_equal(locus_eldr_table_validate_cb(t.blob, 64 + t.len, NULL, &e), 0);
 	/* truncated file */
-	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len - 1, NULL, &e), -LOCUS_ETRUNCATED);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len - 1, NULL, &e),
+			 -LOCUS_ETRUNCATED);
 	/* payload bit flip: CRC */
 	t.cen[0] = 0.999f;
 	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), -LOCUS_ECRC);
 	/* resealed: CRC fine, contents judged */
 	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
 					t.len), 0);
-	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), 0); /* 0.999 within tol */
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e),
+			 0); /* 0.999 within tol */
 	t.cen[0] = 0.9f;
 	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
 					t.len), 0);

@@ -81,6 +81,11 @@ static void test_n_experts_rules(void **state)
 	assert_int_equal(parse(hdr, 0, &t, &e), 0);
 	assert_int_equal(t->n_experts, 6);
 	locus_trace_free(t);
+	/* E must fit the trace's u16 */
+	assert_int_equal(parse("{\"locus_trace\":1,\"n_experts\":65536}\n", 0, &t, &e),
+			 -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "larger than 65535"));
+	assert_int_equal(parse(noh, 65536, &t, &e), -LOCUS_ERANGE);
 	/* header and caller disagree */
 	assert_int_equal(parse(hdr, 8, &t, &e), -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "n_experts=6 but 8"));

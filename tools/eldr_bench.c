@@ -290,7 +290,8 @@ static void bench_fit(void)
 	memset(mask, 1, sizeof(mask));
 	locus_eldrfit_idf(pre, n, (size_t)L * E, idf);
 	for (uint32_t i = 0; i < n; i++)
-		locus_eldrfit_vector(pre + (size_t)i * L * E, L, E, idf, mask, x + (size_t)i * L * E);
+		locus_eldrfit_vector(pre + (size_t)i * L * E, L, E, idf, mask,
+				     x + (size_t)i * L * E);
 	t0 = now();
 	memcpy(c, x, sizeof(float) * K * L * E);
 	for (int it = 0; it < iters; it++) {

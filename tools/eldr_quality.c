@@ -52,7 +52,8 @@ static struct locus_trace *load_esft(const char *base)
 	char dir[4096];
 
 	for (int d = 0; d < 4; d++) {
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", base, esft_domains[d]);
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", base,
+			 esft_domains[d]);
 		if (locus_trace_load_esft(dir, esft_domains[d], 26, 6, 64, &src[d], &e) < 0)
 			goto out;
 		for (uint32_t r = 0; r < src[d]->n_requests; r++) {
@@ -193,7 +194,8 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 		test[i] = test[j];
 		test[j] = x;
 	}
-	if (locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, n_cal, cal, NULL, &calt, &e) < 0 ||
+	if (locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, n_cal, cal, NULL, &calt,
+				    &e) < 0 ||
 	    locus_eldrfit_trace(calt, &o, &res, &e) < 0)
 		goto fail;
 	msz = locus_eldr_router_mem_size((uint8_t *)res.blob + 64, res.blob_len - 64);
@@ -242,7 +244,8 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
 				} else {
 					struct locus_eldr_decision dec;
 
-					if (locus_eldr_sig_build(sig, slen, t->n_layers, t->n_experts, t->k,
+					if (locus_eldr_sig_build(sig, slen, t->n_layers,
+								 t->n_experts, t->k,
 								 t->reqs[req[i]].prompt,
 								 t->reqs[req[i]].prompt_len, 0, &e) < 0 ||
 					    locus_eldr_route(rp, sig, slen, &dec) < 0)
@@ -302,7 +305,8 @@ int main(int argc, char **argv)
 	if (!trace) {
 		t = load_esft(data && *data ? data : "../shared/data");
 		if (t)
-			printf("ESFT (full data): %u windows of 64 tokens, 4 domains\n", t->n_requests);
+			printf("ESFT (full data): %u windows of 64 tokens, 4 domains\n",
+			       t->n_requests);
 		else
 			trace = "tests/data/calib_sample.jsonl";
 	}

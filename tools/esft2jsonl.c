@@ -104,7 +104,8 @@ int main(int argc, char **argv)
 		esft = defdir;
 	}
 	for (char *d = strtok_r(domains_buf, ",", &save); d; d = strtok_r(NULL, ",", &save)) {
-		if (n_dom == MAX_DOMAINS || !*d || strchr(d, '/') || strlen(d) >= LOCUS_TRACE_DOMAIN_MAX)
+		if (n_dom == MAX_DOMAINS || !*d || strchr(d,
+							  '/') || strlen(d) >= LOCUS_TRACE_DOMAIN_MAX)
 			return usage();
 		dom[n_dom++] = d;
 	}
@@ -142,7 +143,8 @@ int main(int argc, char **argv)
 		n_out = first + keep;
 	}
 	if (!n_out) {
-		locus_error_set(&err, LOCUS_EPARSE, "no window fits: sequences shorter than --window");
+		locus_error_set(&err, LOCUS_EPARSE,
+				"no window fits: sequences shorter than --window");
 		goto fail;
 	}
 	reqs = calloc(n_out, sizeof(*reqs));
@@ -163,7 +165,8 @@ int main(int argc, char **argv)
 		snprintf(reqs[i].id, sizeof(reqs[i].id), "%.40s@%u", sr->id, w->start);
 		reqs[i].prompt = locus_trace_tok(w->src, sr->prompt, w->start, 0);
 		reqs[i].prompt_len = p;
-		reqs[i].gen = p < w->len ? locus_trace_tok(w->src, sr->prompt, w->start + p, 0) : NULL;
+		reqs[i].gen = p < w->len ? locus_trace_tok(w->src, sr->prompt, w->start + p,
+							   0) : NULL;
 		reqs[i].gen_len = w->len - p;
 		names[i] = w->src->domains[sr->domain];
 	}
