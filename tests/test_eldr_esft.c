@@ -30,6 +30,36 @@
 #define K_ESFT 6
 #define E_ESFT 64
 
+/*
+ * The repository root: $LOCUS_SRCDIR, else three levels above this program
+ * (<root>/<build>/tests/<test>), so the test runs from any directory.
+ */
+static char repo_root[1024] = ".";
+
+static void find_repo_root(const char *argv0)
+{
+	const char *src = getenv("LOCUS_SRCDIR");
+	char path[4096];
+
+	if (src && *src) {
+		snprintf(repo_root, sizeof(repo_root), "%s", src);
+		return;
+	}
+	if (!realpath(argv0, path))
+		return;
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(path, '/');
+
+		if (!slash)
+			return;
+		*slash = '\0';
+	}
+	if (!path[0])
+		strcpy(path, "/");
+	if (strlen(path) < sizeof(repo_root))
+		memcpy(repo_root, path, strlen(path) + 1);
+}
+
 static const char *const domains[] = { "law", "translation", "summary", "intent" };
 
 static char esft2jsonl[4096];
@@ -38,7 +68,12 @@ static const char *data_dir(void)
 {
 	const char *d = getenv("LOCUS_DATA_DIR");
 
-	return d && *d ? d : "../shared/data";
+	static char def[1100];
+
+	if (d && *d)
+		return d;
+	snprintf(def, sizeof(def), "%s/../shared/data", repo_root);
+	return def;
 }
 
 static int have_esft(void)
@@ -443,6 +478,7 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
+	find_repo_root(argv[0]);
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(esft2jsonl, sizeof(esft2jsonl), "%s/../bin/esft2jsonl", dirname(self));
 	if (!have_esft())

@@ -20,12 +20,41 @@
 #include "locus_trace.h"
 
 /* The repo's calibration sample; tests run from the repository root. */
+/*
+ * The repository root: $LOCUS_SRCDIR, else three levels above this program
+ * (<root>/<build>/tests/<test>), so the test runs from any directory.
+ */
+static char repo_root[1024] = ".";
+
+static void find_repo_root(const char *argv0)
+{
+	const char *src = getenv("LOCUS_SRCDIR");
+	char path[4096];
+
+	if (src && *src) {
+		snprintf(repo_root, sizeof(repo_root), "%s", src);
+		return;
+	}
+	if (!realpath(argv0, path))
+		return;
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(path, '/');
+
+		if (!slash)
+			return;
+		*slash = '\0';
+	}
+	if (!path[0])
+		strcpy(path, "/");
+	if (strlen(path) < sizeof(repo_root))
+		memcpy(repo_root, path, strlen(path) + 1);
+}
+
 static const char *sample_path(void)
 {
-	static char buf[4096];
-	const char *src = getenv("LOCUS_SRCDIR");
+	static char buf[4200];
 
-	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", src && *src ? src : ".");
+	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", repo_root);
 	return buf;
 }
 
@@ -535,7 +564,7 @@ static void test_batch_matches_sequential(void **state)
 	locus_trace_free(t);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_hand_scores),
@@ -552,5 +581,7 @@ int main(void)
 	printf("paths: avx2 %s, avx512 %s\n",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
+	(void)argc;
+	find_repo_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,8 +26,9 @@
  *   whole batch      distinct pairs over all its generated tokens (this
  *                    saturates towards L * E = 1664 for ESFT).
  *
- *   eldr_quality [--trace FILE]   (default: full ESFT under $LOCUS_DATA_DIR,
- *                                  else tests/data/calib_sample.jsonl)
+ *   eldr_quality [--trace FILE]   (default: the full ESFT data under
+ *                                  $LOCUS_DATA_DIR, default <repo>/../shared/data,
+ *                                  else <repo>/tests/data/calib_sample.jsonl)
  */
 #include <errno.h>
 #include <stdio.h>
@@ -289,9 +290,29 @@ out:
 	return ret;
 }
 
+/* <root> of <root>/<build>/tools/eldr_quality, or "." */
+static void repo_root(const char *argv0, char *out, size_t len)
+{
+	char path[4096];
+
+	snprintf(out, len, ".");
+	if (!realpath(argv0, path))
+		return;
+	for (int up = 0; up < 3; up++) {
+		char *slash = strrchr(path, '/');
+
+		if (!slash)
+			return;
+		*slash = '\0';
+	}
+	if (path[0] && strlen(path) < len)
+		memcpy(out, path, strlen(path) + 1);
+}
+
 int main(int argc, char **argv)
 {
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
+	char root[1024], dir[1100], sample[1100];
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
 	int ret = 0;
@@ -302,13 +323,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl]\n");
 		return 2;
 	}
+	repo_root(argv[0], root, sizeof(root));
 	if (!trace) {
-		t = load_esft(data && *data ? data : "../shared/data");
-		if (t)
+		snprintf(dir, sizeof(dir), "%s/../shared/data", root);
+		t = load_esft(data && *data ? data : dir);
+		if (t) {
 			printf("ESFT (full data): %u windows of 64 tokens, 4 domains\n",
 			       t->n_requests);
-		else
-			trace = "tests/data/calib_sample.jsonl";
+		} else {
+			snprintf(sample, sizeof(sample), "%s/tests/data/calib_sample.jsonl", root);
+			trace = sample;
+		}
 	}
 	if (trace) {
 		if (locus_trace_load(trace, NULL, &t, &e) < 0) {
