@@ -350,7 +350,8 @@ int locus_verbs_flush_credits(struct locus_verbs_peer *p);
 
 /*
  * Control path: handle rdma_cm events and reconnect timers, waiting at most
- * timeout_ms for the first event (0: do not wait). Returns events handled.
+ * timeout_ms for the first event (0 or negative: do not wait). Returns
+ * events handled.
  */
 int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms);
 

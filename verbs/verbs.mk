@@ -3,8 +3,8 @@
 #   liblocus_verbs.a       endpoint, connections, data path, memory (libibverbs, librdmacm, libnuma)
 VERBS_PKGS := libibverbs librdmacm numa
 $(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/sysfs.c))
-$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/data.c verbs/mem.c verbs/counters.c))
-$(eval $(call USES_PKG,verbs/ep.c verbs/data.c verbs/mem.c verbs/counters.c,libibverbs librdmacm numa))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka))
