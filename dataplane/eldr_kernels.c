@@ -286,3 +286,71 @@ void eldr_load_avx512(const struct locus_eldr_router *r, const uint16_t *counts,
 			dst[e] = (float)src[e];
 	}
 }
+
+/*
+ * Load and norm in one pass (the features stay in registers): when E is a
+ * multiple of 16 a layer's features fill whole blocks, visited in block
+ * order, so the norm's arithmetic is exactly eldr_norm_*()'s.
+ */
+float eldr_loadnorm_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	eldr_load_scalar(r, counts, x);
+	return eldr_norm_scalar(r, x);
+}
+
+__attribute__((target("avx2,fma")))
+float eldr_loadnorm_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	const uint32_t E = r->n_experts;
+	__m256 nlo = _mm256_setzero_ps(), nhi = _mm256_setzero_ps();
+	const float *idf = r->idf;
+
+	if (E % 16) {
+		eldr_load_avx2(r, counts, x);
+		return eldr_norm_avx2(r, x);
+	}
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+
+		for (uint32_t e = 0; e < E; e += 16, x += 16, idf += 16) {
+			__m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(
+				_mm_loadu_si128((const __m128i *)(src + e))));
+			__m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(
+				_mm_loadu_si128((const __m128i *)(src + e + 8))));
+			__m256 tl = _mm256_mul_ps(lo, _mm256_load_ps(idf));
+			__m256 th = _mm256_mul_ps(hi, _mm256_load_ps(idf + 8));
+
+			_mm256_store_ps(x, lo);
+			_mm256_store_ps(x + 8, hi);
+			nlo = _mm256_fmadd_ps(tl, tl, nlo);
+			nhi = _mm256_fmadd_ps(th, th, nhi);
+		}
+	}
+	return reduce_avx2(nlo, nhi);
+}
+
+__attribute__((target("avx512f,avx2,fma")))
+float eldr_loadnorm_avx512(const struct locus_eldr_router *r, const uint16_t *counts, float *x)
+{
+	const uint32_t E = r->n_experts;
+	__m512 n = _mm512_setzero_ps();
+	const float *idf = r->idf;
+
+	if (E % 16) {
+		eldr_load_avx512(r, counts, x);
+		return eldr_norm_avx512(r, x);
+	}
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+
+		for (uint32_t e = 0; e < E; e += 16, x += 16, idf += 16) {
+			__m512 v = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(
+				_mm256_loadu_si256((const __m256i *)(src + e))));
+			__m512 t = _mm512_mul_ps(v, _mm512_load_ps(idf));
+
+			_mm512_store_ps(x, v);
+			n = _mm512_fmadd_ps(t, t, n);
+		}
+	}
+	return reduce_avx512(n);
+}

@@ -26,6 +26,9 @@ struct locus_eldr_router;
 /* masked counts of a signature into features x (exact u16 -> f32) */
 typedef void (*eldr_load_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
 			     float *x);
+/* load, then return the norm as eldr_norm_fn does (one pass when it can) */
+typedef float (*eldr_loadnorm_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
+				  float *x);
 /* sum (x * idf)^2 in the canonical order */
 typedef float (*eldr_norm_fn)(const struct locus_eldr_router *r, const float *x);
 /* dots[k_pad] = x . cw_d */
@@ -49,8 +52,7 @@ struct locus_eldr_router {
 	uint32_t n_blocks;   /* ceil(n_feat / ELDR_LANES) */
 	float tau;
 	enum locus_eldr_path path;
-	eldr_load_fn load;
-	eldr_norm_fn norm;
+	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;
 	eldr_dots_batch_fn dots_batch;
 	uint32_t batch_width;    /* signatures dots_batch takes: 1 (none), 2 or 4 */
@@ -81,6 +83,9 @@ static inline float eldr_reduce16(float a[ELDR_LANES])
 void eldr_load_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
 void eldr_load_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
 void eldr_load_avx512(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+float eldr_loadnorm_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+float eldr_loadnorm_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
+float eldr_loadnorm_avx512(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
 float eldr_norm_scalar(const struct locus_eldr_router *r, const float *x);
 float eldr_norm_avx2(const struct locus_eldr_router *r, const float *x);
 float eldr_norm_avx512(const struct locus_eldr_router *r, const float *x);

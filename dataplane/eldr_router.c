@@ -132,22 +132,19 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	r->path = path;
 	switch (path) {
 	case LOCUS_ELDR_PATH_AVX512:
-		r->load = eldr_load_avx512;
-		r->norm = eldr_norm_avx512;
+		r->loadnorm = eldr_loadnorm_avx512;
 		r->dots_one = eldr_dots_avx512;
 		r->dots_batch = eldr_dots_avx512_x4;
 		r->batch_width = 4;
 		break;
 	case LOCUS_ELDR_PATH_AVX2:
-		r->load = eldr_load_avx2;
-		r->norm = eldr_norm_avx2;
+		r->loadnorm = eldr_loadnorm_avx2;
 		r->dots_one = eldr_dots_avx2;
 		r->dots_batch = eldr_dots_avx2_x2;
 		r->batch_width = 2;
 		break;
 	default:
-		r->load = eldr_load_scalar;
-		r->norm = eldr_norm_scalar;
+		r->loadnorm = eldr_loadnorm_scalar;
 		r->dots_one = eldr_dots_scalar;
 		r->dots_batch = NULL;
 		r->batch_width = 1;
@@ -196,17 +193,16 @@ static inline float *dots_buf(const struct locus_eldr_router *r, uint32_t i)
 	return r->dots + (size_t)i * r->k_pad;
 }
 
-/* Masked counts of a checked signature into scratch row i as floats. */
-static inline void load_x(struct locus_eldr_router *r, const uint16_t *counts, uint32_t i)
+/* Masked counts of a checked signature into scratch row i; returns the norm^2. */
+static inline float load_x(struct locus_eldr_router *r, const uint16_t *counts, uint32_t i)
 {
-	r->load(r, counts, x_buf(r, i));
+	return r->loadnorm(r, counts, x_buf(r, i));
 }
 
 /* dots row i (raw dot products) into similarities. */
-static void finish(struct locus_eldr_router *r, uint32_t i)
+static void finish(struct locus_eldr_router *r, uint32_t i, float norm2)
 {
-	float norm2 = r->norm(r, x_buf(r, i)), *dots = dots_buf(r, i);
-	float inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f;
+	float inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f, *dots = dots_buf(r, i);
 
 	for (uint32_t d = 0; d < r->n_decoders; d++)
 		dots[d] *= inv;
@@ -215,9 +211,10 @@ static void finish(struct locus_eldr_router *r, uint32_t i)
 /* Similarities into dots row 0; the signature is already checked. */
 static void score(struct locus_eldr_router *r, const uint16_t *counts)
 {
-	load_x(r, counts, 0);
+	float norm2 = load_x(r, counts, 0);
+
 	r->dots_one(r, x_buf(r, 0), dots_buf(r, 0));
-	finish(r, 0);
+	finish(r, 0, norm2);
 }
 
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
@@ -295,7 +292,7 @@ uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *
 
 	while (i < n) {
 		const float *xs[ELDR_BATCH];
-		float *ds[ELDR_BATCH];
+		float *ds[ELDR_BATCH], norm2[ELDR_BATCH];
 		uint32_t idx[ELDR_BATCH], m = 0, j;
 
 		/* gather up to w valid signatures; invalid ones get their code */
@@ -304,7 +301,7 @@ uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *
 						     (uint16_t)r->n_experts, NULL);
 			if (unlikely(rc[i] < 0))
 				continue;
-			load_x(r, locus_eldr_sig_counts(sigs[i]), m);
+			norm2[m] = load_x(r, locus_eldr_sig_counts(sigs[i]), m);
 			xs[m] = x_buf(r, m);
 			ds[m] = dots_buf(r, m);
 			idx[m++] = i;
@@ -318,7 +315,7 @@ uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *
 		for (j = 0; j < m; j++) {
 			const struct locus_eldr_sig_hdr *h = sigs[idx[j]];
 
-			finish(r, j);
+			finish(r, j, norm2[j]);
 			rc[idx[j]] = choose(r, ds[j], h->allowed_decoders, &d[idx[j]]);
 			ok += rc[idx[j]] == 0;
 		}
