@@ -309,6 +309,76 @@ static void test_mutations(void **state)
 	free(buf);
 }
 
+static void write_layer(const char *dir, int layer, const char *text)
+{
+	char path[4200];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/expert_weights_%d.txt", dir, layer);
+	f = fopen(path, "w");
+	assert_non_null(f);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* The ESFT reader on small hand-made layer files (L=2, k=2, E=8). */
+static void test_esft_reader(void **state)
+{
+	char dir[] = "/tmp/test_eldr_esft_files.XXXXXX", cmd[200];
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	assert_non_null(mkdtemp(dir));
+	/* two sequences: 2 tokens and 1 token */
+	write_layer(dir, 1, "1\t2\t3\t4\t\t0.5\t0.5\t0.5\t0.5\n5\t6\t\t0.5\t0.5\n");
+	write_layer(dir, 2, "7\t0\t1\t2\t\t0.5\t0.5\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), 0);
+	assert_int_equal(t->n_requests, 2);
+	assert_int_equal(t->reqs[0].prompt_len, 2);
+	assert_int_equal(t->reqs[1].prompt_len, 1);
+	assert_string_equal(t->reqs[1].id, "law-1");
+	/* token 1 of sequence 0: layer 0 {3,4}, layer 1 {1,2} */
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 1, 0)[0], 3);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 1, 1)[1], 2);
+	assert_int_equal(locus_trace_tok(t, t->reqs[1].prompt, 0, 1)[0], 3);
+	locus_trace_free(t);
+	/* layer 2 disagrees on a sequence's length */
+	write_layer(dir, 2, "7\t0\t\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "expert_weights_2.txt:1"));
+	/* layer 2 has fewer sequences */
+	write_layer(dir, 2, "7\t0\t1\t2\t\t0.5\t0.5\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "1 sequences, layer 1 has 2"));
+	/* id out of range, odd id count, no separator, weights missing */
+	write_layer(dir, 2, "7\t0\t1\t9\t\t0.5\t0.5\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "expert id 9 >= 8"));
+	write_layer(dir, 1, "1\t2\t3\t\t0.5\t0.5\t0.5\n5\t6\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "multiple of k=2"));
+	write_layer(dir, 1, "1\t2\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "no empty field"));
+	write_layer(dir, 1, "1\t2\t\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "2 ids but 1 weights"));
+	write_layer(dir, 1, "1\tx\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	write_layer(dir, 1, "");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "no sequences"));
+	/* a missing layer file */
+	write_layer(dir, 1, "1\t2\t3\t4\t\t0.5\t0.5\t0.5\t0.5\n5\t6\t\t0.5\t0.5\n");
+	write_layer(dir, 2, "7\t0\t1\t2\t\t0.5\t0.5\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft(dir, "law", 3, 2, 8, &t, &e), -ENOENT);
+	assert_non_null(strstr(e.msg, "expert_weights_3.txt"));
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	assert_int_equal(system(cmd), 0);
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -ENOENT);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -319,6 +389,7 @@ int main(void)
 		cmocka_unit_test(test_limits),
 		cmocka_unit_test(test_write_then_read),
 		cmocka_unit_test(test_mutations),
+		cmocka_unit_test(test_esft_reader),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
