@@ -26,12 +26,14 @@
  *   3. otherwise max id seen + 1 (a trace that never routes to the last
  *      experts then under-reports E: pass the model's E when you know it).
  * With 1 or 2, an id >= n_experts is an error naming its line and column; when
- * both are given and disagree, that is an error too.
+ * both are given and disagree, that is an error too. E is at most 65535.
  *
  * Strict JSON: no NaN/Infinity, no trailing commas, no comments, no leading
- * zeros, ids are integers in [0, 65535]. Every error sets err->msg to
- * "<path>:<line>:<col>: <what>" and returns -LOCUS_EPARSE (syntax, shape),
- * -LOCUS_ERANGE (id or size out of bounds), -ENOMEM, or -errno (I/O).
+ * zeros, strings are well-formed UTF-8, ids are integers in [0, 65535]. Every
+ * error sets err->msg to "<path>:<line>:<col>: <what>" and returns
+ * -LOCUS_EPARSE (syntax, shape), -LOCUS_ENAN (NaN/Infinity), -LOCUS_ERANGE (id
+ * or size out of bounds), -LOCUS_EVERSION (header version), -ENOMEM, or -errno
+ * (I/O).
  */
 #ifndef LOCUS_TRACE_H
 #define LOCUS_TRACE_H
