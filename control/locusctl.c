@@ -8,6 +8,23 @@
 #include "locus_common.h"
 #include "locus_tblfile.h"
 #include "locusctl.h"
+#include "locusctl_grace.h"
+
+/* GRACE's subcommands (control/locusctl_grace.c) take their name first. */
+static int grace_fit(int argc, char **argv)
+{
+	return locusctl_grace_main("fit", argc, argv);
+}
+
+static int grace_show(int argc, char **argv)
+{
+	return locusctl_grace_main("show", argc, argv);
+}
+
+static int grace_other(int argc, char **argv)
+{
+	return locusctl_grace_main(argv[0], argc, argv);
+}
 
 /*
  * Kinds of fit, chosen by a flag anywhere on the fit command line (the
@@ -15,6 +32,7 @@
  */
 static const struct locusctl_cmd fit_kinds[] = {
 	{ "--eldr", locusctl_eldr_fit, "fit [--eldr] ... (ELDR decode-routing table)" },
+	{ "--grace", grace_fit, "fit --grace ... (GRACE expert placement table)" },
 };
 
 static int cmd_fit(int argc, char **argv)
@@ -35,6 +53,7 @@ static const struct {
 	int (*run)(int argc, char **argv);
 } show_kinds[] = {
 	{ LOCUS_TBL_ELDR, locusctl_eldr_show },
+	{ LOCUS_TBL_GRACE, grace_show },
 };
 
 static int cmd_show(int argc, char **argv)
@@ -65,9 +84,17 @@ static int cmd_show(int argc, char **argv)
 static const struct locusctl_cmd cmds[] = {
 	{ "fit", cmd_fit,
 	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1] [--seed N]\n"
-	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE" },
+	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
+	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
+	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE" },
 	{ "show", cmd_show, "show TABLE [--json]" },
 	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
+	{ "eplb-export", grace_other, "eplb-export TABLE [-o FILE.json]   (GRACE)" },
+	{ "eplb-import", grace_other,
+	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
+	{ "rebalance", grace_other,
+	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
+	  "        [--counter NAME] [--timeout-ms N] [-o TABLE]   (GRACE)" },
 };
 
 static void usage(FILE *f)

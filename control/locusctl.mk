@@ -2,7 +2,7 @@
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c))
 $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c))
-$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c,eldrfit eldr grace trace shm common,))
+$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c,eldrfit gracectl gracefit eldr grace trace counters shm common,lapacke openblas))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c,eldrfit eldr trace common,cmocka))
@@ -12,6 +12,6 @@ UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c,eldrfit eldr trace common,cmocka))
 $(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 UNIT_TESTS += tests/test_eldr_esft
-$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c,eldr trace shm common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c,eldr grace trace shm common,cmocka))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_eldr_ctl

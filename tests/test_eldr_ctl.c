@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "locus_eldr.h"
+#include "locus_grace.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
@@ -242,7 +243,7 @@ static void test_push_into_segment(void **state)
 	tp.channel[0].n_slots = 2;
 	tp.channel[0].slot_size = flen;
 	tp.channel[1].n_slots = 2;
-	tp.channel[1].slot_size = 64;
+	tp.channel[1].slot_size = 1 << 20; /* room for a GRACE table */
 	sp.instance = inst;
 	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
 	assert_true(sp.region_size[LOCUS_REGION_TABLES] > 0);
@@ -266,6 +267,40 @@ static void test_push_into_segment(void **state)
 	assert_non_null(cur);
 	assert_int_equal(len, flen);
 	assert_memory_equal(cur, file, flen);
+	/* a GRACE table goes to its own channel, checked by its own validator */
+	{
+		char gtbl[4200];
+		struct locus_table_reader gr;
+		struct poller gp = { 0 };
+		void *gfile;
+		size_t glen;
+
+		snprintf(gtbl, sizeof(gtbl), "%s/grace.tbl", tmpdir);
+		assert_int_equal(ctl("fit --grace --trace %s --nodes 1 --gpus 4 -o %s", sample(),
+				     gtbl), 0);
+		assert_int_equal(ctl("show %s", gtbl), 0);
+		assert_non_null(strstr(out, "GRACE table"));
+		assert_int_equal(locus_tbl_read_file(gtbl, LOCUS_TBL_GRACE, &gfile, &glen, &e), 0);
+		assert_int_equal(locus_table_reader_register(tr, LOCUS_GRACE_TABLE_CHANNEL, 0,
+							     locus_grace_table_validate_cb, NULL,
+							     &gr, &e), 0);
+		gp.r = &gr;
+		assert_int_equal(pthread_create(&th, NULL, poll_thread, &gp), 0);
+		assert_int_equal(ctl("push -i %s %s --timeout-ms 5000", inst, gtbl), 0);
+		gp.stop = 1;
+		pthread_join(th, NULL);
+		assert_non_null(strstr(out, "pushed grace table"));
+		assert_non_null(strstr(out, "channel 1"));
+		assert_int_equal(gp.adopted, 1);
+		cur = locus_table_reader_table(&gr, &len);
+		assert_int_equal(len, glen);
+		assert_memory_equal(cur, gfile, glen);
+		/* the ELDR reader did not move */
+		cur = locus_table_reader_table(&rd, &len);
+		assert_memory_equal(cur, file, flen);
+		locus_table_reader_unregister(&gr);
+		free(gfile);
+	}
 	/* a table too large for the channel's slots is refused by the writer */
 	assert_int_equal(ctl("fit --trace %s --decoders 8 --quiet -o %s", sample(), tbl), 0);
 	assert_int_equal(ctl("push -i %s %s --timeout-ms 200", inst, tbl), 1);
