@@ -5,6 +5,7 @@ $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eld
 $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c,eldrfit gracectl gracefit eldr grace trace counters shm common,lapacke openblas))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
+BINS += bin/esft2jsonl
 $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c,eldrfit eldr trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
