@@ -278,13 +278,29 @@ int main(int argc, char **argv)
 	if (cpus)
 		return print_cpus(&D.cfg);
 
+	/* say who holds the instance before EAL's own lock says it less clearly */
+	{
+		struct locus_shm *old;
+
+		if (locus_shm_attach(D.cfg.instance, LOCUS_SHM_RDONLY, &old, NULL) == 0) {
+			pid_t owner = locus_shm_owner_pid(old);
+
+			locus_shm_detach(old);
+			if (owner > 0 && kill(owner, 0) == 0) {
+				fprintf(stderr, "locusd: instance %s is already served by pid %d\n",
+					D.cfg.instance, (int)owner);
+				return 1;
+			}
+		}
+	}
 	n = eal_argv(&D.cfg, eal_buf, sizeof(eal_buf), eal);
 	if (n < 0) {
 		fprintf(stderr, "locusd: eal_args: %s\n", strerror(-n));
 		return 1;
 	}
 	if (rte_eal_init(n, eal) < 0) {
-		fprintf(stderr, "locusd: EAL init failed: %s\n", rte_strerror(rte_errno));
+		fprintf(stderr, "locusd: EAL init failed (eal_args '%s'): %s\n", D.cfg.eal_args,
+			rte_strerror(rte_errno));
 		return 1;
 	}
 	hz = rte_get_tsc_hz();

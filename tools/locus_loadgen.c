@@ -69,6 +69,7 @@ struct proc_stats {
 
 struct shared {
 	int done;             /* parent -> decoders and ranks: stop */
+	uint32_t ranks_up;    /* ranks attached: none dispatches before all are */
 	uint64_t routed_total;
 	struct proc_stats st[MAX_PROCS];
 };
@@ -474,6 +475,11 @@ static int run_rank(uint32_t rank, struct proc_stats *s)
 		return 1;
 	rs->rank = rank;
 	rs->stage = locus_client_stage(rs->c, NULL);
+	/* a batch may need every rank: start once all are attached */
+	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks && !expired(t0))
+		nap_us(100);
+	t0 = now_ns();
 	s->t_start_ns = t0;
 	rs->dispatch_done = -1;
 	while (!expired(t0)) {
@@ -718,7 +724,7 @@ int main(int argc, char **argv)
 	       rk_t1 > rk_t0 ? (double)rows_out * 1e9 / (double)(rk_t1 - rk_t0) : 0.0);
 	printf("checks: %llu corrupt, %llu duplicate, %llu errors\n", (unsigned long long)corrupt,
 	       (unsigned long long)dup, (unsigned long long)errs);
-	if (lost || corrupt || dup || delivered != ok || verified != delivered)
+	if (lost || corrupt || dup || errs || delivered != ok || verified != delivered)
 		failed = 1;
 	printf("%s\n", failed ? "loadgen: FAILED" : "loadgen: ok");
 	locus_trace_free(T);
