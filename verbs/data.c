@@ -149,6 +149,27 @@ int locus_verbs_post_credit(struct locus_verbs_peer *p)
 	return 1;
 }
 
+bool locus_verbs_credits_pending(const struct locus_verbs_ep *ep)
+{
+	uint32_t i;
+
+	for (i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->rx_released != ep->peers[i]->rx_credit_sent &&
+		    ep->peers[i]->state == LOCUS_VERBS_UP)
+			return true;
+	return false;
+}
+
+void locus_verbs_flush_all_credits(struct locus_verbs_ep *ep)
+{
+	uint32_t i;
+
+	for (i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->rx_released != ep->peers[i]->rx_credit_sent)
+			locus_verbs_post_credit(ep->peers[i]);
+	ep->idle_since_ns = 0;
+}
+
 int locus_verbs_flush_credits(struct locus_verbs_peer *p)
 {
 	int rc = locus_verbs_post_credit(p);
@@ -330,16 +351,21 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 			tx_complete(p, (uint32_t)wc[i].wr_id);
 	}
 	/*
-	 * When idle, announce whatever was released and not yet announced: a
-	 * threshold alone could strand a sender that needs the last few slots
-	 * (a message wrapping the ring needs up to 2n - 1 of them), and doing
-	 * it only when idle keeps credit writes off the wire ahead of replies.
+	 * Announce what was released below the batching threshold once the CQ
+	 * has stayed empty for credit_idle_us: a threshold alone could strand a
+	 * sender that needs the last few slots (a message wrapping the ring
+	 * needs up to 2n - 1 of them), while announcing at every idle poll
+	 * would put a credit write on the wire ahead of every reply.
 	 */
-	for (i = 0; n == 0 && i < (int)ep->n_peers; i++) {
-		struct locus_verbs_peer *p = ep->peers[i];
+	if (n > 0) {
+		ep->idle_since_ns = 0;
+	} else if (locus_verbs_credits_pending(ep)) {
+		uint64_t now = locus_verbs_now_ns();
 
-		if (p->rx_released != p->rx_credit_sent && p->state == LOCUS_VERBS_UP)
-			locus_verbs_post_credit(p);
+		if (!ep->idle_since_ns)
+			ep->idle_since_ns = now;
+		else if (now - ep->idle_since_ns >= ep->credit_idle_ns)
+			locus_verbs_flush_all_credits(ep);
 	}
 	return n;
 }

@@ -48,6 +48,8 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->connect_timeout_ms = 2000;
 	if (!p->ack_timeout)
 		p->ack_timeout = 14;
+	if (!p->credit_idle_us)
+		p->credit_idle_us = 50;
 }
 
 static int check_params(const struct locus_verbs_ep_params *p, struct locus_error *err)
@@ -103,6 +105,7 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 	rc = check_params(&ep->prm, err);
 	if (rc < 0)
 		goto err_free;
+	ep->credit_idle_ns = (uint64_t)ep->prm.credit_idle_us * 1000u;
 	ep->peers = calloc(ep->prm.max_peers, sizeof(*ep->peers));
 	if (!ep->peers) {
 		rc = locus_error_set(err, ENOMEM, "out of memory");
@@ -287,7 +290,9 @@ int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms)
 	n = locus_verbs_poll(ep);
 	if (n)
 		return n;
-	if (poll(pfd, 2, timeout_ms) < 0)
+	/* about to sleep: a sender waiting for the last slots must not wait on us */
+	locus_verbs_flush_all_credits(ep);
+	if (poll(pfd, 2, timeout_ms < 0 ? 0 : timeout_ms) < 0)
 		return errno == EINTR ? 0 : -errno;
 	while (!ibv_get_cq_event(ep->comp, &cq, &ctx))
 		ep->cq_events++;

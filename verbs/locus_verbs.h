@@ -279,6 +279,9 @@ struct locus_verbs_ep_params {
 	uint32_t cq_depth;             /* default: enough for 16 peers */
 	uint32_t max_peers;            /* default 16 */
 	uint32_t max_inline;           /* wanted inline size (default 256, clamped by device) */
+	uint32_t credit_idle_us;       /* announce released slots below the batching
+					* threshold after the CQ stayed empty this long
+					* (default 50 us) */
 	uint32_t backoff_min_ms;       /* reconnect back-off (default 20 ms ... 1000 ms) */
 	uint32_t backoff_max_ms;
 	uint32_t connect_timeout_ms;   /* address/route resolution bound (default 2000) */

@@ -58,6 +58,8 @@ struct locus_verbs_ep {
 	struct ibv_cq *cq;
 	struct ibv_comp_channel *comp;  /* for locus_verbs_wait() */
 	uint32_t cq_events;             /* CQ events to acknowledge */
+	uint64_t idle_since_ns;         /* first empty poll with credits pending, 0: busy */
+	uint64_t credit_idle_ns;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *listen_id;
 	struct locus_verbs_ep_params prm;
@@ -78,6 +80,8 @@ int locus_verbs_peer_arm(struct locus_verbs_peer *p);
 /* Mark p UP (idempotent) and call on_peer_up. */
 void locus_verbs_peer_up(struct locus_verbs_peer *p);
 int locus_verbs_post_credit(struct locus_verbs_peer *p);
+bool locus_verbs_credits_pending(const struct locus_verbs_ep *ep);
+void locus_verbs_flush_all_credits(struct locus_verbs_ep *ep);
 
 static inline uint64_t locus_verbs_wrid(const struct locus_verbs_peer *p, uint32_t seq)
 {
