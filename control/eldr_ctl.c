@@ -446,6 +446,9 @@ int locusctl_push(int argc, char **argv)
 			wr.refused_reader, wr.refused_gen, wr.refused_msg,
 			locus_strerror(wr.refused_code));
 	status = (wr.n_refused || ret == -ETIMEDOUT) ? 1 : 0;
+	/* keep what the data plane adopted, for diff and rollback */
+	if (status == 0 && locusctl_history_save(inst, kind, (uint64_t)gen, buf, len, &err) < 0)
+		fprintf(stderr, "locusctl: warning: history not kept: %s\n", err.msg);
 	goto out;
 fail:
 	locusctl_fail(&err, ret);

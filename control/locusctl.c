@@ -89,6 +89,8 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE" },
 	{ "show", cmd_show, "show TABLE [--json]" },
 	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
+	{ "diff", locusctl_diff, "diff TABLE_A TABLE_B | diff -i INSTANCE TABLE" },
+	{ "rollback", locusctl_rollback, "rollback -i INSTANCE [--kind eldr|grace] [--to GEN]" },
 	{ "eplb-export", grace_other, "eplb-export TABLE [-o FILE.json]   (GRACE)" },
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },

@@ -8,6 +8,7 @@
 #ifndef LOCUSCTL_H
 #define LOCUSCTL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "locus_err.h"
@@ -26,6 +27,12 @@ int locusctl_eldr_show(int argc, char **argv);
  * 1), checked locally with the kind's validator before it is published.
  */
 int locusctl_push(int argc, char **argv);
+
+/* History, diff, rollback (control/locusctl_history.c) */
+int locusctl_history_save(const char *instance, unsigned kind, uint64_t gen, const void *buf,
+			  size_t len, struct locus_error *err);
+int locusctl_diff(int argc, char **argv);
+int locusctl_rollback(int argc, char **argv);
 
 /*
  * Progress callback for long fits: a redrawn bar when stderr is a terminal,

@@ -45,6 +45,7 @@ static const char embedded_default[] =
 	"rdma_device = none\n"
 	"intra_node = shm\n"
 	"client_slots = 16\n"
+	"client_inbox_slots = 256\n"
 	"idle_sleep_us = 50\n"
 	"[cluster]\n"
 	"id = 1\n"

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
 tmp=$(mktemp -d)
-export LOCUS_SHM_DIR=$tmp/shm
+export LOCUS_SHM_DIR=$tmp/shm LOCUS_STATE_DIR=$tmp/state
 mkdir -p "$LOCUS_SHM_DIR"
 pids=()
 cleanup() {
@@ -72,8 +72,31 @@ for _ in $(seq 100); do grep -q 'keeping the running' "$tmp/c.log" && break; sle
 grep -q "a.conf:2: unknown key 'bogus'" "$tmp/c.log" || { cat "$tmp/c.log"; fail "bad reload"; }
 kill -0 $second || fail "a bad config on SIGHUP stopped locusd"
 
-# 4. SIGTERM: clean exit, segment removed
+# 4. push history: diff and rollback against the running instance
+trace=tests/data/calib_sample.jsonl
+"$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e1.tbl" >/dev/null 2>&1
+"$B/locusctl" fit --trace $trace --decoders 4 --seed 9 --tau 0.2 -o "$tmp/e2.tbl" >/dev/null 2>&1
+"$B/locusctl" push -i t-a "$tmp/e1.tbl" >/dev/null
+"$B/locusctl" push -i t-a "$tmp/e2.tbl" >/dev/null
+[ -s "$LOCUS_STATE_DIR/t-a/eldr-1.tbl" ] && [ -s "$LOCUS_STATE_DIR/t-a/eldr-2.tbl" ] ||
+	fail "push history not kept"
+"$B/locusctl" diff "$tmp/e1.tbl" "$tmp/e1.tbl" | grep -qx 'tables are equal' || fail "diff of equal tables"
+set +e
+out=$("$B/locusctl" diff "$tmp/e1.tbl" "$tmp/e2.tbl"); rc=$?
+set -e
+[ $rc -eq 1 ] || fail "diff of different tables exited $rc"
+echo "$out" | grep -q '^tau: 0.1 -> 0.2$' || fail "diff: $out"
+"$B/locusctl" diff -i t-a "$tmp/e2.tbl" | grep -qx 'tables are equal' || fail "diff -i: running table"
+"$B/locusctl" rollback -i t-a | grep -q 'back from generation 2 to the table of generation 1' ||
+	fail "rollback"
+"$B/locus-stat" -i t-a --json 'table_generation' | tr -d ' \n' | grep -q '"values":\[3,0\]' ||
+	fail "rollback did not publish generation 3"
+"$B/locusctl" diff -i t-a "$tmp/e1.tbl" | grep -qx 'tables are equal' || fail "rolled back table differs"
+if "$B/locusctl" rollback -i t-a --to 42 2>"$tmp/rb.err"; then fail "rollback to a missing generation"; fi
+grep -q 'no kept eldr table of t-a with generation 42' "$tmp/rb.err" || fail "$(cat "$tmp/rb.err")"
+
+# 5. SIGTERM: clean exit, segment removed
 kill -TERM $second
 wait $second || fail "locusd exited non-zero on SIGTERM"
 [ ! -e "$LOCUS_SHM_DIR/locus.t-a" ] || fail "segment left after SIGTERM"
-echo "test_locusd: demo, single instance, stale takeover, SIGHUP and SIGTERM ok"
+echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, SIGTERM ok"

@@ -194,6 +194,17 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 				s->duplicate++;
 				continue;
 			}
+			if (d[i].status == -LOCUS_EFULL) {
+				/* the decoder's inbox is full: back-pressure, send it again */
+				struct locus_desc q = d[i];
+
+				s->retries++;
+				q.status = 0;
+				nap_us(50);
+				if (locus_client_submit(c, &q, 1) == 1)
+					continue;
+				d[i].status = -LOCUS_EFULL;
+			}
 			lat_record(s, now_ns() - t_sub[slot]);
 			free_mask |= 1u << slot;
 			inflight--;
@@ -610,6 +621,7 @@ int main(int argc, char **argv)
 	uint32_t np = 0, p0, r0, d0;
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
+	uint64_t sig_retries = 0;
 	uint64_t pre_t0 = UINT64_MAX, pre_t1 = 0, rk_t0 = UINT64_MAX, rk_t1 = 0;
 	int failed = 0, midway_done = 0, status;
 
@@ -692,6 +704,7 @@ int main(int argc, char **argv)
 			comp += s->completed;
 			ok += s->ok;
 			errs += s->errors;
+			sig_retries += s->retries;
 			for (int b = 0; b < LAT_BUCKETS; b++)
 				lat[b] += s->lat_hist[b];
 			pre_t0 = s->t_start_ns < pre_t0 ? s->t_start_ns : pre_t0;
@@ -709,10 +722,11 @@ int main(int argc, char **argv)
 	}
 	lost = sub - comp;
 	printf("signatures: %llu submitted, %llu completed (%llu routed, %llu refused), %llu lost, "
-	       "%llu delivered to decoders, %llu verified\n",
+	       "%llu delivered to decoders, %llu verified, %llu inbox-full retries\n",
 	       (unsigned long long)sub, (unsigned long long)comp, (unsigned long long)ok,
 	       (unsigned long long)(comp - ok), (unsigned long long)lost,
-	       (unsigned long long)delivered, (unsigned long long)verified);
+	       (unsigned long long)delivered, (unsigned long long)verified,
+	       (unsigned long long)sig_retries);
 	printf("decision latency (client submit -> completion): p50 %.1f us, p99 %.1f us; "
 	       "%.0f routed requests/s\n",
 	       lat_quantile(lat, 0.5) / 1e3, lat_quantile(lat, 0.99) / 1e3,
