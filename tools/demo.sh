@@ -36,8 +36,11 @@ grep 'running' "$work/locusd.log" || { cat "$work/locusd.log"; exit 1; }
 
 step "fit the ELDR decode-routing table (4 decoders) from $trace"
 "$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$work/eldr1.tbl"
-step "fit the GRACE placement (1 node x 4 GPUs) from the same sample"
-"$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 -o "$work/grace.tbl"
+step "fit the GRACE placement (1 node x 4 GPUs, 20 experts per GPU at most, 4 replica slots)"
+"$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 --capacity 20 --replica-budget 4 \
+	-o "$work/grace.tbl" > "$work/grace.txt"
+head -n 8 "$work/grace.txt"
+echo "   ... (26 layers)"
 step "push both tables"
 "$B/locusctl" push -i $inst "$work/eldr1.tbl"
 "$B/locusctl" push -i $inst "$work/grace.tbl"
