@@ -49,6 +49,7 @@ BINS        :=
 UNIT_TESTS  :=
 BENCHES     :=
 EXTRA_TESTS :=
+BENCH_SCRIPTS :=
 INSTALL_EXTRA :=
 
 .PHONY: all
@@ -131,9 +132,10 @@ bench:
 	$(MAKE) --no-print-directory bench-run
 
 .PHONY: bench-run
-bench-run: $(addprefix $(BUILD)/,$(BENCHES))
+bench-run: $(addprefix $(BUILD)/,$(BENCHES)) $(ALL_TARGETS)
 	@set -e; for b in $(addprefix $(BUILD)/,$(BENCHES)); do \
-		echo "== $$b"; $$b; done
+		echo "== $$b"; $$b; done; \
+	for s in $(BENCH_SCRIPTS); do echo "== $$s"; BUILD=$(BUILD) $$s; done
 
 .PHONY: install install-bins
 install: install-bins $(INSTALL_EXTRA)

@@ -34,6 +34,7 @@
 #include "locus_client.h"
 #include "locus_dispatch.h"
 #include "locus_eldr.h"
+#include "locus_tblfile.h"
 #include "locus_trace.h"
 #include "locus_wire.h"
 
@@ -49,6 +50,7 @@ struct opts {
 	const char *instance;
 	const char *trace;
 	const char *midway_cmd;
+	const char *eldr_table;   /* baseline: the pure router in-process on this table */
 	uint32_t decoders, ranks, prefills;
 	uint32_t requests, batches, tokens, row_bytes;
 	uint32_t decode_us;
@@ -550,6 +552,77 @@ static int run_rank(uint32_t rank, struct proc_stats *s)
 	return s->failed;
 }
 
+/* ---- in-process baselines ---------------------------------------------------------------- */
+
+/* Decisions/s of the pure router on the same signatures, one core, no daemon. */
+static double baseline_router(uint64_t n_requests)
+{
+	struct locus_eldr_router *r;
+	struct locus_error err;
+	size_t len, sig_len = locus_eldr_sig_len(T->n_layers, T->n_experts), mem_len;
+	void *blob = NULL, *mem = NULL;
+	uint8_t *sigs = NULL;
+	const void *payload;
+	size_t plen;
+	uint32_t n_sig = LOCUS_MIN(T->n_requests, 256u);
+	double rate = 0;
+
+	if (locus_tbl_read_file(O.eldr_table, LOCUS_TBL_ELDR, &blob, &len, &err) < 0 ||
+	    locus_tbl_check(blob, len, LOCUS_TBL_ELDR, &payload, &plen, &err) < 0) {
+		fprintf(stderr, "locus-loadgen: %s\n", err.msg);
+		goto out;
+	}
+	mem_len = locus_eldr_router_mem_size(payload, plen);
+	sigs = malloc(sig_len * n_sig);
+	if (!mem_len || posix_memalign(&mem, 64, mem_len) || !sigs)
+		goto out;
+	if (locus_eldr_router_build(mem, mem_len, payload, plen, LOCUS_ELDR_PATH_AUTO, &r, &err) < 0) {
+		fprintf(stderr, "locus-loadgen: %s\n", err.msg);
+		goto out;
+	}
+	for (uint32_t i = 0; i < n_sig; i++)
+		locus_eldr_sig_build(sigs + i * sig_len, sig_len, T->n_layers, T->n_experts, T->k,
+				     T->reqs[i].prompt, T->reqs[i].prompt_len, 0, NULL);
+	for (uint32_t s = 0; s < locus_eldr_router_n_decoders(r); s++)
+		locus_eldr_router_set_up(r, s, 1);
+	{
+		struct locus_eldr_decision d;
+		uint64_t t0 = now_ns(), ok = 0;
+
+		for (uint64_t i = 0; i < n_requests; i++)
+			ok += locus_eldr_route(r, sigs + (i % n_sig) * sig_len, sig_len, &d) == 0;
+		rate = (double)ok * 1e9 / (double)(now_ns() - t0);
+	}
+out:
+	free(blob);
+	free(mem);
+	free(sigs);
+	return rate;
+}
+
+/* Bytes/s of memcpy moving the same rows, row by row, one core. */
+static double baseline_memcpy(uint64_t rows)
+{
+	size_t n = 4096, bytes = n * O.row_bytes;
+	uint8_t *a = malloc(bytes), *b = malloc(bytes);
+	double rate = 0;
+
+	if (a && b && rows) {
+		uint64_t t0;
+
+		memset(a, 1, bytes);
+		memset(b, 2, bytes);
+		t0 = now_ns();
+		for (uint64_t i = 0; i < rows; i++)
+			memcpy(b + (i % n) * O.row_bytes, a + ((i * 7) % n) * O.row_bytes, O.row_bytes);
+		__asm__ volatile("" : : "r"(b) : "memory");
+		rate = (double)rows * O.row_bytes * 1e9 / (double)(now_ns() - t0);
+	}
+	free(a);
+	free(b);
+	return rate;
+}
+
 /* ---- parent ---------------------------------------------------------------------------- */
 
 static void usage(void)
@@ -557,7 +630,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: locus-loadgen --trace FILE [-i INSTANCE] [--decoders N] [--ranks N]\n"
 		"         [--prefills N] [--requests N] [--batches N] [--tokens N]\n"
-		"         [--row-bytes N] [--decode-us N] [--seconds N] [--midway-cmd CMD]\n");
+		"         [--row-bytes N] [--decode-us N] [--seconds N] [--midway-cmd CMD]\n"
+		"         [--eldr-table TABLE]   (adds in-process baselines to the figures)\n");
 }
 
 static int parse_args(int argc, char **argv)
@@ -575,6 +649,7 @@ static int parse_args(int argc, char **argv)
 		{ "decode-us", required_argument, NULL, 'D' },
 		{ "seconds", required_argument, NULL, 's' },
 		{ "midway-cmd", required_argument, NULL, 'm' },
+		{ "eldr-table", required_argument, NULL, 'e' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -595,6 +670,7 @@ static int parse_args(int argc, char **argv)
 		case 'D': O.decode_us = (uint32_t)v; break;
 		case 's': O.seconds = (uint32_t)v; break;
 		case 'm': O.midway_cmd = optarg; break;
+		case 'e': O.eldr_table = optarg; break;
 		default: return -1;
 		}
 	}
@@ -736,6 +812,19 @@ int main(int argc, char **argv)
 	       O.ranks, O.batches, O.tokens, T->k, (unsigned long long)rows_out,
 	       (unsigned long long)retries,
 	       rk_t1 > rk_t0 ? (double)rows_out * 1e9 / (double)(rk_t1 - rk_t0) : 0.0);
+	if (O.eldr_table) {
+		double pure = baseline_router(comp ? comp : 1000);
+		double daemon = pre_t1 > pre_t0 ? (double)comp * 1e9 / (double)(pre_t1 - pre_t0) : 0;
+		double rows_s = rk_t1 > rk_t0 ? (double)rows_out * 1e9 / (double)(rk_t1 - rk_t0) : 0;
+		double mc = baseline_memcpy(rows_out);
+
+		printf("baseline: pure router in-process %.0f decisions/s; through locusd %.0f "
+		       "routed/s = %.3fx (client rings, copy to the decoder, completion)\n",
+		       pure, daemon, pure > 0 ? daemon / pure : 0.0);
+		printf("baseline: memcpy of the same rows %.1f MB/s; dispatch through locusd "
+		       "%.1f MB/s of rows = %.3fx (planning, delivery, combine back)\n",
+		       mc / 1e6, rows_s * O.row_bytes / 1e6, mc > 0 ? rows_s * O.row_bytes / mc : 0.0);
+	}
 	printf("checks: %llu corrupt, %llu duplicate, %llu errors\n", (unsigned long long)corrupt,
 	       (unsigned long long)dup, (unsigned long long)errs);
 	if (lost || corrupt || dup || errs || delivered != ok || verified != delivered)
