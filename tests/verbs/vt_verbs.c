@@ -5,6 +5,7 @@
  * rxex/rxey on the two ends of a veth pair (see tools/rxe-vm/guest-verbs.sh).
  * Every received byte is checked against the sender's generator.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -271,11 +272,56 @@ static void refused(uint16_t port, void (*tune)(struct locus_verbs_ep_params *),
 	assert_int_equal(locus_verbs_peer_state(a.peer), LOCUS_VERBS_DOWN);
 	if (want == -LOCUS_EAUTH)
 		assert_true(locus_verbs_ep_stats(a.ep)->auth_rejects >= 1);
-	else
+	else if (want == -LOCUS_EVERSION)
 		assert_true(locus_verbs_ep_stats(a.ep)->version_rejects >= 1);
+	else
+		assert_true(locus_verbs_ep_stats(a.ep)->peer_rejects >= 1);
 	assert_true(locus_verbs_peer_stats(b.peer)->rejects_received >= 1);
 	vt_node_fini(&b);
 	vt_node_fini(&a);
+}
+
+static void tune_unknown_node(struct locus_verbs_ep_params *p)
+{
+	p->node_id = 9; /* a has declared node 2 only */
+}
+
+static void test_unknown_node(void **state)
+{
+	(void)state;
+	refused(7479, tune_unknown_node, -LOCUS_EPROTO);
+}
+
+/* Endpoint creation refuses what it cannot honour, and says why. */
+static void test_ep_errors(void **state)
+{
+	struct locus_verbs_ep_params prm;
+	struct locus_verbs_ep *ep = NULL;
+	struct locus_error err;
+
+	(void)state;
+	memset(&prm, 0, sizeof(prm));
+	assert_int_equal(vt_dev_addr(DEV_LO, &prm.local_addr), 0);
+	prm.slot_count = 1;
+	assert_int_equal(locus_verbs_ep_create(&prm, &ep, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "slot_count"));
+	prm.slot_count = 0;
+	prm.sq_depth = 100;
+	assert_int_equal(locus_verbs_ep_create(&prm, &ep, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "sq_depth"));
+	prm.sq_depth = 0;
+	/* the address belongs to rxe0, not to the device asked for */
+	prm.dev_name = DEV_X;
+	assert_int_equal(locus_verbs_ep_create(&prm, &ep, &err), -ENODEV);
+	printf("# %s\n", err.msg);
+	assert_non_null(strstr(err.msg, DEV_X));
+	/* an address no RDMA device owns */
+	prm.dev_name = NULL;
+	inet_aton("198.51.100.7", &prm.local_addr);
+	assert_true(locus_verbs_ep_create(&prm, &ep, &err) < 0);
+	printf("# %s\n", err.msg);
+	assert_non_null(strstr(err.msg, "198.51.100.7"));
+	assert_null(ep);
 }
 
 static void test_wrong_secret(void **state)
@@ -545,6 +591,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_veth_both_directions),
 		cmocka_unit_test(test_wrong_secret),
 		cmocka_unit_test(test_wrong_version),
+		cmocka_unit_test(test_unknown_node),
+		cmocka_unit_test(test_ep_errors),
 		cmocka_unit_test(test_peer_killed_reconnect),
 		cmocka_unit_test(test_forged_offset),
 		cmocka_unit_test(test_forged_imm),
