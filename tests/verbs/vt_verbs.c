@@ -553,7 +553,7 @@ static void test_forged_imm(void **state)
 	forged(7478, false, 0, -LOCUS_EPROTO);
 }
 
-/* Memory registration paths that need a device but no peer. */
+/* Device discovery on real sysfs, and memory paths that need a device but no peer. */
 static void test_memory(void **state)
 {
 	struct vt_node a;
@@ -562,6 +562,18 @@ static void test_memory(void **state)
 	int fd;
 
 	(void)state;
+	/* discovery on the guest's real sysfs: three software devices, no PCI parent */
+	{
+		struct locus_verbs_devinfo d[8];
+
+		assert_int_equal(locus_verbs_dev_list("/sys", d, 8), 3);
+		assert_string_equal(d[0].name, DEV_LO);
+		assert_string_equal(d[1].name, DEV_X);
+		assert_int_equal(d[0].numa_node, -1);
+		assert_int_equal(d[0].n_ports, 1);
+		assert_int_equal(locus_verbs_dev_pick(d, 3, DEV_Y, "/sys", NULL, -1, &err), 2);
+		assert_int_equal(locus_verbs_dev_pick(d, 3, "auto", "/sys", NULL, 0, &err), 0);
+	}
 	assert_int_equal(vt_node_init(&a, "mem", DEV_LO, 0, 1, NULL), 0);
 	/* host memory on the device's node, registered */
 	assert_int_equal(locus_verbs_mr_alloc(a.ep, 12288, IBV_ACCESS_LOCAL_WRITE, &mr, &err), 0);
