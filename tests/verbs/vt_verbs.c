@@ -324,10 +324,34 @@ static void test_ep_errors(void **state)
 	assert_null(ep);
 }
 
+static bool never(void *a)
+{
+	(void)a;
+	return false;
+}
+
 static void test_wrong_secret(void **state)
 {
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	uint64_t r0, r1;
+
 	(void)state;
 	refused(7474, tune_bad_secret, -LOCUS_EAUTH);
+
+	/* a refused dialler keeps trying, with back-off: 20 ms doubling to 1 s */
+	pair_up(&a, &b, DEV_LO, DEV_LO, 7480, NULL, tune_bad_secret);
+	assert_true(vt_pump(nodes, 2, first_down, &b, 10000));
+	r0 = locus_verbs_peer_stats(b.peer)->rejects_received;
+	vt_pump(nodes, 2, never, NULL, 3000);
+	r1 = locus_verbs_peer_stats(b.peer)->rejects_received;
+	printf("# refused dialler: %llu more attempts in 3 s\n", (unsigned long long)(r1 - r0));
+	assert_true(r1 - r0 >= 3);  /* it does come back */
+	assert_true(r1 - r0 <= 12); /* but does not hammer the listener */
+	assert_int_equal(locus_verbs_ep_stats(a.ep)->auth_rejects, r1);
+	assert_int_equal(b.downs, (int)r1);
+	assert_int_equal(b.ups, 0);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
 }
 
 static void test_wrong_version(void **state)

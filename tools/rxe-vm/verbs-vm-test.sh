@@ -5,7 +5,8 @@
 #   tools/rxe-vm/verbs-vm-test.sh --bench    locus vs ib_write_bw / ib_write_lat
 # Builds what is missing (binaries with make, kernel + initramfs cached in
 # $BUILD/rxe-vm), prints the guest's output, exits with the guest's status
-# (124 when qemu hits its hard timeout).
+# (124 when qemu hits its hard timeout). VT_FILTER (a cmocka test filter)
+# and ASAN_OPTIONS are passed on to the guest.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -18,7 +19,7 @@ VT=$BUILD/tests/verbs/vt_verbs
 BENCH=$BUILD/tools/bench_verbs
 if [ "$WHAT" = bench ]; then T=$BENCH; else T=$VT; fi
 [ -x "$T" ] || make --no-print-directory -j2 BUILD="${BUILD#"$ROOT"/}" "${T#"$ROOT"/}" || exit 1
-export RXE_VM_DIR=$BUILD/rxe-vm
+export RXE_VM_DIR=${RXE_VM_DIR:-$BUILD/rxe-vm}
 mkdir -p "$RXE_VM_DIR/rw"
 if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
    [ tools/rxe-vm/build-initramfs.sh -nt "$RXE_VM_DIR/initramfs.cpio.gz" ]; then
@@ -27,4 +28,5 @@ if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
 fi
 exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-540}" \
 	-c "$ROOT/tools/rxe-vm/guest-verbs.sh" -w "$RXE_VM_DIR/rw" \
-	RXE_VT="$VT" RXE_BENCH="$BENCH" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"}
+	RXE_VT="$VT" RXE_BENCH="$BENCH" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"} \
+	${ASAN_OPTIONS:+ASAN_OPTIONS="$ASAN_OPTIONS"}
