@@ -9,12 +9,15 @@
  *
  *   inbox MR = slot_count slots of slot_size bytes | 64-byte control block
  *
- * The peer writes messages into the slots with WRITE_WITH_IMM and writes the
- * cumulative count of slots we released to it into... its own control block:
- * we write *our* released count into the control block of the peer's inbox
- * MR (8-byte inline RDMA WRITE, no immediate, so it costs the peer no RECV
- * and no completion, and works when traffic is one-directional, which is
- * the common case: signatures go router -> decoder only).
+ * The peer writes its messages into our slots with WRITE_WITH_IMM. Credits
+ * flow the other way through the control blocks: when we release slots of
+ * our inbox, we write our cumulative released count (8 bytes, inline RDMA
+ * WRITE without immediate) into the control block of the peer's inbox MR,
+ * which the peer reads before it uses a slot. A write rather than
+ * piggy-backing on reverse traffic, because the main flows are one-way
+ * (signatures go router -> decoder only); and it costs the peer no RECV
+ * and no completion. A later, larger cumulative value is always correct, so
+ * credit writes never need ordering among themselves.
  *
  * A message of n = ceil(len / slot_size) slots is written contiguously. If it
  * does not fit before the end of the ring, the tail slots are skipped (and
