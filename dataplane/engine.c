@@ -214,6 +214,12 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->load_timeout_tsc = p->tsc_hz / 1000 * p->dims.load_timeout_ms;
 	e->router_buf = 1;
 	e->map_buf = 1;
+	e->rt = p->remote;
+	if (e->rt && (!e->rt->alloc || !e->rt->free || !e->rt->send || !e->rt->peer_up ||
+		      e->rt->max_msg < 4096)) {
+		free(e);
+		return locus_error_set(err, EINVAL, "engine: incomplete remote transport");
+	}
 
 	e->cmds = zalloc_aligned(sizeof(*e->cmds) * e->n_slots);
 	e->cl = zalloc_aligned(sizeof(*e->cl) * e->n_slots);
@@ -229,7 +235,7 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 			goto err_free;
 	}
 	for (uint32_t d = 0; d < p->dims.max_decoders; d++)
-		e->dec[d] = (struct engine_decoder){ .slot = -1, .router_slot = -1 };
+		e->dec[d] = (struct engine_decoder){ .slot = -1, .router_slot = -1, .node = -1 };
 	for (uint32_t r = 0; r < e->n_ranks; r++)
 		e->rank_slot[r] = -1;
 
@@ -256,8 +262,18 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->res_slot = zalloc_aligned(sizeof(uint32_t) * e->res_max);
 	e->res_client = zalloc_aligned(sizeof(uint32_t) * e->res_max);
 	e->dplan = zalloc_aligned(sizeof(*e->dplan) * e->n_ranks);
-	if (!e->plan_st || !e->plan_mem || !e->res_slot || !e->res_client || !e->dplan)
+	e->res_buf = zalloc_aligned(sizeof(void *) * e->res_max);
+	/* one pending request per completion entry the clients can hold */
+	e->n_pend = LOCUS_MIN(e->n_slots * p->clients->p.ring_size, 65536u);
+	e->pend = zalloc_aligned(sizeof(*e->pend) * e->n_pend);
+	e->pend_free = zalloc_aligned(sizeof(uint32_t) * e->n_pend);
+	if (!e->plan_st || !e->plan_mem || !e->res_slot || !e->res_client || !e->dplan ||
+	    !e->res_buf || !e->pend || !e->pend_free)
 		goto err_free;
+	for (uint32_t i = 0; i < e->n_pend; i++)
+		e->pend_free[e->n_pend_free++] = e->n_pend - 1 - i;
+	e->load_period = p->tsc_hz / 1000000 *
+			 (e->rt && e->rt->load_period_us ? e->rt->load_period_us : 1000);
 	ret = locus_grace_plan_init(&e->plan, e->plan_mem, plan_bytes, p->dims.max_tokens,
 				    LOCUS_MAX_TOPK, e->n_ranks);
 	if (ret < 0) {
@@ -309,6 +325,9 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->res_slot);
 	free(e->res_client);
 	free(e->dplan);
+	free(e->res_buf);
+	free(e->pend);
+	free(e->pend_free);
 	free(e->cmds);
 	free(e->cl);
 	free(e->dec);
@@ -381,10 +400,10 @@ static void inbox_reset(struct locus_engine *e, struct engine_client *c)
 /* Completion entries a client can still take beyond those owed to its own burst. */
 uint32_t engine_room(struct locus_engine *e, struct engine_client *c)
 {
-	uint32_t free_n = locus_ring_free_count(&c->cpl);
+	uint32_t free_n = locus_ring_free_count(&c->cpl), owed = c->cpl_reserved + c->cpl_pending;
 
 	(void)e;
-	return free_n > c->cpl_reserved ? free_n - c->cpl_reserved : 0;
+	return free_n > owed ? free_n - owed : 0;
 }
 
 static int put_completion(struct engine_client *c, const struct locus_desc *d)
@@ -451,6 +470,8 @@ static void client_attach(struct locus_engine *e, uint32_t slot, const struct lo
 
 	c->active = 0;
 	c->broken = 0;
+	c->epoch++;
+	c->cpl_pending = 0;
 	c->ctl = ctl;
 	c->roles = g->roles;
 	c->decoder_id = g->decoder_id;
@@ -539,6 +560,7 @@ static int poll_client(struct locus_engine *e, uint32_t slot)
 
 	/* Take no more than we can answer: one completion per descriptor. */
 	room = locus_ring_free_count(&c->cpl);
+	room = room > c->cpl_pending ? room - c->cpl_pending : 0;
 	if (room == 0)
 		return 0;
 	n = locus_ring_dequeue_burst(&c->sub, in, LOCUS_MIN(room, (uint32_t)LOCUS_ENGINE_BURST));
@@ -587,6 +609,7 @@ int locus_engine_poll(struct locus_engine *e)
 	now = e->p.now();
 	if (unlikely(now >= e->next_housekeeping)) {
 		engine_decoders_housekeeping(e, now);
+		engine_load_broadcast(e, now);
 		e->next_housekeeping = now + e->housekeeping_period;
 	}
 	engine_count(e, e->c.poll_iterations);

@@ -79,6 +79,20 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_adopted },
 		{ "table_rejected", "tables refused by validation, by channel", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_rejected },
+		{ "remote_messages_out", "messages sent to other nodes, by node", LOCUS_CTR_COUNTER,
+		  1, d->n_nodes, 0, "node", 0, &o->remote_msgs_out },
+		{ "remote_messages_in", "messages received from other nodes, by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->remote_msgs_in },
+		{ "remote_bytes_out", "bytes sent to other nodes, by node", LOCUS_CTR_COUNTER, 1,
+		  d->n_nodes, 0, "node", 0, &o->remote_bytes_out },
+		{ "remote_bytes_in", "bytes received from other nodes, by node", LOCUS_CTR_COUNTER,
+		  1, d->n_nodes, 0, "node", 0, &o->remote_bytes_in },
+		{ "remote_send_errors", "sends to other nodes that failed", LOCUS_CTR_COUNTER, 0, 0,
+		  0, 0, 0, &o->remote_send_errors },
+		{ "remote_undeliverable", "messages from other nodes with no local receiver or room",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->remote_undeliverable },
+		{ "remote_bad", "messages from other nodes refused by the checks", LOCUS_CTR_COUNTER,
+		  0, 0, 0, 0, 0, &o->remote_bad },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -3,25 +3,30 @@
  * Dispatch and combine: plan a rank's batch with the GRACE planner and move
  * each destination's rows by tier. Same GPU: a metadata-only message, the
  * rows stay where they are. Same node: copy into the peer rank's inbox.
- * Another node: the inter-node transport (without one, -LOCUS_EPEERDOWN).
+ * Another node: a message through the inter-node transport, which the peer
+ * node's engine copies into its rank's inbox.
  *
- * Two phases, so a batch is delivered whole or not at all: first every
- * message's inbox space and completion entry is reserved, then written.
+ * Two phases: first every message's room is reserved (inbox space and
+ * completion entry on this node, a transport buffer for another node), then
+ * everything is written. On one node a batch is delivered whole or not at
+ * all; with remote destinations it completes when the transport finished
+ * every send, with the first error if any (engine_remote.c).
  */
 #include <string.h>
 
 #include "engine_priv.h"
+
+#define RES_REMOTE UINT32_MAX /* res_client of a transport buffer */
 
 static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
 {
 	return off <= e->stage_size && len <= e->stage_size - off && off % 8 == 0;
 }
 
-/* Most rows of one message that fit the whole inbox; 0 if not even one. */
-static uint32_t rows_per_msg(const struct locus_engine *e, uint32_t top_k, uint32_t row_bytes,
-			     int in_place, uint32_t n_rows)
+/* Most rows of one message that fit cap bytes; 0 if not even one. */
+static uint32_t rows_per_msg(uint64_t cap, uint32_t top_k, uint32_t row_bytes, int in_place,
+			     uint32_t n_rows)
 {
-	uint64_t cap = (uint64_t)e->inbox_slots * e->inbox_slot_size;
 	uint64_t per_row = sizeof(struct locus_row_ref) + 6ull * top_k + (in_place ? 0 : row_bytes);
 	uint64_t r = per_row ? cap / per_row : n_rows;
 
@@ -32,79 +37,115 @@ static uint32_t rows_per_msg(const struct locus_engine *e, uint32_t top_k, uint3
 	return (uint32_t)r;
 }
 
-/* Which client takes rank's rows, or a negative code. */
+/* Who takes rank's rows and in messages of how many rows, or a negative code. */
 static int target_of(struct locus_engine *e, uint32_t src_slot, uint32_t src_rank,
-		     uint32_t rank, struct dest_plan *dp)
+		     uint32_t rank, uint32_t top_k, uint32_t row_bytes, uint32_t n_rows,
+		     struct dest_plan *dp)
 {
 	uint32_t gpn = e->p.dims.gpus_per_node;
+	uint64_t cap = (uint64_t)e->inbox_slots * e->inbox_slot_size;
 
 	dp->tier = locus_grace_tier_of(src_rank, rank, gpn);
 	dp->in_place = dp->tier == LOCUS_GRACE_TIER_GPU;
+	dp->remote = 0;
 	if (dp->in_place) {
 		dp->client = src_slot;
-		return 0;
+	} else if (rank / gpn == e->p.dims.node_id) {
+		if (e->rank_slot[rank] < 0)
+			return -LOCUS_EPEERDOWN;
+		dp->client = (uint32_t)e->rank_slot[rank];
+	} else {
+		if (!engine_remote_peer_up(e, rank / gpn))
+			return -LOCUS_EPEERDOWN;
+		dp->remote = 1;
+		dp->node = rank / gpn;
+		cap = LOCUS_MIN(cap, (uint64_t)e->rt->max_msg);
 	}
-	if (rank / gpn != e->p.dims.node_id || e->rank_slot[rank] < 0)
-		return -LOCUS_EPEERDOWN;
-	dp->client = (uint32_t)e->rank_slot[rank];
-	return 0;
+	dp->rows_per_msg = rows_per_msg(cap, top_k, row_bytes, (int)dp->in_place, n_rows);
+	if (!dp->rows_per_msg)
+		return -LOCUS_ERANGE;
+	dp->n_chunks = (n_rows + dp->rows_per_msg - 1) / dp->rows_per_msg;
+	return dp->n_chunks <= UINT16_MAX ? 0 : -LOCUS_ERANGE;
 }
 
 static void release_reservations(struct locus_engine *e, uint32_t n)
 {
-	for (uint32_t i = 0; i < n; i++)
-		engine_inbox_free(e, &e->cl[e->res_client[i]], e->res_slot[i]);
+	for (uint32_t i = 0; i < n; i++) {
+		if (e->res_client[i] == RES_REMOTE)
+			e->rt->free(e->rt->ctx, e->res_buf[i]);
+		else
+			engine_inbox_free(e, &e->cl[e->res_client[i]], e->res_slot[i]);
+	}
 }
 
 /*
- * Reserve inbox space and completion room for n_chunks messages of up to
- * rows_per_msg rows to dp->client. Appends to the reservation list.
+ * Reserve room for dp's n_chunks messages: inbox space and completion
+ * entries on this node, transport buffers for another. Appends to the
+ * reservation list; completion entries are promised only when all fit.
  */
 static int reserve(struct locus_engine *e, const struct dest_plan *dp, uint32_t n_rows,
 		   uint32_t top_k, uint32_t row_bytes, uint32_t *n_res)
 {
-	struct engine_client *dc = &e->cl[dp->client];
+	struct engine_client *dc = dp->remote ? NULL : &e->cl[dp->client];
 
-	if (engine_room(e, dc) < dp->n_chunks || *n_res + dp->n_chunks > e->res_max)
+	if ((dc && engine_room(e, dc) < dp->n_chunks) || *n_res + dp->n_chunks > e->res_max)
 		return -LOCUS_EFULL;
 	for (uint32_t k = 0; k < dp->n_chunks; k++) {
 		uint32_t rows = LOCUS_MIN(dp->rows_per_msg, n_rows - k * dp->rows_per_msg);
 		size_t len = locus_rows_msg_len(rows, top_k, row_bytes, (int)dp->in_place);
-		int first = engine_inbox_alloc(e, dc, engine_span_for(e, len));
 
-		if (first < 0)
-			return first;
-		e->res_client[*n_res] = dp->client;
-		e->res_slot[*n_res] = (uint32_t)first;
+		if (dc) {
+			int first = engine_inbox_alloc(e, dc, engine_span_for(e, len));
+
+			if (first < 0)
+				return first;
+			e->res_client[*n_res] = dp->client;
+			e->res_slot[*n_res] = (uint32_t)first;
+		} else {
+			void *buf = e->rt->alloc(e->rt->ctx, len);
+
+			if (!buf)
+				return -LOCUS_EFULL;
+			e->res_client[*n_res] = RES_REMOTE;
+			e->res_buf[*n_res] = buf;
+		}
 		(*n_res)++;
 	}
-	/* completions owed to dc are promised now, so later checks see them */
-	dc->cpl_reserved += dp->n_chunks;
+	if (dc)
+		dc->cpl_reserved += dp->n_chunks;
 	return 0;
 }
 
-static uint8_t *inbox_ptr(struct locus_engine *e, uint32_t client, uint32_t slot)
+static void unpromise(struct locus_engine *e, int n_dest)
 {
-	return e->cl[client].buf + locus_clients_inbox_off(e->cv, slot);
+	for (int j = 0; j < n_dest; j++)
+		if (!e->dplan[j].remote)
+			e->cl[e->dplan[j].client].cpl_reserved -= e->dplan[j].n_chunks;
 }
 
-static void deliver_msg(struct locus_engine *e, uint32_t client, uint32_t slot, uint8_t op,
-			uint64_t batch, uint16_t layer, uint32_t src_rank, size_t len,
-			uint16_t chunk)
+static uint8_t *msg_ptr(struct locus_engine *e, uint32_t ri)
 {
-	struct locus_desc out = {
-		.op = op,
-		.layer = layer,
-		.id = batch,
-		.off = locus_clients_inbox_off(e->cv, slot),
-		.len = (uint32_t)len,
-		.slot = slot,
-		.peer = src_rank,
-		.count = chunk,
-	};
+	if (e->res_client[ri] == RES_REMOTE)
+		return e->res_buf[ri];
+	return e->cl[e->res_client[ri]].buf + locus_clients_inbox_off(e->cv, e->res_slot[ri]);
+}
 
-	e->cl[client].cpl_reserved--;
-	engine_deliver(e, client, &out);
+/* Hand a written message over: a descriptor on this node, a send to another. */
+static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan *dp, int pidx,
+		     uint8_t op, uint64_t batch, uint16_t layer, uint32_t src_rank, size_t len,
+		     uint16_t chunk)
+{
+	struct locus_desc out;
+
+	if (dp->remote)
+		return engine_pending_send(e, pidx, dp->node, e->res_buf[ri], len);
+	out = (struct locus_desc){
+		.op = op, .layer = layer, .id = batch,
+		.off = locus_clients_inbox_off(e->cv, e->res_slot[ri]), .len = (uint32_t)len,
+		.slot = e->res_slot[ri], .peer = src_rank, .count = chunk,
+	};
+	e->cl[dp->client].cpl_reserved--;
+	return engine_deliver(e, dp->client, &out);
 }
 
 static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, uint64_t rows,
@@ -115,6 +156,74 @@ static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, 
 	locus_counter_add_elem(e->blk, e->c.rows, i, rows);
 	locus_counter_add_elem(e->blk, e->c.bytes, i, bytes);
 	locus_counter_add_elem(e->blk, e->c.msgs, i, 1);
+}
+
+/* Phase 1 for every destination of the plan; on failure nothing stays reserved. */
+static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank, int nd,
+		       uint32_t top_k, uint32_t row_bytes, uint32_t *n_res, int *any_remote)
+{
+	const struct locus_grace_plan *p = &e->plan;
+	int ret = 0;
+
+	*any_remote = 0;
+	for (int i = 0; i < nd; i++) {
+		struct dest_plan *q = &e->dplan[i];
+		uint32_t n_rows = p->dest_start[i + 1] - p->dest_start[i];
+
+		ret = target_of(e, slot, src_rank, p->dest[i], top_k, row_bytes, n_rows, q);
+		if (ret == 0)
+			ret = reserve(e, q, n_rows, top_k, row_bytes, n_res);
+		if (ret < 0) {
+			release_reservations(e, *n_res);
+			unpromise(e, i);
+			*n_res = 0;
+			return ret;
+		}
+		*any_remote |= (int)q->remote;
+	}
+	if (*any_remote && !e->n_pend_free) {
+		release_reservations(e, *n_res);
+		unpromise(e, nd);
+		*n_res = 0;
+		return -LOCUS_EFULL;
+	}
+	return 0;
+}
+
+static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispatch_req *rq,
+			      const struct dest_plan *q, uint32_t k, uint32_t nr, uint32_t r0,
+			      const struct locus_grace_plan *p, const uint16_t *experts,
+			      const float *gates, const uint8_t *stage, uint32_t src_rank,
+			      uint32_t rank, uint32_t seq)
+{
+	struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
+	struct locus_row_ref *refs = locus_rows_refs(msg);
+	uint16_t *mx = locus_rows_experts(msg, nr);
+	float *mg = locus_rows_gates(msg, nr, rq->top_k);
+
+	locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_DISPATCH,
+			   (uint32_t)(len - sizeof(struct locus_msg_hdr)), rq->batch_id, src_rank,
+			   rank, seq);
+	*h = (struct locus_rows_hdr){
+		.magic = LOCUS_ROWS_MAGIC, .layer = rq->layer, .top_k = rq->top_k,
+		.n_rows = nr, .row_bytes = rq->row_bytes,
+		.flags = q->in_place ? LOCUS_ROWS_IN_PLACE : 0,
+		.chunk = (uint16_t)k, .n_chunks = (uint16_t)q->n_chunks,
+		.rows_off = q->in_place ? rq->rows_off : locus_rows_msg_rows_off(nr, rq->top_k),
+		.batch_id = rq->batch_id,
+	};
+	memset((uint8_t *)mx, 0, locus_ids_bytes(nr, rq->top_k));
+	for (uint32_t j = 0; j < nr; j++) {
+		uint32_t t = p->rows[r0 + j];
+
+		refs[j] = (struct locus_row_ref){ .token = t, .kmask = p->kmask[r0 + j] };
+		memcpy(mx + (size_t)j * rq->top_k, experts + (size_t)t * rq->top_k,
+		       2u * rq->top_k);
+		memcpy(mg + (size_t)j * rq->top_k, gates + (size_t)t * rq->top_k, 4u * rq->top_k);
+		if (!q->in_place)
+			memcpy(msg + h->rows_off + (size_t)j * rq->row_bytes,
+			       stage + rq->rows_off + (size_t)t * rq->row_bytes, rq->row_bytes);
+	}
 }
 
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
@@ -128,7 +237,7 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	const uint8_t *body;
 	uint64_t t0 = e->p.now(), rows_sent = 0;
 	uint32_t n_res = 0, ri = 0;
-	int nd, ret;
+	int nd, ret, any_remote, pidx = -1;
 
 	engine_count(e, e->c.dispatch_batches);
 	if (!(c->roles & LOCUS_ROLE_RANK) || !stage_range_ok(e, d->off, d->len) ||
@@ -162,35 +271,16 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
-
-	/* phase 1: every destination gets room, or the batch fails whole */
-	for (int i = 0; i < nd; i++) {
-		struct dest_plan *q = &e->dplan[i];
-		uint32_t n_rows = p->dest_start[i + 1] - p->dest_start[i];
-
-		ret = target_of(e, slot, c->rank, p->dest[i], q);
-		if (ret == 0) {
-			q->rows_per_msg = rows_per_msg(e, rq.top_k, rq.row_bytes, (int)q->in_place,
-						       n_rows);
-			ret = q->rows_per_msg ? 0 : -LOCUS_ERANGE;
-		}
-		if (ret == 0) {
-			q->n_chunks = (n_rows + q->rows_per_msg - 1) / q->rows_per_msg;
-			ret = q->n_chunks <= UINT16_MAX
-				? reserve(e, q, n_rows, rq.top_k, rq.row_bytes, &n_res)
-				: -LOCUS_ERANGE;
-		}
-		if (ret < 0) {
-			release_reservations(e, n_res);
-			for (int j = 0; j < i; j++)
-				e->cl[e->dplan[j].client].cpl_reserved -= e->dplan[j].n_chunks;
-			engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down
-								: e->c.rej_inbox_full);
-			goto out;
-		}
+	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &n_res, &any_remote);
+	if (ret < 0) {
+		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down : e->c.rej_inbox_full);
+		goto out;
 	}
+	d->count = (uint32_t)nd;
+	if (any_remote)
+		pidx = engine_pending_get(e, slot, d, t0, e->c.dispatch_ns);
 
-	/* phase 2: write and deliver */
+	/* phase 2: write and hand over */
 	for (int i = 0; i < nd; i++) {
 		const struct dest_plan *q = &e->dplan[i];
 		uint32_t rank = p->dest[i], first_row = p->dest_start[i];
@@ -200,40 +290,12 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			uint32_t r0 = first_row + k * q->rows_per_msg;
 			uint32_t nr = LOCUS_MIN(q->rows_per_msg, n_rows - k * q->rows_per_msg);
 			size_t len = locus_rows_msg_len(nr, rq.top_k, rq.row_bytes, (int)q->in_place);
-			uint8_t *msg = inbox_ptr(e, q->client, e->res_slot[ri]);
-			struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
-			struct locus_row_ref *refs = locus_rows_refs(msg);
-			uint16_t *mx = locus_rows_experts(msg, nr);
-			float *mg = locus_rows_gates(msg, nr, rq.top_k);
 
-			locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_DISPATCH,
-					   (uint32_t)(len - sizeof(struct locus_msg_hdr)), rq.batch_id,
-					   c->rank, rank, e->seq[rank]++);
-			*h = (struct locus_rows_hdr){
-				.magic = LOCUS_ROWS_MAGIC, .layer = rq.layer, .top_k = rq.top_k,
-				.n_rows = nr, .row_bytes = rq.row_bytes,
-				.flags = q->in_place ? LOCUS_ROWS_IN_PLACE : 0,
-				.chunk = (uint16_t)k, .n_chunks = (uint16_t)q->n_chunks,
-				.rows_off = q->in_place ? rq.rows_off
-							: locus_rows_msg_rows_off(nr, rq.top_k),
-				.batch_id = rq.batch_id,
-			};
-			memset((uint8_t *)mx, 0, locus_ids_bytes(nr, rq.top_k));
-			for (uint32_t j = 0; j < nr; j++) {
-				uint32_t t = p->rows[r0 + j];
-
-				refs[j] = (struct locus_row_ref){ .token = t, .kmask = p->kmask[r0 + j] };
-				memcpy(mx + (size_t)j * rq.top_k, experts + (size_t)t * rq.top_k,
-				       2u * rq.top_k);
-				memcpy(mg + (size_t)j * rq.top_k, gates + (size_t)t * rq.top_k,
-				       4u * rq.top_k);
-				if (!q->in_place)
-					memcpy(msg + h->rows_off + (size_t)j * rq.row_bytes,
-					       c->buf + rq.rows_off + (size_t)t * rq.row_bytes,
-					       rq.row_bytes);
-			}
-			deliver_msg(e, q->client, e->res_slot[ri], LOCUS_OP_ROWS_IN, rq.batch_id,
-				    rq.layer, c->rank, len, (uint16_t)k);
+			fill_dispatch_msg(msg_ptr(e, ri), len, &rq, q, k, nr, r0, p, experts, gates,
+					  c->buf, c->rank, rank, e->seq[rank]++);
+			if (hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer, c->rank,
+				      len, (uint16_t)k) < 0)
+				continue;
 			count_tier(e, OP_DISPATCH_IDX, q->tier, nr,
 				   q->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 			rows_sent += nr;
@@ -243,8 +305,12 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	for (uint64_t i = 0; i < (uint64_t)rq.n_tokens * rq.top_k; i++)
 		locus_counter_add_elem(e->blk, e->c.expert_tokens,
 				       (uint32_t)(rq.layer * e->p.dims.max_experts + experts[i]), 1);
+	if (pidx >= 0) {
+		e->pend[pidx].d.aux = rows_sent;
+		engine_pending_arm(e, pidx, 0);
+		return;
+	}
 	ret = 0;
-	d->count = (uint32_t)nd;
 	d->aux = rows_sent;
 out:
 	d->status = ret;
@@ -257,10 +323,10 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	struct engine_client *c = &e->cl[slot];
 	const struct locus_row_ref *refs;
 	struct locus_combine_req rq;
-	struct dest_plan dp;
+	struct dest_plan *dp = &e->dplan[0];
 	uint64_t t0 = e->p.now();
 	uint32_t n_res = 0;
-	int ret;
+	int ret, pidx = -1;
 
 	engine_count(e, e->c.combine_batches);
 	if (!(c->roles & LOCUS_ROLE_RANK) || !stage_range_ok(e, d->off, d->len) ||
@@ -277,28 +343,27 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
-	ret = target_of(e, slot, c->rank, rq.dst_rank, &dp);
-	if (ret == 0) {
-		dp.rows_per_msg = rows_per_msg(e, 0, rq.row_bytes, (int)dp.in_place, rq.n_rows);
-		ret = dp.rows_per_msg ? 0 : -LOCUS_ERANGE;
-	}
-	if (ret == 0) {
-		dp.n_chunks = (rq.n_rows + dp.rows_per_msg - 1) / dp.rows_per_msg;
-		ret = dp.n_chunks <= UINT16_MAX ? reserve(e, &dp, rq.n_rows, 0, rq.row_bytes, &n_res)
-						: -LOCUS_ERANGE;
-	}
+	ret = target_of(e, slot, c->rank, rq.dst_rank, 0, rq.row_bytes, rq.n_rows, dp);
+	if (ret == 0)
+		ret = reserve(e, dp, rq.n_rows, 0, rq.row_bytes, &n_res);
+	if (ret == 0 && dp->remote && !e->n_pend_free)
+		ret = -LOCUS_EFULL;
 	if (ret < 0) {
+		/* reserve() promises completion entries only when it succeeds, and
+		 * only the remote case can still fail after it */
 		release_reservations(e, n_res);
-		if (n_res)
-			e->cl[dp.client].cpl_reserved -= dp.n_chunks;
 		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down : e->c.rej_inbox_full);
 		goto out;
 	}
-	for (uint32_t k = 0; k < dp.n_chunks; k++) {
-		uint32_t r0 = k * dp.rows_per_msg;
-		uint32_t nr = LOCUS_MIN(dp.rows_per_msg, rq.n_rows - r0);
-		size_t len = locus_rows_msg_len(nr, 0, rq.row_bytes, (int)dp.in_place);
-		uint8_t *msg = inbox_ptr(e, dp.client, e->res_slot[k]);
+	d->count = dp->n_chunks;
+	d->aux = rq.n_rows;
+	if (dp->remote)
+		pidx = engine_pending_get(e, slot, d, t0, e->c.combine_ns);
+	for (uint32_t k = 0; k < dp->n_chunks; k++) {
+		uint32_t r0 = k * dp->rows_per_msg;
+		uint32_t nr = LOCUS_MIN(dp->rows_per_msg, rq.n_rows - r0);
+		size_t len = locus_rows_msg_len(nr, 0, rq.row_bytes, (int)dp->in_place);
+		uint8_t *msg = msg_ptr(e, k);
 		struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
 
 		locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_COMBINE,
@@ -306,23 +371,26 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 				   c->rank, rq.dst_rank, e->seq[rq.dst_rank]++);
 		*h = (struct locus_rows_hdr){
 			.magic = LOCUS_ROWS_MAGIC, .layer = rq.layer, .n_rows = nr,
-			.row_bytes = rq.row_bytes, .flags = dp.in_place ? LOCUS_ROWS_IN_PLACE : 0,
-			.chunk = (uint16_t)k, .n_chunks = (uint16_t)dp.n_chunks,
-			.rows_off = dp.in_place ? rq.rows_off + (uint64_t)r0 * rq.row_bytes
-						: locus_rows_msg_rows_off(nr, 0),
+			.row_bytes = rq.row_bytes, .flags = dp->in_place ? LOCUS_ROWS_IN_PLACE : 0,
+			.chunk = (uint16_t)k, .n_chunks = (uint16_t)dp->n_chunks,
+			.rows_off = dp->in_place ? rq.rows_off + (uint64_t)r0 * rq.row_bytes
+						 : locus_rows_msg_rows_off(nr, 0),
 			.batch_id = rq.batch_id,
 		};
 		memcpy(locus_rows_refs(msg), refs + r0, (size_t)nr * sizeof(*refs));
-		if (!dp.in_place)
+		if (!dp->in_place)
 			memcpy(msg + h->rows_off, c->buf + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
 			       (size_t)nr * rq.row_bytes);
-		deliver_msg(e, dp.client, e->res_slot[k], LOCUS_OP_RESULTS_IN, rq.batch_id,
-			    rq.layer, c->rank, len, (uint16_t)k);
-		count_tier(e, OP_COMBINE_IDX, dp.tier, nr,
-			   dp.in_place ? 0 : (uint64_t)nr * rq.row_bytes);
+		if (hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer, c->rank,
+			      len, (uint16_t)k) < 0)
+			continue;
+		count_tier(e, OP_COMBINE_IDX, dp->tier, nr,
+			   dp->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 	}
-	d->count = dp.n_chunks;
-	d->aux = rq.n_rows;
+	if (pidx >= 0) {
+		engine_pending_arm(e, pidx, 0);
+		return;
+	}
 out:
 	d->status = ret;
 	engine_complete(e, c, d);

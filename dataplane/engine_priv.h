@@ -23,6 +23,9 @@ struct engine_client {
 	uint8_t *buf;
 	struct locus_client_ctl *ctl;
 	uint32_t cpl_reserved;      /* completion entries promised in this batch */
+	uint32_t cpl_pending;       /* completions owed to requests waiting on remote sends */
+	uint32_t epoch;             /* bumped at every attach: pending work of a
+				     * previous client in this slot is dropped */
 	uint32_t inbox_used;        /* inbox slots taken */
 	uint64_t *inbox_free;       /* bitmap, 1 = free */
 	uint16_t *inbox_span;       /* span of the message starting at a slot, else 0 */
@@ -43,7 +46,9 @@ struct engine_cmd {
 
 /* Where one destination of a batch goes, decided in phase 1. */
 struct dest_plan {
-	uint32_t client;         /* client slot receiving */
+	uint32_t client;         /* client slot receiving (local) */
+	uint32_t node;           /* node receiving (remote) */
+	uint32_t remote;
 	uint32_t in_place;
 	uint32_t rows_per_msg;
 	uint32_t n_chunks;
@@ -52,9 +57,24 @@ struct dest_plan {
 
 /* A decoder id's local state. */
 struct engine_decoder {
-	int32_t slot;            /* client slot serving it, -1 none */
+	int32_t slot;            /* local client slot serving it, -1 none */
 	int32_t router_slot;     /* index in the current router, -1 not in table */
 	uint8_t up;
+	int32_t node;            /* node of a remote decoder (from its load reports), -1 */
+	uint32_t rload;          /* its last reported load */
+	uint64_t rtsc;           /* when that report came */
+};
+
+/* A client request waiting for the transport to finish its remote sends. */
+struct engine_pending {
+	uint32_t gen;            /* cookie check: bumped at each use */
+	uint32_t epoch;          /* the client's attachment it belongs to */
+	uint32_t slot;           /* client slot to complete */
+	uint32_t outstanding;    /* sends not yet done */
+	int32_t status;          /* first error, or 0 */
+	uint64_t t0;
+	uint64_t hist;           /* latency histogram offset */
+	struct locus_desc d;     /* the completion to post */
 };
 
 struct locus_engine {
@@ -101,6 +121,15 @@ struct locus_engine {
 	uint32_t *res_client;                      /* [max messages] client slot */
 	uint32_t res_max;
 	struct dest_plan *dplan;                   /* [n_ranks] */
+	void **res_buf;                            /* [res_max] remote message buffers */
+
+	/* inter-node */
+	const struct locus_engine_remote *rt;      /* NULL: single node */
+	struct engine_pending *pend;               /* [n_pend] */
+	uint32_t *pend_free;                       /* stack of free indices */
+	uint32_t n_pend, n_pend_free;
+	uint64_t next_load;
+	uint64_t load_period;
 
 	uint64_t next_housekeeping;
 	uint64_t housekeeping_period;
@@ -121,6 +150,15 @@ uint32_t engine_span_for(const struct locus_engine *e, size_t len);
 void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
 void engine_router_refresh(struct locus_engine *e);
 void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now);
+
+/* engine_remote.c */
+int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus_desc *d,
+		       uint64_t t0, uint64_t hist);
+void engine_pending_arm(struct locus_engine *e, int idx, int status);
+int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len);
+uint64_t engine_cookie(const struct locus_engine *e, int idx);
+void engine_load_broadcast(struct locus_engine *e, uint64_t now);
+int engine_remote_peer_up(struct locus_engine *e, uint32_t node);
 
 /* engine_dispatch.c */
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);

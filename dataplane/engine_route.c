@@ -8,10 +8,26 @@
 #include "engine_priv.h"
 #include "locus_wire.h"
 
+/* A decoder is routable when attached here and reporting, or reported by a live peer. */
+static int decoder_up(struct locus_engine *e, const struct engine_decoder *d, uint64_t now)
+{
+	if (d->slot >= 0)
+		return d->up;
+	return d->node >= 0 && now - d->rtsc <= e->load_timeout_tsc &&
+	       engine_remote_peer_up(e, (uint32_t)d->node);
+}
+
+static uint32_t decoder_load(struct locus_engine *e, const struct engine_decoder *d)
+{
+	return d->slot >= 0 ? __atomic_load_n(&e->cl[d->slot].ctl->load, __ATOMIC_RELAXED)
+			    : d->rload;
+}
+
 /* Re-apply what the engine knows of each decoder to the current router. */
 void engine_router_refresh(struct locus_engine *e)
 {
 	struct locus_eldr_router *r = e->router;
+	uint64_t now = e->p.now();
 
 	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++)
 		e->dec[d].router_slot = -1;
@@ -23,9 +39,8 @@ void engine_router_refresh(struct locus_engine *e)
 			if (locus_eldr_router_slot(r, d) != (int)s)
 				continue;
 			e->dec[d].router_slot = (int32_t)s;
-			locus_eldr_router_set_up(r, s, e->dec[d].slot >= 0 && e->dec[d].up);
-			if (e->dec[d].slot >= 0)
-				locus_eldr_router_set_load(r, s, e->cl[e->dec[d].slot].ctl->load);
+			locus_eldr_router_set_up(r, s, decoder_up(e, &e->dec[d], now));
+			locus_eldr_router_set_load(r, s, decoder_load(e, &e->dec[d]));
 			break;
 		}
 	}
@@ -33,35 +48,40 @@ void engine_router_refresh(struct locus_engine *e)
 
 /*
  * Every HOUSEKEEPING_US: pick up decoder load reports (one-sided stores in
- * the client's load line) and take decoders that went silent out of routing.
+ * the client's load line; LOAD messages for remote decoders) and take
+ * decoders that went silent, or whose node went down, out of routing.
  */
 void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 {
 	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++) {
 		struct engine_decoder *dec = &e->dec[d];
-		struct engine_client *c;
-		uint64_t seq;
-		uint32_t load;
-		int up;
+		int up, was;
 
-		if (dec->slot < 0)
+		if (dec->slot >= 0) {
+			struct engine_client *c = &e->cl[dec->slot];
+			uint64_t seq = __atomic_load_n(&c->ctl->load_seq, __ATOMIC_ACQUIRE);
+			uint32_t load = __atomic_load_n(&c->ctl->load, __ATOMIC_RELAXED);
+
+			if (seq != c->load_seq) {
+				c->load_seq = seq;
+				c->load_tsc = now;
+				locus_gauge_set_elem(e->blk, e->c.decoder_load, d, load);
+				if (e->router && dec->router_slot >= 0)
+					locus_eldr_router_set_load(e->router,
+								   (uint32_t)dec->router_slot, load);
+			}
+			was = dec->up;
+			dec->up = (uint8_t)(now - c->load_tsc <= e->load_timeout_tsc);
+			up = dec->up;
+		} else if (dec->node >= 0) {
+			was = -1; /* remote: re-evaluated every time */
+			up = decoder_up(e, dec, now);
+			locus_gauge_set_elem(e->blk, e->c.decoder_load, d, dec->rload);
+		} else {
 			continue;
-		c = &e->cl[dec->slot];
-		seq = __atomic_load_n(&c->ctl->load_seq, __ATOMIC_ACQUIRE);
-		load = __atomic_load_n(&c->ctl->load, __ATOMIC_RELAXED);
-		if (seq != c->load_seq) {
-			c->load_seq = seq;
-			c->load_tsc = now;
-			locus_gauge_set_elem(e->blk, e->c.decoder_load, d, load);
-			if (e->router && dec->router_slot >= 0)
-				locus_eldr_router_set_load(e->router, (uint32_t)dec->router_slot, load);
 		}
-		up = now - c->load_tsc <= e->load_timeout_tsc;
-		if (up != dec->up) {
-			dec->up = (uint8_t)up;
-			if (e->router && dec->router_slot >= 0)
-				locus_eldr_router_set_up(e->router, (uint32_t)dec->router_slot, up);
-		}
+		if (up != was && e->router && dec->router_slot >= 0)
+			locus_eldr_router_set_up(e->router, (uint32_t)dec->router_slot, up);
 		locus_gauge_set_elem(e->blk, e->c.decoder_up, d, up);
 	}
 }
@@ -69,6 +89,63 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
 {
 	return off <= e->stage_size && len <= e->stage_size - off;
+}
+
+static void decision_into(struct locus_desc *d, const struct locus_eldr_decision *dec)
+{
+	float sim = dec->similarity;
+
+	d->status = 0;
+	d->peer = dec->decoder_id;
+	d->count = dec->n_candidates;
+	memcpy(&d->aux, &sim, sizeof(sim));
+}
+
+/*
+ * Send header + signature to the remote decoder's node; the prefill client
+ * gets its completion when the RDMA write completed (or failed).
+ */
+static void route_remote(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
+			 const struct locus_eldr_decision *dec, const void *sig, uint64_t t0)
+{
+	struct engine_client *c = &e->cl[slot];
+	int32_t node = e->dec[dec->decoder_id].node;
+	size_t len = sizeof(struct locus_msg_hdr) + d->len;
+	struct locus_msg_hdr *m;
+	int idx;
+
+	if (node < 0 || !engine_remote_peer_up(e, (uint32_t)node)) {
+		d->status = -LOCUS_EPEERDOWN;
+		engine_count(e, e->c.rej_peer_down);
+		goto fail;
+	}
+	if (len > e->rt->max_msg || !(m = e->rt->alloc(e->rt->ctx, len))) {
+		d->status = -LOCUS_EFULL;
+		engine_count(e, e->c.rej_inbox_full);
+		goto fail;
+	}
+	decision_into(d, dec);
+	idx = engine_pending_get(e, slot, d, t0, e->c.route_ns);
+	if (idx < 0) {
+		e->rt->free(e->rt->ctx, m);
+		d->status = idx;
+		engine_count(e, e->c.rej_inbox_full);
+		goto fail;
+	}
+	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id,
+			   dec->decoder_id, e->seq[0]++);
+	memcpy(m + 1, sig, d->len);
+	if (engine_pending_send(e, idx, (uint32_t)node, m, len) == 0) {
+		locus_counter_add_elem(e->blk, e->c.routed, dec->decoder_id, 1);
+		locus_hist_record(e->blk, e->c.route_band, dec->n_candidates);
+	} else {
+		engine_count(e, e->c.rej_peer_down);
+	}
+	engine_pending_arm(e, idx, 0);
+	return;
+fail:
+	engine_complete(e, c, d);
+	locus_hist_record(e->blk, e->c.route_ns, (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
 }
 
 void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
@@ -82,7 +159,6 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	size_t msg_len;
 	int32_t dslot;
 	int first, ret;
-	float sim;
 
 	engine_count(e, e->c.route_requests);
 	if (!(c->roles & LOCUS_ROLE_PREFILL) || !stage_range_ok(e, d->off, d->len) ||
@@ -106,9 +182,8 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	dslot = dec.decoder_id < e->p.dims.max_decoders ? e->dec[dec.decoder_id].slot : -1;
 	if (dslot < 0) {
 		/* a decoder of another node: the inter-node transport carries it */
-		d->status = -LOCUS_EPEERDOWN;
-		engine_count(e, e->c.rej_peer_down);
-		goto complete;
+		route_remote(e, slot, d, &dec, sig, t0);
+		return;
 	}
 	dc = &e->cl[dslot];
 	msg_len = sizeof(*m) + d->len;
@@ -134,11 +209,7 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	engine_deliver(e, (uint32_t)dslot, &out);
 	locus_counter_add_elem(e->blk, e->c.routed, dec.decoder_id, 1);
 	locus_hist_record(e->blk, e->c.route_band, dec.n_candidates);
-	d->status = 0;
-	d->peer = dec.decoder_id;
-	d->count = dec.n_candidates;
-	sim = dec.similarity;
-	memcpy(&d->aux, &sim, sizeof(sim));
+	decision_into(d, &dec);
 complete:
 	engine_complete(e, c, d);
 	locus_hist_record(e->blk, e->c.route_ns,

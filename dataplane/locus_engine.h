@@ -43,6 +43,11 @@ struct locus_engine_ctr {
 	uint64_t expert_tokens;                    /* [layers][experts] */
 	uint64_t table_generation;                 /* gauge [channel] */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
+	uint64_t remote_msgs_out, remote_msgs_in;  /* [node] */
+	uint64_t remote_bytes_out, remote_bytes_in; /* [node] */
+	uint64_t remote_send_errors;               /* sends that completed with an error */
+	uint64_t remote_undeliverable;             /* received, no local receiver or no room */
+	uint64_t remote_bad;                       /* received messages refused by the checks */
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -64,6 +69,30 @@ struct locus_engine_dims {
 int locus_engine_register_counters(struct locus_counters *c, const struct locus_engine_dims *d,
 				   struct locus_engine_ctr *out, struct locus_error *err);
 
+/*
+ * The inter-node transport as the engine sees it (locusd: a network lcore
+ * behind DPDK rings, buffers from a registered mempool; tests: queues).
+ * All calls are made on the engine's lcore and must not block.
+ */
+struct locus_engine_remote {
+	/* A buffer of at least len (<= max_msg) bytes for a message, or NULL. */
+	void *(*alloc)(void *ctx, size_t len);
+	/* Give back a buffer that was not sent. */
+	void (*free)(void *ctx, void *buf);
+	/*
+	 * Hand a message to node over; the transport owns buf from here and
+	 * reports the send's end with locus_engine_remote_done(cookie, status)
+	 * exactly once. Returns 0, or -LOCUS_EFULL / -LOCUS_EPEERDOWN (buf
+	 * stays the caller's).
+	 */
+	int (*send)(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie);
+	/* Whether node's connection is up (cheap, no syscall). */
+	int (*peer_up)(void *ctx, uint32_t node);
+	void *ctx;
+	size_t max_msg;
+	uint32_t load_period_us;       /* decoder load broadcast period */
+};
+
 struct locus_engine_params {
 	struct locus_engine_dims dims;
 	struct locus_clients *clients;     /* validated view of the client region */
@@ -73,6 +102,7 @@ struct locus_engine_params {
 	struct locus_engine_ctr ctr;
 	uint64_t tsc_hz;
 	uint64_t (*now)(void);             /* a TSC-like clock in tsc_hz ticks */
+	const struct locus_engine_remote *remote; /* NULL: a single node */
 };
 
 struct locus_engine;
@@ -107,6 +137,21 @@ struct locus_engine_grant {
 uint64_t locus_engine_command(struct locus_engine *e, uint32_t slot, enum locus_engine_cmd cmd,
 			      const struct locus_engine_grant *grant);
 int locus_engine_command_done(struct locus_engine *e, uint32_t slot, uint64_t ticket);
+
+/*
+ * Engine lcore: the transport finished sending the message of cookie
+ * (status 0 or -code). Completes the client request it belongs to once all
+ * of its messages are done.
+ */
+void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int status);
+
+/*
+ * Engine lcore: a message arrived from node (len bytes, header first). Every
+ * byte is checked; signatures go to the local decoder, rows to the local
+ * rank, load reports to the router. The engine copies what it keeps: msg
+ * may be reused when this returns. Returns 0 or the refusal's code (counted).
+ */
+int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len);
 
 /* Table generation in use on a channel (0: none yet). */
 uint64_t locus_engine_table_generation(const struct locus_engine *e, unsigned ch);

@@ -25,6 +25,11 @@ struct locus_node;
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
 		      struct locus_node **out, struct locus_error *err);
 
+/* The same, for a node of a cluster: remote is the inter-node transport. */
+int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(void),
+			     uint64_t tsc_hz, const struct locus_engine_remote *remote,
+			     struct locus_node **out, struct locus_error *err);
+
 /* The segment accepts clients from now on (state RUNNING). */
 void locus_node_set_running(struct locus_node *n);
 

@@ -116,6 +116,13 @@ static int register_control_counters(struct locus_node *n, struct locus_error *e
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
 		      struct locus_node **out, struct locus_error *err)
 {
+	return locus_node_create_remote(cfg, now, tsc_hz, NULL, out, err);
+}
+
+int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(void),
+			     uint64_t tsc_hz, const struct locus_engine_remote *remote,
+			     struct locus_node **out, struct locus_error *err)
+{
 	struct locus_engine_params ep = { 0 };
 	struct locus_node *n;
 	int ret;
@@ -164,6 +171,7 @@ int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uin
 	ep.ctr_block = locus_counters_block(n->ctrs, 0);
 	ep.tsc_hz = tsc_hz;
 	ep.now = now;
+	ep.remote = remote;
 	ret = locus_engine_create(&ep, &n->engine, err);
 	if (ret < 0)
 		goto err_free;

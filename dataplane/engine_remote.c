@@ -1,0 +1,294 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Inter-node side of the engine: requests waiting on remote sends, messages
+ * arriving from other nodes, and the decoder load broadcast.
+ *
+ * A request whose bytes leave the node is completed when the transport has
+ * finished every send it needed (RDMA completion), with the first error if
+ * any: the client still gets exactly one completion. Across nodes a dispatch
+ * is not all-or-nothing: rows already delivered stay delivered, and the
+ * completion's status says the batch did not fully go out.
+ */
+#include <string.h>
+
+#include "engine_priv.h"
+#include "locus_wire.h"
+
+#define LOAD_COOKIE UINT64_MAX
+
+struct load_entry {
+	uint32_t decoder_id;
+	uint32_t load;
+};
+
+struct load_payload {
+	uint32_t n;
+	uint32_t reserved;
+	struct load_entry e[];
+};
+
+uint64_t engine_cookie(const struct locus_engine *e, int idx)
+{
+	return (uint64_t)e->pend[idx].gen << 32 | (uint32_t)idx;
+}
+
+int engine_remote_peer_up(struct locus_engine *e, uint32_t node)
+{
+	return e->rt && node < e->p.dims.n_nodes && node != e->p.dims.node_id &&
+	       e->rt->peer_up(e->rt->ctx, node);
+}
+
+/*
+ * Take a pending record for the request d of client slot: its completion
+ * entry moves from this burst's reservation to the pending count.
+ */
+int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus_desc *d,
+		       uint64_t t0, uint64_t hist)
+{
+	struct engine_client *c = &e->cl[slot];
+	struct engine_pending *p;
+	uint32_t idx;
+
+	if (!e->n_pend_free)
+		return -LOCUS_EFULL;
+	idx = e->pend_free[--e->n_pend_free];
+	p = &e->pend[idx];
+	p->gen++;
+	p->slot = slot;
+	p->outstanding = 1; /* held until armed */
+	p->status = 0;
+	p->t0 = t0;
+	p->hist = hist;
+	p->d = *d;
+	p->epoch = c->epoch;
+	if (c->cpl_reserved)
+		c->cpl_reserved--;
+	c->cpl_pending++;
+	return (int)idx;
+}
+
+static void pending_complete(struct locus_engine *e, uint32_t idx)
+{
+	struct engine_pending *p = &e->pend[idx];
+	struct engine_client *c = &e->cl[p->slot];
+
+	if (p->status < 0)
+		p->d.status = p->status;
+	/* a client that left (or a new one in its slot) is owed nothing */
+	if (c->active && c->epoch == p->epoch) {
+		c->cpl_pending--;
+		engine_deliver(e, p->slot, &p->d);
+		locus_hist_record(e->blk, p->hist, (e->p.now() - p->t0) * 1000000000ull / e->p.tsc_hz);
+	}
+	e->pend_free[e->n_pend_free++] = idx;
+}
+
+/* Sends of the request are all issued: complete now if they are done too. */
+void engine_pending_arm(struct locus_engine *e, int idx, int status)
+{
+	struct engine_pending *p = &e->pend[idx];
+
+	if (status < 0 && p->status == 0)
+		p->status = status;
+	if (--p->outstanding == 0)
+		pending_complete(e, (uint32_t)idx);
+}
+
+/* Send one message of request idx to node; the transport owns buf on success. */
+int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len)
+{
+	struct engine_pending *p = &e->pend[idx];
+	int ret;
+
+	p->outstanding++;
+	ret = e->rt->send(e->rt->ctx, node, buf, len, engine_cookie(e, idx));
+	if (ret < 0) {
+		p->outstanding--;
+		e->rt->free(e->rt->ctx, buf);
+		if (p->status == 0)
+			p->status = ret;
+		engine_count(e, e->c.remote_send_errors);
+		return ret;
+	}
+	locus_counter_add_elem(e->blk, e->c.remote_msgs_out, node, 1);
+	locus_counter_add_elem(e->blk, e->c.remote_bytes_out, node, len);
+	return 0;
+}
+
+void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int status)
+{
+	uint32_t idx = (uint32_t)cookie;
+	struct engine_pending *p;
+
+	if (cookie == LOAD_COOKIE)
+		return;
+	if (idx >= e->n_pend || e->pend[idx].gen != (uint32_t)(cookie >> 32) ||
+	    e->pend[idx].outstanding == 0)
+		return; /* not ours (a transport bug): never complete twice */
+	p = &e->pend[idx];
+	if (status < 0) {
+		engine_count(e, e->c.remote_send_errors);
+		if (p->status == 0)
+			p->status = status;
+	}
+	if (--p->outstanding == 0)
+		pending_complete(e, idx);
+}
+
+/* ---- load broadcast ----------------------------------------------------------------- */
+
+void engine_load_broadcast(struct locus_engine *e, uint64_t now)
+{
+	uint32_t n = 0;
+
+	if (!e->rt || now < e->next_load)
+		return;
+	e->next_load = now + e->load_period;
+	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++)
+		n += e->dec[d].slot >= 0 && e->dec[d].up;
+	for (uint32_t node = 0; node < e->p.dims.n_nodes; node++) {
+		size_t len = sizeof(struct locus_msg_hdr) + sizeof(struct load_payload) +
+			     n * sizeof(struct load_entry);
+		struct locus_msg_hdr *h;
+		struct load_payload *lp;
+		uint32_t k = 0;
+
+		if (!engine_remote_peer_up(e, node) || len > e->rt->max_msg)
+			continue;
+		h = e->rt->alloc(e->rt->ctx, len);
+		if (!h)
+			continue;
+		locus_msg_hdr_init(h, LOCUS_MSG_LOAD, (uint32_t)(len - sizeof(*h)), 0,
+				   e->p.dims.node_id, node, 0);
+		lp = (struct load_payload *)(h + 1);
+		for (uint32_t d = 0; d < e->p.dims.max_decoders && k < n; d++)
+			if (e->dec[d].slot >= 0 && e->dec[d].up)
+				lp->e[k++] = (struct load_entry){
+					.decoder_id = d,
+					.load = __atomic_load_n(&e->cl[e->dec[d].slot].ctl->load,
+								__ATOMIC_RELAXED),
+				};
+		lp->n = k;
+		lp->reserved = 0;
+		if (e->rt->send(e->rt->ctx, node, h, len, LOAD_COOKIE) < 0)
+			e->rt->free(e->rt->ctx, h);
+	}
+}
+
+static int recv_load(struct locus_engine *e, uint32_t node, const struct locus_msg_hdr *h)
+{
+	const struct load_payload *lp = (const void *)(h + 1);
+	uint64_t now = e->p.now();
+
+	if (h->payload_len < sizeof(*lp) || lp->reserved ||
+	    h->payload_len != sizeof(*lp) + (uint64_t)lp->n * sizeof(struct load_entry))
+		return -LOCUS_ETRUNCATED;
+	for (uint32_t i = 0; i < lp->n; i++)
+		if (lp->e[i].decoder_id >= e->p.dims.max_decoders)
+			return -LOCUS_ERANGE;
+	for (uint32_t i = 0; i < lp->n; i++) {
+		struct engine_decoder *d = &e->dec[lp->e[i].decoder_id];
+
+		if (d->slot >= 0)
+			continue; /* served here: our own view wins */
+		d->node = (int32_t)node;
+		d->rload = lp->e[i].load;
+		d->rtsc = now;
+		if (e->router && d->router_slot >= 0)
+			locus_eldr_router_set_load(e->router, (uint32_t)d->router_slot, d->rload);
+	}
+	return 0;
+}
+
+/* ---- arriving messages ---------------------------------------------------------------- */
+
+/* Copy a whole message into a local client's inbox and tell it. */
+static int deliver_local(struct locus_engine *e, int32_t slot, const void *msg, size_t len,
+			 uint8_t op, uint64_t id, uint16_t layer, uint32_t peer)
+{
+	struct engine_client *c;
+	struct locus_desc out;
+	int first;
+
+	if (slot < 0 || !e->cl[slot].active || e->cl[slot].broken)
+		return -LOCUS_EPEERDOWN;
+	c = &e->cl[slot];
+	if (engine_room(e, c) == 0)
+		return -LOCUS_EFULL;
+	first = engine_inbox_alloc(e, c, engine_span_for(e, len));
+	if (first < 0)
+		return first;
+	memcpy(c->buf + locus_clients_inbox_off(e->cv, (uint32_t)first), msg, len);
+	out = (struct locus_desc){
+		.op = op, .layer = layer, .id = id,
+		.off = locus_clients_inbox_off(e->cv, (uint32_t)first), .len = (uint32_t)len,
+		.slot = (uint32_t)first, .peer = peer,
+	};
+	return engine_deliver(e, (uint32_t)slot, &out);
+}
+
+int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len)
+{
+	const struct locus_msg_hdr *h = msg;
+	int ret;
+
+	if (node >= e->p.dims.n_nodes || node == e->p.dims.node_id) {
+		ret = -LOCUS_ERANGE;
+		goto bad;
+	}
+	ret = locus_msg_hdr_check(h, len, UINT32_MAX);
+	if (ret < 0)
+		goto bad;
+	locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
+	locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
+	switch (h->type) {
+	case LOCUS_MSG_LOAD:
+		ret = h->src_rank == node ? recv_load(e, node, h) : -LOCUS_EPROTO;
+		if (ret < 0)
+			goto bad;
+		return 0;
+	case LOCUS_MSG_SIGNATURE: {
+		const struct locus_eldr_sig_hdr *sh = (const void *)(h + 1);
+
+		/* for signatures the header's ranks are the source node and the decoder */
+		if (h->src_rank != node || h->dst_rank >= e->p.dims.max_decoders ||
+		    h->payload_len < sizeof(*sh) || sh->magic != LOCUS_ELDR_SIG_MAGIC ||
+		    h->payload_len != locus_eldr_sig_len(sh->n_layers, sh->n_experts)) {
+			ret = -LOCUS_EPROTO;
+			goto bad;
+		}
+		ret = deliver_local(e, e->dec[h->dst_rank].slot, msg, len, LOCUS_OP_SIGNATURE_IN,
+				    h->id, 0, 0x80000000u | node);
+		break;
+	}
+	case LOCUS_MSG_DISPATCH:
+	case LOCUS_MSG_COMBINE: {
+		const struct locus_rows_hdr *rh;
+
+		ret = locus_rows_msg_check(msg, len, e->n_ranks, 0, NULL);
+		if (ret < 0)
+			goto bad;
+		rh = locus_rows_hdr_of((void *)msg);
+		if ((rh->flags & LOCUS_ROWS_IN_PLACE) ||
+		    h->src_rank / e->p.dims.gpus_per_node != node ||
+		    h->dst_rank / e->p.dims.gpus_per_node != e->p.dims.node_id) {
+			ret = -LOCUS_EPROTO;
+			goto bad;
+		}
+		ret = deliver_local(e, e->rank_slot[h->dst_rank], msg, len,
+				    h->type == LOCUS_MSG_DISPATCH ? LOCUS_OP_ROWS_IN
+								  : LOCUS_OP_RESULTS_IN,
+				    rh->batch_id, rh->layer, h->src_rank);
+		break;
+	}
+	default:
+		ret = -LOCUS_EPROTO;
+		goto bad;
+	}
+	if (ret < 0)
+		engine_count(e, e->c.remote_undeliverable);
+	return ret;
+bad:
+	engine_count(e, e->c.remote_bad);
+	return ret;
+}
