@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "locus_config.h"
+#include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_err.h"
 
@@ -41,6 +42,9 @@ void locus_node_control(struct locus_node *n);
 
 /* The worker lcore's engine. */
 struct locus_engine *locus_node_engine(struct locus_node *n);
+
+/* The segment's counters (read-write handle: register more entries). */
+struct locus_counters *locus_node_counters(struct locus_node *n);
 
 /* Clients attached right now (control's view). */
 uint32_t locus_node_clients(const struct locus_node *n);

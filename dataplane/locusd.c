@@ -31,6 +31,7 @@
 #include "locus_engine.h"
 #include "locus_node.h"
 #include "locus_shm.h"
+#include "locusd_net.h"
 
 #define MAX_EAL_ARGS 64
 #define CONTROL_PERIOD_US 1000
@@ -56,6 +57,7 @@ struct locusd {
 	struct locus_config cfg;
 	const char *config_path;
 	struct locus_node *node;
+	struct locusd_net *net;     /* NULL on a single node */
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
 	uint32_t idle_sleep_us;     /* changed by SIGHUP; read by the worker */
 	int stop;                   /* set by the main lcore, read by the worker */
@@ -89,6 +91,8 @@ static int worker_main(void *arg)
 	for (;;) {
 		int n = locus_engine_poll(e);
 
+		if (d->net)
+			n += locusd_net_poll(d->net, rte_rdtsc());
 		if (likely(n)) {
 			idle = 0;
 			continue;
@@ -305,9 +309,19 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	hz = rte_get_tsc_hz();
-	if (locus_node_create(&D.cfg, tsc_now, hz, &D.node, &err) < 0) {
+	if (D.cfg.n_nodes > 1 && locusd_net_create(&D.cfg, &D.net, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_eal;
+	}
+	if (locus_node_create_remote(&D.cfg, tsc_now, hz, D.net ? locusd_net_transport(D.net) : NULL,
+				     &D.node, &err) < 0) {
+		fprintf(stderr, "locusd: %s\n", err.msg);
+		goto err_net;
+	}
+	if (D.net && locusd_net_attach(D.net, locus_node_engine(D.node), locus_node_counters(D.node),
+				       0, &err) < 0) {
+		fprintf(stderr, "locusd: %s\n", err.msg);
+		goto err_node;
 	}
 	D.idle_sleep_us = D.cfg.idle_sleep_us;
 	sigaction(SIGTERM, &sa, NULL);
@@ -339,8 +353,11 @@ int main(int argc, char **argv)
 
 		locus_node_control(D.node);
 		if (D.worker_lcore >= RTE_MAX_LCORE) {
-			for (int i = 0; i < 64; i++)
+			for (int i = 0; i < 64; i++) {
 				locus_engine_poll(locus_node_engine(D.node));
+				if (D.net)
+					locusd_net_poll(D.net, rte_rdtsc());
+			}
 		} else if (__atomic_load_n(&D.worker_done, __ATOMIC_ACQUIRE)) {
 			fprintf(stderr, "locusd: worker lcore stopped\n");
 			break;
@@ -366,7 +383,12 @@ int main(int argc, char **argv)
 	if (D.worker_lcore < RTE_MAX_LCORE)
 		rte_eal_wait_lcore(D.worker_lcore);
 err_node:
+	/* the transport first: its in-flight messages complete into the engine */
+	locusd_net_destroy(D.net);
+	D.net = NULL;
 	locus_node_destroy(D.node, 1);
+err_net:
+	locusd_net_destroy(D.net);
 err_eal:
 	rte_eal_cleanup();
 	return ret;

@@ -198,6 +198,11 @@ struct locus_engine *locus_node_engine(struct locus_node *n)
 	return n->engine;
 }
 
+struct locus_counters *locus_node_counters(struct locus_node *n)
+{
+	return n->ctrs;
+}
+
 uint32_t locus_node_clients(const struct locus_node *n)
 {
 	return n->n_attached;

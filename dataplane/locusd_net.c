@@ -1,0 +1,432 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locusd's inter-node side: the verbs endpoint (verbs/locus_verbs.h) behind
+ * the engine's transport interface (struct locus_engine_remote).
+ *
+ * The endpoint belongs to the worker lcore that runs the engine: it polls the
+ * CQ every iteration (no syscall) and services rdma_cm events and reconnect
+ * timers from a TSC timer (every SERVICE_US; locus_verbs_service(ep, 0) does
+ * not block). Message buffers come from a DPDK mempool whose memory is
+ * registered with the endpoint's PD once; a message that finds no credits
+ * waits in the peer's backlog and is posted, in order and in batches, as
+ * credits return. Every message handed over completes exactly once: by its
+ * RDMA completion, or with -LOCUS_EPEERDOWN when its peer goes down before
+ * it was posted.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <rte_cycles.h>
+#include <rte_errno.h>
+#include <rte_lcore.h>
+#include <rte_mempool.h>
+
+#include "locus_verbs.h"
+#include "locusd_net.h"
+
+#define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
+#define POOL_N        255           /* power of two minus one: mempool's best size */
+#define BACKLOG       512           /* queued messages per peer, power of two */
+#define MAX_CHUNKS    16
+#define POST_BURST    32
+#define SERVICE_US    1000
+
+struct tx_rec {
+	void *buf;
+	uint32_t len;
+	uint32_t node;
+	uint64_t cookie;     /* the engine's */
+};
+
+struct backlog {
+	uint32_t idx[BACKLOG]; /* tx record indices, FIFO */
+	uint32_t head, tail;
+};
+
+struct locusd_net {
+	const struct locus_config *cfg;
+	struct locus_verbs_ep *ep;
+	struct locus_verbs_peer *peer[LOCUS_CFG_MAX_NODES];
+	int up[LOCUS_CFG_MAX_NODES];
+	struct backlog bl[LOCUS_CFG_MAX_NODES];
+	struct rte_mempool *pool;
+	struct locus_verbs_mr mr[MAX_CHUNKS];
+	unsigned n_mr;
+	int mr_err;
+	struct tx_rec rec[POOL_N];
+	uint32_t rec_free[POOL_N];
+	uint32_t n_rec_free;
+	struct locus_engine *eng;
+	struct locus_engine_remote rt;
+	uint64_t next_service, service_period;
+};
+
+/* ---- the cluster secret ---------------------------------------------------------------- */
+
+static int hexval(int c)
+{
+	return isdigit(c) ? c - '0' : (isxdigit(c) ? tolower(c) - 'a' + 10 : -1);
+}
+
+int locusd_read_secret(const char *path, uint8_t secret[32], struct locus_error *err)
+{
+	char buf[130];
+	struct stat st;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return locus_error_set(err, errno, "secret_file %s: %s", path, strerror(errno));
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return locus_error_set(err, EINVAL, "secret_file %s: not a regular file", path);
+	}
+	if (st.st_mode & 0007) {
+		close(fd);
+		return locus_error_set(err, EACCES,
+				       "secret_file %s: readable by others (mode %o): refused", path,
+				       (unsigned)(st.st_mode & 0777));
+	}
+	n = read(fd, buf, sizeof(buf));
+	close(fd);
+	if (n < 0)
+		return locus_error_set(err, errno, "secret_file %s: %s", path, strerror(errno));
+	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+		n--;
+	if (n == 64) {
+		for (int i = 0; i < 32; i++) {
+			int hi = hexval((unsigned char)buf[2 * i]), lo = hexval((unsigned char)buf[2 * i + 1]);
+
+			if (hi < 0 || lo < 0)
+				return locus_error_set(err, LOCUS_EPARSE,
+						       "secret_file %s: not 64 hex characters", path);
+			secret[i] = (uint8_t)(hi << 4 | lo);
+		}
+		return 0;
+	}
+	return locus_error_set(err, LOCUS_EPARSE,
+			       "secret_file %s: %zd bytes; want 64 hex characters (32 bytes)", path, n);
+}
+
+/* ---- buffers ----------------------------------------------------------------------------- */
+
+static void reg_chunk(struct rte_mempool *mp, void *opaque, struct rte_mempool_memhdr *mh,
+		      unsigned idx)
+{
+	struct locusd_net *n = opaque;
+	struct locus_error err;
+
+	(void)mp;
+	(void)idx;
+	if (n->n_mr >= MAX_CHUNKS) {
+		n->mr_err = -E2BIG;
+		return;
+	}
+	if (locus_verbs_mr_reg(n->ep, mh->addr, mh->len, 0, &n->mr[n->n_mr], &err) < 0) {
+		fprintf(stderr, "locusd: registering the message pool: %s\n", err.msg);
+		n->mr_err = -EIO;
+		return;
+	}
+	n->n_mr++;
+}
+
+static uint32_t lkey_of(const struct locusd_net *n, const void *buf)
+{
+	for (unsigned i = 0; i < n->n_mr; i++)
+		if ((const uint8_t *)buf >= (const uint8_t *)n->mr[i].addr &&
+		    (const uint8_t *)buf < (const uint8_t *)n->mr[i].addr + n->mr[i].len)
+			return n->mr[i].lkey;
+	return 0;
+}
+
+static void *rt_alloc(void *ctx, size_t len)
+{
+	struct locusd_net *n = ctx;
+	void *obj;
+
+	if (len > POOL_OBJ || rte_mempool_get(n->pool, &obj) < 0)
+		return NULL;
+	return obj;
+}
+
+static void rt_free(void *ctx, void *buf)
+{
+	struct locusd_net *n = ctx;
+
+	rte_mempool_put(n->pool, buf);
+}
+
+static int rt_peer_up(void *ctx, uint32_t node)
+{
+	struct locusd_net *n = ctx;
+
+	return node < LOCUS_CFG_MAX_NODES && n->up[node];
+}
+
+/* ---- sending ----------------------------------------------------------------------------- */
+
+static void rec_put(struct locusd_net *n, uint32_t idx)
+{
+	n->rec_free[n->n_rec_free++] = idx;
+}
+
+/* Post as much of node's backlog as credits allow, oldest first, in one list. */
+static void flush_backlog(struct locusd_net *n, uint32_t node)
+{
+	struct backlog *b = &n->bl[node];
+
+	while (b->head != b->tail && n->up[node]) {
+		struct locus_verbs_msg m[POST_BURST];
+		unsigned k = 0;
+		int posted;
+
+		for (uint32_t i = b->head; i != b->tail && k < POST_BURST; i++, k++) {
+			struct tx_rec *r = &n->rec[b->idx[i % BACKLOG]];
+
+			m[k] = (struct locus_verbs_msg){ .buf = r->buf, .len = r->len,
+							 .lkey = lkey_of(n, r->buf),
+							 .cookie = b->idx[i % BACKLOG] };
+		}
+		posted = locus_verbs_post(n->peer[node], m, k);
+		if (posted <= 0)
+			return; /* no credits or send queue room now; a down peer is drained */
+		b->head += (uint32_t)posted;
+	}
+}
+
+static int rt_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+{
+	struct locusd_net *n = ctx;
+	struct backlog *b;
+	uint32_t idx;
+
+	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
+		return -LOCUS_EPEERDOWN;
+	b = &n->bl[node];
+	if (!n->n_rec_free || b->tail - b->head >= BACKLOG)
+		return -LOCUS_EFULL;
+	idx = n->rec_free[--n->n_rec_free];
+	n->rec[idx] = (struct tx_rec){ .buf = buf, .len = (uint32_t)len, .node = node,
+				       .cookie = cookie };
+	b->idx[b->tail++ % BACKLOG] = idx;
+	flush_backlog(n, node);
+	return 0;
+}
+
+/* ---- verbs callbacks (on the worker lcore) ----------------------------------------------- */
+
+static int on_recv(void *arg, struct locus_verbs_peer *p, const void *data, uint32_t len)
+{
+	struct locusd_net *n = arg;
+
+	/* the engine checks every byte and copies what it keeps */
+	locus_engine_remote_recv(n->eng, locus_verbs_peer_node(p), data, len);
+	return 0;
+}
+
+static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie, int status)
+{
+	struct locusd_net *n = arg;
+	struct tx_rec *r;
+
+	(void)p;
+	if (cookie >= POOL_N)
+		return;
+	r = &n->rec[cookie];
+	locus_engine_remote_done(n->eng, r->cookie, status);
+	rte_mempool_put(n->pool, r->buf);
+	rec_put(n, (uint32_t)cookie);
+}
+
+static void on_peer_up(void *arg, struct locus_verbs_peer *p)
+{
+	struct locusd_net *n = arg;
+	uint16_t node = locus_verbs_peer_node(p);
+
+	n->up[node] = 1;
+	fprintf(stderr, "locusd: peer node %u up\n", node);
+}
+
+/* Messages that never reached the wire fail now, once each. */
+static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
+{
+	struct locusd_net *n = arg;
+	uint16_t node = locus_verbs_peer_node(p);
+	struct backlog *b = &n->bl[node];
+
+	if (n->up[node] || reason != -ECONNREFUSED)
+		fprintf(stderr, "locusd: peer node %u down: %s\n", node, locus_strerror(reason));
+	n->up[node] = 0;
+	while (b->head != b->tail) {
+		uint32_t idx = b->idx[b->head++ % BACKLOG];
+
+		locus_engine_remote_done(n->eng, n->rec[idx].cookie, -LOCUS_EPEERDOWN);
+		rte_mempool_put(n->pool, n->rec[idx].buf);
+		rec_put(n, idx);
+	}
+}
+
+/* ---- life cycle ----------------------------------------------------------------------------- */
+
+static int pick_device(const struct locus_config *cfg, char *name, size_t len,
+		       struct locus_error *err)
+{
+	struct locus_verbs_devinfo devs[16];
+	int n, i;
+
+	if (strcmp(cfg->rdma_device, "auto")) {
+		snprintf(name, len, "%s", cfg->rdma_device);
+		return 0;
+	}
+	n = locus_verbs_dev_list("/sys", devs, 16);
+	if (n <= 0)
+		return locus_error_set(err, ENODEV, "rdma_device = auto: no RDMA device found");
+	i = locus_verbs_dev_pick(devs, (unsigned)LOCUS_MIN(n, 16), "auto", "/sys",
+				 cfg->rdma_near_pci[0] ? cfg->rdma_near_pci : NULL,
+				 cfg->rdma_near_numa, err);
+	if (i < 0)
+		return i;
+	snprintf(name, len, "%s", devs[i].name);
+	return 0;
+}
+
+int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
+		      struct locus_error *err)
+{
+	struct locus_verbs_ep_params ep = { 0 };
+	char dev[LOCUS_VERBS_NAME_MAX];
+	struct locusd_net *n;
+	int ret;
+
+	n = calloc(1, sizeof(*n));
+	if (!n)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	n->cfg = cfg;
+	ret = locusd_read_secret(cfg->secret_file, ep.secret, err);
+	if (ret < 0)
+		goto err_free;
+	ret = pick_device(cfg, dev, sizeof(dev), err);
+	if (ret < 0)
+		goto err_free;
+	ep.local_addr.s_addr = cfg->nodes[cfg->node_id].ipv4;
+	ep.port = cfg->nodes[cfg->node_id].port;
+	ep.dev_name = dev;
+	ep.cluster_id = (uint32_t)cfg->cluster_id;
+	ep.node_id = (uint16_t)cfg->node_id;
+	ep.slot_count = cfg->inbox_slots;
+	ep.max_peers = cfg->n_nodes;
+	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,
+						.on_peer_up = on_peer_up,
+						.on_peer_down = on_peer_down, .arg = n };
+	for (unsigned s = 6; s <= 24; s++)
+		if ((1u << s) == cfg->inbox_slot_size)
+			ep.slot_shift = s;
+	if (!ep.slot_shift) {
+		ret = locus_error_set(err, EINVAL, "inbox_slot_size %u is not a power of two for "
+				      "the RDMA inbox", cfg->inbox_slot_size);
+		goto err_free;
+	}
+	locus_verbs_ep_params_default(&ep);
+	ret = locus_verbs_ep_create(&ep, &n->ep, err);
+	if (ret < 0)
+		goto err_free;
+
+	/* one pool per process: each instance has its own DPDK runtime */
+	n->pool = rte_mempool_create("locus_tx", POOL_N, POOL_OBJ, 0, 0, NULL, NULL, NULL, NULL,
+				     (int)rte_socket_id(),
+				     RTE_MEMPOOL_F_SP_PUT | RTE_MEMPOOL_F_SC_GET);
+	if (!n->pool) {
+		ret = locus_error_set(err, ENOMEM, "message pool of %d x %d bytes: %s", POOL_N,
+				      POOL_OBJ, rte_strerror(rte_errno));
+		goto err_ep;
+	}
+	rte_mempool_mem_iter(n->pool, reg_chunk, n);
+	if (n->mr_err || !n->n_mr) {
+		ret = locus_error_set(err, EIO, "cannot register the message pool with %s", dev);
+		goto err_pool;
+	}
+	for (uint32_t i = 0; i < POOL_N; i++)
+		rec_put(n, POOL_N - 1 - i);
+	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+
+		if (node == cfg->node_id)
+			continue;
+		sa.sin_addr.s_addr = cfg->nodes[node].ipv4;
+		sa.sin_port = htons(cfg->nodes[node].port);
+		/* the lower id dials, the higher accepts: one connection per pair */
+		ret = locus_verbs_peer_add(n->ep, (uint16_t)node,
+					   cfg->node_id < node ? &sa : NULL, &n->peer[node], err);
+		if (ret < 0)
+			goto err_pool;
+	}
+	n->rt = (struct locus_engine_remote){
+		.alloc = rt_alloc, .free = rt_free, .send = rt_send, .peer_up = rt_peer_up,
+		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
+					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
+		.load_period_us = 1000,
+	};
+	n->service_period = rte_get_tsc_hz() / 1000000 * SERVICE_US;
+	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", dev,
+		cfg->node_id, inet_ntoa(ep.local_addr), ep.port, cfg->n_nodes - 1);
+	*out = n;
+	return 0;
+
+err_pool:
+	for (unsigned i = 0; i < n->n_mr; i++)
+		locus_verbs_mr_free(&n->mr[i]);
+	rte_mempool_free(n->pool);
+err_ep:
+	locus_verbs_ep_destroy(n->ep);
+err_free:
+	free(n);
+	return ret;
+}
+
+const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n)
+{
+	return &n->rt;
+}
+
+int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
+		      uint32_t block, struct locus_error *err)
+{
+	n->eng = eng;
+	return locus_verbs_counters_attach(n->ep, c, block, "verbs", err);
+}
+
+int locusd_net_poll(struct locusd_net *n, uint64_t now)
+{
+	int work = locus_verbs_poll(n->ep);
+
+	for (uint32_t node = 0; node < n->cfg->n_nodes; node++)
+		if (n->bl[node].head != n->bl[node].tail)
+			flush_backlog(n, node);
+	if (unlikely(now >= n->next_service)) {
+		/* rdma_cm events, redials: a non-blocking look, at most every SERVICE_US */
+		locus_verbs_service(n->ep, 0);
+		locus_verbs_counters_sync(n->ep);
+		n->next_service = now + n->service_period;
+	}
+	return work > 0 ? work : 0;
+}
+
+void locusd_net_destroy(struct locusd_net *n)
+{
+	if (!n)
+		return;
+	/* tearing the peers down completes what is in flight (engine still alive) */
+	locus_verbs_ep_destroy(n->ep);
+	for (unsigned i = 0; i < n->n_mr; i++)
+		locus_verbs_mr_free(&n->mr[i]);
+	rte_mempool_free(n->pool);
+	free(n);
+}

@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locusd's inter-node transport: the verbs endpoint, its registered DPDK
+ * message pool and per-peer backlogs, behind struct locus_engine_remote.
+ * Everything but create/destroy runs on the engine's lcore.
+ */
+#ifndef LOCUSD_NET_H
+#define LOCUSD_NET_H
+
+#include <stdint.h>
+
+#include "locus_config.h"
+#include "locus_counters.h"
+#include "locus_engine.h"
+#include "locus_err.h"
+
+struct locusd_net;
+
+/*
+ * Read the cluster secret: 64 hex characters (a trailing newline allowed).
+ * A file readable by others is refused.
+ */
+int locusd_read_secret(const char *path, uint8_t secret[32], struct locus_error *err);
+
+/*
+ * Open the RDMA device of cfg (a name, or auto: nearest rdma_near_pci /
+ * rdma_near_numa), bind node cfg->node_id's address, listen, declare every
+ * other node (the lower id dials), create and register the message pool.
+ * Needs an initialised EAL. cfg must outlive the transport.
+ */
+int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
+		      struct locus_error *err);
+
+/* The transport to give the engine (locus_node_create_remote). */
+const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n);
+
+/*
+ * Connect the engine that receives and completes messages, and export the
+ * transport's counters (prefix "verbs") into the engine lcore's block.
+ */
+int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
+		      uint32_t block, struct locus_error *err);
+
+/* Engine lcore, every iteration: CQ burst, backlogs, timed CM servicing. */
+int locusd_net_poll(struct locusd_net *n, uint64_t now_tsc);
+
+/* Tear down (in-flight messages complete with errors). NULL is a no-op. */
+void locusd_net_destroy(struct locusd_net *n);
+
+#endif /* LOCUSD_NET_H */
