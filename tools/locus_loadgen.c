@@ -14,7 +14,16 @@
  *
  * Every process checks every byte it receives; the summary says what was
  * submitted, completed, delivered and verified, and the exit status is
- * non-zero on any lost, duplicated or corrupt completion. Benchmark figures
+ * non-zero on any lost, duplicated or corrupt completion.
+ *
+ * Across nodes each process may attach to another locusd instance
+ * (--decoder-at, --rank-at, --prefill-at): the processes are one family
+ * sharing their bookkeeping, so the rank barrier and the end-to-end checks
+ * span instances. With --allow-errors (a peer killed under traffic)
+ * completions may carry errors, counted by code; a batch whose results stop
+ * coming is given up after --batch-ms, and a process whose own locusd died
+ * stops and reports what it still waited for. Lost (never completed),
+ * duplicated or corrupt completions still fail the run. Benchmark figures
  * (decision latency, routed requests/s, rows/s) come with their in-process
  * baselines: the pure router on the same signatures and memcpy of the same
  * bytes.
@@ -28,80 +37,25 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "locus_client.h"
-#include "locus_dispatch.h"
+#include "loadgen.h"
 #include "locus_eldr.h"
+#include "locus_shm.h"
 #include "locus_tblfile.h"
-#include "locus_trace.h"
 #include "locus_wire.h"
 
-#define MAX_PROCS   32
-#define LAT_BUCKETS 64
-#define OUTSTANDING 16
-#define SIG_SLOT    (64 * 1024)
-#define ROWS_OFF    (64 * 1024)
-#define COMB_OFF    (1024 * 1024)
-#define COMB_SLOTS  8
 
-struct opts {
-	const char *instance;
-	const char *trace;
-	const char *midway_cmd;
-	const char *eldr_table;   /* baseline: the pure router in-process on this table */
-	uint32_t decoders, ranks, prefills;
-	uint32_t requests, batches, tokens, row_bytes;
-	uint32_t decode_us;
-	uint32_t seconds;
-};
-
-/* Shared with the children (MAP_SHARED): each writes its own record. */
-struct proc_stats {
-	uint64_t submitted, completed, ok, errors, retries;
-	uint64_t delivered, verified, corrupt, duplicate;
-	uint64_t rows_out, rows_back, bytes;
-	uint64_t lat_hist[LAT_BUCKETS]; /* ns, log2 buckets */
-	uint64_t lat_sum_ns;
-	uint64_t t_start_ns, t_end_ns;
-	int attached, failed;
-	char why[128];
-} __attribute__((aligned(64)));
-
-struct shared {
-	int done;             /* parent -> decoders and ranks: stop */
-	uint32_t ranks_up;    /* ranks attached: none dispatches before all are */
-	uint64_t routed_total;
-	struct proc_stats st[MAX_PROCS];
-};
-
-static struct opts O = {
+struct opts O = {
 	.instance = "default", .decoders = 4, .ranks = 4, .prefills = 1, .requests = 2000,
 	.batches = 100, .tokens = 32, .row_bytes = 2048, .decode_us = 2000, .seconds = 120,
+	.batch_ms = 3000,
 };
-static struct shared *S;
-static struct locus_trace *T;
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void nap_us(unsigned us)
-{
-	struct timespec ts = { 0, (long)us * 1000 };
-
-	nanosleep(&ts, NULL);
-}
-
-static int expired(uint64_t t0)
-{
-	return now_ns() - t0 > (uint64_t)O.seconds * 1000000000ull;
-}
+struct shared *S;
+struct locus_trace *T;
+static uint8_t *Seen;  /* one byte per signature request: deliveries seen */
+static struct locus_shm *Watch; /* this process's locusd, to notice its death */
+static uint64_t watch_next;
 
 static void lat_record(struct proc_stats *s, uint64_t ns)
 {
@@ -130,28 +84,74 @@ static double lat_quantile(const uint64_t *h, double q)
 	return ldexp(1.0, LAT_BUCKETS - 1);
 }
 
-static struct locus_client *attach(uint32_t roles, uint32_t id, struct proc_stats *s)
+/* Count a completion that carries an error, by code (the last kind takes the rest). */
+void err_record(struct proc_stats *s, int32_t status)
+{
+	int i;
+
+	s->errors++;
+	for (i = 0; i < ERR_KINDS - 1; i++)
+		if (!s->err_n[i] || s->err_code[i] == status)
+			break;
+	s->err_code[i] = i < ERR_KINDS - 1 ? status : 0; /* 0: other codes */
+	s->err_n[i]++;
+}
+
+struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
+			    struct proc_stats *s)
 {
 	struct locus_client_req req = { .roles = roles, .decoder_id = id, .rank = id,
 					.timeout_ms = 5000 };
 	struct locus_client *c;
 	struct locus_error e;
 
-	if (locus_client_attach(O.instance, &req, &c, &e) != 0) {
-		snprintf(s->why, sizeof(s->why), "attach: %.100s", e.msg);
+	if (locus_client_attach(instance, &req, &c, &e) != 0) {
+		snprintf(s->why, sizeof(s->why), "attach to %.32s: %.80s", instance, e.msg);
 		s->failed = 1;
 		return NULL;
 	}
+	/* the segment we attached to, held read-only: its owner pid says if locusd died */
+	if (O.allow_errors)
+		locus_shm_attach(instance, LOCUS_SHM_RDONLY, &Watch, NULL);
 	s->attached = 1;
 	return c;
 }
 
+/*
+ * With --allow-errors: whether the locusd we attached to is dead (killed;
+ * a restarted one has a new segment, not ours). A kill(pid, 0) at most every
+ * 100 ms. Marks the process gone.
+ */
+int own_daemon_gone(struct proc_stats *s)
+{
+	uint64_t now = now_ns();
+	pid_t owner;
+
+	if (!Watch || now < watch_next)
+		return s->gone;
+	watch_next = now + WATCH_NS;
+	owner = locus_shm_owner_pid(Watch);
+	if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH)
+		s->gone = 1;
+	return s->gone;
+}
+
 /* ---- prefill ------------------------------------------------------------------------ */
+
+/*
+ * A ROUTE's id: the request's number across all prefills (what the decoder
+ * checks the signature against, and counts once) above the staging slot.
+ */
+static uint64_t route_id(uint64_t req, uint32_t slot)
+{
+	return req << 8 | slot;
+}
 
 static int run_prefill(uint32_t idx, struct proc_stats *s)
 {
-	struct locus_client *c = attach(LOCUS_ROLE_PREFILL, 0, s);
-	uint64_t t_sub[OUTSTANDING] = { 0 }, stage_size, t0 = now_ns();
+	struct locus_client *c = attach(O.prefill_at ? O.prefill_at : O.instance,
+					LOCUS_ROLE_PREFILL, 0, s);
+	uint64_t t_sub[OUTSTANDING] = { 0 }, id_sub[OUTSTANDING] = { 0 }, stage_size, t0 = now_ns();
 	uint8_t *stage;
 	uint32_t next = 0, inflight = 0, free_mask = (1u << OUTSTANDING) - 1;
 
@@ -171,28 +171,29 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 
 		while (next < O.requests && free_mask) {
 			uint32_t slot = (uint32_t)__builtin_ctz(free_mask);
-			const struct locus_trace_req *r = &T->reqs[(next * O.prefills + idx) %
-								 T->n_requests];
+			uint64_t g = (uint64_t)next * O.prefills + idx;
+			const struct locus_trace_req *r = &T->reqs[g % T->n_requests];
 			long len = locus_eldr_sig_build(stage + (size_t)slot * SIG_SLOT, SIG_SLOT,
 							T->n_layers, T->n_experts, T->k, r->prompt,
 							r->prompt_len, 0, NULL);
-			struct locus_desc q = { .op = LOCUS_OP_ROUTE, .id = slot,
+			struct locus_desc q = { .op = LOCUS_OP_ROUTE, .id = route_id(g, slot),
 						.off = (uint64_t)slot * SIG_SLOT, .len = (uint32_t)len };
 
 			if (len < 0 || locus_client_submit(c, &q, 1) != 1)
 				break;
 			free_mask &= ~(1u << slot);
 			t_sub[slot] = now_ns();
+			id_sub[slot] = q.id;
 			inflight++;
 			next++;
 			s->submitted++;
 		}
 		n = locus_client_poll(c, d, OUTSTANDING);
 		for (int i = 0; i < n; i++) {
-			uint64_t slot = d[i].id;
+			uint64_t slot = d[i].id & 0xff;
 
 			if (d[i].op != LOCUS_OP_ROUTE || slot >= OUTSTANDING ||
-			    (free_mask & (1u << slot))) {
+			    (free_mask & (1u << slot)) || d[i].id != id_sub[slot]) {
 				s->duplicate++;
 				continue;
 			}
@@ -214,12 +215,18 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			if (d[i].status == 0 && d[i].peer < O.decoders)
 				s->ok++;
 			else
-				s->errors++;
+				err_record(s, d[i].status ? d[i].status : -LOCUS_ERANGE);
 		}
+		if (n == 0 && own_daemon_gone(s))
+			break;
 		if (n == 0)
 			nap_us(20);
 	}
 	s->t_end_ns = now_ns();
+	if (s->gone) {
+		s->orphaned += inflight;
+		inflight = 0;
+	}
 	if (inflight) {
 		snprintf(s->why, sizeof(s->why), "%u requests never completed", inflight);
 		s->failed = 1;
@@ -230,14 +237,38 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 
 /* ---- decoder ------------------------------------------------------------------------ */
 
+/*
+ * A delivered signature is the one its prefill built for request id >> 8,
+ * byte for byte, and is delivered once.
+ */
+static int sig_expected(const struct locus_msg_hdr *m, uint8_t *want, size_t sig_len)
+{
+	uint64_t g = m->id >> 8;
+	const struct locus_trace_req *r;
+
+	if (g >= (uint64_t)O.requests * O.prefills)
+		return 0;
+	r = &T->reqs[g % T->n_requests];
+	if (locus_eldr_sig_build(want, sig_len, T->n_layers, T->n_experts, T->k, r->prompt,
+				 r->prompt_len, 0, NULL) != (long)sig_len)
+		return 0;
+	return memcmp(m + 1, want, sig_len) == 0;
+}
+
 static int run_decoder(uint32_t id, struct proc_stats *s)
 {
-	struct locus_client *c = attach(LOCUS_ROLE_DECODE, id, s);
+	struct locus_client *c = attach(O.n_decoder_at ? O.decoder_at[id] : O.instance,
+					LOCUS_ROLE_DECODE, id, s);
+	size_t sig_len = locus_eldr_sig_len(T->n_layers, T->n_experts);
 	uint64_t finish[4096], last_report = 0;
 	uint32_t active = 0;
+	uint8_t *want = malloc(sig_len);
 
-	if (!c)
+	if (!c || !want) {
+		free(want);
+		locus_client_detach(c);
 		return 1;
+	}
 	locus_client_report_load(c, 0);
 	while (!__atomic_load_n(&S->done, __ATOMIC_ACQUIRE)) {
 		struct locus_desc d[32];
@@ -246,15 +277,17 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 
 		for (int i = 0; i < n; i++) {
 			const struct locus_msg_hdr *m = locus_client_inbox(c, &d[i]);
-			size_t sig_len = locus_eldr_sig_len(T->n_layers, T->n_experts);
 
 			s->delivered++;
 			if (d[i].op != LOCUS_OP_SIGNATURE_IN || !m ||
 			    locus_msg_hdr_check(m, d[i].len, UINT32_MAX) < 0 ||
 			    m->type != LOCUS_MSG_SIGNATURE || m->dst_rank != id ||
 			    m->payload_len != sig_len ||
-			    locus_eldr_sig_check(m + 1, sig_len, T->n_layers, T->n_experts, NULL)) {
+			    locus_eldr_sig_check(m + 1, sig_len, T->n_layers, T->n_experts, NULL) ||
+			    !sig_expected(m, want, sig_len)) {
 				s->corrupt++;
+			} else if (__atomic_fetch_add(&Seen[m->id >> 8], 1, __ATOMIC_RELAXED)) {
+				s->duplicate++;
 			} else {
 				s->verified++;
 				if (active < 4096)
@@ -276,280 +309,9 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 		if (!n)
 			nap_us(50);
 	}
+	free(want);
 	locus_client_detach(c);
 	return 0;
-}
-
-/* ---- expert-parallel rank -------------------------------------------------------------- */
-
-static uint8_t row_byte(uint32_t src, uint32_t batch, uint32_t token, uint32_t b)
-{
-	return (uint8_t)(src * 131 + batch * 31 + token * 7 + b);
-}
-
-struct rank_state {
-	struct locus_client *c;
-	uint32_t rank;
-	uint8_t *stage;
-	uint32_t comb_busy;           /* bitmask of combine slots awaiting completion */
-	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
-	uint32_t want_pairs, got_pairs;
-	int dispatch_done;
-	uint32_t batch;
-	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
-	uint32_t n_pending;
-};
-
-/* Answer rows: the "expert output" is the row xor (rank + 1). */
-static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
-{
-	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
-	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
-	struct locus_rows_hdr *h;
-	struct locus_row_ref *refs;
-	struct locus_combine_req *cq;
-	uint32_t slot;
-	uint64_t base;
-
-	s->delivered++;
-	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
-		s->corrupt++;
-		if (msg)
-			locus_client_release_slot(rs->c, d->slot);
-		return;
-	}
-	h = locus_rows_hdr_of(msg);
-	refs = locus_rows_refs(msg);
-	/* every combine slot in flight: wait for one, keep what else arrives */
-	while (rs->comb_busy == (1u << COMB_SLOTS) - 1) {
-		struct locus_desc cd;
-
-		if (locus_client_poll(rs->c, &cd, 1) != 1)
-			continue;
-		if (cd.op == LOCUS_OP_COMBINE) {
-			rs->comb_busy &= ~(1u << cd.id);
-			if (cd.status)
-				s->errors++;
-		} else if (rs->n_pending < LOCUS_ARRAY_SIZE(rs->pending)) {
-			rs->pending[rs->n_pending++] = cd;
-		} else {
-			s->corrupt++; /* more than a ring's worth: cannot happen */
-		}
-	}
-	slot = (uint32_t)__builtin_ctz(~rs->comb_busy);
-	base = COMB_OFF + (uint64_t)slot * (256 * 1024 + 65536);
-	cq = (struct locus_combine_req *)(rs->stage + base);
-	*cq = (struct locus_combine_req){ .magic = LOCUS_COMBINE_MAGIC, .layer = h->layer,
-					  .dst_rank = m->src_rank, .n_rows = h->n_rows,
-					  .row_bytes = h->row_bytes, .rows_off = base + 65536,
-					  .batch_id = h->batch_id };
-	for (uint32_t j = 0; j < h->n_rows; j++) {
-		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
-			? rs->stage + h->rows_off + (size_t)refs[j].token * h->row_bytes
-			: msg + h->rows_off + (size_t)j * h->row_bytes;
-		uint8_t *out = rs->stage + base + 65536 + (size_t)j * h->row_bytes;
-		int bad = 0;
-
-		for (uint32_t b = 0; b < h->row_bytes; b++) {
-			bad |= row[b] != row_byte(m->src_rank, (uint32_t)h->batch_id, refs[j].token, b);
-			out[b] = row[b] ^ (uint8_t)(rs->rank + 1);
-		}
-		if (bad)
-			s->corrupt++;
-		else
-			s->verified++;
-		((struct locus_row_ref *)(cq + 1))[j] = refs[j];
-	}
-	locus_client_release_slot(rs->c, d->slot);
-	{
-		struct locus_desc q = { .op = LOCUS_OP_COMBINE, .id = slot, .off = base,
-					.len = (uint32_t)locus_combine_req_len(h->n_rows),
-					.slot = slot };
-
-		while (locus_client_submit(rs->c, &q, 1) != 1)
-			nap_us(10);
-	}
-	rs->comb_busy |= 1u << slot;
-	s->rows_back += h->n_rows;
-}
-
-static void take_results(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
-{
-	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
-	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
-	struct locus_rows_hdr *h;
-	struct locus_row_ref *refs;
-
-	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
-		s->corrupt++;
-		goto out;
-	}
-	h = locus_rows_hdr_of(msg);
-	refs = locus_rows_refs(msg);
-	if (h->batch_id != rs->batch) {
-		s->corrupt++;
-		goto out;
-	}
-	for (uint32_t j = 0; j < h->n_rows; j++) {
-		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
-			? rs->stage + h->rows_off + (size_t)j * h->row_bytes
-			: msg + h->rows_off + (size_t)j * h->row_bytes;
-		int bad = refs[j].token >= O.tokens;
-
-		for (uint32_t b = 0; !bad && b < h->row_bytes; b++)
-			bad = row[b] != (uint8_t)(row_byte(rs->rank, rs->batch, refs[j].token, b) ^
-						  (uint8_t)(m->src_rank + 1));
-		if (bad) {
-			s->corrupt++;
-			continue;
-		}
-		for (uint32_t k = 0; k < T->k; k++) {
-			if (!(refs[j].kmask & (1u << k)))
-				continue;
-			if (rs->got[refs[j].token][k]++)
-				s->duplicate++;
-			else
-				rs->got_pairs++;
-		}
-	}
-out:
-	if (msg)
-		locus_client_release_slot(rs->c, d->slot);
-}
-
-static void handle(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
-{
-	switch (d->op) {
-	case LOCUS_OP_ROWS_IN:
-		answer_rows(rs, s, d);
-		break;
-	case LOCUS_OP_RESULTS_IN:
-		take_results(rs, s, d);
-		break;
-	case LOCUS_OP_COMBINE:
-		rs->comb_busy &= ~(1u << d->id);
-		if (d->status)
-			s->errors++;
-		break;
-	case LOCUS_OP_DISPATCH:
-		s->completed++;
-		if (d->status == -LOCUS_EFULL) {
-			s->retries++;
-			rs->dispatch_done = -1; /* resubmit */
-		} else if (d->status) {
-			s->errors++;
-			rs->dispatch_done = 2;
-		} else {
-			s->ok++;
-			s->rows_out += d->aux;
-			rs->dispatch_done = 1;
-		}
-		break;
-	default:
-		s->corrupt++;
-	}
-}
-
-/* Build batch b: tokens of a trace request's prompt at one layer. */
-static void build_batch(struct rank_state *rs, uint32_t b)
-{
-	const struct locus_trace_req *r = &T->reqs[(b * O.ranks + rs->rank) % T->n_requests];
-	struct locus_dispatch_req *q = (struct locus_dispatch_req *)rs->stage;
-	uint16_t *ex = (uint16_t *)(q + 1);
-	float *g;
-	uint32_t layer = b % T->n_layers;
-
-	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = (uint16_t)layer,
-					  .top_k = T->k, .n_tokens = O.tokens,
-					  .row_bytes = O.row_bytes, .rows_off = ROWS_OFF,
-					  .batch_id = b };
-	for (uint32_t t = 0; t < O.tokens; t++) {
-		const uint16_t *ids = locus_trace_tok(T, r->prompt, t % r->prompt_len, layer);
-
-		memcpy(ex + (size_t)t * T->k, ids, 2u * T->k);
-		for (uint32_t x = 0; x < O.row_bytes; x++)
-			rs->stage[ROWS_OFF + (size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
-	}
-	g = (float *)((uint8_t *)ex + locus_ids_bytes(O.tokens, T->k));
-	for (uint32_t i = 0; i < O.tokens * T->k; i++)
-		g[i] = 1.0f / T->k;
-}
-
-static int run_rank(uint32_t rank, struct proc_stats *s)
-{
-	struct rank_state *rs = calloc(1, sizeof(*rs));
-	uint64_t t0 = now_ns();
-	uint32_t b = 0;
-
-	if (!rs)
-		return 1;
-	rs->c = attach(LOCUS_ROLE_RANK, rank, s);
-	if (!rs->c)
-		return 1;
-	rs->rank = rank;
-	rs->stage = locus_client_stage(rs->c, NULL);
-	/* a batch may need every rank: start once all are attached */
-	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
-	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks && !expired(t0))
-		nap_us(100);
-	t0 = now_ns();
-	s->t_start_ns = t0;
-	rs->dispatch_done = -1;
-	while (!expired(t0)) {
-		struct locus_desc d[32];
-		int n;
-
-		if (b < O.batches && rs->dispatch_done == -1) {
-			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
-						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
-											T->k) };
-
-			if (rs->got_pairs == 0 && rs->want_pairs == 0) {
-				build_batch(rs, b);
-				memset(rs->got, 0, sizeof(rs->got));
-				rs->batch = b;
-				rs->want_pairs = O.tokens * T->k;
-			}
-			if (locus_client_submit(rs->c, &q, 1) == 1) {
-				rs->dispatch_done = 0;
-				s->submitted++;
-			}
-		}
-		if (rs->n_pending) {
-			n = (int)LOCUS_MIN(rs->n_pending, 32u);
-			memcpy(d, rs->pending, sizeof(d[0]) * (size_t)n);
-			rs->n_pending -= (uint32_t)n;
-			memmove(rs->pending, rs->pending + n, sizeof(d[0]) * rs->n_pending);
-		} else {
-			n = locus_client_poll(rs->c, d, 32);
-		}
-		for (int i = 0; i < n; i++)
-			handle(rs, s, &d[i]);
-		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {
-			b++;
-			rs->got_pairs = rs->want_pairs = 0;
-			rs->dispatch_done = b < O.batches ? -1 : 3;
-		} else if (rs->dispatch_done == 2) {
-			rs->got_pairs = rs->want_pairs = 0;
-			b++;
-			rs->dispatch_done = b < O.batches ? -1 : 3;
-		}
-		if (b >= O.batches && !s->t_end_ns)
-			s->t_end_ns = now_ns();
-		/* after our own batches, keep answering the others until told to stop */
-		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) && !rs->comb_busy)
-			break;
-		if (!n)
-			nap_us(20);
-	}
-	if (b < O.batches) {
-		snprintf(s->why, sizeof(s->why), "rank %u finished %u of %u batches", rank, b,
-			 O.batches);
-		s->failed = 1;
-	}
-	locus_client_detach(rs->c);
-	free(rs);
-	return s->failed;
 }
 
 /* ---- in-process baselines ---------------------------------------------------------------- */
@@ -631,7 +393,28 @@ static void usage(void)
 		"usage: locus-loadgen --trace FILE [-i INSTANCE] [--decoders N] [--ranks N]\n"
 		"         [--prefills N] [--requests N] [--batches N] [--tokens N]\n"
 		"         [--row-bytes N] [--decode-us N] [--seconds N] [--midway-cmd CMD]\n"
-		"         [--eldr-table TABLE]   (adds in-process baselines to the figures)\n");
+		"         [--eldr-table TABLE]   (adds in-process baselines to the figures)\n"
+		"         [--prefill-at NAME] [--decoder-at N0,N1,..] [--rank-at N0,N1,..]\n"
+		"                                (instance of each prefill, decoder id, rank;\n"
+		"                                 default -i; a rank attaches to its node's)\n"
+		"         [--allow-errors [--batch-ms N]]  (a peer may die: errors are counted\n"
+		"                                 by code; lost, duplicate, corrupt still fail)\n");
+}
+
+/* Split a comma list of instance names into out[]; returns the count or -1. */
+static int parse_at(char *list, const char **out, uint32_t max)
+{
+	uint32_t n = 0;
+	char *save, *tok;
+
+	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (n == max || locus_shm_check_name(tok) < 0) {
+			fprintf(stderr, "locus-loadgen: bad instance list entry '%s'\n", tok);
+			return -1;
+		}
+		out[n++] = tok;
+	}
+	return (int)n;
 }
 
 static int parse_args(int argc, char **argv)
@@ -650,9 +433,14 @@ static int parse_args(int argc, char **argv)
 		{ "seconds", required_argument, NULL, 's' },
 		{ "midway-cmd", required_argument, NULL, 'm' },
 		{ "eldr-table", required_argument, NULL, 'e' },
+		{ "prefill-at", required_argument, NULL, 'P' },
+		{ "decoder-at", required_argument, NULL, 'A' },
+		{ "rank-at", required_argument, NULL, 'K' },
+		{ "allow-errors", no_argument, NULL, 'E' },
+		{ "batch-ms", required_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int c;
+	int c, n;
 
 	while ((c = getopt_long(argc, argv, "i:", opts, NULL)) != -1) {
 		unsigned long v = optarg ? strtoul(optarg, NULL, 10) : 0;
@@ -671,9 +459,34 @@ static int parse_args(int argc, char **argv)
 		case 's': O.seconds = (uint32_t)v; break;
 		case 'm': O.midway_cmd = optarg; break;
 		case 'e': O.eldr_table = optarg; break;
+		case 'P': O.prefill_at = optarg; break;
+		case 'A':
+			n = parse_at(optarg, O.decoder_at, MAX_PROCS);
+			if (n <= 0)
+				return -1;
+			O.n_decoder_at = (uint32_t)n;
+			break;
+		case 'K':
+			n = parse_at(optarg, O.rank_at, MAX_PROCS);
+			if (n <= 0)
+				return -1;
+			O.n_rank_at = (uint32_t)n;
+			break;
+		case 'E': O.allow_errors = 1; break;
+		case 'B': O.batch_ms = (uint32_t)v; break;
 		default: return -1;
 		}
 	}
+	if ((O.n_decoder_at && O.n_decoder_at != O.decoders) ||
+	    (O.n_rank_at && O.n_rank_at != O.ranks)) {
+		fprintf(stderr, "locus-loadgen: --decoder-at / --rank-at need one instance per "
+				"decoder / rank (%u / %u)\n", O.decoders, O.ranks);
+		return -1;
+	}
+	if (O.prefill_at && locus_shm_check_name(O.prefill_at) < 0)
+		return -1;
+	if (!O.batch_ms)
+		return -1;
 	if (!O.trace || optind != argc || O.decoders + O.ranks + O.prefills > MAX_PROCS ||
 	    O.prefills == 0 || O.tokens == 0 || O.tokens > 4096 || O.row_bytes == 0 ||
 	    O.row_bytes > 65536 || (uint64_t)O.tokens * O.row_bytes > 256 * 1024 || !O.seconds)
@@ -697,7 +510,10 @@ int main(int argc, char **argv)
 	uint32_t np = 0, p0, r0, d0;
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
-	uint64_t sig_retries = 0;
+	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
+	int32_t ecode[ERR_KINDS * MAX_PROCS];
+	uint64_t en[ERR_KINDS * MAX_PROCS];
+	uint32_t nk = 0;
 	uint64_t pre_t0 = UINT64_MAX, pre_t1 = 0, rk_t0 = UINT64_MAX, rk_t1 = 0;
 	int failed = 0, midway_done = 0, status;
 
@@ -713,6 +529,10 @@ int main(int argc, char **argv)
 	if (S == MAP_FAILED)
 		return 1;
 	memset(S, 0, sizeof(*S));
+	Seen = mmap(NULL, (size_t)O.requests * O.prefills + 1, PROT_READ | PROT_WRITE,
+		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (Seen == MAP_FAILED)
+		return 1;
 	d0 = np;
 	for (uint32_t i = 0; i < O.decoders; i++, np++)
 		pids[np] = spawn(run_decoder, i, &S->st[np]);
@@ -775,7 +595,22 @@ int main(int argc, char **argv)
 		}
 		corrupt += s->corrupt;
 		dup += s->duplicate;
+		abandoned += s->abandoned;
+		late += s->late;
+		orphaned += s->orphaned;
+		for (int k = 0; k < ERR_KINDS && s->err_n[k]; k++) {
+			uint32_t j = 0;
+
+			while (j < nk && ecode[j] != s->err_code[k])
+				j++;
+			if (j == nk) {
+				ecode[nk] = s->err_code[k];
+				en[nk++] = 0;
+			}
+			en[j] += s->err_n[k];
+		}
 		if (i >= p0) {
+			pre_orphaned += s->orphaned;
 			sub += s->submitted;
 			comp += s->completed;
 			ok += s->ok;
@@ -796,7 +631,7 @@ int main(int argc, char **argv)
 			verified += s->verified;
 		}
 	}
-	lost = sub - comp;
+	lost = sub - comp - pre_orphaned;
 	printf("signatures: %llu submitted, %llu completed (%llu routed, %llu refused), %llu lost, "
 	       "%llu delivered to decoders, %llu verified, %llu inbox-full retries\n",
 	       (unsigned long long)sub, (unsigned long long)comp, (unsigned long long)ok,
@@ -827,8 +662,20 @@ int main(int argc, char **argv)
 	}
 	printf("checks: %llu corrupt, %llu duplicate, %llu errors\n", (unsigned long long)corrupt,
 	       (unsigned long long)dup, (unsigned long long)errs);
-	if (lost || corrupt || dup || errs || delivered != ok || verified != delivered)
+	for (uint32_t j = 0; j < nk; j++)
+		printf("  completed with %s: %llu\n", ecode[j] ? locus_strerror(ecode[j]) : "other",
+		       (unsigned long long)en[j]);
+	if (O.allow_errors) {
+		printf("allowed errors: %llu batches given up after %u ms, %llu late result rows "
+		       "checked, %llu requests unanswered because their own locusd died\n",
+		       (unsigned long long)abandoned, O.batch_ms, (unsigned long long)late,
+		       (unsigned long long)orphaned);
+		/* a signature may be lost with its node, never delivered twice or unasked */
+		if (lost || corrupt || dup || delivered > comp || verified != delivered)
+			failed = 1;
+	} else if (lost || corrupt || dup || errs || delivered != ok || verified != delivered) {
 		failed = 1;
+	}
 	printf("%s\n", failed ? "loadgen: FAILED" : "loadgen: ok");
 	locus_trace_free(T);
 	return failed;

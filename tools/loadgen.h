@@ -1,0 +1,106 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locus-loadgen's processes share this: options, the per-process records in
+ * a MAP_SHARED area (the parent sums them), and the helpers every process
+ * uses. The rank processes live in loadgen_rank.c.
+ */
+#ifndef LOADGEN_H
+#define LOADGEN_H
+
+#include <stdint.h>
+#include <time.h>
+
+#include "locus_client.h"
+#include "locus_trace.h"
+
+
+#define MAX_PROCS   32
+#define LAT_BUCKETS 64
+#define OUTSTANDING 16
+#define SIG_SLOT    (64 * 1024)
+#define ROWS_OFF    (64 * 1024)
+#define COMB_OFF    (1024 * 1024)
+#define COMB_SLOTS  8
+#define ERR_KINDS   8
+#define WATCH_NS    100000000ull /* look at the own locusd's pid every 100 ms */
+
+struct opts {
+	const char *instance;
+	const char *trace;
+	const char *midway_cmd;
+	const char *eldr_table;   /* baseline: the pure router in-process on this table */
+	uint32_t decoders, ranks, prefills;
+	uint32_t requests, batches, tokens, row_bytes;
+	uint32_t decode_us;
+	uint32_t seconds;
+	const char *prefill_at;          /* instance of the prefill processes */
+	const char *decoder_at[MAX_PROCS]; /* instance of each decoder id */
+	const char *rank_at[MAX_PROCS];  /* instance of each rank */
+	uint32_t n_decoder_at, n_rank_at;
+	int allow_errors;
+	uint32_t batch_ms;               /* with allow_errors: give a batch up after this */
+};
+
+/* Shared with the children (MAP_SHARED): each writes its own record. */
+struct proc_stats {
+	uint64_t submitted, completed, ok, errors, retries;
+	uint64_t delivered, verified, corrupt, duplicate;
+	uint64_t rows_out, rows_back, bytes;
+	uint64_t lat_hist[LAT_BUCKETS]; /* ns, log2 buckets */
+	uint64_t lat_sum_ns;
+	uint64_t t_start_ns, t_end_ns;
+	uint64_t abandoned, late;       /* batches given up; results of earlier batches */
+	uint64_t orphaned;              /* requests unanswered because our locusd died */
+	int32_t err_code[ERR_KINDS];    /* completions with an error, by code */
+	uint64_t err_n[ERR_KINDS];
+	int attached, failed, gone;
+	char why[128];
+} __attribute__((aligned(64)));
+
+struct shared {
+	int done;             /* parent -> decoders and ranks: stop */
+	uint32_t ranks_up;    /* ranks attached: none dispatches before all are */
+	uint32_t ranks_failed; /* ranks that could not attach: the others give up */
+	uint64_t routed_total;
+	struct proc_stats st[MAX_PROCS];
+};
+
+extern struct opts O;
+extern struct shared *S;
+extern struct locus_trace *T;
+
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void nap_us(unsigned us)
+{
+	struct timespec ts = { 0, (long)us * 1000 };
+
+	nanosleep(&ts, NULL);
+}
+
+/* Whether --seconds have passed since t0. */
+static inline int expired(uint64_t t0)
+{
+	return now_ns() - t0 > (uint64_t)O.seconds * 1000000000ull;
+}
+
+/* Count a completion that carries an error, by code. */
+void err_record(struct proc_stats *s, int32_t status);
+
+/* Attach to instance in roles (id: decoder id or rank); NULL with s->why on failure. */
+struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
+			    struct proc_stats *s);
+
+/* With --allow-errors: whether our own locusd died (then s->gone is set). */
+int own_daemon_gone(struct proc_stats *s);
+
+/* The expert-parallel rank process; returns its exit status. */
+int run_rank(uint32_t rank, struct proc_stats *s);
+
+#endif /* LOADGEN_H */

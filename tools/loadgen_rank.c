@@ -1,0 +1,334 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locus-loadgen's expert-parallel rank: DISPATCH batches of the trace's
+ * per-token top-k at one layer, answer the rows received with COMBINE (the
+ * "expert output" is the row xor (rank + 1)), and check every (token, k)
+ * comes back exactly once with the content the serving rank computed.
+ */
+#include <string.h>
+#include <stdlib.h>
+#include <stdio.h>
+
+#include "loadgen.h"
+#include "locus_dispatch.h"
+#include "locus_wire.h"
+
+static uint8_t row_byte(uint32_t src, uint32_t batch, uint32_t token, uint32_t b)
+{
+	return (uint8_t)(src * 131 + batch * 31 + token * 7 + b);
+}
+
+struct rank_state {
+	struct locus_client *c;
+	uint32_t rank;
+	uint8_t *stage;
+	uint32_t comb_busy;           /* bitmask of combine slots awaiting completion */
+	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
+	uint32_t want_pairs, got_pairs;
+	int dispatch_done;
+	uint32_t batch;
+	uint64_t t0, t_batch;         /* run start; submission of the batch in flight */
+	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
+	uint32_t n_pending;
+};
+
+/* Answer rows: the "expert output" is the row xor (rank + 1). */
+static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
+	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
+	struct locus_rows_hdr *h;
+	struct locus_row_ref *refs;
+	struct locus_combine_req *cq;
+	uint32_t slot;
+	uint64_t base;
+
+	s->delivered++;
+	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
+		s->corrupt++;
+		if (msg)
+			locus_client_release_slot(rs->c, d->slot);
+		return;
+	}
+	h = locus_rows_hdr_of(msg);
+	refs = locus_rows_refs(msg);
+	/* every combine slot in flight: wait for one, keep what else arrives */
+	while (rs->comb_busy == (1u << COMB_SLOTS) - 1) {
+		struct locus_desc cd;
+
+		if (expired(rs->t0) || own_daemon_gone(s)) {
+			/* our locusd answers no more: these rows stay unanswered */
+			locus_client_release_slot(rs->c, d->slot);
+			return;
+		}
+		if (locus_client_poll(rs->c, &cd, 1) != 1)
+			continue;
+		if (cd.op == LOCUS_OP_COMBINE) {
+			rs->comb_busy &= ~(1u << cd.id);
+			if (cd.status)
+				err_record(s, cd.status);
+		} else if (rs->n_pending < LOCUS_ARRAY_SIZE(rs->pending)) {
+			rs->pending[rs->n_pending++] = cd;
+		} else {
+			s->corrupt++; /* more than a ring's worth: cannot happen */
+		}
+	}
+	slot = (uint32_t)__builtin_ctz(~rs->comb_busy);
+	base = COMB_OFF + (uint64_t)slot * (256 * 1024 + 65536);
+	cq = (struct locus_combine_req *)(rs->stage + base);
+	*cq = (struct locus_combine_req){ .magic = LOCUS_COMBINE_MAGIC, .layer = h->layer,
+					  .dst_rank = m->src_rank, .n_rows = h->n_rows,
+					  .row_bytes = h->row_bytes, .rows_off = base + 65536,
+					  .batch_id = h->batch_id };
+	for (uint32_t j = 0; j < h->n_rows; j++) {
+		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
+			? rs->stage + h->rows_off + (size_t)refs[j].token * h->row_bytes
+			: msg + h->rows_off + (size_t)j * h->row_bytes;
+		uint8_t *out = rs->stage + base + 65536 + (size_t)j * h->row_bytes;
+		int bad = 0;
+
+		for (uint32_t b = 0; b < h->row_bytes; b++) {
+			bad |= row[b] != row_byte(m->src_rank, (uint32_t)h->batch_id, refs[j].token, b);
+			out[b] = row[b] ^ (uint8_t)(rs->rank + 1);
+		}
+		if (bad)
+			s->corrupt++;
+		else
+			s->verified++;
+		((struct locus_row_ref *)(cq + 1))[j] = refs[j];
+	}
+	locus_client_release_slot(rs->c, d->slot);
+	{
+		struct locus_desc q = { .op = LOCUS_OP_COMBINE, .id = slot, .off = base,
+					.len = (uint32_t)locus_combine_req_len(h->n_rows),
+					.slot = slot };
+
+		while (locus_client_submit(rs->c, &q, 1) != 1) {
+			if (expired(rs->t0) || own_daemon_gone(s))
+				return;
+			nap_us(10);
+		}
+	}
+	rs->comb_busy |= 1u << slot;
+	s->rows_back += h->n_rows;
+}
+
+static void take_results(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
+	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
+	struct locus_rows_hdr *h;
+	struct locus_row_ref *refs;
+	int late;
+
+	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
+		s->corrupt++;
+		goto out;
+	}
+	h = locus_rows_hdr_of(msg);
+	refs = locus_rows_refs(msg);
+	/* results of a batch given up (--allow-errors) may still come: checked, not counted */
+	late = O.allow_errors && h->batch_id < rs->batch;
+	if (h->batch_id != rs->batch && !late) {
+		s->corrupt++;
+		goto out;
+	}
+	for (uint32_t j = 0; j < h->n_rows; j++) {
+		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
+			? rs->stage + h->rows_off + (size_t)j * h->row_bytes
+			: msg + h->rows_off + (size_t)j * h->row_bytes;
+		int bad = refs[j].token >= O.tokens;
+
+		for (uint32_t b = 0; !bad && b < h->row_bytes; b++)
+			bad = row[b] != (uint8_t)(row_byte(rs->rank, (uint32_t)h->batch_id,
+							   refs[j].token, b) ^
+						  (uint8_t)(m->src_rank + 1));
+		if (bad) {
+			s->corrupt++;
+			continue;
+		}
+		if (late) {
+			s->late++;
+			continue;
+		}
+		for (uint32_t k = 0; k < T->k; k++) {
+			if (!(refs[j].kmask & (1u << k)))
+				continue;
+			if (rs->got[refs[j].token][k]++)
+				s->duplicate++;
+			else
+				rs->got_pairs++;
+		}
+	}
+out:
+	if (msg)
+		locus_client_release_slot(rs->c, d->slot);
+}
+
+static void handle(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	switch (d->op) {
+	case LOCUS_OP_ROWS_IN:
+		answer_rows(rs, s, d);
+		break;
+	case LOCUS_OP_RESULTS_IN:
+		take_results(rs, s, d);
+		break;
+	case LOCUS_OP_COMBINE:
+		if (d->id >= COMB_SLOTS || !(rs->comb_busy & (1u << d->id))) {
+			s->duplicate++;
+			break;
+		}
+		rs->comb_busy &= ~(1u << d->id);
+		if (d->status)
+			err_record(s, d->status);
+		break;
+	case LOCUS_OP_DISPATCH:
+		if (rs->dispatch_done != 0 || d->id != rs->batch) {
+			s->duplicate++;
+			break;
+		}
+		s->completed++;
+		if (d->status == -LOCUS_EFULL) {
+			s->retries++;
+			rs->dispatch_done = -1; /* resubmit */
+		} else if (d->status) {
+			err_record(s, d->status);
+			rs->dispatch_done = 2;
+		} else {
+			s->ok++;
+			s->rows_out += d->aux;
+			rs->dispatch_done = 1;
+		}
+		break;
+	default:
+		s->corrupt++;
+	}
+}
+
+/* Build batch b: tokens of a trace request's prompt at one layer. */
+static void build_batch(struct rank_state *rs, uint32_t b)
+{
+	const struct locus_trace_req *r = &T->reqs[(b * O.ranks + rs->rank) % T->n_requests];
+	struct locus_dispatch_req *q = (struct locus_dispatch_req *)rs->stage;
+	uint16_t *ex = (uint16_t *)(q + 1);
+	float *g;
+	uint32_t layer = b % T->n_layers;
+
+	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = (uint16_t)layer,
+					  .top_k = T->k, .n_tokens = O.tokens,
+					  .row_bytes = O.row_bytes, .rows_off = ROWS_OFF,
+					  .batch_id = b };
+	for (uint32_t t = 0; t < O.tokens; t++) {
+		const uint16_t *ids = locus_trace_tok(T, r->prompt, t % r->prompt_len, layer);
+
+		memcpy(ex + (size_t)t * T->k, ids, 2u * T->k);
+		for (uint32_t x = 0; x < O.row_bytes; x++)
+			rs->stage[ROWS_OFF + (size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
+	}
+	g = (float *)((uint8_t *)ex + locus_ids_bytes(O.tokens, T->k));
+	for (uint32_t i = 0; i < O.tokens * T->k; i++)
+		g[i] = 1.0f / T->k;
+}
+
+int run_rank(uint32_t rank, struct proc_stats *s)
+{
+	struct rank_state *rs = calloc(1, sizeof(*rs));
+	uint64_t t0 = now_ns();
+	uint32_t b = 0;
+
+	if (!rs)
+		return 1;
+	rs->c = attach(O.n_rank_at ? O.rank_at[rank] : O.instance, LOCUS_ROLE_RANK, rank, s);
+	if (!rs->c) {
+		__atomic_add_fetch(&S->ranks_failed, 1, __ATOMIC_ACQ_REL);
+		free(rs);
+		return 1;
+	}
+	rs->rank = rank;
+	rs->stage = locus_client_stage(rs->c, NULL);
+	/* a batch may need every rank, wherever attached: start once all are */
+	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
+	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks &&
+	       !__atomic_load_n(&S->ranks_failed, __ATOMIC_ACQUIRE) && !expired(t0))
+		nap_us(100);
+	if (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks) {
+		snprintf(s->why, sizeof(s->why), "rank %u: not every rank attached", rank);
+		s->failed = 1;
+		goto out;
+	}
+	t0 = now_ns();
+	rs->t0 = t0;
+	s->t_start_ns = t0;
+	rs->dispatch_done = -1;
+	while (!expired(t0)) {
+		struct locus_desc d[32];
+		int n;
+
+		if (b < O.batches && rs->dispatch_done == -1) {
+			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
+						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
+											T->k) };
+
+			if (rs->got_pairs == 0 && rs->want_pairs == 0) {
+				build_batch(rs, b);
+				memset(rs->got, 0, sizeof(rs->got));
+				rs->batch = b;
+				rs->want_pairs = O.tokens * T->k;
+			}
+			if (locus_client_submit(rs->c, &q, 1) == 1) {
+				rs->dispatch_done = 0;
+				rs->t_batch = now_ns();
+				s->submitted++;
+			}
+		}
+		if (rs->n_pending) {
+			n = (int)LOCUS_MIN(rs->n_pending, 32u);
+			memcpy(d, rs->pending, sizeof(d[0]) * (size_t)n);
+			rs->n_pending -= (uint32_t)n;
+			memmove(rs->pending, rs->pending + n, sizeof(d[0]) * rs->n_pending);
+		} else {
+			n = locus_client_poll(rs->c, d, 32);
+		}
+		for (int i = 0; i < n; i++)
+			handle(rs, s, &d[i]);
+		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {
+			b++;
+			rs->got_pairs = rs->want_pairs = 0;
+			rs->dispatch_done = b < O.batches ? -1 : 3;
+		} else if (rs->dispatch_done == 1 && O.allow_errors &&
+			   now_ns() - rs->t_batch > (uint64_t)O.batch_ms * 1000000ull) {
+			/* sent, but results stopped coming (their rank's node died) */
+			s->abandoned++;
+			rs->dispatch_done = 2;
+		}
+		if (rs->dispatch_done == 2) {
+			rs->got_pairs = rs->want_pairs = 0;
+			b++;
+			rs->dispatch_done = b < O.batches ? -1 : 3;
+		}
+		if (b >= O.batches && !s->t_end_ns)
+			s->t_end_ns = now_ns();
+		/* after our own batches, keep answering the others until told to stop */
+		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) && !rs->comb_busy)
+			break;
+		if (!n && own_daemon_gone(s)) {
+			s->orphaned += (rs->dispatch_done == 0) +
+				       (uint64_t)__builtin_popcount(rs->comb_busy);
+			break;
+		}
+		if (!n)
+			nap_us(20);
+	}
+	if (!s->t_end_ns)
+		s->t_end_ns = now_ns();
+	if (b < O.batches && !s->gone) {
+		snprintf(s->why, sizeof(s->why), "rank %u finished %u of %u batches", rank, b,
+			 O.batches);
+		s->failed = 1;
+	}
+out:
+	locus_client_detach(rs->c);
+	free(rs);
+	return s->failed;
+}
