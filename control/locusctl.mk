@@ -6,13 +6,13 @@ $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 BINS += bin/esft2jsonl
-$(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c,eldrfit eldr trace common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
-$(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c,eldrfit eldr trace common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
 $(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 UNIT_TESTS += tests/test_eldr_esft
-$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c,eldr grace trace shm common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c tests/test_paths.c,eldr grace trace shm common,cmocka))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_eldr_ctl

@@ -26,36 +26,8 @@
 #include "locus_table.h"
 #include "locus_tblfile.h"
 #include "trace_json.h"
+#include "test_paths.h"
 
-/*
- * The repository root: $LOCUS_SRCDIR, else three levels above this program
- * (<root>/<build>/tests/<test>), so the test runs from any directory.
- */
-static char repo_root[1024] = ".";
-
-static void find_repo_root(const char *argv0)
-{
-	const char *src = getenv("LOCUS_SRCDIR");
-	char path[4096];
-
-	if (src && *src) {
-		snprintf(repo_root, sizeof(repo_root), "%s", src);
-		return;
-	}
-	if (!realpath(argv0, path))
-		return;
-	for (int up = 0; up < 3; up++) {
-		char *slash = strrchr(path, '/');
-
-		if (!slash)
-			return;
-		*slash = '\0';
-	}
-	if (!path[0])
-		strcpy(path, "/");
-	if (strlen(path) < sizeof(repo_root))
-		memcpy(repo_root, path, strlen(path) + 1);
-}
 
 static char locusctl[4096];
 static char tmpdir[] = "/tmp/test_eldr_ctl.XXXXXX";
@@ -65,7 +37,7 @@ static const char *sample(void)
 {
 	static char buf[4200];
 
-	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", repo_root);
+	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", locus_test_root());
 	return buf;
 }
 
@@ -324,7 +296,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	(void)argc;
-	find_repo_root(argv[0]);
+	locus_test_find_root(argv[0]);
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(locusctl, sizeof(locusctl), "%s/../bin/locusctl", dirname(self));
 	if (!mkdtemp(tmpdir)) {

@@ -23,6 +23,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
+#include "test_paths.h"
 #include "trace_json.h"
 #include "trace_priv.h"
 
@@ -30,35 +31,6 @@
 #define K_ESFT 6
 #define E_ESFT 64
 
-/*
- * The repository root: $LOCUS_SRCDIR, else three levels above this program
- * (<root>/<build>/tests/<test>), so the test runs from any directory.
- */
-static char repo_root[1024] = ".";
-
-static void find_repo_root(const char *argv0)
-{
-	const char *src = getenv("LOCUS_SRCDIR");
-	char path[4096];
-
-	if (src && *src) {
-		snprintf(repo_root, sizeof(repo_root), "%s", src);
-		return;
-	}
-	if (!realpath(argv0, path))
-		return;
-	for (int up = 0; up < 3; up++) {
-		char *slash = strrchr(path, '/');
-
-		if (!slash)
-			return;
-		*slash = '\0';
-	}
-	if (!path[0])
-		strcpy(path, "/");
-	if (strlen(path) < sizeof(repo_root))
-		memcpy(repo_root, path, strlen(path) + 1);
-}
 
 static const char *const domains[] = { "law", "translation", "summary", "intent" };
 
@@ -72,7 +44,7 @@ static const char *data_dir(void)
 
 	if (d && *d)
 		return d;
-	snprintf(def, sizeof(def), "%s/../shared/data", repo_root);
+	snprintf(def, sizeof(def), "%s/../shared/data", locus_test_root());
 	return def;
 }
 
@@ -478,7 +450,7 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	find_repo_root(argv[0]);
+	locus_test_find_root(argv[0]);
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(esft2jsonl, sizeof(esft2jsonl), "%s/../bin/esft2jsonl", dirname(self));
 	if (!have_esft())

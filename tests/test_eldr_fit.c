@@ -19,44 +19,8 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
+#include "test_paths.h"
 
-/*
- * The repository root: $LOCUS_SRCDIR, else three levels above this program
- * (<root>/<build>/tests/<test>), so the test runs from any directory.
- */
-static char repo_root[1024] = ".";
-
-static void find_repo_root(const char *argv0)
-{
-	const char *src = getenv("LOCUS_SRCDIR");
-	char path[4096];
-
-	if (src && *src) {
-		snprintf(repo_root, sizeof(repo_root), "%s", src);
-		return;
-	}
-	if (!realpath(argv0, path))
-		return;
-	for (int up = 0; up < 3; up++) {
-		char *slash = strrchr(path, '/');
-
-		if (!slash)
-			return;
-		*slash = '\0';
-	}
-	if (!path[0])
-		strcpy(path, "/");
-	if (strlen(path) < sizeof(repo_root))
-		memcpy(repo_root, path, strlen(path) + 1);
-}
-
-static const char *sample_path(void)
-{
-	static char buf[4200];
-
-	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", repo_root);
-	return buf;
-}
 
 static void test_idf_by_hand(void **state)
 {
@@ -285,7 +249,7 @@ static void test_fit_sample(void **state)
 	double pa, pn;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(t->n_requests, 96);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &a, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &b, &e), 0);
@@ -325,7 +289,7 @@ static void test_fit_split_half_without_decode(void **state)
 	struct locus_error e = { 0 };
 	(void)state;
 
-	assert_int_equal(locus_trace_load(sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
 	reqs = calloc(t->n_requests, sizeof(*reqs));
 	assert_non_null(reqs);
 	for (uint32_t i = 0; i < t->n_requests; i++) {
@@ -358,6 +322,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	find_repo_root(argv[0]);
+	locus_test_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,45 +18,9 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
+#include "test_paths.h"
 
 /* The repo's calibration sample; tests run from the repository root. */
-/*
- * The repository root: $LOCUS_SRCDIR, else three levels above this program
- * (<root>/<build>/tests/<test>), so the test runs from any directory.
- */
-static char repo_root[1024] = ".";
-
-static void find_repo_root(const char *argv0)
-{
-	const char *src = getenv("LOCUS_SRCDIR");
-	char path[4096];
-
-	if (src && *src) {
-		snprintf(repo_root, sizeof(repo_root), "%s", src);
-		return;
-	}
-	if (!realpath(argv0, path))
-		return;
-	for (int up = 0; up < 3; up++) {
-		char *slash = strrchr(path, '/');
-
-		if (!slash)
-			return;
-		*slash = '\0';
-	}
-	if (!path[0])
-		strcpy(path, "/");
-	if (strlen(path) < sizeof(repo_root))
-		memcpy(repo_root, path, strlen(path) + 1);
-}
-
-static const char *sample_path(void)
-{
-	static char buf[4200];
-
-	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", repo_root);
-	return buf;
-}
 
 struct fixture {
 	uint8_t *payload;
@@ -439,7 +403,7 @@ static void test_paths_agree_real(void **state)
 	uint32_t disagreements = 0, routed = 0;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
 	payload = (const uint8_t *)res.blob + 64;
 	plen = res.blob_len - 64;
@@ -495,7 +459,7 @@ static void test_batch_matches_sequential(void **state)
 	uint8_t *sigs;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
 	payload = (const uint8_t *)res.blob + 64;
 	plen = res.blob_len - 64;
@@ -582,6 +546,6 @@ int main(int argc, char **argv)
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
 	(void)argc;
-	find_repo_root(argv[0]);
+	locus_test_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

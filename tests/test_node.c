@@ -37,6 +37,7 @@
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
+#include "node_util.h"
 
 #define L 2
 #define E 8
@@ -54,27 +55,12 @@ static struct locus_shm *view;
 static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void nap(void)
-{
-	struct timespec ts = { 0, 200000 };
-
-	nanosleep(&ts, NULL);
-}
-
 static void *ctl_loop(void *arg)
 {
 	(void)arg;
 	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
 		locus_node_control(node);
-		nap();
+		tu_nap();
 	}
 	return NULL;
 }
@@ -90,21 +76,7 @@ static void *eng_loop(void *arg)
 	return NULL;
 }
 
-/* ---- counters as locus-stat reads them -------------------------------------- */
-
-static uint64_t ctr(const char *name, uint32_t elem)
-{
-	uint64_t buf[4096];
-	int idx, n;
-
-	locus_counters_refresh(ctrs, NULL);
-	idx = locus_counters_find(ctrs, name);
-	if (idx < 0)
-		fail_msg("no counter %s", name);
-	n = locus_counters_sum(ctrs, (uint32_t)idx, buf, LOCUS_ARRAY_SIZE(buf));
-	assert_true(n > (int)elem);
-	return buf[elem];
-}
+#define ctr_(name, elem) tu_ctr(ctrs, name, elem)
 
 /* ---- tables ------------------------------------------------------------------ */
 
@@ -211,38 +183,6 @@ static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 
 /* ---- clients --------------------------------------------------------------------- */
 
-static struct locus_client *attach(uint32_t roles, uint32_t dec, uint32_t rank)
-{
-	struct locus_client_req req = { .roles = roles, .decoder_id = dec, .rank = rank,
-					.timeout_ms = 5000 };
-	struct locus_client *c;
-	struct locus_error e;
-
-	if (locus_client_attach(INST, &req, &c, &e) != 0)
-		fail_msg("attach: %s", e.msg);
-	return c;
-}
-
-static void wait_desc(struct locus_client *c, struct locus_desc *d)
-{
-	for (int i = 0; i < 50000; i++) {
-		if (locus_client_poll(c, d, 1) == 1)
-			return;
-		nap();
-	}
-	fail_msg("no descriptor within the bound");
-}
-
-static int try_desc(struct locus_client *c, struct locus_desc *d, int tries)
-{
-	for (int i = 0; i < tries; i++) {
-		if (locus_client_poll(c, d, 1) == 1)
-			return 1;
-		nap();
-	}
-	return 0;
-}
-
 /* Signature with w0 tokens on expert 0, w3 on 3, w7 on 7, at every layer. */
 static size_t put_signature(struct locus_client *c, uint64_t off, int w0, int w3, int w7)
 {
@@ -284,7 +224,7 @@ static int setup(void **state)
 		return -1;
 	setenv(LOCUS_SHM_DIR_ENV, shm_dir, 1);
 	if (locus_config_parse(conf, strlen(conf), "test.conf", &cfg, &e) ||
-	    locus_node_create(&cfg, now_ns, 1000000000ull, &node, &e)) {
+	    locus_node_create(&cfg, tu_now_ns, 1000000000ull, &node, &e)) {
 		fprintf(stderr, "%s\n", e.msg);
 		return -1;
 	}
@@ -319,9 +259,9 @@ static int teardown(void **state)
 
 static void test_route_matches_pure_router(void **state)
 {
-	struct locus_client *pre = attach(LOCUS_ROLE_PREFILL, 0, 0);
-	struct locus_client *dec[2] = { attach(LOCUS_ROLE_DECODE, 0, 0),
-					attach(LOCUS_ROLE_DECODE, 1, 0) };
+	struct locus_client *pre = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec[2] = { tu_attach(INST, LOCUS_ROLE_DECODE, 0, 0),
+					tu_attach(INST, LOCUS_ROLE_DECODE, 1, 0) };
 	static uint8_t router_mem[1 << 16] __attribute__((aligned(64)));
 	struct locus_eldr_router *ref;
 	struct locus_desc d, in;
@@ -335,9 +275,9 @@ static void test_route_matches_pure_router(void **state)
 	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 1, .off = 0,
 				 .len = (uint32_t)put_signature(pre, 0, 5, 0, 0) };
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.status, -LOCUS_ESTATE);
-	assert_int_equal(ctr("rejected_no_table", 0), 1);
+	assert_int_equal(ctr_("rejected_no_table", 0), 1);
 
 	assert_true(push(0, tbl, tlen, &refused) > 0);
 	assert_false(refused);
@@ -348,9 +288,9 @@ static void test_route_matches_pure_router(void **state)
 	/* loads as the decoders report them, seen by the engine */
 	locus_client_report_load(dec[0], 3);
 	locus_client_report_load(dec[1], 1);
-	for (int i = 0; i < 50000 && (ctr("decoder_load", 0) != 3 || ctr("decoder_load", 1) != 1); i++)
-		nap();
-	assert_int_equal(ctr("decoder_load", 0), 3);
+	for (int i = 0; i < 50000 && (ctr_("decoder_load", 0) != 3 || ctr_("decoder_load", 1) != 1); i++)
+		tu_nap();
+	assert_int_equal(ctr_("decoder_load", 0), 3);
 	locus_eldr_router_set_load(ref, 0, 3);
 	locus_eldr_router_set_load(ref, 1, 1);
 
@@ -370,7 +310,7 @@ static void test_route_matches_pure_router(void **state)
 					 .len = (uint32_t)len };
 		assert_int_equal(locus_client_submit(pre, &d, 1), 1);
 		submitted++;
-		wait_desc(pre, &d);
+		tu_wait_desc(pre, &d);
 		completed++;
 		assert_int_equal(d.op, LOCUS_OP_ROUTE);
 		assert_int_equal(d.id, 100 + i);
@@ -379,7 +319,7 @@ static void test_route_matches_pure_router(void **state)
 		assert_int_equal(d.count, want.n_candidates);
 		/* the chosen decoder got header + the exact signature bytes */
 		who = (int)d.peer;
-		wait_desc(dec[who], &in);
+		tu_wait_desc(dec[who], &in);
 		assert_int_equal(in.op, LOCUS_OP_SIGNATURE_IN);
 		assert_int_equal(in.id, 100 + i);
 		m = locus_client_inbox(dec[who], &in);
@@ -388,11 +328,11 @@ static void test_route_matches_pure_router(void **state)
 		assert_int_equal(m->payload_len, len);
 		assert_memory_equal(m + 1, sig, len);
 		assert_int_equal(locus_client_release_slot(dec[who], in.slot), 0);
-		assert_false(try_desc(dec[!who], &in, 2));
+		assert_false(tu_try_desc(dec[!who], &in, 2));
 	}
 	assert_int_equal(submitted, completed);
-	assert_int_equal(ctr("routed", 0) + ctr("routed", 1), 40);
-	assert_true(ctr("routed", 0) > 0 && ctr("routed", 1) > 0);
+	assert_int_equal(ctr_("routed", 0) + ctr_("routed", 1), 40);
+	assert_true(ctr_("routed", 0) > 0 && ctr_("routed", 1) > 0);
 
 	/* malformed: bad magic, wrong role, unknown op, out-of-stage offset */
 	{
@@ -404,37 +344,37 @@ static void test_route_matches_pure_router(void **state)
 			{ .op = LOCUS_OP_ROUTE, .id = 902, .off = 1ull << 40, .len = 10 },
 			{ .op = LOCUS_OP_DISPATCH, .id = 903 },
 		};
-		uint64_t before = ctr("rejected_bad_descriptor", 0);
+		uint64_t before = ctr_("rejected_bad_descriptor", 0);
 
 		stage[0] ^= 0xff; /* magic */
 		assert_int_equal(locus_client_submit(pre, bad, 4), 4);
 		for (int i = 0; i < 4; i++) {
-			wait_desc(pre, &d);
+			tu_wait_desc(pre, &d);
 			assert_int_equal(d.id, 900 + i);
 			assert_true(d.status < 0);
 		}
-		assert_int_equal(ctr("rejected_bad_signature", 0), 1);
-		assert_int_equal(ctr("rejected_bad_descriptor", 0), before + 3);
+		assert_int_equal(ctr_("rejected_bad_signature", 0), 1);
+		assert_int_equal(ctr_("rejected_bad_descriptor", 0), before + 3);
 	}
 
 	/* a decoder leaves: routing goes to the other one; both gone: no decoder */
 	locus_client_detach(dec[1]);
-	for (int i = 0; i < 50000 && ctr("clients_attached", 0) != 2; i++)
-		nap();
+	for (int i = 0; i < 50000 && ctr_("clients_attached", 0) != 2; i++)
+		tu_nap();
 	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 950, .off = 0,
 				 .len = (uint32_t)put_signature(pre, 0, 0, 0, 9) };
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.status, 0);
 	assert_int_equal(d.peer, 0);
-	wait_desc(dec[0], &in);
+	tu_wait_desc(dec[0], &in);
 	locus_client_release_slot(dec[0], in.slot);
 	locus_client_detach(dec[0]);
-	for (int i = 0; i < 50000 && ctr("clients_attached", 0) != 1; i++)
-		nap();
+	for (int i = 0; i < 50000 && ctr_("clients_attached", 0) != 1; i++)
+		tu_nap();
 	d.id = 951;
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.status, -LOCUS_ENODEST);
 	locus_client_detach(pre);
 	free(tbl);
@@ -442,8 +382,8 @@ static void test_route_matches_pure_router(void **state)
 
 static void test_table_push_under_traffic(void **state)
 {
-	struct locus_client *pre = attach(LOCUS_ROLE_PREFILL, 0, 0);
-	struct locus_client *dec = attach(LOCUS_ROLE_DECODE | LOCUS_ROLE_PREFILL, 2, 0);
+	struct locus_client *pre = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec = tu_attach(INST, LOCUS_ROLE_DECODE | LOCUS_ROLE_PREFILL, 2, 0);
 	struct locus_engine *eng = locus_node_engine(node);
 	size_t glen, blen;
 	void *good, *bad;
@@ -469,7 +409,7 @@ static void test_table_push_under_traffic(void **state)
 			assert_false(refused);
 		}
 		for (int i = 0; i < 8; i++) {
-			wait_desc(pre, &d[0]);
+			tu_wait_desc(pre, &d[0]);
 			/* no decoder 0/1 attached: every answer is a clean refusal */
 			assert_int_equal(d[0].status, -LOCUS_ENODEST);
 			n_ok++;
@@ -482,8 +422,8 @@ static void test_table_push_under_traffic(void **state)
 	assert_true(push(0, bad, blen, &refused) > (int64_t)gen1);
 	assert_true(refused);
 	assert_int_equal(locus_engine_table_generation(eng, 0), gen1);
-	assert_int_equal(ctr("table_rejected", 0), 1);
-	assert_int_equal(ctr("table_generation", 0), gen1);
+	assert_int_equal(ctr_("table_rejected", 0), 1);
+	assert_int_equal(ctr_("table_generation", 0), gen1);
 	locus_client_detach(dec);
 	locus_client_detach(pre);
 	free(good);
@@ -521,7 +461,7 @@ static void test_dispatch_combine(void **state)
 
 	memset(&s, 0, sizeof(s));
 	for (int r = 0; r < GPN; r++)
-		rk[r] = attach(LOCUS_ROLE_RANK, 0, (uint32_t)r);
+		rk[r] = tu_attach(INST, LOCUS_ROLE_RANK, 0, (uint32_t)r);
 	assert_true(push(1, g, glen, &refused) > 0);
 	assert_false(refused);
 
@@ -562,8 +502,8 @@ static void test_dispatch_combine(void **state)
 			float *mg;
 
 			if (r == 0)
-				wait_desc(rk[0], &in);
-			else if (!try_desc(rk[r], &in, 20))
+				tu_wait_desc(rk[0], &in);
+			else if (!tu_try_desc(rk[r], &in, 20))
 				break;
 			if (in.op == LOCUS_OP_DISPATCH) { /* rank 0's own completion */
 				assert_int_equal(in.status, 0);
@@ -623,7 +563,7 @@ static void test_dispatch_combine(void **state)
 						 .len = (uint32_t)locus_combine_req_len(h->n_rows) };
 			assert_int_equal(locus_client_submit(rk[r], &d, 1), 1);
 			if (r != 0) {
-				wait_desc(rk[r], &d);
+				tu_wait_desc(rk[r], &d);
 				assert_int_equal(d.op, LOCUS_OP_COMBINE);
 				assert_int_equal(d.status, 0);
 			}
@@ -636,7 +576,7 @@ static void test_dispatch_combine(void **state)
 			assert_int_equal(s.hits[t][k], 1);
 
 	/* rank 0 collects every result: combine inverts dispatch */
-	while (try_desc(rk[0], &in, 500)) {
+	while (tu_try_desc(rk[0], &in, 500)) {
 		uint8_t *msg, *st0 = stage0;
 		struct locus_rows_hdr *h;
 		struct locus_row_ref *refs;
@@ -674,17 +614,17 @@ static void test_dispatch_combine(void **state)
 		for (uint32_t k = 0; k < K; k++)
 			assert_int_equal(s.back[t][k], 1);
 	/* tiers: rank 0's own rows stayed put, the rest crossed the node */
-	assert_true(ctr("rows", 0 * 3 + 0) > 0);
-	assert_int_equal(ctr("bytes", 0 * 3 + 0), 0);
-	assert_int_equal(ctr("bytes", 0 * 3 + 1), ctr("rows", 0 * 3 + 1) * ROW);
-	assert_int_equal(ctr("rows", 0 * 3 + 0) + ctr("rows", 0 * 3 + 1), rows_got);
-	assert_int_equal(ctr("rows", 0 * 3 + 2), 0);
+	assert_true(ctr_("rows", 0 * 3 + 0) > 0);
+	assert_int_equal(ctr_("bytes", 0 * 3 + 0), 0);
+	assert_int_equal(ctr_("bytes", 0 * 3 + 1), ctr_("rows", 0 * 3 + 1) * ROW);
+	assert_int_equal(ctr_("rows", 0 * 3 + 0) + ctr_("rows", 0 * 3 + 1), rows_got);
+	assert_int_equal(ctr_("rows", 0 * 3 + 2), 0);
 	/* the live load matrix counted every (token, k) of layer 1 */
 	{
 		uint64_t sum = 0;
 
 		for (uint32_t e = 0; e < 16; e++)
-			sum += ctr("expert_tokens", 1 * 16 + e);
+			sum += ctr_("expert_tokens", 1 * 16 + e);
 		assert_int_equal(sum, T * K);
 	}
 
@@ -693,11 +633,11 @@ static void test_dispatch_combine(void **state)
 	d = (struct locus_desc){ .op = LOCUS_OP_DISPATCH, .id = 8, .off = 0,
 				 .len = (uint32_t)locus_dispatch_req_len(T, K) };
 	assert_int_equal(locus_client_submit(rk[0], &d, 1), 1);
-	wait_desc(rk[0], &d);
+	tu_wait_desc(rk[0], &d);
 	assert_int_equal(d.id, 8);
 	assert_int_equal(d.status, -LOCUS_ERANGE);
 	for (int r = 1; r < GPN; r++)
-		assert_false(try_desc(rk[r], &in, 5));
+		assert_false(tu_try_desc(rk[r], &in, 5));
 	for (int r = 0; r < GPN; r++)
 		locus_client_detach(rk[r]);
 	free(g);
@@ -707,7 +647,7 @@ static void test_dispatch_combine(void **state)
 
 static void test_killed_client_reclaimed(void **state)
 {
-	uint64_t before = ctr("clients_reclaimed", 0);
+	uint64_t before = ctr_("clients_reclaimed", 0);
 	int status;
 	pid_t pid;
 	(void)state;
@@ -725,14 +665,14 @@ static void test_killed_client_reclaimed(void **state)
 	}
 	assert_int_equal(waitpid(pid, &status, 0), pid);
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	for (int i = 0; i < 50000 && ctr("clients_reclaimed", 0) == before; i++)
-		nap();
-	assert_int_equal(ctr("clients_reclaimed", 0), before + 1);
+	for (int i = 0; i < 50000 && ctr_("clients_reclaimed", 0) == before; i++)
+		tu_nap();
+	assert_int_equal(ctr_("clients_reclaimed", 0), before + 1);
 	/* the decoder id is free again */
-	locus_client_detach(attach(LOCUS_ROLE_DECODE, 5, 0));
+	locus_client_detach(tu_attach(INST, LOCUS_ROLE_DECODE, 5, 0));
 	/* a second claim of a taken rank, or a rank of another node, is refused */
 	{
-		struct locus_client *a = attach(LOCUS_ROLE_RANK, 0, 2);
+		struct locus_client *a = tu_attach(INST, LOCUS_ROLE_RANK, 0, 2);
 		struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = 2,
 						.timeout_ms = 5000 };
 		struct locus_client *c;
@@ -742,7 +682,7 @@ static void test_killed_client_reclaimed(void **state)
 		assert_int_equal(locus_client_attach(INST, &req, &c, NULL), -LOCUS_ERANGE);
 		locus_client_detach(a);
 	}
-	assert_true(ctr("clients_refused", 0) >= 2);
+	assert_true(ctr_("clients_refused", 0) >= 2);
 }
 
 int main(void)

@@ -35,6 +35,7 @@
 #include "locus_table.h"
 #include "locus_tblfile.h"
 #include "locus_wire.h"
+#include "node_util.h"
 
 #define L 2
 #define E 8
@@ -76,21 +77,6 @@ struct fake_node {
 static struct fake_node N[2];
 static volatile int stop;
 static char shm_dir[64];
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void nap(void)
-{
-	struct timespec ts = { 0, 200000 };
-
-	nanosleep(&ts, NULL);
-}
 
 static int q_push(struct queue *q, struct qmsg m)
 {
@@ -163,7 +149,7 @@ static void *ctl_loop(void *arg)
 
 	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
 		locus_node_control(n->node);
-		nap();
+		tu_nap();
 	}
 	return NULL;
 }
@@ -180,7 +166,7 @@ static void *eng_loop(void *arg)
 
 		if (__atomic_load_n(&n->hold, __ATOMIC_ACQUIRE)) {
 			__atomic_store_n(&n->held, 1, __ATOMIC_RELEASE);
-			nap();
+			tu_nap();
 			continue;
 		}
 		__atomic_store_n(&n->held, 0, __ATOMIC_RELEASE);
@@ -203,15 +189,7 @@ static void *eng_loop(void *arg)
 
 static uint64_t ctr(struct fake_node *n, const char *name, uint32_t elem)
 {
-	uint64_t buf[4096];
-	int idx;
-
-	locus_counters_refresh(n->ctrs, NULL);
-	idx = locus_counters_find(n->ctrs, name);
-	if (idx < 0)
-		fail_msg("no counter %s", name);
-	assert_true(locus_counters_sum(n->ctrs, (uint32_t)idx, buf, 4096) > (int)elem);
-	return buf[elem];
+	return tu_ctr(n->ctrs, name, elem);
 }
 
 /* ---- tables (as in test_node.c, for 2 nodes x 2 GPUs) ----------------------------- */
@@ -289,30 +267,7 @@ static void push_both(unsigned ch, const void *blob, size_t len)
 
 static struct locus_client *attach(struct fake_node *n, uint32_t roles, uint32_t dec, uint32_t rank)
 {
-	struct locus_client_req req = { .roles = roles, .decoder_id = dec, .rank = rank,
-					.timeout_ms = 5000 };
-	struct locus_client *c;
-	struct locus_error e;
-
-	if (locus_client_attach(n->inst, &req, &c, &e) != 0)
-		fail_msg("attach to %s: %s", n->inst, e.msg);
-	return c;
-}
-
-static int try_desc(struct locus_client *c, struct locus_desc *d, int tries)
-{
-	for (int i = 0; i < tries; i++) {
-		if (locus_client_poll(c, d, 1) == 1)
-			return 1;
-		nap();
-	}
-	return 0;
-}
-
-static void wait_desc(struct locus_client *c, struct locus_desc *d)
-{
-	if (!try_desc(c, d, 50000))
-		fail_msg("no descriptor within the bound");
+	return tu_attach(n->inst, roles, dec, rank);
 }
 
 static size_t put_signature(struct locus_client *c, uint64_t off, int w0, int w7)
@@ -367,7 +322,7 @@ static int setup(void **state)
 						      .ctx = n, .max_msg = 1 << 16,
 						      .load_period_us = 1000 };
 		if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
-		    locus_node_create_remote(&cfg, now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
+		    locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
 			fprintf(stderr, "%s\n", e.msg);
 			return -1;
 		}
@@ -425,7 +380,7 @@ static void test_signatures_cross_nodes(void **state)
 	/* node 1's load reports make decoder 1 routable on node 0 */
 	for (int i = 0; i < 50000 && (ctr(&N[0], "decoder_up", 1) != 1 ||
 				      ctr(&N[0], "decoder_load", 1) != 2); i++)
-		nap();
+		tu_nap();
 	assert_int_equal(ctr(&N[0], "decoder_up", 1), 1);
 	assert_int_equal(ctr(&N[0], "decoder_load", 1), 2);
 	for (int i = 0; i < 20; i++) {
@@ -436,11 +391,11 @@ static void test_signatures_cross_nodes(void **state)
 		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 500 + i, .off = 0,
 					 .len = (uint32_t)len };
 		assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-		wait_desc(pre, &d);
+		tu_wait_desc(pre, &d);
 		assert_int_equal(d.id, 500 + i);
 		assert_int_equal(d.status, 0);
 		assert_int_equal(d.peer, 1);
-		wait_desc(dec1, &in);
+		tu_wait_desc(dec1, &in);
 		assert_int_equal(in.op, LOCUS_OP_SIGNATURE_IN);
 		assert_int_equal(in.id, 500 + i);
 		assert_int_equal(in.peer, 0x80000000u);
@@ -460,31 +415,31 @@ static void test_signatures_cross_nodes(void **state)
 	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 777, .off = 0,
 				 .len = (uint32_t)put_signature(pre, 0, 1, 6) };
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.id, 777);
 	assert_int_equal(d.status, -LOCUS_EPEERDOWN);
-	assert_false(try_desc(pre, &d, 20));
-	assert_false(try_desc(dec1, &in, 5));
+	assert_false(tu_try_desc(pre, &d, 20));
+	assert_false(tu_try_desc(dec1, &in, 5));
 	assert_true(ctr(&N[0], "remote_send_errors", 0) >= 1);
 	__atomic_store_n(&N[0].fail_sends, 0, __ATOMIC_RELEASE);
 
 	/* the peer goes down: its decoders leave routing, requests fail cleanly */
 	__atomic_store_n(&N[0].peer_up, 0, __ATOMIC_RELEASE);
 	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 0; i++)
-		nap();
+		tu_nap();
 	d.id = 778;
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.status, -LOCUS_ENODEST);
 	/* and come back when it returns */
 	__atomic_store_n(&N[0].peer_up, 1, __ATOMIC_RELEASE);
 	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 1; i++)
-		nap();
+		tu_nap();
 	d.id = 779;
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
-	wait_desc(pre, &d);
+	tu_wait_desc(pre, &d);
 	assert_int_equal(d.status, 0);
-	wait_desc(dec1, &in);
+	tu_wait_desc(dec1, &in);
 	locus_client_release_slot(dec1, in.slot);
 	locus_client_detach(dec1);
 	locus_client_detach(pre);
@@ -626,7 +581,7 @@ static void test_dispatch_combine_cross_nodes(void **state)
 				combines_sent++;
 			}
 			if (guard % 64 == 63)
-				nap();
+				tu_nap();
 		}
 		assert_int_equal(dispatch_done, 1);
 		assert_int_equal(combines_done, combines_sent);
@@ -658,7 +613,7 @@ static void test_bad_remote_messages(void **state)
 	memset(junk, 0, sizeof(junk));
 	__atomic_store_n(&N[1].hold, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&N[1].held, __ATOMIC_ACQUIRE))
-		nap();
+		tu_nap();
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 10), -LOCUS_ETRUNCATED);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, sizeof(junk)), -LOCUS_EBADMAGIC);
 	locus_msg_hdr_init(h, LOCUS_MSG_LOAD, 8, 0, 0, 1, 0);

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: MIT
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "node_util.h"
+
+uint64_t tu_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void tu_nap(void)
+{
+	struct timespec ts = { 0, 200000 };
+
+	nanosleep(&ts, NULL);
+}
+
+struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t decoder_id,
+			       uint32_t rank)
+{
+	struct locus_client_req req = { .roles = roles, .decoder_id = decoder_id, .rank = rank,
+					.timeout_ms = 5000 };
+	struct locus_client *c;
+	struct locus_error e;
+
+	if (locus_client_attach(instance, &req, &c, &e) != 0)
+		fail_msg("attach to %s: %s", instance, e.msg);
+	return c;
+}
+
+int tu_try_desc(struct locus_client *c, struct locus_desc *d, int tries)
+{
+	for (int i = 0; i < tries; i++) {
+		if (locus_client_poll(c, d, 1) == 1)
+			return 1;
+		tu_nap();
+	}
+	return 0;
+}
+
+void tu_wait_desc(struct locus_client *c, struct locus_desc *d)
+{
+	if (!tu_try_desc(c, d, 50000))
+		fail_msg("no descriptor within the bound");
+}
+
+uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem)
+{
+	static uint64_t buf[1 << 16];
+	int idx;
+
+	locus_counters_refresh(c, NULL);
+	idx = locus_counters_find(c, name);
+	if (idx < 0)
+		fail_msg("no counter %s", name);
+	if (locus_counters_sum(c, (uint32_t)idx, buf, 1 << 16) <= (int)elem)
+		fail_msg("counter %s has no element %u", name, elem);
+	return buf[elem];
+}
