@@ -12,6 +12,7 @@
 
 #include "locus_common.h"
 #include "locus_config.h"
+#include "locus_file.h"
 
 #define CFG_MAX_FILE (1u << 20)
 #define CFG_LINE_MAX 1024
@@ -435,35 +436,14 @@ int locus_config_parse(const char *text, size_t len, const char *origin,
 
 int locus_config_load(const char *path, struct locus_config *cfg, struct locus_error *err)
 {
+	size_t len;
 	char *buf;
-	struct stat st;
-	size_t got = 0;
-	int fd, ret;
+	int ret;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return locus_error_set(err, errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > CFG_MAX_FILE) {
-		close(fd);
-		return locus_error_set(err, EINVAL, "%s: not a regular file of at most %u bytes",
-				       path, CFG_MAX_FILE);
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	if (!buf) {
-		close(fd);
-		return locus_error_set(err, ENOMEM, "%s: out of memory", path);
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	ret = locus_config_parse(buf, got, path, cfg, err);
+	ret = locus_file_read(path, CFG_MAX_FILE, &buf, &len, err);
+	if (ret < 0)
+		return ret;
+	ret = locus_config_parse(buf, len, path, cfg, err);
 	free(buf);
 	return ret;
 }

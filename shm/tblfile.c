@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "locus_crc32c.h"
+#include "locus_file.h"
 #include "locus_tblfile.h"
 
 #define HDR_SIZE sizeof(struct locus_tbl_hdr)
@@ -113,45 +114,13 @@ int locus_tbl_check(const void *buf, size_t len, unsigned expect_kind,
 int locus_tbl_read_file(const char *path, unsigned expect_kind, void **buf, size_t *len,
 			struct locus_error *err)
 {
-	struct stat st;
-	uint8_t *data = NULL;
-	size_t got = 0;
-	int fd, ret;
+	char *data;
+	size_t got;
+	int ret;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return locus_error_set(err, errno, "%s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0) {
-		ret = locus_error_set(err, errno, "%s: %s", path, strerror(errno));
-		goto err_close;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		ret = locus_error_set(err, EINVAL, "%s: not a regular file", path);
-		goto err_close;
-	}
-	if ((uint64_t)st.st_size > LOCUS_TBL_MAX_PAYLOAD + HDR_SIZE) {
-		ret = locus_error_set(err, LOCUS_ERANGE, "%s: %lld bytes is too large", path,
-				      (long long)st.st_size);
-		goto err_close;
-	}
-	data = malloc(st.st_size ? (size_t)st.st_size : 1);
-	if (!data) {
-		ret = locus_error_set(err, ENOMEM, "%s: out of memory", path);
-		goto err_close;
-	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, data + got, (size_t)st.st_size - got);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			ret = locus_error_set(err, errno, "%s: read: %s", path, strerror(errno));
-			goto err_free;
-		}
-		if (n == 0)
-			break;
-		got += (size_t)n;
-	}
+	ret = locus_file_read(path, LOCUS_TBL_MAX_PAYLOAD + HDR_SIZE, &data, &got, err);
+	if (ret < 0)
+		return ret;
 	ret = locus_tbl_check(data, got, expect_kind, NULL, NULL, err);
 	if (ret < 0) {
 		if (err) {
@@ -160,18 +129,12 @@ int locus_tbl_read_file(const char *path, unsigned expect_kind, void **buf, size
 			memcpy(msg, err->msg, sizeof(msg));
 			locus_error_set(err, err->code, "%s: %.200s", path, msg);
 		}
-		goto err_free;
+		free(data);
+		return ret;
 	}
-	close(fd);
 	*buf = data;
 	*len = got;
 	return 0;
-
-err_free:
-	free(data);
-err_close:
-	close(fd);
-	return ret;
 }
 
 int locus_tbl_write_file(const char *path, const void *buf, size_t len,
