@@ -40,6 +40,10 @@ LDLIBS     += -lm -lpthread
 pkg_cflags = $(shell $(PKG_CONFIG) --cflags $(1) 2>/dev/null)
 pkg_libs   = $(shell $(PKG_CONFIG) --libs $(1) 2>/dev/null)
 
+# The long-running and allocation-heavy programs (locusd, locusctl) use jemalloc;
+# sanitizer builds keep the sanitizer's allocator.
+JEMALLOC   := $(if $(SANFLAGS),,jemalloc)
+
 LIBS_DIR   := $(BUILD)/lib
 BIN_DIR    := $(BUILD)/bin
 
@@ -82,7 +86,7 @@ $(patsubst %.c,$(BUILD)/%.o,$(1)): PKG_CFLAGS += $$(call pkg_cflags,$(2))
 endef
 
 include $(sort $(wildcard shm/*.mk dataplane/*.mk control/*.mk verbs/*.mk \
-                          tools/*.mk tests/*.mk deploy/*.mk))
+                          tools/*.mk tools/rxe-vm/*.mk tests/*.mk deploy/*.mk))
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
