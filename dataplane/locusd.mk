@@ -3,3 +3,4 @@ $(eval $(call PROGRAM,bin/locusd,dataplane/locusd.c dataplane/locusd_net.c,node 
 $(eval $(call USES_PKG,dataplane/locusd.c dataplane/locusd_net.c,libdpdk libsystemd libibverbs librdmacm))
 BINS += bin/locusd
 EXTRA_TESTS += tests/test_locusd.sh
+$(eval $(call PROGRAM,tests/notify_listen,tests/notify_listen.c,,))

@@ -95,8 +95,34 @@ echo "$out" | grep -q '^tau: 0.1 -> 0.2$' || fail "diff: $out"
 if "$B/locusctl" rollback -i t-a --to 42 2>"$tmp/rb.err"; then fail "rollback to a missing generation"; fi
 grep -q 'no kept eldr table of t-a with generation 42' "$tmp/rb.err" || fail "$(cat "$tmp/rb.err")"
 
-# 5. SIGTERM: clean exit, segment removed
+# 5. systemd notification: READY once running, WATCHDOG=1 at half the period, STOPPING at the end
+cat > "$tmp/w.conf" <<CONF
+[locusd]
+instance = t-w
+eal_args = -l 0-1 --no-huge --no-pci -m 64
+idle_sleep_us = 100
+client_slots = 2
+stage_size = 65536
+table_slot_size = 65536
+CONF
+"${BUILD:-build}/tests/notify_listen" "$tmp/notify" 6 > "$tmp/notify.log" &
+lpid=$!
+for _ in $(seq 50); do [ -S "$tmp/notify" ] && break; sleep 0.05; done
+NOTIFY_SOCKET=$tmp/notify WATCHDOG_USEC=200000 "$B/locusd" -c "$tmp/w.conf" > "$tmp/w.log" 2>&1 &
+wpid=$!
+pids+=($wpid)
+wait_running t-w $wpid "$tmp/w.log"
+sleep 1
+kill -TERM $wpid
+wait $wpid || fail "locusd t-w exited non-zero"
+kill $lpid 2>/dev/null; wait $lpid 2>/dev/null || true
+grep -q '^READY=1;STATUS=instance t-w' "$tmp/notify.log" || fail "no READY: $(cat "$tmp/notify.log")"
+[ "$(grep -c '^WATCHDOG=1$' "$tmp/notify.log")" -ge 5 ] ||
+	fail "watchdog pings: $(grep -c '^WATCHDOG=1$' "$tmp/notify.log") in 1 s at 100 ms"
+grep -q '^STOPPING=1$' "$tmp/notify.log" || fail "no STOPPING"
+
+# 6. SIGTERM: clean exit, segment removed
 kill -TERM $second
 wait $second || fail "locusd exited non-zero on SIGTERM"
 [ ! -e "$LOCUS_SHM_DIR/locus.t-a" ] || fail "segment left after SIGTERM"
-echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, SIGTERM ok"
+echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, sd_notify, SIGTERM ok"
