@@ -4,3 +4,4 @@ $(eval $(call USES_PKG,dataplane/locusd.c dataplane/locusd_net.c,libdpdk libsyst
 BINS += bin/locusd
 EXTRA_TESTS += tests/test_locusd.sh
 $(eval $(call PROGRAM,tests/notify_listen,tests/notify_listen.c,,))
+$(eval $(call PROGRAM,tests/telemetry_query,tests/telemetry_query.c,,))

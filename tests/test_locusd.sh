@@ -112,6 +112,10 @@ NOTIFY_SOCKET=$tmp/notify WATCHDOG_USEC=200000 "$B/locusd" -c "$tmp/w.conf" > "$
 wpid=$!
 pids+=($wpid)
 wait_running t-w $wpid "$tmp/w.log"
+# DPDK telemetry: /locus/info names the instance and the tables in use
+tel=$("${BUILD:-build}/tests/telemetry_query" locus-t-w /locus/info) || fail "telemetry: $tel"
+case "$tel" in *'"/locus/info":'*'"instance":"t-w"'*'"eldr_generation":0'*) ;;
+	*) fail "telemetry answer: $tel" ;; esac
 sleep 1
 kill -TERM $wpid
 wait $wpid || fail "locusd t-w exited non-zero"
