@@ -1,0 +1,294 @@
+#!/bin/sh
+# Runs INSIDE the qemu guest (host root over 9p, chroot'ed), started by
+# locusd-vm-test.sh: two locusd "nodes" of one cluster on Soft-RoCE,
+#   n0 on rxex (vx, 192.0.2.20)  <-- veth pair -->  n1 on rxey (vy, 192.0.2.21)
+# in the initial namespace (rxe on 6.1 answers RoCE only there; see
+# guest-verbs.sh for the policy routing that makes the traffic cross the pair).
+#   LV_WHAT=test   1 both up  2 tables fitted and pushed to both  3 traffic
+#                  across nodes, checked end to end and in the counters
+#                  4 n1 killed under traffic, restarted, traffic again
+#                  5 n1 with a wrong secret refused
+#   LV_WHAT=bench  locusd's inter-node byte rate against ib_write_bw on the
+#                  same devices, same run
+# Every step is bounded; the exit status is the test's.
+[ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
+set -u
+ROOT=${LV_ROOT:?}
+B=${LV_BUILD:-$ROOT/build}/bin
+WHAT=${LV_WHAT:-test}
+cd "$ROOT" || exit 1
+T0=$SECONDS
+say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+fail() { say "FAIL: $*"; FAILED=1; }
+FAILED=0
+
+# ---- Soft-RoCE: the veth pair set-up of guest-verbs.sh (proven there) ----------------------
+setup_fail() { echo "GUEST SETUP FAILED: $*"; exit 1; }
+ip link set lo up
+ip link add vx type veth peer name vy || setup_fail "veth"
+ip addr add 192.0.2.20/24 dev vx; ip addr add 192.0.2.21/24 dev vy
+ip link set vx up; ip link set vy up
+for k in all.accept_local vx.accept_local vy.accept_local; do sysctl -qw net.ipv4.conf.$k=1; done
+for k in all.rp_filter default.rp_filter vx.rp_filter vy.rp_filter; do sysctl -qw net.ipv4.conf.$k=0; done
+ip route add 192.0.2.21/32 dev vx table 120; ip route add 192.0.2.20/32 dev vy table 121
+ip rule add oif vx lookup 120 pref 100; ip rule add oif vy lookup 121 pref 101
+ip rule add from 192.0.2.20 to 192.0.2.21 lookup 120 pref 102
+ip rule add from 192.0.2.21 to 192.0.2.20 lookup 121 pref 103
+ip rule add iif vx lookup local pref 10; ip rule add iif vy lookup local pref 11
+ip rule add pref 1000 lookup local; ip rule del pref 0
+rdma link add rxex type rxe netdev vx || setup_fail "rxex"
+rdma link add rxey type rxe netdev vy || setup_fail "rxey"
+ulimit -l unlimited 2>/dev/null
+
+W=$(mktemp -d /tmp/locusd-vm.XXXXXX)
+export LOCUS_SHM_DIR=$W/shm LOCUS_STATE_DIR=$W/state
+mkdir -p "$LOCUS_SHM_DIR" "$LOCUS_STATE_DIR"
+TRACE=tests/data/calib_sample.jsonl
+declare -A PID
+cleanup() {
+	for n in "${!PID[@]}"; do
+		[ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null
+	done
+}
+trap cleanup EXIT
+
+# secret: 64 hex characters, mode 0600 (locusd refuses a world-readable one)
+mksecret() { # file
+	(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
+}
+mkconf() { # node secret-file
+	local dev=rxex
+	[ "$1" = 1 ] && dev=rxey
+	cat > "$W/n$1.conf" <<CONF
+[locusd]
+instance = n$1
+node = $1
+eal_args = -l 0 --no-huge --no-pci -m 64
+rdma_device = $dev
+secret_file = $2
+idle_sleep_us = 50
+client_slots = 16
+[cluster]
+id = 7
+gpus_per_node = 2
+node.0 = 192.0.2.20:7471
+node.1 = 192.0.2.21:7471
+CONF
+}
+
+start() { # node: start locusd nN, appending to its log; bounded wait for "running"
+	"$B/locusd" -c "$W/n$1.conf" >> "$W/n$1.log" 2>&1 &
+	PID[n$1]=$!
+	for _ in $(seq 300); do
+		[ "$(grep -c "instance n$1 running" "$W/n$1.log")" -ge "${2:-1}" ] && return 0
+		kill -0 "${PID[n$1]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	sed 's/^/  [n'"$1"'] /' "$W/n$1.log"
+	return 1
+}
+
+# wait_log FILE PATTERN COUNT SECONDS: until PATTERN occurs COUNT times in FILE
+wait_log() {
+	local end=$((SECONDS + $4))
+	while [ $SECONDS -lt $end ]; do
+		[ "$(grep -c -- "$2" "$1")" -ge "$3" ] && return 0
+		sleep 0.2
+	done
+	return 1
+}
+
+# ctr INSTANCE NAME [LABEL-FILTER]: sum of a counter's elements (Prometheus text)
+ctr() {
+	"$B/locus-stat" -i "$1" -p "$2" 2>/dev/null |
+		awk -v n="locus_$2" -v f="${3:-}" '
+			$1 !~ /^#/ && (index($1, n "{") == 1 || index($1, n "_total") == 1 || $1 == n) &&
+			(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
+}
+
+show_logs() {
+	for n in 0 1; do tail -n "${1:-8}" "$W/n$n.log" | sed "s/^/  [n$n log] /"; done
+}
+
+# loadgen across the two nodes: prefill on n0, decoders/ranks where told
+loadgen() { # out-file decoder-at rank-at extra-args...
+	local out=$1 dec=$2 rk=$3
+	shift 3
+	timeout 150 "$B/locus-loadgen" -i n0 --trace $TRACE --prefill-at n0 \
+		--decoders 4 --decoder-at "$dec" --ranks 4 --rank-at "$rk" "$@" > "$out" 2>&1
+}
+
+push_tables() { # node...
+	local n
+	for n in "$@"; do
+		"$B/locusctl" push -i "n$n" "$W/eldr.tbl" > "$W/push.out" 2>&1 &&
+			"$B/locusctl" push -i "n$n" "$W/grace.tbl" >> "$W/push.out" 2>&1 ||
+			{ cat "$W/push.out"; return 1; }
+		grep -o 'to n[01] channel [01]: generation [0-9]*' "$W/push.out" | sed 's/^/  pushed /'
+	done
+}
+
+# ---- 1. two nodes up -------------------------------------------------------------------------
+say "1. start locusd n0 (rxex 192.0.2.20) and n1 (rxey 192.0.2.21), cluster 7, 2 GPUs per node"
+mksecret "$W/secret"
+mkconf 0 "$W/secret"
+mkconf 1 "$W/secret"
+: > "$W/n0.log"; : > "$W/n1.log"
+start 0 && start 1 || { fail "a locusd did not start"; exit 1; }
+if wait_log "$W/n0.log" "peer node 1 up" 1 60 && wait_log "$W/n1.log" "peer node 0 up" 1 30; then
+	say "   both peers up"
+else
+	show_logs 20
+	fail "the nodes did not connect within 60 s"
+	echo "GUEST RESULT rc=1"
+	exit 1
+fi
+
+# ---- 2. tables --------------------------------------------------------------------------------
+say "2. fit ELDR (4 decoders) and GRACE (2 nodes x 2 GPUs) from $TRACE, push to both"
+if ! timeout 120 "$B/locusctl" fit --trace $TRACE --decoders 4 --seed 1 -o "$W/eldr.tbl" \
+	> "$W/fit.out" 2>&1 ||
+   ! timeout 120 "$B/locusctl" fit --grace --trace $TRACE --nodes 2 --gpus 2 --capacity 20 \
+	--replica-budget 4 -o "$W/grace.tbl" >> "$W/fit.out" 2>&1 ||
+   ! push_tables 0 1; then
+	tail -n 5 "$W/fit.out"
+	fail "fit or push"
+	echo "GUEST RESULT rc=1"
+	exit 1
+fi
+
+if [ "$WHAT" = bench ]; then
+	# ---- benchmark: inter-node bytes of locusd vs ib_write_bw ------------------------------
+	ROWB=${LV_ROW_BYTES:-4096}
+	say "bench: dispatch/combine across nodes (ranks 0,1 on n0, 2,3 on n1, rows of $ROWB B)"
+	b0=$(( $(ctr n0 remote_bytes_out) + $(ctr n1 remote_bytes_out) ))
+	m0=$(( $(ctr n0 remote_messages_out) + $(ctr n1 remote_messages_out) ))
+	t0=$(date +%s%N)
+	loadgen "$W/bench.out" n0,n0,n1,n1 n0,n0,n1,n1 --requests 16 --batches "${LV_BATCHES:-40}" \
+		--tokens 32 --row-bytes "$ROWB" --seconds 120
+	rc=$?
+	t1=$(date +%s%N)
+	b1=$(( $(ctr n0 remote_bytes_out) + $(ctr n1 remote_bytes_out) ))
+	m1=$(( $(ctr n0 remote_messages_out) + $(ctr n1 remote_messages_out) ))
+	sed 's/^/  /' "$W/bench.out"
+	[ $rc = 0 ] || fail "loadgen under the benchmark exited $rc"
+	avg=$(( (b1 - b0) / (m1 - m0 > 0 ? m1 - m0 : 1) ))
+	# perftest with the message size locusd used on average, rounded to a power of two
+	sz=64; while [ $((sz * 2)) -le "$avg" ] && [ $sz -lt 65536 ]; do sz=$((sz * 2)); done
+	say "bench: ib_write_bw -s $sz on rxex -> rxey (same guest, same devices)"
+	timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -D 5 --report_gbits > "$W/bw.srv" 2>&1 &
+	srv=$!
+	sleep 1.5
+	timeout 60 ib_write_bw -d rxex -x 1 -F -s $sz -D 5 --report_gbits 192.0.2.21 \
+		> "$W/bw.cli" 2>&1
+	wait $srv
+	gbits=$(awk -v s=$sz '$1 == s && NF >= 4 { v = $4 } END { print v + 0 }' "$W/bw.cli")
+	awk -v b=$((b1 - b0)) -v m=$((m1 - m0)) -v ns=$((t1 - t0)) -v g="$gbits" -v s=$sz '
+		BEGIN {
+			r = b * 8 / (ns / 1e9) / 1e9
+			printf "locusd inter-node: %d bytes in %d messages (avg %d B) over %.2f s " \
+			       "(loadgen wall time) = %.4f Gb/s\n", b, m, (m ? b / m : 0), ns / 1e9, r
+			printf "ib_write_bw -s %d: %.4f Gb/s\n", s, g
+			printf "ratio locusd / ib_write_bw = %.3f  (emulated rxe under TCG: only " \
+			       "the ratio means anything)\n", (g > 0 ? r / g : 0)
+		}'
+	[ "$gbits" != 0 ] || { sed 's/^/  [ib_write_bw] /' "$W/bw.cli" | tail -n 5; fail "ib_write_bw"; }
+	echo "GUEST RESULT rc=$FAILED"
+	exit $FAILED
+fi
+
+# ---- 3. traffic across nodes --------------------------------------------------------------------
+say "3. traffic: prefill n0; decoders 0,1 on n0, 2,3 on n1; ranks 0,1 on n0, 2,3 on n1"
+VX0=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
+loadgen "$W/t3.out" n0,n0,n1,n1 n0,n0,n1,n1 --requests 300 --batches 20 --tokens 16 \
+	--row-bytes 1024 --decode-us 500 --seconds 90
+rc=$?
+sed 's/^/  /' "$W/t3.out"
+grep -q '^loadgen: ok$' "$W/t3.out" && [ $rc = 0 ] || fail "loadgen across nodes (exit $rc)"
+VX1=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
+for n in 0 1; do
+	o=$(ctr n$n remote_messages_out); i=$(ctr n$n remote_messages_in)
+	ob=$(ctr n$n remote_bytes_out); t2=$(ctr n$n rows 'tier="2"')
+	say "   n$n: remote messages out $o in $i, remote bytes out $ob, rows at tier 2: $t2"
+	[ "$o" -gt 0 ] && [ "$i" -gt 0 ] || fail "n$n: no messages crossed"
+	[ "$t2" -gt 0 ] || fail "n$n: no inter-node rows"
+	for c in remote_send_errors remote_undeliverable remote_bad; do
+		v=$(ctr n$n $c)
+		[ "$v" = 0 ] || fail "n$n: $c = $v"
+	done
+done
+r23=$(( $(ctr n0 routed 'decoder="2"') + $(ctr n0 routed 'decoder="3"') ))
+say "   signatures routed by n0 to decoders 2,3 on n1: $r23; veth vx TX $((VX1 - VX0)) bytes"
+[ "$r23" -gt 0 ] || fail "no signature crossed to n1"
+[ $((VX1 - VX0)) -gt 100000 ] || fail "under 100 kB crossed the veth pair"
+
+# ---- 4. n1 killed under traffic, restarted --------------------------------------------------------
+say "4. traffic with every decoder on n1 (--allow-errors); kill -9 locusd n1 mid-run"
+loadgen "$W/t4.out" n1,n1,n1,n1 n0,n0,n1,n1 --requests 3000 --batches 400 --tokens 16 \
+	--row-bytes 1024 --decode-us 500 --seconds 60 --allow-errors --batch-ms 2000 &
+lg=$!
+# kill once traffic flows: n0 has routed 150 more signatures (to n1: all decoders are there)
+r0=$(ctr n0 routed)
+for _ in $(seq 300); do
+	[ "$(ctr n0 routed)" -gt $((r0 + 150)) ] && break
+	kill -0 $lg 2>/dev/null || break
+	sleep 0.1
+done
+say "   n0 routed $(( $(ctr n0 routed) - r0 )) signatures of this run; kill -9 n1 (pid ${PID[n1]})"
+kill -0 $lg 2>/dev/null || fail "loadgen had ended before the kill"
+kill -9 "${PID[n1]}"
+wait "${PID[n1]}" 2>/dev/null
+PID[n1]=
+t_kill=$SECONDS
+wait $lg
+rc=$?
+sed 's/^/  /' "$W/t4.out"
+say "   loadgen finished $((SECONDS - t_kill)) s after the kill, exit $rc"
+grep -q '^loadgen: ok$' "$W/t4.out" && [ $rc = 0 ] || fail "loadgen with n1 killed (exit $rc)"
+grep -q 'errors:' "$W/t4.out" || fail "no error summary"
+# signatures reached the decoders on n1 before it died
+grep -q ' [1-9][0-9]* delivered to decoders' "$W/t4.out" || fail "nothing delivered before the kill"
+wait_log "$W/n0.log" "peer node 1 down" 1 30 || fail "n0 did not log peer node 1 down"
+grep -m1 "peer node 1 down" "$W/n0.log" | sed 's/^/  [n0 log] /'
+[ -e "$LOCUS_SHM_DIR/locus.n1" ] && say "   n1's stale segment is there; restart n1"
+start 1 2 || fail "n1 did not restart over its stale segment"
+if wait_log "$W/n0.log" "peer node 1 up" 2 60; then
+	say "   n0: peer node 1 up again (verbs_reconnects on n0: $(ctr n0 verbs_reconnects))"
+else
+	show_logs 10
+	fail "n1 did not reconnect within 60 s"
+fi
+push_tables 1 || fail "push to the restarted n1"
+loadgen "$W/t4b.out" n0,n0,n1,n1 n0,n0,n1,n1 --requests 200 --batches 10 --tokens 16 \
+	--row-bytes 1024 --decode-us 500 --seconds 90
+rc=$?
+sed 's/^/  /' "$W/t4b.out"
+grep -q '^loadgen: ok$' "$W/t4b.out" && [ $rc = 0 ] || fail "traffic after the restart (exit $rc)"
+
+# ---- 5. wrong secret ---------------------------------------------------------------------------------
+say "5. restart n1 with a different secret: it must be refused"
+kill -TERM "${PID[n1]}"; wait "${PID[n1]}" 2>/dev/null; PID[n1]=
+ups0=$(grep -c "peer node 1 up" "$W/n0.log")
+mksecret "$W/secret.wrong"
+mkconf 1 "$W/secret.wrong"
+start 1 3 || fail "n1 did not start with the other secret"
+if wait_log "$W/n0.log" "peer node 1 up" $((ups0 + 1)) 20 ||
+   wait_log "$W/n1.log" "peer node 0 up" 3 1; then
+	fail "a node with the wrong secret came up"
+else
+	say "   no 'peer ... up' within 20 s"
+fi
+auth=$(ctr n1 verbs_auth_rejects)
+rej=$(ctr n0 verbs_rejects_received)
+say "   listener n1: verbs_auth_rejects $auth; dialler n0: verbs_rejects_received $rej"
+grep -h -i 'authentic\|secret' "$W/n0.log" "$W/n1.log" | tail -n 3 | sed 's/^/  [log] /'
+[ "$auth" -gt 0 ] || grep -qi 'authentic' "$W/n0.log" "$W/n1.log" ||
+	fail "the refusal is not visible (no verbs_auth_rejects, no log line)"
+
+for n in n0 n1; do
+	[ -n "${PID[$n]}" ] && kill -TERM "${PID[$n]}" && wait "${PID[$n]}" 2>/dev/null
+	PID[$n]=
+done
+say "done in $((SECONDS - T0)) s"
+echo "GUEST RESULT rc=$FAILED"
+exit $FAILED

@@ -1,0 +1,32 @@
+#!/bin/bash
+# make test-locusd-vm / make bench-locusd-vm: two locusd nodes of one cluster
+# on Soft-RoCE in a qemu guest (TCG), driven by guest-locusd.sh.
+#   tools/rxe-vm/locusd-vm-test.sh           across-node traffic checked end to
+#                                            end, peer killed and restarted under
+#                                            traffic, wrong secret refused
+#   tools/rxe-vm/locusd-vm-test.sh --bench   locusd's inter-node byte rate vs
+#                                            ib_write_bw, same devices, same run
+# Builds what is missing (binaries with make; kernel + initramfs cached in
+# $BUILD/rxe-vm, shared with verbs-vm-test.sh), prints the guest's output and
+# exits with the guest's status (124 when qemu hits its hard timeout).
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
+WHAT=test
+[ "${1:-}" = --bench ] && WHAT=bench
+tools/deps.sh ensure || exit 1
+REL=${BUILD#"$ROOT"/}
+make --no-print-directory -j2 BUILD="$REL" "$REL/bin/locusd" "$REL/bin/locusctl" \
+	"$REL/bin/locus-loadgen" "$REL/bin/locus-stat" || exit 1
+export RXE_VM_DIR=${RXE_VM_DIR:-$BUILD/rxe-vm}
+mkdir -p "$RXE_VM_DIR/rw"
+if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
+   [ tools/rxe-vm/build-initramfs.sh -nt "$RXE_VM_DIR/initramfs.cpio.gz" ]; then
+	bash tools/rxe-vm/build-initramfs.sh > "$RXE_VM_DIR/initramfs.log" 2>&1 ||
+		{ cat "$RXE_VM_DIR/initramfs.log"; echo "initramfs build failed"; exit 1; }
+fi
+exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-420}" \
+	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
+	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT

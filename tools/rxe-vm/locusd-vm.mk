@@ -1,0 +1,10 @@
+# locusd across two nodes on Soft-RoCE in a qemu guest (issue 6): see
+# tools/rxe-vm/locusd-vm-test.sh. The wrapper builds the binaries it needs.
+EXTRA_TESTS += tools/rxe-vm/locusd-vm-test.sh
+
+.PHONY: test-locusd-vm bench-locusd-vm
+test-locusd-vm:
+	BUILD=$(BUILD) tools/rxe-vm/locusd-vm-test.sh
+
+bench-locusd-vm:
+	BUILD=$(BUILD) tools/rxe-vm/locusd-vm-test.sh --bench
