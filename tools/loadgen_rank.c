@@ -23,6 +23,7 @@ struct rank_state {
 	uint32_t rank;
 	uint8_t *stage;
 	uint32_t comb_busy;           /* bitmask of combine slots awaiting completion */
+	struct locus_desc comb_q[COMB_SLOTS]; /* what each busy slot submitted */
 	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
 	uint32_t want_pairs, got_pairs;
 	int dispatch_done;
@@ -31,6 +32,38 @@ struct rank_state {
 	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
 	uint32_t n_pending;
 };
+
+/* Submit a combine; bounded by --seconds and by our locusd being alive. */
+static int combine_submit(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *q)
+{
+	while (locus_client_submit(rs->c, q, 1) != 1) {
+		if (expired(rs->t0) || own_daemon_gone(s))
+			return -1;
+		nap_us(10);
+	}
+	return 0;
+}
+
+/*
+ * A COMBINE completed. A full inbox at the destination is back-pressure:
+ * the slot still holds the results, send them again.
+ */
+static void combine_done(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	if (d->id >= COMB_SLOTS || !(rs->comb_busy & (1u << d->id))) {
+		s->duplicate++;
+		return;
+	}
+	if (d->status == -LOCUS_EFULL) {
+		s->retries++;
+		nap_us(50);
+		if (combine_submit(rs, s, &rs->comb_q[d->id]) == 0)
+			return;
+	}
+	rs->comb_busy &= ~(1u << d->id);
+	if (d->status)
+		err_record(s, d->status);
+}
 
 /* Answer rows: the "expert output" is the row xor (rank + 1). */
 static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
@@ -64,9 +97,7 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 		if (locus_client_poll(rs->c, &cd, 1) != 1)
 			continue;
 		if (cd.op == LOCUS_OP_COMBINE) {
-			rs->comb_busy &= ~(1u << cd.id);
-			if (cd.status)
-				err_record(s, cd.status);
+			combine_done(rs, s, &cd);
 		} else if (rs->n_pending < LOCUS_ARRAY_SIZE(rs->pending)) {
 			rs->pending[rs->n_pending++] = cd;
 		} else {
@@ -98,17 +129,11 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 		((struct locus_row_ref *)(cq + 1))[j] = refs[j];
 	}
 	locus_client_release_slot(rs->c, d->slot);
-	{
-		struct locus_desc q = { .op = LOCUS_OP_COMBINE, .id = slot, .off = base,
-					.len = (uint32_t)locus_combine_req_len(h->n_rows),
-					.slot = slot };
-
-		while (locus_client_submit(rs->c, &q, 1) != 1) {
-			if (expired(rs->t0) || own_daemon_gone(s))
-				return;
-			nap_us(10);
-		}
-	}
+	rs->comb_q[slot] = (struct locus_desc){ .op = LOCUS_OP_COMBINE, .id = slot, .off = base,
+						.len = (uint32_t)locus_combine_req_len(h->n_rows),
+						.slot = slot };
+	if (combine_submit(rs, s, &rs->comb_q[slot]) < 0)
+		return;
 	rs->comb_busy |= 1u << slot;
 	s->rows_back += h->n_rows;
 }
@@ -175,13 +200,7 @@ static void handle(struct rank_state *rs, struct proc_stats *s, const struct loc
 		take_results(rs, s, d);
 		break;
 	case LOCUS_OP_COMBINE:
-		if (d->id >= COMB_SLOTS || !(rs->comb_busy & (1u << d->id))) {
-			s->duplicate++;
-			break;
-		}
-		rs->comb_busy &= ~(1u << d->id);
-		if (d->status)
-			err_record(s, d->status);
+		combine_done(rs, s, d);
 		break;
 	case LOCUS_OP_DISPATCH:
 		if (rs->dispatch_done != 0 || d->id != rs->batch) {
@@ -313,8 +332,10 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) && !rs->comb_busy)
 			break;
 		if (!n && own_daemon_gone(s)) {
+			/* what our locusd owed us: completions, and the results of a sent batch */
 			s->orphaned += (rs->dispatch_done == 0) +
 				       (uint64_t)__builtin_popcount(rs->comb_busy);
+			s->abandoned += rs->dispatch_done == 1;
 			break;
 		}
 		if (!n)

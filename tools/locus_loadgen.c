@@ -643,7 +643,7 @@ int main(int argc, char **argv)
 	       lat_quantile(lat, 0.5) / 1e3, lat_quantile(lat, 0.99) / 1e3,
 	       pre_t1 > pre_t0 ? (double)comp * 1e9 / (double)(pre_t1 - pre_t0) : 0.0);
 	printf("dispatch: %u ranks x %u batches of %u tokens x top-%u, %llu rows out, "
-	       "%llu inbox-full retries; %.0f rows/s\n",
+	       "%llu inbox-full retries (dispatch, combine); %.0f rows/s\n",
 	       O.ranks, O.batches, O.tokens, T->k, (unsigned long long)rows_out,
 	       (unsigned long long)retries,
 	       rk_t1 > rk_t0 ? (double)rows_out * 1e9 / (double)(rk_t1 - rk_t0) : 0.0);

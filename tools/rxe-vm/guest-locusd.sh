@@ -160,12 +160,12 @@ fi
 if [ "$WHAT" = bench ]; then
 	# ---- benchmark: inter-node bytes of locusd vs ib_write_bw ------------------------------
 	ROWB=${LV_ROW_BYTES:-4096}
-	say "bench: dispatch/combine across nodes (ranks 0,1 on n0, 2,3 on n1, rows of $ROWB B)"
+	say "bench: dispatch/combine across nodes (ranks 0,1 on n0, 2,3 on n1, ${LV_TOKENS:-64} tokens of $ROWB B per batch)"
 	b0=$(( $(ctr n0 remote_bytes_out) + $(ctr n1 remote_bytes_out) ))
 	m0=$(( $(ctr n0 remote_messages_out) + $(ctr n1 remote_messages_out) ))
 	t0=$(date +%s%N)
 	loadgen "$W/bench.out" n0,n0,n1,n1 n0,n0,n1,n1 --requests 16 --batches "${LV_BATCHES:-40}" \
-		--tokens 32 --row-bytes "$ROWB" --seconds 120
+		--tokens "${LV_TOKENS:-64}" --row-bytes "$ROWB" --seconds 120
 	rc=$?
 	t1=$(date +%s%N)
 	b1=$(( $(ctr n0 remote_bytes_out) + $(ctr n1 remote_bytes_out) ))
@@ -183,14 +183,21 @@ if [ "$WHAT" = bench ]; then
 		> "$W/bw.cli" 2>&1
 	wait $srv
 	gbits=$(awk -v s=$sz '$1 == s && NF >= 4 { v = $4 } END { print v + 0 }' "$W/bw.cli")
-	awk -v b=$((b1 - b0)) -v m=$((m1 - m0)) -v ns=$((t1 - t0)) -v g="$gbits" -v s=$sz '
+	# the dispatch phase as loadgen timed it (ranks' first submit to last batch done)
+	disp_s=$(awk '/^dispatch:/ { for (i = 1; i <= NF; i++) { if ($i == "out,") r = $(i - 2)
+		if ($i == "rows/s") v = $(i - 1) } } END { print (v > 0 ? r / v : 0) }' "$W/bench.out")
+	awk -v b=$((b1 - b0)) -v m=$((m1 - m0)) -v ns=$((t1 - t0)) -v g="$gbits" -v s=$sz \
+	    -v d="$disp_s" '
 		BEGIN {
-			r = b * 8 / (ns / 1e9) / 1e9
-			printf "locusd inter-node: %d bytes in %d messages (avg %d B) over %.2f s " \
-			       "(loadgen wall time) = %.4f Gb/s\n", b, m, (m ? b / m : 0), ns / 1e9, r
+			w = b * 8 / (ns / 1e9) / 1e9
+			r = d > 0 ? b * 8 / d / 1e9 : 0
+			printf "locusd inter-node: %d bytes in %d messages (avg %d B): " \
+			       "%.4f Gb/s over the dispatch phase (%.2f s), %.4f Gb/s over the " \
+			       "whole loadgen run (%.2f s)\n", b, m, (m ? b / m : 0), r, d, w, ns / 1e9
 			printf "ib_write_bw -s %d: %.4f Gb/s\n", s, g
-			printf "ratio locusd / ib_write_bw = %.3f  (emulated rxe under TCG: only " \
-			       "the ratio means anything)\n", (g > 0 ? r / g : 0)
+			printf "ratio locusd / ib_write_bw = %.3f (dispatch phase), %.3f (whole run); " \
+			       "emulated rxe under TCG: only ratios mean anything\n",
+			       (g > 0 ? r / g : 0), (g > 0 ? w / g : 0)
 		}'
 	[ "$gbits" != 0 ] || { sed 's/^/  [ib_write_bw] /' "$W/bw.cli" | tail -n 5; fail "ib_write_bw"; }
 	echo "GUEST RESULT rc=$FAILED"
