@@ -55,6 +55,7 @@ struct proc_stats {
 	uint64_t err_n[ERR_KINDS];
 	int attached, failed, gone;
 	char why[128];
+	char bad[128];                  /* what the first corrupt delivery was */
 } __attribute__((aligned(64)));
 
 struct shared {
@@ -89,6 +90,9 @@ static inline int expired(uint64_t t0)
 {
 	return now_ns() - t0 > (uint64_t)O.seconds * 1000000000ull;
 }
+
+/* Count a corrupt delivery; the first one is described in s->bad (printf format). */
+void corrupt(struct proc_stats *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Count a completion that carries an error, by code. */
 void err_record(struct proc_stats *s, int32_t status);

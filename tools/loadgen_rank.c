@@ -23,6 +23,9 @@ struct rank_state {
 	uint32_t rank;
 	uint8_t *stage;
 	uint32_t comb_busy;           /* bitmask of combine slots awaiting completion */
+	uint32_t comb_held;           /* slots whose results to ourselves are handed over in
+				       * place (same GPU) and not read yet */
+	uint32_t held_rows[COMB_SLOTS];
 	struct locus_desc comb_q[COMB_SLOTS]; /* what each busy slot submitted */
 	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
 	uint32_t want_pairs, got_pairs;
@@ -32,6 +35,10 @@ struct rank_state {
 	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
 	uint32_t n_pending;
 };
+
+#define COMB_STRIDE (256 * 1024 + 65536) /* a combine slot: request, then up to 256 KiB rows */
+
+static void take_results(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d);
 
 /* Submit a combine; bounded by --seconds and by our locusd being alive. */
 static int combine_submit(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *q)
@@ -78,15 +85,18 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 
 	s->delivered++;
 	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
-		s->corrupt++;
+		corrupt(s, "rank %u: rows message of %u bytes fails the checks", rs->rank, d->len);
 		if (msg)
 			locus_client_release_slot(rs->c, d->slot);
 		return;
 	}
 	h = locus_rows_hdr_of(msg);
 	refs = locus_rows_refs(msg);
-	/* every combine slot in flight: wait for one, keep what else arrives */
-	while (rs->comb_busy == (1u << COMB_SLOTS) - 1) {
+	/*
+	 * every combine slot in use: wait for one, keep rows that arrive for
+	 * later, read results now (they may be what frees a slot)
+	 */
+	while ((rs->comb_busy | rs->comb_held) == (1u << COMB_SLOTS) - 1) {
 		struct locus_desc cd;
 
 		if (expired(rs->t0) || own_daemon_gone(s)) {
@@ -98,14 +108,16 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 			continue;
 		if (cd.op == LOCUS_OP_COMBINE) {
 			combine_done(rs, s, &cd);
+		} else if (cd.op == LOCUS_OP_RESULTS_IN) {
+			take_results(rs, s, &cd);
 		} else if (rs->n_pending < LOCUS_ARRAY_SIZE(rs->pending)) {
 			rs->pending[rs->n_pending++] = cd;
 		} else {
-			s->corrupt++; /* more than a ring's worth: cannot happen */
+			corrupt(s, "rank %u: more than a ring of deliveries", rs->rank);
 		}
 	}
-	slot = (uint32_t)__builtin_ctz(~rs->comb_busy);
-	base = COMB_OFF + (uint64_t)slot * (256 * 1024 + 65536);
+	slot = (uint32_t)__builtin_ctz(~(rs->comb_busy | rs->comb_held));
+	base = COMB_OFF + (uint64_t)slot * COMB_STRIDE;
 	cq = (struct locus_combine_req *)(rs->stage + base);
 	*cq = (struct locus_combine_req){ .magic = LOCUS_COMBINE_MAGIC, .layer = h->layer,
 					  .dst_rank = m->src_rank, .n_rows = h->n_rows,
@@ -119,11 +131,15 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 		int bad = 0;
 
 		for (uint32_t b = 0; b < h->row_bytes; b++) {
-			bad |= row[b] != row_byte(m->src_rank, (uint32_t)h->batch_id, refs[j].token, b);
+			if (!bad && row[b] != row_byte(m->src_rank, (uint32_t)h->batch_id,
+						       refs[j].token, b))
+				bad = (int)b + 1;
 			out[b] = row[b] ^ (uint8_t)(rs->rank + 1);
 		}
 		if (bad)
-			s->corrupt++;
+			corrupt(s, "rank %u: row %u of %u (token %u) from rank %u, batch %llu: byte "
+				"%d differs", rs->rank, j, h->n_rows, refs[j].token, m->src_rank,
+				(unsigned long long)h->batch_id, bad - 1);
 		else
 			s->verified++;
 		((struct locus_row_ref *)(cq + 1))[j] = refs[j];
@@ -135,6 +151,11 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 	if (combine_submit(rs, s, &rs->comb_q[slot]) < 0)
 		return;
 	rs->comb_busy |= 1u << slot;
+	if (m->src_rank == rs->rank) {
+		/* to ourselves: the results are handed over in place, out of this slot */
+		rs->comb_held |= 1u << slot;
+		rs->held_rows[slot] = h->n_rows;
+	}
 	s->rows_back += h->n_rows;
 }
 
@@ -144,32 +165,52 @@ static void take_results(struct rank_state *rs, struct proc_stats *s, const stru
 	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
 	struct locus_rows_hdr *h;
 	struct locus_row_ref *refs;
+	uint32_t held = COMB_SLOTS;
 	int late;
 
 	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
-		s->corrupt++;
+		corrupt(s, "rank %u: results message of %u bytes fails the checks", rs->rank,
+			d->len);
 		goto out;
 	}
 	h = locus_rows_hdr_of(msg);
 	refs = locus_rows_refs(msg);
+	if (h->flags & LOCUS_ROWS_IN_PLACE) {
+		/* our own results, read out of the combine slot that holds them */
+		uint64_t rel = h->rows_off - COMB_OFF - 65536;
+
+		held = h->rows_off >= COMB_OFF + 65536 ? (uint32_t)(rel / COMB_STRIDE) : COMB_SLOTS;
+		if (m->src_rank != rs->rank || held >= COMB_SLOTS ||
+		    !(rs->comb_held & (1u << held)) || h->n_rows > rs->held_rows[held] ||
+		    rel % COMB_STRIDE + (uint64_t)h->n_rows * h->row_bytes > 256 * 1024) {
+			corrupt(s, "rank %u: in-place results at %llu outside a held combine slot",
+				rs->rank, (unsigned long long)h->rows_off);
+			held = COMB_SLOTS;
+			goto out;
+		}
+	}
 	/* results of a batch given up (--allow-errors) may still come: checked, not counted */
 	late = O.allow_errors && h->batch_id < rs->batch;
 	if (h->batch_id != rs->batch && !late) {
-		s->corrupt++;
+		corrupt(s, "rank %u: results of batch %llu from rank %u while at batch %u",
+			rs->rank, (unsigned long long)h->batch_id, m->src_rank, rs->batch);
 		goto out;
 	}
 	for (uint32_t j = 0; j < h->n_rows; j++) {
 		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
 			? rs->stage + h->rows_off + (size_t)j * h->row_bytes
 			: msg + h->rows_off + (size_t)j * h->row_bytes;
-		int bad = refs[j].token >= O.tokens;
+		int bad = refs[j].token >= O.tokens ? -1 : 0;
 
 		for (uint32_t b = 0; !bad && b < h->row_bytes; b++)
-			bad = row[b] != (uint8_t)(row_byte(rs->rank, (uint32_t)h->batch_id,
-							   refs[j].token, b) ^
-						  (uint8_t)(m->src_rank + 1));
+			if (row[b] != (uint8_t)(row_byte(rs->rank, (uint32_t)h->batch_id,
+							 refs[j].token, b) ^ (uint8_t)(m->src_rank + 1)))
+				bad = (int)b + 1;
 		if (bad) {
-			s->corrupt++;
+			corrupt(s, "rank %u: result row %u of %u (token %u) from rank %u, batch "
+				"%llu: %s %d", rs->rank, j, h->n_rows, refs[j].token, m->src_rank,
+				(unsigned long long)h->batch_id, bad < 0 ? "token out of range" :
+				"byte differs at", bad < 0 ? (int)refs[j].token : bad - 1);
 			continue;
 		}
 		if (late) {
@@ -186,6 +227,11 @@ static void take_results(struct rank_state *rs, struct proc_stats *s, const stru
 		}
 	}
 out:
+	if (held < COMB_SLOTS) {
+		rs->held_rows[held] -= h->n_rows;
+		if (!rs->held_rows[held])
+			rs->comb_held &= ~(1u << held);
+	}
 	if (msg)
 		locus_client_release_slot(rs->c, d->slot);
 }
@@ -221,7 +267,7 @@ static void handle(struct rank_state *rs, struct proc_stats *s, const struct loc
 		}
 		break;
 	default:
-		s->corrupt++;
+		corrupt(s, "rank %u: unexpected op %u", rs->rank, d->op);
 	}
 }
 

@@ -32,6 +32,7 @@
 #include <getopt.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +83,17 @@ static double lat_quantile(const uint64_t *h, double q)
 		acc += h[i];
 	}
 	return ldexp(1.0, LAT_BUCKETS - 1);
+}
+
+void corrupt(struct proc_stats *s, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (!s->corrupt++) {
+		va_start(ap, fmt);
+		vsnprintf(s->bad, sizeof(s->bad), fmt, ap);
+		va_end(ap);
+	}
 }
 
 /* Count a completion that carries an error, by code (the last kind takes the rest). */
@@ -285,7 +297,8 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 			    m->payload_len != sig_len ||
 			    locus_eldr_sig_check(m + 1, sig_len, T->n_layers, T->n_experts, NULL) ||
 			    !sig_expected(m, want, sig_len)) {
-				s->corrupt++;
+				corrupt(s, "decoder %u: signature id %llu: bad header or content", id,
+					m ? (unsigned long long)m->id : 0ull);
 			} else if (__atomic_fetch_add(&Seen[m->id >> 8], 1, __ATOMIC_RELAXED)) {
 				s->duplicate++;
 			} else {
@@ -593,6 +606,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "locus-loadgen: process %u failed: %s\n", i, s->why);
 			failed = 1;
 		}
+		if (s->corrupt)
+			fprintf(stderr, "locus-loadgen: process %u: %llu corrupt, the first: %s\n", i,
+				(unsigned long long)s->corrupt, s->bad);
 		corrupt += s->corrupt;
 		dup += s->duplicate;
 		abandoned += s->abandoned;
