@@ -54,7 +54,7 @@ struct proc_stats {
 	int32_t err_code[ERR_KINDS];    /* completions with an error, by code */
 	uint64_t err_n[ERR_KINDS];
 	int attached, failed, gone;
-	char why[128];
+	char why[224];
 	char bad[128];                  /* what the first corrupt delivery was */
 } __attribute__((aligned(64)));
 

@@ -390,8 +390,11 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 	if (!s->t_end_ns)
 		s->t_end_ns = now_ns();
 	if (b < O.batches && !s->gone) {
-		snprintf(s->why, sizeof(s->why), "rank %u finished %u of %u batches", rank, b,
-			 O.batches);
+		snprintf(s->why, sizeof(s->why), "rank %u finished %u of %u batches; batch %u: %s, "
+			 "%u of %u results; combines in flight %#x", rank, b, O.batches, b,
+			 rs->dispatch_done == 0 ? "dispatch not completed" :
+			 rs->dispatch_done == 1 ? "dispatched" : "not submitted",
+			 rs->got_pairs, rs->want_pairs, rs->comb_busy);
 		s->failed = 1;
 	}
 out:
