@@ -193,11 +193,11 @@ if [ "$WHAT" = bench ]; then
 	for mode in uni bi; do
 		flag=; [ $mode = bi ] && flag=-b
 		say "bench: ib_write_bw $flag -s $sz, rxex <-> rxey (same guest, same devices)"
-		timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -D 5 $flag --report_gbits \
+		timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -n 1000 $flag --report_gbits \
 			> "$W/bw.srv" 2>&1 &
 		srv=$!
 		sleep 1.5
-		timeout 60 ib_write_bw -d rxex -x 1 -F -s $sz -D 5 $flag --report_gbits 192.0.2.21 \
+		timeout 60 ib_write_bw -d rxex -x 1 -F -s $sz -n 1000 $flag --report_gbits 192.0.2.21 \
 			> "$W/bw.$mode" 2>&1
 		wait $srv
 	done
