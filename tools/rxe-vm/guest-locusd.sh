@@ -283,8 +283,15 @@ grep -q 'errors:' "$W/t4.out" || fail "no error summary"
 grep -q ' [1-9][0-9]* delivered to decoders' "$W/t4.out" || fail "nothing delivered before the kill"
 wait_log "$W/n0.log" "peer node 1 down" 1 30 || fail "n0 did not log peer node 1 down"
 grep -m1 "peer node 1 down" "$W/n0.log" | sed 's/^/  [n0 log] /'
+say "   n0 after the kill: verbs_peer_up $(ctr n0 verbs_peer_up), rejected_peer_down" \
+	"$(ctr n0 rejected_peer_down), remote_send_errors $(ctr n0 remote_send_errors)"
+[ "$(ctr n0 verbs_peer_up)" = 0 ] || fail "n0 still counts n1 as up"
+[ "$(ctr n0 remote_bad)" = 0 ] || fail "n0 refused $(ctr n0 remote_bad) malformed messages"
 [ -e "$LOCUS_SHM_DIR/locus.n1" ] && say "   n1's stale segment is there; restart n1"
 start 1 2 || fail "n1 did not restart over its stale segment"
+owner=$("$B/locus-stat" -i n1 --json 2>/dev/null | tr -d ' \n' | grep -o '"owner_pid":[0-9]*' |
+	cut -d: -f2)
+[ "$owner" = "${PID[n1]}" ] || fail "n1's segment is owned by pid '$owner', not the new ${PID[n1]}"
 if wait_log "$W/n0.log" "peer node 1 up" 2 60; then
 	say "   n0: peer node 1 up again (verbs_reconnects on n0: $(ctr n0 verbs_reconnects))"
 else
