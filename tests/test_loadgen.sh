@@ -1,0 +1,100 @@
+#!/bin/bash
+# locus-loadgen's flags for several instances and for a peer killed under
+# traffic, on one host node (the two-node runs are in make test-locusd-vm):
+# per-process instances, bad instance lists refused, an unreachable instance
+# reported, a locusd killed under traffic: with --allow-errors the run ends
+# ok and says what its dead locusd left unanswered; without, it fails within
+# --seconds (never hangs). Segments live in a private directory.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=${BUILD:-build}/bin
+tmp=$(mktemp -d)
+export LOCUS_SHM_DIR=$tmp/shm LOCUS_STATE_DIR=$tmp/state
+mkdir -p "$LOCUS_SHM_DIR" "$LOCUS_STATE_DIR"
+inst=lg-t$$
+pid=
+cleanup() {
+	[ -n "$pid" ] && kill -9 "$pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "test_loadgen: $*" >&2; exit 1; }
+trace=tests/data/calib_sample.jsonl
+LG=("$B/locus-loadgen" -i "$inst" --trace "$trace" --decoders 4 --ranks 4)
+
+cat > "$tmp/a.conf" <<CONF
+[locusd]
+instance = $inst
+eal_args = -l 0-1 --no-huge --no-pci -m 64
+idle_sleep_us = 50
+client_slots = 16
+client_inbox_slots = 256
+CONF
+start() { # n-th start of the instance
+	"$B/locusd" -c "$tmp/a.conf" >> "$tmp/d.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 200); do
+		[ "$(grep -c "instance $inst running" "$tmp/d.log")" -ge "$1" ] && break
+		kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
+		sleep 0.05
+	done
+	"$B/locusctl" push -i "$inst" "$tmp/e.tbl" > /dev/null &&
+		"$B/locusctl" push -i "$inst" "$tmp/g.tbl" > /dev/null || fail "push"
+}
+"$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e.tbl" > /dev/null 2>&1 ||
+	fail "fit eldr"
+"$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 --capacity 20 --replica-budget 4 \
+	-o "$tmp/g.tbl" > /dev/null 2>&1 || fail "fit grace"
+start 1
+
+# 1. every process told where to attach
+a=$inst
+timeout 60 "${LG[@]}" --prefill-at $a --decoder-at $a,$a,$a,$a --rank-at $a,$a,$a,$a \
+	--requests 400 --batches 10 > "$tmp/1.out" 2>&1 || { cat "$tmp/1.out"; fail "run with -at lists"; }
+grep -q '^loadgen: ok$' "$tmp/1.out" || fail "no ok"
+grep -q '400 delivered to decoders, 400 verified' "$tmp/1.out" || fail "$(cat "$tmp/1.out")"
+
+# 2. lists that do not fit are refused before anything starts
+timeout 10 "${LG[@]}" --decoder-at $a,$a > "$tmp/2.out" 2>&1
+[ $? = 2 ] || fail "a short --decoder-at list was not refused"
+grep -q 'one instance per decoder / rank (4 / 4)' "$tmp/2.out" || fail "$(cat "$tmp/2.out")"
+timeout 10 "${LG[@]}" --rank-at $a,$a,../x,$a > "$tmp/2b.out" 2>&1
+[ $? = 2 ] || fail "a bad instance name was not refused"
+grep -q "bad instance list entry '../x'" "$tmp/2b.out" || fail "$(cat "$tmp/2b.out")"
+
+# 3. a decoder sent to an instance that does not run: the run fails and says so
+timeout 60 "${LG[@]}" --decoder-at $a,$a,$a,nosuch-$$ --requests 50 --batches 2 --seconds 10 \
+	> "$tmp/3.out" 2>&1 && fail "a decoder without its instance passed"
+grep -q "attach to nosuch-$$" "$tmp/3.out" || fail "$(cat "$tmp/3.out")"
+
+# 4. locusd killed under traffic, --allow-errors: ends ok, says what was left unanswered
+"${LG[@]}" --requests 200000 --batches 100000 --seconds 20 --allow-errors --batch-ms 1000 \
+	> "$tmp/4.out" 2>&1 &
+lg=$!
+sleep 1
+kill -9 $pid
+wait $pid 2>/dev/null
+t0=$SECONDS
+timeout 60 tail --pid=$lg -f /dev/null
+wait $lg
+rc=$?
+[ $rc = 0 ] || { cat "$tmp/4.out"; fail "--allow-errors run exited $rc after the kill"; }
+[ $((SECONDS - t0)) -lt 15 ] || fail "the run took $((SECONDS - t0)) s to notice its locusd died"
+grep -q 'requests unanswered because their own locusd died' "$tmp/4.out" || fail "$(cat "$tmp/4.out")"
+grep -q ' 0 lost' "$tmp/4.out" || fail "lost completions: $(cat "$tmp/4.out")"
+
+# 5. the same without --allow-errors: fails, within --seconds
+start 2
+"${LG[@]}" --requests 200000 --batches 100000 --seconds 5 > "$tmp/5.out" 2>&1 &
+lg=$!
+sleep 1
+kill -9 $pid
+wait $pid 2>/dev/null
+pid=
+timeout 60 tail --pid=$lg -f /dev/null
+wait $lg
+rc=$?
+[ $rc != 0 ] || fail "a run whose locusd died passed without --allow-errors"
+grep -q '^loadgen: FAILED$' "$tmp/5.out" || fail "$(cat "$tmp/5.out")"
+echo "test_loadgen: instance lists, refusals, missing instance, killed locusd with and" \
+	"without --allow-errors ok"
