@@ -189,40 +189,38 @@ if [ "$WHAT" = bench ]; then
 		v=$(( $(ctr n0 $c) + $(ctr n1 $c) ))
 		[ "$v" = 0 ] || fail "$c = $v during the benchmark"
 	done
-	# perftest: one direction, then both (-b; locusd's bytes are both directions summed)
-	for mode in uni bi; do
-		flag=; [ $mode = bi ] && flag=-b
-		say "bench: ib_write_bw $flag -s $sz, rxex <-> rxey (same guest, same devices)"
-		timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -n 1000 $flag --report_gbits \
-			> "$W/bw.srv" 2>&1 &
-		srv=$!
-		sleep 1.5
-		timeout 60 ib_write_bw -d rxex -x 1 -F -s $sz -n 1000 $flag --report_gbits 192.0.2.21 \
-			> "$W/bw.$mode" 2>&1
-		wait $srv
-	done
-	g_uni=$(awk -v s=$sz '$1 == s && NF >= 4 { v = $4 } END { print v + 0 }' "$W/bw.uni")
-	g_bi=$(awk -v s=$sz '$1 == s && NF >= 4 { v = $4 } END { print v + 0 }' "$W/bw.bi")
+	# perftest, one direction: a closed loop like ib_write_bw -b reported 0 under TCG
+	# in some runs, so it is not the baseline
+	say "bench: ib_write_bw -s $sz, rxex -> rxey (same guest, same devices)"
+	timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -n 1000 --report_gbits > "$W/bw.srv" 2>&1 &
+	srv=$!
+	sleep 1.5
+	timeout 60 ib_write_bw -d rxex -x 1 -F -s $sz -n 1000 --report_gbits 192.0.2.21 \
+		> "$W/bw.cli" 2>&1
+	wait $srv
+	# either side may print the figure: the larger
+	gbits=$(awk -v s=$sz '$1 == s && NF >= 4 && $4 > v { v = $4 } END { print v + 0 }' \
+		"$W/bw.cli" "$W/bw.srv")
 	# the dispatch phase as loadgen timed it (ranks' first submit to last batch done)
 	disp_s=$(awk '/^dispatch:/ { for (i = 1; i <= NF; i++) { if ($i == "out,") r = $(i - 2)
 		if ($i == "rows/s") v = $(i - 1) } } END { print (v > 0 ? r / v : 0) }' "$W/bench.out")
-	awk -v b=$((b1 - b0)) -v m=$((m1 - m0)) -v ns=$((t1 - t0)) -v gu="$g_uni" -v gb="$g_bi" \
-	    -v s=$sz -v d="$disp_s" '
+	awk -v b=$((b1 - b0)) -v m=$((m1 - m0)) -v ns=$((t1 - t0)) -v g="$gbits" -v s=$sz \
+	    -v d="$disp_s" '
 		BEGIN {
 			w = b * 8 / (ns / 1e9) / 1e9
 			r = d > 0 ? b * 8 / d / 1e9 : 0
-			printf "locusd inter-node, both directions: %d bytes in %d messages (avg %d B): " \
-			       "%.4f Gb/s over the dispatch phase (%.2f s), %.4f Gb/s over the " \
-			       "whole loadgen run (%.2f s)\n", b, m, (m ? b / m : 0), r, d, w, ns / 1e9
-			printf "ib_write_bw -s %d: %.4f Gb/s one direction, %.4f Gb/s both (-b)\n",
-			       s, gu, gb
-			printf "ratio locusd (dispatch phase) / ib_write_bw: %.3f against one direction, " \
-			       "%.3f against both\n", (gu > 0 ? r / gu : 0), (gb > 0 ? r / gb : 0)
+			printf "locusd inter-node, both directions summed: %d bytes in %d messages " \
+			       "(avg %d B): %.4f Gb/s over the dispatch phase (%.2f s), %.4f Gb/s " \
+			       "over the whole loadgen run (%.2f s)\n", b, m, (m ? b / m : 0), r, d,
+			       w, ns / 1e9
+			printf "ib_write_bw -s %d, one direction: %.4f Gb/s\n", s, g
+			printf "ratio locusd / ib_write_bw = %.3f (dispatch phase), %.3f (whole run)\n",
+			       (g > 0 ? r / g : 0), (g > 0 ? w / g : 0)
 			printf "(emulated rxe under TCG, both nodes on 2 vCPUs: only the ratios mean " \
 			       "anything)\n"
 		}'
-	if [ "$g_uni" = 0 ] || [ "$g_bi" = 0 ]; then
-		tail -n 5 "$W/bw.uni" "$W/bw.bi" | sed 's/^/  [ib_write_bw] /'
+	if [ "$gbits" = 0 ]; then
+		tail -n 5 "$W"/bw.* | sed 's/^/  [ib_write_bw] /'
 		fail "ib_write_bw gave no figure"
 	fi
 	echo "GUEST RESULT rc=$FAILED"
