@@ -189,8 +189,7 @@ if [ "$WHAT" = bench ]; then
 		v=$(( $(ctr n0 $c) + $(ctr n1 $c) ))
 		[ "$v" = 0 ] || fail "$c = $v during the benchmark"
 	done
-	# perftest, one direction: a closed loop like ib_write_bw -b reported 0 under TCG
-	# in some runs, so it is not the baseline
+	# perftest, one direction (ib_write_bw -b printed 0 on both sides in some TCG runs)
 	say "bench: ib_write_bw -s $sz, rxex -> rxey (same guest, same devices)"
 	timeout 60 ib_write_bw -d rxey -x 1 -F -s $sz -n 1000 --report_gbits > "$W/bw.srv" 2>&1 &
 	srv=$!
