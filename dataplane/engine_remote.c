@@ -239,13 +239,13 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 	ret = locus_msg_hdr_check(h, len, UINT32_MAX);
 	if (ret < 0)
 		goto bad;
-	locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
-	locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
 	switch (h->type) {
 	case LOCUS_MSG_LOAD:
 		ret = h->src_rank == node ? recv_load(e, node, h) : -LOCUS_EPROTO;
 		if (ret < 0)
 			goto bad;
+		locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
+		locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
 		return 0;
 	case LOCUS_MSG_SIGNATURE: {
 		const struct locus_eldr_sig_hdr *sh = (const void *)(h + 1);
@@ -285,6 +285,12 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 		ret = -LOCUS_EPROTO;
 		goto bad;
 	}
+	/* no room at the receiver now: the transport keeps the message and
+	 * hands it again (its credits hold the sender back meanwhile) */
+	if (ret == -LOCUS_EFULL)
+		return ret;
+	locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
+	locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
 	if (ret < 0)
 		engine_count(e, e->c.remote_undeliverable);
 	return ret;

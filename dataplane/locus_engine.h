@@ -149,7 +149,10 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
  * Engine lcore: a message arrived from node (len bytes, header first). Every
  * byte is checked; signatures go to the local decoder, rows to the local
  * rank, load reports to the router. The engine copies what it keeps: msg
- * may be reused when this returns. Returns 0 or the refusal's code (counted).
+ * may be reused when this returns. Returns 0, -LOCUS_EFULL when the local
+ * receiver has no room now (nothing happened: the transport must keep the
+ * message and hand it again, in order, later), or the refusal's code
+ * (counted, the message is dropped).
  */
 int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len);
 

@@ -50,12 +50,23 @@ struct backlog {
 	uint32_t head, tail;
 };
 
+/*
+ * Received messages a local client had no room for yet, held in the verbs
+ * inbox: at most one per inbox slot, so cap = the peer's slot count.
+ */
+struct held {
+	const void **data;
+	uint32_t *len;
+	uint32_t cap, head, tail;
+};
+
 struct locusd_net {
 	const struct locus_config *cfg;
 	struct locus_verbs_ep *ep;
 	struct locus_verbs_peer *peer[LOCUS_CFG_MAX_NODES];
 	int up[LOCUS_CFG_MAX_NODES];
 	struct backlog bl[LOCUS_CFG_MAX_NODES];
+	struct held rx_held[LOCUS_CFG_MAX_NODES];
 	struct rte_mempool *pool;
 	struct locus_verbs_mr mr[MAX_CHUNKS];
 	unsigned n_mr;
@@ -223,13 +234,42 @@ static int rt_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t coo
 
 /* ---- verbs callbacks (on the worker lcore) ----------------------------------------------- */
 
+/*
+ * The engine checks every byte and copies what it keeps. When the local
+ * receiver has no room, the message stays in the verbs inbox (its slots are
+ * not credited back, so the sender slows down) and is handed again from
+ * locusd_net_poll(); later messages of that peer wait behind it, in order.
+ */
 static int on_recv(void *arg, struct locus_verbs_peer *p, const void *data, uint32_t len)
 {
 	struct locusd_net *n = arg;
+	uint16_t node = locus_verbs_peer_node(p);
+	struct held *h = &n->rx_held[node];
 
-	/* the engine checks every byte and copies what it keeps */
-	locus_engine_remote_recv(n->eng, locus_verbs_peer_node(p), data, len);
-	return 0;
+	if (h->head == h->tail &&
+	    locus_engine_remote_recv(n->eng, node, data, len) != -LOCUS_EFULL)
+		return 0;
+	if (h->tail - h->head >= h->cap)
+		return 0; /* more messages than inbox slots: cannot happen, never hold it */
+	h->data[h->tail % h->cap] = data;
+	h->len[h->tail % h->cap] = len;
+	h->tail++;
+	return LOCUS_VERBS_HOLD;
+}
+
+/* Hand held messages again, oldest first, and release each one taken. */
+static void retry_held(struct locusd_net *n, uint32_t node)
+{
+	struct held *h = &n->rx_held[node];
+
+	while (h->head != h->tail) {
+		uint32_t i = h->head % h->cap;
+
+		if (locus_engine_remote_recv(n->eng, node, h->data[i], h->len[i]) == -LOCUS_EFULL)
+			return;
+		h->head++;
+		locus_verbs_release(n->peer[node], 1);
+	}
 }
 
 static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie, int status)
@@ -265,6 +305,8 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 	if (n->up[node] || reason != -ECONNREFUSED)
 		fprintf(stderr, "locusd: peer node %u down: %s\n", node, locus_strerror(reason));
 	n->up[node] = 0;
+	/* held messages died with the connection (the peer rewrites its slots) */
+	n->rx_held[node].head = n->rx_held[node].tail;
 	while (b->head != b->tail) {
 		uint32_t idx = b->idx[b->head++ % BACKLOG];
 
@@ -356,6 +398,17 @@ int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 	for (uint32_t i = 0; i < POOL_N; i++)
 		rec_put(n, POOL_N - 1 - i);
 	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
+		struct held *h = &n->rx_held[node];
+
+		h->cap = cfg->inbox_slots;
+		h->data = calloc(h->cap, sizeof(*h->data));
+		h->len = calloc(h->cap, sizeof(*h->len));
+		if (!h->data || !h->len) {
+			ret = locus_error_set(err, ENOMEM, "out of memory");
+			goto err_pool;
+		}
+	}
+	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
 		struct sockaddr_in sa = { .sin_family = AF_INET };
 
 		if (node == cfg->node_id)
@@ -384,6 +437,10 @@ err_pool:
 	for (unsigned i = 0; i < n->n_mr; i++)
 		locus_verbs_mr_free(&n->mr[i]);
 	rte_mempool_free(n->pool);
+	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
+		free(n->rx_held[node].data);
+		free(n->rx_held[node].len);
+	}
 err_ep:
 	locus_verbs_ep_destroy(n->ep);
 err_free:
@@ -407,9 +464,12 @@ int locusd_net_poll(struct locusd_net *n, uint64_t now)
 {
 	int work = locus_verbs_poll(n->ep);
 
-	for (uint32_t node = 0; node < n->cfg->n_nodes; node++)
+	for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+		if (n->rx_held[node].head != n->rx_held[node].tail)
+			retry_held(n, node);
 		if (n->bl[node].head != n->bl[node].tail)
 			flush_backlog(n, node);
+	}
 	if (unlikely(now >= n->next_service)) {
 		/* rdma_cm events, redials: a non-blocking look, at most every SERVICE_US */
 		locus_verbs_service(n->ep, 0);
@@ -428,5 +488,9 @@ void locusd_net_destroy(struct locusd_net *n)
 	for (unsigned i = 0; i < n->n_mr; i++)
 		locus_verbs_mr_free(&n->mr[i]);
 	rte_mempool_free(n->pool);
+	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
+		free(n->rx_held[node].data);
+		free(n->rx_held[node].len);
+	}
 	free(n);
 }

@@ -90,6 +90,19 @@ static int q_push(struct queue *q, struct qmsg m)
 	return ok;
 }
 
+/* The oldest message without taking it (a receiver with no room keeps it). */
+static int q_peek(struct queue *q, struct qmsg *m)
+{
+	int ok;
+
+	pthread_mutex_lock(&q->mu);
+	ok = q->head != q->tail;
+	if (ok)
+		*m = q->m[q->head % QCAP];
+	pthread_mutex_unlock(&q->mu);
+	return ok;
+}
+
 static int q_pop(struct queue *q, struct qmsg *m)
 {
 	int ok;
@@ -172,8 +185,12 @@ static void *eng_loop(void *arg)
 		__atomic_store_n(&n->held, 0, __ATOMIC_RELEASE);
 		work = locus_engine_poll(e);
 
-		while (q_pop(&n->rx, &m)) {
-			locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf, m.len);
+		/* like locusd_net: a message the receiver has no room for waits, in order */
+		while (q_peek(&n->rx, &m)) {
+			if (locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf, m.len) ==
+			    -LOCUS_EFULL)
+				break;
+			q_pop(&n->rx, &m);
 			free(m.buf);
 			work++;
 		}
@@ -446,6 +463,59 @@ static void test_signatures_cross_nodes(void **state)
 	free(t);
 }
 
+/*
+ * A remote decoder that does not release its inbox: what does not fit waits
+ * at the transport and arrives, in order and intact, once slots are freed.
+ */
+static void test_full_remote_inbox_waits(void **state)
+{
+	struct locus_client *pre = attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec1 = attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	struct locus_desc d, in[64];
+	const uint32_t total = 48; /* the decoder's inbox has 32 slots */
+	uint64_t undeliverable = ctr(&N[1], "remote_undeliverable", 0);
+	uint32_t got = 0;
+	(void)state;
+
+	locus_client_report_load(dec1, 0);
+	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 1; i++)
+		tu_nap();
+	for (uint32_t i = 0; i < total; i++) {
+		uint64_t off = (uint64_t)(i % 16) * 4096;
+		size_t len = put_signature(pre, off, 1 + (int)(i % 7), 2);
+
+		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 1000 + i, .off = off,
+					 .len = (uint32_t)len };
+		assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+		tu_wait_desc(pre, &d);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.peer, 1);
+		if (i % 16 == 15)
+			locus_client_report_load(dec1, 0); /* stay up: the heartbeat */
+	}
+	/* 32 arrived; the rest wait at the transport until slots come back */
+	for (int i = 0; i < 200 && got < 32; i++)
+		got += (uint32_t)locus_client_poll(dec1, in + got, 32 - got), tu_nap();
+	assert_int_equal(got, 32);
+	assert_false(tu_try_desc(dec1, in, 20));
+	for (uint32_t i = 0; i < total; i++) {
+		struct locus_desc x = in[i % 32];
+		const struct locus_msg_hdr *m;
+
+		if (i >= 32)
+			tu_wait_desc(dec1, &x);
+		assert_int_equal(x.op, LOCUS_OP_SIGNATURE_IN);
+		assert_int_equal(x.id, 1000 + i); /* in order, none lost */
+		m = locus_client_inbox(dec1, &x);
+		assert_non_null(m);
+		assert_int_equal(m->payload_len, locus_eldr_sig_len(L, E));
+		assert_int_equal(locus_client_release_slot(dec1, x.slot), 0);
+	}
+	assert_int_equal(ctr(&N[1], "remote_undeliverable", 0), undeliverable);
+	locus_client_detach(dec1);
+	locus_client_detach(pre);
+}
+
 static void fill_row(uint8_t *row, uint32_t token)
 {
 	for (int i = 0; i < ROW; i++)
@@ -633,6 +703,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_signatures_cross_nodes),
+		cmocka_unit_test(test_full_remote_inbox_waits),
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
 		cmocka_unit_test(test_bad_remote_messages),
 	};
