@@ -22,22 +22,9 @@ say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 fail() { say "FAIL: $*"; FAILED=1; }
 FAILED=0
 
-# ---- Soft-RoCE: the veth pair set-up of guest-verbs.sh (proven there) ----------------------
-setup_fail() { echo "GUEST SETUP FAILED: $*"; exit 1; }
+# ---- Soft-RoCE: two devices on a veth pair -------------------------------------------------
 ip link set lo up
-ip link add vx type veth peer name vy || setup_fail "veth"
-ip addr add 192.0.2.20/24 dev vx; ip addr add 192.0.2.21/24 dev vy
-ip link set vx up; ip link set vy up
-for k in all.accept_local vx.accept_local vy.accept_local; do sysctl -qw net.ipv4.conf.$k=1; done
-for k in all.rp_filter default.rp_filter vx.rp_filter vy.rp_filter; do sysctl -qw net.ipv4.conf.$k=0; done
-ip route add 192.0.2.21/32 dev vx table 120; ip route add 192.0.2.20/32 dev vy table 121
-ip rule add oif vx lookup 120 pref 100; ip rule add oif vy lookup 121 pref 101
-ip rule add from 192.0.2.20 to 192.0.2.21 lookup 120 pref 102
-ip rule add from 192.0.2.21 to 192.0.2.20 lookup 121 pref 103
-ip rule add iif vx lookup local pref 10; ip rule add iif vy lookup local pref 11
-ip rule add pref 1000 lookup local; ip rule del pref 0
-rdma link add rxex type rxe netdev vx || setup_fail "rxex"
-rdma link add rxey type rxe netdev vy || setup_fail "rxey"
+. "$ROOT/tools/rxe-vm/guest-veth.sh"
 ulimit -l unlimited 2>/dev/null
 
 W=$(mktemp -d /tmp/locusd-vm.XXXXXX)
