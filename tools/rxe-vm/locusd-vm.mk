@@ -8,3 +8,4 @@ test-locusd-vm:
 
 bench-locusd-vm:
 	BUILD=$(BUILD) tools/rxe-vm/locusd-vm-test.sh --bench
+BENCH_SCRIPTS += tools/rxe-vm/bench-locusd-vm.sh
