@@ -22,13 +22,7 @@ tools/deps.sh ensure || exit 1
 REL=${BUILD#"$ROOT"/}
 make --no-print-directory -j2 BUILD="$REL" "$REL/bin/locusd" "$REL/bin/locusctl" \
 	"$REL/bin/locus-loadgen" "$REL/bin/locus-stat" || exit 1
-export RXE_VM_DIR=${RXE_VM_DIR:-$BUILD/rxe-vm}
-mkdir -p "$RXE_VM_DIR/rw"
-if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
-   [ tools/rxe-vm/build-initramfs.sh -nt "$RXE_VM_DIR/initramfs.cpio.gz" ]; then
-	bash tools/rxe-vm/build-initramfs.sh > "$RXE_VM_DIR/initramfs.log" 2>&1 ||
-		{ cat "$RXE_VM_DIR/initramfs.log"; echo "initramfs build failed"; exit 1; }
-fi
+. tools/rxe-vm/vm-image.sh
 exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-420}" \
 	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
 	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \

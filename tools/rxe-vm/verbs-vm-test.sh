@@ -19,13 +19,7 @@ VT=$BUILD/tests/verbs/vt_verbs
 BENCH=$BUILD/tools/bench_verbs
 if [ "$WHAT" = bench ]; then T=$BENCH; else T=$VT; fi
 [ -x "$T" ] || make --no-print-directory -j2 BUILD="${BUILD#"$ROOT"/}" "${T#"$ROOT"/}" || exit 1
-export RXE_VM_DIR=${RXE_VM_DIR:-$BUILD/rxe-vm}
-mkdir -p "$RXE_VM_DIR/rw"
-if [ ! -e "$RXE_VM_DIR/vmlinuz" ] || [ ! -e "$RXE_VM_DIR/initramfs.cpio.gz" ] ||
-   [ tools/rxe-vm/build-initramfs.sh -nt "$RXE_VM_DIR/initramfs.cpio.gz" ]; then
-	bash tools/rxe-vm/build-initramfs.sh > "$RXE_VM_DIR/initramfs.log" 2>&1 ||
-		{ cat "$RXE_VM_DIR/initramfs.log"; echo "initramfs build failed"; exit 1; }
-fi
+. tools/rxe-vm/vm-image.sh
 exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-540}" \
 	-c "$ROOT/tools/rxe-vm/guest-verbs.sh" -w "$RXE_VM_DIR/rw" \
 	RXE_VT="$VT" RXE_BENCH="$BENCH" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"} \
