@@ -50,6 +50,7 @@ struct proc_stats {
 	uint64_t lat_sum_ns;
 	uint64_t t_start_ns, t_end_ns;
 	uint64_t abandoned, late;       /* batches given up; results of earlier batches */
+	uint64_t dropped;               /* rows of given-up batches a rank had no room for */
 	uint64_t orphaned;              /* requests unanswered because our locusd died */
 	int32_t err_code[ERR_KINDS];    /* completions with an error, by code */
 	uint64_t err_n[ERR_KINDS];

@@ -4,6 +4,14 @@
  * per-token top-k at one layer, answer the rows received with COMBINE (the
  * "expert output" is the row xor (rank + 1)), and check every (token, k)
  * comes back exactly once with the content the serving rank computed.
+ *
+ * A rank never waits while it holds inbox slots. Rows it cannot answer yet
+ * (every combine slot in use) are copied out and their inbox slots released
+ * at once; a combine that cannot be submitted (ring full, destination
+ * inbox full) stays queued and the loop keeps polling. Otherwise ranks form
+ * credit cycles: rank A's inbox full of rows it can only answer once B takes
+ * A's results, while B's inbox is full of rows it answers once A takes B's —
+ * and a rank combining to itself needs room in its own inbox.
  */
 #include <string.h>
 #include <stdlib.h>
@@ -13,150 +21,297 @@
 #include "locus_dispatch.h"
 #include "locus_wire.h"
 
+#define COMB_STRIDE  (256 * 1024 + 65536) /* a combine slot: request, then up to 256 KiB rows */
+#define COMB_ROWS    (256 * 1024)
+#define BACKLOG_MAX  1024                 /* rows messages copied out, waiting for a slot */
+#define RETRY_NS     50000ull             /* resubmit a combine refused for a full inbox */
+#define RELEASE_MAX  4096                 /* inbox slots a client can have */
+
+enum comb_state { CS_FREE = 0, CS_READY, CS_BUSY };
+
 static uint8_t row_byte(uint32_t src, uint32_t batch, uint32_t token, uint32_t b)
 {
 	return (uint8_t)(src * 131 + batch * 31 + token * 7 + b);
 }
 
+/* Rows copied out of the inbox: header + refs, then the rows contiguous. */
+struct rows_copy {
+	uint32_t src_rank;
+	struct locus_rows_hdr h;
+	struct locus_row_ref *refs;
+	uint8_t *rows;
+};
+
 struct rank_state {
 	struct locus_client *c;
 	uint32_t rank;
 	uint8_t *stage;
-	uint32_t comb_busy;           /* bitmask of combine slots awaiting completion */
+	uint64_t stage_size;
+	uint32_t rel_q[RELEASE_MAX];  /* inbox slots to hand back once the submit ring has room */
+	uint32_t n_rel;
+	uint8_t comb_state[COMB_SLOTS];
+	uint64_t comb_not_before[COMB_SLOTS]; /* READY: not before this (EFULL back-off) */
 	uint32_t comb_held;           /* slots whose results to ourselves are handed over in
 				       * place (same GPU) and not read yet */
 	uint32_t held_rows[COMB_SLOTS];
-	struct locus_desc comb_q[COMB_SLOTS]; /* what each busy slot submitted */
+	struct locus_desc comb_q[COMB_SLOTS]; /* what each slot submits */
+	struct rows_copy backlog[BACKLOG_MAX]; /* FIFO */
+	uint32_t bl_head, bl_n;
 	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
 	uint32_t want_pairs, got_pairs;
 	int dispatch_done;
 	uint32_t batch;
 	uint64_t t0, t_batch;         /* run start; submission of the batch in flight */
-	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
-	uint32_t n_pending;
 };
 
-#define COMB_STRIDE (256 * 1024 + 65536) /* a combine slot: request, then up to 256 KiB rows */
-
-static void take_results(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d);
-
-/* Submit a combine; bounded by --seconds and by our locusd being alive. */
-static int combine_submit(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *q)
+static uint32_t comb_in_use(const struct rank_state *rs)
 {
-	while (locus_client_submit(rs->c, q, 1) != 1) {
-		if (expired(rs->t0) || own_daemon_gone(s))
-			return -1;
-		nap_us(10);
+	uint32_t m = rs->comb_held;
+
+	for (uint32_t i = 0; i < COMB_SLOTS; i++)
+		m |= (rs->comb_state[i] != CS_FREE) << i;
+	return m;
+}
+
+static uint32_t comb_outstanding(const struct rank_state *rs)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < COMB_SLOTS; i++)
+		n += rs->comb_state[i] != CS_FREE;
+	return n;
+}
+
+/*
+ * Hand an inbox slot back. A RELEASE that finds the submit ring full waits
+ * in rel_q: dropping it would lose the slot for good.
+ */
+static void release(struct rank_state *rs, uint32_t slot)
+{
+	if (!rs->n_rel && locus_client_release_slot(rs->c, slot) == 0)
+		return;
+	if (rs->n_rel < RELEASE_MAX)
+		rs->rel_q[rs->n_rel++] = slot;
+}
+
+static void release_kick(struct rank_state *rs)
+{
+	uint32_t k = 0;
+
+	while (k < rs->n_rel && locus_client_release_slot(rs->c, rs->rel_q[k]) == 0)
+		k++;
+	memmove(rs->rel_q, rs->rel_q + k, sizeof(rs->rel_q[0]) * (rs->n_rel - k));
+	rs->n_rel -= k;
+}
+
+/* Submit the queued combines whose back-off passed; never waits. */
+static void combine_kick(struct rank_state *rs)
+{
+	uint64_t now = 0;
+
+	for (uint32_t i = 0; i < COMB_SLOTS; i++) {
+		if (rs->comb_state[i] != CS_READY)
+			continue;
+		if (rs->comb_not_before[i] && (now ? now : (now = now_ns())) < rs->comb_not_before[i])
+			continue;
+		if (locus_client_submit(rs->c, &rs->comb_q[i], 1) != 1)
+			return; /* ring full: the engine answers what it took first */
+		rs->comb_state[i] = CS_BUSY;
 	}
-	return 0;
 }
 
 /*
  * A COMBINE completed. A full inbox at the destination is back-pressure:
- * the slot still holds the results, send them again.
+ * the slot still holds the results, send them again a little later.
  */
 static void combine_done(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
 {
-	if (d->id >= COMB_SLOTS || !(rs->comb_busy & (1u << d->id))) {
+	if (d->id >= COMB_SLOTS || rs->comb_state[d->id] != CS_BUSY) {
 		s->duplicate++;
 		return;
 	}
 	if (d->status == -LOCUS_EFULL) {
 		s->retries++;
-		nap_us(50);
-		if (combine_submit(rs, s, &rs->comb_q[d->id]) == 0)
-			return;
-	}
-	rs->comb_busy &= ~(1u << d->id);
-	if (d->status)
-		err_record(s, d->status);
-}
-
-/* Answer rows: the "expert output" is the row xor (rank + 1). */
-static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
-{
-	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
-	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
-	struct locus_rows_hdr *h;
-	struct locus_row_ref *refs;
-	struct locus_combine_req *cq;
-	uint32_t slot;
-	uint64_t base;
-
-	s->delivered++;
-	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
-		corrupt(s, "rank %u: rows message of %u bytes fails the checks", rs->rank, d->len);
-		if (msg)
-			locus_client_release_slot(rs->c, d->slot);
+		rs->comb_state[d->id] = CS_READY;
+		rs->comb_not_before[d->id] = now_ns() + RETRY_NS;
 		return;
 	}
-	h = locus_rows_hdr_of(msg);
-	refs = locus_rows_refs(msg);
-	/*
-	 * every combine slot in use: wait for one, keep rows that arrive for
-	 * later, read results now (they may be what frees a slot)
-	 */
-	while ((rs->comb_busy | rs->comb_held) == (1u << COMB_SLOTS) - 1) {
-		struct locus_desc cd;
-
-		if (expired(rs->t0) || own_daemon_gone(s)) {
-			/* our locusd answers no more: these rows stay unanswered */
-			locus_client_release_slot(rs->c, d->slot);
-			return;
-		}
-		if (locus_client_poll(rs->c, &cd, 1) != 1)
-			continue;
-		if (cd.op == LOCUS_OP_COMBINE) {
-			combine_done(rs, s, &cd);
-		} else if (cd.op == LOCUS_OP_RESULTS_IN) {
-			take_results(rs, s, &cd);
-		} else if (rs->n_pending < LOCUS_ARRAY_SIZE(rs->pending)) {
-			rs->pending[rs->n_pending++] = cd;
-		} else {
-			corrupt(s, "rank %u: more than a ring of deliveries", rs->rank);
-		}
+	rs->comb_state[d->id] = CS_FREE;
+	if (d->status) {
+		/* nothing was delivered: no results of ours will come out of this slot */
+		rs->comb_held &= ~(1u << d->id);
+		rs->held_rows[d->id] = 0;
+		err_record(s, d->status);
 	}
-	slot = (uint32_t)__builtin_ctz(~(rs->comb_busy | rs->comb_held));
-	base = COMB_OFF + (uint64_t)slot * COMB_STRIDE;
-	cq = (struct locus_combine_req *)(rs->stage + base);
+}
+
+/*
+ * Answer rows from src_rank into combine slot `slot` and queue the COMBINE.
+ * Row j is at rows + j * row_bytes, or (by_token) rows + token * row_bytes.
+ */
+static void combine_build(struct rank_state *rs, struct proc_stats *s, uint32_t slot,
+			  uint32_t src_rank, const struct locus_rows_hdr *h,
+			  const struct locus_row_ref *refs, const uint8_t *rows, int by_token)
+{
+	uint64_t base = COMB_OFF + (uint64_t)slot * COMB_STRIDE;
+	struct locus_combine_req *cq = (struct locus_combine_req *)(rs->stage + base);
+
 	*cq = (struct locus_combine_req){ .magic = LOCUS_COMBINE_MAGIC, .layer = h->layer,
-					  .dst_rank = m->src_rank, .n_rows = h->n_rows,
+					  .dst_rank = src_rank, .n_rows = h->n_rows,
 					  .row_bytes = h->row_bytes, .rows_off = base + 65536,
 					  .batch_id = h->batch_id };
 	for (uint32_t j = 0; j < h->n_rows; j++) {
-		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
-			? rs->stage + h->rows_off + (size_t)refs[j].token * h->row_bytes
-			: msg + h->rows_off + (size_t)j * h->row_bytes;
+		const uint8_t *row = rows + (size_t)(by_token ? refs[j].token : j) * h->row_bytes;
 		uint8_t *out = rs->stage + base + 65536 + (size_t)j * h->row_bytes;
 		int bad = 0;
 
 		for (uint32_t b = 0; b < h->row_bytes; b++) {
-			if (!bad && row[b] != row_byte(m->src_rank, (uint32_t)h->batch_id,
+			if (!bad && row[b] != row_byte(src_rank, (uint32_t)h->batch_id,
 						       refs[j].token, b))
 				bad = (int)b + 1;
 			out[b] = row[b] ^ (uint8_t)(rs->rank + 1);
 		}
 		if (bad)
 			corrupt(s, "rank %u: row %u of %u (token %u) from rank %u, batch %llu: byte "
-				"%d differs", rs->rank, j, h->n_rows, refs[j].token, m->src_rank,
+				"%d differs", rs->rank, j, h->n_rows, refs[j].token, src_rank,
 				(unsigned long long)h->batch_id, bad - 1);
 		else
 			s->verified++;
 		((struct locus_row_ref *)(cq + 1))[j] = refs[j];
 	}
-	locus_client_release_slot(rs->c, d->slot);
 	rs->comb_q[slot] = (struct locus_desc){ .op = LOCUS_OP_COMBINE, .id = slot, .off = base,
 						.len = (uint32_t)locus_combine_req_len(h->n_rows),
 						.slot = slot };
-	if (combine_submit(rs, s, &rs->comb_q[slot]) < 0)
-		return;
-	rs->comb_busy |= 1u << slot;
-	if (m->src_rank == rs->rank) {
+	rs->comb_state[slot] = CS_READY;
+	rs->comb_not_before[slot] = 0;
+	if (src_rank == rs->rank) {
 		/* to ourselves: the results are handed over in place, out of this slot */
 		rs->comb_held |= 1u << slot;
 		rs->held_rows[slot] = h->n_rows;
 	}
 	s->rows_back += h->n_rows;
+}
+
+static int free_slot(const struct rank_state *rs)
+{
+	uint32_t used = comb_in_use(rs);
+
+	return used == (1u << COMB_SLOTS) - 1 ? -1 : __builtin_ctz(~used);
+}
+
+/* Answer copied-out rows while combine slots are free, oldest first. */
+static void backlog_drain(struct rank_state *rs, struct proc_stats *s)
+{
+	int slot;
+
+	while (rs->bl_n && (slot = free_slot(rs)) >= 0) {
+		struct rows_copy *rc = &rs->backlog[rs->bl_head];
+
+		combine_build(rs, s, (uint32_t)slot, rc->src_rank, &rc->h, rc->refs, rc->rows, 0);
+		free(rc->refs);
+		free(rc->rows);
+		rs->bl_head = (rs->bl_head + 1) % BACKLOG_MAX;
+		rs->bl_n--;
+	}
+}
+
+static void backlog_free(struct rank_state *rs)
+{
+	for (; rs->bl_n; rs->bl_n--, rs->bl_head = (rs->bl_head + 1) % BACKLOG_MAX) {
+		free(rs->backlog[rs->bl_head].refs);
+		free(rs->backlog[rs->bl_head].rows);
+	}
+}
+
+/* Copy rows out of the inbox for later; 0, or -1 when they were dropped. */
+static int backlog_add(struct rank_state *rs, struct proc_stats *s, uint32_t src_rank,
+		       const struct locus_rows_hdr *h, const struct locus_row_ref *refs,
+		       const uint8_t *rows, int by_token)
+{
+	struct rows_copy *rc = &rs->backlog[(rs->bl_head + rs->bl_n) % BACKLOG_MAX];
+
+	if (rs->bl_n == BACKLOG_MAX) {
+		/*
+		 * Only batches given up at their source (--allow-errors) let more
+		 * rows arrive than every rank's batch in flight: those are dropped.
+		 */
+		if (O.allow_errors)
+			s->dropped++;
+		else
+			corrupt(s, "rank %u: more than %u rows messages waiting for a combine slot",
+				rs->rank, BACKLOG_MAX);
+		return -1;
+	}
+	rc->refs = malloc(sizeof(*refs) * (h->n_rows ? h->n_rows : 1));
+	rc->rows = malloc((size_t)h->row_bytes * h->n_rows + 1);
+	if (!rc->refs || !rc->rows) {
+		free(rc->refs);
+		free(rc->rows);
+		corrupt(s, "rank %u: out of memory copying rows", rs->rank);
+		return -1;
+	}
+	rc->src_rank = src_rank;
+	rc->h = *h;
+	memcpy(rc->refs, refs, sizeof(*refs) * h->n_rows);
+	for (uint32_t j = 0; j < h->n_rows; j++)
+		memcpy(rc->rows + (size_t)j * h->row_bytes,
+		       rows + (size_t)(by_token ? refs[j].token : j) * h->row_bytes, h->row_bytes);
+	rs->bl_n++;
+	return 0;
+}
+
+/* Rows handed over in place (our own batch): every referenced row inside the batch's rows. */
+static int in_stage(const struct rank_state *rs, const struct locus_rows_hdr *h,
+		    const struct locus_row_ref *refs)
+{
+	for (uint32_t j = 0; j < h->n_rows; j++)
+		if (refs[j].token >= O.tokens ||
+		    h->rows_off + (uint64_t)(refs[j].token + 1) * h->row_bytes > rs->stage_size)
+			return 0;
+	return h->rows_off >= ROWS_OFF;
+}
+
+/* Rows arrived: answer them now, or copy them out; the inbox slot goes back at once. */
+static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	uint8_t *msg = (uint8_t *)locus_client_inbox(rs->c, d);
+	const struct locus_msg_hdr *m = (const struct locus_msg_hdr *)msg;
+	const struct locus_rows_hdr *h;
+	const struct locus_row_ref *refs;
+	const uint8_t *rows;
+	int by_token, slot;
+
+	s->delivered++;
+	if (!msg || locus_rows_msg_check(msg, d->len, O.ranks, 4u << 20, NULL) < 0) {
+		corrupt(s, "rank %u: rows message of %u bytes fails the checks", rs->rank, d->len);
+		if (msg)
+			release(rs, d->slot);
+		return;
+	}
+	h = locus_rows_hdr_of(msg);
+	refs = locus_rows_refs(msg);
+	by_token = !!(h->flags & LOCUS_ROWS_IN_PLACE);
+	rows = by_token ? rs->stage + h->rows_off : msg + h->rows_off;
+	if ((uint64_t)h->n_rows * h->row_bytes > COMB_ROWS) {
+		corrupt(s, "rank %u: %u rows of %u bytes exceed a combine slot", rs->rank,
+			h->n_rows, h->row_bytes);
+	} else if (by_token && (m->src_rank != rs->rank || !in_stage(rs, h, refs))) {
+		corrupt(s, "rank %u: rows in place from rank %u at %llu outside our staged batch",
+			rs->rank, m->src_rank, (unsigned long long)h->rows_off);
+	} else if (!rs->bl_n && (slot = free_slot(rs)) >= 0) {
+		combine_build(rs, s, (uint32_t)slot, m->src_rank, h, refs, rows, by_token);
+	} else {
+		backlog_add(rs, s, m->src_rank, h, refs, rows, by_token);
+	}
+	release(rs, d->slot);
+}
+
+/* Releases first (they free inbox room for what the combines wait on), then combines. */
+static void kick(struct rank_state *rs)
+{
+	if (rs->n_rel)
+		release_kick(rs);
+	combine_kick(rs);
 }
 
 static void take_results(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
@@ -233,7 +388,7 @@ out:
 			rs->comb_held &= ~(1u << held);
 	}
 	if (msg)
-		locus_client_release_slot(rs->c, d->slot);
+		release(rs, d->slot);
 }
 
 static void handle(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
@@ -311,7 +466,7 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		return 1;
 	}
 	rs->rank = rank;
-	rs->stage = locus_client_stage(rs->c, NULL);
+	rs->stage = locus_client_stage(rs->c, &rs->stage_size);
 	/* a batch may need every rank, wherever attached: start once all are */
 	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
 	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks &&
@@ -347,16 +502,11 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 				s->submitted++;
 			}
 		}
-		if (rs->n_pending) {
-			n = (int)LOCUS_MIN(rs->n_pending, 32u);
-			memcpy(d, rs->pending, sizeof(d[0]) * (size_t)n);
-			rs->n_pending -= (uint32_t)n;
-			memmove(rs->pending, rs->pending + n, sizeof(d[0]) * rs->n_pending);
-		} else {
-			n = locus_client_poll(rs->c, d, 32);
-		}
+		n = locus_client_poll(rs->c, d, 32);
 		for (int i = 0; i < n; i++)
 			handle(rs, s, &d[i]);
+		backlog_drain(rs, s);
+		kick(rs);
 		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {
 			b++;
 			rs->got_pairs = rs->want_pairs = 0;
@@ -375,12 +525,13 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (b >= O.batches && !s->t_end_ns)
 			s->t_end_ns = now_ns();
 		/* after our own batches, keep answering the others until told to stop */
-		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) && !rs->comb_busy)
+		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) &&
+		    !comb_outstanding(rs))
 			break;
 		if (!n && own_daemon_gone(s)) {
 			/* what our locusd owed us: completions, and the results of a sent batch */
 			s->orphaned += (rs->dispatch_done == 0) +
-				       (uint64_t)__builtin_popcount(rs->comb_busy);
+				       comb_outstanding(rs);
 			s->abandoned += rs->dispatch_done == 1;
 			break;
 		}
@@ -394,11 +545,12 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 			 "%u of %u results; combines in flight %#x", rank, b, O.batches, b,
 			 rs->dispatch_done == 0 ? "dispatch not completed" :
 			 rs->dispatch_done == 1 ? "dispatched" : "not submitted",
-			 rs->got_pairs, rs->want_pairs, rs->comb_busy);
+			 rs->got_pairs, rs->want_pairs, comb_in_use(rs));
 		s->failed = 1;
 	}
 out:
 	locus_client_detach(rs->c);
+	backlog_free(rs);
 	free(rs);
 	return s->failed;
 }

@@ -524,6 +524,7 @@ int main(int argc, char **argv)
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
+	uint64_t dropped = 0;
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
 	uint64_t en[ERR_KINDS * MAX_PROCS];
 	uint32_t nk = 0;
@@ -613,6 +614,7 @@ int main(int argc, char **argv)
 		dup += s->duplicate;
 		abandoned += s->abandoned;
 		late += s->late;
+		dropped += s->dropped;
 		orphaned += s->orphaned;
 		for (int k = 0; k < ERR_KINDS && s->err_n[k]; k++) {
 			uint32_t j = 0;
@@ -683,9 +685,10 @@ int main(int argc, char **argv)
 		       (unsigned long long)en[j]);
 	if (O.allow_errors) {
 		printf("allowed errors: %llu batches given up after %u ms, %llu late result rows "
-		       "checked, %llu requests unanswered because their own locusd died\n",
+		       "checked, %llu rows messages of given-up batches dropped, %llu requests "
+		       "unanswered because their own locusd died\n",
 		       (unsigned long long)abandoned, O.batch_ms, (unsigned long long)late,
-		       (unsigned long long)orphaned);
+		       (unsigned long long)dropped, (unsigned long long)orphaned);
 		/* a signature may be lost with its node, never delivered twice or unasked */
 		if (lost || corrupt || dup || delivered > comp || verified != delivered)
 			failed = 1;
