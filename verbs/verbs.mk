@@ -3,8 +3,8 @@
 #   liblocus_verbs.a       endpoint, connections, data path, memory (libibverbs, librdmacm, libnuma)
 VERBS_PKGS := libibverbs librdmacm numa
 $(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/sysfs.c))
-$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c))
-$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c,libibverbs librdmacm numa))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka))
@@ -15,11 +15,12 @@ VERBS_GUEST_LIBS := verbs verbs_core counters common
 VERBS_GUEST_PKGS := cmocka libibverbs librdmacm numa
 $(eval $(call PROGRAM,tests/verbs/vt_verbs,tests/verbs/vt_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
 $(eval $(call PROGRAM,tools/bench_verbs,tools/bench_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),libibverbs librdmacm numa))
-$(eval $(call USES_PKG,tests/verbs/vt_verbs.c tests/verbs/vt_util.c tools/bench_verbs.c,libibverbs librdmacm numa))
+$(eval $(call PROGRAM,tests/verbs/vt_loop,tests/verbs/vt_loop.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
+$(eval $(call USES_PKG,tests/verbs/vt_verbs.c tests/verbs/vt_util.c tools/bench_verbs.c tests/verbs/vt_loop.c,libibverbs librdmacm numa))
 EXTRA_TESTS += tools/rxe-vm/verbs-vm-test.sh
 
 .PHONY: test-verbs bench-verbs
-test-verbs: $(BUILD)/tests/verbs/vt_verbs
+test-verbs: $(BUILD)/tests/verbs/vt_verbs $(BUILD)/tests/verbs/vt_loop
 	BUILD=$(BUILD) tools/rxe-vm/verbs-vm-test.sh
 
 bench-verbs: $(BUILD)/tools/bench_verbs

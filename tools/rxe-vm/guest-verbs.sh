@@ -21,6 +21,9 @@ if [ "${RXE_WHAT:-test}" = bench ]; then
 	timeout $T "$RXE_BENCH"; rc=$?
 else
 	timeout $T "$RXE_VT"; rc=$?
+	if [ -z "${VT_FILTER:-}" ] && [ -n "${RXE_VT_LOOP:-}" ]; then
+		timeout $T "$RXE_VT_LOOP" || rc=1
+	fi
 fi
 VX1=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
 echo "veth vx TX bytes during the run: $((VX1 - VX0))"
