@@ -272,6 +272,8 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 		goto err_free;
 	for (uint32_t i = 0; i < e->n_pend; i++)
 		e->pend_free[e->n_pend_free++] = e->n_pend - 1 - i;
+	if (engine_ldma_create(e) < 0)
+		goto err_free;
 	e->load_period = p->tsc_hz / 1000000 *
 			 (e->rt && e->rt->load_period_us ? e->rt->load_period_us : 1000);
 	ret = locus_grace_plan_init(&e->plan, e->plan_mem, plan_bytes, p->dims.max_tokens,
@@ -328,6 +330,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->res_buf);
 	free(e->pend);
 	free(e->pend_free);
+	engine_ldma_destroy(e);
 	free(e->cmds);
 	free(e->cl);
 	free(e->dec);

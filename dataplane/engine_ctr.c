@@ -93,6 +93,14 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->remote_undeliverable },
 		{ "remote_bad", "messages from other nodes refused by the checks", LOCUS_CTR_COUNTER,
 		  0, 0, 0, 0, 0, &o->remote_bad },
+		{ "ldma_msgs", "intra-node messages whose rows the RDMA device moved (loopback)",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ldma_msgs },
+		{ "ldma_bytes", "row bytes the RDMA device moved within the node", LOCUS_CTR_COUNTER,
+		  0, 0, 0, 0, 0, &o->ldma_bytes },
+		{ "ldma_fallbacks", "intra-node messages copied by the CPU: loopback queue full/down",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ldma_fallbacks },
+		{ "ldma_errors", "loopback copies that failed (their request failed)",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ldma_errors },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -123,6 +123,12 @@ static void unpromise(struct locus_engine *e, int n_dest)
 			e->cl[e->dplan[j].client].cpl_reserved -= e->dplan[j].n_chunks;
 }
 
+/* Offset of p (inside the client region) from the region's start. */
+static uint64_t region_off(const struct locus_engine *e, const void *p)
+{
+	return (uint64_t)((const uint8_t *)p - e->cv->base);
+}
+
 static uint8_t *msg_ptr(struct locus_engine *e, uint32_t ri)
 {
 	if (e->res_client[ri] == RES_REMOTE)
@@ -131,9 +137,15 @@ static uint8_t *msg_ptr(struct locus_engine *e, uint32_t ri)
 }
 
 /* Hand a written message over: a descriptor on this node, a send to another. */
+/*
+ * Hand message ri over. n_src > 0: its rows are still to be moved by the
+ * intra-node DMA from the ranges in e->lsrc to rows_off of the message; a
+ * negative return then means nothing happened and the caller copies the rows
+ * itself and hands over again with n_src = 0.
+ */
 static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan *dp, int pidx,
 		     uint8_t op, uint64_t batch, uint16_t layer, uint32_t src_rank, size_t len,
-		     uint16_t chunk)
+		     uint16_t chunk, uint32_t n_src, uint64_t rows_off)
 {
 	struct locus_desc out;
 
@@ -144,8 +156,48 @@ static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan
 		.off = locus_clients_inbox_off(e->cv, e->res_slot[ri]), .len = (uint32_t)len,
 		.slot = e->res_slot[ri], .peer = src_rank, .count = chunk,
 	};
+	if (n_src)
+		return engine_ldma_deliver(e, pidx, dp->client, region_off(e, msg_ptr(e, ri)) + rows_off,
+					   n_src, &out);
 	e->cl[dp->client].cpl_reserved--;
 	return engine_deliver(e, dp->client, &out);
+}
+
+/* Whether dp's rows go by the intra-node DMA (a pending request record is needed). */
+static int by_ldma(const struct locus_engine *e, const struct dest_plan *dp)
+{
+	return e->ldma && !dp->remote && !dp->in_place;
+}
+
+/* Ranges of the dispatch rows of message r0..r0+nr-1 in the client region, merged. */
+static uint32_t dispatch_srcs(struct locus_engine *e, const uint8_t *stage,
+			      const struct locus_dispatch_req *rq, const struct locus_grace_plan *p,
+			      uint32_t r0, uint32_t nr)
+{
+	uint64_t base = region_off(e, stage) + rq->rows_off;
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < nr; j++) {
+		uint64_t off = base + (uint64_t)p->rows[r0 + j] * rq->row_bytes;
+
+		if (n && e->lsrc[n - 1].off + e->lsrc[n - 1].len == off) {
+			e->lsrc[n - 1].len += rq->row_bytes;
+			continue;
+		}
+		e->lsrc[n++] = (struct locus_engine_ldma_src){ .off = off, .len = rq->row_bytes };
+	}
+	return n;
+}
+
+static void dispatch_rows_cpu(uint8_t *msg, const struct locus_dispatch_req *rq,
+			      const struct locus_grace_plan *p, uint32_t r0, uint32_t nr,
+			      const uint8_t *stage)
+{
+	const struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
+
+	for (uint32_t j = 0; j < nr; j++)
+		memcpy(msg + h->rows_off + (size_t)j * rq->row_bytes,
+		       stage + rq->rows_off + (size_t)p->rows[r0 + j] * rq->row_bytes, rq->row_bytes);
 }
 
 static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, uint64_t rows,
@@ -179,7 +231,7 @@ static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank,
 			*n_res = 0;
 			return ret;
 		}
-		*any_remote |= (int)q->remote;
+		*any_remote |= (int)q->remote || by_ldma(e, q);
 	}
 	if (*any_remote && !e->n_pend_free) {
 		release_reservations(e, *n_res);
@@ -220,10 +272,8 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 		memcpy(mx + (size_t)j * rq->top_k, experts + (size_t)t * rq->top_k,
 		       2u * rq->top_k);
 		memcpy(mg + (size_t)j * rq->top_k, gates + (size_t)t * rq->top_k, 4u * rq->top_k);
-		if (!q->in_place)
-			memcpy(msg + h->rows_off + (size_t)j * rq->row_bytes,
-			       stage + rq->rows_off + (size_t)t * rq->row_bytes, rq->row_bytes);
 	}
+	(void)stage;
 }
 
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
@@ -291,11 +341,23 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			uint32_t nr = LOCUS_MIN(q->rows_per_msg, n_rows - k * q->rows_per_msg);
 			size_t len = locus_rows_msg_len(nr, rq.top_k, rq.row_bytes, (int)q->in_place);
 
-			fill_dispatch_msg(msg_ptr(e, ri), len, &rq, q, k, nr, r0, p, experts, gates,
+			uint8_t *msg = msg_ptr(e, ri);
+			int ret2 = -1;
+
+			fill_dispatch_msg(msg, len, &rq, q, k, nr, r0, p, experts, gates,
 					  c->buf, c->rank, rank, e->seq[rank]++);
-			if (hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer, c->rank,
-				      len, (uint16_t)k) < 0)
-				continue;
+			if (by_ldma(e, q))
+				ret2 = hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer,
+						 c->rank, len, (uint16_t)k,
+						 dispatch_srcs(e, c->buf, &rq, p, r0, nr),
+						 locus_rows_hdr_of(msg)->rows_off);
+			if (ret2 < 0) {
+				if (!q->in_place)
+					dispatch_rows_cpu(msg, &rq, p, r0, nr, c->buf);
+				if (hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer,
+					      c->rank, len, (uint16_t)k, 0, 0) < 0)
+					continue;
+			}
 			count_tier(e, OP_DISPATCH_IDX, q->tier, nr,
 				   q->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 			rows_sent += nr;
@@ -346,7 +408,7 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	ret = target_of(e, slot, c->rank, rq.dst_rank, 0, rq.row_bytes, rq.n_rows, dp);
 	if (ret == 0)
 		ret = reserve(e, dp, rq.n_rows, 0, rq.row_bytes, &n_res);
-	if (ret == 0 && dp->remote && !e->n_pend_free)
+	if (ret == 0 && (dp->remote || by_ldma(e, dp)) && !e->n_pend_free)
 		ret = -LOCUS_EFULL;
 	if (ret < 0) {
 		/* reserve() promises completion entries only when it succeeds, and
@@ -357,7 +419,7 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	}
 	d->count = dp->n_chunks;
 	d->aux = rq.n_rows;
-	if (dp->remote)
+	if (dp->remote || by_ldma(e, dp))
 		pidx = engine_pending_get(e, slot, d, t0, e->c.combine_ns);
 	for (uint32_t k = 0; k < dp->n_chunks; k++) {
 		uint32_t r0 = k * dp->rows_per_msg;
@@ -378,12 +440,21 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 			.batch_id = rq.batch_id,
 		};
 		memcpy(locus_rows_refs(msg), refs + r0, (size_t)nr * sizeof(*refs));
-		if (!dp->in_place)
-			memcpy(msg + h->rows_off, c->buf + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
-			       (size_t)nr * rq.row_bytes);
-		if (hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer, c->rank,
-			      len, (uint16_t)k) < 0)
-			continue;
+		e->lsrc[0] = (struct locus_engine_ldma_src){
+			.off = region_off(e, c->buf) + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
+			.len = nr * rq.row_bytes,
+		};
+		if (!by_ldma(e, dp) || !nr ||
+		    hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer, c->rank,
+			      len, (uint16_t)k, 1, h->rows_off) < 0) {
+			if (!dp->in_place)
+				memcpy(msg + h->rows_off,
+				       c->buf + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
+				       (size_t)nr * rq.row_bytes);
+			if (hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer,
+				      c->rank, len, (uint16_t)k, 0, 0) < 0)
+				continue;
+		}
 		count_tier(e, OP_COMBINE_IDX, dp->tier, nr,
 			   dp->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 	}

@@ -65,6 +65,16 @@ struct engine_decoder {
 	uint64_t rtsc;           /* when that report came */
 };
 
+/* A delivery whose rows the intra-node DMA is still moving. */
+struct engine_ldma_msg {
+	uint32_t gen;            /* cookie check: bumped at each use */
+	uint32_t slot;           /* receiving client */
+	uint32_t epoch;          /* its attachment */
+	int32_t pidx;            /* the sender's pending request */
+	uint64_t bytes;
+	struct locus_desc d;     /* what to deliver */
+};
+
 /* A client request waiting for the transport to finish its remote sends. */
 struct engine_pending {
 	uint32_t gen;            /* cookie check: bumped at each use */
@@ -123,6 +133,13 @@ struct locus_engine {
 	struct dest_plan *dplan;                   /* [n_ranks] */
 	void **res_buf;                            /* [res_max] remote message buffers */
 
+	/* intra-node DMA (intra_node = verbs) */
+	const struct locus_engine_ldma *ldma;      /* NULL: the CPU copies */
+	struct engine_ldma_msg *lmsg;              /* [n_lmsg] deliveries waiting for a copy */
+	uint32_t *lmsg_free;
+	uint32_t n_lmsg, n_lmsg_free;
+	struct locus_engine_ldma_src *lsrc;        /* [max_tokens] ranges of one message */
+
 	/* inter-node */
 	const struct locus_engine_remote *rt;      /* NULL: single node */
 	struct engine_pending *pend;               /* [n_pend] */
@@ -146,6 +163,12 @@ int engine_inbox_alloc(struct locus_engine *e, struct engine_client *c, uint32_t
 void engine_inbox_free(struct locus_engine *e, struct engine_client *c, uint32_t first);
 uint32_t engine_span_for(const struct locus_engine *e, size_t len);
 
+/* engine_ldma.c */
+int engine_ldma_create(struct locus_engine *e);
+void engine_ldma_destroy(struct locus_engine *e);
+int engine_ldma_deliver(struct locus_engine *e, int pidx, uint32_t dst_slot, uint64_t dst_off,
+			uint32_t n_src, const struct locus_desc *d);
+
 /* engine_route.c */
 void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
 void engine_router_refresh(struct locus_engine *e);
@@ -156,6 +179,7 @@ int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus
 		       uint64_t t0, uint64_t hist);
 void engine_pending_arm(struct locus_engine *e, int idx, int status);
 int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len);
+void engine_pending_end(struct locus_engine *e, int idx, int status);
 uint64_t engine_cookie(const struct locus_engine *e, int idx);
 void engine_load_broadcast(struct locus_engine *e, uint64_t now);
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node);

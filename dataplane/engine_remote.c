@@ -118,21 +118,26 @@ int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *bu
 void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int status)
 {
 	uint32_t idx = (uint32_t)cookie;
-	struct engine_pending *p;
 
 	if (cookie == LOAD_COOKIE)
 		return;
 	if (idx >= e->n_pend || e->pend[idx].gen != (uint32_t)(cookie >> 32) ||
 	    e->pend[idx].outstanding == 0)
 		return; /* not ours (a transport bug): never complete twice */
-	p = &e->pend[idx];
-	if (status < 0) {
+	if (status < 0)
 		engine_count(e, e->c.remote_send_errors);
-		if (p->status == 0)
-			p->status = status;
-	}
+	engine_pending_end(e, (int)idx, status);
+}
+
+/* One piece of work of request idx ended (a send, a DMA copy). */
+void engine_pending_end(struct locus_engine *e, int idx, int status)
+{
+	struct engine_pending *p = &e->pend[idx];
+
+	if (status < 0 && p->status == 0)
+		p->status = status;
 	if (--p->outstanding == 0)
-		pending_complete(e, idx);
+		pending_complete(e, (uint32_t)idx);
 }
 
 /* ---- load broadcast ----------------------------------------------------------------- */

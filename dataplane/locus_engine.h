@@ -48,6 +48,9 @@ struct locus_engine_ctr {
 	uint64_t remote_send_errors;               /* sends that completed with an error */
 	uint64_t remote_undeliverable;             /* received, no local receiver or no room */
 	uint64_t remote_bad;                       /* received messages refused by the checks */
+	uint64_t ldma_msgs, ldma_bytes;            /* intra-node rows moved by the RDMA device */
+	uint64_t ldma_fallbacks;                   /* ... copied by the CPU: device queue full/down */
+	uint64_t ldma_errors;                      /* DMA copies that failed (request failed) */
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -93,6 +96,26 @@ struct locus_engine_remote {
 	uint32_t load_period_us;       /* decoder load broadcast period */
 };
 
+/*
+ * Intra-node DMA (intra_node = verbs): the RDMA device moves rows between
+ * client buffers, the CPU writes only headers. Called on the engine's lcore,
+ * never blocks. copy() gathers n ranges (offsets in the client region) to
+ * dst_off onwards and reports the end with locus_engine_ldma_done(cookie,
+ * status) exactly once; it returns 0, or negative with nothing started (the
+ * engine then copies with the CPU).
+ */
+struct locus_engine_ldma_src {
+	uint64_t off;
+	uint32_t len;
+	uint32_t reserved;
+};
+
+struct locus_engine_ldma {
+	int (*copy)(void *ctx, uint64_t dst_off, const struct locus_engine_ldma_src *src,
+		    uint32_t n, uint64_t cookie);
+	void *ctx;
+};
+
 struct locus_engine_params {
 	struct locus_engine_dims dims;
 	struct locus_clients *clients;     /* validated view of the client region */
@@ -113,6 +136,15 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 
 /* Unregister the readers and free. NULL is a no-op. */
 void locus_engine_destroy(struct locus_engine *e);
+
+/*
+ * Move intra-node rows with ldma from now on (before the engine's lcore
+ * starts; ldma must outlive the engine). NULL: the CPU copies.
+ */
+void locus_engine_set_ldma(struct locus_engine *e, const struct locus_engine_ldma *ldma);
+
+/* The end of an ldma copy (engine lcore). */
+void locus_engine_ldma_done(struct locus_engine *e, uint64_t cookie, int status);
 
 /* One poll iteration. Returns the number of descriptors handled. */
 int locus_engine_poll(struct locus_engine *e);

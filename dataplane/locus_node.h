@@ -46,6 +46,12 @@ struct locus_engine *locus_node_engine(struct locus_node *n);
 /* The segment's counters (read-write handle: register more entries). */
 struct locus_counters *locus_node_counters(struct locus_node *n);
 
+/*
+ * The client region as mapped here: every client's rings and buffer. The
+ * intra-node DMA registers it and names places by offsets from its start.
+ */
+void *locus_node_client_region(struct locus_node *n, size_t *len);
+
 /* Clients attached right now (control's view). */
 uint32_t locus_node_clients(const struct locus_node *n);
 

@@ -203,6 +203,12 @@ struct locus_counters *locus_node_counters(struct locus_node *n)
 	return n->ctrs;
 }
 
+void *locus_node_client_region(struct locus_node *n, size_t *len)
+{
+	*len = n->clients.size;
+	return n->clients.base;
+}
+
 uint32_t locus_node_clients(const struct locus_node *n)
 {
 	return n->n_attached;

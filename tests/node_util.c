@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -30,8 +31,13 @@ struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t de
 					.timeout_ms = 5000 };
 	struct locus_client *c;
 	struct locus_error e;
+	int ret;
 
-	if (locus_client_attach(instance, &req, &c, &e) != 0)
+	/* a detach is drained by the daemon's control pass: the same id may still be taken */
+	for (int i = 0; (ret = locus_client_attach(instance, &req, &c, &e)) == -EEXIST && i < 2000;
+	     i++)
+		tu_nap();
+	if (ret != 0)
 		fail_msg("attach to %s: %s", instance, e.msg);
 	return c;
 }

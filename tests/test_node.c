@@ -12,6 +12,11 @@
  * counted; dispatch delivers each (token, k) exactly once by tier with the
  * rows' content intact, and combine brings every result back; a killed
  * client's slot is reclaimed.
+ *
+ * The whole set runs twice: intra-node rows copied by the engine's CPU, and
+ * moved by an intra-node DMA engine (intra_node = verbs; here a stand-in
+ * that copies one poll iteration later, so a delivery before the copy ended
+ * would show). The verbs loopback itself runs in the Soft-RoCE VM.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -65,14 +70,68 @@ static void *ctl_loop(void *arg)
 	return NULL;
 }
 
+/* ---- the stand-in DMA engine (engine thread only) ------------------------------ */
+
+#define DMA_Q 4096
+static struct {
+	int on, fail;               /* fail: copies end with -EIO */
+	uint8_t *base;
+	size_t len;
+	struct { uint64_t dst, cookie; uint32_t n; struct locus_engine_ldma_src src[64]; } q[DMA_Q];
+	uint32_t head, tail;
+	uint64_t started, bytes;
+} dma;
+static struct locus_engine_ldma dma_ops;
+
+static int dma_copy(void *ctx, uint64_t dst_off, const struct locus_engine_ldma_src *src,
+		    uint32_t n, uint64_t cookie)
+{
+	(void)ctx;
+	if (dma.tail - dma.head == DMA_Q || n > 64)
+		return -LOCUS_EFULL;
+	dma.q[dma.tail % DMA_Q].dst = dst_off;
+	dma.q[dma.tail % DMA_Q].cookie = cookie;
+	dma.q[dma.tail % DMA_Q].n = n;
+	memcpy(dma.q[dma.tail % DMA_Q].src, src, n * sizeof(*src));
+	dma.tail++;
+	dma.started++;
+	return 0;
+}
+
+/* End what was started before this poll: one iteration of delay. */
+static void dma_poll(struct locus_engine *e)
+{
+	uint32_t end = dma.tail;
+
+	while (dma.head != end) {
+		typeof(&dma.q[0]) c = &dma.q[dma.head % DMA_Q];
+		uint64_t at = c->dst;
+
+		dma.head++;
+		for (uint32_t i = 0; i < c->n && !dma.fail; i++) {
+			assert_true(c->src[i].off + c->src[i].len <= dma.len);
+			assert_true(at + c->src[i].len <= dma.len);
+			memmove(dma.base + at, dma.base + c->src[i].off, c->src[i].len);
+			at += c->src[i].len;
+			dma.bytes += c->src[i].len;
+		}
+		locus_engine_ldma_done(e, c->cookie, dma.fail ? -EIO : 0);
+	}
+}
+
 static void *eng_loop(void *arg)
 {
 	struct locus_engine *e = locus_node_engine(node);
 
 	(void)arg;
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE))
-		if (locus_engine_poll(e) == 0)
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		int n = locus_engine_poll(e);
+
+		if (dma.on)
+			dma_poll(e);
+		if (n == 0)
 			sched_yield();
+	}
 	return NULL;
 }
 
@@ -229,6 +288,11 @@ static int setup(void **state)
 		return -1;
 	}
 	locus_node_set_running(node);
+	if (dma.on) {
+		dma.base = locus_node_client_region(node, &dma.len);
+		dma_ops = (struct locus_engine_ldma){ .copy = dma_copy };
+		locus_engine_set_ldma(locus_node_engine(node), &dma_ops);
+	}
 	if (locus_shm_attach(INST, 0, &view, &e))
 		return -1;
 	region = locus_shm_region(view, LOCUS_REGION_TABLES, &size);
@@ -242,12 +306,20 @@ static int setup(void **state)
 	return 0;
 }
 
+static int setup_dma(void **state)
+{
+	memset(&dma, 0, sizeof(dma));
+	dma.on = 1;
+	return setup(state);
+}
+
 static int teardown(void **state)
 {
 	(void)state;
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th_ctl, NULL);
 	pthread_join(th_eng, NULL);
+	__atomic_store_n(&stop, 0, __ATOMIC_RELEASE);
 	locus_counters_close(ctrs);
 	locus_table_region_detach(tables);
 	locus_shm_detach(view);
@@ -619,6 +691,17 @@ static void test_dispatch_combine(void **state)
 	assert_int_equal(ctr_("bytes", 0 * 3 + 1), ctr_("rows", 0 * 3 + 1) * ROW);
 	assert_int_equal(ctr_("rows", 0 * 3 + 0) + ctr_("rows", 0 * 3 + 1), rows_got);
 	assert_int_equal(ctr_("rows", 0 * 3 + 2), 0);
+	if (dma.on) {
+		/* every intra-node message's rows went by the DMA engine, none by the CPU */
+		assert_int_equal(ctr_("ldma_msgs", 0), ctr_("messages", 0 * 3 + 1) +
+						       ctr_("messages", 1 * 3 + 1));
+		assert_int_equal(ctr_("ldma_bytes", 0), ctr_("bytes", 0 * 3 + 1) +
+							ctr_("bytes", 1 * 3 + 1));
+		assert_int_equal(ctr_("ldma_fallbacks", 0), 0);
+		assert_true(ctr_("ldma_msgs", 0) > 0);
+	} else {
+		assert_int_equal(ctr_("ldma_msgs", 0), 0);
+	}
 	/* the live load matrix counted every (token, k) of layer 1 */
 	{
 		uint64_t sum = 0;
@@ -638,6 +721,86 @@ static void test_dispatch_combine(void **state)
 	assert_int_equal(d.status, -LOCUS_ERANGE);
 	for (int r = 1; r < GPN; r++)
 		assert_false(tu_try_desc(rk[r], &in, 5));
+	for (int r = 0; r < GPN; r++)
+		locus_client_detach(rk[r]);
+	free(g);
+}
+
+/*
+ * The DMA engine fails every copy: the dispatch completes with -EIO, the
+ * ranks whose rows never arrived are told nothing and get their inbox room
+ * back (twice the inbox's worth of failed batches, then one that succeeds).
+ */
+static void test_dma_copy_fails(void **state)
+{
+	struct locus_client *rk[GPN];
+	struct locus_dispatch_req *rq;
+	struct locus_desc d, in;
+	const uint32_t T = 16, K = 2;
+	uint8_t *stage0;
+	float *gates;
+	size_t glen;
+	void *g = grace_table(&glen);
+	uint64_t err0 = ctr_("ldma_errors", 0);
+	int refused;
+	(void)state;
+
+	for (int r = 0; r < GPN; r++)
+		rk[r] = tu_attach(INST, LOCUS_ROLE_RANK, 0, (uint32_t)r);
+	assert_true(push(1, g, glen, &refused) > 0);
+	stage0 = locus_client_stage(rk[0], NULL);
+	rq = (struct locus_dispatch_req *)stage0;
+	*rq = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = 1, .top_k = K,
+					   .n_tokens = T, .row_bytes = ROW, .rows_off = 65536,
+					   .batch_id = 77 };
+	for (uint32_t t = 0; t < T; t++) {
+		((uint16_t *)(rq + 1))[t * K] = (uint16_t)(t % 8);
+		((uint16_t *)(rq + 1))[t * K + 1] = (uint16_t)((t + 3) % 8);
+		fill_row(stage0 + 65536 + t * ROW, t);
+	}
+	gates = (float *)((uint8_t *)(rq + 1) + locus_ids_bytes(T, K));
+	for (uint32_t i = 0; i < T * K; i++)
+		gates[i] = 0.5f;
+	for (int round = 0; round < 33; round++) {
+		int last = round == 32;
+
+		__atomic_store_n(&dma.fail, !last, __ATOMIC_RELEASE);
+		d = (struct locus_desc){ .op = LOCUS_OP_DISPATCH, .id = 100 + round, .off = 0,
+					 .len = (uint32_t)locus_dispatch_req_len(T, K) };
+		assert_int_equal(locus_client_submit(rk[0], &d, 1), 1);
+		for (;;) { /* rank 0's own rows come in place; then the completion */
+			tu_wait_desc(rk[0], &in);
+			if (in.op == LOCUS_OP_DISPATCH)
+				break;
+			assert_int_equal(in.op, LOCUS_OP_ROWS_IN);
+			locus_client_release_slot(rk[0], in.slot);
+		}
+		assert_int_equal(in.id, 100 + round);
+		assert_int_equal(in.status, last ? 0 : -EIO);
+		for (int r = 1; r < GPN; r++) {
+			int got = 0;
+
+			while (tu_try_desc(rk[r], &in, last ? 200 : 2)) {
+				uint8_t *msg = (uint8_t *)locus_client_inbox(rk[r], &in);
+				const struct locus_rows_hdr *h;
+				uint8_t want[ROW];
+
+				assert_true(last);
+				assert_int_equal(in.op, LOCUS_OP_ROWS_IN);
+				assert_int_equal(locus_rows_msg_check(msg, in.len, GPN, 262144, NULL), 0);
+				h = locus_rows_hdr_of(msg);
+				for (uint32_t j = 0; j < h->n_rows; j++) {
+					fill_row(want, locus_rows_refs(msg)[j].token);
+					assert_memory_equal(msg + h->rows_off + j * ROW, want, ROW);
+				}
+				locus_client_release_slot(rk[r], in.slot);
+				got++;
+			}
+			if (last)
+				assert_true(got > 0);
+		}
+	}
+	assert_true(ctr_("ldma_errors", 0) >= err0 + 32);
 	for (int r = 0; r < GPN; r++)
 		locus_client_detach(rk[r]);
 	free(g);
@@ -693,5 +856,14 @@ int main(void)
 		cmocka_unit_test(test_dispatch_combine),
 		cmocka_unit_test(test_killed_client_reclaimed),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	const struct CMUnitTest dma_tests[] = {
+		cmocka_unit_test(test_route_matches_pure_router),
+		cmocka_unit_test(test_table_push_under_traffic),
+		cmocka_unit_test(test_dispatch_combine),
+		cmocka_unit_test(test_dma_copy_fails),
+		cmocka_unit_test(test_killed_client_reclaimed),
+	};
+	int fails = cmocka_run_group_tests_name("cpu copies", tests, setup, teardown);
+
+	return fails + cmocka_run_group_tests_name("intra-node DMA", dma_tests, setup_dma, teardown);
 }
