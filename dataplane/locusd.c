@@ -31,6 +31,7 @@
 #include "locus_engine.h"
 #include "locus_node.h"
 #include "locus_shm.h"
+#include "locusd_loop.h"
 #include "locusd_net.h"
 
 #define MAX_EAL_ARGS 64
@@ -58,6 +59,7 @@ struct locusd {
 	const char *config_path;
 	struct locus_node *node;
 	struct locusd_net *net;     /* NULL on a single node */
+	struct locusd_loop *loop;   /* intra_node = verbs, else NULL */
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
 	uint32_t idle_sleep_us;     /* changed by SIGHUP; read by the worker */
 	int stop;                   /* set by the main lcore, read by the worker */
@@ -93,6 +95,8 @@ static int worker_main(void *arg)
 
 		if (d->net)
 			n += locusd_net_poll(d->net, rte_rdtsc());
+		if (d->loop)
+			n += locusd_loop_poll(d->loop, e);
 		if (likely(n)) {
 			idle = 0;
 			continue;
@@ -101,7 +105,8 @@ static int worker_main(void *arg)
 			/* drain: keep answering until the rings stay empty, bounded */
 			if (!drain_until)
 				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
-			if (++idle > IDLE_SPINS || rte_rdtsc() > drain_until)
+			if ((++idle > IDLE_SPINS && !(d->loop && locusd_loop_inflight(d->loop))) ||
+			    rte_rdtsc() > drain_until)
 				break;
 			continue;
 		}
@@ -323,6 +328,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_node;
 	}
+	if (D.cfg.intra_node == LOCUS_INTRA_VERBS) {
+		size_t len;
+		void *region = locus_node_client_region(D.node, &len);
+
+		if (locusd_loop_create(&D.cfg, region, len, &D.loop, &err) < 0) {
+			fprintf(stderr, "locusd: intra_node = verbs: %s\n", err.msg);
+			goto err_node;
+		}
+		locus_engine_set_ldma(locus_node_engine(D.node), locusd_loop_ops(D.loop));
+	}
 	D.idle_sleep_us = D.cfg.idle_sleep_us;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -357,6 +372,8 @@ int main(int argc, char **argv)
 				locus_engine_poll(locus_node_engine(D.node));
 				if (D.net)
 					locusd_net_poll(D.net, rte_rdtsc());
+				if (D.loop)
+					locusd_loop_poll(D.loop, locus_node_engine(D.node));
 			}
 		} else if (__atomic_load_n(&D.worker_done, __ATOMIC_ACQUIRE)) {
 			fprintf(stderr, "locusd: worker lcore stopped\n");
@@ -383,6 +400,8 @@ int main(int argc, char **argv)
 	if (D.worker_lcore < RTE_MAX_LCORE)
 		rte_eal_wait_lcore(D.worker_lcore);
 err_node:
+	locusd_loop_destroy(D.loop);
+	D.loop = NULL;
 	/* the transport first: its in-flight messages complete into the engine */
 	locusd_net_destroy(D.net);
 	D.net = NULL;

@@ -29,6 +29,7 @@
 #include <rte_mempool.h>
 
 #include "locus_verbs.h"
+#include "locusd_loop.h"
 #include "locusd_net.h"
 
 #define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
@@ -318,28 +319,6 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
-static int pick_device(const struct locus_config *cfg, char *name, size_t len,
-		       struct locus_error *err)
-{
-	struct locus_verbs_devinfo devs[16];
-	int n, i;
-
-	if (strcmp(cfg->rdma_device, "auto")) {
-		snprintf(name, len, "%s", cfg->rdma_device);
-		return 0;
-	}
-	n = locus_verbs_dev_list("/sys", devs, 16);
-	if (n <= 0)
-		return locus_error_set(err, ENODEV, "rdma_device = auto: no RDMA device found");
-	i = locus_verbs_dev_pick(devs, (unsigned)LOCUS_MIN(n, 16), "auto", "/sys",
-				 cfg->rdma_near_pci[0] ? cfg->rdma_near_pci : NULL,
-				 cfg->rdma_near_numa, err);
-	if (i < 0)
-		return i;
-	snprintf(name, len, "%s", devs[i].name);
-	return 0;
-}
-
 int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 		      struct locus_error *err)
 {
@@ -355,7 +334,7 @@ int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 	ret = locusd_read_secret(cfg->secret_file, ep.secret, err);
 	if (ret < 0)
 		goto err_free;
-	ret = pick_device(cfg, dev, sizeof(dev), err);
+	ret = locusd_rdma_device(cfg, dev, sizeof(dev), err);
 	if (ret < 0)
 		goto err_free;
 	ep.local_addr.s_addr = cfg->nodes[cfg->node_id].ipv4;

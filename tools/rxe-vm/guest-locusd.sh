@@ -43,15 +43,17 @@ trap cleanup EXIT
 mksecret() { # file
 	(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
 }
+# n1 moves its intra-node rows with the verbs loopback, n0 with the CPU
 mkconf() { # node secret-file
-	local dev=rxex
-	[ "$1" = 1 ] && dev=rxey
+	local dev=rxex intra=shm
+	[ "$1" = 1 ] && dev=rxey intra=${LV_N1_INTRA:-verbs}
 	cat > "$W/n$1.conf" <<CONF
 [locusd]
 instance = n$1
 node = $1
 eal_args = -l 0 --no-huge --no-pci -m 64
 rdma_device = $dev
+intra_node = $intra
 secret_file = $2
 idle_sleep_us = 50
 client_slots = 16
@@ -234,6 +236,13 @@ for n in 0 1; do
 		[ "$v" = 0 ] || fail "n$n: $c = $v"
 	done
 done
+lm=$(ctr n1 ldma_msgs); lb=$(ctr n1 ldma_bytes); t1=$(ctr n1 bytes 'tier="1"')
+say "   n1 (intra_node = verbs): $lm intra-node messages, $lb row bytes moved by the rxe" \
+	"loopback (tier-1 bytes $t1); errors $(ctr n1 ldma_errors), CPU fallbacks" \
+	"$(ctr n1 ldma_fallbacks); n0 (shm): $(ctr n0 ldma_msgs)"
+[ "$lm" -gt 0 ] && [ "$lb" -gt 0 ] || fail "n1: no intra-node rows went through the loopback"
+[ "$(ctr n1 ldma_errors)" = 0 ] || fail "n1: loopback copies failed"
+[ "$(ctr n0 ldma_msgs)" = 0 ] || fail "n0 (intra_node = shm) used the loopback"
 r23=$(( $(ctr n0 routed 'decoder="2"') + $(ctr n0 routed 'decoder="3"') ))
 say "   signatures routed by n0 to decoders 2,3 on n1: $r23; veth vx TX $((VX1 - VX0)) bytes"
 [ "$r23" -gt 0 ] || fail "no signature crossed to n1"

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+/*
+ * intra_node = verbs: rows between ranks of this node are moved by the RDMA
+ * device (a loopback queue-pair pair over the registered client region)
+ * instead of the engine's memcpy. The engine still writes each message's
+ * header and hands the receiver its descriptor only after the copy ended.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_verbs.h"
+#include "locus_verbs_loop.h"
+#include "locusd_loop.h"
+
+#define LOOP_DEPTH 1024
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_engine_ldma_src) == sizeof(struct locus_verbs_loop_src) &&
+		    offsetof(struct locus_engine_ldma_src, off) ==
+			    offsetof(struct locus_verbs_loop_src, off) &&
+		    offsetof(struct locus_engine_ldma_src, len) ==
+			    offsetof(struct locus_verbs_loop_src, len),
+		    "the engine's ranges are the loop's");
+
+struct locusd_loop {
+	struct locus_verbs_loop *vl;
+	struct locus_engine_ldma ops;
+};
+
+int locusd_rdma_device(const struct locus_config *cfg, char *name, size_t len,
+		       struct locus_error *err)
+{
+	struct locus_verbs_devinfo devs[16];
+	int n, i;
+
+	if (strcmp(cfg->rdma_device, "auto")) {
+		snprintf(name, len, "%s", cfg->rdma_device);
+		return 0;
+	}
+	n = locus_verbs_dev_list("/sys", devs, 16);
+	if (n <= 0)
+		return locus_error_set(err, ENODEV, "rdma_device = auto: no RDMA device found");
+	i = locus_verbs_dev_pick(devs, (unsigned)LOCUS_MIN(n, 16), "auto", "/sys",
+				 cfg->rdma_near_pci[0] ? cfg->rdma_near_pci : NULL,
+				 cfg->rdma_near_numa, err);
+	if (i < 0)
+		return i;
+	snprintf(name, len, "%s", devs[i].name);
+	return 0;
+}
+
+static int loop_copy(void *ctx, uint64_t dst_off, const struct locus_engine_ldma_src *src,
+		     uint32_t n, uint64_t cookie)
+{
+	struct locusd_loop *l = ctx;
+
+	return locus_verbs_loop_copy(l->vl, dst_off, (const struct locus_verbs_loop_src *)src, n,
+				     cookie);
+}
+
+int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
+		       struct locusd_loop **out, struct locus_error *err)
+{
+	struct locusd_loop *l;
+	char dev[64];
+	int ret;
+
+	ret = locusd_rdma_device(cfg, dev, sizeof(dev), err);
+	if (ret < 0)
+		return ret;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return locus_error_set(err, ENOMEM, "intra_node = verbs: out of memory");
+	ret = locus_verbs_loop_create(dev, region, len, LOOP_DEPTH, &l->vl, err);
+	if (ret < 0) {
+		free(l);
+		return ret;
+	}
+	l->ops = (struct locus_engine_ldma){ .copy = loop_copy, .ctx = l };
+	*out = l;
+	return 0;
+}
+
+const struct locus_engine_ldma *locusd_loop_ops(struct locusd_loop *l)
+{
+	return &l->ops;
+}
+
+static void loop_done(void *arg, uint64_t cookie, int status)
+{
+	locus_engine_ldma_done(arg, cookie, status);
+}
+
+int locusd_loop_poll(struct locusd_loop *l, struct locus_engine *e)
+{
+	return locus_verbs_loop_poll(l->vl, loop_done, e);
+}
+
+unsigned locusd_loop_inflight(const struct locusd_loop *l)
+{
+	return locus_verbs_loop_inflight(l->vl);
+}
+
+void locusd_loop_destroy(struct locusd_loop *l)
+{
+	if (!l)
+		return;
+	locus_verbs_loop_destroy(l->vl);
+	free(l);
+}

@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * locusd's intra-node DMA for intra_node = verbs: the verbs loopback
+ * (verbs/locus_verbs_loop.h) over the client region, behind the engine's
+ * struct locus_engine_ldma. Everything but create/destroy runs on the
+ * engine's lcore.
+ */
+#ifndef LOCUSD_LOOP_H
+#define LOCUSD_LOOP_H
+
+#include <stddef.h>
+
+#include "locus_config.h"
+#include "locus_engine.h"
+#include "locus_err.h"
+
+struct locusd_loop;
+
+/* The RDMA device of cfg: its rdma_device, or for auto the nearest one. */
+int locusd_rdma_device(const struct locus_config *cfg, char *name, size_t len,
+		       struct locus_error *err);
+
+/* Register the client region [region, region + len) with cfg's device and connect the loop. */
+int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
+		       struct locusd_loop **out, struct locus_error *err);
+
+/* What to give locus_engine_set_ldma(). */
+const struct locus_engine_ldma *locusd_loop_ops(struct locusd_loop *l);
+
+/* Engine lcore, every iteration: end finished copies. Returns how many ended. */
+int locusd_loop_poll(struct locusd_loop *l, struct locus_engine *e);
+
+/* Copies still in flight (drain before destroy). */
+unsigned locusd_loop_inflight(const struct locusd_loop *l);
+
+void locusd_loop_destroy(struct locusd_loop *l);
+
+#endif /* LOCUSD_LOOP_H */
