@@ -15,13 +15,14 @@ VERBS_GUEST_LIBS := verbs verbs_core counters common
 VERBS_GUEST_PKGS := cmocka libibverbs librdmacm numa
 $(eval $(call PROGRAM,tests/verbs/vt_verbs,tests/verbs/vt_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
 $(eval $(call PROGRAM,tools/bench_verbs,tools/bench_verbs.c tests/verbs/vt_util.c,$(VERBS_GUEST_LIBS),libibverbs librdmacm numa))
+$(eval $(call PROGRAM,tools/bench_loop,tools/bench_loop.c,$(VERBS_GUEST_LIBS),libibverbs librdmacm numa))
 $(eval $(call PROGRAM,tests/verbs/vt_loop,tests/verbs/vt_loop.c,$(VERBS_GUEST_LIBS),$(VERBS_GUEST_PKGS)))
-$(eval $(call USES_PKG,tests/verbs/vt_verbs.c tests/verbs/vt_util.c tools/bench_verbs.c tests/verbs/vt_loop.c,libibverbs librdmacm numa))
+$(eval $(call USES_PKG,tests/verbs/vt_verbs.c tests/verbs/vt_util.c tools/bench_verbs.c tests/verbs/vt_loop.c tools/bench_loop.c,libibverbs librdmacm numa))
 EXTRA_TESTS += tools/rxe-vm/verbs-vm-test.sh
 
 .PHONY: test-verbs bench-verbs
 test-verbs: $(BUILD)/tests/verbs/vt_verbs $(BUILD)/tests/verbs/vt_loop
 	BUILD=$(BUILD) tools/rxe-vm/verbs-vm-test.sh
 
-bench-verbs: $(BUILD)/tools/bench_verbs
+bench-verbs: $(BUILD)/tools/bench_verbs $(BUILD)/tools/bench_loop
 	BUILD=$(BUILD) tools/rxe-vm/verbs-vm-test.sh --bench

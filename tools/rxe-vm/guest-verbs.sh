@@ -19,6 +19,9 @@ ulimit -l unlimited 2>/dev/null
 VX0=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
 if [ "${RXE_WHAT:-test}" = bench ]; then
 	timeout $T "$RXE_BENCH"; rc=$?
+	if [ -n "${RXE_BENCH_LOOP:-}" ]; then
+		timeout $T "$RXE_BENCH_LOOP" rxe0 || rc=1
+	fi
 else
 	timeout $T "$RXE_VT"; rc=$?
 	if [ -z "${VT_FILTER:-}" ] && [ -n "${RXE_VT_LOOP:-}" ]; then

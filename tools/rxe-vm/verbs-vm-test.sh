@@ -18,13 +18,14 @@ tools/deps.sh ensure || exit 1
 VT=$BUILD/tests/verbs/vt_verbs
 VT_LOOP=$BUILD/tests/verbs/vt_loop
 BENCH=$BUILD/tools/bench_verbs
+BENCH_LOOP=$BUILD/tools/bench_loop
 if [ "$WHAT" = bench ]; then T=$BENCH; else T=$VT; fi
-for t in "$T" ${VT_LOOP:+"$VT_LOOP"}; do
-	[ "$WHAT" = bench ] && [ "$t" = "$VT_LOOP" ] && continue
+if [ "$WHAT" = bench ]; then EXTRA=$BENCH_LOOP; else EXTRA=$VT_LOOP; fi
+for t in "$T" "$EXTRA"; do
 	[ -x "$t" ] || make --no-print-directory -j2 BUILD="${BUILD#"$ROOT"/}" "${t#"$ROOT"/}" || exit 1
 done
 . tools/rxe-vm/vm-image.sh
 exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-540}" \
 	-c "$ROOT/tools/rxe-vm/guest-verbs.sh" -w "$RXE_VM_DIR/rw" \
-	RXE_VT="$VT" RXE_VT_LOOP="$VT_LOOP" RXE_BENCH="$BENCH" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"} \
+	RXE_VT="$VT" RXE_VT_LOOP="$VT_LOOP" RXE_BENCH="$BENCH" RXE_BENCH_LOOP="$BENCH_LOOP" RXE_WHAT=$WHAT ${VT_FILTER:+VT_FILTER="$VT_FILTER"} \
 	${ASAN_OPTIONS:+ASAN_OPTIONS="$ASAN_OPTIONS"}
