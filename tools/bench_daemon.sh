@@ -22,5 +22,21 @@ for _ in $(seq 200); do grep -q running "$work/locusd.log" && break; sleep 0.05;
 echo "locusd embedded default (worker lcore polls, 50 us idle sleep); 2-core machine shared"
 echo "with the 9 client processes: figures are for this box, ratios are the point"
 "$B/locus-loadgen" -i default --trace $trace --requests 20000 --batches 200 --tokens 64 \
-	--row-bytes 4096 --eldr-table "$work/eldr.tbl"
+	--row-bytes 4096 --eldr-table "$work/eldr.tbl" | tee "$work/lg.out"
 "$B/locus-stat" -i default 'route_ns' 'dispatch_ns' 'combine_ns' 'rows' 'bytes' 'messages'
+# per tier: rows and bytes over the dispatch phase loadgen timed (rows out / rows/s)
+secs=$(awk '/^dispatch:/ { for (i = 1; i <= NF; i++) { if ($i == "out,") r = $(i - 2)
+	if ($i == "rows/s") v = $(i - 1) } } END { print (v > 0 ? r / v : 0) }' "$work/lg.out")
+echo "per tier over the $secs s dispatch phase:"
+"$B/locus-stat" -i default -p rows bytes | awk -v s="$secs" '
+	/^locus_(rows|bytes)_total\{/ {
+		split($1, a, "[{}]"); op = a[2] ~ /op="0"/ ? "dispatch" : "combine"
+		t = a[2]; sub(/.*tier="/, "", t); sub(/".*/, "", t)
+		k = op " tier " t; if (a[1] == "locus_rows_total") rows[k] = $2; else bytes[k] = $2
+	}
+	END {
+		name["0"] = "same GPU (handed over)"; name["1"] = "intra-node"; name["2"] = "inter-node"
+		for (k in rows) { split(k, b, " "); if (s > 0 && rows[k] > 0)
+			printf "  %-8s %-24s %10.0f rows/s %9.1f MB/s\n", b[1], name[b[3]],
+			       rows[k] / s, bytes[k] / s / 1e6 }
+	}' | sort
