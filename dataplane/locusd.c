@@ -323,6 +323,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_node;
 	}
+	if (locus_node_regions_open(D.node, D.net ? locusd_net_mr_ops(D.net) : NULL, &err) < 0) {
+		fprintf(stderr, "locusd: buffer regions: %s\n", err.msg);
+		goto err_node;
+	}
 	D.idle_sleep_us = D.cfg.idle_sleep_us;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);

@@ -9,8 +9,10 @@
 #include <errno.h>
 #include <poll.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -22,16 +24,18 @@
 
 int locus_client_reg_sock_path(const char *instance, char *buf, size_t len)
 {
-	int ret = locus_shm_path(instance, buf, len);
-	size_t n;
+	const char *dir = getenv(LOCUS_SHM_DIR_ENV);
+	struct stat st;
+	int n;
 
-	if (ret < 0)
-		return ret;
-	n = strlen(buf);
-	if (n + sizeof(LOCUS_REG_SOCK_SUFFIX) > len)
-		return -ENAMETOOLONG;
-	memcpy(buf + n, LOCUS_REG_SOCK_SUFFIX, sizeof(LOCUS_REG_SOCK_SUFFIX));
-	return 0;
+	if (locus_shm_check_name(instance) < 0)
+		return -EINVAL;
+	/* tests' private directory; else the deployment's, else the segment's */
+	if (!dir || !*dir)
+		dir = stat(LOCUS_REG_RUN_DIR, &st) == 0 && S_ISDIR(st.st_mode) ? LOCUS_REG_RUN_DIR
+									   : LOCUS_SHM_DEFAULT_DIR;
+	n = snprintf(buf, len, "%s/locus.%s%s", dir, instance, LOCUS_REG_SOCK_SUFFIX);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
 static int64_t mono_ms(void)

@@ -287,7 +287,8 @@ void locus_client_report_load(struct locus_client *c, uint32_t load);
 #define LOCUS_REGION_ALIGN       4096u       /* offset and length */
 #define LOCUS_REG_MAGIC          0x47455244u /* "DREG" */
 #define LOCUS_REG_VERSION        1u
-#define LOCUS_REG_SOCK_SUFFIX    ".reg"      /* <segment path>.reg */
+#define LOCUS_REG_SOCK_SUFFIX    ".reg"
+#define LOCUS_REG_RUN_DIR        "/run/locus"
 
 enum locus_reg_op {
 	LOCUS_REG_DMABUF     = 1, /* the message carries one fd (SCM_RIGHTS) */
@@ -361,7 +362,12 @@ int locus_client_register_dmabuf(struct locus_client *c, int fd, uint64_t offset
 int locus_client_unregister_region(struct locus_client *c, uint32_t region_id,
 				   uint32_t timeout_ms, struct locus_error *err);
 
-/* "<segment path>.reg" of instance into buf. 0, -EINVAL, -ENAMETOOLONG. */
+/*
+ * The registration socket of instance into buf: <dir>/locus.<instance>.reg,
+ * dir $LOCUS_SHM_DIR when set (next to the segment), else /run/locus when it
+ * exists (the deployment's tmpfiles.d), else /dev/shm. 0, -EINVAL,
+ * -ENAMETOOLONG.
+ */
 int locus_client_reg_sock_path(const char *instance, char *buf, size_t len);
 
 /* Index of our slot and the daemon's activation generation. */
