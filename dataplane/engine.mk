@@ -11,3 +11,5 @@ $(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/node_util.c,
 UNIT_TESTS += tests/test_twonode
 $(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_regions
+$(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_region_gather

@@ -8,6 +8,8 @@
 #include <string.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "loadgen.h"
 #include "locus_dispatch.h"
@@ -34,6 +36,12 @@ struct rank_state {
 	uint64_t t0, t_batch;         /* run start; submission of the batch in flight */
 	struct locus_desc pending[1024]; /* a ring's worth, taken while waiting for a combine slot */
 	uint32_t n_pending;
+	/* where the batch's rows are: the stage, or (--dmabuf) a registered region */
+	uint8_t *rows;
+	uint64_t rows_off;
+	int dmafd;
+	size_t rlen;
+	uint32_t region;
 };
 
 #define COMB_STRIDE (256 * 1024 + 65536) /* a combine slot: request, then up to 256 KiB rows */
@@ -125,7 +133,9 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 					  .batch_id = h->batch_id };
 	for (uint32_t j = 0; j < h->n_rows; j++) {
 		const uint8_t *row = (h->flags & LOCUS_ROWS_IN_PLACE)
-			? rs->stage + h->rows_off + (size_t)refs[j].token * h->row_bytes
+			? ((d->flags & LOCUS_DESC_F_REGION) && d->region == rs->region &&
+			   rs->region ? rs->rows - rs->rows_off : rs->stage) +
+				  h->rows_off + (size_t)refs[j].token * h->row_bytes
 			: msg + h->rows_off + (size_t)j * h->row_bytes;
 		uint8_t *out = rs->stage + base + 65536 + (size_t)j * h->row_bytes;
 		int bad = 0;
@@ -282,18 +292,66 @@ static void build_batch(struct rank_state *rs, uint32_t b)
 
 	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = (uint16_t)layer,
 					  .top_k = T->k, .n_tokens = O.tokens,
-					  .row_bytes = O.row_bytes, .rows_off = ROWS_OFF,
+					  .row_bytes = O.row_bytes, .rows_off = rs->rows_off,
 					  .batch_id = b };
+	if (rs->dmafd >= 0)
+		lg_dmabuf_sync(rs->dmafd, 1);
 	for (uint32_t t = 0; t < O.tokens; t++) {
 		const uint16_t *ids = locus_trace_tok(T, r->prompt, t % r->prompt_len, layer);
 
 		memcpy(ex + (size_t)t * T->k, ids, 2u * T->k);
 		for (uint32_t x = 0; x < O.row_bytes; x++)
-			rs->stage[ROWS_OFF + (size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
+			rs->rows[(size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
 	}
+	if (rs->dmafd >= 0)
+		lg_dmabuf_sync(rs->dmafd, 0);
 	g = (float *)((uint8_t *)ex + locus_ids_bytes(O.tokens, T->k));
 	for (uint32_t i = 0; i < O.tokens * T->k; i++)
 		g[i] = 1.0f / T->k;
+}
+
+/* --dmabuf: the batch's rows go to a dma-buf registered with our locusd. */
+static int region_setup(struct rank_state *rs, struct proc_stats *s)
+{
+	struct locus_error e = { 0 };
+	const char *how = "none";
+	int ret;
+
+	rs->rlen = LOCUS_ALIGN_UP((size_t)O.tokens * O.row_bytes, (size_t)LOCUS_REGION_ALIGN);
+	rs->dmafd = lg_dmabuf_create(rs->rlen, &how);
+	snprintf(s->region_how, sizeof(s->region_how), "%s", how);
+	if (rs->dmafd < 0) {
+		snprintf(s->why, sizeof(s->why), "rank %u: no dma-buf (udmabuf or vgem): %s",
+			 rs->rank, strerror(-rs->dmafd));
+		return -1;
+	}
+	rs->rows = lg_dmabuf_map(rs->dmafd, rs->rlen);
+	if (!rs->rows) {
+		snprintf(s->why, sizeof(s->why), "rank %u: cannot map our %s dma-buf", rs->rank,
+			 how);
+		return -1;
+	}
+	ret = locus_client_register_dmabuf(rs->c, rs->dmafd, 0, rs->rlen, 5000, &rs->region,
+					   &s->region_flags, &e);
+	if (ret < 0) {
+		snprintf(s->why, sizeof(s->why), "rank %u: registering the %s dma-buf: %.150s",
+			 rs->rank, how, e.msg);
+		return -1;
+	}
+	rs->rows_off = 0;
+	s->region_registered = 1;
+	return 0;
+}
+
+static void region_teardown(struct rank_state *rs, struct proc_stats *s)
+{
+	if (rs->region && !s->gone &&
+	    locus_client_unregister_region(rs->c, rs->region, 5000, NULL) == 0)
+		s->region_released = 1;
+	if (rs->rows && rs->dmafd >= 0)
+		munmap(rs->rows, rs->rlen);
+	if (rs->dmafd >= 0)
+		close(rs->dmafd);
 }
 
 int run_rank(uint32_t rank, struct proc_stats *s)
@@ -312,6 +370,14 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 	}
 	rs->rank = rank;
 	rs->stage = locus_client_stage(rs->c, NULL);
+	rs->rows = rs->stage + ROWS_OFF;
+	rs->rows_off = ROWS_OFF;
+	rs->dmafd = -1;
+	if (O.dmabuf && region_setup(rs, s) < 0) {
+		s->failed = 1;
+		__atomic_add_fetch(&S->ranks_failed, 1, __ATOMIC_ACQ_REL);
+		goto out;
+	}
 	/* a batch may need every rank, wherever attached: start once all are */
 	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
 	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks &&
@@ -333,7 +399,9 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (b < O.batches && rs->dispatch_done == -1) {
 			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
 						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
-											T->k) };
+											T->k),
+						.flags = rs->region ? LOCUS_DESC_F_REGION : 0,
+						.region = rs->region };
 
 			if (rs->got_pairs == 0 && rs->want_pairs == 0) {
 				build_batch(rs, b);
@@ -398,6 +466,7 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		s->failed = 1;
 	}
 out:
+	region_teardown(rs, s);
 	locus_client_detach(rs->c);
 	free(rs);
 	return s->failed;
