@@ -226,9 +226,10 @@ static void ent_release(struct locus_regions *rs, uint32_t slot, struct ent *g)
 
 /* Map and register; fills g and the engine's view of it. Returns 0 or negative. */
 static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
-		     const struct locus_reg_req *q, struct locus_engine_region *er)
+		     const struct locus_reg_req *q, const char *exp,
+		     struct locus_engine_region *er)
 {
-	struct locus_error err = { 0 };
+	struct locus_error err = { 0 }, err2 = { 0 };
 	uint64_t iova = 0;
 	uint32_t lkey = 0;
 	int ret = -1;
@@ -251,7 +252,7 @@ static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
 				locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_refused);
 			if (g->map &&
 			    rs->p.mr->reg_mapped(rs->p.mr->ctx, g->map, q->len, &lkey, &iova, &g->mr,
-						 &err) == 0) {
+						 &err2) == 0) {
 				g->flags |= LOCUS_REGION_MR_MAPPED;
 				locus_counter_inc(rs->p.ctl_blk, rs->c_fallbacks);
 			} else {
@@ -270,6 +271,15 @@ static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
 	}
 	*er = (struct locus_engine_region){ .id = g->id, .lkey = lkey, .addr = g->map,
 					    .iova = iova, .len = q->len };
+	/* rare and what an operator asks about: which path, and why not the better one */
+	fprintf(stderr,
+		"locusd: client slot %u: region %#x, %llu bytes of a %s dma-buf: %s, %s%s%s%s%s\n",
+		q->slot, g->id, (unsigned long long)q->len, exp, g->map ? "mapped" : "not mappable",
+		!rs->p.mr ? "no RDMA device"
+		: (g->flags & LOCUS_REGION_MR_DMABUF) ? "dma-buf MR"
+		: (g->flags & LOCUS_REGION_MR_MAPPED) ? "MR on the mapping" : "no MR",
+		err.msg[0] ? "; dma-buf MR: " : "", err.msg,
+		err2.msg[0] ? "; MR on the mapping: " : "", err2.msg);
 	return 0;
 }
 
@@ -321,7 +331,7 @@ static void do_register(struct locus_regions *rs, int ci, const struct locus_reg
 	g = &rs->ents[(size_t)q->slot * MAXR + idx];
 	*g = (struct ent){ .fd = fd, .len = q->len, .conn = -1,
 			   .id = (++rs->seq[q->slot] << 3) | idx };
-	if (ent_setup(rs, ci, g, fd, q, &er) < 0)
+	if (ent_setup(rs, ci, g, fd, q, exp, &er) < 0)
 		goto err_ent;
 	g->state = ENT_ADDING;
 	g->conn = ci;

@@ -178,23 +178,9 @@ static int teardown(void **state)
 	return rmdir(shm_dir);
 }
 
-/* Attach; a rank the previous test detached may still be draining: retry. */
 static struct locus_client *attach_rank(uint32_t rank)
 {
-	struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = rank,
-					.timeout_ms = 5000 };
-	struct locus_client *c;
-	struct locus_error e;
-	int ret = -EEXIST;
-
-	for (int i = 0; i < 25000 && ret == -EEXIST; i++) {
-		ret = locus_client_attach(INST, &req, &c, &e);
-		if (ret == -EEXIST)
-			tu_nap();
-	}
-	if (ret)
-		fail_msg("attach rank %u: %s", rank, e.msg);
-	return c;
+	return tu_attach(INST, LOCUS_ROLE_RANK, 0, rank);
 }
 
 /* ---- the socket protocol, raw ------------------------------------------------------ */

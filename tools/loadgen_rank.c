@@ -331,7 +331,7 @@ static int region_setup(struct rank_state *rs, struct proc_stats *s)
 			 how);
 		return -1;
 	}
-	ret = locus_client_register_dmabuf(rs->c, rs->dmafd, 0, rs->rlen, 5000, &rs->region,
+	ret = locus_client_register_dmabuf(rs->c, rs->dmafd, 0, rs->rlen, 30000, &rs->region,
 					   &s->region_flags, &e);
 	if (ret < 0) {
 		snprintf(s->why, sizeof(s->why), "rank %u: registering the %s dma-buf: %.150s",
@@ -346,7 +346,7 @@ static int region_setup(struct rank_state *rs, struct proc_stats *s)
 static void region_teardown(struct rank_state *rs, struct proc_stats *s)
 {
 	if (rs->region && !s->gone &&
-	    locus_client_unregister_region(rs->c, rs->region, 5000, NULL) == 0)
+	    locus_client_unregister_region(rs->c, rs->region, 30000, NULL) == 0)
 		s->region_released = 1;
 	if (rs->rows && rs->dmafd >= 0)
 		munmap(rs->rows, rs->rlen);
