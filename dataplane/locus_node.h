@@ -47,6 +47,12 @@ struct locus_regions_mr_ops;
 int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_ops *mr,
 			    struct locus_error *err);
 
+/*
+ * Release every region now, without the engine (which must no longer run):
+ * before the RDMA device whose MRs they hold goes away.
+ */
+void locus_node_regions_close(struct locus_node *n);
+
 /* One pass of control work over every client slot. Control thread only. */
 void locus_node_control(struct locus_node *n);
 

@@ -387,6 +387,8 @@ int main(int argc, char **argv)
 	if (D.worker_lcore < RTE_MAX_LCORE)
 		rte_eal_wait_lcore(D.worker_lcore);
 err_node:
+	/* regions' MRs belong to the transport's PD: deregistered while it exists */
+	locus_node_regions_close(D.node);
 	/* the transport first: its in-flight messages complete into the engine */
 	locusd_net_destroy(D.net);
 	D.net = NULL;

@@ -267,6 +267,12 @@ int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_
 	return locus_regions_create(&p, &n->regions, err);
 }
 
+void locus_node_regions_close(struct locus_node *n)
+{
+	locus_regions_destroy(n->regions);
+	n->regions = NULL;
+}
+
 void locus_node_control(struct locus_node *n)
 {
 	locus_regions_poll(n->regions);

@@ -257,6 +257,10 @@ rc=$?
 sed 's/^/  /' "$W/t3b.out"
 grep -q '^loadgen: ok$' "$W/t3b.out" && [ $rc = 0 ] ||
 	{ fail "loadgen with dma-buf regions (exit $rc)"; show_counters; }
+# locusd's own account of one registration per node: the path, and why not a better one
+for n in 0 1; do
+	grep -m1 "region 0x" "$W/n$n.log" | sed "s/^/  [n$n log] /"
+done
 for n in 0 1; do
 	reg=$(ctr n$n regions_registered); rel=$(ctr n$n regions_released)
 	dm=$(ctr n$n dmabuf_regs); fb=$(ctr n$n dmabuf_reg_fallbacks); nm=$(ctr n$n regions_no_mr)
