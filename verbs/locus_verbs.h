@@ -340,7 +340,8 @@ struct locus_verbs_msg {
 	 * Gather: n_sg more segments sent after buf in one WRITE_WITH_IMM (rows
 	 * straight from a registered buffer region, header from a pool buffer).
 	 * 1 + n_sg must not exceed locus_verbs_ep_max_send_sge(); the segments'
-	 * memory follows the rules of buf. NULL / 0: buf alone.
+	 * memory follows the rules of buf. NULL / 0: buf alone. (Initialise
+	 * messages whole, e.g. with a compound literal: n_sg must not be garbage.)
 	 */
 	const struct locus_verbs_sge *sg;
 	uint32_t n_sg;
