@@ -198,8 +198,10 @@ static int peer_ok(struct locus_regions *rs, int ci, const struct locus_reg_req 
 		return refuse(rs, ci, LOCUS_REGREF_PEER, -EACCES, "no attached client in that slot");
 	ctl = locus_clients_ctl(rs->p.clients, q->slot);
 	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
+	/* the start time too: a dead owner's pid reused by another process is not it */
 	if (locus_client_state_of(sp) != LOCUS_CLIENT_ACTIVE ||
-	    locus_client_pid_of(sp) != rs->conns[ci].pid)
+	    locus_client_pid_of(sp) != rs->conns[ci].pid ||
+	    !locus_proc_alive(rs->conns[ci].pid, ctl->start_ticks))
 		return refuse(rs, ci, LOCUS_REGREF_PEER, -EACCES,
 			      "the sender does not own that client slot");
 	if (__atomic_load_n(&ctl->generation, __ATOMIC_ACQUIRE) != q->generation)
