@@ -109,7 +109,8 @@ int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t
 	h = locus_rows_hdr_of((void *)msg);
 	if (h->magic != LOCUS_ROWS_MAGIC)
 		return locus_error_set(err, LOCUS_EBADMAGIC, "rows header magic 0x%08x", h->magic);
-	if (h->flags & ~(uint32_t)LOCUS_ROWS_IN_PLACE)
+	if ((h->flags & ~(uint32_t)(LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) ||
+	    (h->flags & (LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) == LOCUS_ROWS_IN_REGION)
 		return locus_error_set(err, LOCUS_EPROTO, "rows flags 0x%x", h->flags);
 	if ((m->type == LOCUS_MSG_DISPATCH) != (h->top_k != 0) || h->top_k > LOCUS_MAX_TOPK)
 		return locus_error_set(err, LOCUS_ERANGE, "top_k %u for message type %u", h->top_k,

@@ -226,7 +226,7 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->dec = zalloc_aligned(sizeof(*e->dec) * p->dims.max_decoders);
 	e->rank_slot = zalloc_aligned(sizeof(*e->rank_slot) * e->n_ranks);
 	e->seq = zalloc_aligned(sizeof(*e->seq) * e->n_ranks);
-	if (!e->cmds || !e->cl || !e->dec || !e->rank_slot || !e->seq)
+	if (!e->cmds || !e->cl || !e->dec || !e->rank_slot || !e->seq || engine_regions_alloc(e))
 		goto err_free;
 	for (uint32_t i = 0; i < e->n_slots; i++) {
 		e->cl[i].inbox_free = zalloc_aligned(8 * e->inbox_words);
@@ -332,6 +332,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->pend_free);
 	engine_ldma_destroy(e);
 	free(e->cmds);
+	engine_regions_free(e);
 	free(e->cl);
 	free(e->dec);
 	free(e->rank_slot);
@@ -605,6 +606,8 @@ int locus_engine_poll(struct locus_engine *e)
 	int work = 0;
 
 	run_commands(e);
+	engine_region_commands(e);
+	engine_regions_retire(e);
 	poll_tables(e);
 	for (uint32_t i = 0; i < e->n_slots; i++)
 		if (e->cl[i].active && !e->cl[i].broken)

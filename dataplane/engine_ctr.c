@@ -101,6 +101,18 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ldma_fallbacks },
 		{ "ldma_errors", "loopback copies that failed (their request failed)",
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ldma_errors },
+		{ "rejected_bad_region", "requests refused: region flag naming no usable region",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_bad_region },
+		{ "rejected_region_unmapped", "requests refused: rows of a region locusd cannot "
+		  "map needed a CPU copy", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->rej_region_unmapped },
+		{ "region_rows_zero_copy", "rows sent to other nodes straight from a region's MR",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->region_rows_zero_copy },
+		{ "region_messages_copied", "region rows messages to other nodes that were copied "
+		  "(no MR, or more row runs than gather entries)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->region_msgs_copied },
+		{ "regions", "client buffer regions the engine serves", LOCUS_CTR_GAUGE, 0, 0, 0, 0,
+		  0, &o->regions },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

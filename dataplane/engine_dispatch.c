@@ -11,7 +11,15 @@
  * everything is written. On one node a batch is delivered whole or not at
  * all; with remote destinations it completes when the transport finished
  * every send, with the first error if any (engine_remote.c).
+ *
+ * A request's rows may lie in a registered buffer region instead of the
+ * stage (LOCUS_DESC_F_REGION): the same-GPU tier hands them over in place,
+ * intra-node tiers copy from locusd's mapping of the region, and messages to
+ * other nodes gather the rows straight from the region's MR (header from the
+ * transport's buffer, one entry per run of consecutive rows), copying only
+ * when a message has more runs than the device's gather entries.
  */
+#include <errno.h>
 #include <string.h>
 
 #include "engine_priv.h"
@@ -21,6 +29,71 @@
 static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
 {
 	return off <= e->stage_size && len <= e->stage_size - off && off % 8 == 0;
+}
+
+/* Where a request's rows are: the client's stage or one of its regions. */
+struct rows_src {
+	const uint8_t *base;        /* CPU address of byte 0; NULL: not mappable */
+	uint64_t size;
+	struct engine_region *rg;   /* NULL: the stage */
+};
+
+static int rows_source(struct locus_engine *e, uint32_t slot, const struct locus_desc *d,
+		       struct rows_src *src)
+{
+	*src = (struct rows_src){ .base = e->cl[slot].buf, .size = e->stage_size };
+	if (!(d->flags & LOCUS_DESC_F_REGION))
+		return 0;
+	src->rg = engine_region_get(e, slot, d->region);
+	if (!src->rg) {
+		engine_count(e, e->c.rej_bad_region);
+		return -LOCUS_ERANGE;
+	}
+	src->base = src->rg->r.addr;
+	src->size = src->rg->r.len;
+	return 0;
+}
+
+/* Zero-copy possible for a message to another node from src. */
+static int src_gathers(const struct locus_engine *e, const struct rows_src *src)
+{
+	return src->rg && src->rg->r.lkey && e->rt && e->rt->send_sg && e->rt->max_sge;
+}
+
+/* Whether the rows of src can reach destination q at all (phase 1). */
+static int src_reaches(const struct locus_engine *e, const struct rows_src *src,
+		       const struct dest_plan *q)
+{
+	if (src->base || q->in_place)
+		return 0;
+	return q->remote && src_gathers(e, src) ? 0 : -EOPNOTSUPP;
+}
+
+/*
+ * Gather entries for nr rows of row_bytes from a region: row j at
+ * rows_off + (tok ? tok[j] : j) * row_bytes; consecutive rows merge. Returns
+ * the entries used, or 0 when more than max are needed.
+ */
+static uint32_t row_runs(const struct locus_engine_region *r, uint64_t rows_off,
+			 uint32_t row_bytes, const uint32_t *tok, uint32_t r0, uint32_t nr,
+			 struct locus_engine_sge *sg, uint32_t max)
+{
+	uint32_t n = 0;
+
+	for (uint32_t j = 0; j < nr; j++) {
+		uint64_t a = r->iova + rows_off +
+			     (uint64_t)(tok ? tok[r0 + j] : r0 + j) * row_bytes;
+
+		if (n && sg[n - 1].addr + sg[n - 1].len == a &&
+		    (uint64_t)sg[n - 1].len + row_bytes <= UINT32_MAX) {
+			sg[n - 1].len += row_bytes;
+			continue;
+		}
+		if (n == max)
+			return 0;
+		sg[n++] = (struct locus_engine_sge){ .addr = a, .len = row_bytes, .lkey = r->lkey };
+	}
+	return n;
 }
 
 /* Most rows of one message that fit cap bytes; 0 if not even one. */
@@ -136,16 +209,16 @@ static uint8_t *msg_ptr(struct locus_engine *e, uint32_t ri)
 	return e->cl[e->res_client[ri]].buf + locus_clients_inbox_off(e->cv, e->res_slot[ri]);
 }
 
-/* Hand a written message over: a descriptor on this node, a send to another. */
 /*
- * Hand message ri over. n_src > 0: its rows are still to be moved by the
- * intra-node DMA from the ranges in e->lsrc to rows_off of the message; a
- * negative return then means nothing happened and the caller copies the rows
- * itself and hands over again with n_src = 0.
+ * Hand a written message over: a descriptor on this node, a send to another.
+ * n_src > 0: its rows are still to be moved by the intra-node DMA from the
+ * ranges in e->lsrc to rows_off of the message; a negative return then means
+ * nothing happened, and the caller copies the rows itself and hands over
+ * again with n_src = 0.
  */
 static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan *dp, int pidx,
 		     uint8_t op, uint64_t batch, uint16_t layer, uint32_t src_rank, size_t len,
-		     uint16_t chunk, uint32_t n_src, uint64_t rows_off)
+		     uint16_t chunk, const struct rows_src *src, uint32_t n_src, uint64_t rows_off)
 {
 	struct locus_desc out;
 
@@ -156,17 +229,26 @@ static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan
 		.off = locus_clients_inbox_off(e->cv, e->res_slot[ri]), .len = (uint32_t)len,
 		.slot = e->res_slot[ri], .peer = src_rank, .count = chunk,
 	};
+	if (dp->in_place && src->rg) {
+		out.flags = LOCUS_DESC_F_REGION;
+		out.region = src->rg->r.id;
+	}
 	if (n_src)
-		return engine_ldma_deliver(e, pidx, dp->client, region_off(e, msg_ptr(e, ri)) + rows_off,
-					   n_src, &out);
+		return engine_ldma_deliver(e, pidx, dp->client,
+					   region_off(e, msg_ptr(e, ri)) + rows_off, n_src, &out);
 	e->cl[dp->client].cpl_reserved--;
 	return engine_deliver(e, dp->client, &out);
 }
 
-/* Whether dp's rows go by the intra-node DMA (a pending request record is needed). */
-static int by_ldma(const struct locus_engine *e, const struct dest_plan *dp)
+/*
+ * Whether dp's rows go by the intra-node DMA (then the request needs a
+ * pending record). Only rows in the stage: the loopback's MR is the client
+ * region, a buffer region is not in it.
+ */
+static int by_ldma(const struct locus_engine *e, const struct dest_plan *dp,
+		   const struct rows_src *src)
 {
-	return e->ldma && !dp->remote && !dp->in_place;
+	return e->ldma && !dp->remote && !dp->in_place && !src->rg;
 }
 
 /* Ranges of the dispatch rows of message r0..r0+nr-1 in the client region, merged. */
@@ -191,13 +273,52 @@ static uint32_t dispatch_srcs(struct locus_engine *e, const uint8_t *stage,
 
 static void dispatch_rows_cpu(uint8_t *msg, const struct locus_dispatch_req *rq,
 			      const struct locus_grace_plan *p, uint32_t r0, uint32_t nr,
-			      const uint8_t *stage)
+			      const uint8_t *base)
 {
 	const struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
 
 	for (uint32_t j = 0; j < nr; j++)
 		memcpy(msg + h->rows_off + (size_t)j * rq->row_bytes,
-		       stage + rq->rows_off + (size_t)p->rows[r0 + j] * rq->row_bytes, rq->row_bytes);
+		       base + rq->rows_off + (size_t)p->rows[r0 + j] * rq->row_bytes, rq->row_bytes);
+}
+
+/*
+ * A message to another node whose rows come from a region: gather them from
+ * the region's MR when the runs fit the device's entries, else copy them
+ * from the mapping (or fail the message if there is none). hdr_len bytes of
+ * the message are written in its buffer already. Returns 0 or negative.
+ */
+static int send_from_region(struct locus_engine *e, uint32_t ri, const struct dest_plan *q,
+			    int pidx, const struct rows_src *src, uint64_t rows_off,
+			    uint32_t row_bytes, const uint32_t *tok, uint32_t r0, uint32_t nr,
+			    size_t hdr_len, size_t len)
+{
+	struct locus_engine_sge sg[LOCUS_ENGINE_MAX_SGE];
+	uint32_t n = 0, max = LOCUS_MIN(e->rt->max_sge, (uint32_t)LOCUS_ENGINE_MAX_SGE);
+	uint8_t *msg = e->res_buf[ri];
+	int ret;
+
+	if (src_gathers(e, src))
+		n = row_runs(&src->rg->r, rows_off, row_bytes, tok, r0, nr, sg, max);
+	if (n) {
+		ret = engine_pending_send_sg(e, pidx, q->node, msg, hdr_len, sg, n, len);
+		if (ret == 0)
+			locus_counter_add(e->blk, e->c.region_rows_zero_copy, nr);
+		return ret;
+	}
+	if (!src->base) {
+		/* MR but too many runs, and nothing to copy from */
+		e->rt->free(e->rt->ctx, msg);
+		engine_pending_fail(e, pidx, -EOPNOTSUPP);
+		engine_count(e, e->c.rej_region_unmapped);
+		return -EOPNOTSUPP;
+	}
+	for (uint32_t j = 0; j < nr; j++)
+		memcpy(msg + hdr_len + (size_t)j * row_bytes,
+		       src->base + rows_off + (uint64_t)(tok ? tok[r0 + j] : r0 + j) * row_bytes,
+		       row_bytes);
+	engine_count(e, e->c.region_msgs_copied);
+	return engine_pending_send(e, pidx, q->node, msg, len);
 }
 
 static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, uint64_t rows,
@@ -212,7 +333,8 @@ static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, 
 
 /* Phase 1 for every destination of the plan; on failure nothing stays reserved. */
 static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank, int nd,
-		       uint32_t top_k, uint32_t row_bytes, uint32_t *n_res, int *any_remote)
+		       uint32_t top_k, uint32_t row_bytes, const struct rows_src *src,
+		       uint32_t *n_res, int *any_remote)
 {
 	const struct locus_grace_plan *p = &e->plan;
 	int ret = 0;
@@ -224,6 +346,8 @@ static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank,
 
 		ret = target_of(e, slot, src_rank, p->dest[i], top_k, row_bytes, n_rows, q);
 		if (ret == 0)
+			ret = src_reaches(e, src, q);
+		if (ret == 0)
 			ret = reserve(e, q, n_rows, top_k, row_bytes, n_res);
 		if (ret < 0) {
 			release_reservations(e, *n_res);
@@ -231,7 +355,7 @@ static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank,
 			*n_res = 0;
 			return ret;
 		}
-		*any_remote |= (int)q->remote || by_ldma(e, q);
+		*any_remote |= (int)q->remote || by_ldma(e, q, src);
 	}
 	if (*any_remote && !e->n_pend_free) {
 		release_reservations(e, *n_res);
@@ -242,11 +366,12 @@ static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank,
 	return 0;
 }
 
+/* Write a rows message; the rows themselves only when copy_rows (else gathered). */
 static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispatch_req *rq,
 			      const struct dest_plan *q, uint32_t k, uint32_t nr, uint32_t r0,
 			      const struct locus_grace_plan *p, const uint16_t *experts,
-			      const float *gates, const uint8_t *stage, uint32_t src_rank,
-			      uint32_t rank, uint32_t seq)
+			      const float *gates, const struct rows_src *src, int copy_rows,
+			      uint32_t src_rank, uint32_t rank, uint32_t seq)
 {
 	struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
 	struct locus_row_ref *refs = locus_rows_refs(msg);
@@ -259,7 +384,8 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 	*h = (struct locus_rows_hdr){
 		.magic = LOCUS_ROWS_MAGIC, .layer = rq->layer, .top_k = rq->top_k,
 		.n_rows = nr, .row_bytes = rq->row_bytes,
-		.flags = q->in_place ? LOCUS_ROWS_IN_PLACE : 0,
+		.flags = q->in_place ? LOCUS_ROWS_IN_PLACE | (src->rg ? LOCUS_ROWS_IN_REGION : 0)
+				     : 0,
 		.chunk = (uint16_t)k, .n_chunks = (uint16_t)q->n_chunks,
 		.rows_off = q->in_place ? rq->rows_off : locus_rows_msg_rows_off(nr, rq->top_k),
 		.batch_id = rq->batch_id,
@@ -272,8 +398,10 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 		memcpy(mx + (size_t)j * rq->top_k, experts + (size_t)t * rq->top_k,
 		       2u * rq->top_k);
 		memcpy(mg + (size_t)j * rq->top_k, gates + (size_t)t * rq->top_k, 4u * rq->top_k);
+		if (!q->in_place && copy_rows)
+			memcpy(msg + h->rows_off + (size_t)j * rq->row_bytes,
+			       src->base + rq->rows_off + (size_t)t * rq->row_bytes, rq->row_bytes);
 	}
-	(void)stage;
 }
 
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
@@ -282,6 +410,7 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	struct locus_grace_plan *p = &e->plan;
 	struct locus_dispatch_req rq;
 	struct locus_grace_batch b;
+	struct rows_src src;
 	const uint16_t *experts;
 	const float *gates;
 	const uint8_t *body;
@@ -296,6 +425,9 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
+	ret = rows_source(e, slot, d, &src);
+	if (ret < 0)
+		goto out;
 	if (!e->map) {
 		ret = -LOCUS_ESTATE;
 		engine_count(e, e->c.rej_no_table);
@@ -303,7 +435,7 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	}
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
 	body = c->buf + d->off + sizeof(rq);
-	ret = locus_dispatch_req_check(&rq, body, d->len, e->stage_size, e->map->dims.n_layers,
+	ret = locus_dispatch_req_check(&rq, body, d->len, src.size, e->map->dims.n_layers,
 				       e->map->dims.n_experts, e->p.dims.max_tokens, NULL);
 	if (ret < 0) {
 		engine_count(e, e->c.rej_bad_descriptor);
@@ -321,14 +453,18 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
-	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &n_res, &any_remote);
+	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &src, &n_res, &any_remote);
 	if (ret < 0) {
-		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down : e->c.rej_inbox_full);
+		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down
+			     : ret == -EOPNOTSUPP ? e->c.rej_region_unmapped : e->c.rej_inbox_full);
 		goto out;
 	}
 	d->count = (uint32_t)nd;
-	if (any_remote)
+	if (any_remote) {
 		pidx = engine_pending_get(e, slot, d, t0, e->c.dispatch_ns);
+		if (src.rg)
+			engine_pending_hold_region(e, pidx, src.rg);
+	}
 
 	/* phase 2: write and hand over */
 	for (int i = 0; i < nd; i++) {
@@ -341,23 +477,29 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			uint32_t nr = LOCUS_MIN(q->rows_per_msg, n_rows - k * q->rows_per_msg);
 			size_t len = locus_rows_msg_len(nr, rq.top_k, rq.row_bytes, (int)q->in_place);
 
+			int gather = q->remote && src.rg, dma = by_ldma(e, q, &src), ret2;
 			uint8_t *msg = msg_ptr(e, ri);
-			int ret2 = -1;
 
 			fill_dispatch_msg(msg, len, &rq, q, k, nr, r0, p, experts, gates,
-					  c->buf, c->rank, rank, e->seq[rank]++);
-			if (by_ldma(e, q))
-				ret2 = hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer,
-						 c->rank, len, (uint16_t)k,
-						 dispatch_srcs(e, c->buf, &rq, p, r0, nr),
-						 locus_rows_hdr_of(msg)->rows_off);
-			if (ret2 < 0) {
-				if (!q->in_place)
-					dispatch_rows_cpu(msg, &rq, p, r0, nr, c->buf);
-				if (hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id, rq.layer,
-					      c->rank, len, (uint16_t)k, 0, 0) < 0)
-					continue;
+					  &src, !gather && !dma, c->rank, rank, e->seq[rank]++);
+			if (gather) {
+				ret2 = send_from_region(e, ri, q, pidx, &src, rq.rows_off, rq.row_bytes,
+							p->rows, r0, nr,
+							locus_rows_msg_rows_off(nr, rq.top_k), len);
+			} else {
+				ret2 = dma ? hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id,
+						       rq.layer, c->rank, len, (uint16_t)k, &src,
+						       dispatch_srcs(e, c->buf, &rq, p, r0, nr),
+						       locus_rows_hdr_of(msg)->rows_off) : -1;
+				if (ret2 < 0) {
+					if (dma)
+						dispatch_rows_cpu(msg, &rq, p, r0, nr, src.base);
+					ret2 = hand_over(e, ri, q, pidx, LOCUS_OP_ROWS_IN, rq.batch_id,
+							 rq.layer, c->rank, len, (uint16_t)k, &src, 0, 0);
+				}
 			}
+			if (ret2 < 0)
+				continue;
 			count_tier(e, OP_DISPATCH_IDX, q->tier, nr,
 				   q->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 			rows_sent += nr;
@@ -386,6 +528,7 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	const struct locus_row_ref *refs;
 	struct locus_combine_req rq;
 	struct dest_plan *dp = &e->dplan[0];
+	struct rows_src src;
 	uint64_t t0 = e->p.now();
 	uint32_t n_res = 0;
 	int ret, pidx = -1;
@@ -397,9 +540,12 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
+	ret = rows_source(e, slot, d, &src);
+	if (ret < 0)
+		goto out;
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
 	refs = (const struct locus_row_ref *)(c->buf + d->off + sizeof(rq));
-	ret = locus_combine_req_check(&rq, refs, d->len, e->stage_size, e->n_ranks,
+	ret = locus_combine_req_check(&rq, refs, d->len, src.size, e->n_ranks,
 				      e->p.dims.max_tokens * LOCUS_MAX_TOPK, NULL);
 	if (ret < 0) {
 		engine_count(e, e->c.rej_bad_descriptor);
@@ -407,20 +553,26 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	}
 	ret = target_of(e, slot, c->rank, rq.dst_rank, 0, rq.row_bytes, rq.n_rows, dp);
 	if (ret == 0)
+		ret = src_reaches(e, &src, dp);
+	if (ret == 0)
 		ret = reserve(e, dp, rq.n_rows, 0, rq.row_bytes, &n_res);
-	if (ret == 0 && (dp->remote || by_ldma(e, dp)) && !e->n_pend_free)
+	if (ret == 0 && (dp->remote || by_ldma(e, dp, &src)) && !e->n_pend_free)
 		ret = -LOCUS_EFULL;
 	if (ret < 0) {
 		/* reserve() promises completion entries only when it succeeds, and
 		 * only the remote case can still fail after it */
 		release_reservations(e, n_res);
-		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down : e->c.rej_inbox_full);
+		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down
+			     : ret == -EOPNOTSUPP ? e->c.rej_region_unmapped : e->c.rej_inbox_full);
 		goto out;
 	}
 	d->count = dp->n_chunks;
 	d->aux = rq.n_rows;
-	if (dp->remote || by_ldma(e, dp))
+	if (dp->remote || by_ldma(e, dp, &src)) {
 		pidx = engine_pending_get(e, slot, d, t0, e->c.combine_ns);
+		if (src.rg)
+			engine_pending_hold_region(e, pidx, src.rg);
+	}
 	for (uint32_t k = 0; k < dp->n_chunks; k++) {
 		uint32_t r0 = k * dp->rows_per_msg;
 		uint32_t nr = LOCUS_MIN(dp->rows_per_msg, rq.n_rows - r0);
@@ -433,27 +585,35 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 				   c->rank, rq.dst_rank, e->seq[rq.dst_rank]++);
 		*h = (struct locus_rows_hdr){
 			.magic = LOCUS_ROWS_MAGIC, .layer = rq.layer, .n_rows = nr,
-			.row_bytes = rq.row_bytes, .flags = dp->in_place ? LOCUS_ROWS_IN_PLACE : 0,
+			.row_bytes = rq.row_bytes,
+			.flags = dp->in_place ? LOCUS_ROWS_IN_PLACE |
+						(src.rg ? LOCUS_ROWS_IN_REGION : 0) : 0,
 			.chunk = (uint16_t)k, .n_chunks = (uint16_t)dp->n_chunks,
 			.rows_off = dp->in_place ? rq.rows_off + (uint64_t)r0 * rq.row_bytes
 						 : locus_rows_msg_rows_off(nr, 0),
 			.batch_id = rq.batch_id,
 		};
 		memcpy(locus_rows_refs(msg), refs + r0, (size_t)nr * sizeof(*refs));
-		e->lsrc[0] = (struct locus_engine_ldma_src){
-			.off = region_off(e, c->buf) + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
-			.len = nr * rq.row_bytes,
-		};
-		if (!by_ldma(e, dp) || !nr ||
-		    hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer, c->rank,
-			      len, (uint16_t)k, 1, h->rows_off) < 0) {
-			if (!dp->in_place)
-				memcpy(msg + h->rows_off,
-				       c->buf + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
-				       (size_t)nr * rq.row_bytes);
-			if (hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer,
-				      c->rank, len, (uint16_t)k, 0, 0) < 0)
+		if (dp->remote && src.rg) {
+			if (send_from_region(e, k, dp, pidx, &src, rq.rows_off, rq.row_bytes, NULL, r0,
+					     nr, h->rows_off, len) < 0)
 				continue;
+		} else {
+			e->lsrc[0] = (struct locus_engine_ldma_src){
+				.off = region_off(e, c->buf) + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
+				.len = nr * rq.row_bytes,
+			};
+			if (!by_ldma(e, dp, &src) || !nr ||
+			    hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id, rq.layer,
+				      c->rank, len, (uint16_t)k, &src, 1, h->rows_off) < 0) {
+				if (!dp->in_place)
+					memcpy(msg + h->rows_off,
+					       src.base + rq.rows_off + (uint64_t)r0 * rq.row_bytes,
+					       (size_t)nr * rq.row_bytes);
+				if (hand_over(e, k, dp, pidx, LOCUS_OP_RESULTS_IN, rq.batch_id,
+					      rq.layer, c->rank, len, (uint16_t)k, &src, 0, 0) < 0)
+					continue;
+			}
 		}
 		count_tier(e, OP_COMBINE_IDX, dp->tier, nr,
 			   dp->in_place ? 0 : (uint64_t)nr * rq.row_bytes);

@@ -11,6 +11,8 @@
 
 enum { OP_DISPATCH_IDX = 0, OP_COMBINE_IDX = 1 };
 
+#define LOCUS_ENGINE_MAX_SGE 16 /* gather entries of one message the engine builds */
+
 /* What the engine knows of one client slot. Engine-local memory. */
 struct engine_client {
 	uint8_t active;
@@ -42,6 +44,23 @@ struct engine_cmd {
 	uint32_t pad1;
 	uint64_t done;           /* written by the engine (release) */
 	uint8_t  pad2[24];
+};
+
+/* A client's buffer region, engine-local. */
+struct engine_region {
+	struct locus_engine_region r;   /* r.id == 0: none */
+	uint32_t inflight;              /* pending requests whose sends read it */
+	uint8_t closing;                /* DEL seen: no new use; done when inflight == 0 */
+	uint64_t del_ticket;
+};
+
+struct engine_region_cmd {
+	uint64_t ticket;                /* written by control (release) */
+	uint32_t cmd;
+	uint32_t pad;
+	struct locus_engine_region r;
+	uint64_t done;                  /* written by the engine (release) */
+	uint8_t pad2[16];
 };
 
 /* Where one destination of a batch goes, decided in phase 1. */
@@ -82,6 +101,7 @@ struct engine_pending {
 	uint32_t slot;           /* client slot to complete */
 	uint32_t outstanding;    /* sends not yet done */
 	int32_t status;          /* first error, or 0 */
+	int32_t region;          /* index in e->regs the sends read, -1 none */
 	uint64_t t0;
 	uint64_t hist;           /* latency histogram offset */
 	struct locus_desc d;     /* the completion to post */
@@ -101,6 +121,13 @@ struct locus_engine {
 	uint64_t cmd_posted __locus_cache_aligned; /* control: tickets issued */
 	uint64_t cmd_seen __locus_cache_aligned;   /* engine: tickets handled */
 	struct engine_cmd *cmds;                   /* [n_slots] */
+
+	/* control -> engine region commands, and the regions */
+	uint64_t rcmd_posted __locus_cache_aligned;
+	uint64_t rcmd_seen __locus_cache_aligned;
+	struct engine_region_cmd *rcmds;           /* [n_slots * LOCUS_CLIENT_MAX_REGIONS] */
+	struct engine_region *regs;                /* [n_slots * LOCUS_CLIENT_MAX_REGIONS] */
+	uint32_t n_closing;                        /* regions waiting for their sends */
 
 	struct engine_client *cl;                  /* [n_slots] */
 	struct engine_decoder *dec;                /* [max_decoders] */
@@ -180,9 +207,23 @@ int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus
 void engine_pending_arm(struct locus_engine *e, int idx, int status);
 int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len);
 void engine_pending_end(struct locus_engine *e, int idx, int status);
+int engine_pending_send_sg(struct locus_engine *e, int idx, uint32_t node, void *buf,
+			   size_t hdr_len, const struct locus_engine_sge *sg, uint32_t n_sg,
+			   size_t len);
+void engine_pending_fail(struct locus_engine *e, int idx, int status);
+void engine_pending_hold_region(struct locus_engine *e, int idx, struct engine_region *g);
 uint64_t engine_cookie(const struct locus_engine *e, int idx);
 void engine_load_broadcast(struct locus_engine *e, uint64_t now);
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node);
+
+/* engine_region.c */
+int engine_regions_alloc(struct locus_engine *e);
+void engine_regions_free(struct locus_engine *e);
+void engine_region_commands(struct locus_engine *e);
+void engine_regions_retire(struct locus_engine *e);
+/* The usable region id of client slot, or NULL. */
+struct engine_region *engine_region_get(struct locus_engine *e, uint32_t slot, uint32_t id);
+void engine_region_put(struct locus_engine *e, int32_t idx);
 
 /* engine_dispatch.c */
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);

@@ -59,6 +59,7 @@ int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus
 	p->status = 0;
 	p->t0 = t0;
 	p->hist = hist;
+	p->region = -1;
 	p->d = *d;
 	p->epoch = c->epoch;
 	if (c->cpl_reserved)
@@ -74,6 +75,7 @@ static void pending_complete(struct locus_engine *e, uint32_t idx)
 
 	if (p->status < 0)
 		p->d.status = p->status;
+	engine_region_put(e, p->region);
 	/* a client that left (or a new one in its slot) is owed nothing */
 	if (c->active && c->epoch == p->epoch) {
 		c->cpl_pending--;
@@ -113,6 +115,43 @@ int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *bu
 	locus_counter_add_elem(e->blk, e->c.remote_msgs_out, node, 1);
 	locus_counter_add_elem(e->blk, e->c.remote_bytes_out, node, len);
 	return 0;
+}
+
+/* The same with the rows gathered from a region (send_sg); len: the whole message. */
+int engine_pending_send_sg(struct locus_engine *e, int idx, uint32_t node, void *buf,
+			   size_t hdr_len, const struct locus_engine_sge *sg, uint32_t n_sg,
+			   size_t len)
+{
+	struct engine_pending *p = &e->pend[idx];
+	int ret;
+
+	p->outstanding++;
+	ret = e->rt->send_sg(e->rt->ctx, node, buf, hdr_len, sg, n_sg, engine_cookie(e, idx));
+	if (ret < 0) {
+		p->outstanding--;
+		e->rt->free(e->rt->ctx, buf);
+		if (p->status == 0)
+			p->status = ret;
+		engine_count(e, e->c.remote_send_errors);
+		return ret;
+	}
+	locus_counter_add_elem(e->blk, e->c.remote_msgs_out, node, 1);
+	locus_counter_add_elem(e->blk, e->c.remote_bytes_out, node, len);
+	return 0;
+}
+
+/* A message of request idx could not be sent at all: its status says so. */
+void engine_pending_fail(struct locus_engine *e, int idx, int status)
+{
+	if (e->pend[idx].status == 0)
+		e->pend[idx].status = status;
+}
+
+/* Request idx's sends read region g: g stays until the request completes. */
+void engine_pending_hold_region(struct locus_engine *e, int idx, struct engine_region *g)
+{
+	e->pend[idx].region = (int32_t)(g - e->regs);
+	g->inflight++;
 }
 
 void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int status)

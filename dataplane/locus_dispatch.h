@@ -72,7 +72,10 @@ struct locus_row_ref {
 };
 
 enum locus_rows_flags {
-	LOCUS_ROWS_IN_PLACE = 1u << 0,
+	LOCUS_ROWS_IN_PLACE  = 1u << 0,
+	/* with IN_PLACE: rows_off is in the registered region the delivering
+	 * descriptor names (LOCUS_DESC_F_REGION), not in the stage */
+	LOCUS_ROWS_IN_REGION = 1u << 1,
 };
 
 struct locus_rows_hdr {
@@ -183,7 +186,8 @@ int locus_combine_req_check(const struct locus_combine_req *hdr, const struct lo
  * Check a rows message of len bytes (header included) as a receiver does:
  * message header (type DISPATCH or COMBINE), rows header, exact sizes, refs
  * (kmask within top_k bits for DISPATCH). A message with
- * LOCUS_ROWS_IN_PLACE must name rows inside stage_size.
+ * LOCUS_ROWS_IN_PLACE must name rows inside stage_size (the region's length
+ * with LOCUS_ROWS_IN_REGION).
  */
 int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t stage_size,
 			 struct locus_error *err);

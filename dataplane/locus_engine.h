@@ -51,6 +51,11 @@ struct locus_engine_ctr {
 	uint64_t ldma_msgs, ldma_bytes;            /* intra-node rows moved by the RDMA device */
 	uint64_t ldma_fallbacks;                   /* ... copied by the CPU: device queue full/down */
 	uint64_t ldma_errors;                      /* DMA copies that failed (request failed) */
+	uint64_t rej_bad_region;                   /* region flag naming no usable region */
+	uint64_t rej_region_unmapped;              /* rows that needed a CPU copy of an unmappable region */
+	uint64_t region_rows_zero_copy;            /* rows sent from a region's MR (gather) */
+	uint64_t region_msgs_copied;               /* region messages copied: no MR or too many runs */
+	uint64_t regions;                          /* gauge: regions in use */
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -77,6 +82,13 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
  * behind DPDK rings, buffers from a registered mempool; tests: queues).
  * All calls are made on the engine's lcore and must not block.
  */
+/* One gather entry of a message (locus_engine_remote.send_sg). */
+struct locus_engine_sge {
+	uint64_t addr;
+	uint32_t len;
+	uint32_t lkey;
+};
+
 struct locus_engine_remote {
 	/* A buffer of at least len (<= max_msg) bytes for a message, or NULL. */
 	void *(*alloc)(void *ctx, size_t len);
@@ -91,6 +103,15 @@ struct locus_engine_remote {
 	int (*send)(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie);
 	/* Whether node's connection is up (cheap, no syscall). */
 	int (*peer_up)(void *ctx, uint32_t node);
+	/*
+	 * Optional (NULL: the engine copies): like send, but the message is the
+	 * first hdr_len bytes of buf followed by the n_sg segments of sg, memory
+	 * registered with the transport's device (lkey). The transport copies
+	 * the list; the segments must stay untouched until the send is done.
+	 */
+	int (*send_sg)(void *ctx, uint32_t node, void *buf, size_t hdr_len,
+		       const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie);
+	uint32_t max_sge;              /* segments send_sg takes after the header */
 	void *ctx;
 	size_t max_msg;
 	uint32_t load_period_us;       /* decoder load broadcast period */
@@ -169,6 +190,38 @@ struct locus_engine_grant {
 uint64_t locus_engine_command(struct locus_engine *e, uint32_t slot, enum locus_engine_cmd cmd,
 			      const struct locus_engine_grant *grant);
 int locus_engine_command_done(struct locus_engine *e, uint32_t slot, uint64_t ticket);
+
+/*
+ * A client's buffer region as the control thread granted it (checked,
+ * mapped, registered). The engine trusts only this, and only between the
+ * ADD's and the DEL's acknowledgement.
+ */
+struct locus_engine_region {
+	uint32_t id;      /* the client's id; id % LOCUS_CLIENT_MAX_REGIONS is its index */
+	uint32_t lkey;    /* MR of the region, 0: none (rows leaving the node are copied) */
+	uint8_t *addr;    /* CPU mapping, NULL: none (intra-node copies fail) */
+	uint64_t iova;    /* MR address of the region's byte 0 (with lkey) */
+	uint64_t len;
+};
+
+enum locus_engine_region_cmd {
+	LOCUS_ENGINE_REGION_ADD = 1,
+	LOCUS_ENGINE_REGION_DEL = 2, /* done once no request in flight reads it */
+};
+
+/*
+ * Control thread: add or remove region index idx (< LOCUS_CLIENT_MAX_REGIONS)
+ * of client slot. Returns a ticket; locus_engine_region_done() turns 1 once
+ * the engine carried it out. For DEL that is when the last in-flight send
+ * from the region has completed: only then may the mapping and the MR go.
+ * A detached client's regions are no longer used for new requests, but stay
+ * until DEL. One control thread only.
+ */
+uint64_t locus_engine_region_command(struct locus_engine *e, uint32_t slot, uint32_t idx,
+				     enum locus_engine_region_cmd cmd,
+				     const struct locus_engine_region *r);
+int locus_engine_region_done(struct locus_engine *e, uint32_t slot, uint32_t idx,
+			     uint64_t ticket);
 
 /*
  * Engine lcore: the transport finished sending the message of cookie

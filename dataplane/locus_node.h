@@ -37,6 +37,22 @@ void locus_node_set_running(struct locus_node *n);
 /* The segment says the daemon is going away (state STOPPING). */
 void locus_node_set_stopping(struct locus_node *n);
 
+struct locus_regions_mr_ops;
+
+/*
+ * Serve client buffer regions (locus_regions.h): open the registration
+ * socket next to the segment. mr: how to register regions with the RDMA
+ * device, NULL on a single node. Returns 0 or negative (err says).
+ */
+int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_ops *mr,
+			    struct locus_error *err);
+
+/*
+ * Release every region now, without the engine (which must no longer run):
+ * before the RDMA device whose MRs they hold goes away.
+ */
+void locus_node_regions_close(struct locus_node *n);
+
 /* One pass of control work over every client slot. Control thread only. */
 void locus_node_control(struct locus_node *n);
 

@@ -338,6 +338,10 @@ int main(int argc, char **argv)
 		}
 		locus_engine_set_ldma(locus_node_engine(D.node), locusd_loop_ops(D.loop));
 	}
+	if (locus_node_regions_open(D.node, D.net ? locusd_net_mr_ops(D.net) : NULL, &err) < 0) {
+		fprintf(stderr, "locusd: buffer regions: %s\n", err.msg);
+		goto err_node;
+	}
 	D.idle_sleep_us = D.cfg.idle_sleep_us;
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -402,6 +406,8 @@ int main(int argc, char **argv)
 err_node:
 	locusd_loop_destroy(D.loop);
 	D.loop = NULL;
+	/* regions' MRs belong to the transport's PD: deregistered while it exists */
+	locus_node_regions_close(D.node);
 	/* the transport first: its in-flight messages complete into the engine */
 	locusd_net_destroy(D.net);
 	D.net = NULL;

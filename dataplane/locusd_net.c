@@ -41,9 +41,11 @@
 
 struct tx_rec {
 	void *buf;
-	uint32_t len;
+	uint32_t len;        /* bytes at buf (with n_sg: the header) */
 	uint32_t node;
 	uint64_t cookie;     /* the engine's */
+	uint32_t n_sg;       /* rows gathered from a client region after buf */
+	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE];
 };
 
 struct backlog {
@@ -77,6 +79,7 @@ struct locusd_net {
 	uint32_t n_rec_free;
 	struct locus_engine *eng;
 	struct locus_engine_remote rt;
+	struct locus_regions_mr_ops mr_ops;
 	uint64_t next_service, service_period;
 };
 
@@ -205,7 +208,9 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 
 			m[k] = (struct locus_verbs_msg){ .buf = r->buf, .len = r->len,
 							 .lkey = lkey_of(n, r->buf),
-							 .cookie = b->idx[i % BACKLOG] };
+							 .cookie = b->idx[i % BACKLOG],
+							 .sg = r->n_sg ? r->sg : NULL,
+							 .n_sg = r->n_sg };
 		}
 		posted = locus_verbs_post(n->peer[node], m, k);
 		if (posted <= 0)
@@ -214,23 +219,108 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 	}
 }
 
-static int rt_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+/* Queue a message (header buf, then n_sg gathered segments) and post what credits allow. */
+static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, uint64_t cookie,
+		   const struct locus_engine_sge *sg, uint32_t n_sg)
 {
-	struct locusd_net *n = ctx;
 	struct backlog *b;
+	struct tx_rec *r;
 	uint32_t idx;
 
 	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
 		return -LOCUS_EPEERDOWN;
+	if (n_sg > LOCUS_VERBS_MAX_SGE - 1)
+		return -LOCUS_ERANGE;
 	b = &n->bl[node];
 	if (!n->n_rec_free || b->tail - b->head >= BACKLOG)
 		return -LOCUS_EFULL;
 	idx = n->rec_free[--n->n_rec_free];
-	n->rec[idx] = (struct tx_rec){ .buf = buf, .len = (uint32_t)len, .node = node,
-				       .cookie = cookie };
+	r = &n->rec[idx];
+	r->buf = buf;
+	r->len = (uint32_t)len;
+	r->node = node;
+	r->cookie = cookie;
+	r->n_sg = n_sg;
+	for (uint32_t j = 0; j < n_sg; j++)
+		r->sg[j] = (struct locus_verbs_sge){ .addr = sg[j].addr, .len = sg[j].len,
+						     .lkey = sg[j].lkey };
 	b->idx[b->tail++ % BACKLOG] = idx;
 	flush_backlog(n, node);
 	return 0;
+}
+
+static int rt_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+{
+	return enqueue(ctx, node, buf, len, cookie, NULL, 0);
+}
+
+/*
+ * A message whose rows stay in a client's registered region: the header
+ * from our pool buffer, then the region's segments, in one WRITE_WITH_IMM.
+ * The engine keeps the region registered until this send completes.
+ */
+static int rt_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
+		      const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie)
+{
+	return enqueue(ctx, node, buf, hdr_len, cookie, sg, n_sg);
+}
+
+/* ---- client buffer regions: MRs (main lcore; verbs calls are thread-safe) ------------- */
+
+static int mr_reg_dmabuf(void *ctx, int fd, uint64_t offset, uint64_t len, uint32_t *lkey,
+			 uint64_t *iova, void **handle, struct locus_error *err)
+{
+	struct locusd_net *n = ctx;
+	struct locus_verbs_mr *mr = calloc(1, sizeof(*mr));
+	int ret;
+
+	if (!mr)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	/* the region's own offsets as iova: SGE addresses are offsets in the region + iova */
+	ret = locus_verbs_mr_reg_dmabuf(n->ep, fd, offset, len, offset, 0, mr, err);
+	if (ret < 0) {
+		free(mr);
+		return ret;
+	}
+	*lkey = mr->lkey;
+	*iova = offset;
+	*handle = mr;
+	return 0;
+}
+
+static int mr_reg_mapped(void *ctx, void *addr, uint64_t len, uint32_t *lkey, uint64_t *iova,
+			 void **handle, struct locus_error *err)
+{
+	struct locusd_net *n = ctx;
+	struct locus_verbs_mr *mr = calloc(1, sizeof(*mr));
+	int ret;
+
+	if (!mr)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	ret = locus_verbs_mr_reg(n->ep, addr, len, 0, mr, err);
+	if (ret < 0) {
+		free(mr);
+		return ret;
+	}
+	*lkey = mr->lkey;
+	*iova = (uintptr_t)addr;
+	*handle = mr;
+	return 0;
+}
+
+static void mr_dereg(void *ctx, void *handle)
+{
+	(void)ctx;
+	locus_verbs_mr_free(handle);
+	free(handle);
+}
+
+const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n)
+{
+	n->mr_ops = (struct locus_regions_mr_ops){ .reg_dmabuf = mr_reg_dmabuf,
+						   .reg_mapped = mr_reg_mapped,
+						   .dereg = mr_dereg, .ctx = n };
+	return &n->mr_ops;
 }
 
 /* ---- verbs callbacks (on the worker lcore) ----------------------------------------------- */
@@ -402,6 +492,9 @@ int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 	}
 	n->rt = (struct locus_engine_remote){
 		.alloc = rt_alloc, .free = rt_free, .send = rt_send, .peer_up = rt_peer_up,
+		.send_sg = rt_send_sg,
+		/* the header takes one entry */
+		.max_sge = LOCUS_MIN(locus_verbs_ep_max_send_sge(n->ep), LOCUS_VERBS_MAX_SGE) - 1,
 		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
 					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
 		.load_period_us = 1000,

@@ -13,6 +13,7 @@
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_err.h"
+#include "locus_regions.h"
 
 struct locusd_net;
 
@@ -40,6 +41,9 @@ const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n);
  */
 int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
 		      uint32_t block, struct locus_error *err);
+
+/* How client buffer regions get MRs on this transport's device (main lcore). */
+const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n);
 
 /* Engine lcore, every iteration: CQ burst, backlogs, timed CM servicing. */
 int locusd_net_poll(struct locusd_net *n, uint64_t now_tsc);

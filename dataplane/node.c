@@ -6,6 +6,7 @@
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_node.h"
+#include "locus_regions.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 
@@ -31,6 +32,8 @@ struct locus_node {
 	struct locus_engine_grant *grant;
 	int32_t *decoder_owner;
 	int32_t *rank_owner;
+	uint8_t *draining;    /* detached, waiting for its regions' release */
+	struct locus_regions *regions; /* NULL until locus_node_regions_open() */
 };
 
 static size_t counters_block_size(const struct locus_config *c)
@@ -138,8 +141,9 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	n->grant = calloc(cfg->client_slots, sizeof(*n->grant));
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
+	n->draining = calloc(cfg->client_slots, 1);
 	if (!n->ticket || !n->cmd || !n->attached || !n->grant || !n->decoder_owner ||
-	    !n->rank_owner) {
+	    !n->rank_owner || !n->draining) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
@@ -256,12 +260,40 @@ static void registry_set(struct locus_node *n, uint32_t slot, int on)
 		n->n_attached--;
 }
 
+int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_ops *mr,
+			    struct locus_error *err)
+{
+	struct locus_regions_params p = {
+		.instance = n->cfg.instance, .clients = &n->clients, .engine = n->engine,
+		.ctrs = n->ctrs, .ctl_blk = n->ctl_blk, .attached = n->attached, .mr = mr,
+	};
+
+	if (n->regions)
+		return locus_error_set(err, EEXIST, "buffer regions already open");
+	return locus_regions_create(&p, &n->regions, err);
+}
+
+void locus_node_regions_close(struct locus_node *n)
+{
+	locus_regions_destroy(n->regions);
+	n->regions = NULL;
+}
+
 void locus_node_control(struct locus_node *n)
 {
+	locus_regions_poll(n->regions);
 	for (uint32_t i = 0; i < n->cfg.client_slots; i++) {
 		struct locus_client_ctl *ctl = locus_clients_ctl(&n->clients, i);
 		int ev, why;
 
+		if (n->draining[i]) {
+			/* the slot is reused only once the engine let go of its regions */
+			if (locus_regions_slot_busy(n->regions, i))
+				continue;
+			n->draining[i] = 0;
+			locus_clients_release(&n->clients, i);
+			continue;
+		}
 		if (n->ticket[i]) {
 			if (!locus_engine_command_done(n->engine, i, n->ticket[i]))
 				continue;
@@ -274,7 +306,10 @@ void locus_node_control(struct locus_node *n)
 				locus_counter_inc(n->ctl_blk, died ? n->ctr_reclaimed
 								   : n->ctr_detached);
 				registry_set(n, i, 0);
-				locus_clients_release(&n->clients, i);
+				if (locus_regions_slot_busy(n->regions, i))
+					n->draining[i] = 1;
+				else
+					locus_clients_release(&n->clients, i);
 			}
 			continue;
 		}
@@ -299,6 +334,7 @@ void locus_node_control(struct locus_node *n)
 			}
 			n->cmd[i] = LOCUS_ENGINE_DETACH;
 			n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_DETACH, NULL);
+			locus_regions_slot_gone(n->regions, i);
 		}
 	}
 }
@@ -307,6 +343,8 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 {
 	if (!n)
 		return;
+	/* the engine is stopped: its regions go without a DEL */
+	locus_regions_destroy(n->regions);
 	locus_engine_destroy(n->engine);
 	locus_counters_close(n->ctrs);
 	locus_table_region_detach(n->tables);
@@ -321,5 +359,6 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->grant);
 	free(n->decoder_owner);
 	free(n->rank_owner);
+	free(n->draining);
 	free(n);
 }

@@ -412,6 +412,16 @@ uint32_t locus_client_slot(const struct locus_client *c)
 	return c->slot;
 }
 
+uint64_t locus_client_generation(const struct locus_client *c)
+{
+	return __atomic_load_n(&locus_clients_ctl(&c->v, c->slot)->generation, __ATOMIC_ACQUIRE);
+}
+
+const char *locus_client_instance(const struct locus_client *c)
+{
+	return locus_shm_instance(c->shm);
+}
+
 const struct locus_clients *locus_client_region(const struct locus_client *c)
 {
 	return &c->v;

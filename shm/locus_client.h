@@ -31,6 +31,7 @@
 #ifndef LOCUS_CLIENT_H
 #define LOCUS_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -83,7 +84,21 @@ struct locus_desc {
 	uint32_t peer;     /* ROUTE done: decoder; ROWS_IN: source rank; COMBINE: destination */
 	uint32_t count;    /* ROUTE done: band size; DISPATCH done: destination ranks */
 	uint64_t aux;      /* ROUTE done: similarity as f32 bits; DISPATCH done: rows sent */
-	uint8_t  reserved[16];
+	uint32_t region;   /* with LOCUS_DESC_F_REGION: a registered region's id */
+	uint8_t  reserved[12];
+};
+
+/*
+ * struct locus_desc flags. LOCUS_DESC_F_REGION on a DISPATCH or COMBINE: the
+ * token rows are in the registered region `region` (locus_client_register_
+ * dmabuf), the request's rows_off is relative to that region and checked
+ * against its length. The request itself (header, expert ids, gates, refs)
+ * stays at off/len in the stage: locusd reads it with the CPU, and GPU
+ * memory is usually not CPU-mappable. A ROWS_IN / RESULTS_IN handed over in
+ * place (same GPU) from a region carries the flag and the id back.
+ */
+enum locus_desc_flags {
+	LOCUS_DESC_F_REGION = 1u << 0,
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_desc) == LOCUS_DESC_SIZE, "descriptor is 64 bytes");
@@ -264,8 +279,101 @@ int locus_client_release_slot(struct locus_client *c, uint32_t slot);
 /* Decoder load report: one-sided plain stores, read by locusd. */
 void locus_client_report_load(struct locus_client *c, uint32_t load);
 
+/* ------------------------------------------------------------------ */
+/* Buffer regions: a rank's (GPU) memory given to locusd as a dma-buf.  */
+
+#define LOCUS_CLIENT_MAX_REGIONS 8u          /* per client */
+#define LOCUS_REGION_MAX_LEN     (1ull << 36) /* 64 GiB */
+#define LOCUS_REGION_ALIGN       4096u       /* offset and length */
+#define LOCUS_REG_MAGIC          0x47455244u /* "DREG" */
+#define LOCUS_REG_VERSION        1u
+#define LOCUS_REG_SOCK_SUFFIX    ".reg"
+#define LOCUS_REG_RUN_DIR        "/run/locus"
+
+enum locus_reg_op {
+	LOCUS_REG_DMABUF     = 1, /* the message carries one fd (SCM_RIGHTS) */
+	LOCUS_REG_UNREGISTER = 2,
+};
+
+/*
+ * How locusd holds a region (reply flags). A region may be CPU-mapped by
+ * locusd (intra-node tiers copy from the mapping) and registered with the
+ * RDMA device straight from the dma-buf (ibv_reg_dmabuf_mr) or through the
+ * mapping (ibv_reg_mr); then rows leave the node zero-copy. Without an MR,
+ * inter-node rows are copied out of the mapping; without a mapping, only
+ * the same-GPU tier and zero-copy sends can use the region.
+ */
+enum locus_region_flags {
+	LOCUS_REGION_MAPPED    = 1u << 0,
+	LOCUS_REGION_MR_DMABUF = 1u << 1,
+	LOCUS_REGION_MR_MAPPED = 1u << 2,
+};
+
+/*
+ * The registration socket's messages (SOCK_SEQPACKET, one request and one
+ * reply per connection). The daemon checks the sender with SO_PEERCRED:
+ * its pid must own slot, in generation.
+ */
+struct locus_reg_req {
+	uint32_t magic;       /* LOCUS_REG_MAGIC */
+	uint32_t version;     /* LOCUS_REG_VERSION */
+	uint32_t op;          /* enum locus_reg_op */
+	uint32_t slot;        /* the sender's client slot */
+	uint64_t generation;  /* the slot's activation generation */
+	uint64_t offset;      /* REG_DMABUF: region start in the dma-buf */
+	uint64_t len;         /* REG_DMABUF: region bytes */
+	uint32_t region;      /* UNREGISTER: the id */
+	uint32_t reserved;    /* 0 */
+};
+
+struct locus_reg_rep {
+	uint32_t magic;
+	uint32_t version;
+	int32_t  status;      /* 0 or -code */
+	uint32_t region;      /* REG_DMABUF: the new region's id (never 0) */
+	uint32_t flags;       /* enum locus_region_flags */
+	uint32_t reserved;
+	char     msg[168];    /* why, when status < 0 (NUL-terminated) */
+};
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_req) == 48, "registration request");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_rep) == 192, "registration reply");
+
+/*
+ * Register [offset, offset + len) of the dma-buf fd as a buffer region of
+ * this client: the fd is passed to locusd (we keep ours), which checks it
+ * (a dma-buf, large enough, offset and len multiples of 4096, our slot,
+ * LOCUS_CLIENT_MAX_REGIONS), maps it where the exporter allows and
+ * registers it with its RDMA device. Returns 0 with *region_id (and the
+ * enum locus_region_flags in *flags, may be NULL), or the refusal:
+ * -EBADF, -EINVAL / -LOCUS_ERANGE (offsets), -ENOTSUP (not a dma-buf),
+ * -LOCUS_EFULL, -EACCES (not our slot), -ETIMEDOUT (timeout_ms, 0 = 2000),
+ * -ECONNREFUSED / -ENOENT (no locusd listening); err says which.
+ */
+int locus_client_register_dmabuf(struct locus_client *c, int fd, uint64_t offset, uint64_t len,
+				 uint32_t timeout_ms, uint32_t *region_id, uint32_t *flags,
+				 struct locus_error *err);
+
+/*
+ * Give a region back. Returns once locusd's engine no longer uses it (its
+ * in-flight sends are done) and locusd dropped the mapping and the MR.
+ * Detaching (or dying) releases every region of the client too.
+ */
+int locus_client_unregister_region(struct locus_client *c, uint32_t region_id,
+				   uint32_t timeout_ms, struct locus_error *err);
+
+/*
+ * The registration socket of instance into buf: <dir>/locus.<instance>.reg,
+ * dir $LOCUS_SHM_DIR when set (next to the segment), else /run/locus when it
+ * exists (the deployment's tmpfiles.d), else /dev/shm. 0, -EINVAL,
+ * -ENAMETOOLONG.
+ */
+int locus_client_reg_sock_path(const char *instance, char *buf, size_t len);
+
 /* Index of our slot and the daemon's activation generation. */
 uint32_t locus_client_slot(const struct locus_client *c);
+uint64_t locus_client_generation(const struct locus_client *c);
+const char *locus_client_instance(const struct locus_client *c);
 const struct locus_clients *locus_client_region(const struct locus_client *c);
 
 #endif /* LOCUS_CLIENT_H */

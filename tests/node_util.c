@@ -31,12 +31,17 @@ struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t de
 					.timeout_ms = 5000 };
 	struct locus_client *c;
 	struct locus_error e;
-	int ret;
+	int ret = -EEXIST;
 
-	/* a detach is drained by the daemon's control pass: the same id may still be taken */
-	for (int i = 0; (ret = locus_client_attach(instance, &req, &c, &e)) == -EEXIST && i < 2000;
-	     i++)
-		tu_nap();
+	/*
+	 * A decoder id or rank detached just before is free again only once the
+	 * node's control pass reclaimed its slot: under load that takes a while.
+	 */
+	for (int i = 0; i < 25000 && ret == -EEXIST; i++) {
+		ret = locus_client_attach(instance, &req, &c, &e);
+		if (ret == -EEXIST)
+			tu_nap();
+	}
 	if (ret != 0)
 		fail_msg("attach to %s: %s", instance, e.msg);
 	return c;

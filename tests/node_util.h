@@ -11,7 +11,10 @@
 uint64_t tu_now_ns(void);
 void tu_nap(void);
 
-/* Attach to instance (cmocka failure with the reason if refused). */
+/*
+ * Attach to instance (cmocka failure with the reason if refused); a role
+ * still held by a client detached just before is waited for (bounded).
+ */
 struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t decoder_id,
 			       uint32_t rank);
 

@@ -165,10 +165,9 @@ static double locus_bw(uint32_t size, unsigned iters)
 
 		want = (unsigned)LOCUS_MIN((uint64_t)want, n.tx_nbuf - (n.tx_posted - n.tx_done));
 		for (k = 0; k < want; k++) {
-			m[k].buf = (uint8_t *)n.txmr.addr + ((n.tx_posted + k) % n.tx_nbuf) * size;
-			m[k].len = size;
-			m[k].lkey = n.txmr.lkey;
-			m[k].cookie = n.tx_posted + k;
+			m[k] = (struct locus_verbs_msg){
+				.buf = (uint8_t *)n.txmr.addr + ((n.tx_posted + k) % n.tx_nbuf) * size,
+				.len = size, .lkey = n.txmr.lkey, .cookie = n.tx_posted + k };
 		}
 		if (want) {
 			int rc = locus_verbs_post(n.peer, m, want);

@@ -39,6 +39,7 @@ struct opts {
 	uint32_t n_decoder_at, n_rank_at;
 	int allow_errors;
 	uint32_t batch_ms;               /* with allow_errors: give a batch up after this */
+	int dmabuf;                      /* ranks' rows in registered dma-buf regions */
 };
 
 /* Shared with the children (MAP_SHARED): each writes its own record. */
@@ -57,6 +58,9 @@ struct proc_stats {
 	int attached, failed, gone;
 	char why[224];
 	char bad[128];                  /* what the first corrupt delivery was */
+	uint32_t region_flags;          /* --dmabuf: enum locus_region_flags locusd gave */
+	int region_registered, region_released;
+	char region_how[16];            /* the exporter used */
 } __attribute__((aligned(64)));
 
 struct shared {
@@ -104,6 +108,11 @@ struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 
 /* With --allow-errors: whether our own locusd died (then s->gone is set). */
 int own_daemon_gone(struct proc_stats *s);
+
+/* --dmabuf (loadgen_dmabuf.c): a dma-buf of len bytes (udmabuf, else vgem), or -errno. */
+int lg_dmabuf_create(size_t len, const char **how);
+void *lg_dmabuf_map(int fd, size_t len);
+void lg_dmabuf_sync(int fd, int start);
 
 /* The expert-parallel rank process; returns its exit status. */
 int run_rank(uint32_t rank, struct proc_stats *s);

@@ -16,6 +16,8 @@
 #include <string.h>
 #include <stdlib.h>
 #include <stdio.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "loadgen.h"
 #include "locus_dispatch.h"
@@ -62,6 +64,12 @@ struct rank_state {
 	int dispatch_done;
 	uint32_t batch;
 	uint64_t t0, t_batch;         /* run start; submission of the batch in flight */
+	/* where the batch's rows are: the stage, or (--dmabuf) a registered region */
+	uint8_t *rows;
+	uint64_t rows_off;
+	int dmafd;
+	size_t rlen;
+	uint32_t region;
 };
 
 static uint32_t comb_in_use(const struct rank_state *rs)
@@ -260,15 +268,29 @@ static int backlog_add(struct rank_state *rs, struct proc_stats *s, uint32_t src
 	return 0;
 }
 
-/* Rows handed over in place (our own batch): every referenced row inside the batch's rows. */
-static int in_stage(const struct rank_state *rs, const struct locus_rows_hdr *h,
-		    const struct locus_row_ref *refs)
+/*
+ * Rows handed over in place (our own batch): where they are, the stage or
+ * our registered region, or NULL if a referenced row lies outside it.
+ */
+static const uint8_t *in_place_rows(const struct rank_state *rs, const struct locus_desc *d,
+				    const struct locus_rows_hdr *h,
+				    const struct locus_row_ref *refs)
 {
+	const uint8_t *base = rs->stage;
+	uint64_t size = rs->stage_size, lo = ROWS_OFF;
+
+	if (d->flags & LOCUS_DESC_F_REGION) {
+		if (!rs->region || d->region != rs->region || rs->dmafd < 0)
+			return NULL;
+		base = rs->rows - rs->rows_off;
+		size = rs->rlen;
+		lo = 0;
+	}
 	for (uint32_t j = 0; j < h->n_rows; j++)
 		if (refs[j].token >= O.tokens ||
-		    h->rows_off + (uint64_t)(refs[j].token + 1) * h->row_bytes > rs->stage_size)
-			return 0;
-	return h->rows_off >= ROWS_OFF;
+		    h->rows_off + (uint64_t)(refs[j].token + 1) * h->row_bytes > size)
+			return NULL;
+	return h->rows_off >= lo ? base + h->rows_off : NULL;
 }
 
 /* Rows arrived: answer them now, or copy them out; the inbox slot goes back at once. */
@@ -291,12 +313,12 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 	h = locus_rows_hdr_of(msg);
 	refs = locus_rows_refs(msg);
 	by_token = !!(h->flags & LOCUS_ROWS_IN_PLACE);
-	rows = by_token ? rs->stage + h->rows_off : msg + h->rows_off;
+	rows = by_token ? in_place_rows(rs, d, h, refs) : msg + h->rows_off;
 	if ((uint64_t)h->n_rows * h->row_bytes > COMB_ROWS) {
 		corrupt(s, "rank %u: %u rows of %u bytes exceed a combine slot", rs->rank,
 			h->n_rows, h->row_bytes);
-	} else if (by_token && (m->src_rank != rs->rank || !in_stage(rs, h, refs))) {
-		corrupt(s, "rank %u: rows in place from rank %u at %llu outside our staged batch",
+	} else if (by_token && (m->src_rank != rs->rank || !rows)) {
+		corrupt(s, "rank %u: rows in place from rank %u at %llu outside our batch",
 			rs->rank, m->src_rank, (unsigned long long)h->rows_off);
 	} else if (!rs->bl_n && (slot = free_slot(rs)) >= 0) {
 		combine_build(rs, s, (uint32_t)slot, m->src_rank, h, refs, rows, by_token);
@@ -437,18 +459,66 @@ static void build_batch(struct rank_state *rs, uint32_t b)
 
 	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = (uint16_t)layer,
 					  .top_k = T->k, .n_tokens = O.tokens,
-					  .row_bytes = O.row_bytes, .rows_off = ROWS_OFF,
+					  .row_bytes = O.row_bytes, .rows_off = rs->rows_off,
 					  .batch_id = b };
+	if (rs->dmafd >= 0)
+		lg_dmabuf_sync(rs->dmafd, 1);
 	for (uint32_t t = 0; t < O.tokens; t++) {
 		const uint16_t *ids = locus_trace_tok(T, r->prompt, t % r->prompt_len, layer);
 
 		memcpy(ex + (size_t)t * T->k, ids, 2u * T->k);
 		for (uint32_t x = 0; x < O.row_bytes; x++)
-			rs->stage[ROWS_OFF + (size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
+			rs->rows[(size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
 	}
+	if (rs->dmafd >= 0)
+		lg_dmabuf_sync(rs->dmafd, 0);
 	g = (float *)((uint8_t *)ex + locus_ids_bytes(O.tokens, T->k));
 	for (uint32_t i = 0; i < O.tokens * T->k; i++)
 		g[i] = 1.0f / T->k;
+}
+
+/* --dmabuf: the batch's rows go to a dma-buf registered with our locusd. */
+static int region_setup(struct rank_state *rs, struct proc_stats *s)
+{
+	struct locus_error e = { 0 };
+	const char *how = "none";
+	int ret;
+
+	rs->rlen = LOCUS_ALIGN_UP((size_t)O.tokens * O.row_bytes, (size_t)LOCUS_REGION_ALIGN);
+	rs->dmafd = lg_dmabuf_create(rs->rlen, &how);
+	snprintf(s->region_how, sizeof(s->region_how), "%s", how);
+	if (rs->dmafd < 0) {
+		snprintf(s->why, sizeof(s->why), "rank %u: no dma-buf (udmabuf or vgem): %s",
+			 rs->rank, strerror(-rs->dmafd));
+		return -1;
+	}
+	rs->rows = lg_dmabuf_map(rs->dmafd, rs->rlen);
+	if (!rs->rows) {
+		snprintf(s->why, sizeof(s->why), "rank %u: cannot map our %s dma-buf", rs->rank,
+			 how);
+		return -1;
+	}
+	ret = locus_client_register_dmabuf(rs->c, rs->dmafd, 0, rs->rlen, 30000, &rs->region,
+					   &s->region_flags, &e);
+	if (ret < 0) {
+		snprintf(s->why, sizeof(s->why), "rank %u: registering the %s dma-buf: %.150s",
+			 rs->rank, how, e.msg);
+		return -1;
+	}
+	rs->rows_off = 0;
+	s->region_registered = 1;
+	return 0;
+}
+
+static void region_teardown(struct rank_state *rs, struct proc_stats *s)
+{
+	if (rs->region && !s->gone &&
+	    locus_client_unregister_region(rs->c, rs->region, 30000, NULL) == 0)
+		s->region_released = 1;
+	if (rs->rows && rs->dmafd >= 0)
+		munmap(rs->rows, rs->rlen);
+	if (rs->dmafd >= 0)
+		close(rs->dmafd);
 }
 
 int run_rank(uint32_t rank, struct proc_stats *s)
@@ -467,6 +537,14 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 	}
 	rs->rank = rank;
 	rs->stage = locus_client_stage(rs->c, &rs->stage_size);
+	rs->rows = rs->stage + ROWS_OFF;
+	rs->rows_off = ROWS_OFF;
+	rs->dmafd = -1;
+	if (O.dmabuf && region_setup(rs, s) < 0) {
+		s->failed = 1;
+		__atomic_add_fetch(&S->ranks_failed, 1, __ATOMIC_ACQ_REL);
+		goto out;
+	}
 	/* a batch may need every rank, wherever attached: start once all are */
 	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
 	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks &&
@@ -488,7 +566,9 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (b < O.batches && rs->dispatch_done == -1) {
 			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
 						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
-											T->k) };
+											T->k),
+						.flags = rs->region ? LOCUS_DESC_F_REGION : 0,
+						.region = rs->region };
 
 			if (rs->got_pairs == 0 && rs->want_pairs == 0) {
 				build_batch(rs, b);
@@ -549,6 +629,7 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		s->failed = 1;
 	}
 out:
+	region_teardown(rs, s);
 	locus_client_detach(rs->c);
 	backlog_free(rs);
 	free(rs);

@@ -411,7 +411,9 @@ static void usage(void)
 		"                                (instance of each prefill, decoder id, rank;\n"
 		"                                 default -i; a rank attaches to its node's)\n"
 		"         [--allow-errors [--batch-ms N]]  (a peer may die: errors are counted\n"
-		"                                 by code; lost, duplicate, corrupt still fail)\n");
+		"                                 by code; lost, duplicate, corrupt still fail)\n"
+		"         [--dmabuf]             (ranks dispatch their rows from a dma-buf they\n"
+		"                                 register with locusd: udmabuf, else vgem)\n");
 }
 
 /* Split a comma list of instance names into out[]; returns the count or -1. */
@@ -451,6 +453,7 @@ static int parse_args(int argc, char **argv)
 		{ "rank-at", required_argument, NULL, 'K' },
 		{ "allow-errors", no_argument, NULL, 'E' },
 		{ "batch-ms", required_argument, NULL, 'B' },
+		{ "dmabuf", no_argument, NULL, 'G' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, n;
@@ -487,6 +490,7 @@ static int parse_args(int argc, char **argv)
 			break;
 		case 'E': O.allow_errors = 1; break;
 		case 'B': O.batch_ms = (uint32_t)v; break;
+		case 'G': O.dmabuf = 1; break;
 		default: return -1;
 		}
 	}
@@ -677,6 +681,28 @@ int main(int argc, char **argv)
 		printf("baseline: memcpy of the same rows %.1f MB/s; dispatch through locusd "
 		       "%.1f MB/s of rows = %.3fx (planning, delivery, combine back)\n",
 		       mc / 1e6, rows_s * O.row_bytes / 1e6, mc > 0 ? rows_s * O.row_bytes / mc : 0.0);
+	}
+	if (O.dmabuf) {
+		uint32_t reg = 0, rel = 0, fl[4] = { 0 };
+		const char *how = "?";
+
+		for (uint32_t i = r0; i < p0; i++) {
+			const struct proc_stats *s = &S->st[i];
+
+			reg += (uint32_t)s->region_registered;
+			rel += (uint32_t)s->region_released;
+			how = s->region_how[0] ? s->region_how : how;
+			fl[0] += !!(s->region_flags & LOCUS_REGION_MAPPED);
+			fl[1] += !!(s->region_flags & LOCUS_REGION_MR_DMABUF);
+			fl[2] += !!(s->region_flags & LOCUS_REGION_MR_MAPPED);
+			fl[3] += s->region_registered &&
+				 !(s->region_flags & (LOCUS_REGION_MR_DMABUF | LOCUS_REGION_MR_MAPPED));
+		}
+		printf("dma-buf regions (%s): %u of %u ranks registered, %u unregistered; locusd "
+		       "mapped %u, dma-buf MR %u, MR on the mapping %u, no MR %u\n", how, reg,
+		       O.ranks, rel, fl[0], fl[1], fl[2], fl[3]);
+		if (reg != O.ranks || (!O.allow_errors && rel != O.ranks))
+			failed = 1;
 	}
 	printf("checks: %llu corrupt, %llu duplicate, %llu errors\n", (unsigned long long)corrupt,
 	       (unsigned long long)dup, (unsigned long long)errs);

@@ -51,7 +51,7 @@ static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
 		qa.qp_type = IBV_QPT_RC;
 		qa.cap.max_send_wr = ep->prm.sq_depth;
 		qa.cap.max_recv_wr = ep->prm.slot_count + 2 * RECV_BATCH;
-		qa.cap.max_send_sge = 1;
+		qa.cap.max_send_sge = ep->max_send_sge;
 		qa.cap.max_recv_sge = 1;
 		qa.cap.max_inline_data = inl;
 		qa.sq_sig_all = 0;

@@ -15,14 +15,25 @@ static inline uint32_t sq_room(const struct locus_verbs_peer *p)
 	return p->ep->prm.sq_depth - (uint32_t)(p->sq_posted - p->sq_done);
 }
 
+/* Whole length of m (buf + gathered segments); 0 if it overflows 32 bits. */
+static inline uint64_t msg_len(const struct locus_verbs_msg *m)
+{
+	uint64_t len = m->len;
+
+	for (uint32_t j = 0; j < m->n_sg; j++)
+		len += m->sg[j].len;
+	return len;
+}
+
 int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *msgs, unsigned n)
 {
 	struct ibv_send_wr wr[32], *bad;
-	struct ibv_sge sge[32];
+	struct ibv_sge sge[64];
 	const struct locus_verbs_ep *ep = p->ep;
 	uint32_t mask = ep->prm.sq_depth - 1;
 	uint64_t released, head = p->tx_head, max = locus_verbs_max_msg(&p->rring);
-	unsigned i, k = 0;
+	uint64_t lens[32];
+	unsigned i, k = 0, ns = 0;
 	int rc;
 
 	if (unlikely(p->state != LOCUS_VERBS_UP))
@@ -32,15 +43,17 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		n = LOCUS_ARRAY_SIZE(wr);
 	for (i = 0; i < n; i++) {
 		const struct locus_verbs_msg *m = &msgs[i];
-		uint32_t slots, used, idx;
-		uint64_t seq = p->sq_posted + k;
+		uint32_t slots, used, idx, nsge = 1 + m->n_sg;
+		uint64_t seq = p->sq_posted + k, len = msg_len(m);
 
-		if (unlikely(m->len == 0 || m->len > max)) {
+		if (unlikely(len == 0 || len > max || nsge > ep->max_send_sge)) {
 			if (k == 0)
 				return -LOCUS_ERANGE;
 			break;
 		}
-		slots = locus_verbs_slots_for(&p->rring, m->len);
+		if (ns + nsge > LOCUS_ARRAY_SIZE(sge))
+			break; /* the rest goes in the next list */
+		slots = locus_verbs_slots_for(&p->rring, len);
 		used = locus_verbs_place(&p->rring, head, slots, &idx);
 		if (used > locus_verbs_credits(&p->rring, head, released)) {
 			p->stats.credit_stalls++;
@@ -51,15 +64,19 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 			p->stats.sq_stalls++;
 			break;
 		}
-		sge[k].addr = (uintptr_t)m->buf;
-		sge[k].length = m->len;
-		sge[k].lkey = m->lkey;
+		sge[ns].addr = (uintptr_t)m->buf;
+		sge[ns].length = m->len;
+		sge[ns].lkey = m->lkey;
+		for (uint32_t j = 0; j < m->n_sg; j++)
+			sge[ns + 1 + j] = (struct ibv_sge){ .addr = m->sg[j].addr,
+							    .length = m->sg[j].len,
+							    .lkey = m->sg[j].lkey };
 		wr[k].wr_id = locus_verbs_wrid(p, (uint32_t)seq);
 		wr[k].next = &wr[k + 1];
-		wr[k].sg_list = &sge[k];
-		wr[k].num_sge = 1;
+		wr[k].sg_list = &sge[ns];
+		wr[k].num_sge = (int)nsge;
 		wr[k].opcode = IBV_WR_RDMA_WRITE_WITH_IMM;
-		wr[k].send_flags = m->len <= ep->max_inline ? IBV_SEND_INLINE : 0;
+		wr[k].send_flags = len <= ep->max_inline ? IBV_SEND_INLINE : 0;
 		wr[k].imm_data = htonl(locus_verbs_imm_encode(idx, slots));
 		wr[k].wr.rdma.remote_addr = p->raddr + ((uint64_t)idx << p->rring.slot_shift);
 		wr[k].wr.rdma.rkey = p->rkey;
@@ -69,7 +86,9 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		}
 		p->tx_cookie[seq & mask] = m->cookie;
 		p->tx_kind[seq & mask] = TX_MSG;
+		lens[k] = len;
 		head += used;
+		ns += nsge;
 		k++;
 	}
 	if (k == 0)
@@ -87,7 +106,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 
 		for (i = 0; i < posted; i++) {
 			p->stats.tx_msgs++;
-			p->stats.tx_bytes += msgs[i].len;
+			p->stats.tx_bytes += lens[i];
 		}
 		p->sq_posted += posted;
 		locus_verbs_peer_down(p, -rc);
@@ -95,7 +114,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	}
 	for (i = 0; i < k; i++) {
 		p->stats.tx_msgs++;
-		p->stats.tx_bytes += msgs[i].len;
+		p->stats.tx_bytes += lens[i];
 	}
 	p->sq_posted += k;
 	p->tx_head = head;

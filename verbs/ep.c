@@ -142,6 +142,13 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 		goto err_id;
 	}
 	ep->numa_node = read_numa(ep->dev_name);
+	{
+		struct ibv_device_attr da;
+
+		/* gather entries for zero-copy rows; 1 if the device will not say */
+		ep->max_send_sge = ibv_query_device(ep->ctx, &da) == 0 && da.max_sge > 1
+					   ? LOCUS_MIN((uint32_t)da.max_sge, LOCUS_VERBS_MAX_SGE) : 1;
+	}
 	ep->pd = ibv_alloc_pd(ep->ctx);
 	if (!ep->pd) {
 		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_alloc_pd on %s failed", ep->dev_name);
@@ -327,6 +334,11 @@ const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep)
 {
 	return ep->max_inline;
+}
+
+uint32_t locus_verbs_ep_max_send_sge(const struct locus_verbs_ep *ep)
+{
+	return ep->max_send_sge;
 }
 
 const char *locus_verbs_ep_dev_name(const struct locus_verbs_ep *ep)

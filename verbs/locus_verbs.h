@@ -50,6 +50,7 @@
 #define LOCUS_VERBS_SLOTS_MIN     2u
 #define LOCUS_VERBS_SLOTS_MAX     32768u
 #define LOCUS_VERBS_CTRL_LEN      64u  /* control block after the slots */
+#define LOCUS_VERBS_MAX_SGE       16u  /* gather entries per message we ask a QP for */
 
 enum locus_verbs_pdata_kind {
 	LOCUS_VERBS_PD_REQ = 1, /* connect request (active side) */
@@ -325,11 +326,25 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
  * out of credits or send-queue room: poll and retry), or -LOCUS_EPEERDOWN,
  * -LOCUS_ERANGE (empty or too large message).
  */
-struct locus_verbs_msg {
-	const void *buf;
+struct locus_verbs_sge {
+	uint64_t addr;
 	uint32_t len;
 	uint32_t lkey;
+};
+struct locus_verbs_msg {
+	const void *buf;
+	uint32_t len;                   /* bytes at buf (the first segment) */
+	uint32_t lkey;
 	uint64_t cookie;
+	/*
+	 * Gather: n_sg more segments sent after buf in one WRITE_WITH_IMM (rows
+	 * straight from a registered buffer region, header from a pool buffer).
+	 * 1 + n_sg must not exceed locus_verbs_ep_max_send_sge(); the segments'
+	 * memory follows the rules of buf. NULL / 0: buf alone. (Initialise
+	 * messages whole, e.g. with a compound literal: n_sg must not be garbage.)
+	 */
+	const struct locus_verbs_sge *sg;
+	uint32_t n_sg;
 };
 int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *msgs, unsigned n);
 
@@ -409,6 +424,8 @@ const struct locus_verbs_stats *locus_verbs_peer_stats(const struct locus_verbs_
 const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep);
 /* Device limits after creation. */
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep);
+/* Scatter/gather entries one message may have (buf + sg), 1..LOCUS_VERBS_MAX_SGE. */
+uint32_t locus_verbs_ep_max_send_sge(const struct locus_verbs_ep *ep);
 const char *locus_verbs_ep_dev_name(const struct locus_verbs_ep *ep);
 int locus_verbs_ep_numa_node(const struct locus_verbs_ep *ep);
 /* Raw handles for tests that play a misbehaving peer (struct ibv_qp *, ibv_pd *). */

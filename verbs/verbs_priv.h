@@ -64,6 +64,7 @@ struct locus_verbs_ep {
 	struct rdma_cm_id *listen_id;
 	struct locus_verbs_ep_params prm;
 	uint32_t max_inline;
+	uint32_t max_send_sge;          /* asked of every QP (device max, capped) */
 	int numa_node;
 	char dev_name[LOCUS_VERBS_NAME_MAX];
 	struct locus_verbs_peer **peers;

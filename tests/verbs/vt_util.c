@@ -184,10 +184,8 @@ int vt_send(struct vt_node *n, const uint32_t *sizes, unsigned nsizes, unsigned 
 
 		for (i = 0; i < len; i++)
 			b[i] = vt_pat(n->tx_stream, seq, i);
-		m[k].buf = b;
-		m[k].len = len;
-		m[k].lkey = n->txmr.lkey;
-		m[k].cookie = seq;
+		m[k] = (struct locus_verbs_msg){ .buf = b, .len = len, .lkey = n->txmr.lkey,
+						 .cookie = seq };
 	}
 	if (k == 0)
 		return 0;

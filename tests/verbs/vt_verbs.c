@@ -577,6 +577,81 @@ static void test_forged_imm(void **state)
 	forged(7478, false, 0, -LOCUS_EPROTO);
 }
 
+struct gather_wait {
+	struct vt_node *a, *b;
+	uint64_t rx, done;
+};
+
+static bool gather_done(void *arg)
+{
+	struct gather_wait *w = arg;
+
+	return w->a->rx_count >= w->rx && w->b->tx_done >= w->done;
+}
+
+/*
+ * Gather posting (struct locus_verbs_msg.sg): a header from one MR and its
+ * rows from another, placed there out of order, arrive as one message whose
+ * every byte is the stream's; more entries than the QP has are refused.
+ */
+static void test_gather(void **state)
+{
+	static const uint32_t size[] = { 200 + 3 * 1600 };
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE];
+	struct locus_verbs_mr reg;
+	struct locus_error err;
+	uint32_t max;
+
+	(void)state;
+	pair_up(&a, &b, DEV_LO, DEV_LO, 7479, NULL, NULL);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&b, 1, 4096, 64), 0);
+	assert_int_equal(locus_verbs_mr_alloc(b.ep, 65536, 0, &reg, &err), 0);
+	max = locus_verbs_ep_max_send_sge(b.ep);
+	printf("# %s: %u gather entries per message\n", locus_verbs_ep_dev_name(b.ep), max);
+	assert_true(max >= 4 && max <= LOCUS_VERBS_MAX_SGE);
+	a.rx_sizes = size;
+	a.rx_nsizes = 1;
+	a.rx_stream = b.tx_stream = 9;
+	for (uint64_t seq = 0; seq < 16; seq++) {
+		struct locus_verbs_msg m = { .buf = b.txmr.addr, .len = 200, .lkey = b.txmr.lkey,
+					     .cookie = seq, .sg = sg, .n_sg = 3 };
+		struct gather_wait w = { &a, &b, seq + 1, seq + 1 };
+		uint8_t *hdr = b.txmr.addr;
+
+		for (uint32_t i = 0; i < 200; i++)
+			hdr[i] = vt_pat(9, seq, i);
+		/* row k of the message at (2 - k) * 8192 + seq * 64 in the region */
+		for (uint32_t k = 0; k < 3; k++) {
+			uint8_t *at = (uint8_t *)reg.addr + (2 - k) * 8192 + seq * 64;
+
+			for (uint32_t i = 0; i < 1600; i++)
+				at[i] = vt_pat(9, seq, 200 + k * 1600 + i);
+			sg[k] = (struct locus_verbs_sge){ .addr = (uintptr_t)at, .len = 1600,
+							  .lkey = reg.lkey };
+		}
+		while (locus_verbs_post(b.peer, &m, 1) == 0)
+			vt_pump(nodes, 2, never, NULL, 1);
+		assert_true(vt_pump(nodes, 2, gather_done, &w, 10000));
+	}
+	assert_int_equal(a.rx_bad, 0);
+	assert_int_equal(a.rx_count, 16);
+	assert_int_equal(b.tx_ok, 16);
+	{
+		struct locus_verbs_msg m = { .buf = b.txmr.addr, .len = 200, .lkey = b.txmr.lkey,
+					     .sg = sg, .n_sg = max };
+
+		for (uint32_t k = 0; k < max; k++)
+			sg[k] = (struct locus_verbs_sge){ .addr = (uintptr_t)reg.addr, .len = 64,
+							  .lkey = reg.lkey };
+		assert_int_equal(locus_verbs_post(b.peer, &m, 1), -LOCUS_ERANGE);
+	}
+	locus_verbs_mr_free(&reg);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
 /* Device discovery on real sysfs, and memory paths that need a device but no peer. */
 static void test_memory(void **state)
 {
@@ -633,6 +708,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_forged_offset),
 		cmocka_unit_test(test_forged_imm),
 		cmocka_unit_test(test_memory),
+		cmocka_unit_test(test_gather),
 	};
 
 	setvbuf(stdout, NULL, _IOLBF, 0);

@@ -33,8 +33,10 @@ cp /bin/dash "$R"/bin/dash; ln -s dash "$R"/bin/sh
 ln -s /bin/busybox "$R"/sbin/modprobe   # kernel request_module() calls /sbin/modprobe
 
 # ---- kernel modules: closure of what we need, via the modules' own deps
+# vgem: a dma-buf exporter without a GPU (Debian's 6.1 builds no udmabuf), for locusd's
+# buffer-region test
 MODS="rdma_rxe rdma_ucm ib_uverbs ib_umad veth dummy overlay 9p 9pnet_virtio virtio_pci \
-      crc32_generic crc32-pclmul crc32c_generic crc32c-intel"
+      crc32_generic crc32-pclmul crc32c_generic crc32c-intel vgem"
 for m in $MODS; do
     modprobe -d kernel -S "$KV" --show-depends "$m" | awk '/^insmod/{print $2}'
 done | sort -u | while read -r f; do
@@ -79,7 +81,7 @@ echo "GUEST_INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
 for a in $(cat /proc/cmdline); do case $a in rxe.*=*) k=${a%%=*}; k=${k#rxe.}; eval "RXE_$k=\${a#*=}";; esac; done
 MODE=${RXE_mode:-full}
 [ "$MODE" = probe ] && { echo GUEST_PROBE_OK; poweroff -f; }
-for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0"; do modprobe $m || echo "modprobe $m failed"; done
+for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0" vgem; do modprobe $m || echo "modprobe $m failed"; done
 echo "GUEST_MODULES_LOADED uptime=$(cut -d' ' -f1 /proc/uptime)"
 rc=1
 if [ "$MODE" = 9p ]; then

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Client buffer regions, the control side (locusd's main lcore; tests: the
+ * control thread). Clients pass a dma-buf fd over the registration socket
+ * (locus_client.h); this module authenticates the sender (SO_PEERCRED pid =
+ * the slot's owner, the slot's generation), checks the fd (a dma-buf per
+ * /proc/self/fdinfo's exp_name, its size, the alignment, the per-client
+ * limits), maps it where the exporter allows, registers it with the RDMA
+ * device through mr ops (a dma-buf MR first, else an MR on the mapping), and
+ * hands it to the engine with a region command. A region is released (DEL
+ * acknowledged by the engine, then unmap, deregister, close) when the client
+ * unregisters it, detaches or dies.
+ *
+ * Nothing here blocks: the socket is non-blocking, a connection that has
+ * not sent its request within a second is dropped, and answers that wait on
+ * the engine are sent from a later pass.
+ */
+#ifndef LOCUS_REGIONS_H
+#define LOCUS_REGIONS_H
+
+#include <stdint.h>
+
+#include "locus_client.h"
+#include "locus_counters.h"
+#include "locus_engine.h"
+#include "locus_err.h"
+
+/* How locusd registers a region with its RDMA device (locusd_net.c). */
+struct locus_regions_mr_ops {
+	/*
+	 * MR straight from the dma-buf: 0 with *lkey, *iova (address of byte
+	 * offset in SGEs) and *handle; -EOPNOTSUPP when the device refuses.
+	 */
+	int (*reg_dmabuf)(void *ctx, int fd, uint64_t offset, uint64_t len, uint32_t *lkey,
+			  uint64_t *iova, void **handle, struct locus_error *err);
+	/* MR on locusd's mapping of the region. */
+	int (*reg_mapped)(void *ctx, void *addr, uint64_t len, uint32_t *lkey, uint64_t *iova,
+			  void **handle, struct locus_error *err);
+	void (*dereg)(void *ctx, void *handle);
+	void *ctx;
+};
+
+/* Why a request was refused: the index of regions_refused. */
+enum locus_regions_refusal {
+	LOCUS_REGREF_MALFORMED = 0, /* size, magic, version, op, fd count */
+	LOCUS_REGREF_PEER      = 1, /* slot, generation, pid not the owner's */
+	LOCUS_REGREF_NOT_DMABUF = 2,
+	LOCUS_REGREF_RANGE     = 3, /* offset, length, alignment, dma-buf size */
+	LOCUS_REGREF_LIMIT     = 4, /* regions or bytes per client */
+	LOCUS_REGREF_REGISTER  = 5, /* mapping and MR both impossible */
+	LOCUS_REGREF_UNKNOWN   = 6, /* UNREGISTER of an id the client does not hold */
+	LOCUS_REGREF_N
+};
+
+struct locus_regions_params {
+	const char *instance;                /* socket locus_client_reg_sock_path(instance) */
+	struct locus_clients *clients;
+	struct locus_engine *engine;
+	struct locus_counters *ctrs;         /* counters are registered here ... */
+	void *ctl_blk;                       /* ... and counted in this block */
+	const uint8_t *attached;             /* [n_slots]: 1 = granted and handed to the engine */
+	const struct locus_regions_mr_ops *mr; /* NULL: no RDMA device (one node) */
+	uint64_t max_bytes;                  /* per client, all its regions; 0: LOCUS_REGION_MAX_LEN */
+};
+
+struct locus_regions;
+
+/* Register counters, bind and listen. Returns 0 or negative (err says). */
+int locus_regions_create(const struct locus_regions_params *p, struct locus_regions **out,
+			 struct locus_error *err);
+
+/* One pass: accept, serve requests, finish what the engine acknowledged. */
+void locus_regions_poll(struct locus_regions *rs);
+
+/* Slot's client is gone: release all its regions (engine DEL first). */
+void locus_regions_slot_gone(struct locus_regions *rs, uint32_t slot);
+
+/* 1 while a region of slot is still held (the slot must not be reused). */
+int locus_regions_slot_busy(const struct locus_regions *rs, uint32_t slot);
+
+/*
+ * Close the socket, unlink it, release every region without asking the
+ * engine (call only once the engine no longer runs). NULL is a no-op.
+ */
+void locus_regions_destroy(struct locus_regions *rs);
+
+#endif /* LOCUS_REGIONS_H */

@@ -1,0 +1,599 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Client buffer regions, control side: the registration socket, the checks,
+ * mapping and MR registration, and the region's life with the engine.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "locus_regions.h"
+#include "locus_shm.h"
+
+#define MAXR             LOCUS_CLIENT_MAX_REGIONS
+#define MAX_CONNS        16
+#define ACCEPT_PER_PASS  8
+#define CONN_TIMEOUT_NS  1000000000ull
+#define MAX_FDS          4 /* fds a message may carry before it is refused */
+
+enum ent_state { ENT_FREE = 0, ENT_ADDING, ENT_LIVE, ENT_DELETING };
+
+/* One region of one client slot: index idx = id % MAXR. */
+struct ent {
+	uint8_t state;
+	uint8_t gone;            /* the client left while ADDING: DEL once added */
+	uint32_t id;
+	uint32_t flags;          /* enum locus_region_flags */
+	int fd;                  /* our copy of the dma-buf */
+	void *map;
+	uint64_t len;
+	void *mr;
+	uint64_t ticket;         /* engine command in flight */
+	int conn;                /* connection waiting for the answer, -1 */
+};
+
+struct conn {
+	int fd;                  /* -1: free */
+	pid_t pid;               /* SO_PEERCRED at accept */
+	int waiting;             /* answered when the engine acknowledges */
+	uint64_t deadline_ns;    /* for the request to arrive */
+};
+
+struct locus_regions {
+	struct locus_regions_params p;
+	uint32_t n_slots;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	int lfd;
+	struct ent *ents;        /* [n_slots * MAXR] */
+	uint32_t *seq;           /* [n_slots] id sequence */
+	uint64_t *bytes;         /* [n_slots] bytes held */
+	struct conn conns[MAX_CONNS];
+	uint64_t c_registered, c_released, c_refused, c_held;
+	uint64_t c_dmabuf_regs, c_fallbacks, c_dmabuf_refused, c_no_mr, c_unmapped;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int register_counters(struct locus_regions *rs, struct locus_error *err)
+{
+	const struct {
+		const char *name, *help;
+		enum locus_ctr_kind kind;
+		uint32_t dim;
+		uint64_t *off;
+	} defs[] = {
+		{ "regions_registered", "client buffer regions registered", LOCUS_CTR_COUNTER, 0,
+		  &rs->c_registered },
+		{ "regions_released", "client buffer regions released (unregistered, detached, "
+		  "died)", LOCUS_CTR_COUNTER, 0, &rs->c_released },
+		{ "regions_refused", "region requests refused by reason: 0 malformed 1 not owner "
+		  "2 not dma-buf 3 range 4 limit 5 map/MR 6 unknown", LOCUS_CTR_COUNTER,
+		  LOCUS_REGREF_N, &rs->c_refused },
+		{ "regions_held", "client buffer regions held", LOCUS_CTR_GAUGE, 0, &rs->c_held },
+		{ "dmabuf_regs", "regions registered with the RDMA device as dma-buf MRs",
+		  LOCUS_CTR_COUNTER, 0, &rs->c_dmabuf_regs },
+		{ "dmabuf_reg_fallbacks", "regions registered as MRs on locusd's mapping after the "
+		  "device refused the dma-buf MR", LOCUS_CTR_COUNTER, 0, &rs->c_fallbacks },
+		{ "dmabuf_refused", "dma-buf MR registrations the RDMA device refused",
+		  LOCUS_CTR_COUNTER, 0, &rs->c_dmabuf_refused },
+		{ "regions_no_mr", "regions without an MR on a multi-node locusd: rows to other "
+		  "nodes are copied", LOCUS_CTR_COUNTER, 0, &rs->c_no_mr },
+		{ "regions_unmapped", "regions the exporter does not let locusd map: no "
+		  "intra-node copies from them", LOCUS_CTR_COUNTER, 0, &rs->c_unmapped },
+	};
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {
+		struct locus_ctr_desc cd = { .name = defs[i].name, .help = defs[i].help,
+					     .kind = defs[i].kind, .ndims = defs[i].dim ? 1 : 0,
+					     .dim = { defs[i].dim },
+					     .label = { defs[i].dim ? "reason" : NULL } };
+		int ret = locus_counters_register(rs->p.ctrs, &cd, defs[i].off, err);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* ---- answers ------------------------------------------------------------------- */
+
+static void conn_close(struct locus_regions *rs, int ci)
+{
+	if (ci < 0 || rs->conns[ci].fd < 0)
+		return;
+	close(rs->conns[ci].fd);
+	rs->conns[ci].fd = -1;
+	rs->conns[ci].waiting = 0;
+}
+
+/* Send the answer (best effort: a client that left misses nothing) and close. */
+static void answer(struct locus_regions *rs, int ci, int status, const struct ent *g,
+		   const char *fmt, ...)
+{
+	struct locus_reg_rep rep = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+				     .status = status };
+	va_list ap;
+
+	if (ci < 0 || rs->conns[ci].fd < 0)
+		return;
+	if (g && status == 0) {
+		rep.region = g->id;
+		rep.flags = g->flags;
+	}
+	if (fmt) {
+		va_start(ap, fmt);
+		vsnprintf(rep.msg, sizeof(rep.msg), fmt, ap);
+		va_end(ap);
+	}
+	(void)!send(rs->conns[ci].fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+	conn_close(rs, ci);
+}
+
+/* Refuse, count by reason; returns status for convenience. */
+static int refuse(struct locus_regions *rs, int ci, enum locus_regions_refusal why, int status,
+		  const char *msg)
+{
+	locus_counter_add_elem(rs->p.ctl_blk, rs->c_refused, why, 1);
+	answer(rs, ci, status, NULL, "%s", msg);
+	return status;
+}
+
+/* ---- checks ---------------------------------------------------------------------- */
+
+/*
+ * Whether fd is a dma-buf: its fdinfo has an exp_name line (the exporter),
+ * which no other kind of file has. Fills exp with the name.
+ */
+static int is_dmabuf(int fd, char *exp, size_t len)
+{
+	char path[64], buf[1024];
+	ssize_t n;
+	int f;
+	char *l;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return 0;
+	n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	for (l = buf; l; l = strchr(l, '\n')) {
+		if (*l == '\n')
+			l++;
+		if (!strncmp(l, "exp_name:", 9)) {
+			l += 9;
+			l += strspn(l, " \t");
+			snprintf(exp, len, "%.*s", (int)strcspn(l, "\n"), l);
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* The request names the sender's own, attached slot in its current generation. */
+static int peer_ok(struct locus_regions *rs, int ci, const struct locus_reg_req *q)
+{
+	const struct locus_client_ctl *ctl;
+	uint64_t sp;
+
+	if (q->slot >= rs->n_slots || !rs->p.attached[q->slot])
+		return refuse(rs, ci, LOCUS_REGREF_PEER, -EACCES, "no attached client in that slot");
+	ctl = locus_clients_ctl(rs->p.clients, q->slot);
+	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
+	/* the start time too: a dead owner's pid reused by another process is not it */
+	if (locus_client_state_of(sp) != LOCUS_CLIENT_ACTIVE ||
+	    locus_client_pid_of(sp) != rs->conns[ci].pid ||
+	    !locus_proc_alive(rs->conns[ci].pid, ctl->start_ticks))
+		return refuse(rs, ci, LOCUS_REGREF_PEER, -EACCES,
+			      "the sender does not own that client slot");
+	if (__atomic_load_n(&ctl->generation, __ATOMIC_ACQUIRE) != q->generation)
+		return refuse(rs, ci, LOCUS_REGREF_PEER, -EACCES,
+			      "stale attachment generation for that slot");
+	return 0;
+}
+
+/* ---- registration ---------------------------------------------------------------- */
+
+static void ent_release(struct locus_regions *rs, uint32_t slot, struct ent *g)
+{
+	if (g->mr && rs->p.mr)
+		rs->p.mr->dereg(rs->p.mr->ctx, g->mr);
+	if (g->map)
+		munmap(g->map, g->len);
+	if (g->fd >= 0)
+		close(g->fd);
+	rs->bytes[slot] -= g->len;
+	locus_counter_inc(rs->p.ctl_blk, rs->c_released);
+	locus_gauge_add(rs->p.ctl_blk, rs->c_held, -1);
+	*g = (struct ent){ .state = ENT_FREE, .fd = -1, .conn = -1 };
+}
+
+/* Map and register; fills g and the engine's view of it. Returns 0 or negative. */
+static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
+		     const struct locus_reg_req *q, const char *exp,
+		     struct locus_engine_region *er)
+{
+	struct locus_error err = { 0 }, err2 = { 0 };
+	uint64_t iova = 0;
+	uint32_t lkey = 0;
+	int ret = -1;
+
+	g->map = mmap(NULL, q->len, PROT_READ, MAP_SHARED, fd, (off_t)q->offset);
+	if (g->map == MAP_FAILED) {
+		g->map = NULL;
+		locus_counter_inc(rs->p.ctl_blk, rs->c_unmapped);
+	} else {
+		g->flags |= LOCUS_REGION_MAPPED;
+	}
+	if (rs->p.mr) {
+		ret = rs->p.mr->reg_dmabuf(rs->p.mr->ctx, fd, q->offset, q->len, &lkey, &iova,
+					   &g->mr, &err);
+		if (ret == 0) {
+			g->flags |= LOCUS_REGION_MR_DMABUF;
+			locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_regs);
+		} else {
+			if (ret == -EOPNOTSUPP)
+				locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_refused);
+			if (g->map &&
+			    rs->p.mr->reg_mapped(rs->p.mr->ctx, g->map, q->len, &lkey, &iova, &g->mr,
+						 &err2) == 0) {
+				g->flags |= LOCUS_REGION_MR_MAPPED;
+				locus_counter_inc(rs->p.ctl_blk, rs->c_fallbacks);
+			} else {
+				g->mr = NULL;
+				lkey = 0;
+				locus_counter_inc(rs->p.ctl_blk, rs->c_no_mr);
+			}
+		}
+	}
+	if (!g->map && !g->mr) {
+		refuse(rs, ci, LOCUS_REGREF_REGISTER, -EOPNOTSUPP,
+		       rs->p.mr ? "locusd can neither map this dma-buf nor register it with its "
+				  "RDMA device"
+				: "locusd cannot map this dma-buf (and has no RDMA device)");
+		return -EOPNOTSUPP;
+	}
+	*er = (struct locus_engine_region){ .id = g->id, .lkey = lkey, .addr = g->map,
+					    .iova = iova, .len = q->len };
+	/* rare and what an operator asks about: which path, and why not the better one */
+	fprintf(stderr,
+		"locusd: client slot %u: region %#x, %llu bytes of a %s dma-buf: %s, %s%s%s%s%s\n",
+		q->slot, g->id, (unsigned long long)q->len, exp, g->map ? "mapped" : "not mappable",
+		!rs->p.mr ? "no RDMA device"
+		: (g->flags & LOCUS_REGION_MR_DMABUF) ? "dma-buf MR"
+		: (g->flags & LOCUS_REGION_MR_MAPPED) ? "MR on the mapping" : "no MR",
+		err.msg[0] ? "; dma-buf MR: " : "", err.msg,
+		err2.msg[0] ? "; MR on the mapping: " : "", err2.msg);
+	return 0;
+}
+
+static void do_register(struct locus_regions *rs, int ci, const struct locus_reg_req *q, int fd)
+{
+	uint64_t max = rs->p.max_bytes ? rs->p.max_bytes : LOCUS_REGION_MAX_LEN;
+	struct locus_engine_region er;
+	struct ent *g = NULL;
+	char exp[64], msg[160];
+	off_t size;
+	uint32_t idx;
+
+	if (fd < 0) {
+		refuse(rs, ci, LOCUS_REGREF_MALFORMED, -EBADF, "registration carries no fd");
+		return;
+	}
+	if (q->len == 0 || q->len > LOCUS_REGION_MAX_LEN || q->offset % LOCUS_REGION_ALIGN ||
+	    q->len % LOCUS_REGION_ALIGN || q->offset > UINT64_MAX - q->len) {
+		snprintf(msg, sizeof(msg), "region [%llu, +%llu): offset and length must be "
+			 "multiples of %u, the length 1..%llu bytes", (unsigned long long)q->offset,
+			 (unsigned long long)q->len, LOCUS_REGION_ALIGN,
+			 (unsigned long long)LOCUS_REGION_MAX_LEN);
+		refuse(rs, ci, LOCUS_REGREF_RANGE, -LOCUS_ERANGE, msg);
+		goto err_close;
+	}
+	if (!is_dmabuf(fd, exp, sizeof(exp))) {
+		refuse(rs, ci, LOCUS_REGREF_NOT_DMABUF, -ENOTSUP,
+		       "the fd is not a dma-buf (its fdinfo names no exporter)");
+		goto err_close;
+	}
+	size = lseek(fd, 0, SEEK_END);
+	if (size < 0 || q->offset > (uint64_t)size || q->len > (uint64_t)size - q->offset) {
+		snprintf(msg, sizeof(msg), "region [%llu, +%llu) does not fit the %s dma-buf of "
+			 "%lld bytes in %u-byte aligned pieces", (unsigned long long)q->offset,
+			 (unsigned long long)q->len, exp, (long long)size, LOCUS_REGION_ALIGN);
+		refuse(rs, ci, LOCUS_REGREF_RANGE, -LOCUS_ERANGE, msg);
+		goto err_close;
+	}
+	for (idx = 0; idx < MAXR; idx++)
+		if (rs->ents[(size_t)q->slot * MAXR + idx].state == ENT_FREE)
+			break;
+	if (idx == MAXR || rs->bytes[q->slot] + q->len > max) {
+		snprintf(msg, sizeof(msg), "client holds %s (limits %u regions, %llu bytes)",
+			 idx == MAXR ? "every region it may" : "too many bytes", MAXR,
+			 (unsigned long long)max);
+		refuse(rs, ci, LOCUS_REGREF_LIMIT, -LOCUS_EFULL, msg);
+		goto err_close;
+	}
+	g = &rs->ents[(size_t)q->slot * MAXR + idx];
+	*g = (struct ent){ .fd = fd, .len = q->len, .conn = -1,
+			   .id = (++rs->seq[q->slot] << 3) | idx };
+	if (ent_setup(rs, ci, g, fd, q, exp, &er) < 0)
+		goto err_ent;
+	g->state = ENT_ADDING;
+	g->conn = ci;
+	rs->conns[ci].waiting = 1;
+	rs->bytes[q->slot] += q->len;
+	locus_gauge_add(rs->p.ctl_blk, rs->c_held, 1);
+	g->ticket = locus_engine_region_command(rs->p.engine, q->slot, idx,
+						LOCUS_ENGINE_REGION_ADD, &er);
+	return;
+
+err_ent:
+	if (g->map)
+		munmap(g->map, g->len);
+	*g = (struct ent){ .state = ENT_FREE, .fd = -1, .conn = -1 };
+err_close:
+	close(fd);
+}
+
+static void start_delete(struct locus_regions *rs, uint32_t slot, struct ent *g, int ci)
+{
+	g->state = ENT_DELETING;
+	g->conn = ci;
+	if (ci >= 0)
+		rs->conns[ci].waiting = 1;
+	g->ticket = locus_engine_region_command(rs->p.engine, slot, g->id % MAXR,
+						LOCUS_ENGINE_REGION_DEL, NULL);
+}
+
+static void do_unregister(struct locus_regions *rs, int ci, const struct locus_reg_req *q)
+{
+	struct ent *g = &rs->ents[(size_t)q->slot * MAXR + q->region % MAXR];
+
+	if (q->region == 0 || g->id != q->region || g->state != ENT_LIVE) {
+		refuse(rs, ci, LOCUS_REGREF_UNKNOWN, -LOCUS_ERANGE,
+		       "the client holds no region of that id");
+		return;
+	}
+	start_delete(rs, q->slot, g, ci);
+}
+
+/* ---- the socket -------------------------------------------------------------------- */
+
+/* Read a connection's request if it came; bad ones are refused and counted. */
+static void serve(struct locus_regions *rs, int ci)
+{
+	union {
+		char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct locus_reg_req q;
+	struct iovec iov = { .iov_base = &q, .iov_len = sizeof(q) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	int fds[MAX_FDS], nfd = 0, fd;
+	ssize_t n;
+
+	n = recvmsg(rs->conns[ci].fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+		if (mono_ns() > rs->conns[ci].deadline_ns)
+			refuse(rs, ci, LOCUS_REGREF_MALFORMED, -ETIMEDOUT, "no request within 1 s");
+		return;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (nfd < MAX_FDS)
+				fds[nfd++] = fd;
+			else
+				close(fd);
+		}
+	}
+	fd = nfd == 1 ? fds[0] : -1;
+	if (nfd > 1)
+		for (int i = 0; i < nfd; i++)
+			close(fds[i]);
+	if (n <= 0 || n != (ssize_t)sizeof(q) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    q.magic != LOCUS_REG_MAGIC || q.version != LOCUS_REG_VERSION || q.reserved ||
+	    nfd > 1 || (q.op == LOCUS_REG_UNREGISTER && nfd) ||
+	    (q.op != LOCUS_REG_DMABUF && q.op != LOCUS_REG_UNREGISTER)) {
+		if (fd >= 0)
+			close(fd);
+		refuse(rs, ci, LOCUS_REGREF_MALFORMED, n == 0 ? -ECONNRESET : -LOCUS_EPROTO,
+		       n == 0 ? "closed before its request" : "malformed registration request");
+		return;
+	}
+	if (peer_ok(rs, ci, &q) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	if (q.op == LOCUS_REG_DMABUF)
+		do_register(rs, ci, &q, fd);
+	else
+		do_unregister(rs, ci, &q);
+}
+
+static void accept_some(struct locus_regions *rs)
+{
+	for (int k = 0; k < ACCEPT_PER_PASS; k++) {
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		int ci, fd;
+
+		for (ci = 0; ci < MAX_CONNS; ci++)
+			if (rs->conns[ci].fd < 0)
+				break;
+		if (ci == MAX_CONNS)
+			return; /* the backlog holds the rest until a connection ends */
+		fd = accept4(rs->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0)
+			return;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl) < 0) {
+			close(fd);
+			continue;
+		}
+		rs->conns[ci] = (struct conn){ .fd = fd, .pid = cr.pid,
+					       .deadline_ns = mono_ns() + CONN_TIMEOUT_NS };
+		serve(rs, ci);
+	}
+}
+
+/* Regions whose engine command was acknowledged: answer, release, go on. */
+static void finish(struct locus_regions *rs)
+{
+	for (uint32_t slot = 0; slot < rs->n_slots; slot++) {
+		for (uint32_t i = 0; i < MAXR; i++) {
+			struct ent *g = &rs->ents[(size_t)slot * MAXR + i];
+			int ci = g->conn;
+
+			if ((g->state != ENT_ADDING && g->state != ENT_DELETING) ||
+			    !locus_engine_region_done(rs->p.engine, slot, i, g->ticket))
+				continue;
+			g->conn = -1;
+			if (g->state == ENT_ADDING) {
+				g->state = ENT_LIVE;
+				locus_counter_inc(rs->p.ctl_blk, rs->c_registered);
+				answer(rs, ci, 0, g, NULL);
+				if (g->gone)
+					start_delete(rs, slot, g, -1);
+			} else {
+				ent_release(rs, slot, g);
+				answer(rs, ci, 0, NULL, NULL);
+			}
+		}
+	}
+}
+
+void locus_regions_poll(struct locus_regions *rs)
+{
+	if (!rs)
+		return;
+	accept_some(rs);
+	for (int ci = 0; ci < MAX_CONNS; ci++)
+		if (rs->conns[ci].fd >= 0 && !rs->conns[ci].waiting)
+			serve(rs, ci);
+	finish(rs);
+}
+
+void locus_regions_slot_gone(struct locus_regions *rs, uint32_t slot)
+{
+	if (!rs || slot >= rs->n_slots)
+		return;
+	for (uint32_t i = 0; i < MAXR; i++) {
+		struct ent *g = &rs->ents[(size_t)slot * MAXR + i];
+
+		if (g->state == ENT_LIVE)
+			start_delete(rs, slot, g, -1);
+		else if (g->state == ENT_ADDING)
+			g->gone = 1;
+	}
+}
+
+int locus_regions_slot_busy(const struct locus_regions *rs, uint32_t slot)
+{
+	if (!rs || slot >= rs->n_slots)
+		return 0;
+	for (uint32_t i = 0; i < MAXR; i++)
+		if (rs->ents[(size_t)slot * MAXR + i].state != ENT_FREE)
+			return 1;
+	return 0;
+}
+
+int locus_regions_create(const struct locus_regions_params *p, struct locus_regions **out,
+			 struct locus_error *err)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct locus_regions *rs;
+	int ret;
+
+	if (!p || !p->clients || !p->engine || !p->ctrs || !p->ctl_blk || !p->attached)
+		return locus_error_set(err, EINVAL, "regions: missing parameters");
+	rs = calloc(1, sizeof(*rs));
+	if (!rs)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	rs->p = *p;
+	rs->lfd = -1;
+	rs->n_slots = p->clients->p.n_slots;
+	for (int i = 0; i < MAX_CONNS; i++)
+		rs->conns[i].fd = -1;
+	rs->ents = calloc((size_t)rs->n_slots * MAXR, sizeof(*rs->ents));
+	rs->seq = calloc(rs->n_slots, sizeof(*rs->seq));
+	rs->bytes = calloc(rs->n_slots, sizeof(*rs->bytes));
+	if (!rs->ents || !rs->seq || !rs->bytes) {
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_free;
+	}
+	for (size_t i = 0; i < (size_t)rs->n_slots * MAXR; i++)
+		rs->ents[i] = (struct ent){ .fd = -1, .conn = -1 };
+	ret = register_counters(rs, err);
+	if (ret < 0)
+		goto err_free;
+	ret = locus_client_reg_sock_path(p->instance, rs->path, sizeof(rs->path));
+	if (ret < 0) {
+		locus_error_set(err, -ret, "registration socket path: %s", strerror(-ret));
+		goto err_free;
+	}
+	memcpy(sa.sun_path, rs->path, sizeof(rs->path));
+	rs->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (rs->lfd < 0) {
+		ret = locus_error_set(err, errno, "socket: %s", strerror(errno));
+		goto err_free;
+	}
+	/* the segment is ours (its creation refused a live owner): so is a stale socket */
+	unlink(rs->path);
+	if (bind(rs->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
+	    chmod(rs->path, 0660) < 0 || listen(rs->lfd, 64) < 0) {
+		ret = locus_error_set(err, errno, "registration socket %s: %s", rs->path,
+				      strerror(errno));
+		goto err_sock;
+	}
+	*out = rs;
+	return 0;
+
+err_sock:
+	close(rs->lfd);
+	unlink(rs->path);
+err_free:
+	free(rs->ents);
+	free(rs->seq);
+	free(rs->bytes);
+	free(rs);
+	return ret;
+}
+
+void locus_regions_destroy(struct locus_regions *rs)
+{
+	if (!rs)
+		return;
+	for (int ci = 0; ci < MAX_CONNS; ci++)
+		conn_close(rs, ci);
+	close(rs->lfd);
+	unlink(rs->path);
+	for (uint32_t slot = 0; slot < rs->n_slots; slot++)
+		for (uint32_t i = 0; i < MAXR; i++)
+			if (rs->ents[(size_t)slot * MAXR + i].state != ENT_FREE)
+				ent_release(rs, slot, &rs->ents[(size_t)slot * MAXR + i]);
+	free(rs->ents);
+	free(rs->seq);
+	free(rs->bytes);
+	free(rs);
+}
