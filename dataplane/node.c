@@ -28,6 +28,7 @@ struct locus_node {
 	uint64_t *ticket;     /* pending engine command, 0 none */
 	uint8_t *cmd;
 	uint8_t *attached;
+	uint64_t *claim;      /* the client's CLAIMED word until it is told ACTIVE, else 0 */
 	struct locus_engine_grant *grant;
 	int32_t *decoder_owner;
 	int32_t *rank_owner;
@@ -135,10 +136,11 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	n->ticket = calloc(cfg->client_slots, sizeof(*n->ticket));
 	n->cmd = calloc(cfg->client_slots, 1);
 	n->attached = calloc(cfg->client_slots, 1);
+	n->claim = calloc(cfg->client_slots, sizeof(*n->claim));
 	n->grant = calloc(cfg->client_slots, sizeof(*n->grant));
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
-	if (!n->ticket || !n->cmd || !n->attached || !n->grant || !n->decoder_owner ||
+	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
 	    !n->rank_owner) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
@@ -260,6 +262,29 @@ void locus_node_control(struct locus_node *n)
 			if (!locus_engine_command_done(n->engine, i, n->ticket[i]))
 				continue;
 			n->ticket[i] = 0;
+			if (n->cmd[i] == LOCUS_ENGINE_ATTACH) {
+				/*
+				 * The engine serves the slot: only now may the client
+				 * learn it is attached (a peer node told of it could
+				 * otherwise send it rows the engine would drop). A
+				 * client that gave up meanwhile is detached again.
+				 */
+				if (locus_clients_publish(&n->clients, i, n->claim[i]) == 0) {
+					n->claim[i] = 0;
+				} else {
+					n->cmd[i] = LOCUS_ENGINE_DETACH;
+					n->ticket[i] = locus_engine_command(n->engine, i,
+									    LOCUS_ENGINE_DETACH,
+									    NULL);
+				}
+				continue;
+			}
+			if (n->cmd[i] == LOCUS_ENGINE_DETACH && n->claim[i]) {
+				/* never told ACTIVE: the client left the slot itself */
+				registry_set(n, i, 0);
+				n->claim[i] = 0;
+				continue;
+			}
 			if (n->cmd[i] == LOCUS_ENGINE_DETACH) {
 				int died = locus_client_state_of(__atomic_load_n(
 						   &ctl->state_pid, __ATOMIC_ACQUIRE)) !=
@@ -280,8 +305,9 @@ void locus_node_control(struct locus_node *n)
 				locus_clients_activate(&n->clients, i, why);
 				continue;
 			}
-			if (locus_clients_activate(&n->clients, i, 0) < 0)
+			if (locus_clients_prepare(&n->clients, i) < 0)
 				continue;
+			n->claim[i] = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
 			registry_set(n, i, 1);
 			n->cmd[i] = LOCUS_ENGINE_ATTACH;
 			n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_ATTACH,
@@ -312,6 +338,7 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->ticket);
 	free(n->cmd);
 	free(n->attached);
+	free(n->claim);
 	free(n->grant);
 	free(n->decoder_owner);
 	free(n->rank_owner);

@@ -699,9 +699,49 @@ static void test_bad_remote_messages(void **state)
 	__atomic_store_n(&N[1].hold, 0, __ATOMIC_RELEASE);
 }
 
+struct attach_arg {
+	struct fake_node *n;
+	struct locus_client *c;
+	int done;
+};
+
+static void *attach_thread(void *arg)
+{
+	struct attach_arg *a = arg;
+
+	a->c = attach(a->n, LOCUS_ROLE_RANK, 0, 2);
+	__atomic_store_n(&a->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/*
+ * A client is told it is attached only once the engine serves its slot:
+ * otherwise rows a peer node sends it at once would find no receiver (and
+ * be dropped after the sender was told OK).
+ */
+static void test_attach_waits_for_engine(void **state)
+{
+	struct attach_arg a = { .n = &N[1] };
+	pthread_t th;
+	(void)state;
+
+	__atomic_store_n(&N[1].hold, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&N[1].held, __ATOMIC_ACQUIRE))
+		tu_nap();
+	assert_int_equal(pthread_create(&th, NULL, attach_thread, &a), 0);
+	for (int i = 0; i < 500; i++)
+		tu_nap(); /* 100 ms: control has long answered the claim */
+	assert_int_equal(__atomic_load_n(&a.done, __ATOMIC_ACQUIRE), 0);
+	__atomic_store_n(&N[1].hold, 0, __ATOMIC_RELEASE);
+	pthread_join(th, NULL);
+	assert_non_null(a.c);
+	locus_client_detach(a.c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_attach_waits_for_engine),
 		cmocka_unit_test(test_signatures_cross_nodes),
 		cmocka_unit_test(test_full_remote_inbox_waits),
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
