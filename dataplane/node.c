@@ -11,7 +11,7 @@
 
 #define TABLE_SLOTS 3
 #define N_CTR_BLOCKS 2       /* 0: worker engine, 1: control */
-#define CTL_BLOCK 1
+#define CTL_BLOCK LOCUS_NODE_CTL_BLOCK
 
 struct locus_node {
 	struct locus_config cfg;
@@ -170,7 +170,7 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	ep.clients = &n->clients;
 	ep.tables = n->tables;
 	ep.reader_idx = 0;
-	ep.ctr_block = locus_counters_block(n->ctrs, 0);
+	ep.ctr_block = locus_counters_block(n->ctrs, LOCUS_NODE_ENGINE_BLOCK);
 	ep.tsc_hz = tsc_hz;
 	ep.now = now;
 	ep.remote = remote;

@@ -160,9 +160,9 @@ static void check_counters(struct vt_node *a, struct vt_node *b, uint64_t total)
 	assert_non_null(region);
 	assert_int_equal(locus_counters_init(region, sz, &cp, &err), 0);
 	assert_int_equal(locus_counters_open(region, sz, 0, &c, &err), 0);
-	assert_int_equal(locus_verbs_counters_attach(a->ep, c, 0, "verbs_a", &err), 0);
-	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, "verbs_b", &err), 0);
-	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, "verbs_c", &err), -LOCUS_ESTATE);
+	assert_int_equal(locus_verbs_counters_attach(a->ep, c, 0, 0, "verbs_a", &err), 0);
+	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, 1, "verbs_b", &err), 0);
+	assert_int_equal(locus_verbs_counters_attach(b->ep, c, 1, 1, "verbs_c", &err), -LOCUS_ESTATE);
 	locus_verbs_service(a->ep, 0);
 	locus_verbs_service(b->ep, 0);
 	assert_int_equal(locus_counters_sum(c, (uint32_t)locus_counters_find(c, "verbs_b_tx_msgs"),

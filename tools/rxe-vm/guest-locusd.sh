@@ -10,6 +10,8 @@
 #                  5 n1 with a wrong secret refused
 #   LV_WHAT=bench  locusd's inter-node byte rate against ib_write_bw on the
 #                  same devices, same run
+# LV_LCORES (eal -l, default 0-1): with two lcores the worker polls and the
+# main lcore owns the connections (the hand-over under test); "0" runs both on one.
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -50,7 +52,7 @@ mkconf() { # node secret-file
 [locusd]
 instance = n$1
 node = $1
-eal_args = -l 0 --no-huge --no-pci -m 64
+eal_args = -l ${LV_LCORES:-0-1} --no-huge --no-pci -m 64
 rdma_device = $dev
 secret_file = $2
 idle_sleep_us = 50
