@@ -1,6 +1,7 @@
 # The data-plane engine (plain C over shared memory) and the payload formats.
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
-	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c))
+	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
+	dataplane/engine_load.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c))

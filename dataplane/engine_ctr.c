@@ -93,6 +93,16 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->remote_undeliverable },
 		{ "remote_bad", "messages from other nodes refused by the checks", LOCUS_CTR_COUNTER,
 		  0, 0, 0, 0, 0, &o->remote_bad },
+		{ "load_rows_written", "decoder load rows written one-sided to a node, by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_written },
+		{ "load_rows_read", "new decoder load rows taken from a node, by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_read },
+		{ "load_rows_torn", "load rows read with a bad checksum (half written), by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_torn },
+		{ "load_rows_bad", "load rows refused by the checks (node, count, decoder ids)",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_bad },
+		{ "load_decoders_stale", "remote decoders on a live node whose load row stopped "
+		  "moving", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->load_decoders_stale },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -63,6 +63,7 @@ struct engine_decoder {
 	int32_t node;            /* node of a remote decoder (from its load reports), -1 */
 	uint32_t rload;          /* its last reported load */
 	uint64_t rtsc;           /* when that report came */
+	uint64_t rseq;           /* seq of the load row that listed it last */
 };
 
 /* A client request waiting for the transport to finish its remote sends. */
@@ -130,6 +131,11 @@ struct locus_engine {
 	uint32_t n_pend, n_pend_free;
 	uint64_t next_load;
 	uint64_t load_period;
+	/* one-sided decoder load rows (engine_load.c) */
+	void *load_tx, *load_rx;                   /* our row; a copy of a peer's */
+	size_t load_row_len;                       /* bytes of the largest row */
+	uint64_t load_seq;                         /* our row's seq */
+	uint64_t *row_seq;                         /* [n_nodes] last good seq taken */
 
 	uint64_t next_housekeeping;
 	uint64_t housekeeping_period;
@@ -157,8 +163,15 @@ int engine_pending_get(struct locus_engine *e, uint32_t slot, const struct locus
 void engine_pending_arm(struct locus_engine *e, int idx, int status);
 int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len);
 uint64_t engine_cookie(const struct locus_engine *e, int idx);
-void engine_load_broadcast(struct locus_engine *e, uint64_t now);
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node);
+
+/* engine_load.c */
+int engine_load_init(struct locus_engine *e, struct locus_error *err);
+void engine_load_fini(struct locus_engine *e);
+void engine_load_exchange(struct locus_engine *e, uint64_t now);
+
+/* engine.c */
+void *engine_zalloc(size_t n);
 
 /* engine_dispatch.c */
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);

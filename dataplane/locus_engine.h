@@ -48,6 +48,9 @@ struct locus_engine_ctr {
 	uint64_t remote_send_errors;               /* sends that completed with an error */
 	uint64_t remote_undeliverable;             /* received, no local receiver or no room */
 	uint64_t remote_bad;                       /* received messages refused by the checks */
+	uint64_t load_rows_written, load_rows_read; /* [node] */
+	uint64_t load_rows_torn, load_rows_bad;    /* [node] */
+	uint64_t load_decoders_stale;              /* gauge */
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -88,9 +91,23 @@ struct locus_engine_remote {
 	int (*send)(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie);
 	/* Whether node's connection is up (cheap, no syscall). */
 	int (*peer_up)(void *ctx, uint32_t node);
+	/*
+	 * One-sided write of our decoder load row (len <= load_area_len bytes)
+	 * into node's load area for us: no work for node's CPU, no credits, no
+	 * completion to report; row may be reused on return. Returns 0,
+	 * -EBUSY (the previous write is still in flight: skip this period) or
+	 * -LOCUS_EPEERDOWN.
+	 */
+	int (*write_load)(void *ctx, uint32_t node, const void *row, size_t len);
+	/*
+	 * Our load area for node's row (load_area_len bytes), which node
+	 * rewrites at any time; NULL if none.
+	 */
+	const volatile void *(*load_area)(void *ctx, uint32_t node);
 	void *ctx;
 	size_t max_msg;
-	uint32_t load_period_us;       /* decoder load broadcast period */
+	size_t load_area_len;          /* >= locus_load_row_size(max_decoders) */
+	uint32_t load_period_us;       /* load row write (and read) period */
 };
 
 struct locus_engine_params {
@@ -148,7 +165,7 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
 /*
  * Engine lcore: a message arrived from node (len bytes, header first). Every
  * byte is checked; signatures go to the local decoder, rows to the local
- * rank, load reports to the router. The engine copies what it keeps: msg
+ * rank (loads do not come as messages: load rows). The engine copies what it keeps: msg
  * may be reused when this returns. Returns 0, -LOCUS_EFULL when the local
  * receiver has no room now (nothing happened: the transport must keep the
  * message and hand it again, in order, later), or the refusal's code

@@ -32,6 +32,7 @@
 #include <rte_mempool.h>
 
 #include "locus_verbs.h"
+#include "locus_wire.h"
 #include "locusd_net.h"
 
 #define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
@@ -187,6 +188,27 @@ static int rt_peer_up(void *ctx, uint32_t node)
 	struct locusd_net *n = ctx;
 
 	return node < LOCUS_CFG_MAX_NODES && n->up[node];
+}
+
+/* ---- decoder load rows: one-sided, into the area after each inbox -------------------------- */
+
+static int rt_write_load(void *ctx, uint32_t node, const void *row, size_t len)
+{
+	struct locusd_net *n = ctx;
+
+	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
+		return -LOCUS_EPEERDOWN;
+	return LOCUS_MIN(locus_verbs_write_area(n->peer[node], row, (uint32_t)len), 0);
+}
+
+static const volatile void *rt_load_area(void *ctx, uint32_t node)
+{
+	struct locusd_net *n = ctx;
+	uint32_t len;
+
+	if (node >= n->cfg->n_nodes || !n->peer[node])
+		return NULL;
+	return locus_verbs_peer_area(n->peer[node], &len);
 }
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -376,6 +398,8 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	ep.slot_count = cfg->inbox_slots;
 	ep.max_peers = cfg->n_nodes;
 	ep.threaded = threaded;
+	/* every node is configured with the same max_decoders: the same area */
+	ep.area_len = (uint32_t)locus_load_row_size(cfg->max_decoders);
 	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,
 						.on_peer_up = on_peer_up,
 						.on_peer_down = on_peer_down, .arg = n };
@@ -434,8 +458,10 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	}
 	n->rt = (struct locus_engine_remote){
 		.alloc = rt_alloc, .free = rt_free, .send = rt_send, .peer_up = rt_peer_up,
+		.write_load = rt_write_load, .load_area = rt_load_area,
 		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
 					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
+		.load_area_len = ep.area_len,
 		.load_period_us = 1000,
 	};
 	n->sync_period = rte_get_tsc_hz() / 1000000 * SYNC_US;

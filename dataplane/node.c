@@ -36,9 +36,9 @@ struct locus_node {
 
 static size_t counters_block_size(const struct locus_config *c)
 {
-	/* engine vectors, the [layers][experts] load matrix, histograms, slack */
+	/* engine vectors, the [layers][experts] load matrix, histograms, load rows by node, slack */
 	return (size_t)8 * ((size_t)c->moe_layers * c->moe_experts + 4 * c->max_decoders + 64) +
-	       (size_t)8 * LOCUS_HIST_WORDS * 8 + 4096;
+	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096;
 }
 
 static int make_segment(struct locus_node *n, struct locus_error *err)

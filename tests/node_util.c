@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <time.h>
 #include <cmocka.h>
 
@@ -31,8 +32,15 @@ struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t de
 	struct locus_client *c;
 	struct locus_error e;
 
-	if (locus_client_attach(instance, &req, &c, &e) != 0)
-		fail_msg("attach to %s: %s", instance, e.msg);
+	/*
+	 * Detaching is asynchronous: a test that attaches an id its previous
+	 * client just gave up waits until the daemon took the old one back.
+	 */
+	for (int i = 0; locus_client_attach(instance, &req, &c, &e) != 0; i++)
+		if (e.code != EEXIST || i >= 5000)
+			fail_msg("attach to %s: %s", instance, e.msg);
+		else
+			tu_nap();
 	return c;
 }
 

@@ -2,9 +2,13 @@
 /*
  * Two nodes of one cluster in one process: each has its own segment, control
  * thread and engine thread; the inter-node transport between the engines is
- * a pair of in-memory queues (the verbs transport is tested for real in the
- * Soft-RoCE VM). Checked: decoder loads reach the other node and make its
- * decoders routable; signatures routed to a remote decoder arrive byte for
+ * a pair of in-memory queues plus, for the one-sided decoder load rows, a
+ * load area per node pair that the writer memcpys into while the reader
+ * may be reading (the verbs transport is tested for real in the Soft-RoCE
+ * VM). Checked: decoder loads reach the other node and make its decoders
+ * routable; a row that stops moving makes its decoders stale, torn and
+ * malformed rows are skipped and counted with the last good state kept;
+ * signatures routed to a remote decoder arrive byte for
  * byte and complete once the send completed; a failed send completes the
  * request with an error exactly once; a peer marked down takes its decoders
  * out of routing; dispatch and combine cross nodes with every (token, k)
@@ -27,6 +31,7 @@
 
 #include "locus_client.h"
 #include "locus_counters.h"
+#include "locus_crc32c.h"
 #include "locus_dispatch.h"
 #include "locus_eldr.h"
 #include "locus_grace.h"
@@ -42,6 +47,7 @@
 #define GPN 2
 #define ROW 128
 #define QCAP 4096
+#define AREA 128 /* locus_load_row_size(max_decoders 8) = 88, rounded up */
 
 struct qmsg {
 	void *buf;
@@ -66,6 +72,8 @@ struct fake_node {
 	struct fake_node *peer;
 	int peer_up;            /* what peer_up() answers */
 	int fail_sends;         /* complete sends with an error */
+	int freeze_loads;       /* load row writes do nothing: the row stops moving */
+	uint8_t load_area[AREA] __locus_cache_aligned; /* where the peer's row lands */
 	int hold, held;         /* the test borrows the engine lcore */
 	pthread_t th_ctl, th_eng;
 	struct locus_shm *view;
@@ -146,6 +154,26 @@ static int t_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cook
 		return -LOCUS_EFULL;
 	q_push(&n->done, (struct qmsg){ .cookie = cookie, .status = 0 });
 	return 0;
+}
+
+/* One-sided: straight into the peer's area, whatever its reader is doing. */
+static int t_write_load(void *ctx, uint32_t node, const void *row, size_t len)
+{
+	struct fake_node *n = ctx;
+
+	if (node == (uint32_t)n->id || !__atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE))
+		return -LOCUS_EPEERDOWN;
+	assert_true(len <= AREA);
+	if (!__atomic_load_n(&n->freeze_loads, __ATOMIC_ACQUIRE))
+		memcpy(N[node].load_area, row, len);
+	return 0;
+}
+
+static const volatile void *t_load_area(void *ctx, uint32_t node)
+{
+	struct fake_node *n = ctx;
+
+	return node == (uint32_t)n->peer->id ? n->load_area : NULL;
 }
 
 static int t_peer_up(void *ctx, uint32_t node)
@@ -336,7 +364,10 @@ static int setup(void **state)
 			 "node.1 = 127.0.0.2:7471\n", n->inst, i, i);
 		n->rt = (struct locus_engine_remote){ .alloc = t_alloc, .free = t_free,
 						      .send = t_send, .peer_up = t_peer_up,
+						      .write_load = t_write_load,
+						      .load_area = t_load_area,
 						      .ctx = n, .max_msg = 1 << 16,
+						      .load_area_len = AREA,
 						      .load_period_us = 1000 };
 		if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
 		    locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
@@ -404,6 +435,8 @@ static void test_signatures_cross_nodes(void **state)
 		/* leaning to decoder 0's experts: but only decoder 1 is up anywhere */
 		size_t len = put_signature(pre, 0, 5 + i % 3, 1);
 		const struct locus_msg_hdr *m;
+
+		locus_client_report_load(dec1, 2); /* stay up: the heartbeat */
 
 		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 500 + i, .off = 0,
 					 .len = (uint32_t)len };
@@ -671,6 +704,110 @@ static void test_dispatch_combine_cross_nodes(void **state)
 	free(g);
 }
 
+/* Write row (n entries) from node `from` into node 0's area for node 1, sealed. */
+static void put_row(uint64_t seq, uint16_t from, uint16_t n, const struct locus_load_entry *ent,
+		    int tear)
+{
+	uint8_t buf[AREA] = { 0 };
+	struct locus_load_row *row = (struct locus_load_row *)buf;
+	size_t len = locus_load_row_size(n);
+
+	assert_true(len <= AREA);
+	row->magic = LOCUS_LOAD_ROW_MAGIC;
+	row->seq = seq;
+	row->node = from;
+	row->n = n;
+	memcpy(row->e, ent, n * sizeof(*ent));
+	row->crc = locus_crc32c(buf + 8, len - 8);
+	if (tear)
+		buf[len - 1] ^= 0x5a; /* the end of the row not written yet */
+	memcpy(N[0].load_area, buf, len);
+}
+
+/*
+ * Node 1's load row in node 0's area: it makes decoder 1 routable on node 0;
+ * when it stops moving (node 1 still up) decoder 1 goes stale; torn and
+ * malformed rows are counted and change nothing; a good row brings it back.
+ */
+static void test_load_rows(void **state)
+{
+	struct locus_client *dec1 = attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	struct locus_load_entry ent[2] = { { 1, 9 }, { 0, 0 } };
+	uint64_t read0 = ctr(&N[0], "load_rows_read", 1), seq;
+	(void)state;
+
+	locus_client_report_load(dec1, 5);
+	for (int i = 0; i < 50000 && (ctr(&N[0], "decoder_up", 1) != 1 ||
+				      ctr(&N[0], "decoder_load", 1) != 5); i++)
+		tu_nap();
+	assert_int_equal(ctr(&N[0], "decoder_up", 1), 1);
+	assert_int_equal(ctr(&N[0], "decoder_load", 1), 5);
+	assert_true(ctr(&N[1], "load_rows_written", 0) > 0);
+	assert_true(ctr(&N[0], "load_rows_read", 1) > read0);
+
+	/* the writer stops: its row stops moving, node 1 stays up */
+	__atomic_store_n(&N[1].freeze_loads, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 50000 && (ctr(&N[0], "decoder_up", 1) != 0 ||
+				      ctr(&N[0], "load_decoders_stale", 0) != 1); i++) {
+		locus_client_report_load(dec1, 5); /* the decoder itself is fine */
+		tu_nap();
+	}
+	assert_int_equal(ctr(&N[0], "decoder_up", 1), 0);
+	assert_int_equal(ctr(&N[0], "load_decoders_stale", 0), 1);
+	assert_int_equal(ctr(&N[0], "decoder_load", 1), 5);
+	seq = ((const struct locus_load_row *)N[0].load_area)->seq;
+
+	/* torn: counted, nothing taken */
+	read0 = ctr(&N[0], "load_rows_read", 1);
+	put_row(seq + 1, 1, 1, ent, 1);
+	for (int i = 0; i < 50000 && ctr(&N[0], "load_rows_torn", 1) == 0; i++)
+		tu_nap();
+	assert_true(ctr(&N[0], "load_rows_torn", 1) > 0);
+	/* malformed, each sealed correctly: wrong writer, decoder id out of range, n too big */
+	put_row(seq + 2, 0, 1, ent, 0);
+	for (int i = 0; i < 50000 && ctr(&N[0], "load_rows_bad", 1) < 1; i++)
+		tu_nap();
+	ent[1] = (struct locus_load_entry){ 8, 1 }; /* max_decoders is 8 */
+	put_row(seq + 3, 1, 2, ent, 0);
+	for (int i = 0; i < 50000 && ctr(&N[0], "load_rows_bad", 1) < 2; i++)
+		tu_nap();
+	assert_true(ctr(&N[0], "load_rows_bad", 1) >= 2);
+	put_row(seq + 4, 1, 1, ent, 0);
+	((struct locus_load_row *)N[0].load_area)->n = 9; /* more than max_decoders */
+	for (int i = 0; i < 50000 && ctr(&N[0], "load_rows_bad", 1) < 3; i++)
+		tu_nap();
+	assert_true(ctr(&N[0], "load_rows_bad", 1) >= 3);
+	assert_int_equal(ctr(&N[0], "load_rows_read", 1), read0);
+	assert_int_equal(ctr(&N[0], "decoder_load", 1), 5); /* the last good state */
+	assert_int_equal(ctr(&N[0], "decoder_up", 1), 0);
+
+	/* a good row with a new seq: taken, decoder 1 routable with its new load */
+	put_row(seq + 5, 1, 1, ent, 0);
+	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_load", 1) != 9; i++)
+		tu_nap();
+	assert_int_equal(ctr(&N[0], "decoder_load", 1), 9);
+	assert_int_equal(ctr(&N[0], "load_rows_read", 1), read0 + 1);
+
+	/* the writer resumes: up for good */
+	__atomic_store_n(&N[1].freeze_loads, 0, __ATOMIC_RELEASE);
+	for (int i = 0; i < 50000 && (ctr(&N[0], "decoder_up", 1) != 1 ||
+				      ctr(&N[0], "decoder_load", 1) != 5); i++) {
+		locus_client_report_load(dec1, 5);
+		tu_nap();
+	}
+	assert_int_equal(ctr(&N[0], "decoder_up", 1), 1);
+	assert_int_equal(ctr(&N[0], "load_decoders_stale", 0), 0);
+
+	/* the decoder leaves node 1: the next row no longer lists it; gone, not stale */
+	locus_client_detach(dec1);
+	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 0; i++)
+		tu_nap();
+	assert_int_equal(ctr(&N[0], "decoder_up", 1), 0);
+	for (int i = 0; i < 2000; i++) /* 400 ms: twice the load timeout */
+		tu_nap();
+	assert_int_equal(ctr(&N[0], "load_decoders_stale", 0), 0);
+}
+
 static void test_bad_remote_messages(void **state)
 {
 	struct locus_engine *e = locus_node_engine(N[1].node);
@@ -686,9 +823,9 @@ static void test_bad_remote_messages(void **state)
 		tu_nap();
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 10), -LOCUS_ETRUNCATED);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, sizeof(junk)), -LOCUS_EBADMAGIC);
+	/* loads no longer come as messages (load rows): a LOAD message is refused */
 	locus_msg_hdr_init(h, LOCUS_MSG_LOAD, 8, 0, 0, 1, 0);
-	((uint32_t *)(h + 1))[0] = 1000; /* claims 1000 entries in 8 bytes */
-	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 40), -LOCUS_ETRUNCATED);
+	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 40), -LOCUS_EPROTO);
 	locus_msg_hdr_init(h, LOCUS_MSG_DISPATCH, 32, 0, 0, 2, 0);
 	assert_true(locus_engine_remote_recv(e, 0, junk, 64) < 0);
 	locus_msg_hdr_init(h, LOCUS_MSG_SIGNATURE, 16, 0, 0, 1, 0);
@@ -745,6 +882,7 @@ int main(void)
 		cmocka_unit_test(test_signatures_cross_nodes),
 		cmocka_unit_test(test_full_remote_inbox_waits),
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
+		cmocka_unit_test(test_load_rows),
 		cmocka_unit_test(test_bad_remote_messages),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

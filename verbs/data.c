@@ -49,6 +49,8 @@ static void tx_complete(struct locus_verbs_peer *p, uint32_t seq32, int status)
 				p->dstats.tx_failed++;
 			if (cb->on_send_done)
 				cb->on_send_done(cb->arg, p, p->tx_cookie[s & mask], status);
+		} else if (p->tx_kind[s & mask] == TX_AREA) {
+			p->area_busy = false; /* the staging buffer is free again */
 		}
 		p->tx_kind[s & mask] = 0;
 	}
@@ -85,6 +87,7 @@ static void data_finish(struct locus_verbs_peer *p)
 	}
 	p->held_n = 0; /* held messages die with the connection */
 	p->credit_pending = false;
+	p->area_busy = false;
 	p->dstate = LOCUS_LINK_IDLE; /* post / release refuse from here */
 	p->ep->n_draining--;
 	if (cb->on_peer_down)
@@ -317,6 +320,48 @@ int locus_verbs_post_credit(struct locus_verbs_peer *p)
 	return 1;
 }
 
+int locus_verbs_write_area(struct locus_verbs_peer *p, const void *buf, uint32_t len)
+{
+	const struct locus_verbs_ep *ep = p->ep;
+	struct ibv_send_wr wr, *bad;
+	struct ibv_sge sge;
+	uint64_t seq = p->sq_posted;
+	int rc;
+
+	if (unlikely(p->dstate != LOCUS_LINK_UP))
+		return -LOCUS_EPEERDOWN;
+	if (unlikely(len == 0 || len > ep->prm.area_len))
+		return -LOCUS_ERANGE;
+	/* one in flight: the staging buffer is being read; 2 WRs stay for credits */
+	if (p->area_busy || sq_room(p) <= 2)
+		return -EBUSY;
+	memcpy(p->area_tx.addr, buf, len);
+	memset(&wr, 0, sizeof(wr));
+	sge.addr = (uintptr_t)p->area_tx.addr;
+	sge.length = len;
+	sge.lkey = p->area_tx.lkey;
+	wr.wr_id = locus_verbs_wrid(p, p->dgen, (uint32_t)seq);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_RDMA_WRITE;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (len <= __atomic_load_n(&ep->max_inline, __ATOMIC_RELAXED))
+		wr.send_flags |= IBV_SEND_INLINE;
+	wr.wr.rdma.remote_addr = p->raddr + ((uint64_t)p->rring.slot_count << p->rring.slot_shift) +
+				 LOCUS_VERBS_CTRL_LEN;
+	wr.wr.rdma.rkey = p->rkey;
+	p->tx_kind[seq & (ep->prm.sq_depth - 1)] = TX_AREA;
+	rc = ibv_post_send(p->qp, &wr, &bad);
+	if (unlikely(rc)) {
+		data_fail(p, -rc);
+		return -LOCUS_EPEERDOWN;
+	}
+	p->unsignaled = 0;
+	p->sq_posted++;
+	p->area_busy = true;
+	return 1;
+}
+
 bool locus_verbs_credits_pending(const struct locus_verbs_ep *ep)
 {
 	uint32_t i;
@@ -410,6 +455,7 @@ int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen)
 	p->recv_to_post = 0;
 	p->credit_pending = false;
 	p->held_head = p->held_n = 0;
+	p->area_busy = false;
 	*p->credit_in = 0;
 	return post_recvs(p, gen, p->lring.slot_count + RECV_BATCH);
 }

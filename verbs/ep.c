@@ -51,6 +51,7 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->ack_timeout = 14;
 	if (!p->credit_idle_us)
 		p->credit_idle_us = 50;
+	p->area_len = LOCUS_ALIGN_UP(p->area_len, 64u);
 }
 
 static int check_params(const struct locus_verbs_ep_params *p, struct locus_error *err)
@@ -70,6 +71,9 @@ static int check_params(const struct locus_verbs_ep_params *p, struct locus_erro
 				       p->signal_every);
 	if (p->ack_timeout > 31)
 		return locus_error_set(err, LOCUS_ERANGE, "ack_timeout %u > 31", p->ack_timeout);
+	if (p->area_len > LOCUS_VERBS_AREA_MAX)
+		return locus_error_set(err, LOCUS_ERANGE, "area_len %u > %u", p->area_len,
+				       LOCUS_VERBS_AREA_MAX);
 	if (p->max_peers > 0xffff || p->backoff_min_ms > p->backoff_max_ms)
 		return locus_error_set(err, LOCUS_ERANGE, "max_peers or back-off bounds out of range");
 	return 0;
@@ -191,6 +195,7 @@ err_free:
 
 static void peer_free(struct locus_verbs_peer *p)
 {
+	locus_verbs_mr_free(&p->area_tx);
 	locus_verbs_mr_free(&p->inbox);
 	free(p->tx_cookie);
 	free(p->tx_kind);
@@ -293,12 +298,19 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
 		goto err_free;
 	}
 	len = ((uint64_t)ep->prm.slot_count << ep->prm.slot_shift) + LOCUS_VERBS_CTRL_LEN;
-	rc = locus_verbs_mr_alloc(ep, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-				  &p->inbox, err);
+	rc = locus_verbs_mr_alloc(ep, len + ep->prm.area_len,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &p->inbox, err);
 	if (rc < 0)
 		goto err_free;
 	p->credit_in = (volatile uint64_t *)((uint8_t *)p->inbox.addr + len - LOCUS_VERBS_CTRL_LEN);
 	p->credit_src = p->credit_in + 1;
+	if (ep->prm.area_len) {
+		/* local only: the peer cannot write what we are about to send it */
+		rc = locus_verbs_mr_alloc(ep, ep->prm.area_len, IBV_ACCESS_LOCAL_WRITE,
+					  &p->area_tx, err);
+		if (rc < 0)
+			goto err_free;
+	}
 	if (remote) {
 		p->active = true;
 		p->remote = *remote;
@@ -415,7 +427,16 @@ void locus_verbs_peer_remote(const struct locus_verbs_peer *p, uint64_t *addr, u
 {
 	*addr = p->raddr;
 	*rkey = p->rkey;
-	*len = ((uint64_t)p->rring.slot_count << p->rring.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+	*len = ((uint64_t)p->rring.slot_count << p->rring.slot_shift) + LOCUS_VERBS_CTRL_LEN +
+	       p->ep->prm.area_len;
+}
+
+const volatile void *locus_verbs_peer_area(const struct locus_verbs_peer *p, uint32_t *len)
+{
+	uint64_t off = ((uint64_t)p->lring.slot_count << p->lring.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+
+	*len = p->ep->prm.area_len;
+	return *len ? (const volatile uint8_t *)p->inbox.addr + off : NULL;
 }
 
 void *locus_verbs_peer_inbox(const struct locus_verbs_peer *p, uint64_t *len)

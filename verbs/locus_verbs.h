@@ -8,6 +8,7 @@
  * only ever holds the rkey of the memory meant for it:
  *
  *   inbox MR = slot_count slots of slot_size bytes | 64-byte control block
+ *              | area_len bytes of "area" (optional)
  *
  * The peer writes its messages into our slots with WRITE_WITH_IMM. Credits
  * flow the other way through the control blocks: when we release slots of
@@ -18,6 +19,13 @@
  * (signatures go router -> decoder only); and it costs the peer no RECV
  * and no completion. A later, larger cumulative value is always correct, so
  * credit writes never need ordering among themselves.
+ *
+ * The area is a small table the peer rewrites in place by one-sided RDMA
+ * WRITEs (locus_verbs_write_area: no immediate, no RECV, no credits, no
+ * work for our CPU); we read it whenever we like, so its content must carry
+ * its own integrity check (a row may be read half written). Both ends must
+ * be configured with the same area_len: the writer aims at the address
+ * after the control block the peer announced.
  *
  * A message of n = ceil(len / slot_size) slots is written contiguously. If it
  * does not fit before the end of the ring, the tail slots are skipped (and
@@ -57,6 +65,7 @@
 #define LOCUS_VERBS_SLOTS_MIN     2u
 #define LOCUS_VERBS_SLOTS_MAX     32768u
 #define LOCUS_VERBS_CTRL_LEN      64u  /* control block after the slots */
+#define LOCUS_VERBS_AREA_MAX      65536u /* one-sided area after the control block */
 
 enum locus_verbs_pdata_kind {
 	LOCUS_VERBS_PD_REQ = 1, /* connect request (active side) */
@@ -297,6 +306,8 @@ struct locus_verbs_ep_params {
 	uint32_t cq_depth;             /* default: enough for 16 peers */
 	uint32_t max_peers;            /* default 16 */
 	uint32_t max_inline;           /* wanted inline size (default 256, clamped by device) */
+	uint32_t area_len;             /* one-sided area per peer inbox (0: none; rounded
+					* up to 64, at most LOCUS_VERBS_AREA_MAX) */
 	uint32_t credit_idle_us;       /* announce released slots below the batching
 					* threshold after the CQ stayed empty this long
 					* (default 50 us) */
@@ -369,6 +380,22 @@ int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms);
  * slots): once on_peer_down ran, releasing them returns -LOCUS_ESTATE.
  */
 int locus_verbs_release(struct locus_verbs_peer *p, unsigned n);
+
+/*
+ * Data path: write len bytes of buf into the area of p's inbox for us, at
+ * offset 0, by one RDMA WRITE without immediate (the peer's CPU does
+ * nothing; no credits). buf is copied (registered staging): reuse it on
+ * return. Returns 1, -EBUSY while the previous area write of p has not
+ * completed or the send queue is short (try again later), -LOCUS_EPEERDOWN,
+ * -LOCUS_ERANGE (len 0 or over area_len).
+ */
+int locus_verbs_write_area(struct locus_verbs_peer *p, const void *buf, uint32_t len);
+
+/*
+ * Our area for p's writes (area_len bytes, NULL without an area). p
+ * rewrites it at any time: copy, then check what you copied.
+ */
+const volatile void *locus_verbs_peer_area(const struct locus_verbs_peer *p, uint32_t *len);
 
 /* Force pending released credits out now (normally batched by slot_count / 4). */
 int locus_verbs_flush_credits(struct locus_verbs_peer *p);

@@ -22,7 +22,7 @@
 /* a closing connection whose last send never completes is given up after this */
 #define DRAIN_NS    (200ull * 1000000ull)
 
-enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3 };
+enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3, TX_AREA = 4 };
 
 /* Control's view of a peer (what locus_verbs_peer_state() reports besides UP). */
 enum ctl_phase {
@@ -45,6 +45,7 @@ struct locus_verbs_peer {
 	uint64_t *tx_cookie;         /* [sq_depth] */
 	uint8_t *tx_kind;            /* [sq_depth] */
 	uint32_t *held;              /* [slot_count]: consumed slots | HELD_DONE */
+	struct locus_verbs_mr area_tx; /* staging of our area writes to the peer */
 
 	/* the hand-over word */
 	struct locus_verbs_link link;
@@ -70,6 +71,7 @@ struct locus_verbs_peer {
 	uint32_t recv_to_post;
 	bool credit_pending;
 	uint32_t held_head, held_n;
+	bool area_busy;              /* an area write is in flight */
 	struct locus_verbs_stats dstats; /* data's counts */
 
 	/* ctl */
