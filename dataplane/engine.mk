@@ -7,5 +7,7 @@ $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c))
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
-$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
+$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_twonode_load
