@@ -166,8 +166,10 @@ uint64_t engine_cookie(const struct locus_engine *e, int idx);
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node);
 
 /* engine_load.c */
+/* Row buffers for a transport with load areas: 0, or -EINVAL (area too small) / -ENOMEM. */
 int engine_load_init(struct locus_engine *e, struct locus_error *err);
 void engine_load_fini(struct locus_engine *e);
+/* Every load period: write our row to each live peer, take in the rows that moved. */
 void engine_load_exchange(struct locus_engine *e, uint64_t now);
 
 /* engine.c */
