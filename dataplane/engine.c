@@ -26,6 +26,11 @@ static void *zalloc_aligned(size_t n)
 	return p;
 }
 
+void *engine_zalloc(size_t n)
+{
+	return zalloc_aligned(n);
+}
+
 /* Router bytes for the largest table the dims allow. */
 static size_t router_max_size(const struct locus_engine_dims *d)
 {
@@ -276,6 +281,9 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 		goto err_free;
 	e->load_period = p->tsc_hz / 1000000 *
 			 (e->rt && e->rt->load_period_us ? e->rt->load_period_us : 1000);
+	ret = engine_load_init(e, err);
+	if (ret < 0)
+		goto err_free;
 	ret = locus_grace_plan_init(&e->plan, e->plan_mem, plan_bytes, p->dims.max_tokens,
 				    LOCUS_MAX_TOPK, e->n_ranks);
 	if (ret < 0) {
@@ -331,6 +339,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->pend);
 	free(e->pend_free);
 	engine_ldma_destroy(e);
+	engine_load_fini(e);
 	free(e->cmds);
 	engine_regions_free(e);
 	free(e->cl);
@@ -615,7 +624,7 @@ int locus_engine_poll(struct locus_engine *e)
 	now = e->p.now();
 	if (unlikely(now >= e->next_housekeeping)) {
 		engine_decoders_housekeeping(e, now);
-		engine_load_broadcast(e, now);
+		engine_load_exchange(e, now);
 		e->next_housekeeping = now + e->housekeeping_period;
 	}
 	engine_count(e, e->c.poll_iterations);

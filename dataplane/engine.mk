@@ -1,15 +1,17 @@
 # The data-plane engine (plain C over shared memory) and the payload formats.
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
-	dataplane/engine_ldma.c dataplane/engine_region.c))
+	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
-$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
 $(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_regions
 $(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_region_gather
+$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_twonode_load

@@ -113,6 +113,16 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  &o->region_msgs_copied },
 		{ "regions", "client buffer regions the engine serves", LOCUS_CTR_GAUGE, 0, 0, 0, 0,
 		  0, &o->regions },
+		{ "load_rows_written", "decoder load rows written one-sided to a node, by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_written },
+		{ "load_rows_read", "new decoder load rows taken from a node, by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_read },
+		{ "load_rows_torn", "load rows read with a bad checksum (half written), by node",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_torn },
+		{ "load_rows_bad", "load rows refused by the checks (node, count, decoder ids)",
+		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_bad },
+		{ "load_decoders_stale", "remote decoders on a live node whose load row stopped "
+		  "moving", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->load_decoders_stale },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -82,6 +82,7 @@ struct engine_decoder {
 	int32_t node;            /* node of a remote decoder (from its load reports), -1 */
 	uint32_t rload;          /* its last reported load */
 	uint64_t rtsc;           /* when that report came */
+	uint64_t rseq;           /* seq of the load row that listed it last */
 };
 
 /* A delivery whose rows the intra-node DMA is still moving. */
@@ -174,6 +175,11 @@ struct locus_engine {
 	uint32_t n_pend, n_pend_free;
 	uint64_t next_load;
 	uint64_t load_period;
+	/* one-sided decoder load rows (engine_load.c) */
+	void *load_tx, *load_rx;                   /* our row; a copy of a peer's */
+	size_t load_row_len;                       /* bytes of the largest row */
+	uint64_t load_seq;                         /* our row's seq */
+	uint64_t *row_seq;                         /* [n_nodes] last good seq taken */
 
 	uint64_t next_housekeeping;
 	uint64_t housekeeping_period;
@@ -213,7 +219,6 @@ int engine_pending_send_sg(struct locus_engine *e, int idx, uint32_t node, void 
 void engine_pending_fail(struct locus_engine *e, int idx, int status);
 void engine_pending_hold_region(struct locus_engine *e, int idx, struct engine_region *g);
 uint64_t engine_cookie(const struct locus_engine *e, int idx);
-void engine_load_broadcast(struct locus_engine *e, uint64_t now);
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node);
 
 /* engine_region.c */
@@ -224,6 +229,15 @@ void engine_regions_retire(struct locus_engine *e);
 /* The usable region id of client slot, or NULL. */
 struct engine_region *engine_region_get(struct locus_engine *e, uint32_t slot, uint32_t id);
 void engine_region_put(struct locus_engine *e, int32_t idx);
+/* engine_load.c */
+/* Row buffers for a transport with load areas: 0, or -EINVAL (area too small) / -ENOMEM. */
+int engine_load_init(struct locus_engine *e, struct locus_error *err);
+void engine_load_fini(struct locus_engine *e);
+/* Every load period: write our row to each live peer, take in the rows that moved. */
+void engine_load_exchange(struct locus_engine *e, uint64_t now);
+
+/* engine.c */
+void *engine_zalloc(size_t n);
 
 /* engine_dispatch.c */
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * Inter-node side of the engine: requests waiting on remote sends, messages
- * arriving from other nodes, and the decoder load broadcast.
+ * Inter-node side of the engine: requests waiting on remote sends and
+ * messages arriving from other nodes (decoder loads: engine_load.c).
  *
  * A request whose bytes leave the node is completed when the transport has
  * finished every send it needed (RDMA completion), with the first error if
@@ -13,19 +13,6 @@
 
 #include "engine_priv.h"
 #include "locus_wire.h"
-
-#define LOAD_COOKIE UINT64_MAX
-
-struct load_entry {
-	uint32_t decoder_id;
-	uint32_t load;
-};
-
-struct load_payload {
-	uint32_t n;
-	uint32_t reserved;
-	struct load_entry e[];
-};
 
 uint64_t engine_cookie(const struct locus_engine *e, int idx)
 {
@@ -158,8 +145,6 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
 {
 	uint32_t idx = (uint32_t)cookie;
 
-	if (cookie == LOAD_COOKIE)
-		return;
 	if (idx >= e->n_pend || e->pend[idx].gen != (uint32_t)(cookie >> 32) ||
 	    e->pend[idx].outstanding == 0)
 		return; /* not ours (a transport bug): never complete twice */
@@ -177,71 +162,6 @@ void engine_pending_end(struct locus_engine *e, int idx, int status)
 		p->status = status;
 	if (--p->outstanding == 0)
 		pending_complete(e, (uint32_t)idx);
-}
-
-/* ---- load broadcast ----------------------------------------------------------------- */
-
-void engine_load_broadcast(struct locus_engine *e, uint64_t now)
-{
-	uint32_t n = 0;
-
-	if (!e->rt || now < e->next_load)
-		return;
-	e->next_load = now + e->load_period;
-	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++)
-		n += e->dec[d].slot >= 0 && e->dec[d].up;
-	for (uint32_t node = 0; node < e->p.dims.n_nodes; node++) {
-		size_t len = sizeof(struct locus_msg_hdr) + sizeof(struct load_payload) +
-			     n * sizeof(struct load_entry);
-		struct locus_msg_hdr *h;
-		struct load_payload *lp;
-		uint32_t k = 0;
-
-		if (!engine_remote_peer_up(e, node) || len > e->rt->max_msg)
-			continue;
-		h = e->rt->alloc(e->rt->ctx, len);
-		if (!h)
-			continue;
-		locus_msg_hdr_init(h, LOCUS_MSG_LOAD, (uint32_t)(len - sizeof(*h)), 0,
-				   e->p.dims.node_id, node, 0);
-		lp = (struct load_payload *)(h + 1);
-		for (uint32_t d = 0; d < e->p.dims.max_decoders && k < n; d++)
-			if (e->dec[d].slot >= 0 && e->dec[d].up)
-				lp->e[k++] = (struct load_entry){
-					.decoder_id = d,
-					.load = __atomic_load_n(&e->cl[e->dec[d].slot].ctl->load,
-								__ATOMIC_RELAXED),
-				};
-		lp->n = k;
-		lp->reserved = 0;
-		if (e->rt->send(e->rt->ctx, node, h, len, LOAD_COOKIE) < 0)
-			e->rt->free(e->rt->ctx, h);
-	}
-}
-
-static int recv_load(struct locus_engine *e, uint32_t node, const struct locus_msg_hdr *h)
-{
-	const struct load_payload *lp = (const void *)(h + 1);
-	uint64_t now = e->p.now();
-
-	if (h->payload_len < sizeof(*lp) || lp->reserved ||
-	    h->payload_len != sizeof(*lp) + (uint64_t)lp->n * sizeof(struct load_entry))
-		return -LOCUS_ETRUNCATED;
-	for (uint32_t i = 0; i < lp->n; i++)
-		if (lp->e[i].decoder_id >= e->p.dims.max_decoders)
-			return -LOCUS_ERANGE;
-	for (uint32_t i = 0; i < lp->n; i++) {
-		struct engine_decoder *d = &e->dec[lp->e[i].decoder_id];
-
-		if (d->slot >= 0)
-			continue; /* served here: our own view wins */
-		d->node = (int32_t)node;
-		d->rload = lp->e[i].load;
-		d->rtsc = now;
-		if (e->router && d->router_slot >= 0)
-			locus_eldr_router_set_load(e->router, (uint32_t)d->router_slot, d->rload);
-	}
-	return 0;
 }
 
 /* ---- arriving messages ---------------------------------------------------------------- */
@@ -284,13 +204,6 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 	if (ret < 0)
 		goto bad;
 	switch (h->type) {
-	case LOCUS_MSG_LOAD:
-		ret = h->src_rank == node ? recv_load(e, node, h) : -LOCUS_EPROTO;
-		if (ret < 0)
-			goto bad;
-		locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
-		locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
-		return 0;
 	case LOCUS_MSG_SIGNATURE: {
 		const struct locus_eldr_sig_hdr *sh = (const void *)(h + 1);
 

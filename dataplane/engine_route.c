@@ -48,7 +48,7 @@ void engine_router_refresh(struct locus_engine *e)
 
 /*
  * Every HOUSEKEEPING_US: pick up decoder load reports (one-sided stores in
- * the client's load line; LOAD messages for remote decoders) and take
+ * the client's load line; load rows for remote decoders: engine_load.c) and take
  * decoders that went silent, or whose node went down, out of routing.
  */
 void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)

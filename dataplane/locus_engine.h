@@ -56,6 +56,9 @@ struct locus_engine_ctr {
 	uint64_t region_rows_zero_copy;            /* rows sent from a region's MR (gather) */
 	uint64_t region_msgs_copied;               /* region messages copied: no MR or too many runs */
 	uint64_t regions;                          /* gauge: regions in use */
+	uint64_t load_rows_written, load_rows_read; /* [node] */
+	uint64_t load_rows_torn, load_rows_bad;    /* [node] */
+	uint64_t load_decoders_stale;              /* gauge */
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -112,9 +115,23 @@ struct locus_engine_remote {
 	int (*send_sg)(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 		       const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie);
 	uint32_t max_sge;              /* segments send_sg takes after the header */
+	/*
+	 * One-sided write of our decoder load row (len <= load_area_len bytes)
+	 * into node's load area for us: no work for node's CPU, no credits, no
+	 * completion to report; row may be reused on return. Returns 0,
+	 * -EBUSY (the previous write is still in flight: skip this period) or
+	 * -LOCUS_EPEERDOWN.
+	 */
+	int (*write_load)(void *ctx, uint32_t node, const void *row, size_t len);
+	/*
+	 * Our load area for node's row (load_area_len bytes), which node
+	 * rewrites at any time; NULL if none.
+	 */
+	const volatile void *(*load_area)(void *ctx, uint32_t node);
 	void *ctx;
 	size_t max_msg;
-	uint32_t load_period_us;       /* decoder load broadcast period */
+	size_t load_area_len;          /* >= locus_load_row_size(max_decoders) */
+	uint32_t load_period_us;       /* load row write (and read) period */
 };
 
 /*
@@ -233,7 +250,7 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
 /*
  * Engine lcore: a message arrived from node (len bytes, header first). Every
  * byte is checked; signatures go to the local decoder, rows to the local
- * rank, load reports to the router. The engine copies what it keeps: msg
+ * rank (loads do not come as messages: load rows). The engine copies what it keeps: msg
  * may be reused when this returns. Returns 0, -LOCUS_EFULL when the local
  * receiver has no room now (nothing happened: the transport must keep the
  * message and hand it again, in order, later), or the refusal's code

@@ -18,6 +18,10 @@
 
 struct locus_node;
 
+/* Counter blocks: the worker lcore's (engine) and the main lcore's (control). */
+#define LOCUS_NODE_ENGINE_BLOCK 0u
+#define LOCUS_NODE_CTL_BLOCK    1u
+
 /*
  * Create the segment /dev/shm/locus.<cfg->instance> (state STARTING), lay
  * out its regions from cfg, register counters and build the engine. now()

@@ -24,7 +24,7 @@ enum locus_msg_type {
 	LOCUS_MSG_SIGNATURE = 1, /* request header + expert signature (ELDR) */
 	LOCUS_MSG_DISPATCH  = 2, /* token rows to expert ranks (GRACE) */
 	LOCUS_MSG_COMBINE   = 3, /* expert outputs back to the source rank */
-	LOCUS_MSG_LOAD      = 4, /* decoder load report */
+	LOCUS_MSG_LOAD      = 4, /* retired: loads travel as load rows (below); refused */
 	LOCUS_MSG_HEARTBEAT = 5,
 	LOCUS_MSG_CREDIT    = 6, /* inbox slots released by the receiver */
 	LOCUS_MSG_TYPE_MAX
@@ -79,6 +79,38 @@ static inline void locus_msg_hdr_init(struct locus_msg_hdr *h, enum locus_msg_ty
 	h->id = id;
 	h->src_rank = src_rank;
 	h->dst_rank = dst_rank;
+}
+
+/*
+ * Decoder load row: what one node tells every peer about the decoders it
+ * serves, written by a one-sided RDMA WRITE (no immediate: no receiver CPU,
+ * no credits) into the load area the peer exposes to it, rewritten in place
+ * every load period. The reader copies the row whenever it likes and may
+ * catch it half written: crc32c over every byte after the crc field tells.
+ * Little-endian, 24 bytes + 8 per entry.
+ */
+#define LOCUS_LOAD_ROW_MAGIC 0x5244414cu /* "LADR" */
+
+struct locus_load_entry {
+	uint32_t decoder_id;
+	uint32_t load;
+};
+
+struct locus_load_row {
+	uint32_t magic;       /* LOCUS_LOAD_ROW_MAGIC */
+	uint32_t crc;         /* crc32c of bytes [8, locus_load_row_size(n)) */
+	uint64_t seq;         /* moves at every write: a row that stops moving is stale */
+	uint16_t node;        /* the writer */
+	uint16_t n;           /* entries */
+	uint32_t reserved;    /* 0 */
+	struct locus_load_entry e[];
+};
+
+LOCUS_STATIC_ASSERT(sizeof(struct locus_load_row) == 24, "load row header is 24 bytes");
+
+static inline size_t locus_load_row_size(uint32_t n)
+{
+	return sizeof(struct locus_load_row) + (size_t)n * sizeof(struct locus_load_entry);
 }
 
 #endif /* LOCUS_WIRE_H */

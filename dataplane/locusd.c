@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
  * locusd: one per node. DPDK EAL lcores: the main lcore does control work
- * (client attachments, watchdog, signals, telemetry); the first worker lcore
- * runs the engine's poll loop. Readiness and watchdog go to systemd with
+ * (client attachments, inter-node connections, watchdog, signals,
+ * telemetry); the first worker lcore runs the engine's poll loop (client
+ * rings, the completion queue, the inter-node inbox). Readiness and watchdog go to systemd with
  * sd_notify; SIGTERM drains and stops, removing the segment; SIGHUP re-reads
  * the config and applies what is safe to change while running.
  *
@@ -314,7 +315,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	hz = rte_get_tsc_hz();
-	if (D.cfg.n_nodes > 1 && locusd_net_create(&D.cfg, &D.net, &err) < 0) {
+	D.worker_lcore = rte_get_next_lcore(-1, 1, 0);
+	/* with a worker lcore, connections stay on main and the worker only polls */
+	if (D.cfg.n_nodes > 1 &&
+	    locusd_net_create(&D.cfg, D.worker_lcore < RTE_MAX_LCORE, &D.net, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_eal;
 	}
@@ -324,7 +328,7 @@ int main(int argc, char **argv)
 		goto err_net;
 	}
 	if (D.net && locusd_net_attach(D.net, locus_node_engine(D.node), locus_node_counters(D.node),
-				       0, &err) < 0) {
+				       LOCUS_NODE_ENGINE_BLOCK, LOCUS_NODE_CTL_BLOCK, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_node;
 	}
@@ -349,7 +353,6 @@ int main(int argc, char **argv)
 	rte_telemetry_register_cmd("/locus/info", tel_info,
 				   "locus instance, clients and table generations in use");
 
-	D.worker_lcore = rte_get_next_lcore(-1, 1, 0);
 	if (D.worker_lcore < RTE_MAX_LCORE &&
 	    rte_eal_remote_launch(worker_main, &D, D.worker_lcore) < 0) {
 		fprintf(stderr, "locusd: cannot launch the worker lcore %u\n", D.worker_lcore);
@@ -371,6 +374,8 @@ int main(int argc, char **argv)
 		uint64_t now = rte_rdtsc();
 
 		locus_node_control(D.node);
+		if (D.net)
+			locusd_net_control(D.net);
 		if (D.worker_lcore >= RTE_MAX_LCORE) {
 			for (int i = 0; i < 64; i++) {
 				locus_engine_poll(locus_node_engine(D.node));

@@ -3,10 +3,12 @@
  * locusd's inter-node side: the verbs endpoint (verbs/locus_verbs.h) behind
  * the engine's transport interface (struct locus_engine_remote).
  *
- * The endpoint belongs to the worker lcore that runs the engine: it polls the
- * CQ every iteration (no syscall) and services rdma_cm events and reconnect
- * timers from a TSC timer (every SERVICE_US; locus_verbs_service(ep, 0) does
- * not block). Message buffers come from a DPDK mempool whose memory is
+ * The endpoint is threaded (locus_verbs.h): the worker lcore that runs the
+ * engine owns the data side (CQ polled every iteration, posts, credits,
+ * inbox; no syscall), the main lcore the connections (rdma_cm events,
+ * QP creation and destruction, redials: locusd_net_control every control
+ * period). Peers going up or down are counted on the worker and logged by
+ * the main lcore. With one lcore, both run there. Message buffers come from a DPDK mempool whose memory is
  * registered with the endpoint's PD once; a message that finds no credits
  * waits in the peer's backlog and is posted, in order and in batches, as
  * credits return. Every message handed over completes exactly once: by its
@@ -17,6 +19,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +33,7 @@
 
 #include "locus_verbs.h"
 #include "locusd_loop.h"
+#include "locus_wire.h"
 #include "locusd_net.h"
 
 #define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
@@ -37,7 +41,7 @@
 #define BACKLOG       512           /* queued messages per peer, power of two */
 #define MAX_CHUNKS    16
 #define POST_BURST    32
-#define SERVICE_US    1000
+#define SYNC_US       1000          /* data-side counter export period */
 
 struct tx_rec {
 	void *buf;
@@ -80,7 +84,11 @@ struct locusd_net {
 	struct locus_engine *eng;
 	struct locus_engine_remote rt;
 	struct locus_regions_mr_ops mr_ops;
-	uint64_t next_service, service_period;
+	uint64_t next_sync, sync_period;
+	/* peer events: counted by the worker (release), logged by main */
+	uint32_t n_up[LOCUS_CFG_MAX_NODES], n_down[LOCUS_CFG_MAX_NODES];
+	int32_t down_reason[LOCUS_CFG_MAX_NODES];
+	uint32_t seen_up[LOCUS_CFG_MAX_NODES], seen_down[LOCUS_CFG_MAX_NODES]; /* main's */
 };
 
 /* ---- the cluster secret ---------------------------------------------------------------- */
@@ -184,6 +192,27 @@ static int rt_peer_up(void *ctx, uint32_t node)
 	struct locusd_net *n = ctx;
 
 	return node < LOCUS_CFG_MAX_NODES && n->up[node];
+}
+
+/* ---- decoder load rows: one-sided, into the area after each inbox -------------------------- */
+
+static int rt_write_load(void *ctx, uint32_t node, const void *row, size_t len)
+{
+	struct locusd_net *n = ctx;
+
+	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
+		return -LOCUS_EPEERDOWN;
+	return LOCUS_MIN(locus_verbs_write_area(n->peer[node], row, (uint32_t)len), 0);
+}
+
+static const volatile void *rt_load_area(void *ctx, uint32_t node)
+{
+	struct locusd_net *n = ctx;
+	uint32_t len;
+
+	if (node >= n->cfg->n_nodes || !n->peer[node])
+		return NULL;
+	return locus_verbs_peer_area(n->peer[node], &len);
 }
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -383,7 +412,7 @@ static void on_peer_up(void *arg, struct locus_verbs_peer *p)
 	uint16_t node = locus_verbs_peer_node(p);
 
 	n->up[node] = 1;
-	fprintf(stderr, "locusd: peer node %u up\n", node);
+	__atomic_store_n(&n->n_up[node], n->n_up[node] + 1, __ATOMIC_RELEASE);
 }
 
 /* Messages that never reached the wire fail now, once each. */
@@ -393,8 +422,11 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 	uint16_t node = locus_verbs_peer_node(p);
 	struct backlog *b = &n->bl[node];
 
-	if (n->up[node] || reason != -ECONNREFUSED)
-		fprintf(stderr, "locusd: peer node %u down: %s\n", node, locus_strerror(reason));
+	/* a refused dial of a peer that is not there yet is no news */
+	if (n->up[node] || reason != -ECONNREFUSED) {
+		__atomic_store_n(&n->down_reason[node], reason, __ATOMIC_RELAXED);
+		__atomic_store_n(&n->n_down[node], n->n_down[node] + 1, __ATOMIC_RELEASE);
+	}
 	n->up[node] = 0;
 	/* held messages died with the connection (the peer rewrites its slots) */
 	n->rx_held[node].head = n->rx_held[node].tail;
@@ -409,7 +441,7 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
-int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
+int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
 		      struct locus_error *err)
 {
 	struct locus_verbs_ep_params ep = { 0 };
@@ -434,6 +466,9 @@ int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 	ep.node_id = (uint16_t)cfg->node_id;
 	ep.slot_count = cfg->inbox_slots;
 	ep.max_peers = cfg->n_nodes;
+	ep.threaded = threaded;
+	/* every node is configured with the same max_decoders: the same area */
+	ep.area_len = (uint32_t)locus_load_row_size(cfg->max_decoders);
 	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,
 						.on_peer_up = on_peer_up,
 						.on_peer_down = on_peer_down, .arg = n };
@@ -495,11 +530,13 @@ int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
 		.send_sg = rt_send_sg,
 		/* the header takes one entry */
 		.max_sge = LOCUS_MIN(locus_verbs_ep_max_send_sge(n->ep), LOCUS_VERBS_MAX_SGE) - 1,
+		.write_load = rt_write_load, .load_area = rt_load_area,
 		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
 					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
+		.load_area_len = ep.area_len,
 		.load_period_us = 1000,
 	};
-	n->service_period = rte_get_tsc_hz() / 1000000 * SERVICE_US;
+	n->sync_period = rte_get_tsc_hz() / 1000000 * SYNC_US;
 	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", dev,
 		cfg->node_id, inet_ntoa(ep.local_addr), ep.port, cfg->n_nodes - 1);
 	*out = n;
@@ -526,10 +563,10 @@ const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n)
 }
 
 int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
-		      uint32_t block, struct locus_error *err)
+		      uint32_t engine_block, uint32_t ctl_block, struct locus_error *err)
 {
 	n->eng = eng;
-	return locus_verbs_counters_attach(n->ep, c, block, "verbs", err);
+	return locus_verbs_counters_attach(n->ep, c, engine_block, ctl_block, "verbs", err);
 }
 
 int locusd_net_poll(struct locusd_net *n, uint64_t now)
@@ -542,13 +579,41 @@ int locusd_net_poll(struct locusd_net *n, uint64_t now)
 		if (n->bl[node].head != n->bl[node].tail)
 			flush_backlog(n, node);
 	}
-	if (unlikely(now >= n->next_service)) {
-		/* rdma_cm events, redials: a non-blocking look, at most every SERVICE_US */
-		locus_verbs_service(n->ep, 0);
-		locus_verbs_counters_sync(n->ep);
-		n->next_service = now + n->service_period;
+	if (unlikely(now >= n->next_sync)) {
+		locus_verbs_counters_sync_data(n->ep); /* plain stores */
+		n->next_sync = now + n->sync_period;
 	}
 	return work > 0 ? work : 0;
+}
+
+static void log_down(struct locusd_net *n, uint32_t node, uint32_t down)
+{
+	fprintf(stderr, "locusd: peer node %u down: %s\n", node,
+		locus_strerror(__atomic_load_n(&n->down_reason[node], __ATOMIC_RELAXED)));
+	n->seen_down[node] = down;
+}
+
+void locusd_net_control(struct locusd_net *n)
+{
+	/* rdma_cm events, redials, hand-overs: a non-blocking look */
+	locus_verbs_service(n->ep, 0);
+	for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+		uint32_t up = __atomic_load_n(&n->n_up[node], __ATOMIC_ACQUIRE);
+		uint32_t down = __atomic_load_n(&n->n_down[node], __ATOMIC_ACQUIRE);
+
+		bool now_up = n->peer[node] &&
+			      locus_verbs_peer_state(n->peer[node]) == LOCUS_VERBS_UP;
+
+		/* both within one period: a peer up now went down first */
+		if (down != n->seen_down[node] && now_up)
+			log_down(n, node, down);
+		if (up != n->seen_up[node]) {
+			fprintf(stderr, "locusd: peer node %u up\n", node);
+			n->seen_up[node] = up;
+		}
+		if (down != n->seen_down[node])
+			log_down(n, node, down);
+	}
 }
 
 void locusd_net_destroy(struct locusd_net *n)

@@ -2,11 +2,14 @@
 /*
  * locusd's inter-node transport: the verbs endpoint, its registered DPDK
  * message pool and per-peer backlogs, behind struct locus_engine_remote.
- * Everything but create/destroy runs on the engine's lcore.
+ * The data side (locusd_net_poll, the engine's calls) runs on the engine's
+ * lcore; connections (locusd_net_control) on the main lcore; create, attach
+ * and destroy while the engine's lcore does not run.
  */
 #ifndef LOCUSD_NET_H
 #define LOCUSD_NET_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "locus_config.h"
@@ -29,7 +32,7 @@ int locusd_read_secret(const char *path, uint8_t secret[32], struct locus_error 
  * other node (the lower id dials), create and register the message pool.
  * Needs an initialised EAL. cfg must outlive the transport.
  */
-int locusd_net_create(const struct locus_config *cfg, struct locusd_net **out,
+int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
 		      struct locus_error *err);
 
 /* The transport to give the engine (locus_node_create_remote). */
@@ -37,16 +40,23 @@ const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n);
 
 /*
  * Connect the engine that receives and completes messages, and export the
- * transport's counters (prefix "verbs") into the engine lcore's block.
+ * transport's counters (prefix "verbs") into the engine lcore's block
+ * (data side) and the main lcore's (connections).
  */
 int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
-		      uint32_t block, struct locus_error *err);
+		      uint32_t engine_block, uint32_t ctl_block, struct locus_error *err);
 
 /* How client buffer regions get MRs on this transport's device (main lcore). */
 const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n);
 
-/* Engine lcore, every iteration: CQ burst, backlogs, timed CM servicing. */
+/* Engine lcore, every iteration: CQ burst, backlogs, hand-overs; no syscall. */
 int locusd_net_poll(struct locusd_net *n, uint64_t now_tsc);
+
+/*
+ * Main lcore, every control period: rdma_cm events, redials, destroying what
+ * the engine lcore let go of; logs peers going up and down.
+ */
+void locusd_net_control(struct locusd_net *n);
 
 /* Tear down (in-flight messages complete with errors). NULL is a no-op. */
 void locusd_net_destroy(struct locusd_net *n);

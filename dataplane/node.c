@@ -12,7 +12,7 @@
 
 #define TABLE_SLOTS 3
 #define N_CTR_BLOCKS 2       /* 0: worker engine, 1: control */
-#define CTL_BLOCK 1
+#define CTL_BLOCK LOCUS_NODE_CTL_BLOCK
 
 struct locus_node {
 	struct locus_config cfg;
@@ -29,6 +29,7 @@ struct locus_node {
 	uint64_t *ticket;     /* pending engine command, 0 none */
 	uint8_t *cmd;
 	uint8_t *attached;
+	uint64_t *claim;      /* the client's CLAIMED word until it is told ACTIVE, else 0 */
 	struct locus_engine_grant *grant;
 	int32_t *decoder_owner;
 	int32_t *rank_owner;
@@ -38,9 +39,9 @@ struct locus_node {
 
 static size_t counters_block_size(const struct locus_config *c)
 {
-	/* engine vectors, the [layers][experts] load matrix, histograms, slack */
+	/* engine vectors, the [layers][experts] load matrix, histograms, load rows by node, slack */
 	return (size_t)8 * ((size_t)c->moe_layers * c->moe_experts + 4 * c->max_decoders + 64) +
-	       (size_t)8 * LOCUS_HIST_WORDS * 8 + 4096;
+	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096;
 }
 
 static int make_segment(struct locus_node *n, struct locus_error *err)
@@ -138,11 +139,12 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	n->ticket = calloc(cfg->client_slots, sizeof(*n->ticket));
 	n->cmd = calloc(cfg->client_slots, 1);
 	n->attached = calloc(cfg->client_slots, 1);
+	n->claim = calloc(cfg->client_slots, sizeof(*n->claim));
 	n->grant = calloc(cfg->client_slots, sizeof(*n->grant));
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
 	n->draining = calloc(cfg->client_slots, 1);
-	if (!n->ticket || !n->cmd || !n->attached || !n->grant || !n->decoder_owner ||
+	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
 	    !n->rank_owner || !n->draining) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
@@ -172,7 +174,7 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	ep.clients = &n->clients;
 	ep.tables = n->tables;
 	ep.reader_idx = 0;
-	ep.ctr_block = locus_counters_block(n->ctrs, 0);
+	ep.ctr_block = locus_counters_block(n->ctrs, LOCUS_NODE_ENGINE_BLOCK);
 	ep.tsc_hz = tsc_hz;
 	ep.now = now;
 	ep.remote = remote;
@@ -298,6 +300,29 @@ void locus_node_control(struct locus_node *n)
 			if (!locus_engine_command_done(n->engine, i, n->ticket[i]))
 				continue;
 			n->ticket[i] = 0;
+			if (n->cmd[i] == LOCUS_ENGINE_ATTACH) {
+				/*
+				 * The engine serves the slot: only now may the client
+				 * learn it is attached (a peer node told of it could
+				 * otherwise send it rows the engine would drop). A
+				 * client that gave up meanwhile is detached again.
+				 */
+				if (locus_clients_publish(&n->clients, i, n->claim[i]) == 0) {
+					n->claim[i] = 0;
+				} else {
+					n->cmd[i] = LOCUS_ENGINE_DETACH;
+					n->ticket[i] = locus_engine_command(n->engine, i,
+									    LOCUS_ENGINE_DETACH,
+									    NULL);
+				}
+				continue;
+			}
+			if (n->cmd[i] == LOCUS_ENGINE_DETACH && n->claim[i]) {
+				/* never told ACTIVE: the client left the slot itself */
+				registry_set(n, i, 0);
+				n->claim[i] = 0;
+				continue;
+			}
 			if (n->cmd[i] == LOCUS_ENGINE_DETACH) {
 				int died = locus_client_state_of(__atomic_load_n(
 						   &ctl->state_pid, __ATOMIC_ACQUIRE)) !=
@@ -321,8 +346,9 @@ void locus_node_control(struct locus_node *n)
 				locus_clients_activate(&n->clients, i, why);
 				continue;
 			}
-			if (locus_clients_activate(&n->clients, i, 0) < 0)
+			if (locus_clients_prepare(&n->clients, i) < 0)
 				continue;
+			n->claim[i] = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
 			registry_set(n, i, 1);
 			n->cmd[i] = LOCUS_ENGINE_ATTACH;
 			n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_ATTACH,
@@ -356,6 +382,7 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->ticket);
 	free(n->cmd);
 	free(n->attached);
+	free(n->claim);
 	free(n->grant);
 	free(n->decoder_owner);
 	free(n->rank_owner);

@@ -114,26 +114,17 @@ int locus_clients_open(struct locus_clients *v, void *region, uint64_t size)
 	return 0;
 }
 
-int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal)
+int locus_clients_prepare(struct locus_clients *v, uint32_t slot)
 {
 	struct locus_client_ctl *ctl;
-	uint64_t sp;
-	pid_t pid;
 	int ret;
 
 	if (slot >= v->p.n_slots)
 		return -LOCUS_ERANGE;
 	ctl = locus_clients_ctl(v, slot);
-	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
-	if (locus_client_state_of(sp) != LOCUS_CLIENT_CLAIMED)
+	if (locus_client_state_of(__atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE)) !=
+	    LOCUS_CLIENT_CLAIMED)
 		return -LOCUS_ESTATE;
-	pid = locus_client_pid_of(sp);
-	if (refusal < 0) {
-		ctl->refusal = refusal;
-		__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_REFUSED, pid),
-				 __ATOMIC_RELEASE);
-		return 0;
-	}
 	ret = locus_ring_init(locus_clients_submit_ring(v, slot), v->ring_bytes, v->p.ring_size,
 			      LOCUS_DESC_SIZE);
 	if (ret == 0)
@@ -144,10 +135,53 @@ int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal)
 	ctl->refusal = 0;
 	ctl->load = 0;
 	__atomic_store_n(&ctl->load_seq, 0, __ATOMIC_RELAXED);
-	ctl->generation++;
-	__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_ACTIVE, pid),
-			 __ATOMIC_RELEASE);
 	return 0;
+}
+
+int locus_clients_publish(struct locus_clients *v, uint32_t slot, uint64_t claimed)
+{
+	struct locus_client_ctl *ctl;
+	uint64_t sp = claimed;
+
+	if (slot >= v->p.n_slots)
+		return -LOCUS_ERANGE;
+	ctl = locus_clients_ctl(v, slot);
+	if (locus_client_state_of(sp) != LOCUS_CLIENT_CLAIMED)
+		return -LOCUS_ESTATE;
+	ctl->generation++;
+	/*
+	 * Only the claim that was prepared: a client that gave up meanwhile
+	 * (or another that claimed the slot since) changed the word.
+	 */
+	if (!__atomic_compare_exchange_n(&ctl->state_pid, &sp,
+					 locus_client_state_pid(LOCUS_CLIENT_ACTIVE,
+								locus_client_pid_of(sp)),
+					 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
+		return -LOCUS_ESTATE;
+	return 0;
+}
+
+int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal)
+{
+	struct locus_client_ctl *ctl;
+	uint64_t sp;
+	int ret;
+
+	if (slot >= v->p.n_slots)
+		return -LOCUS_ERANGE;
+	ctl = locus_clients_ctl(v, slot);
+	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
+	if (locus_client_state_of(sp) != LOCUS_CLIENT_CLAIMED)
+		return -LOCUS_ESTATE;
+	if (refusal < 0) {
+		ctl->refusal = refusal;
+		__atomic_store_n(&ctl->state_pid,
+				 locus_client_state_pid(LOCUS_CLIENT_REFUSED, locus_client_pid_of(sp)),
+				 __ATOMIC_RELEASE);
+		return 0;
+	}
+	ret = locus_clients_prepare(v, slot);
+	return ret < 0 ? ret : locus_clients_publish(v, slot, sp);
 }
 
 void locus_clients_release(struct locus_clients *v, uint32_t slot)

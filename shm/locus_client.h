@@ -216,6 +216,16 @@ static inline uint64_t locus_clients_inbox_off(const struct locus_clients *v, ui
  * checked the request. locus_clients_release() returns a slot to FREE.
  */
 int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal);
+/*
+ * The two halves of a positive activate, for a daemon whose data plane must
+ * serve the slot before the client (and through it, other nodes) may use
+ * it: prepare lays out the rings of a CLAIMED slot (state unchanged),
+ * publish makes it ACTIVE if its state word is still claimed (the CLAIMED
+ * word read after prepare). 0, -LOCUS_ESTATE (the client gave up, or the
+ * slot changed hands), -LOCUS_ERANGE.
+ */
+int locus_clients_prepare(struct locus_clients *v, uint32_t slot);
+int locus_clients_publish(struct locus_clients *v, uint32_t slot, uint64_t claimed);
 void locus_clients_release(struct locus_clients *v, uint32_t slot);
 
 enum locus_clients_event {

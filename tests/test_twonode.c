@@ -1,15 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * Two nodes of one cluster in one process: each has its own segment, control
- * thread and engine thread; the inter-node transport between the engines is
- * a pair of in-memory queues (the verbs transport is tested for real in the
- * Soft-RoCE VM). Checked: decoder loads reach the other node and make its
- * decoders routable; signatures routed to a remote decoder arrive byte for
- * byte and complete once the send completed; a failed send completes the
- * request with an error exactly once; a peer marked down takes its decoders
- * out of routing; dispatch and combine cross nodes with every (token, k)
- * served once and the content intact; malformed remote messages are refused
- * and counted.
+ * Two nodes of one cluster in one process (twonode_harness.c: in-memory
+ * transport; the verbs transport is tested for real in the Soft-RoCE VM).
+ * Checked: decoder loads reach the other node and make its decoders
+ * routable (load rows in detail: test_twonode_load.c); signatures routed to
+ * a remote decoder arrive byte for byte and complete once the send
+ * completed; a failed send completes the request with an error exactly
+ * once; a peer marked down takes its decoders out of routing; dispatch and
+ * combine cross nodes with every (token, k) served once and the content
+ * intact; malformed remote messages are refused and counted.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,6 +26,7 @@
 
 #include "locus_client.h"
 #include "locus_counters.h"
+#include "locus_crc32c.h"
 #include "locus_dispatch.h"
 #include "locus_eldr.h"
 #include "locus_grace.h"
@@ -36,211 +36,7 @@
 #include "locus_tblfile.h"
 #include "locus_wire.h"
 #include "node_util.h"
-
-#define L 2
-#define E 8
-#define GPN 2
-#define ROW 128
-#define QCAP 4096
-
-struct qmsg {
-	void *buf;
-	size_t len;
-	uint64_t cookie;
-	int status;
-};
-
-/* One direction of the fake wire, and the send completions of a node. */
-struct queue {
-	pthread_mutex_t mu;
-	struct qmsg m[QCAP];
-	unsigned head, tail;
-};
-
-struct fake_node {
-	int id;
-	struct locus_node *node;
-	struct locus_engine_remote rt;
-	struct queue rx;        /* messages for this node */
-	struct queue done;      /* this node's send completions */
-	struct fake_node *peer;
-	int peer_up;            /* what peer_up() answers */
-	int fail_sends;         /* complete sends with an error */
-	int hold, held;         /* the test borrows the engine lcore */
-	pthread_t th_ctl, th_eng;
-	struct locus_shm *view;
-	struct locus_table_region *tables;
-	struct locus_counters *ctrs;
-	char inst[16];
-};
-
-static struct fake_node N[2];
-static volatile int stop;
-static char shm_dir[64];
-
-static int q_push(struct queue *q, struct qmsg m)
-{
-	int ok;
-
-	pthread_mutex_lock(&q->mu);
-	ok = q->tail - q->head < QCAP;
-	if (ok)
-		q->m[q->tail++ % QCAP] = m;
-	pthread_mutex_unlock(&q->mu);
-	return ok;
-}
-
-/* The oldest message without taking it (a receiver with no room keeps it). */
-static int q_peek(struct queue *q, struct qmsg *m)
-{
-	int ok;
-
-	pthread_mutex_lock(&q->mu);
-	ok = q->head != q->tail;
-	if (ok)
-		*m = q->m[q->head % QCAP];
-	pthread_mutex_unlock(&q->mu);
-	return ok;
-}
-
-static int q_pop(struct queue *q, struct qmsg *m)
-{
-	int ok;
-
-	pthread_mutex_lock(&q->mu);
-	ok = q->head != q->tail;
-	if (ok)
-		*m = q->m[q->head++ % QCAP];
-	pthread_mutex_unlock(&q->mu);
-	return ok;
-}
-
-/* ---- the transport the engine sees ---------------------------------------------- */
-
-static void *t_alloc(void *ctx, size_t len)
-{
-	(void)ctx;
-	return malloc(len);
-}
-
-static void t_free(void *ctx, void *buf)
-{
-	(void)ctx;
-	free(buf);
-}
-
-static int t_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
-{
-	struct fake_node *n = ctx;
-	struct fake_node *to = &N[node];
-
-	if (node == (uint32_t)n->id || !__atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE))
-		return -LOCUS_EPEERDOWN;
-	if (__atomic_load_n(&n->fail_sends, __ATOMIC_ACQUIRE)) {
-		/* the wire ate it: the completion says so, later */
-		free(buf);
-		return q_push(&n->done, (struct qmsg){ .cookie = cookie,
-						      .status = -LOCUS_EPEERDOWN }) ? 0 : -LOCUS_EFULL;
-	}
-	if (!q_push(&to->rx, (struct qmsg){ .buf = buf, .len = len }))
-		return -LOCUS_EFULL;
-	q_push(&n->done, (struct qmsg){ .cookie = cookie, .status = 0 });
-	return 0;
-}
-
-static int t_peer_up(void *ctx, uint32_t node)
-{
-	struct fake_node *n = ctx;
-
-	(void)node;
-	return __atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE);
-}
-
-static void *ctl_loop(void *arg)
-{
-	struct fake_node *n = arg;
-
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
-		locus_node_control(n->node);
-		tu_nap();
-	}
-	return NULL;
-}
-
-/* The engine lcore: poll, take arrivals and send completions. */
-static void *eng_loop(void *arg)
-{
-	struct fake_node *n = arg;
-	struct locus_engine *e = locus_node_engine(n->node);
-
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
-		struct qmsg m;
-		int work;
-
-		if (__atomic_load_n(&n->hold, __ATOMIC_ACQUIRE)) {
-			__atomic_store_n(&n->held, 1, __ATOMIC_RELEASE);
-			tu_nap();
-			continue;
-		}
-		__atomic_store_n(&n->held, 0, __ATOMIC_RELEASE);
-		work = locus_engine_poll(e);
-
-		/* like locusd_net: a message the receiver has no room for waits, in order */
-		while (q_peek(&n->rx, &m)) {
-			if (locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf, m.len) ==
-			    -LOCUS_EFULL)
-				break;
-			q_pop(&n->rx, &m);
-			free(m.buf);
-			work++;
-		}
-		while (q_pop(&n->done, &m)) {
-			locus_engine_remote_done(e, m.cookie, m.status);
-			work++;
-		}
-		if (!work)
-			sched_yield();
-	}
-	return NULL;
-}
-
-static uint64_t ctr(struct fake_node *n, const char *name, uint32_t elem)
-{
-	return tu_ctr(n->ctrs, name, elem);
-}
-
-/* ---- tables (as in test_node.c, for 2 nodes x 2 GPUs) ----------------------------- */
-
-static void *eldr_table(size_t *len)
-{
-	struct locus_eldr_tbl_layout lay;
-	uint32_t *ids;
-	uint8_t *mask;
-	float *idf, *cen;
-	uint8_t *blob;
-	const float w = (float)(1.0 / sqrt(2.0 * L));
-
-	assert_int_equal(locus_eldr_tbl_layout(L, E, 2, &lay), 0);
-	blob = calloc(1, 64 + lay.len);
-	assert_int_equal(locus_eldr_tbl_init(blob + 64, lay.len, L, E, 2, 0.1f, &ids, &mask, &idf,
-					     &cen), 0);
-	ids[0] = 0;
-	ids[1] = 1;
-	for (int l = 0; l < L; l++) {
-		mask[l] = 1;
-		for (int e = 0; e < E; e++)
-			idf[l * E + e] = 1.0f;
-		cen[0 * L * E + l * E + 0] = w;
-		cen[0 * L * E + l * E + 3] = w;
-		cen[1 * L * E + l * E + 7] = w;
-		cen[1 * L * E + l * E + 3] = w;
-	}
-	((struct locus_eldr_tbl_hdr *)(blob + 64))->n_masked = L;
-	assert_int_equal(locus_tbl_seal(blob, 64 + lay.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
-					lay.len), 0);
-	*len = 64 + lay.len;
-	return blob;
-}
+#include "twonode_harness.h"
 
 /* expert e on rank e / 2: ranks 0, 1 on node 0, ranks 2, 3 on node 1 */
 static void *grace_table(size_t *len)
@@ -268,142 +64,31 @@ static void *grace_table(size_t *len)
 	return blob;
 }
 
-static void push_both(unsigned ch, const void *blob, size_t len)
-{
-	for (int i = 0; i < 2; i++) {
-		struct locus_table_wait_result res;
-		int64_t gen = locus_table_push(N[i].tables, ch, blob, len, 2000000000ull, NULL);
-
-		assert_true(gen > 0);
-		assert_int_equal(locus_table_wait(N[i].tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
-		assert_int_equal(res.n_refused, 0);
-	}
-}
-
-/* ---- clients ---------------------------------------------------------------------- */
-
-static struct locus_client *attach(struct fake_node *n, uint32_t roles, uint32_t dec, uint32_t rank)
-{
-	return tu_attach(n->inst, roles, dec, rank);
-}
-
-static size_t put_signature(struct locus_client *c, uint64_t off, int w0, int w7)
-{
-	uint8_t *stage = locus_client_stage(c, NULL);
-	uint16_t tok[64][L][1];
-	int t = 0;
-
-	/* w0 tokens on expert 0 and w7 on 7, at every layer */
-	for (int i = 0; i < w0; i++, t++)
-		for (int l = 0; l < L; l++)
-			tok[t][l][0] = 0;
-	for (int i = 0; i < w7; i++, t++)
-		for (int l = 0; l < L; l++)
-			tok[t][l][0] = 7;
-	return (size_t)locus_eldr_sig_build(stage + off, 65536, L, E, 1, &tok[0][0][0],
-					    (uint32_t)t, 0, NULL);
-}
-
-static int setup(void **state)
-{
-	struct locus_error e;
-	(void)state;
-
-	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-2node-XXXXXX");
-	if (!mkdtemp(shm_dir))
-		return -1;
-	setenv(LOCUS_SHM_DIR_ENV, shm_dir, 1);
-	for (int i = 0; i < 2; i++) {
-		struct fake_node *n = &N[i];
-		struct locus_config cfg;
-		char conf[1024];
-		void *region;
-		size_t size;
-
-		n->id = i;
-		n->peer = &N[!i];
-		n->peer_up = 1;
-		pthread_mutex_init(&n->rx.mu, NULL);
-		pthread_mutex_init(&n->done.mu, NULL);
-		snprintf(n->inst, sizeof(n->inst), "t-n%d", i);
-		snprintf(conf, sizeof(conf),
-			 "[locusd]\ninstance = %s\nnode = %d\nrdma_device = rxe%d\n"
-			 "secret_file = /nonexistent\nclient_slots = 8\nring_size = 64\n"
-			 "stage_size = 262144\nclient_inbox_slots = 32\ninbox_slot_size = 4096\n"
-			 "moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\n"
-			 "max_batch_tokens = 64\ntable_slot_size = 65536\nload_timeout_ms = 200\n"
-			 "[cluster]\ngpus_per_node = 2\nnode.0 = 127.0.0.1:7471\n"
-			 "node.1 = 127.0.0.2:7471\n", n->inst, i, i);
-		n->rt = (struct locus_engine_remote){ .alloc = t_alloc, .free = t_free,
-						      .send = t_send, .peer_up = t_peer_up,
-						      .ctx = n, .max_msg = 1 << 16,
-						      .load_period_us = 1000 };
-		if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
-		    locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
-			fprintf(stderr, "%s\n", e.msg);
-			return -1;
-		}
-		locus_node_set_running(n->node);
-		if (locus_shm_attach(n->inst, 0, &n->view, &e))
-			return -1;
-		region = locus_shm_region(n->view, LOCUS_REGION_TABLES, &size);
-		if (locus_table_region_attach(region, size, &n->tables, &e))
-			return -1;
-		region = locus_shm_region(n->view, LOCUS_REGION_COUNTERS, &size);
-		if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &n->ctrs, &e))
-			return -1;
-	}
-	for (int i = 0; i < 2; i++) {
-		pthread_create(&N[i].th_ctl, NULL, ctl_loop, &N[i]);
-		pthread_create(&N[i].th_eng, NULL, eng_loop, &N[i]);
-	}
-	return 0;
-}
-
-static int teardown(void **state)
-{
-	struct qmsg m;
-	(void)state;
-
-	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
-	for (int i = 0; i < 2; i++) {
-		pthread_join(N[i].th_ctl, NULL);
-		pthread_join(N[i].th_eng, NULL);
-	}
-	for (int i = 0; i < 2; i++) {
-		while (q_pop(&N[i].rx, &m))
-			free(m.buf);
-		locus_counters_close(N[i].ctrs);
-		locus_table_region_detach(N[i].tables);
-		locus_shm_detach(N[i].view);
-		locus_node_destroy(N[i].node, 1);
-	}
-	return rmdir(shm_dir);
-}
-
 /* ---- tests -------------------------------------------------------------------------- */
 
 static void test_signatures_cross_nodes(void **state)
 {
-	struct locus_client *pre = attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
-	struct locus_client *dec1 = attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	struct locus_client *pre = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec1 = tn_attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
 	struct locus_desc d, in;
 	size_t tlen;
-	void *t = eldr_table(&tlen);
+	void *t = tn_eldr_table(&tlen);
 	(void)state;
 
-	push_both(0, t, tlen);
+	tn_push_both(0, t, tlen);
 	locus_client_report_load(dec1, 2);
 	/* node 1's load reports make decoder 1 routable on node 0 */
-	for (int i = 0; i < 50000 && (ctr(&N[0], "decoder_up", 1) != 1 ||
-				      ctr(&N[0], "decoder_load", 1) != 2); i++)
+	for (int i = 0; i < 50000 && (tn_ctr(&N[0], "decoder_up", 1) != 1 ||
+				      tn_ctr(&N[0], "decoder_load", 1) != 2); i++)
 		tu_nap();
-	assert_int_equal(ctr(&N[0], "decoder_up", 1), 1);
-	assert_int_equal(ctr(&N[0], "decoder_load", 1), 2);
+	assert_int_equal(tn_ctr(&N[0], "decoder_up", 1), 1);
+	assert_int_equal(tn_ctr(&N[0], "decoder_load", 1), 2);
 	for (int i = 0; i < 20; i++) {
 		/* leaning to decoder 0's experts: but only decoder 1 is up anywhere */
-		size_t len = put_signature(pre, 0, 5 + i % 3, 1);
+		size_t len = tn_put_signature(pre, 0, 5 + i % 3, 1);
 		const struct locus_msg_hdr *m;
+
+		locus_client_report_load(dec1, 2); /* stay up: the heartbeat */
 
 		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 500 + i, .off = 0,
 					 .len = (uint32_t)len };
@@ -424,25 +109,25 @@ static void test_signatures_cross_nodes(void **state)
 		assert_memory_equal(m + 1, locus_client_stage(pre, NULL), len);
 		locus_client_release_slot(dec1, in.slot);
 	}
-	assert_int_equal(ctr(&N[0], "routed", 1), 20);
-	assert_true(ctr(&N[0], "remote_messages_out", 1) >= 20);
+	assert_int_equal(tn_ctr(&N[0], "routed", 1), 20);
+	assert_true(tn_ctr(&N[0], "remote_messages_out", 1) >= 20);
 
 	/* the wire fails a send: exactly one error completion */
 	__atomic_store_n(&N[0].fail_sends, 1, __ATOMIC_RELEASE);
 	d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 777, .off = 0,
-				 .len = (uint32_t)put_signature(pre, 0, 1, 6) };
+				 .len = (uint32_t)tn_put_signature(pre, 0, 1, 6) };
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
 	tu_wait_desc(pre, &d);
 	assert_int_equal(d.id, 777);
 	assert_int_equal(d.status, -LOCUS_EPEERDOWN);
 	assert_false(tu_try_desc(pre, &d, 20));
 	assert_false(tu_try_desc(dec1, &in, 5));
-	assert_true(ctr(&N[0], "remote_send_errors", 0) >= 1);
+	assert_true(tn_ctr(&N[0], "remote_send_errors", 0) >= 1);
 	__atomic_store_n(&N[0].fail_sends, 0, __ATOMIC_RELEASE);
 
 	/* the peer goes down: its decoders leave routing, requests fail cleanly */
 	__atomic_store_n(&N[0].peer_up, 0, __ATOMIC_RELEASE);
-	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 0; i++)
+	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 0; i++)
 		tu_nap();
 	d.id = 778;
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
@@ -450,7 +135,7 @@ static void test_signatures_cross_nodes(void **state)
 	assert_int_equal(d.status, -LOCUS_ENODEST);
 	/* and come back when it returns */
 	__atomic_store_n(&N[0].peer_up, 1, __ATOMIC_RELEASE);
-	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 1; i++)
+	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 1; i++)
 		tu_nap();
 	d.id = 779;
 	assert_int_equal(locus_client_submit(pre, &d, 1), 1);
@@ -469,20 +154,20 @@ static void test_signatures_cross_nodes(void **state)
  */
 static void test_full_remote_inbox_waits(void **state)
 {
-	struct locus_client *pre = attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
-	struct locus_client *dec1 = attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	struct locus_client *pre = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec1 = tn_attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
 	struct locus_desc d, in[64];
 	const uint32_t total = 48; /* the decoder's inbox has 32 slots */
-	uint64_t undeliverable = ctr(&N[1], "remote_undeliverable", 0);
+	uint64_t undeliverable = tn_ctr(&N[1], "remote_undeliverable", 0);
 	uint32_t got = 0;
 	(void)state;
 
 	locus_client_report_load(dec1, 0);
-	for (int i = 0; i < 50000 && ctr(&N[0], "decoder_up", 1) != 1; i++)
+	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 1; i++)
 		tu_nap();
 	for (uint32_t i = 0; i < total; i++) {
 		uint64_t off = (uint64_t)(i % 16) * 4096;
-		size_t len = put_signature(pre, off, 1 + (int)(i % 7), 2);
+		size_t len = tn_put_signature(pre, off, 1 + (int)(i % 7), 2);
 
 		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 1000 + i, .off = off,
 					 .len = (uint32_t)len };
@@ -511,7 +196,7 @@ static void test_full_remote_inbox_waits(void **state)
 		assert_int_equal(m->payload_len, locus_eldr_sig_len(L, E));
 		assert_int_equal(locus_client_release_slot(dec1, x.slot), 0);
 	}
-	assert_int_equal(ctr(&N[1], "remote_undeliverable", 0), undeliverable);
+	assert_int_equal(tn_ctr(&N[1], "remote_undeliverable", 0), undeliverable);
 	locus_client_detach(dec1);
 	locus_client_detach(pre);
 }
@@ -537,8 +222,8 @@ static void test_dispatch_combine_cross_nodes(void **state)
 	(void)state;
 
 	for (int r = 0; r < 4; r++)
-		rk[r] = attach(&N[r / GPN], LOCUS_ROLE_RANK, 0, (uint32_t)r);
-	push_both(1, g, glen);
+		rk[r] = tn_attach(&N[r / GPN], LOCUS_ROLE_RANK, 0, (uint32_t)r);
+	tn_push_both(1, g, glen);
 	st0 = locus_client_stage(rk[0], NULL);
 	rq = (struct locus_dispatch_req *)st0;
 	*rq = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = 0, .top_k = K,
@@ -663,9 +348,9 @@ static void test_dispatch_combine_cross_nodes(void **state)
 			assert_int_equal(back[t][k], 1);
 		}
 	/* the remote tier carried ranks 2 and 3's rows, both ways */
-	assert_true(ctr(&N[0], "rows", 0 * 3 + 2) > 0);
-	assert_true(ctr(&N[1], "rows", 1 * 3 + 2) > 0);
-	assert_int_equal(ctr(&N[1], "remote_undeliverable", 0), 0);
+	assert_true(tn_ctr(&N[0], "rows", 0 * 3 + 2) > 0);
+	assert_true(tn_ctr(&N[1], "rows", 1 * 3 + 2) > 0);
+	assert_int_equal(tn_ctr(&N[1], "remote_undeliverable", 0), 0);
 	for (int r = 0; r < 4; r++)
 		locus_client_detach(rk[r]);
 	free(g);
@@ -676,7 +361,7 @@ static void test_bad_remote_messages(void **state)
 	struct locus_engine *e = locus_node_engine(N[1].node);
 	uint8_t junk[256];
 	struct locus_msg_hdr *h = (struct locus_msg_hdr *)junk;
-	uint64_t before = ctr(&N[1], "remote_bad", 0);
+	uint64_t before = tn_ctr(&N[1], "remote_bad", 0);
 	(void)state;
 
 	/* these are the engine lcore's calls: borrow node 1's lcore meanwhile */
@@ -686,16 +371,16 @@ static void test_bad_remote_messages(void **state)
 		tu_nap();
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 10), -LOCUS_ETRUNCATED);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, sizeof(junk)), -LOCUS_EBADMAGIC);
+	/* loads no longer come as messages (load rows): a LOAD message is refused */
 	locus_msg_hdr_init(h, LOCUS_MSG_LOAD, 8, 0, 0, 1, 0);
-	((uint32_t *)(h + 1))[0] = 1000; /* claims 1000 entries in 8 bytes */
-	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 40), -LOCUS_ETRUNCATED);
+	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 40), -LOCUS_EPROTO);
 	locus_msg_hdr_init(h, LOCUS_MSG_DISPATCH, 32, 0, 0, 2, 0);
 	assert_true(locus_engine_remote_recv(e, 0, junk, 64) < 0);
 	locus_msg_hdr_init(h, LOCUS_MSG_SIGNATURE, 16, 0, 0, 1, 0);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 48), -LOCUS_EPROTO);
 	assert_int_equal(locus_engine_remote_recv(e, 1, junk, 48), -LOCUS_ERANGE); /* itself */
 	assert_int_equal(locus_engine_remote_recv(e, 5, junk, 48), -LOCUS_ERANGE);
-	assert_int_equal(ctr(&N[1], "remote_bad", 0), before + 7);
+	assert_int_equal(tn_ctr(&N[1], "remote_bad", 0), before + 7);
 	__atomic_store_n(&N[1].hold, 0, __ATOMIC_RELEASE);
 }
 
@@ -707,5 +392,5 @@ int main(void)
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
 		cmocka_unit_test(test_bad_remote_messages),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+	return cmocka_run_group_tests(tests, tn_setup, tn_teardown);
 }

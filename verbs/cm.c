@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * Connections: rdma_cm handling (dial, accept or refuse, establish), peer up
- * and down, reconnect with back-off. Every wait is bounded: rdma_cm events
- * are read from a non-blocking channel after poll() with a timeout, address
- * and route resolution carry a timeout, and a connection attempt that does
- * not finish within 4 x connect_timeout_ms is abandoned and retried.
+ * Connections, the control side: rdma_cm handling (dial, accept or refuse,
+ * establish), QP creation and destruction, reconnect with back-off, and the
+ * control half of the hand-over to the data side (locus_verbs_link.h).
+ * Every wait is bounded: rdma_cm events are read from a non-blocking channel
+ * after poll() with a timeout, address and route resolution carry a timeout,
+ * and a connection attempt that does not finish within 4 x
+ * connect_timeout_ms is abandoned and retried.
+ *
+ * Control never frees what the data side may touch: a connection is taken
+ * down by moving its QP to the error state and asking the data side to let
+ * go (CLOSING); the QP and its rdma_cm id are destroyed once the data side
+ * acked (QUIESCED). A returning peer's connect request waits (not accepted,
+ * not refused) until its old connection is gone.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -37,7 +45,8 @@ static void fill_pdata(const struct locus_verbs_peer *p, enum locus_verbs_pdata_
 static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
 {
 	struct locus_verbs_ep *ep = p->ep;
-	uint32_t inl = ep->max_inline ? ep->max_inline : ep->prm.max_inline;
+	uint32_t cur = __atomic_load_n(&ep->max_inline, __ATOMIC_RELAXED);
+	uint32_t inl = cur ? cur : ep->prm.max_inline;
 	struct ibv_qp_init_attr qa;
 
 	if (id->verbs != ep->ctx)
@@ -61,90 +70,36 @@ static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
 			return -errno;
 		inl = inl > 64 ? 64 : 0; /* the device offers less inline room */
 	}
-	ep->max_inline = qa.cap.max_inline_data;
+	/* read by the data side of other peers: the same value every time */
+	if (cur != qa.cap.max_inline_data)
+		__atomic_store_n(&ep->max_inline, qa.cap.max_inline_data, __ATOMIC_RELAXED);
 	p->qp = id->qp;
 	p->id = id;
 	return 0;
 }
 
-/* Start dialling p. */
-static void dial(struct locus_verbs_peer *p)
+void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason)
 {
-	struct locus_verbs_ep *ep = p->ep;
-	struct sockaddr_in src = { .sin_family = AF_INET, .sin_addr = ep->prm.local_addr };
-	struct rdma_cm_id *id;
+	uint64_t w = locus_verbs_link_load(&p->link);
 
-	p->state = LOCUS_VERBS_CONNECTING;
-	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
-	if (rdma_create_id(ep->ch, &id, p, RDMA_PS_TCP)) {
-		locus_verbs_peer_down(p, -errno);
+	if (p->phase == CTL_CLOSING)
 		return;
+	if (locus_verbs_link_state_of(w) == LOCUS_LINK_UP || p->phase == CTL_CONNECTED)
+		p->cstats.disconnects++;
+	/* first the word, so that the flushes below are not taken for the cause */
+	locus_verbs_link_close(&p->link, reason);
+	ctl_set_phase(p, CTL_CLOSING);
+	if (p->qp) {
+		/* everything outstanding completes (flushed) before the data side acks */
+		struct ibv_qp_attr a = { .qp_state = IBV_QPS_ERR };
+
+		ibv_modify_qp(p->qp, &a, IBV_QP_STATE);
+		rdma_disconnect(p->id); /* tell the peer; harmless if never connected */
 	}
-	p->id = id;
-	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&p->remote,
-			      (int)ep->prm.connect_timeout_ms))
-		locus_verbs_peer_down(p, -errno);
 }
 
-void locus_verbs_peer_up(struct locus_verbs_peer *p)
-{
-	const struct locus_verbs_callbacks *cb = &p->ep->prm.cb;
-
-	if (p->state == LOCUS_VERBS_UP)
-		return;
-	p->state = LOCUS_VERBS_UP;
-	p->backoff_ms = p->ep->prm.backoff_min_ms;
-	if (p->stats.connects++)
-		p->stats.reconnects++;
-	if (cb->on_peer_up)
-		cb->on_peer_up(cb->arg, p);
-	if (p->state == LOCUS_VERBS_UP && p->rx_released != p->rx_credit_sent)
-		locus_verbs_post_credit(p);
-}
-
-void locus_verbs_peer_down(struct locus_verbs_peer *p, int reason)
-{
-	struct locus_verbs_ep *ep = p->ep;
-	const struct locus_verbs_callbacks *cb = &ep->prm.cb;
-	uint32_t mask = ep->prm.sq_depth - 1;
-	bool was_up = p->state == LOCUS_VERBS_UP;
-
-	if (p->state != LOCUS_VERBS_UP && p->state != LOCUS_VERBS_CONNECTING)
-		return;
-	/* From here on completions of this connection are stale (gen) and its QP is gone. */
-	p->gen++;
-	if (p->id) {
-		if (was_up)
-			rdma_disconnect(p->id);
-		if (p->qp)
-			rdma_destroy_qp(p->id);
-		rdma_destroy_id(p->id);
-	}
-	p->id = NULL;
-	p->qp = NULL;
-	for (; p->sq_done < p->sq_posted; p->sq_done++) {
-		uint64_t s = p->sq_done;
-
-		if (p->tx_kind[s & mask] == TX_MSG) {
-			p->stats.tx_failed++;
-			if (cb->on_send_done)
-				cb->on_send_done(cb->arg, p, p->tx_cookie[s & mask], reason);
-		}
-		p->tx_kind[s & mask] = 0;
-	}
-	p->held_n = 0; /* held messages die with the connection */
-	if (p->active) {
-		p->state = LOCUS_VERBS_BACKOFF;
-		p->deadline_ns = locus_verbs_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
-		p->backoff_ms = LOCUS_MIN(p->backoff_ms * 2, ep->prm.backoff_max_ms);
-	} else {
-		p->state = LOCUS_VERBS_DOWN;
-	}
-	if (was_up)
-		p->stats.disconnects++;
-	if (cb->on_peer_down)
-		cb->on_peer_down(cb->arg, p, reason);
-}
+static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
+			   const struct locus_verbs_pdata *in);
 
 static void reject(struct locus_verbs_ep *ep, struct rdma_cm_id *id, int reason)
 {
@@ -160,13 +115,121 @@ static void reject(struct locus_verbs_ep *ep, struct rdma_cm_id *id, int reason)
 		ep->stats.peer_rejects++;
 }
 
+/* The data side let go of p's connection: destroy it, then redial or accept. */
+static void ctl_reap(struct locus_verbs_peer *p)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	int32_t reason;
+
+	if (!locus_verbs_link_reap(&p->link, &reason))
+		return;
+	if (p->id) {
+		if (p->qp)
+			rdma_destroy_qp(p->id);
+		rdma_destroy_id(p->id);
+	}
+	p->id = NULL;
+	p->qp = NULL;
+	if (p->active) {
+		ctl_set_phase(p, CTL_BACKOFF);
+		p->deadline_ns = locus_verbs_now_ns() + (uint64_t)p->backoff_ms * 1000000ull;
+		p->backoff_ms = LOCUS_MIN(p->backoff_ms * 2, ep->prm.backoff_max_ms);
+		return;
+	}
+	ctl_set_phase(p, CTL_DOWN);
+	if (p->pend_id) {
+		struct rdma_cm_id *id = p->pend_id;
+
+		p->pend_id = NULL;
+		accept_request(p, id, &p->pend_pd);
+	}
+}
+
+/* Start dialling p. */
+static void dial(struct locus_verbs_peer *p)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	struct sockaddr_in src = { .sin_family = AF_INET, .sin_addr = ep->prm.local_addr };
+	struct rdma_cm_id *id;
+
+	ctl_set_phase(p, CTL_CONNECTING);
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
+	if (rdma_create_id(ep->ch, &id, p, RDMA_PS_TCP))
+		return locus_verbs_ctl_close(p, -errno);
+	p->id = id;
+	if (rdma_resolve_addr(id, (struct sockaddr *)&src, (struct sockaddr *)&p->remote,
+			      (int)ep->prm.connect_timeout_ms))
+		locus_verbs_ctl_close(p, -errno);
+}
+
+/* The connection of p is established: hand it to the data side as UP. */
+static void ctl_up(struct locus_verbs_peer *p)
+{
+	if (locus_verbs_link_publish_up(&p->link, p->cgen) < 0)
+		return; /* failing already: the hand-over takes it down */
+	ctl_set_phase(p, CTL_CONNECTED);
+	p->backoff_ms = p->ep->prm.backoff_min_ms;
+	if (p->cstats.connects++)
+		p->cstats.reconnects++;
+}
+
+/* Make the QP, post receives and publish the connection ARMED (gen + 1). */
+static int ctl_arm(struct locus_verbs_peer *p, struct rdma_cm_id *id)
+{
+	uint16_t gen = locus_verbs_link_next_gen(&p->link);
+	int rc;
+
+	rc = make_qp(p, id);
+	if (rc < 0)
+		return rc;
+	rc = locus_verbs_peer_arm(p, gen);
+	if (rc < 0)
+		return rc;
+	p->cgen = gen;
+	rc = locus_verbs_link_arm(&p->link);
+	return rc < 0 ? rc : 0;
+}
+
+static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
+			   const struct locus_verbs_pdata *in)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	uint8_t rep[LOCUS_VERBS_PDATA_LEN];
+	struct rdma_conn_param cp;
+	int rc;
+
+	id->context = p;
+	p->rring.slot_count = in->slot_count;
+	p->rring.slot_shift = in->slot_shift;
+	p->raddr = in->inbox_addr;
+	p->rkey = in->rkey;
+	ctl_set_phase(p, CTL_CONNECTING);
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
+	rc = ctl_arm(p, id);
+	if (rc < 0) {
+		if (!p->id) { /* no QP: nothing to hand over */
+			ctl_set_phase(p, CTL_DOWN);
+			return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
+		}
+		rdma_reject(p->id, NULL, 0);
+		return locus_verbs_ctl_close(p, rc);
+	}
+	fill_pdata(p, LOCUS_VERBS_PD_REP, rep);
+	memset(&cp, 0, sizeof(cp));
+	cp.private_data = rep;
+	cp.private_data_len = sizeof(rep);
+	cp.responder_resources = 1;
+	cp.initiator_depth = 1;
+	cp.rnr_retry_count = 7;
+	if (rdma_accept(id, &cp))
+		locus_verbs_ctl_close(p, -errno);
+}
+
 static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
 			       const uint8_t *pd, size_t pdlen)
 {
 	struct locus_verbs_pdata in;
 	struct locus_verbs_peer *p = NULL;
-	uint8_t rep[LOCUS_VERBS_PDATA_LEN];
-	struct rdma_conn_param cp;
 	uint32_t i;
 	int rc;
 
@@ -185,56 +248,19 @@ static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
 			p = ep->peers[i];
 	if (!p)
 		return reject(ep, id, LOCUS_VERBS_REJ_PEER);
-	/* a peer that comes back replaces its old connection (it restarted) */
-	locus_verbs_peer_down(p, -ECONNRESET);
-	if (make_qp(p, id) < 0)
-		return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
-	id->context = p;
-	p->rring.slot_count = in.slot_count;
-	p->rring.slot_shift = in.slot_shift;
-	p->raddr = in.inbox_addr;
-	p->rkey = in.rkey;
-	p->state = LOCUS_VERBS_CONNECTING;
-	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
-	if (locus_verbs_peer_arm(p) < 0)
-		goto err_down;
-	fill_pdata(p, LOCUS_VERBS_PD_REP, rep);
-	memset(&cp, 0, sizeof(cp));
-	cp.private_data = rep;
-	cp.private_data_len = sizeof(rep);
-	cp.responder_resources = 1;
-	cp.initiator_depth = 1;
-	cp.rnr_retry_count = 7;
-	if (rdma_accept(id, &cp))
-		goto err_down;
-	return;
-
-err_down:
-	locus_verbs_peer_down(p, -errno);
-}
-
-static void on_route_resolved(struct locus_verbs_peer *p)
-{
-	uint8_t req[LOCUS_VERBS_PDATA_LEN];
-	struct rdma_conn_param cp;
-	int rc;
-
-	rc = make_qp(p, p->id);
-	if (rc < 0)
-		return locus_verbs_peer_down(p, rc);
-	rc = locus_verbs_peer_arm(p);
-	if (rc < 0)
-		return locus_verbs_peer_down(p, rc);
-	fill_pdata(p, LOCUS_VERBS_PD_REQ, req);
-	memset(&cp, 0, sizeof(cp));
-	cp.private_data = req;
-	cp.private_data_len = sizeof(req);
-	cp.responder_resources = 1;
-	cp.initiator_depth = 1;
-	cp.retry_count = 7;
-	cp.rnr_retry_count = 7;
-	if (rdma_connect(p->id, &cp))
-		locus_verbs_peer_down(p, -errno);
+	if (p->phase == CTL_DOWN && !p->id)
+		return accept_request(p, id, &in);
+	/*
+	 * A peer that comes back replaces its old connection (it restarted):
+	 * the request waits until the data side let go of the old one. A newer
+	 * request replaces an older waiting one.
+	 */
+	if (p->pend_id)
+		reject(ep, p->pend_id, LOCUS_VERBS_REJ_BUSY);
+	id->context = NULL;
+	p->pend_id = id;
+	p->pend_pd = in;
+	locus_verbs_ctl_close(p, -ECONNRESET);
 }
 
 static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd, size_t pdlen)
@@ -250,17 +276,18 @@ static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd,
 	if (rc == 0 && in.node_id != p->node_id)
 		rc = -LOCUS_EPROTO; /* someone else answers at that address */
 	if (rc < 0) {
-		p->stats.proto_errors++;
-		return locus_verbs_peer_down(p, rc);
+		p->cstats.proto_errors++;
+		return locus_verbs_ctl_close(p, rc);
 	}
+	/* the data side reads these only once the link is UP (release below) */
 	p->rring.slot_count = in.slot_count;
 	p->rring.slot_shift = in.slot_shift;
 	p->raddr = in.inbox_addr;
 	p->rkey = in.rkey;
-	locus_verbs_peer_up(p);
+	ctl_up(p);
 }
 
-static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type, int status,
+static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type,
 			 struct rdma_cm_id *id, const uint8_t *pd, size_t pdlen)
 {
 	struct locus_verbs_peer *p = id->context;
@@ -268,44 +295,88 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 	ep->stats.cm_events++;
 	if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return on_connect_request(ep, id, pd, pdlen);
-	/* events of an id we already tore down cannot arrive: rdma_destroy_id drains them */
-	if (!p || p->id != id)
+	if (!p) {
+		/* a waiting request whose dialler gave up */
+		for (uint32_t i = 0; i < ep->n_peers; i++)
+			if (ep->peers[i]->pend_id == id) {
+				ep->peers[i]->pend_id = NULL;
+				rdma_destroy_id(id);
+			}
+		return;
+	}
+	/* events of an id we already destroyed cannot arrive: rdma_destroy_id drains them */
+	if (p->id != id || p->phase == CTL_CLOSING)
 		return;
 	switch (type) {
 	case RDMA_CM_EVENT_ADDR_RESOLVED:
 		if (rdma_resolve_route(id, (int)ep->prm.connect_timeout_ms))
-			locus_verbs_peer_down(p, -errno);
+			locus_verbs_ctl_close(p, -errno);
 		break;
-	case RDMA_CM_EVENT_ROUTE_RESOLVED:
-		on_route_resolved(p);
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+		uint8_t req[LOCUS_VERBS_PDATA_LEN];
+		struct rdma_conn_param cp;
+		int rc = ctl_arm(p, id);
+
+		if (rc < 0)
+			return locus_verbs_ctl_close(p, rc);
+		fill_pdata(p, LOCUS_VERBS_PD_REQ, req);
+		memset(&cp, 0, sizeof(cp));
+		cp.private_data = req;
+		cp.private_data_len = sizeof(req);
+		cp.responder_resources = 1;
+		cp.initiator_depth = 1;
+		cp.retry_count = 7;
+		cp.rnr_retry_count = 7;
+		if (rdma_connect(id, &cp))
+			locus_verbs_ctl_close(p, -errno);
 		break;
+	}
 	case RDMA_CM_EVENT_ESTABLISHED:
 		if (p->active)
 			on_established_active(p, pd, pdlen);
 		else
-			locus_verbs_peer_up(p);
+			ctl_up(p);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
-		p->stats.rejects_received++;
+		p->cstats.rejects_received++;
 		if (pd && pdlen >= 2 && pd[0] == REJ_TAG)
-			locus_verbs_peer_down(p, locus_verbs_reject_errno(pd[1]));
+			locus_verbs_ctl_close(p, locus_verbs_reject_errno(pd[1]));
 		else
-			locus_verbs_peer_down(p, -ECONNREFUSED); /* nobody listening (status) */
-		(void)status;
+			locus_verbs_ctl_close(p, -ECONNREFUSED); /* nobody listening */
 		break;
 	case RDMA_CM_EVENT_ADDR_ERROR:
 	case RDMA_CM_EVENT_ROUTE_ERROR:
 	case RDMA_CM_EVENT_UNREACHABLE:
 	case RDMA_CM_EVENT_CONNECT_ERROR:
-		locus_verbs_peer_down(p, -EHOSTUNREACH);
+		locus_verbs_ctl_close(p, -EHOSTUNREACH);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
 	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
-		locus_verbs_peer_down(p, -ECONNRESET);
+		locus_verbs_ctl_close(p, -ECONNRESET);
 		break;
 	default:
 		break;
+	}
+}
+
+/* The data side's half of the hand-over: failures to flush, quiesced connections to reap. */
+void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+		uint64_t w = locus_verbs_link_load(&p->link);
+
+		switch (locus_verbs_link_state_of(w)) {
+		case LOCUS_LINK_FAILING:
+			locus_verbs_ctl_close(p, locus_verbs_link_reason_of(w));
+			break;
+		case LOCUS_LINK_QUIESCED:
+			ctl_reap(p);
+			break;
+		default:
+			break;
+		}
 	}
 }
 
@@ -322,7 +393,7 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 	for (i = 0; i < ep->n_peers; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
-		if (p->state == LOCUS_VERBS_BACKOFF || p->state == LOCUS_VERBS_CONNECTING)
+		if (p->phase == CTL_BACKOFF || p->phase == CTL_CONNECTING)
 			next = LOCUS_MIN(next, p->deadline_ns);
 	}
 	if (next != UINT64_MAX) {
@@ -336,7 +407,6 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 		while (!rdma_get_cm_event(ep->ch, &ev)) {
 			enum rdma_cm_event_type type = ev->event;
 			struct rdma_cm_id *id = ev->id;
-			int status = ev->status;
 			size_t pdlen = LOCUS_MIN((size_t)ev->param.conn.private_data_len, sizeof(pd));
 
 			/* copy and ack first: tearing an id down waits for its events' acks */
@@ -345,19 +415,27 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 			else
 				pdlen = 0;
 			rdma_ack_cm_event(ev);
-			handle_event(ep, type, status, id, pdlen ? pd : NULL, pdlen);
+			handle_event(ep, type, id, pdlen ? pd : NULL, pdlen);
 			handled++;
 		}
 	}
+	/* after the events: a reject or disconnect says why better than the flushes */
+	locus_verbs_ctl_handover(ep);
 	now = locus_verbs_now_ns();
 	for (i = 0; i < ep->n_peers; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
-		if (p->state == LOCUS_VERBS_BACKOFF && now >= p->deadline_ns)
+		if (p->phase == CTL_BACKOFF && now >= p->deadline_ns)
 			dial(p);
-		else if (p->state == LOCUS_VERBS_CONNECTING && now >= p->deadline_ns)
-			locus_verbs_peer_down(p, -ETIMEDOUT);
+		else if (p->phase == CTL_CONNECTING && now >= p->deadline_ns)
+			locus_verbs_ctl_close(p, -ETIMEDOUT);
 	}
-	locus_verbs_counters_sync(ep);
+	if (!ep->prm.threaded) {
+		/* one thread: run the data side's half now, as the callbacks always came */
+		locus_verbs_data_sync(ep);
+		locus_verbs_ctl_handover(ep);
+		locus_verbs_counters_sync_data(ep);
+	}
+	locus_verbs_counters_sync_ctl(ep);
 	return handled;
 }

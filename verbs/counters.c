@@ -1,12 +1,13 @@
 // SPDX-License-Identifier: MIT
 /*
  * Export of the transport's per-peer statistics to the segment's counter
- * directory. The data path keeps counting in its own cache-aligned structs
- * (no extra stores on the hot path); the control path copies them into the
- * endpoint's counter block, where this endpoint is the only writer, so a
- * relaxed store of the running total is a counter update.
+ * directory. Each side keeps counting in its own structs (no extra stores
+ * on the hot path) and copies them into its own counter block, where it is
+ * the only writer, so a relaxed store of the running total is a counter
+ * update; readers sum the blocks. Not threaded, one block may serve both.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,12 +59,13 @@ static const struct {
 };
 
 struct locus_verbs_ctrs {
-	void *block;
+	void *dblock, *cblock; /* the data thread's, the control thread's */
 	uint64_t off[C_N];
 };
 
 int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters *c,
-				uint32_t lcore, const char *prefix, struct locus_error *err)
+				uint32_t data_lcore, uint32_t ctl_lcore, const char *prefix,
+				struct locus_error *err)
 {
 	struct locus_verbs_ctrs *x;
 	char name[LOCUS_CTR_NAME_MAX];
@@ -72,12 +74,17 @@ int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters
 
 	if (ep->ctrs)
 		return locus_error_set(err, LOCUS_ESTATE, "endpoint already exports its counters");
+	if (ep->prm.threaded && data_lcore == ctl_lcore)
+		return locus_error_set(err, EINVAL, "threaded endpoint: the data and the control "
+				       "thread need their own counter blocks");
 	x = calloc(1, sizeof(*x));
 	if (!x)
 		return locus_error_set(err, ENOMEM, "out of memory");
-	x->block = locus_counters_block(c, lcore);
-	if (!x->block) {
-		rc = locus_error_set(err, LOCUS_ERANGE, "no writable counter block %u", lcore);
+	x->dblock = locus_counters_block(c, data_lcore);
+	x->cblock = locus_counters_block(c, ctl_lcore);
+	if (!x->dblock || !x->cblock) {
+		rc = locus_error_set(err, LOCUS_ERANGE, "no writable counter block %u / %u",
+				     data_lcore, ctl_lcore);
 		goto err_free;
 	}
 	for (i = 0; i < C_N; i++) {
@@ -113,41 +120,71 @@ err_free:
 	return rc;
 }
 
-static inline void put(struct locus_verbs_ctrs *x, unsigned c, uint32_t i, uint64_t v)
+static inline void put(void *blk, const struct locus_verbs_ctrs *x, unsigned c, uint32_t i,
+		       uint64_t v)
 {
-	__atomic_store_n(locus_ctr_word(x->block, x->off[c] + (uint64_t)i * 8), v, __ATOMIC_RELAXED);
+	__atomic_store_n(locus_ctr_word(blk, x->off[c] + (uint64_t)i * 8), v, __ATOMIC_RELAXED);
+}
+
+/* One thread's own counts into its own block (the reader sums the blocks). */
+static void put_stats(void *blk, const struct locus_verbs_ctrs *x, uint32_t i,
+		      const struct locus_verbs_stats *a, const struct locus_verbs_stats *b)
+{
+	struct locus_verbs_stats sum, *st = &sum;
+	const uint64_t *wa = (const uint64_t *)a, *wb = (const uint64_t *)b;
+	uint64_t *ws = (uint64_t *)&sum;
+
+	/* one block for both sides (not threaded): the sum, written by the one thread */
+	for (size_t k = 0; k < sizeof(sum) / 8; k++)
+		ws[k] = wa[k] + (b ? wb[k] : 0);
+	put(blk, x, C_TX_MSGS, i, st->tx_msgs);
+	put(blk, x, C_TX_BYTES, i, st->tx_bytes);
+	put(blk, x, C_RX_MSGS, i, st->rx_msgs);
+	put(blk, x, C_RX_BYTES, i, st->rx_bytes);
+	put(blk, x, C_CREDIT_STALLS, i, st->credit_stalls);
+	put(blk, x, C_SQ_STALLS, i, st->sq_stalls);
+	put(blk, x, C_CREDIT_WRITES, i, st->credit_writes);
+	put(blk, x, C_TX_FAILED, i, st->tx_failed);
+	put(blk, x, C_CONNECTS, i, st->connects);
+	put(blk, x, C_RECONNECTS, i, st->reconnects);
+	put(blk, x, C_DISCONNECTS, i, st->disconnects);
+	put(blk, x, C_REJECTS_RX, i, st->rejects_received);
+	put(blk, x, C_PROTO_ERRORS, i, st->proto_errors);
+	for (uint32_t s = 0; s < 32; s++)
+		put(blk, x, C_CQ_ERRORS, i * 32 + s, st->cq_errors[s]);
+}
+
+void locus_verbs_counters_sync_data(struct locus_verbs_ep *ep)
+{
+	struct locus_verbs_ctrs *x = ep->ctrs;
+
+	if (!x || x->dblock == x->cblock)
+		return; /* the control sync writes both sides' sum */
+	for (uint32_t i = 0; i < ep->n_peers; i++)
+		put_stats(x->dblock, x, i, &ep->peers[i]->dstats, NULL);
+}
+
+void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
+{
+	struct locus_verbs_ctrs *x = ep->ctrs;
+
+	if (!x)
+		return;
+	for (uint32_t i = 0; i < ep->n_peers; i++) {
+		const struct locus_verbs_peer *p = ep->peers[i];
+
+		put_stats(x->cblock, x, i, &p->cstats, x->dblock == x->cblock ? &p->dstats : NULL);
+		put(x->cblock, x, C_PEER_NODE, i, p->node_id);
+		put(x->cblock, x, C_PEER_UP, i,
+		    locus_verbs_link_state_of(locus_verbs_link_load(&p->link)) == LOCUS_LINK_UP);
+	}
+	put(x->cblock, x, C_AUTH_REJECTS, 0, ep->stats.auth_rejects);
+	put(x->cblock, x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
+	put(x->cblock, x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
 }
 
 void locus_verbs_counters_sync(struct locus_verbs_ep *ep)
 {
-	struct locus_verbs_ctrs *x = ep->ctrs;
-	uint32_t i, s;
-
-	if (!x)
-		return;
-	for (i = 0; i < ep->n_peers; i++) {
-		const struct locus_verbs_peer *p = ep->peers[i];
-		const struct locus_verbs_stats *st = &p->stats;
-
-		put(x, C_TX_MSGS, i, st->tx_msgs);
-		put(x, C_TX_BYTES, i, st->tx_bytes);
-		put(x, C_RX_MSGS, i, st->rx_msgs);
-		put(x, C_RX_BYTES, i, st->rx_bytes);
-		put(x, C_CREDIT_STALLS, i, st->credit_stalls);
-		put(x, C_SQ_STALLS, i, st->sq_stalls);
-		put(x, C_CREDIT_WRITES, i, st->credit_writes);
-		put(x, C_TX_FAILED, i, st->tx_failed);
-		put(x, C_CONNECTS, i, st->connects);
-		put(x, C_RECONNECTS, i, st->reconnects);
-		put(x, C_DISCONNECTS, i, st->disconnects);
-		put(x, C_REJECTS_RX, i, st->rejects_received);
-		put(x, C_PROTO_ERRORS, i, st->proto_errors);
-		put(x, C_PEER_NODE, i, p->node_id);
-		put(x, C_PEER_UP, i, p->state == LOCUS_VERBS_UP);
-		for (s = 0; s < 32; s++)
-			put(x, C_CQ_ERRORS, i * 32 + s, st->cq_errors[s]);
-	}
-	put(x, C_AUTH_REJECTS, 0, ep->stats.auth_rejects);
-	put(x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
-	put(x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
+	locus_verbs_counters_sync_data(ep);
+	locus_verbs_counters_sync_ctl(ep);
 }

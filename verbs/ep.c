@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,6 +51,7 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->ack_timeout = 14;
 	if (!p->credit_idle_us)
 		p->credit_idle_us = 50;
+	p->area_len = LOCUS_ALIGN_UP(p->area_len, 64u);
 }
 
 static int check_params(const struct locus_verbs_ep_params *p, struct locus_error *err)
@@ -69,6 +71,9 @@ static int check_params(const struct locus_verbs_ep_params *p, struct locus_erro
 				       p->signal_every);
 	if (p->ack_timeout > 31)
 		return locus_error_set(err, LOCUS_ERANGE, "ack_timeout %u > 31", p->ack_timeout);
+	if (p->area_len > LOCUS_VERBS_AREA_MAX)
+		return locus_error_set(err, LOCUS_ERANGE, "area_len %u > %u", p->area_len,
+				       LOCUS_VERBS_AREA_MAX);
 	if (p->max_peers > 0xffff || p->backoff_min_ms > p->backoff_max_ms)
 		return locus_error_set(err, LOCUS_ERANGE, "max_peers or back-off bounds out of range");
 	return 0;
@@ -197,6 +202,7 @@ err_free:
 
 static void peer_free(struct locus_verbs_peer *p)
 {
+	locus_verbs_mr_free(&p->area_tx);
 	locus_verbs_mr_free(&p->inbox);
 	free(p->tx_cookie);
 	free(p->tx_kind);
@@ -204,15 +210,52 @@ static void peer_free(struct locus_verbs_peer *p)
 	free(p);
 }
 
+/* Every peer handed back and its QP destroyed? */
+static bool all_reaped(const struct locus_verbs_ep *ep)
+{
+	for (uint32_t i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->id)
+			return false;
+	return true;
+}
+
 void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
 {
+	uint64_t end;
 	uint32_t i;
 
 	if (!ep)
 		return;
+	/* both halves of the hand-over run here: the data thread has stopped */
 	for (i = 0; i < ep->n_peers; i++) {
-		ep->peers[i]->active = false; /* no redial */
-		locus_verbs_peer_down(ep->peers[i], -LOCUS_EPEERDOWN);
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		p->active = false; /* no redial */
+		if (p->pend_id) {
+			rdma_reject(p->pend_id, NULL, 0);
+			rdma_destroy_id(p->pend_id);
+			p->pend_id = NULL;
+		}
+		if (p->id)
+			locus_verbs_ctl_close(p, -LOCUS_EPEERDOWN);
+	}
+	/* let the flushed sends complete, bounded */
+	end = locus_verbs_now_ns() + 2 * DRAIN_NS;
+	while (!all_reaped(ep) && locus_verbs_now_ns() < end) {
+		locus_verbs_poll(ep);
+		locus_verbs_ctl_handover(ep);
+	}
+	for (i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		if (!p->id)
+			continue;
+		/* the device never flushed: destroy the QP first, then fail the rest */
+		if (p->qp)
+			rdma_destroy_qp(p->id);
+		p->qp = NULL;
+		locus_verbs_data_force_quiesce(p);
+		locus_verbs_ctl_handover(ep);
 	}
 	/* drain completions of the torn-down QPs before the CQ goes */
 	while (locus_verbs_poll(ep) > 0)
@@ -262,16 +305,23 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
 		goto err_free;
 	}
 	len = ((uint64_t)ep->prm.slot_count << ep->prm.slot_shift) + LOCUS_VERBS_CTRL_LEN;
-	rc = locus_verbs_mr_alloc(ep, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
-				  &p->inbox, err);
+	rc = locus_verbs_mr_alloc(ep, len + ep->prm.area_len,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE, &p->inbox, err);
 	if (rc < 0)
 		goto err_free;
 	p->credit_in = (volatile uint64_t *)((uint8_t *)p->inbox.addr + len - LOCUS_VERBS_CTRL_LEN);
 	p->credit_src = p->credit_in + 1;
+	if (ep->prm.area_len) {
+		/* local only: the peer cannot write what we are about to send it */
+		rc = locus_verbs_mr_alloc(ep, ep->prm.area_len, IBV_ACCESS_LOCAL_WRITE,
+					  &p->area_tx, err);
+		if (rc < 0)
+			goto err_free;
+	}
 	if (remote) {
 		p->active = true;
 		p->remote = *remote;
-		p->state = LOCUS_VERBS_BACKOFF;
+		p->phase = CTL_BACKOFF;
 		p->deadline_ns = locus_verbs_now_ns(); /* dial at the next service() */
 	}
 	ep->peers[ep->n_peers++] = p;
@@ -313,7 +363,19 @@ int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms)
 
 enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p)
 {
-	return p->state;
+	if (locus_verbs_link_state_of(locus_verbs_link_load(&p->link)) == LOCUS_LINK_UP)
+		return LOCUS_VERBS_UP;
+	switch (__atomic_load_n(&p->phase, __ATOMIC_RELAXED)) {
+	case CTL_BACKOFF:
+		return LOCUS_VERBS_BACKOFF;
+	case CTL_CONNECTING:
+	case CTL_CONNECTED:
+		return LOCUS_VERBS_CONNECTING;
+	case CTL_CLOSING:
+		return p->active ? LOCUS_VERBS_BACKOFF : LOCUS_VERBS_DOWN;
+	default:
+		return LOCUS_VERBS_DOWN;
+	}
 }
 
 uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p)
@@ -321,9 +383,15 @@ uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p)
 	return p->node_id;
 }
 
-const struct locus_verbs_stats *locus_verbs_peer_stats(const struct locus_verbs_peer *p)
+const struct locus_verbs_stats *locus_verbs_peer_stats(struct locus_verbs_peer *p)
 {
-	return &p->stats;
+	const uint64_t *d = (const uint64_t *)&p->dstats, *c = (const uint64_t *)&p->cstats;
+	uint64_t *s = (uint64_t *)&p->sum;
+
+	/* every field is a u64 count: sum word by word */
+	for (size_t i = 0; i < offsetof(struct locus_verbs_stats, cq_errors) / 8 + 32; i++)
+		s[i] = d[i] + c[i];
+	return &p->sum;
 }
 
 const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep)
@@ -333,7 +401,7 @@ const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs
 
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep)
 {
-	return ep->max_inline;
+	return __atomic_load_n(&ep->max_inline, __ATOMIC_RELAXED);
 }
 
 uint32_t locus_verbs_ep_max_send_sge(const struct locus_verbs_ep *ep)
@@ -363,7 +431,7 @@ void *locus_verbs_ep_pd(struct locus_verbs_ep *ep)
 
 uint64_t locus_verbs_peer_raw_wrid(const struct locus_verbs_peer *p)
 {
-	return locus_verbs_wrid(p, (uint32_t)p->sq_posted);
+	return locus_verbs_wrid(p, p->dgen, (uint32_t)p->sq_posted);
 }
 
 void locus_verbs_peer_remote(const struct locus_verbs_peer *p, uint64_t *addr, uint32_t *rkey,
@@ -371,7 +439,16 @@ void locus_verbs_peer_remote(const struct locus_verbs_peer *p, uint64_t *addr, u
 {
 	*addr = p->raddr;
 	*rkey = p->rkey;
-	*len = ((uint64_t)p->rring.slot_count << p->rring.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+	*len = ((uint64_t)p->rring.slot_count << p->rring.slot_shift) + LOCUS_VERBS_CTRL_LEN +
+	       p->ep->prm.area_len;
+}
+
+const volatile void *locus_verbs_peer_area(const struct locus_verbs_peer *p, uint32_t *len)
+{
+	uint64_t off = ((uint64_t)p->lring.slot_count << p->lring.slot_shift) + LOCUS_VERBS_CTRL_LEN;
+
+	*len = p->ep->prm.area_len;
+	return *len ? (const volatile uint8_t *)p->inbox.addr + off : NULL;
 }
 
 void *locus_verbs_peer_inbox(const struct locus_verbs_peer *p, uint64_t *len)

@@ -8,6 +8,7 @@
  * only ever holds the rkey of the memory meant for it:
  *
  *   inbox MR = slot_count slots of slot_size bytes | 64-byte control block
+ *              | area_len bytes of "area" (optional)
  *
  * The peer writes its messages into our slots with WRITE_WITH_IMM. Credits
  * flow the other way through the control blocks: when we release slots of
@@ -19,14 +20,28 @@
  * and no completion. A later, larger cumulative value is always correct, so
  * credit writes never need ordering among themselves.
  *
+ * The area is a small table the peer rewrites in place by one-sided RDMA
+ * WRITEs (locus_verbs_write_area: no immediate, no RECV, no credits, no
+ * work for our CPU); we read it whenever we like, so its content must carry
+ * its own integrity check (a row may be read half written). Both ends must
+ * be configured with the same area_len: the writer aims at the address
+ * after the control block the peer announced.
+ *
  * A message of n = ceil(len / slot_size) slots is written contiguously. If it
  * does not fit before the end of the ring, the tail slots are skipped (and
  * counted as used). imm = slot index | (n - 1) << 16. A message needs at most
  * slot_count / 2 slots, so the skip never deadlocks.
  *
- * Threading: an endpoint and its peers belong to one thread, which calls
- * locus_verbs_poll() (data path: CQ only, no syscall) and
- * locus_verbs_service() (control path: CM events, reconnect timers).
+ * Threading: the control path (locus_verbs_service: rdma_cm events, QP
+ * creation and destruction, redials) and the data path (locus_verbs_poll,
+ * _post, _release, _flush_credits, _wait: CQ, sends, credits; no syscall but
+ * in _wait) either run on one thread, or, with ep_params.threaded, on two:
+ * then each peer's connection is handed between them by one atomic word per
+ * peer (locus_verbs_link.h): control publishes a connection once its QP is
+ * ready, the data side acks a closing one once nothing of it is in flight,
+ * and only then is the QP destroyed. No lock on either side. Peers are
+ * declared (locus_verbs_peer_add) before the data thread starts, and the
+ * endpoint is destroyed after it stopped.
  */
 #ifndef LOCUS_VERBS_H
 #define LOCUS_VERBS_H
@@ -51,6 +66,7 @@
 #define LOCUS_VERBS_SLOTS_MAX     32768u
 #define LOCUS_VERBS_CTRL_LEN      64u  /* control block after the slots */
 #define LOCUS_VERBS_MAX_SGE       16u  /* gather entries per message we ask a QP for */
+#define LOCUS_VERBS_AREA_MAX      65536u /* one-sided area after the control block */
 
 enum locus_verbs_pdata_kind {
 	LOCUS_VERBS_PD_REQ = 1, /* connect request (active side) */
@@ -225,7 +241,10 @@ enum locus_verbs_peer_state {
 	LOCUS_VERBS_UP,
 };
 
-/* Per-peer statistics; written only by the endpoint's thread. */
+/*
+ * Per-peer statistics. Each thread counts in its own copy (no shared
+ * cache line, no atomics); locus_verbs_peer_stats() sums them.
+ */
 struct locus_verbs_stats {
 	uint64_t tx_msgs, tx_bytes;
 	uint64_t rx_msgs, rx_bytes;
@@ -244,11 +263,15 @@ struct locus_verbs_ep_stats {
 	uint64_t version_rejects;
 	uint64_t peer_rejects;        /* unknown / not passive node id, bad data */
 	uint64_t cm_events;
-	uint64_t stale_cqes;          /* completions of a torn-down connection */
+	uint64_t stale_cqes;          /* completions of a torn-down connection (data side) */
 } __locus_cache_aligned;
 
 #define LOCUS_VERBS_HOLD 1 /* on_recv return value: the caller releases later */
 
+/*
+ * Every callback runs on the data path's thread (inside locus_verbs_poll, or
+ * locus_verbs_service when not threaded), never concurrently with itself.
+ */
 struct locus_verbs_callbacks {
 	/*
 	 * A message arrived: data points into the inbox, valid until released.
@@ -261,7 +284,8 @@ struct locus_verbs_callbacks {
 	/*
 	 * Peer up / down (down: reason as -errno/-LOCUS_E*). Down is also
 	 * called when a connection attempt fails (refused, rejected: the
-	 * reason says why), before the next redial.
+	 * reason says why), before the next redial: once per attempt, after
+	 * every message of the connection completed.
 	 */
 	void (*on_peer_up)(void *arg, struct locus_verbs_peer *p);
 	void (*on_peer_down)(void *arg, struct locus_verbs_peer *p, int reason);
@@ -283,12 +307,15 @@ struct locus_verbs_ep_params {
 	uint32_t cq_depth;             /* default: enough for 16 peers */
 	uint32_t max_peers;            /* default 16 */
 	uint32_t max_inline;           /* wanted inline size (default 256, clamped by device) */
+	uint32_t area_len;             /* one-sided area per peer inbox (0: none; rounded
+					* up to 64, at most LOCUS_VERBS_AREA_MAX) */
 	uint32_t credit_idle_us;       /* announce released slots below the batching
 					* threshold after the CQ stayed empty this long
 					* (default 50 us) */
 	uint32_t backoff_min_ms;       /* reconnect back-off (default 20 ms ... 1000 ms) */
 	uint32_t backoff_max_ms;
 	uint32_t connect_timeout_ms;   /* address/route resolution bound (default 2000) */
+	bool threaded;                 /* control and data path on two threads (see top) */
 	uint8_t ack_timeout;           /* RC local ACK timeout, 4.096 us * 2^n (default 14:
 					* 67 ms; rdma_cm's own default on RoCE is ~1 s,
 					* which makes every lost packet cost a second) */
@@ -306,7 +333,10 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p);
 int locus_verbs_ep_create(const struct locus_verbs_ep_params *p, struct locus_verbs_ep **out,
 			  struct locus_error *err);
 
-/* Tear down every peer (in-flight messages complete with -LOCUS_EPEERDOWN), free. */
+/*
+ * Tear down every peer (in-flight messages complete with -LOCUS_EPEERDOWN,
+ * callbacks on the calling thread), free. No data thread may run any more.
+ */
 void locus_verbs_ep_destroy(struct locus_verbs_ep *ep);
 
 /*
@@ -366,13 +396,31 @@ int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms);
  */
 int locus_verbs_release(struct locus_verbs_peer *p, unsigned n);
 
+/*
+ * Data path: write len bytes of buf into the area of p's inbox for us, at
+ * offset 0, by one RDMA WRITE without immediate (the peer's CPU does
+ * nothing; no credits). buf is copied (registered staging): reuse it on
+ * return. Returns 1, -EBUSY while the previous area write of p has not
+ * completed or the send queue is short (try again later), -LOCUS_EPEERDOWN,
+ * -LOCUS_ERANGE (len 0 or over area_len).
+ */
+int locus_verbs_write_area(struct locus_verbs_peer *p, const void *buf, uint32_t len);
+
+/*
+ * Our area for p's writes (area_len bytes, NULL without an area). p
+ * rewrites it at any time: copy, then check what you copied.
+ */
+const volatile void *locus_verbs_peer_area(const struct locus_verbs_peer *p, uint32_t *len);
+
 /* Force pending released credits out now (normally batched by slot_count / 4). */
 int locus_verbs_flush_credits(struct locus_verbs_peer *p);
 
 /*
- * Control path: handle rdma_cm events and reconnect timers, waiting at most
- * timeout_ms for the first event (0 or negative: do not wait). Returns
- * events handled.
+ * Control path: handle rdma_cm events, reconnect timers and the data side's
+ * hand-overs (failed connections to flush, quiesced ones to destroy),
+ * waiting at most timeout_ms for the first event (0 or negative: do not
+ * wait). Not threaded, it also runs the data side's part of the hand-over,
+ * so that up / down callbacks come as before. Returns events handled.
  */
 int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms);
 
@@ -408,19 +456,27 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
  * (vectors by "peer", the index in declaration order, max_peers long),
  * _cq_errors ("peer" x "status", the ibv_wc_status), and the scalars
  * _auth_rejects, _version_rejects, _peer_rejects. The values land in block
- * lcore, which this endpoint's thread must own. They are refreshed by
- * locus_verbs_service() and locus_verbs_counters_sync(): the data path
- * itself never touches the block. Returns 0 or a negative code (err says).
+ * data_lcore (what the data path counts; that thread must own the block) and
+ * ctl_lcore (connections, rejects, peer_up; the control thread's block; the
+ * same block when not threaded): readers sum the blocks. The control part is
+ * refreshed by locus_verbs_service(), the data part by
+ * locus_verbs_counters_sync_data() on the data thread (plain stores, no
+ * syscall: call it every millisecond or so), both by
+ * locus_verbs_counters_sync(). Returns 0 or a negative code (err says).
  */
 struct locus_counters;
 int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters *c,
-				uint32_t lcore, const char *prefix, struct locus_error *err);
+				uint32_t data_lcore, uint32_t ctl_lcore, const char *prefix,
+				struct locus_error *err);
+void locus_verbs_counters_sync_data(struct locus_verbs_ep *ep);
+void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep);
 void locus_verbs_counters_sync(struct locus_verbs_ep *ep);
 
-/* Accessors. */
+/* Accessors. The state is safe from either thread (UP: the link is up). */
 enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer *p);
 uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p);
-const struct locus_verbs_stats *locus_verbs_peer_stats(const struct locus_verbs_peer *p);
+/* Both threads' counts summed into a snapshot (not threaded: exact). */
+const struct locus_verbs_stats *locus_verbs_peer_stats(struct locus_verbs_peer *p);
 const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep);
 /* Device limits after creation. */
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep);

@@ -9,6 +9,8 @@ $(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/coun
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka))
 UNIT_TESTS += tests/test_verbs_unit
+$(eval $(call PROGRAM,tests/test_verbs_link,tests/verbs/test_verbs_link.c,common,cmocka))
+UNIT_TESTS += tests/test_verbs_link
 
 # guest-side programs (run inside the Soft-RoCE VM by tools/rxe-vm/verbs-vm-test.sh)
 VERBS_GUEST_LIBS := verbs verbs_core counters common

@@ -1,5 +1,13 @@
 /* SPDX-License-Identifier: MIT */
-/* Internal state of the verbs transport, shared by ep.c and data.c. */
+/*
+ * Internal state of the verbs transport, shared by ep.c, cm.c and data.c.
+ *
+ * Every field of a peer has one owner: the control thread (locus_verbs_service:
+ * "ctl"), the data thread (poll / post / release: "data"), or whoever the
+ * link word (locus_verbs_link.h) says owns the connection right now ("conn":
+ * control while IDLE, data from ARMED until it acks QUIESCED). Constant after
+ * locus_verbs_peer_add: "const". With threaded = false both are one thread.
+ */
 #ifndef LOCUS_VERBS_PRIV_H
 #define LOCUS_VERBS_PRIV_H
 
@@ -7,86 +15,146 @@
 #include <rdma/rdma_cma.h>
 
 #include "locus_verbs.h"
+#include "locus_verbs_link.h"
 
 #define RECV_BATCH  16u   /* RECVs reposted as one list */
 #define POLL_BURST  32
+/* a closing connection whose last send never completes is given up after this */
+#define DRAIN_NS    (200ull * 1000000ull)
 
-enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3 };
+enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3, TX_AREA = 4 };
+
+/* Control's view of a peer (what locus_verbs_peer_state() reports besides UP). */
+enum ctl_phase {
+	CTL_DOWN = 0,      /* passive, no connection */
+	CTL_BACKOFF,       /* active, waiting to redial */
+	CTL_CONNECTING,    /* rdma_cm in progress */
+	CTL_CONNECTED,     /* ESTABLISHED seen */
+	CTL_CLOSING,       /* waiting for the data side to quiesce */
+};
 
 struct locus_verbs_peer {
-	/* hot: data path */
+	/* const */
 	struct locus_verbs_ep *ep;
-	struct ibv_qp *qp;
-	enum locus_verbs_peer_state state;
-	uint16_t idx, gen;
+	uint16_t idx;
 	uint16_t node_id;
-	/* tx into the peer's inbox */
+	bool active;
+	struct locus_verbs_mr inbox;
+	volatile uint64_t *credit_in;/* peer's released count, written by the peer */
+	volatile uint64_t *credit_src; /* source word for non-inline credit writes */
+	uint64_t *tx_cookie;         /* [sq_depth] */
+	uint8_t *tx_kind;            /* [sq_depth] */
+	uint32_t *held;              /* [slot_count]: consumed slots | HELD_DONE */
+	struct locus_verbs_mr area_tx; /* staging of our area writes to the peer */
+
+	/* the hand-over word */
+	struct locus_verbs_link link;
+
+	/* data: its view of the link */
+	uint8_t dstate;              /* enum locus_verbs_link_state last acted on */
+	uint16_t dgen;
+	int32_t dreason;             /* why the connection fails (FAILING / CLOSING) */
+	uint64_t drain_since_ns;     /* CLOSING first seen, for the DRAIN_NS bound */
+	/* conn: tx into the peer's inbox */
+	struct ibv_qp *qp;
 	struct locus_verbs_ring rring;
 	uint64_t raddr;              /* peer's inbox for us */
 	uint32_t rkey;
 	uint64_t tx_head;            /* cumulative slots consumed there */
-	volatile uint64_t *credit_in;/* peer's released count, written by the peer */
 	uint64_t sq_posted, sq_done; /* WR sequence numbers */
 	uint32_t unsignaled;
-	uint64_t *tx_cookie;         /* [sq_depth] */
-	uint8_t *tx_kind;            /* [sq_depth] */
-	/* rx from our inbox */
+	/* conn: rx from our inbox */
 	struct locus_verbs_ring lring;
 	uint64_t rx_head;            /* cumulative slots of the next message */
 	uint64_t rx_released;
 	uint64_t rx_credit_sent;
 	uint32_t recv_to_post;
 	bool credit_pending;
-	uint32_t *held;              /* [slot_count]: consumed slots | HELD_DONE */
 	uint32_t held_head, held_n;
-	volatile uint64_t *credit_src; /* source word for non-inline credit writes */
-	/* control */
+	bool area_busy;              /* an area write is in flight */
+	struct locus_verbs_stats dstats; /* data's counts */
+
+	/* ctl */
 	struct rdma_cm_id *id;
-	bool active;
+	uint8_t phase;               /* enum ctl_phase; relaxed stores (read by accessors) */
+	uint16_t cgen;               /* generation of the connection being built / up */
 	struct sockaddr_in remote;
 	uint64_t deadline_ns;        /* next redial (BACKOFF) or give-up (CONNECTING) */
 	uint32_t backoff_ms;
-	struct locus_verbs_mr inbox;
-	struct locus_verbs_stats stats;
+	struct rdma_cm_id *pend_id;  /* a returning peer's request, waiting for the old
+				      * connection to quiesce */
+	struct locus_verbs_pdata pend_pd;
+	struct locus_verbs_stats cstats; /* ctl's counts */
+	struct locus_verbs_stats sum;    /* locus_verbs_peer_stats() snapshot */
 } __locus_cache_aligned;
 
 #define HELD_DONE 0x80000000u
 
 struct locus_verbs_ep {
+	/* const */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_comp_channel *comp;  /* for locus_verbs_wait() */
-	uint32_t cq_events;             /* CQ events to acknowledge */
-	uint64_t idle_since_ns;         /* first empty poll with credits pending, 0: busy */
-	uint64_t credit_idle_ns;
 	struct rdma_event_channel *ch;
 	struct rdma_cm_id *listen_id;
 	struct locus_verbs_ep_params prm;
-	uint32_t max_inline;
 	uint32_t max_send_sge;          /* asked of every QP (device max, capped) */
 	int numa_node;
 	char dev_name[LOCUS_VERBS_NAME_MAX];
 	struct locus_verbs_peer **peers;
 	uint32_t n_peers;
+	uint64_t credit_idle_ns;
+	uint32_t max_inline;            /* set by ctl at the first QP, relaxed atomics */
+	/* data */
+	uint32_t cq_events;             /* CQ events to acknowledge */
+	uint64_t idle_since_ns;         /* first empty poll with credits pending, 0: busy */
+	uint32_t n_draining;            /* peers in CLOSING not yet drained */
+	/* ctl, but stats.stale_cqes: data */
 	struct locus_verbs_ep_stats stats;
-	struct locus_verbs_ctrs *ctrs; /* counter export, NULL if none */
+	struct locus_verbs_ctrs *ctrs;  /* counter export, NULL if none */
 };
 
 uint64_t locus_verbs_now_ns(void);
-/* Tear p's connection down (idempotent per connection), fail in-flight, notify. */
-void locus_verbs_peer_down(struct locus_verbs_peer *p, int reason);
-/* Fresh ring state + RECVs posted on p->qp; 0 or -errno. */
-int locus_verbs_peer_arm(struct locus_verbs_peer *p);
-/* Mark p UP (idempotent) and call on_peer_up. */
-void locus_verbs_peer_up(struct locus_verbs_peer *p);
+
+/* ---- data side (data.c) ---- */
+/* Fresh ring state + RECVs posted on p->qp for connection gen (ctl, link IDLE). */
+int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen);
+/* Act on the link word of every peer (up / closing hand-overs). */
+void locus_verbs_data_sync(struct locus_verbs_ep *ep);
+/*
+ * Give up draining p now (control destroys the QP next, so nothing is
+ * DMA'd afterwards): fail what is in flight and quiesce. Only when no data
+ * thread runs (endpoint teardown).
+ */
+void locus_verbs_data_force_quiesce(struct locus_verbs_peer *p);
 int locus_verbs_post_credit(struct locus_verbs_peer *p);
 bool locus_verbs_credits_pending(const struct locus_verbs_ep *ep);
 void locus_verbs_flush_all_credits(struct locus_verbs_ep *ep);
 
-static inline uint64_t locus_verbs_wrid(const struct locus_verbs_peer *p, uint32_t seq)
+/* ---- control side (cm.c) ---- */
+/* Take p's connection down (QP to error, then hand-over): ctl only. */
+void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason);
+/* Act on the data side's hand-overs (FAILING: flush; QUIESCED: destroy, redial). */
+void locus_verbs_ctl_handover(struct locus_verbs_ep *ep);
+
+static inline void ctl_set_phase(struct locus_verbs_peer *p, enum ctl_phase ph)
 {
-	return ((uint64_t)p->idx << 48) | ((uint64_t)p->gen << 32) | seq;
+	__atomic_store_n(&p->phase, (uint8_t)ph, __ATOMIC_RELAXED);
+}
+
+/*
+ * wr_id: peer index (16 bits) | RECV flag | generation (15 bits) | send
+ * sequence (32 bits). The flag tells a failed receive from a failed send:
+ * an error completion's opcode is undefined.
+ */
+#define WRID_RECV (1ull << 47)
+#define WRID_GEN_MASK 0x7fffu
+
+static inline uint64_t locus_verbs_wrid(const struct locus_verbs_peer *p, uint16_t gen,
+					uint32_t seq)
+{
+	return ((uint64_t)p->idx << 48) | ((uint64_t)(gen & WRID_GEN_MASK) << 32) | seq;
 }
 
 #endif /* LOCUS_VERBS_PRIV_H */

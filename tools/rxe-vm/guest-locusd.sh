@@ -13,6 +13,8 @@
 #                  5 n1 with a wrong secret refused
 #   LV_WHAT=bench  locusd's inter-node byte rate against ib_write_bw on the
 #                  same devices, same run
+# LV_LCORES (eal -l, default 0-1): with two lcores the worker polls and the
+# main lcore owns the connections (the hand-over under test); "0" runs both on one.
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -54,7 +56,7 @@ mkconf() { # node secret-file
 [locusd]
 instance = n$1
 node = $1
-eal_args = -l 0 --no-huge --no-pci -m 64
+eal_args = -l ${LV_LCORES:-0-1} --no-huge --no-pci -m 64
 rdma_device = $dev
 intra_node = $intra
 secret_file = $2
@@ -249,6 +251,16 @@ say "   n1 (intra_node = verbs): $lm intra-node messages, $lb row bytes moved by
 r23=$(( $(ctr n0 routed 'decoder="2"') + $(ctr n0 routed 'decoder="3"') ))
 say "   signatures routed by n0 to decoders 2,3 on n1: $r23; veth vx TX $((VX1 - VX0)) bytes"
 [ "$r23" -gt 0 ] || fail "no signature crossed to n1"
+# decoder loads cross as one-sided writes of load rows, not as messages
+for n in 0 1; do
+	o=$((1 - n))
+	w=$(ctr n$o load_rows_written "node=\"$n\""); rd=$(ctr n$n load_rows_read "node=\"$o\"")
+	torn=$(ctr n$n load_rows_torn); bad=$(ctr n$n load_rows_bad)
+	say "   load rows n$o -> n$n: $w written, $rd new ones read, $torn torn, $bad refused"
+	[ "$w" -gt 0 ] && [ "$rd" -gt 0 ] || fail "no load rows from n$o reached n$n"
+	[ "$bad" = 0 ] || fail "n$n refused $bad load rows"
+done
+say "   remote decoders with a row that stopped moving: n0 $(ctr n0 load_decoders_stale), n1 $(ctr n1 load_decoders_stale)"
 [ $((VX1 - VX0)) -gt 100000 ] || fail "under 100 kB crossed the veth pair"
 
 # ---- 3b. rows from dma-buf regions ------------------------------------------------------------------
@@ -325,6 +337,11 @@ grep -m1 "peer node 1 down" "$W/n0.log" | sed 's/^/  [n0 log] /'
 say "   n0 after the kill: verbs_peer_up $(ctr n0 verbs_peer_up), rejected_peer_down" \
 	"$(ctr n0 rejected_peer_down), remote_send_errors $(ctr n0 remote_send_errors)"
 [ "$(ctr n0 verbs_peer_up)" = 0 ] || fail "n0 still counts n1 as up"
+# a down node's decoders are skipped at once (not after the load timeout)
+up23=$(( $(ctr n0 decoder_up 'decoder="2"') + $(ctr n0 decoder_up 'decoder="3"') ))
+say "   n0: decoders 2,3 of the dead n1 routable: $up23; signatures refused for no live" \
+	"decoder: $(ctr n0 rejected_no_decoder)"
+[ "$up23" = 0 ] || fail "n0 still routes to decoders of the dead n1"
 [ "$(ctr n0 remote_bad)" = 0 ] || fail "n0 refused $(ctr n0 remote_bad) malformed messages"
 [ -e "$LOCUS_SHM_DIR/locus.n1" ] && say "   n1's stale segment is there; restart n1"
 start 1 2 || fail "n1 did not restart over its stale segment"

@@ -10,7 +10,8 @@
 # $BUILD/rxe-vm, shared with verbs-vm-test.sh), prints the guest's output and
 # exits with the guest's status (124 when qemu hits its hard timeout).
 # The benchmark's shape: LV_TOKENS (64 per batch), LV_ROW_BYTES (4096),
-# LV_BATCHES (40 per rank); both: LV_INBOX_SLOTS (client_inbox_slots, 256).
+# LV_BATCHES (40 per rank); both: LV_INBOX_SLOTS (client_inbox_slots, 256),
+# LV_LCORES (locusd's eal -l, 0-1: worker + main lcore).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -27,4 +28,4 @@ exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-420}" \
 	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
 	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \
 	${LV_ROW_BYTES:+LV_ROW_BYTES=$LV_ROW_BYTES} ${LV_BATCHES:+LV_BATCHES=$LV_BATCHES} \
-	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS}
+	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS} ${LV_LCORES:+LV_LCORES=$LV_LCORES}

@@ -1,0 +1,341 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Two nodes of one cluster in one process, for the two-node tests: each has
+ * its own segment, control thread and engine thread; the inter-node
+ * transport between the engines is a pair of in-memory queues plus, for the
+ * one-sided decoder load rows, a load area per node pair that the writer
+ * memcpys into while the reader may be reading (the verbs transport is
+ * tested for real in the Soft-RoCE VM).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "locus_client.h"
+#include "locus_counters.h"
+#include "locus_crc32c.h"
+#include "locus_dispatch.h"
+#include "locus_eldr.h"
+#include "locus_grace.h"
+#include "locus_node.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+#include "locus_tblfile.h"
+#include "locus_wire.h"
+#include "node_util.h"
+#include "twonode_harness.h"
+
+struct fake_node N[2];
+static volatile int stop;
+static char shm_dir[64];
+
+static int q_push(struct queue *q, struct qmsg m)
+{
+	int ok;
+
+	pthread_mutex_lock(&q->mu);
+	ok = q->tail - q->head < QCAP;
+	if (ok)
+		q->m[q->tail++ % QCAP] = m;
+	pthread_mutex_unlock(&q->mu);
+	return ok;
+}
+
+/* The oldest message without taking it (a receiver with no room keeps it). */
+static int q_peek(struct queue *q, struct qmsg *m)
+{
+	int ok;
+
+	pthread_mutex_lock(&q->mu);
+	ok = q->head != q->tail;
+	if (ok)
+		*m = q->m[q->head % QCAP];
+	pthread_mutex_unlock(&q->mu);
+	return ok;
+}
+
+static int q_pop(struct queue *q, struct qmsg *m)
+{
+	int ok;
+
+	pthread_mutex_lock(&q->mu);
+	ok = q->head != q->tail;
+	if (ok)
+		*m = q->m[q->head++ % QCAP];
+	pthread_mutex_unlock(&q->mu);
+	return ok;
+}
+
+/* ---- the transport the engine sees ---------------------------------------------- */
+
+static void *t_alloc(void *ctx, size_t len)
+{
+	(void)ctx;
+	return malloc(len);
+}
+
+static void t_free(void *ctx, void *buf)
+{
+	(void)ctx;
+	free(buf);
+}
+
+static int t_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+{
+	struct fake_node *n = ctx;
+	struct fake_node *to = &N[node];
+
+	if (node == (uint32_t)n->id || !__atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE))
+		return -LOCUS_EPEERDOWN;
+	if (__atomic_load_n(&n->fail_sends, __ATOMIC_ACQUIRE)) {
+		/* the wire ate it: the completion says so, later */
+		free(buf);
+		return q_push(&n->done, (struct qmsg){ .cookie = cookie,
+						      .status = -LOCUS_EPEERDOWN }) ? 0 : -LOCUS_EFULL;
+	}
+	if (!q_push(&to->rx, (struct qmsg){ .buf = buf, .len = len }))
+		return -LOCUS_EFULL;
+	q_push(&n->done, (struct qmsg){ .cookie = cookie, .status = 0 });
+	return 0;
+}
+
+/* One-sided: straight into the peer's area, whatever its reader is doing. */
+static int t_write_load(void *ctx, uint32_t node, const void *row, size_t len)
+{
+	struct fake_node *n = ctx;
+
+	if (node == (uint32_t)n->id || !__atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE))
+		return -LOCUS_EPEERDOWN;
+	assert_true(len <= AREA);
+	if (!__atomic_load_n(&n->freeze_loads, __ATOMIC_ACQUIRE))
+		memcpy(N[node].load_area, row, len);
+	return 0;
+}
+
+static const volatile void *t_load_area(void *ctx, uint32_t node)
+{
+	struct fake_node *n = ctx;
+
+	return node == (uint32_t)n->peer->id ? n->load_area : NULL;
+}
+
+static int t_peer_up(void *ctx, uint32_t node)
+{
+	struct fake_node *n = ctx;
+
+	(void)node;
+	return __atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE);
+}
+
+static void *ctl_loop(void *arg)
+{
+	struct fake_node *n = arg;
+
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		locus_node_control(n->node);
+		tu_nap();
+	}
+	return NULL;
+}
+
+/* The engine lcore: poll, take arrivals and send completions. */
+static void *eng_loop(void *arg)
+{
+	struct fake_node *n = arg;
+	struct locus_engine *e = locus_node_engine(n->node);
+
+	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
+		struct qmsg m;
+		int work;
+
+		if (__atomic_load_n(&n->hold, __ATOMIC_ACQUIRE)) {
+			__atomic_store_n(&n->held, 1, __ATOMIC_RELEASE);
+			tu_nap();
+			continue;
+		}
+		__atomic_store_n(&n->held, 0, __ATOMIC_RELEASE);
+		work = locus_engine_poll(e);
+
+		/* like locusd_net: a message the receiver has no room for waits, in order */
+		while (q_peek(&n->rx, &m)) {
+			if (locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf, m.len) ==
+			    -LOCUS_EFULL)
+				break;
+			q_pop(&n->rx, &m);
+			free(m.buf);
+			work++;
+		}
+		while (q_pop(&n->done, &m)) {
+			locus_engine_remote_done(e, m.cookie, m.status);
+			work++;
+		}
+		if (!work)
+			sched_yield();
+	}
+	return NULL;
+}
+
+uint64_t tn_ctr(struct fake_node *n, const char *name, uint32_t elem)
+{
+	return tu_ctr(n->ctrs, name, elem);
+}
+
+/* ---- tables (as in test_node.c, for 2 nodes x 2 GPUs) ----------------------------- */
+
+void *tn_eldr_table(size_t *len)
+{
+	struct locus_eldr_tbl_layout lay;
+	uint32_t *ids;
+	uint8_t *mask;
+	float *idf, *cen;
+	uint8_t *blob;
+	const float w = (float)(1.0 / sqrt(2.0 * L));
+
+	assert_int_equal(locus_eldr_tbl_layout(L, E, 2, &lay), 0);
+	blob = calloc(1, 64 + lay.len);
+	assert_int_equal(locus_eldr_tbl_init(blob + 64, lay.len, L, E, 2, 0.1f, &ids, &mask, &idf,
+					     &cen), 0);
+	ids[0] = 0;
+	ids[1] = 1;
+	for (int l = 0; l < L; l++) {
+		mask[l] = 1;
+		for (int e = 0; e < E; e++)
+			idf[l * E + e] = 1.0f;
+		cen[0 * L * E + l * E + 0] = w;
+		cen[0 * L * E + l * E + 3] = w;
+		cen[1 * L * E + l * E + 7] = w;
+		cen[1 * L * E + l * E + 3] = w;
+	}
+	((struct locus_eldr_tbl_hdr *)(blob + 64))->n_masked = L;
+	assert_int_equal(locus_tbl_seal(blob, 64 + lay.len, LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION,
+					lay.len), 0);
+	*len = 64 + lay.len;
+	return blob;
+}
+
+void tn_push_both(unsigned ch, const void *blob, size_t len)
+{
+	for (int i = 0; i < 2; i++) {
+		struct locus_table_wait_result res;
+		int64_t gen = locus_table_push(N[i].tables, ch, blob, len, 2000000000ull, NULL);
+
+		assert_true(gen > 0);
+		assert_int_equal(locus_table_wait(N[i].tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
+		assert_int_equal(res.n_refused, 0);
+	}
+}
+
+/* ---- clients ---------------------------------------------------------------------- */
+
+struct locus_client *tn_attach(struct fake_node *n, uint32_t roles, uint32_t dec, uint32_t rank)
+{
+	return tu_attach(n->inst, roles, dec, rank);
+}
+
+size_t tn_put_signature(struct locus_client *c, uint64_t off, int w0, int w7)
+{
+	uint8_t *stage = locus_client_stage(c, NULL);
+	uint16_t tok[64][L][1];
+	int t = 0;
+
+	/* w0 tokens on expert 0 and w7 on 7, at every layer */
+	for (int i = 0; i < w0; i++, t++)
+		for (int l = 0; l < L; l++)
+			tok[t][l][0] = 0;
+	for (int i = 0; i < w7; i++, t++)
+		for (int l = 0; l < L; l++)
+			tok[t][l][0] = 7;
+	return (size_t)locus_eldr_sig_build(stage + off, 65536, L, E, 1, &tok[0][0][0],
+					    (uint32_t)t, 0, NULL);
+}
+
+int tn_setup(void **state)
+{
+	struct locus_error e;
+	(void)state;
+
+	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-2node-XXXXXX");
+	if (!mkdtemp(shm_dir))
+		return -1;
+	setenv(LOCUS_SHM_DIR_ENV, shm_dir, 1);
+	for (int i = 0; i < 2; i++) {
+		struct fake_node *n = &N[i];
+		struct locus_config cfg;
+		char conf[1024];
+		void *region;
+		size_t size;
+
+		n->id = i;
+		n->peer = &N[!i];
+		n->peer_up = 1;
+		pthread_mutex_init(&n->rx.mu, NULL);
+		pthread_mutex_init(&n->done.mu, NULL);
+		snprintf(n->inst, sizeof(n->inst), "t-n%d", i);
+		snprintf(conf, sizeof(conf),
+			 "[locusd]\ninstance = %s\nnode = %d\nrdma_device = rxe%d\n"
+			 "secret_file = /nonexistent\nclient_slots = 8\nring_size = 64\n"
+			 "stage_size = 262144\nclient_inbox_slots = 32\ninbox_slot_size = 4096\n"
+			 "moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\n"
+			 "max_batch_tokens = 64\ntable_slot_size = 65536\nload_timeout_ms = 200\n"
+			 "[cluster]\ngpus_per_node = 2\nnode.0 = 127.0.0.1:7471\n"
+			 "node.1 = 127.0.0.2:7471\n", n->inst, i, i);
+		n->rt = (struct locus_engine_remote){ .alloc = t_alloc, .free = t_free,
+						      .send = t_send, .peer_up = t_peer_up,
+						      .write_load = t_write_load,
+						      .load_area = t_load_area,
+						      .ctx = n, .max_msg = 1 << 16,
+						      .load_area_len = AREA,
+						      .load_period_us = 1000 };
+		if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
+		    locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
+			fprintf(stderr, "%s\n", e.msg);
+			return -1;
+		}
+		locus_node_set_running(n->node);
+		if (locus_shm_attach(n->inst, 0, &n->view, &e))
+			return -1;
+		region = locus_shm_region(n->view, LOCUS_REGION_TABLES, &size);
+		if (locus_table_region_attach(region, size, &n->tables, &e))
+			return -1;
+		region = locus_shm_region(n->view, LOCUS_REGION_COUNTERS, &size);
+		if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &n->ctrs, &e))
+			return -1;
+	}
+	for (int i = 0; i < 2; i++) {
+		pthread_create(&N[i].th_ctl, NULL, ctl_loop, &N[i]);
+		pthread_create(&N[i].th_eng, NULL, eng_loop, &N[i]);
+	}
+	return 0;
+}
+
+int tn_teardown(void **state)
+{
+	struct qmsg m;
+	(void)state;
+
+	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(N[i].th_ctl, NULL);
+		pthread_join(N[i].th_eng, NULL);
+	}
+	for (int i = 0; i < 2; i++) {
+		while (q_pop(&N[i].rx, &m))
+			free(m.buf);
+		locus_counters_close(N[i].ctrs);
+		locus_table_region_detach(N[i].tables);
+		locus_shm_detach(N[i].view);
+		locus_node_destroy(N[i].node, 1);
+	}
+	return rmdir(shm_dir);
+}
+
