@@ -1,7 +1,8 @@
 # The data-plane engine (plain C over shared memory) and the payload formats.
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
-	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c))
+	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
+	dataplane/relay.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
@@ -15,3 +16,5 @@ $(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/
 UNIT_TESTS += tests/test_region_gather
 $(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode_load
+$(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_relay

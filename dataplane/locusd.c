@@ -32,6 +32,7 @@
 #include "locus_engine.h"
 #include "locus_node.h"
 #include "locus_shm.h"
+#include "locus_relay.h"
 #include "locusd_loop.h"
 #include "locusd_net.h"
 
@@ -61,7 +62,10 @@ struct locusd {
 	struct locus_node *node;
 	struct locusd_net *net;     /* NULL on a single node */
 	struct locusd_loop *loop;   /* intra_node = verbs, else NULL */
+	struct locus_relay *relay;  /* the engine and the network on two worker lcores */
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
+	unsigned net_lcore;         /* RTE_MAX_LCORE: the network polls on the engine's lcore */
+	int net_stop;               /* set by main once the engine's lcore is done */
 	uint32_t idle_sleep_us;     /* changed by SIGHUP; read by the worker */
 	int stop;                   /* set by the main lcore, read by the worker */
 	int worker_done;
@@ -94,7 +98,9 @@ static int worker_main(void *arg)
 	for (;;) {
 		int n = locus_engine_poll(e);
 
-		if (d->net)
+		if (d->relay)
+			n += locus_relay_poll_engine(d->relay);
+		else if (d->net)
 			n += locusd_net_poll(d->net, rte_rdtsc());
 		if (d->loop)
 			n += locusd_loop_poll(d->loop, e);
@@ -106,7 +112,8 @@ static int worker_main(void *arg)
 			/* drain: keep answering until the rings stay empty, bounded */
 			if (!drain_until)
 				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
-			if ((++idle > IDLE_SPINS && !(d->loop && locusd_loop_inflight(d->loop))) ||
+			if ((++idle > IDLE_SPINS && !(d->loop && locusd_loop_inflight(d->loop)) &&
+			     !(d->relay && locus_relay_inflight(d->relay))) ||
 			    rte_rdtsc() > drain_until)
 				break;
 			continue;
@@ -122,6 +129,38 @@ static int worker_main(void *arg)
 			rte_pause();
 	}
 	__atomic_store_n(&d->worker_done, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
+ * The network's poll loop when it has a worker lcore of its own: completion
+ * queue, inbox, backlogs, and the engine's sends from the relay. Runs until
+ * main says the engine's lcore is done, so that lcore can drain through it.
+ */
+static int net_main(void *arg)
+{
+	struct locusd *d = arg;
+	unsigned idle = 0;
+
+	for (;;) {
+		int n = locusd_net_poll(d->net, rte_rdtsc()) + locus_relay_poll_net(d->relay);
+
+		if (likely(n)) {
+			idle = 0;
+			continue;
+		}
+		if (unlikely(__atomic_load_n(&d->net_stop, __ATOMIC_ACQUIRE)))
+			break;
+		if (++idle < IDLE_SPINS) {
+			rte_pause();
+			continue;
+		}
+		idle = IDLE_SPINS;
+		if (__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED))
+			rte_delay_us_sleep(__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED));
+		else
+			rte_pause();
+	}
 	return 0;
 }
 
@@ -316,13 +355,27 @@ int main(int argc, char **argv)
 	}
 	hz = rte_get_tsc_hz();
 	D.worker_lcore = rte_get_next_lcore(-1, 1, 0);
+	D.net_lcore = RTE_MAX_LCORE;
+	if (D.cfg.n_nodes > 1 && D.worker_lcore < RTE_MAX_LCORE)
+		D.net_lcore = rte_get_next_lcore(D.worker_lcore, 1, 0);
 	/* with a worker lcore, connections stay on main and the worker only polls */
 	if (D.cfg.n_nodes > 1 &&
 	    locusd_net_create(&D.cfg, D.worker_lcore < RTE_MAX_LCORE, &D.net, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_eal;
 	}
-	if (locus_node_create_remote(&D.cfg, tsc_now, hz, D.net ? locusd_net_transport(D.net) : NULL,
+	if (D.net && D.net_lcore < RTE_MAX_LCORE) {
+		ret = locus_relay_create(locusd_net_transport(D.net), 1024, &D.relay);
+		if (ret < 0) {
+			fprintf(stderr, "locusd: relay to the network lcore: %s\n", strerror(-ret));
+			ret = 1;
+			goto err_net;
+		}
+		locusd_net_set_sink(D.net, locus_relay_sink(D.relay));
+	}
+	if (locus_node_create_remote(&D.cfg, tsc_now, hz,
+				     D.relay ? locus_relay_transport(D.relay)
+					     : D.net ? locusd_net_transport(D.net) : NULL,
 				     &D.node, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_net;
@@ -331,6 +384,12 @@ int main(int argc, char **argv)
 				       LOCUS_NODE_ENGINE_BLOCK, LOCUS_NODE_CTL_BLOCK, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_node;
+	}
+	if (D.relay) {
+		struct locus_engine_sink es;
+
+		locus_engine_sink_of(locus_node_engine(D.node), &es);
+		locus_relay_attach(D.relay, &es);
 	}
 	if (D.cfg.intra_node == LOCUS_INTRA_VERBS) {
 		size_t len;
@@ -353,11 +412,18 @@ int main(int argc, char **argv)
 	rte_telemetry_register_cmd("/locus/info", tel_info,
 				   "locus instance, clients and table generations in use");
 
+	if (D.net_lcore < RTE_MAX_LCORE && rte_eal_remote_launch(net_main, &D, D.net_lcore) < 0) {
+		fprintf(stderr, "locusd: cannot launch the network lcore %u\n", D.net_lcore);
+		goto err_node;
+	}
 	if (D.worker_lcore < RTE_MAX_LCORE &&
 	    rte_eal_remote_launch(worker_main, &D, D.worker_lcore) < 0) {
 		fprintf(stderr, "locusd: cannot launch the worker lcore %u\n", D.worker_lcore);
-		goto err_node;
+		goto err_launched;
 	}
+	if (D.net_lcore < RTE_MAX_LCORE)
+		fprintf(stderr, "locusd: engine on lcore %u, network (completion queues, inboxes) "
+			"on lcore %u, connections on the main lcore\n", D.worker_lcore, D.net_lcore);
 	if (D.worker_lcore >= RTE_MAX_LCORE)
 		fprintf(stderr, "locusd: one lcore only: the engine shares the main lcore\n");
 	locus_node_set_running(D.node);
@@ -408,6 +474,22 @@ int main(int argc, char **argv)
 	__atomic_store_n(&D.stop, 1, __ATOMIC_RELEASE);
 	if (D.worker_lcore < RTE_MAX_LCORE)
 		rte_eal_wait_lcore(D.worker_lcore);
+err_launched:
+	/* the network lcore last: the engine's lcore drained through it */
+	__atomic_store_n(&D.net_stop, 1, __ATOMIC_RELEASE);
+	if (D.net_lcore < RTE_MAX_LCORE)
+		rte_eal_wait_lcore(D.net_lcore);
+	if (D.relay) {
+		struct locus_relay_stats rs;
+
+		locus_relay_stats(D.relay, &rs);
+		fprintf(stderr, "locusd: relay: %llu sends passed to the network lcore (%llu refused "
+			"there), %llu send ends, %llu arrivals (%llu handed again later, %llu left "
+			"in the inbox for lack of room)\n", (unsigned long long)rs.tx,
+			(unsigned long long)rs.tx_refused, (unsigned long long)rs.done,
+			(unsigned long long)rs.rx, (unsigned long long)rs.rx_held,
+			(unsigned long long)rs.rx_no_room);
+	}
 err_node:
 	locusd_loop_destroy(D.loop);
 	D.loop = NULL;
@@ -416,9 +498,12 @@ err_node:
 	/* the transport first: its in-flight messages complete into the engine */
 	locusd_net_destroy(D.net);
 	D.net = NULL;
+	locus_relay_destroy(D.relay); /* after the transport: it ends what it held into the relay */
+	D.relay = NULL;
 	locus_node_destroy(D.node, 1);
 err_net:
 	locusd_net_destroy(D.net);
+	locus_relay_destroy(D.relay);
 err_eal:
 	rte_eal_cleanup();
 	return ret;

@@ -34,6 +34,7 @@
 #include "locus_verbs.h"
 #include "locusd_loop.h"
 #include "locus_wire.h"
+#include "locus_relay.h"
 #include "locusd_net.h"
 
 #define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
@@ -82,6 +83,7 @@ struct locusd_net {
 	uint32_t rec_free[POOL_N];
 	uint32_t n_rec_free;
 	struct locus_engine *eng;
+	struct locus_engine_sink sink;      /* the engine, or a relay to the engine's lcore */
 	struct locus_engine_remote rt;
 	struct locus_regions_mr_ops mr_ops;
 	uint64_t next_sync, sync_period;
@@ -191,7 +193,7 @@ static int rt_peer_up(void *ctx, uint32_t node)
 {
 	struct locusd_net *n = ctx;
 
-	return node < LOCUS_CFG_MAX_NODES && n->up[node];
+	return node < LOCUS_CFG_MAX_NODES && __atomic_load_n(&n->up[node], __ATOMIC_RELAXED);
 }
 
 /* ---- decoder load rows: one-sided, into the area after each inbox -------------------------- */
@@ -367,7 +369,7 @@ static int on_recv(void *arg, struct locus_verbs_peer *p, const void *data, uint
 	struct held *h = &n->rx_held[node];
 
 	if (h->head == h->tail &&
-	    locus_engine_remote_recv(n->eng, node, data, len) != -LOCUS_EFULL)
+	    n->sink.recv(n->sink.ctx, node, data, len) != -LOCUS_EFULL)
 		return 0;
 	if (h->tail - h->head >= h->cap)
 		return 0; /* more messages than inbox slots: cannot happen, never hold it */
@@ -385,7 +387,7 @@ static void retry_held(struct locusd_net *n, uint32_t node)
 	while (h->head != h->tail) {
 		uint32_t i = h->head % h->cap;
 
-		if (locus_engine_remote_recv(n->eng, node, h->data[i], h->len[i]) == -LOCUS_EFULL)
+		if (n->sink.recv(n->sink.ctx, node, h->data[i], h->len[i]) == -LOCUS_EFULL)
 			return;
 		h->head++;
 		locus_verbs_release(n->peer[node], 1);
@@ -401,7 +403,7 @@ static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie,
 	if (cookie >= POOL_N)
 		return;
 	r = &n->rec[cookie];
-	locus_engine_remote_done(n->eng, r->cookie, status);
+	n->sink.done(n->sink.ctx, r->cookie, status);
 	rte_mempool_put(n->pool, r->buf);
 	rec_put(n, (uint32_t)cookie);
 }
@@ -411,7 +413,7 @@ static void on_peer_up(void *arg, struct locus_verbs_peer *p)
 	struct locusd_net *n = arg;
 	uint16_t node = locus_verbs_peer_node(p);
 
-	n->up[node] = 1;
+	__atomic_store_n(&n->up[node], 1, __ATOMIC_RELAXED);
 	__atomic_store_n(&n->n_up[node], n->n_up[node] + 1, __ATOMIC_RELEASE);
 }
 
@@ -427,13 +429,13 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 		__atomic_store_n(&n->down_reason[node], reason, __ATOMIC_RELAXED);
 		__atomic_store_n(&n->n_down[node], n->n_down[node] + 1, __ATOMIC_RELEASE);
 	}
-	n->up[node] = 0;
+	__atomic_store_n(&n->up[node], 0, __ATOMIC_RELAXED);
 	/* held messages died with the connection (the peer rewrites its slots) */
 	n->rx_held[node].head = n->rx_held[node].tail;
 	while (b->head != b->tail) {
 		uint32_t idx = b->idx[b->head++ % BACKLOG];
 
-		locus_engine_remote_done(n->eng, n->rec[idx].cookie, -LOCUS_EPEERDOWN);
+		n->sink.done(n->sink.ctx, n->rec[idx].cookie, -LOCUS_EPEERDOWN);
 		rte_mempool_put(n->pool, n->rec[idx].buf);
 		rec_put(n, idx);
 	}
@@ -566,7 +568,14 @@ int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct loc
 		      uint32_t engine_block, uint32_t ctl_block, struct locus_error *err)
 {
 	n->eng = eng;
+	if (!n->sink.recv)
+		locus_engine_sink_of(eng, &n->sink);
 	return locus_verbs_counters_attach(n->ep, c, engine_block, ctl_block, "verbs", err);
+}
+
+void locusd_net_set_sink(struct locusd_net *n, const struct locus_engine_sink *sink)
+{
+	n->sink = *sink;
 }
 
 int locusd_net_poll(struct locusd_net *n, uint64_t now)

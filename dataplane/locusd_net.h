@@ -49,7 +49,15 @@ int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct loc
 /* How client buffer regions get MRs on this transport's device (main lcore). */
 const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n);
 
-/* Engine lcore, every iteration: CQ burst, backlogs, hand-overs; no syscall. */
+struct locus_engine_sink;
+
+/*
+ * Hand arrivals and send ends to sink instead of the attached engine (a
+ * relay when the engine polls on another lcore). Before the lcores start.
+ */
+void locusd_net_set_sink(struct locusd_net *n, const struct locus_engine_sink *sink);
+
+/* Data lcore, every iteration: CQ burst, backlogs, hand-overs; no syscall. */
 int locusd_net_poll(struct locusd_net *n, uint64_t now_tsc);
 
 /*

@@ -13,8 +13,10 @@
 #                  5 n1 with a wrong secret refused
 #   LV_WHAT=bench  locusd's inter-node byte rate against ib_write_bw on the
 #                  same devices, same run
-# LV_LCORES (eal -l, default 0-1): with two lcores the worker polls and the
-# main lcore owns the connections (the hand-over under test); "0" runs both on one.
+# LV_LCORES (eal -l for both nodes): by default n0 runs three lcores (main:
+# connections; worker 1: the engine; worker 2: completion queues and inboxes,
+# reached through the relay) mapped onto the guest's two CPUs, n1 two (main
+# and one worker polling both); "0" runs everything on one lcore.
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -50,13 +52,14 @@ mksecret() { # file
 }
 # n1 moves its intra-node rows with the verbs loopback, n0 with the CPU
 mkconf() { # node secret-file
-	local dev=rxex intra=shm
-	[ "$1" = 1 ] && dev=rxey intra=${LV_N1_INTRA:-verbs}
+	local dev=rxex intra=shm lcores="--lcores 0@0,1@1,2@0"
+	[ "$1" = 1 ] && dev=rxey intra=${LV_N1_INTRA:-verbs} lcores="-l 0-1"
+	[ -n "${LV_LCORES:-}" ] && lcores="-l $LV_LCORES"
 	cat > "$W/n$1.conf" <<CONF
 [locusd]
 instance = n$1
 node = $1
-eal_args = -l ${LV_LCORES:-0-1} --no-huge --no-pci -m 64
+eal_args = $lcores --no-huge --no-pci -m 64
 rdma_device = $dev
 intra_node = $intra
 secret_file = $2
@@ -139,6 +142,11 @@ mkconf 0 "$W/secret"
 mkconf 1 "$W/secret"
 : > "$W/n0.log"; : > "$W/n1.log"
 start 0 && start 1 || { fail "a locusd did not start"; exit 1; }
+if [ -z "${LV_LCORES:-}" ]; then
+	grep -q "engine on lcore 1, network (completion queues, inboxes) on lcore 2" "$W/n0.log" ||
+		fail "n0 did not put the engine and the network on two worker lcores"
+	say "   n0: $(grep -o 'engine on lcore 1, network.*' "$W/n0.log" | head -1)"
+fi
 if wait_log "$W/n0.log" "peer node 1 up" 1 60 && wait_log "$W/n1.log" "peer node 0 up" 1 30; then
 	say "   both peers up"
 else

@@ -1,0 +1,411 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The engine-lcore / net-lcore relay (locus_relay.h). Three SPSC rings of
+ * fixed-size entries copied by value: tx (engine -> net), done and rx
+ * (net -> engine). Each index is written by one side only (release) and read
+ * by the other (acquire); the rings are sized so that what must never be lost
+ * (send ends) always fits, and a done that still finds its ring full waits in
+ * a net-side overflow queue.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_common.h"
+#include "locus_err.h"
+#include "locus_relay.h"
+
+#define RELAY_MAX_SG 16
+#define MAX_NODES    64
+/* a counter only this side writes, read by the other: plain store, no lock */
+#define BUMP(x) __atomic_store_n(&(x), (x) + 1, __ATOMIC_RELAXED)
+
+enum { TX_SEND = 1, TX_LOAD = 2 };
+
+struct tx_item {
+	uint32_t kind, node;
+	void *buf;
+	uint64_t len;            /* SEND: whole message (n_sg = 0) or header bytes */
+	uint64_t cookie;
+	uint32_t n_sg, pad;
+	struct locus_engine_sge sg[RELAY_MAX_SG];
+};
+
+struct done_item {
+	uint64_t cookie;
+	int64_t status;
+};
+
+struct rx_item {
+	void *buf;
+	uint32_t node, len;
+};
+
+struct spsc {
+	uint64_t prod __locus_cache_aligned; /* producer's */
+	uint64_t cons __locus_cache_aligned; /* consumer's */
+	uint32_t mask, esize;
+	uint8_t *slots;
+};
+
+struct rx_fifo {
+	struct rx_item *e;
+	uint32_t head, tail;
+};
+
+struct locus_relay {
+	struct locus_engine_remote down;     /* the transport below (a copy) */
+	struct locus_engine_remote up;       /* what the engine sees */
+	struct locus_engine_sink sink;       /* what the transport below sees */
+	struct locus_engine_sink eng;        /* where the engine side hands things */
+	uint32_t ring;
+	struct spsc tx, done, rx;
+	/* engine side */
+	struct rx_fifo held[MAX_NODES] __locus_cache_aligned;
+	uint32_t n_held;
+	uint64_t e_tx, e_rx, e_rx_held, e_done;
+	/* net side */
+	struct done_item *ovf __locus_cache_aligned; /* dones that found their ring full */
+	uint32_t ovf_head, ovf_tail;
+	uint64_t n_tx_refused, n_rx, n_rx_no_room, n_tx;
+};
+
+/* ---- the rings -------------------------------------------------------------------------- */
+
+static int spsc_init(struct spsc *q, uint32_t n, uint32_t esize)
+{
+	q->slots = calloc(n, esize);
+	q->mask = n - 1;
+	q->esize = esize;
+	return q->slots ? 0 : -ENOMEM;
+}
+
+static int spsc_put(struct spsc *q, const void *e)
+{
+	uint64_t p = q->prod;
+
+	if (p - __atomic_load_n(&q->cons, __ATOMIC_ACQUIRE) > q->mask)
+		return -1;
+	memcpy(q->slots + (p & q->mask) * q->esize, e, q->esize);
+	__atomic_store_n(&q->prod, p + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static int spsc_get(struct spsc *q, void *e)
+{
+	uint64_t c = q->cons;
+
+	if (c == __atomic_load_n(&q->prod, __ATOMIC_ACQUIRE))
+		return -1;
+	memcpy(e, q->slots + (c & q->mask) * q->esize, q->esize);
+	__atomic_store_n(&q->cons, c + 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static uint32_t spsc_count(const struct spsc *q)
+{
+	return (uint32_t)(__atomic_load_n(&q->prod, __ATOMIC_ACQUIRE) -
+			  __atomic_load_n(&q->cons, __ATOMIC_ACQUIRE));
+}
+
+/* ---- the engine as a sink ----------------------------------------------------------------- */
+
+static int eng_recv(void *ctx, uint32_t node, const void *msg, size_t len)
+{
+	return locus_engine_remote_recv(ctx, node, msg, len);
+}
+
+static void eng_done(void *ctx, uint64_t cookie, int status)
+{
+	locus_engine_remote_done(ctx, cookie, status);
+}
+
+void locus_engine_sink_of(struct locus_engine *e, struct locus_engine_sink *out)
+{
+	*out = (struct locus_engine_sink){ .recv = eng_recv, .done = eng_done, .ctx = e };
+}
+
+/* ---- engine side: the transport the engine sees -------------------------------------------- */
+
+static void *up_alloc(void *ctx, size_t len)
+{
+	struct locus_relay *r = ctx;
+
+	return r->down.alloc(r->down.ctx, len);
+}
+
+static void up_free(void *ctx, void *buf)
+{
+	struct locus_relay *r = ctx;
+
+	r->down.free(r->down.ctx, buf);
+}
+
+static int up_peer_up(void *ctx, uint32_t node)
+{
+	struct locus_relay *r = ctx;
+
+	return r->down.peer_up(r->down.ctx, node);
+}
+
+static int up_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
+		      const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie)
+{
+	struct locus_relay *r = ctx;
+	struct tx_item t = { .kind = TX_SEND, .node = node, .buf = buf, .len = hdr_len,
+			     .cookie = cookie, .n_sg = n_sg };
+
+	if (n_sg > RELAY_MAX_SG)
+		return -LOCUS_ERANGE;
+	if (!r->down.peer_up(r->down.ctx, node))
+		return -LOCUS_EPEERDOWN;
+	/* no more sends open than their ends have room: the done ring and its overflow */
+	if (r->e_tx - r->e_done >= 5ull * r->ring)
+		return -LOCUS_EFULL;
+	if (n_sg)
+		memcpy(t.sg, sg, sizeof(*sg) * n_sg);
+	if (spsc_put(&r->tx, &t) < 0)
+		return -LOCUS_EFULL; /* buf stays the engine's */
+	r->e_tx++;
+	return 0;
+}
+
+static int up_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+{
+	return up_send_sg(ctx, node, buf, len, NULL, 0, cookie);
+}
+
+static int up_write_load(void *ctx, uint32_t node, const void *row, size_t len)
+{
+	struct locus_relay *r = ctx;
+	struct tx_item t = { .kind = TX_LOAD, .node = node, .len = len };
+
+	if (!r->down.peer_up(r->down.ctx, node))
+		return -LOCUS_EPEERDOWN;
+	t.buf = r->down.alloc(r->down.ctx, len);
+	if (!t.buf)
+		return -EBUSY; /* the next period writes a newer row anyway */
+	memcpy(t.buf, row, len);
+	if (spsc_put(&r->tx, &t) < 0) {
+		r->down.free(r->down.ctx, t.buf);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static const volatile void *up_load_area(void *ctx, uint32_t node)
+{
+	struct locus_relay *r = ctx;
+
+	return r->down.load_area(r->down.ctx, node);
+}
+
+/* ---- net side: the sink the transport below sees -------------------------------------------- */
+
+static int sink_recv(void *ctx, uint32_t node, const void *msg, size_t len)
+{
+	struct locus_relay *r = ctx;
+	struct rx_item it = { .node = node, .len = (uint32_t)len };
+
+	if (node >= MAX_NODES || len > r->down.max_msg)
+		return -LOCUS_EPROTO;
+	it.buf = r->down.alloc(r->down.ctx, len);
+	if (!it.buf) {
+		BUMP(r->n_rx_no_room);
+		return -LOCUS_EFULL;
+	}
+	memcpy(it.buf, msg, len);
+	if (spsc_put(&r->rx, &it) < 0) {
+		r->down.free(r->down.ctx, it.buf);
+		BUMP(r->n_rx_no_room);
+		return -LOCUS_EFULL;
+	}
+	BUMP(r->n_rx);
+	return 0;
+}
+
+static void sink_done(void *ctx, uint64_t cookie, int status)
+{
+	struct locus_relay *r = ctx;
+	struct done_item d = { .cookie = cookie, .status = status };
+
+	if (r->ovf_head == r->ovf_tail && spsc_put(&r->done, &d) == 0)
+		return;
+	/*
+	 * In order behind what already waits. It cannot fill: the engine side
+	 * keeps at most 5 rings' worth of sends open (up_send_sg), and every
+	 * end not yet taken is one of them.
+	 */
+	r->ovf[r->ovf_tail % (4 * r->ring)] = d;
+	__atomic_store_n(&r->ovf_tail, r->ovf_tail + 1, __ATOMIC_RELEASE);
+}
+
+int locus_relay_poll_net(struct locus_relay *r)
+{
+	struct tx_item t;
+	int work = 0;
+
+	while (r->ovf_head != r->ovf_tail &&
+	       spsc_put(&r->done, &r->ovf[r->ovf_head % (4 * r->ring)]) == 0) {
+		__atomic_store_n(&r->ovf_head, r->ovf_head + 1, __ATOMIC_RELEASE);
+		work++;
+	}
+	for (int i = 0; i < 32 && spsc_get(&r->tx, &t) == 0; i++, work++) {
+		int ret;
+
+		if (t.kind == TX_LOAD) {
+			r->down.write_load(r->down.ctx, t.node, t.buf, t.len);
+			r->down.free(r->down.ctx, t.buf);
+			continue;
+		}
+		ret = t.n_sg ? r->down.send_sg(r->down.ctx, t.node, t.buf, t.len, t.sg, t.n_sg,
+					       t.cookie)
+			     : r->down.send(r->down.ctx, t.node, t.buf, t.len, t.cookie);
+		if (ret < 0) {
+			/* the engine was told the send was taken: it ends here, once */
+			r->down.free(r->down.ctx, t.buf);
+			BUMP(r->n_tx_refused);
+			sink_done(r, t.cookie, ret);
+		}
+		BUMP(r->n_tx);
+	}
+	return work;
+}
+
+/* ---- engine side: polling ------------------------------------------------------------------ */
+
+int locus_relay_poll_engine(struct locus_relay *r)
+{
+	struct done_item d;
+	struct rx_item it;
+	int work = 0;
+
+	for (int i = 0; i < 64 && spsc_get(&r->done, &d) == 0; i++, work++) {
+		r->e_done++;
+		r->eng.done(r->eng.ctx, d.cookie, (int)d.status);
+	}
+	/* arrivals into their node's queue: a full local receiver holds up only its node */
+	while (spsc_count(&r->rx)) {
+		struct rx_fifo *f;
+
+		memcpy(&it, r->rx.slots + (r->rx.cons & r->rx.mask) * r->rx.esize, sizeof(it));
+		f = &r->held[it.node];
+		if (f->tail - f->head > r->rx.mask)
+			break; /* that node's queue is full: leave the rest in the ring */
+		spsc_get(&r->rx, &it);
+		f->e[f->tail++ & r->rx.mask] = it;
+		r->n_held++;
+		work++;
+	}
+	for (uint32_t node = 0; r->n_held && node < MAX_NODES; node++) {
+		struct rx_fifo *f = &r->held[node];
+
+		while (f->head != f->tail) {
+			struct rx_item *h = &f->e[f->head & r->rx.mask];
+
+			if (r->eng.recv(r->eng.ctx, node, h->buf, h->len) == -LOCUS_EFULL) {
+				r->e_rx_held++;
+				break; /* in order: later ones of this node wait behind it */
+			}
+			r->down.free(r->down.ctx, h->buf);
+			f->head++;
+			r->n_held--;
+			r->e_rx++;
+			work++;
+		}
+	}
+	return work;
+}
+
+uint32_t locus_relay_inflight(const struct locus_relay *r)
+{
+	return spsc_count(&r->tx) + spsc_count(&r->done) + spsc_count(&r->rx) + r->n_held +
+	       (__atomic_load_n(&r->ovf_tail, __ATOMIC_RELAXED) -
+		__atomic_load_n(&r->ovf_head, __ATOMIC_RELAXED));
+}
+
+void locus_relay_stats(const struct locus_relay *r, struct locus_relay_stats *out)
+{
+	*out = (struct locus_relay_stats){
+		.tx = __atomic_load_n(&r->n_tx, __ATOMIC_RELAXED),
+		.tx_refused = __atomic_load_n(&r->n_tx_refused, __ATOMIC_RELAXED),
+		.rx = r->e_rx, .rx_held = r->e_rx_held,
+		.rx_no_room = __atomic_load_n(&r->n_rx_no_room, __ATOMIC_RELAXED),
+		.done = r->e_done,
+	};
+}
+
+/* ---- life cycle ---------------------------------------------------------------------------- */
+
+const struct locus_engine_remote *locus_relay_transport(struct locus_relay *r)
+{
+	return &r->up;
+}
+
+const struct locus_engine_sink *locus_relay_sink(struct locus_relay *r)
+{
+	return &r->sink;
+}
+
+void locus_relay_attach(struct locus_relay *r, const struct locus_engine_sink *engine)
+{
+	r->eng = *engine;
+}
+
+/* The done ring and its overflow hold 5 rings' worth of ends: the most sends kept open. */
+int locus_relay_create(const struct locus_engine_remote *down, uint32_t ring,
+		       struct locus_relay **out)
+{
+	struct locus_relay *r;
+
+	if (!down || !down->alloc || !down->free || !down->send || !down->peer_up || ring < 16 ||
+	    (ring & (ring - 1)) || ring > (1u << 20))
+		return -EINVAL;
+	r = aligned_alloc(LOCUS_CACHE_LINE, LOCUS_ALIGN_UP(sizeof(*r), LOCUS_CACHE_LINE));
+	if (!r)
+		return -ENOMEM;
+	memset(r, 0, sizeof(*r));
+	r->down = *down;
+	r->ring = ring;
+	if (spsc_init(&r->tx, ring, sizeof(struct tx_item)) ||
+	    spsc_init(&r->done, ring, sizeof(struct done_item)) ||
+	    spsc_init(&r->rx, ring, sizeof(struct rx_item)))
+		goto err_free;
+	r->ovf = calloc(4 * (size_t)ring, sizeof(*r->ovf));
+	if (!r->ovf)
+		goto err_free;
+	for (int i = 0; i < MAX_NODES; i++) {
+		r->held[i].e = calloc(ring, sizeof(struct rx_item));
+		if (!r->held[i].e)
+			goto err_free;
+	}
+	r->up = (struct locus_engine_remote){
+		.alloc = up_alloc, .free = up_free, .send = up_send, .peer_up = up_peer_up,
+		.send_sg = down->send_sg ? up_send_sg : NULL,
+		.max_sge = LOCUS_MIN(down->max_sge, (uint32_t)RELAY_MAX_SG),
+		.write_load = down->write_load ? up_write_load : NULL,
+		.load_area = down->load_area ? up_load_area : NULL,
+		.ctx = r, .max_msg = down->max_msg, .load_area_len = down->load_area_len,
+		.load_period_us = down->load_period_us,
+	};
+	r->sink = (struct locus_engine_sink){ .recv = sink_recv, .done = sink_done, .ctx = r };
+	*out = r;
+	return 0;
+
+err_free:
+	locus_relay_destroy(r);
+	return -ENOMEM;
+}
+
+void locus_relay_destroy(struct locus_relay *r)
+{
+	if (!r)
+		return;
+	for (int i = 0; i < MAX_NODES; i++)
+		free(r->held[i].e);
+	free(r->ovf);
+	free(r->tx.slots);
+	free(r->done.slots);
+	free(r->rx.slots);
+	free(r);
+}
