@@ -87,6 +87,23 @@ static uint64_t tsc_now(void)
 	return rte_rdtsc();
 }
 
+/* An idle poll loop spins a while, then sleeps idle_sleep_us if configured to. */
+static void idle_wait(struct locusd *d, unsigned *idle)
+{
+	uint32_t us;
+
+	if (++*idle < IDLE_SPINS) {
+		rte_pause();
+		return;
+	}
+	*idle = IDLE_SPINS;
+	us = __atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED);
+	if (us)
+		rte_delay_us_sleep(us);
+	else
+		rte_pause();
+}
+
 /* The engine's poll loop: no syscalls, no locks; sleeps only when idle and configured to. */
 static int worker_main(void *arg)
 {
@@ -118,15 +135,7 @@ static int worker_main(void *arg)
 				break;
 			continue;
 		}
-		if (++idle < IDLE_SPINS) {
-			rte_pause();
-			continue;
-		}
-		idle = IDLE_SPINS;
-		if (__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED))
-			rte_delay_us_sleep(__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED));
-		else
-			rte_pause();
+		idle_wait(d, &idle);
 	}
 	__atomic_store_n(&d->worker_done, 1, __ATOMIC_RELEASE);
 	return 0;
@@ -151,15 +160,7 @@ static int net_main(void *arg)
 		}
 		if (unlikely(__atomic_load_n(&d->net_stop, __ATOMIC_ACQUIRE)))
 			break;
-		if (++idle < IDLE_SPINS) {
-			rte_pause();
-			continue;
-		}
-		idle = IDLE_SPINS;
-		if (__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED))
-			rte_delay_us_sleep(__atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED));
-		else
-			rte_pause();
+		idle_wait(d, &idle);
 	}
 	return 0;
 }
