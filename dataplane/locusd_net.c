@@ -487,10 +487,14 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	if (ret < 0)
 		goto err_free;
 
-	/* one pool per process: each instance has its own DPDK runtime */
+	/*
+	 * One pool per process: each instance has its own DPDK runtime. Multi-
+	 * producer, multi-consumer: with the network on its own lcore, the
+	 * engine's lcore and the network's both take and give back buffers
+	 * (a single-consumer pool there handed one buffer to two messages).
+	 */
 	n->pool = rte_mempool_create("locus_tx", POOL_N, POOL_OBJ, 0, 0, NULL, NULL, NULL, NULL,
-				     (int)rte_socket_id(),
-				     RTE_MEMPOOL_F_SP_PUT | RTE_MEMPOOL_F_SC_GET);
+				     (int)rte_socket_id(), 0);
 	if (!n->pool) {
 		ret = locus_error_set(err, ENOMEM, "message pool of %d x %d bytes: %s", POOL_N,
 				      POOL_OBJ, rte_strerror(rte_errno));
