@@ -237,6 +237,13 @@ static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 	if (*refused)
 		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
 			res.refused_msg);
+	/*
+	 * The wait ends when the engine's reader switched; the engine installs
+	 * the table (router, map) right after, in the same poll iteration.
+	 */
+	for (int i = 0; !*refused && i < 25000 &&
+			locus_engine_table_generation(locus_node_engine(node), ch) < (uint64_t)gen; i++)
+		tu_nap();
 	return gen;
 }
 
