@@ -6,7 +6,7 @@ $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
-$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
 $(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
