@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <stdio.h>
 #include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -76,4 +77,37 @@ uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem)
 	if (locus_counters_sum(c, (uint32_t)idx, buf, 1 << 16) <= (int)elem)
 		fail_msg("counter %s has no element %u", name, elem);
 	return buf[elem];
+}
+
+int tu_view_open(const char *instance, struct tu_view *v)
+{
+	struct locus_error e;
+	void *region;
+	size_t size;
+
+	*v = (struct tu_view){ 0 };
+	if (locus_shm_attach(instance, 0, &v->shm, &e))
+		goto err;
+	region = locus_shm_region(v->shm, LOCUS_REGION_TABLES, &size);
+	if (locus_table_region_attach(region, size, &v->tables, &e))
+		goto err;
+	region = locus_shm_region(v->shm, LOCUS_REGION_COUNTERS, &size);
+	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &v->ctrs, &e))
+		goto err;
+	return 0;
+err:
+	fprintf(stderr, "view of %s: %s\n", instance, e.msg);
+	tu_view_close(v);
+	return -1;
+}
+
+void tu_view_close(struct tu_view *v)
+{
+	if (v->ctrs)
+		locus_counters_close(v->ctrs);
+	if (v->tables)
+		locus_table_region_detach(v->tables);
+	if (v->shm)
+		locus_shm_detach(v->shm);
+	*v = (struct tu_view){ 0 };
 }

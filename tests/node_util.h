@@ -7,6 +7,8 @@
 
 #include "locus_client.h"
 #include "locus_counters.h"
+#include "locus_shm.h"
+#include "locus_table.h"
 
 uint64_t tu_now_ns(void);
 void tu_nap(void);
@@ -23,6 +25,17 @@ int tu_try_desc(struct locus_client *c, struct locus_desc *d, int tries);
 
 /* The next descriptor, or a cmocka failure after about 10 s. */
 void tu_wait_desc(struct locus_client *c, struct locus_desc *d);
+
+/* The segment as locusctl and locus-stat see it: tables to push, counters to read. */
+struct tu_view {
+	struct locus_shm *shm;
+	struct locus_table_region *tables;
+	struct locus_counters *ctrs;
+};
+
+/* Attach to instance's segment (read-only counters). 0, or -1 with the reason printed. */
+int tu_view_open(const char *instance, struct tu_view *v);
+void tu_view_close(struct tu_view *v);
 
 /* Element elem of a counter summed over blocks, as locus-stat reads it. */
 uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem);

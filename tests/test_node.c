@@ -54,7 +54,7 @@ static pthread_t th_ctl, th_eng;
 static volatile int stop;
 
 /* the test's own view of the segment, as locusctl and locus-stat have it */
-static struct locus_shm *view;
+static struct tu_view tv;
 static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
@@ -189,8 +189,6 @@ static int setup(void **state)
 {
 	struct locus_config cfg;
 	struct locus_error e;
-	void *region;
-	size_t size;
 	static const char conf[] =
 		"[locusd]\ninstance = " INST "\nclient_slots = 12\nring_size = 64\n"
 		"stage_size = 262144\nclient_inbox_slots = 16\ninbox_slot_size = 4096\n"
@@ -214,14 +212,10 @@ static int setup(void **state)
 		dma_ops = (struct locus_engine_ldma){ .copy = dma_copy };
 		locus_engine_set_ldma(locus_node_engine(node), &dma_ops);
 	}
-	if (locus_shm_attach(INST, 0, &view, &e))
+	if (tu_view_open(INST, &tv))
 		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_TABLES, &size);
-	if (locus_table_region_attach(region, size, &tables, &e))
-		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_COUNTERS, &size);
-	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &ctrs, &e))
-		return -1;
+	tables = tv.tables;
+	ctrs = tv.ctrs;
 	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	return 0;
@@ -241,9 +235,7 @@ static int teardown(void **state)
 	pthread_join(th_ctl, NULL);
 	pthread_join(th_eng, NULL);
 	__atomic_store_n(&stop, 0, __ATOMIC_RELEASE);
-	locus_counters_close(ctrs);
-	locus_table_region_detach(tables);
-	locus_shm_detach(view);
+	tu_view_close(&tv);
 	locus_node_destroy(node, 1);
 	return rmdir(shm_dir);
 }

@@ -56,7 +56,7 @@ static char shm_dir[64];
 static struct locus_node *node;
 static pthread_t th_ctl, th_eng;
 static volatile int stop;
-static struct locus_shm *view;
+static struct tu_view tv;
 static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 static struct locus_engine_remote rt;
@@ -209,8 +209,6 @@ static int setup(void **state)
 {
 	struct locus_config cfg;
 	struct locus_error e;
-	void *region;
-	size_t size;
 	static const char conf[] =
 		"[locusd]\ninstance = " INST "\nnode = 0\nrdma_device = rxe0\n"
 		"secret_file = /nonexistent\nclient_slots = 4\nring_size = 64\n"
@@ -236,14 +234,10 @@ static int setup(void **state)
 		return -1;
 	}
 	locus_node_set_running(node);
-	if (locus_shm_attach(INST, 0, &view, &e))
+	if (tu_view_open(INST, &tv))
 		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_TABLES, &size);
-	if (locus_table_region_attach(region, size, &tables, &e))
-		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_COUNTERS, &size);
-	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &ctrs, &e))
-		return -1;
+	tables = tv.tables;
+	ctrs = tv.ctrs;
 	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	push_grace();
@@ -258,9 +252,7 @@ static int teardown(void **state)
 	pthread_join(th_eng, NULL);
 	for (unsigned i = 0; i < n_sent; i++)
 		free(sent[i].msg);
-	locus_counters_close(ctrs);
-	locus_table_region_detach(tables);
-	locus_shm_detach(view);
+	tu_view_close(&tv);
 	locus_node_destroy(node, 1);
 	return rmdir(shm_dir);
 }

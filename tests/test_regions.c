@@ -57,7 +57,7 @@ static char shm_dir[64];
 static struct locus_node *node;
 static pthread_t th_ctl, th_eng;
 static volatile int stop;
-static struct locus_shm *view;
+static struct tu_view tv;
 static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
@@ -125,8 +125,6 @@ static int setup(void **state)
 {
 	struct locus_config cfg;
 	struct locus_error e;
-	void *region;
-	size_t size;
 	static const char conf[] =
 		"[locusd]\ninstance = " INST "\nclient_slots = 8\nring_size = 64\n"
 		"stage_size = 262144\nclient_inbox_slots = 16\ninbox_slot_size = 4096\n"
@@ -146,14 +144,10 @@ static int setup(void **state)
 		return -1;
 	}
 	locus_node_set_running(node);
-	if (locus_shm_attach(INST, 0, &view, &e))
+	if (tu_view_open(INST, &tv))
 		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_TABLES, &size);
-	if (locus_table_region_attach(region, size, &tables, &e))
-		return -1;
-	region = locus_shm_region(view, LOCUS_REGION_COUNTERS, &size);
-	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &ctrs, &e))
-		return -1;
+	tables = tv.tables;
+	ctrs = tv.ctrs;
 	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	push_grace();
@@ -168,9 +162,7 @@ static int teardown(void **state)
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th_ctl, NULL);
 	pthread_join(th_eng, NULL);
-	locus_counters_close(ctrs);
-	locus_table_region_detach(tables);
-	locus_shm_detach(view);
+	tu_view_close(&tv);
 	locus_node_destroy(node, 1);
 	/* the socket went with the node */
 	assert_int_equal(locus_client_reg_sock_path(INST, path, sizeof(path)), 0);
