@@ -486,10 +486,10 @@ err_launched:
 		locus_relay_stats(D.relay, &rs);
 		fprintf(stderr, "locusd: relay: %llu sends passed to the network lcore (%llu refused "
 			"there), %llu send ends, %llu arrivals (%llu handed again later, %llu left "
-			"in the inbox for lack of room)\n", (unsigned long long)rs.tx,
+			"in the inbox for lack of room, %llu refused as too long)\n", (unsigned long long)rs.tx,
 			(unsigned long long)rs.tx_refused, (unsigned long long)rs.done,
 			(unsigned long long)rs.rx, (unsigned long long)rs.rx_held,
-			(unsigned long long)rs.rx_no_room);
+			(unsigned long long)rs.rx_no_room, (unsigned long long)rs.rx_refused);
 	}
 err_node:
 	locusd_loop_destroy(D.loop);

@@ -67,7 +67,7 @@ struct locus_relay {
 	/* net side */
 	struct done_item *ovf __locus_cache_aligned; /* dones that found their ring full */
 	uint32_t ovf_head, ovf_tail;
-	uint64_t n_tx_refused, n_rx, n_rx_no_room, n_tx;
+	uint64_t n_tx_refused, n_rx, n_rx_no_room, n_rx_refused, n_tx;
 };
 
 /* ---- the rings -------------------------------------------------------------------------- */
@@ -207,8 +207,11 @@ static int sink_recv(void *ctx, uint32_t node, const void *msg, size_t len)
 	struct locus_relay *r = ctx;
 	struct rx_item it = { .node = node, .len = (uint32_t)len };
 
-	if (node >= MAX_NODES || len > r->down.max_msg)
+	if (node >= MAX_NODES || len > r->down.max_msg) {
+		/* no peer of ours sends that: refused, counted, its slot goes back */
+		BUMP(r->n_rx_refused);
 		return -LOCUS_EPROTO;
+	}
 	it.buf = r->down.alloc(r->down.ctx, len);
 	if (!it.buf) {
 		BUMP(r->n_rx_no_room);
@@ -331,6 +334,7 @@ void locus_relay_stats(const struct locus_relay *r, struct locus_relay_stats *ou
 		.tx_refused = __atomic_load_n(&r->n_tx_refused, __ATOMIC_RELAXED),
 		.rx = r->e_rx, .rx_held = r->e_rx_held,
 		.rx_no_room = __atomic_load_n(&r->n_rx_no_room, __ATOMIC_RELAXED),
+		.rx_refused = __atomic_load_n(&r->n_rx_refused, __ATOMIC_RELAXED),
 		.done = r->e_done,
 	};
 }

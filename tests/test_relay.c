@@ -236,6 +236,15 @@ static void test_two_lcores(void **state)
 	assert_true(st.rx_held > 0 && full_answers > 0);
 	assert_true(st.rx_no_room > 0 && left_with_transport > 0);
 	assert_true(refused_up > 0);
+	assert_int_equal(st.rx_refused, 0);
+	/* an arrival longer than any message a peer sends: refused and counted, never copied */
+	{
+		static uint8_t big[2048];
+
+		assert_int_equal(S->recv(S->ctx, 0, big, sizeof(big)), -LOCUS_EPROTO);
+		locus_relay_stats(R, &st);
+		assert_int_equal(st.rx_refused, 1);
+	}
 	assert_int_equal(__atomic_load_n(&pool_left, __ATOMIC_ACQUIRE), 64);
 	printf("relay: %u sends (%llu refused below, %llu 'ring full' to the engine, %llu no "
 	       "buffer), %u arrivals (%llu handed again, %llu left with the transport)\n", SENDS,
