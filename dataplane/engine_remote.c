@@ -83,19 +83,17 @@ void engine_pending_arm(struct locus_engine *e, int idx, int status)
 		pending_complete(e, (uint32_t)idx);
 }
 
-/* Send one message of request idx to node; the transport owns buf on success. */
-int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len)
+/*
+ * The transport's answer ret to a send of request idx: on failure buf comes
+ * back and the request carries the error; on success the send is counted.
+ */
+static int pending_sent(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len,
+			int ret)
 {
-	struct engine_pending *p = &e->pend[idx];
-	int ret;
-
-	p->outstanding++;
-	ret = e->rt->send(e->rt->ctx, node, buf, len, engine_cookie(e, idx));
 	if (ret < 0) {
-		p->outstanding--;
+		e->pend[idx].outstanding--;
 		e->rt->free(e->rt->ctx, buf);
-		if (p->status == 0)
-			p->status = ret;
+		engine_pending_fail(e, idx, ret);
 		engine_count(e, e->c.remote_send_errors);
 		return ret;
 	}
@@ -104,27 +102,23 @@ int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *bu
 	return 0;
 }
 
+/* Send one message of request idx to node; the transport owns buf on success. */
+int engine_pending_send(struct locus_engine *e, int idx, uint32_t node, void *buf, size_t len)
+{
+	e->pend[idx].outstanding++;
+	return pending_sent(e, idx, node, buf, len,
+			    e->rt->send(e->rt->ctx, node, buf, len, engine_cookie(e, idx)));
+}
+
 /* The same with the rows gathered from a region (send_sg); len: the whole message. */
 int engine_pending_send_sg(struct locus_engine *e, int idx, uint32_t node, void *buf,
 			   size_t hdr_len, const struct locus_engine_sge *sg, uint32_t n_sg,
 			   size_t len)
 {
-	struct engine_pending *p = &e->pend[idx];
-	int ret;
-
-	p->outstanding++;
-	ret = e->rt->send_sg(e->rt->ctx, node, buf, hdr_len, sg, n_sg, engine_cookie(e, idx));
-	if (ret < 0) {
-		p->outstanding--;
-		e->rt->free(e->rt->ctx, buf);
-		if (p->status == 0)
-			p->status = ret;
-		engine_count(e, e->c.remote_send_errors);
-		return ret;
-	}
-	locus_counter_add_elem(e->blk, e->c.remote_msgs_out, node, 1);
-	locus_counter_add_elem(e->blk, e->c.remote_bytes_out, node, len);
-	return 0;
+	e->pend[idx].outstanding++;
+	return pending_sent(e, idx, node, buf, len,
+			    e->rt->send_sg(e->rt->ctx, node, buf, hdr_len, sg, n_sg,
+					   engine_cookie(e, idx)));
 }
 
 /* A message of request idx could not be sent at all: its status says so. */
