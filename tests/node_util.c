@@ -111,3 +111,14 @@ void tu_view_close(struct tu_view *v)
 		locus_shm_detach(v->shm);
 	*v = (struct tu_view){ 0 };
 }
+
+void *tu_control_loop(void *arg)
+{
+	const struct tu_control *c = arg;
+
+	while (!__atomic_load_n(c->stop, __ATOMIC_ACQUIRE)) {
+		locus_node_control(c->node);
+		tu_nap();
+	}
+	return NULL;
+}

@@ -7,6 +7,7 @@
 
 #include "locus_client.h"
 #include "locus_counters.h"
+#include "locus_node.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 
@@ -25,6 +26,14 @@ int tu_try_desc(struct locus_client *c, struct locus_desc *d, int tries);
 
 /* The next descriptor, or a cmocka failure after about 10 s. */
 void tu_wait_desc(struct locus_client *c, struct locus_desc *d);
+
+/* The node's control work on a thread of its own (locusd's main lcore), until *stop. */
+struct tu_control {
+	struct locus_node *node;
+	volatile int *stop;
+};
+
+void *tu_control_loop(void *arg); /* arg: struct tu_control */
 
 /* The segment as locusctl and locus-stat see it: tables to push, counters to read. */
 struct tu_view {

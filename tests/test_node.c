@@ -58,15 +58,7 @@ static struct tu_view tv;
 static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
-static void *ctl_loop(void *arg)
-{
-	(void)arg;
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
-		locus_node_control(node);
-		tu_nap();
-	}
-	return NULL;
-}
+static struct tu_control ctl;
 
 /* ---- the stand-in DMA engine (engine thread only) ------------------------------ */
 
@@ -216,7 +208,8 @@ static int setup(void **state)
 		return -1;
 	tables = tv.tables;
 	ctrs = tv.ctrs;
-	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
+	ctl = (struct tu_control){ .node = node, .stop = &stop };
+	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	return 0;
 }

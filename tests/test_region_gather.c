@@ -143,15 +143,7 @@ static int t_peer_up(void *ctx, uint32_t nd)
 	return nd == 1;
 }
 
-static void *ctl_loop(void *arg)
-{
-	(void)arg;
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
-		locus_node_control(node);
-		tu_nap();
-	}
-	return NULL;
-}
+static struct tu_control ctl;
 
 /* The engine lcore: poll, and complete recorded sends unless the test holds them. */
 static void *eng_loop(void *arg)
@@ -238,7 +230,8 @@ static int setup(void **state)
 		return -1;
 	tables = tv.tables;
 	ctrs = tv.ctrs;
-	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
+	ctl = (struct tu_control){ .node = node, .stop = &stop };
+	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	push_grace();
 	return 0;

@@ -63,15 +63,7 @@ static struct locus_counters *ctrs;
 
 #define ctr_(name, elem) tu_ctr(ctrs, name, elem)
 
-static void *ctl_loop(void *arg)
-{
-	(void)arg;
-	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
-		locus_node_control(node);
-		tu_nap();
-	}
-	return NULL;
-}
+static struct tu_control ctl;
 
 static void *eng_loop(void *arg)
 {
@@ -148,7 +140,8 @@ static int setup(void **state)
 		return -1;
 	tables = tv.tables;
 	ctrs = tv.ctrs;
-	pthread_create(&th_ctl, NULL, ctl_loop, NULL);
+	ctl = (struct tu_control){ .node = node, .stop = &stop };
+	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);
 	pthread_create(&th_eng, NULL, eng_loop, NULL);
 	push_grace();
 	return 0;
