@@ -6,15 +6,17 @@ $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
-$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+# the control socket's server: table pushes from the control group
+$(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
+$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
-$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
-$(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_regions
-$(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_region_gather
-$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode_load
-$(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node engine wire eldr grace client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay

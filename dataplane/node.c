@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_node.h"
+#include "locus_pushsrv.h"
 #include "locus_regions.h"
 #include "locus_shm.h"
 #include "locus_table.h"
@@ -17,7 +20,10 @@
 struct locus_node {
 	struct locus_config cfg;
 	struct locus_shm *shm;
+	void *table_mem;      /* the table channels: private, only this process maps them */
+	size_t table_len;
 	struct locus_table_region *tables;
+	struct locus_pushsrv *push;    /* the control socket, the channels' only writer */
 	struct locus_counters *ctrs;
 	struct locus_clients clients;
 	struct locus_engine *engine;
@@ -65,19 +71,25 @@ static int make_segment(struct locus_node *n, struct locus_error *err)
 	for (unsigned ch = 0; ch < LOCUS_TABLE_N_CHANNELS; ch++)
 		tp.channel[ch] = (struct locus_table_channel_params){ .n_slots = TABLE_SLOTS,
 								      .slot_size = c->table_slot_size };
-	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
+	n->table_len = locus_table_region_size(&tp);
 	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
 	sp.region_size[LOCUS_REGION_CLIENTS] = locus_clients_region_size(&clp);
-	if (!sp.region_size[LOCUS_REGION_TABLES] || !sp.region_size[LOCUS_REGION_COUNTERS] ||
+	if (!n->table_len || !sp.region_size[LOCUS_REGION_COUNTERS] ||
 	    !sp.region_size[LOCUS_REGION_CLIENTS])
 		return locus_error_set(err, EINVAL, "segment regions out of range for this config");
-	ret = locus_shm_create(&sp, &n->shm, err);
+	/* tables in our own memory: the control socket is the only way in */
+	n->table_mem = mmap(NULL, n->table_len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (n->table_mem == MAP_FAILED) {
+		n->table_mem = NULL;
+		return locus_error_set(err, errno, "table channels: %s", strerror(errno));
+	}
+	ret = locus_table_region_init(n->table_mem, n->table_len, &tp, err);
+	if (ret == 0)
+		ret = locus_table_region_attach(n->table_mem, n->table_len, &n->tables, err);
 	if (ret < 0)
 		return ret;
-	region = locus_shm_region(n->shm, LOCUS_REGION_TABLES, &size);
-	ret = locus_table_region_init(region, size, &tp, err);
-	if (ret == 0)
-		ret = locus_table_region_attach(region, size, &n->tables, err);
+	ret = locus_shm_create(&sp, &n->shm, err);
 	if (ret < 0)
 		return ret;
 	region = locus_shm_region(n->shm, LOCUS_REGION_COUNTERS, &size);
@@ -115,6 +127,20 @@ static int register_control_counters(struct locus_node *n, struct locus_error *e
 	}
 	n->ctl_blk = locus_counters_block(n->ctrs, CTL_BLOCK);
 	return 0;
+}
+
+/* The control socket: table pushes from the control group only. */
+static int open_push(struct locus_node *n, struct locus_error *err)
+{
+	struct locus_error gerr = { 0 };
+	struct locus_pushsrv_params p = {
+		.instance = n->cfg.instance, .tables = n->tables, .ctrs = n->ctrs,
+		.ctl_blk = n->ctl_blk, .ctl_gid = locus_pushsrv_group(n->cfg.ctl_group, &gerr),
+	};
+
+	if (p.ctl_gid == LOCUS_PUSHSRV_NO_GROUP)
+		fprintf(stderr, "locusd: %s\n", gerr.msg);
+	return locus_pushsrv_create(&p, &n->push, err);
 }
 
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
@@ -179,6 +205,8 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	ep.now = now;
 	ep.remote = remote;
 	ret = locus_engine_create(&ep, &n->engine, err);
+	if (ret == 0)
+		ret = open_push(n, err);
 	if (ret < 0)
 		goto err_free;
 	*out = n;
@@ -283,6 +311,7 @@ void locus_node_regions_close(struct locus_node *n)
 
 void locus_node_control(struct locus_node *n)
 {
+	locus_pushsrv_poll(n->push);
 	locus_regions_poll(n->regions);
 	for (uint32_t i = 0; i < n->cfg.client_slots; i++) {
 		struct locus_client_ctl *ctl = locus_clients_ctl(&n->clients, i);
@@ -371,9 +400,12 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 		return;
 	/* the engine is stopped: its regions go without a DEL */
 	locus_regions_destroy(n->regions);
+	locus_pushsrv_destroy(n->push);
 	locus_engine_destroy(n->engine);
 	locus_counters_close(n->ctrs);
 	locus_table_region_detach(n->tables);
+	if (n->table_mem)
+		munmap(n->table_mem, n->table_len);
 	if (n->shm) {
 		locus_shm_detach(n->shm);
 		if (remove_segment)

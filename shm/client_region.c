@@ -24,18 +24,7 @@
 
 int locus_client_reg_sock_path(const char *instance, char *buf, size_t len)
 {
-	const char *dir = getenv(LOCUS_SHM_DIR_ENV);
-	struct stat st;
-	int n;
-
-	if (locus_shm_check_name(instance) < 0)
-		return -EINVAL;
-	/* tests' private directory; else the deployment's, else the segment's */
-	if (!dir || !*dir)
-		dir = stat(LOCUS_REG_RUN_DIR, &st) == 0 && S_ISDIR(st.st_mode) ? LOCUS_REG_RUN_DIR
-									   : LOCUS_SHM_DEFAULT_DIR;
-	n = snprintf(buf, len, "%s/locus.%s%s", dir, instance, LOCUS_REG_SOCK_SUFFIX);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return locus_shm_run_path(instance, LOCUS_REG_SOCK_SUFFIX, buf, len);
 }
 
 static int64_t mono_ms(void)

@@ -298,7 +298,6 @@ void locus_client_report_load(struct locus_client *c, uint32_t load);
 #define LOCUS_REG_MAGIC          0x47455244u /* "DREG" */
 #define LOCUS_REG_VERSION        1u
 #define LOCUS_REG_SOCK_SUFFIX    ".reg"
-#define LOCUS_REG_RUN_DIR        "/run/locus"
 
 enum locus_reg_op {
 	LOCUS_REG_DMABUF     = 1, /* the message carries one fd (SCM_RIGHTS) */

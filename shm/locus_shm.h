@@ -9,9 +9,10 @@
  * process maps it at any address.
  *
  * Regions (each owned by one module, which lays out its own contents):
- *   LOCUS_REGION_TABLES    table channels (locus_table.h)
  *   LOCUS_REGION_COUNTERS  counter directory and per-lcore blocks (locus_counters.h)
  *   LOCUS_REGION_CLIENTS   client slots and their rings (the client API)
+ * The table channels are not in the segment (ABI 2): they live in locusd's
+ * own memory and reach it only through the control socket (locus_push.h).
  *
  * Any change of layout bumps LOCUS_SHM_ABI_VERSION; an attacher of another
  * version is refused with -LOCUS_EVERSION.
@@ -31,7 +32,7 @@
 #include "locus_err.h"
 
 #define LOCUS_SHM_MAGIC        0x4d48535355434f4cull /* "LOCUSSHM" little-endian */
-#define LOCUS_SHM_ABI_VERSION  1u
+#define LOCUS_SHM_ABI_VERSION  2u
 #define LOCUS_SHM_NAME_MAX     64  /* instance name: [A-Za-z0-9_.-]{1,63} */
 #define LOCUS_SHM_DIR_ENV      "LOCUS_SHM_DIR"
 #define LOCUS_SHM_DEFAULT_DIR  "/dev/shm"
@@ -45,7 +46,7 @@ enum locus_shm_state {
 };
 
 enum locus_shm_region_id {
-	LOCUS_REGION_TABLES   = 0,
+	/* 0: the table channels until ABI 1 */
 	LOCUS_REGION_COUNTERS = 1,
 	LOCUS_REGION_CLIENTS  = 2,
 	LOCUS_REGION_MAX      = 8,
@@ -58,7 +59,7 @@ enum locus_shm_attach_flags {
 };
 
 /*
- * The segment header as it lies at offset 0 (ABI version 1). magic and
+ * The segment header as it lies at offset 0 (ABI version 2). magic and
  * abi_version stay at offsets 0 and 8 in every version so that any attacher
  * can tell what it is looking at. A region of size 0 is absent (offset 0).
  * state is accessed with atomic loads and stores only.
@@ -148,6 +149,15 @@ int locus_shm_is_rdonly(const struct locus_shm *shm);
  * bad instance name, -ENAMETOOLONG if buf is too short.
  */
 int locus_shm_path(const char *instance, char *buf, size_t len);
+
+/*
+ * Where an instance's sockets live: "<dir>/locus.<instance><suffix>", dir
+ * $LOCUS_SHM_DIR when set (tests: next to the segment), else /run/locus when
+ * it exists (the deployment's tmpfiles.d entry), else /dev/shm. 0, -EINVAL,
+ * -ENAMETOOLONG.
+ */
+#define LOCUS_SHM_RUN_DIR "/run/locus"
+int locus_shm_run_path(const char *instance, const char *suffix, char *buf, size_t len);
 
 /* 0 if name is a valid instance name ([A-Za-z0-9_.-]{1,63}, not "." / ".."). */
 int locus_shm_check_name(const char *name);

@@ -75,6 +75,21 @@ int locus_shm_path(const char *instance, char *buf, size_t len)
 	return 0;
 }
 
+int locus_shm_run_path(const char *instance, const char *suffix, char *buf, size_t len)
+{
+	const char *dir = getenv(LOCUS_SHM_DIR_ENV);
+	struct stat st;
+	int n;
+
+	if (locus_shm_check_name(instance) < 0)
+		return -EINVAL;
+	if (!dir || !*dir)
+		dir = stat(LOCUS_SHM_RUN_DIR, &st) == 0 && S_ISDIR(st.st_mode) ? LOCUS_SHM_RUN_DIR
+									: LOCUS_SHM_DEFAULT_DIR;
+	n = snprintf(buf, len, "%s/locus.%s%s", dir, instance, suffix);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 static uint64_t realtime_ns(void)
 {
 	struct timespec ts;

@@ -79,6 +79,22 @@ uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem)
 	return buf[elem];
 }
 
+uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len,
+		 struct locus_push_result *res)
+{
+	struct locus_push_result r;
+	struct locus_error e;
+
+	if (locus_push_table(instance, ch, blob, len, 5000, &r, &e) < 0)
+		fail_msg("push to %s channel %u: %s", instance, ch, e.msg);
+	if (r.timed_out)
+		fail_msg("push to %s channel %u: generation %llu not decided in 5 s", instance, ch,
+			 (unsigned long long)r.generation);
+	if (res)
+		*res = r;
+	return r.generation;
+}
+
 int tu_view_open(const char *instance, struct tu_view *v)
 {
 	struct locus_error e;
@@ -86,10 +102,7 @@ int tu_view_open(const char *instance, struct tu_view *v)
 	size_t size;
 
 	*v = (struct tu_view){ 0 };
-	if (locus_shm_attach(instance, 0, &v->shm, &e))
-		goto err;
-	region = locus_shm_region(v->shm, LOCUS_REGION_TABLES, &size);
-	if (locus_table_region_attach(region, size, &v->tables, &e))
+	if (locus_shm_attach(instance, LOCUS_SHM_RDONLY, &v->shm, &e))
 		goto err;
 	region = locus_shm_region(v->shm, LOCUS_REGION_COUNTERS, &size);
 	if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &v->ctrs, &e))
@@ -105,8 +118,6 @@ void tu_view_close(struct tu_view *v)
 {
 	if (v->ctrs)
 		locus_counters_close(v->ctrs);
-	if (v->tables)
-		locus_table_region_detach(v->tables);
 	if (v->shm)
 		locus_shm_detach(v->shm);
 	*v = (struct tu_view){ 0 };

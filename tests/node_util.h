@@ -8,8 +8,8 @@
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_node.h"
+#include "locus_push.h"
 #include "locus_shm.h"
-#include "locus_table.h"
 
 uint64_t tu_now_ns(void);
 void tu_nap(void);
@@ -35,12 +35,19 @@ struct tu_control {
 
 void *tu_control_loop(void *arg); /* arg: struct tu_control */
 
-/* The segment as locusctl and locus-stat see it: tables to push, counters to read. */
+/* The segment as locus-stat sees it: counters to read. */
 struct tu_view {
 	struct locus_shm *shm;
-	struct locus_table_region *tables;
 	struct locus_counters *ctrs;
 };
+
+/*
+ * Push like `locusctl push`, through the node's control socket (its control
+ * loop must run); cmocka failure if locusd refused the request. Returns the
+ * generation, *res (may be NULL) the readers' verdict.
+ */
+uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len,
+		 struct locus_push_result *res);
 
 /* Attach to instance's segment (read-only counters). 0, or -1 with the reason printed. */
 int tu_view_open(const char *instance, struct tu_view *v);

@@ -55,7 +55,6 @@ static volatile int stop;
 
 /* the test's own view of the segment, as locusctl and locus-stat have it */
 static struct tu_view tv;
-static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
 static struct tu_control ctl;
@@ -132,17 +131,13 @@ static void *eng_loop(void *arg)
 /* Push like `locusctl push`; returns the generation and whether readers took it. */
 static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 {
-	struct locus_table_wait_result res;
-	struct locus_error e;
-	int64_t gen = locus_table_push(tables, ch, blob, len, 2000000000ull, &e);
+	struct locus_push_result res;
+	int64_t gen = (int64_t)tu_push(INST, ch, blob, len, &res);
 
-	if (gen <= 0)
-		fail_msg("push: %s", e.msg);
-	assert_int_equal(locus_table_wait(tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
-	*refused = res.n_refused > 0;
+	*refused = res.wait.n_refused > 0;
 	if (*refused)
 		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
-			res.refused_msg);
+			res.wait.refused_msg);
 	/*
 	 * The wait ends when the engine's reader switched; the engine installs
 	 * the table (router, map) right after, in the same poll iteration.
@@ -206,7 +201,6 @@ static int setup(void **state)
 	}
 	if (tu_view_open(INST, &tv))
 		return -1;
-	tables = tv.tables;
 	ctrs = tv.ctrs;
 	ctl = (struct tu_control){ .node = node, .stop = &stop };
 	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);
