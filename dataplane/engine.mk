@@ -5,7 +5,7 @@ $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/relay.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
-$(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
+$(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
 # the control socket's server: table pushes from the control group
 $(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))

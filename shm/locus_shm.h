@@ -2,7 +2,8 @@
 /*
  * The node's shared-memory segment: /dev/shm/locus.<instance>.
  *
- * One shm object per data-plane instance, mode 0660. It starts with a fixed
+ * One shm object per data-plane instance, mode 0640: locusd writes it, its
+ * group (clients, locus-stat, locusctl) maps it read-only. It starts with a fixed
  * header (magic, ABI version, total size, owner pid and start time, state
  * word) followed by a region directory; every region is addressed by its
  * offset from the start of the segment, nothing in it is a pointer, so any
@@ -10,9 +11,11 @@
  *
  * Regions (each owned by one module, which lays out its own contents):
  *   LOCUS_REGION_COUNTERS  counter directory and per-lcore blocks (locus_counters.h)
- *   LOCUS_REGION_CLIENTS   client slots and their rings (the client API)
- * The table channels are not in the segment (ABI 2): they live in locusd's
- * own memory and reach it only through the control socket (locus_push.h).
+ * Since ABI 2 nothing a process other than locusd may write is in the
+ * segment: the table channels live in locusd's own memory and reach it only
+ * through the control socket (locus_push.h); each client slot is a memfd of
+ * its own, mapped by locusd and by the one client it was given to
+ * (locus_client.h).
  *
  * Any change of layout bumps LOCUS_SHM_ABI_VERSION; an attacher of another
  * version is refused with -LOCUS_EVERSION.
@@ -46,16 +49,15 @@ enum locus_shm_state {
 };
 
 enum locus_shm_region_id {
-	/* 0: the table channels until ABI 1 */
+	/* 0 and 2: the table channels and the client slots until ABI 1 */
 	LOCUS_REGION_COUNTERS = 1,
-	LOCUS_REGION_CLIENTS  = 2,
 	LOCUS_REGION_MAX      = 8,
 };
 
 enum locus_shm_attach_flags {
 	LOCUS_SHM_RDONLY      = 1u << 0, /* map PROT_READ (locus-stat, monitors) */
 	LOCUS_SHM_ALLOW_GROUP = 1u << 1, /* accept a segment of another owner whose
-					  * group we belong to (mode 0660 grants it) */
+					  * group we belong to (mode 0640 grants reading) */
 };
 
 /*
@@ -96,7 +98,7 @@ struct locus_shm_params {
 };
 
 /*
- * Create the segment with mode 0660 in state STARTING; regions are zeroed and
+ * Create the segment with mode 0640 in state STARTING; regions are zeroed and
  * LOCUS_SHM_REGION_ALIGN-aligned; the owning module initialises each. The object appears
  * under its name fully formed (built unnamed, then linked in), so an attacher
  * never sees a half-written header. Fails with -EEXIST if a segment of that

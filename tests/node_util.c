@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <errno.h>
+#include <string.h>
 #include <time.h>
+#include <sched.h>
 #include <cmocka.h>
 
 #include "node_util.h"
@@ -36,12 +38,13 @@ struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t de
 	int ret = -EEXIST;
 
 	/*
-	 * A decoder id or rank detached just before is free again only once the
-	 * node's control pass reclaimed its slot: under load that takes a while.
+	 * A decoder id or rank (or a slot) detached just before is free again
+	 * only once the node's control pass reclaimed its slot: under load that
+	 * takes a while.
 	 */
-	for (int i = 0; i < 25000 && ret == -EEXIST; i++) {
+	for (int i = 0; i < 25000 && (ret == -EEXIST || ret == -LOCUS_EFULL); i++) {
 		ret = locus_client_attach(instance, &req, &c, &e);
-		if (ret == -EEXIST)
+		if (ret == -EEXIST || ret == -LOCUS_EFULL)
 			tu_nap();
 	}
 	if (ret != 0)
@@ -132,4 +135,68 @@ void *tu_control_loop(void *arg)
 		tu_nap();
 	}
 	return NULL;
+}
+
+static void *tn_control(void *arg)
+{
+	struct tu_node *t = arg;
+
+	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+		int hold = __atomic_load_n(&t->hold, __ATOMIC_ACQUIRE);
+
+		__atomic_store_n(&t->held, hold, __ATOMIC_RELEASE);
+		if (!hold)
+			locus_node_control(t->node);
+		tu_nap();
+	}
+	return NULL;
+}
+
+void tu_node_hold(struct tu_node *t, int on)
+{
+	__atomic_store_n(&t->hold, on, __ATOMIC_RELEASE);
+	for (int i = 0; on && i < 25000 && !__atomic_load_n(&t->held, __ATOMIC_ACQUIRE); i++)
+		tu_nap();
+}
+
+static void *tn_engine(void *arg)
+{
+	struct tu_node *t = arg;
+	struct locus_engine *e = locus_node_engine(t->node);
+
+	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
+		if (locus_engine_poll(e) == 0)
+			sched_yield();
+	return NULL;
+}
+
+int tu_node_start(struct tu_node *t, const char *conf)
+{
+	struct locus_config cfg;
+	struct locus_error e;
+
+	memset(t, 0, sizeof(*t));
+	if (locus_config_parse(conf, strlen(conf), "test.conf", &cfg, &e) ||
+	    locus_node_create(&cfg, tu_now_ns, 1000000000ull, &t->node, &e)) {
+		fprintf(stderr, "node: %s\n", e.msg);
+		return -1;
+	}
+	locus_node_set_running(t->node);
+	if (tu_view_open(cfg.instance, &t->view)) {
+		locus_node_destroy(t->node, 1);
+		return -1;
+	}
+	pthread_create(&t->th_ctl, NULL, tn_control, t);
+	pthread_create(&t->th_eng, NULL, tn_engine, t);
+	return 0;
+}
+
+void tu_node_stop(struct tu_node *t)
+{
+	__atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE);
+	pthread_join(t->th_ctl, NULL);
+	pthread_join(t->th_eng, NULL);
+	tu_view_close(&t->view);
+	locus_node_destroy(t->node, 1);
+	memset(t, 0, sizeof(*t));
 }

@@ -3,6 +3,7 @@
 #ifndef LOCUS_NODE_UTIL_H
 #define LOCUS_NODE_UTIL_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "locus_client.h"
@@ -15,8 +16,8 @@ uint64_t tu_now_ns(void);
 void tu_nap(void);
 
 /*
- * Attach to instance (cmocka failure with the reason if refused); a role
- * still held by a client detached just before is waited for (bounded).
+ * Attach to instance (cmocka failure with the reason if refused); a role or
+ * a slot still held by a client detached just before is waited for (bounded).
  */
 struct locus_client *tu_attach(const char *instance, uint32_t roles, uint32_t decoder_id,
 			       uint32_t rank);
@@ -52,6 +53,26 @@ uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len
 /* Attach to instance's segment (read-only counters). 0, or -1 with the reason printed. */
 int tu_view_open(const char *instance, struct tu_view *v);
 void tu_view_close(struct tu_view *v);
+
+/*
+ * A whole node on threads: config text conf (instance included), running,
+ * its control loop (held while *hold is set: nothing is answered) and an
+ * engine loop, and the read-only view. 0, or -1 with the reason printed.
+ */
+struct tu_node {
+	struct locus_node *node;
+	struct tu_view view;
+	pthread_t th_ctl, th_eng;
+	int stop;
+	int hold;            /* 1: the control loop passes without doing anything */
+	int held;            /* the control loop saw hold (tu_node_hold waits for it) */
+};
+
+/* Hold (1) or release (0) the control loop; returns once a hold took effect. */
+void tu_node_hold(struct tu_node *t, int on);
+
+int tu_node_start(struct tu_node *t, const char *conf);
+void tu_node_stop(struct tu_node *t);
 
 /* Element elem of a counter summed over blocks, as locus-stat reads it. */
 uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem);

@@ -112,7 +112,7 @@ static void test_lifecycle(void **state)
 	own = create_default();
 	umask(old);
 	assert_int_equal(stat(g_path, &st), 0);
-	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(st.st_mode & 07777, 0640);
 	assert_int_equal(st.st_uid, geteuid());
 	assert_int_equal((size_t)st.st_size, locus_shm_size(own));
 
@@ -156,7 +156,7 @@ static void test_lifecycle(void **state)
 	}
 	for (size_t i = 0; i < sz; i++)
 		assert_int_equal(a[i], 0);
-	assert_null(locus_shm_region(own, LOCUS_REGION_CLIENTS, &sz));
+	assert_null(locus_shm_region(own, (enum locus_shm_region_id)2, &sz));
 	assert_int_equal(sz, 0);
 	assert_null(locus_shm_region(own, LOCUS_REGION_MAX, &sz));
 
