@@ -357,6 +357,13 @@ uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r)
 	return r->n_decoders;
 }
 
+void locus_eldr_router_shape(const struct locus_eldr_router *r, uint16_t *n_layers,
+			     uint16_t *n_experts)
+{
+	*n_layers = (uint16_t)r->n_layers;
+	*n_experts = (uint16_t)r->n_experts;
+}
+
 enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r)
 {
 	return r->path;

@@ -269,6 +269,9 @@ void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up
 int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_id);
 
 uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r);
+/* The table's L and E: the shape every signature routed by r must have. */
+void locus_eldr_router_shape(const struct locus_eldr_router *r, uint16_t *n_layers,
+			     uint16_t *n_experts);
 enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r);
 
 #endif /* LOCUS_ELDR_H */
