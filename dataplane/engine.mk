@@ -10,6 +10,8 @@ $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/r
 $(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
+$(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_client_race
 $(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
 $(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))

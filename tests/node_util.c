@@ -82,8 +82,8 @@ uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem)
 	return buf[elem];
 }
 
-uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len,
-		 struct locus_push_result *res)
+int64_t tu_push(const char *instance, struct locus_node *node, unsigned ch, const void *blob,
+		size_t len, int *refused)
 {
 	struct locus_push_result r;
 	struct locus_error e;
@@ -93,9 +93,18 @@ uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len
 	if (r.timed_out)
 		fail_msg("push to %s channel %u: generation %llu not decided in 5 s", instance, ch,
 			 (unsigned long long)r.generation);
-	if (res)
-		*res = r;
-	return r.generation;
+	*refused = r.wait.n_refused > 0;
+	if (*refused)
+		fprintf(stderr, "push of generation %llu refused: %s\n",
+			(unsigned long long)r.generation, r.wait.refused_msg);
+	/*
+	 * The verdict comes when the engine's reader switched; the engine
+	 * installs the table (router, map) right after, in the same iteration.
+	 */
+	for (int i = 0; node && !*refused && i < 25000 &&
+			locus_engine_table_generation(locus_node_engine(node), ch) < r.generation; i++)
+		tu_nap();
+	return (int64_t)r.generation;
 }
 
 int tu_view_open(const char *instance, struct tu_view *v)

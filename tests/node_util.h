@@ -42,14 +42,6 @@ struct tu_view {
 	struct locus_counters *ctrs;
 };
 
-/*
- * Push like `locusctl push`, through the node's control socket (its control
- * loop must run); cmocka failure if locusd refused the request. Returns the
- * generation, *res (may be NULL) the readers' verdict.
- */
-uint64_t tu_push(const char *instance, unsigned ch, const void *blob, size_t len,
-		 struct locus_push_result *res);
-
 /* Attach to instance's segment (read-only counters). 0, or -1 with the reason printed. */
 int tu_view_open(const char *instance, struct tu_view *v);
 void tu_view_close(struct tu_view *v);
@@ -73,6 +65,16 @@ void tu_node_hold(struct tu_node *t, int on);
 
 int tu_node_start(struct tu_node *t, const char *conf);
 void tu_node_stop(struct tu_node *t);
+
+/*
+ * Push blob on channel ch like `locusctl push`, through instance's control
+ * socket (its node's control loop must run; a refusal of the request is a
+ * cmocka failure), then wait for node's engine (if not NULL) to run on it.
+ * Returns the generation; *refused says whether a reader refused it (the
+ * reason is printed).
+ */
+int64_t tu_push(const char *instance, struct locus_node *node, unsigned ch, const void *blob,
+		size_t len, int *refused);
 
 /* Element elem of a counter summed over blocks, as locus-stat reads it. */
 uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem);

@@ -131,21 +131,7 @@ static void *eng_loop(void *arg)
 /* Push like `locusctl push`; returns the generation and whether readers took it. */
 static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 {
-	struct locus_push_result res;
-	int64_t gen = (int64_t)tu_push(INST, ch, blob, len, &res);
-
-	*refused = res.wait.n_refused > 0;
-	if (*refused)
-		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
-			res.wait.refused_msg);
-	/*
-	 * The wait ends when the engine's reader switched; the engine installs
-	 * the table (router, map) right after, in the same poll iteration.
-	 */
-	for (int i = 0; !*refused && i < 25000 &&
-			locus_engine_table_generation(locus_node_engine(node), ch) < (uint64_t)gen; i++)
-		tu_nap();
-	return gen;
+	return tu_push(INST, node, ch, blob, len, refused);
 }
 
 /* ---- clients --------------------------------------------------------------------- */

@@ -171,8 +171,8 @@ static void push_grace(void)
 	struct locus_grace_dims d = { .n_layers = L, .n_experts = E, .n_nodes = 2,
 				      .gpus_per_node = 2, .max_replicas = 0, .capacity = 2,
 				      .replica_budget = 0 };
-	struct locus_push_result res;
 	struct locus_grace_view v;
+	int refused;
 	size_t plen = locus_grace_payload_size(&d);
 	uint8_t *blob = calloc(1, 64 + plen);
 
@@ -188,8 +188,8 @@ static void push_grace(void)
 	}
 	assert_int_equal(locus_tbl_seal(blob, 64 + plen, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION,
 					plen), 0);
-	tu_push(INST, 1, blob, 64 + plen, &res);
-	assert_int_equal(res.wait.n_refused, 0);
+	tu_push(INST, node, 1, blob, 64 + plen, &refused);
+	assert_int_equal(refused, 0);
 	free(blob);
 }
 
