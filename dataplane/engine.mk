@@ -12,6 +12,9 @@ $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c test
 UNIT_TESTS += tests/test_node
 $(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_client_race
+# who may reach what on one node, with real file modes (drops to test uids)
+$(eval $(call PROGRAM,tests/test_isolation,tests/test_isolation.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_isolation
 $(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
 $(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
