@@ -8,6 +8,8 @@ $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
 # the control socket's server: table pushes from the control group
 $(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
+$(eval $(call PROGRAM,tests/test_push,tests/test_push.c tests/push_util.c,pushsrv counters shm common,cmocka))
+UNIT_TESTS += tests/test_push
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
 $(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr grace client counters shm config common,cmocka))

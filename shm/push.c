@@ -82,11 +82,13 @@ static int connect_ctl(const char *instance, struct locus_error *err)
 		ret = errno == EAGAIN ? ECONNREFUSED : errno;
 		close(fd);
 		if (ret == EACCES)
-			return locus_error_set(err, EACCES, "locusd control socket %s: permission "
-					       "denied (the socket is for the service group)",
-					       sa.sun_path);
-		return locus_error_set(err, ret, "locusd control socket %s: %s%s", sa.sun_path,
-				       strerror(ret), ret == ENOENT ? " (is locusd running?)" : "");
+			return locus_error_set(err, EACCES, "locusd control socket %s is for the "
+					       "service group", sa.sun_path);
+		if (ret == ENOENT)
+			return locus_error_set(err, ENOENT, "no locusd control socket %s (is locusd "
+					       "running?)", sa.sun_path);
+		return locus_error_set(err, ret, "locusd control socket %s: cannot connect",
+				       sa.sun_path);
 	}
 	return fd;
 }

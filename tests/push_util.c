@@ -66,13 +66,18 @@ void tpush_run(struct tpush *tp, void (*each)(void *arg), void *arg)
 	tp->running = 1;
 }
 
-void tpush_close(struct tpush *tp)
+void tpush_halt(struct tpush *tp)
 {
 	if (tp->running) {
 		__atomic_store_n(&tp->stop, 1, __ATOMIC_RELEASE);
 		pthread_join(tp->th, NULL);
 		tp->running = 0;
 	}
+}
+
+void tpush_close(struct tpush *tp)
+{
+	tpush_halt(tp);
 	locus_pushsrv_destroy(tp->srv);
 	locus_table_region_detach(tp->t);
 	locus_counters_close(tp->ctrs);

@@ -35,8 +35,11 @@ struct tpush {
 void tpush_open(struct tpush *tp, const char *instance, const struct locus_table_params *p,
 		struct locus_counters *ctrs, void *blk, gid_t ctl_gid);
 
-/* Serve on a thread until tpush_close. */
+/* Serve on a thread until tpush_halt or tpush_close. */
 void tpush_run(struct tpush *tp, void (*each)(void *arg), void *arg);
+
+/* Stop the serving thread (its readers may then be unregistered). */
+void tpush_halt(struct tpush *tp);
 
 void tpush_close(struct tpush *tp);
 

@@ -344,6 +344,28 @@ static void test_unconfirmed_dead_sealed(void **state)
 	locus_client_detach(c);
 }
 
+/* A client of another registration protocol is told which, and counted. */
+static void test_other_protocol_refused(void **state)
+{
+	struct locus_reg_req q = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION - 1,
+				   .op = LOCUS_REG_ATTACH, .roles = LOCUS_ROLE_PREFILL };
+	uint64_t malformed = ctr("regions_refused", 0);
+	struct locus_reg_rep rep;
+	struct locus_error e;
+	char want[96];
+	int sock = locus_client_reg_connect(INST, &e);
+	(void)state;
+
+	assert_true(sock >= 0);
+	assert_int_equal(locus_client_reg_transact(sock, &q, -1, &rep, NULL, 5000, &e), 0);
+	close(sock);
+	assert_int_equal(rep.status, -LOCUS_EVERSION);
+	snprintf(want, sizeof(want), "registration protocol version %u, locusd speaks %u",
+		 LOCUS_REG_VERSION - 1, LOCUS_REG_VERSION);
+	assert_non_null(strstr(rep.msg, want));
+	assert_int_equal(ctr("regions_refused", 0), malformed + 1);
+}
+
 /* The client side checks what the daemon names as delivered data. */
 static void test_inbox_bounds(void **state)
 {
@@ -480,6 +502,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_refused_timeout_full_not_running, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_unconfirmed_dead_sealed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inbox_bounds, setup, teardown),
 	};
 
