@@ -22,6 +22,7 @@
 #define MAX_CONNS       8
 #define ACCEPT_PER_PASS 8
 #define REQ_TIMEOUT_NS  1000000000ull
+#define REQ_TIMEOUT_NS_REFUSED 500000000ull /* a sender refused anyway holds a connection less */
 #define LOG_PERIOD_NS   1000000000ull
 #define COPY_CHUNK      (1u << 20)
 #define MAX_FDS         4
@@ -348,7 +349,8 @@ static void serve(struct locus_pushsrv *s, int ci)
 	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 		if (mono_ns() > c->deadline_ns)
-			refuse(s, ci, LOCUS_PUSHREF_MALFORMED, -ETIMEDOUT, "no request within 1 s");
+			refuse(s, ci, c->allowed ? LOCUS_PUSHREF_MALFORMED : LOCUS_PUSHREF_PERM,
+			       c->allowed ? -ETIMEDOUT : -EACCES, "no request in time");
 		return;
 	}
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
@@ -436,10 +438,12 @@ static void accept_some(struct locus_pushsrv *s)
 		ng = peer_groups(fd, groups);
 		s->conns[ci] = (struct conn){
 			.fd = fd, .st = C_READ, .pid = cr.pid, .uid = cr.uid, .gid = cr.gid,
-			.tfd = -1, .deadline_ns = mono_ns() + REQ_TIMEOUT_NS,
+			.tfd = -1,
 			.allowed = locus_pushsrv_allowed(cr.uid, cr.gid, groups, ng < 0 ? 0 : ng,
 							 s->p.ctl_gid),
 		};
+		s->conns[ci].deadline_ns = mono_ns() + (s->conns[ci].allowed ? REQ_TIMEOUT_NS :
+							REQ_TIMEOUT_NS_REFUSED);
 		serve(s, ci);
 	}
 }

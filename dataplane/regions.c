@@ -25,6 +25,7 @@
 #define ACCEPT_PER_PASS  8
 #define CONN_TIMEOUT_NS  1000000000ull
 #define MAX_FDS          4 /* fds a message may carry before it is refused */
+#define CONFIRM_MAX_MS   10000u /* a grant waits this long at most for its confirmation */
 
 enum ent_state { ENT_FREE = 0, ENT_ADDING, ENT_LIVE, ENT_DELETING };
 
@@ -437,7 +438,9 @@ int locus_regions_attach_answer(struct locus_regions *rs, int ci, int status, ui
 	c->confirming = 1;
 	c->slot = slot;
 	c->generation = generation;
-	c->deadline_ns = mono_ns() + (uint64_t)LOCUS_MAX(c->timeout_ms, 1000u) * 1000000ull;
+	/* the client's own bound, within [1 s, 10 s]: a connection is not held for long */
+	c->deadline_ns = mono_ns() + (uint64_t)LOCUS_MIN(LOCUS_MAX(c->timeout_ms, 1000u),
+							 CONFIRM_MAX_MS) * 1000000ull;
 	return 0;
 }
 
