@@ -87,8 +87,10 @@ as_client sh -c "exec 3<>'$seg'" 2>/dev/null && fail "a client opened the segmen
 as_client sh -c "exec 3<'$seg'" || fail "a client cannot read the segment"
 as_client "$tmp/bin/locus-stat" -i "$inst" --json > "$tmp/s.json" || fail "locus-stat --json"
 grep -q '"instance": *"'"$inst"'"' "$tmp/s.json" || fail "json: $(head -c 300 "$tmp/s.json")"
-as_client "$tmp/bin/locus-stat" -i "$inst" --prometheus | grep -q '^locus_table_pushes_refused_total{reason="0"} 1$' ||
-	fail "locus-stat --prometheus"
+# (the output whole first: grep -q leaving early would make locus-stat's exit a SIGPIPE)
+prom=$(as_client "$tmp/bin/locus-stat" -i "$inst" --prometheus) || fail "locus-stat --prometheus"
+echo "$prom" | grep -q '^locus_table_pushes_refused_total{reason="0"} 1$' ||
+	fail "locus-stat --prometheus: $(echo "$prom" | grep pushes)"
 
 # 4. the control plane pushes
 for t in e g; do

@@ -19,9 +19,32 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_push_kill: $*" >&2; exit 1; }
-ctr() { # ctr NAME: its value (channel 0's for a vector by channel)
-	"$B/locus-stat" -i "$inst" --prometheus "$1" |
-		awk -v n="$1" '$1 ~ "^locus_" n "(_total)?([{]channel=\"0\"[}])?$" {print $2; exit}'
+# "published in-force rejected": channel 0's counters, read at one instant
+state() {
+	"$B/locus-stat" -i "$inst" --prometheus 'table_*' | awk '
+		$1 == "locus_table_pushes_total" { p = $2 }
+		$1 == "locus_table_generation{channel=\"0\"}" { g = $2 }
+		$1 == "locus_table_rejected_total{channel=\"0\"}" { r = $2 }
+		END { print p, g, r }'
+}
+# Wait until every table locusd published is in force and that stayed so for $1 looks
+# 20 ms apart: a killed locusctl's request may still sit in locusd's socket for a pass.
+settled() {
+	local last= same=0 cur
+	for _ in $(seq $(( $1 + 300 ))); do
+		cur=$(state)
+		set -- $cur
+		if [ "$1" = "$2" ] && [ "$cur" = "$last" ]; then
+			same=$((same + 1))
+			[ $same -ge "$1" ] && { echo "$cur"; return 0; }
+		else
+			same=0
+		fi
+		last=$cur
+		sleep 0.02
+	done
+	echo "$cur"
+	return 1
 }
 
 cat > "$tmp/a.conf" <<CONF
@@ -43,9 +66,9 @@ for _ in $(seq 200); do
 done
 "$B/locusctl" push -i "$inst" "$tmp/e4.tbl" > /dev/null || fail "first push"
 
-before=0 after=0
+set -- $(settled 15) || fail "the first push did not settle"
+first=$1
 for i in $(seq "$KILLS"); do
-	pushed=$(ctr table_pushes)
 	t=$([ $((i % 2)) = 0 ] && echo e4 || echo e8)
 	"$B/locusctl" push -i "$inst" "$tmp/$t.tbl" > /dev/null 2>&1 &
 	p=$!
@@ -53,27 +76,22 @@ for i in $(seq "$KILLS"); do
 	kill -9 $p 2>/dev/null
 	wait $p 2>/dev/null
 	kill -0 $pid 2>/dev/null || fail "locusd died at kill $i"
-	# what locusd took it finishes alone: wait until every published table is in force
-	for _ in $(seq 200); do
-		n=$(ctr table_pushes)
-		[ "$(ctr table_generation)" = "$n" ] && break
-		sleep 0.01
-	done
-	n=$(ctr table_pushes)
-	g=$(ctr table_generation)
-	[ "$g" = "$n" ] || fail "kill $i: generation $g in force, $n published"
-	case $((n - pushed)) in
-	0) before=$((before + 1)) ;;
-	1) after=$((after + 1)) ;;
-	*) fail "kill $i: $((n - pushed)) tables published by one push" ;;
-	esac
-	[ "$(ctr table_rejected)" = 0 ] || fail "kill $i: a table was refused"
+	# what locusd took it finishes alone; nothing half: in force = published, none refused
+	st=$(settled 15) || fail "kill $i: published / in force / refused: $st"
+	set -- $st
+	[ "$3" = 0 ] || fail "kill $i: a table was refused ($st)"
+	[ "$1" -le $((first + i)) ] || fail "kill $i: more tables published than pushes ($st)"
 done
+# before the last push: long enough that no request of a killed one is left in flight
+st=$(settled 75) || fail "published / in force / refused: $st"
+set -- $st
+g=$2
+reached=$(( $1 - first ))
 out=$("$B/locusctl" push -i "$inst" "$tmp/e4.tbl" 2>&1) || fail "the push after the kills: $out"
 case "$out" in *"generation $((g + 1))"*"1 live, 1 adopted, 0 refused"*) ;;
 	*) fail "the push after the kills: $out" ;; esac
 kill -TERM $pid
 wait $pid
 pid=
-echo "test_push_kill: $KILLS kills of locusctl push ($before before locusd had the table," \
-	"$after after), the old or the new table in force each time, the next push adopted"
+echo "test_push_kill: $KILLS kills of locusctl push ($((KILLS - reached)) before locusd had the" \
+	"table, $reached after), the old or the new table in force each time, the next push adopted"
