@@ -409,13 +409,14 @@ static int send_rep(struct locus_regions *rs, int ci, const struct locus_reg_rep
 int locus_regions_attach_answer(struct locus_regions *rs, int ci, int status, uint32_t slot,
 				uint64_t generation, int fd, const char *msg)
 {
-	const struct locus_clients *v = rs->p.clients;
 	struct locus_reg_rep rep = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
 				     .status = status };
+	const struct locus_clients *v;
 	struct conn *c;
 
 	if (!rs || ci < 0 || ci >= MAX_CONNS || rs->conns[ci].fd < 0 || !rs->conns[ci].waiting)
 		return -ESTALE;
+	v = rs->p.clients;
 	c = &rs->conns[ci];
 	if (status < 0) {
 		snprintf(rep.msg, sizeof(rep.msg), "%s", msg ? msg : locus_strerror(status));
