@@ -92,8 +92,19 @@ struct locus_regions;
 int locus_regions_create(const struct locus_regions_params *p, struct locus_regions **out,
 			 struct locus_error *err);
 
-/* One pass: accept, serve requests, finish what the engine acknowledged. */
+/*
+ * One pass: accept, serve requests, finish what the engine acknowledged.
+ * Quick: dma-buf registrations (mapping, MR) are only parked here.
+ */
 void locus_regions_poll(struct locus_regions *rs);
+
+/*
+ * The slow half: set up one dma-buf registration parked in an earlier
+ * pass, and none while an attachment waits for its grant. Called after the
+ * node answered its attachments, so a registration that takes long (seconds
+ * for an MR on a loaded Soft-RoCE guest) holds up no attachment.
+ */
+void locus_regions_setup(struct locus_regions *rs);
 
 /* From now on, register regions with the RDMA device through mr (NULL: none). */
 void locus_regions_set_mr(struct locus_regions *rs, const struct locus_regions_mr_ops *mr);

@@ -262,7 +262,8 @@ void locus_node_control(struct locus_node *n)
 			locus_regions_slot_gone(n->regions, i);
 		}
 	}
-	/* after every slot's commands: a reclaimed rank or decoder id is free already */
+	/* the slow work last: attachments and reclaimed ids were answered already */
+	locus_regions_setup(n->regions);
 	for (uint32_t i = 0; i < n->cfg.client_slots; i++)
 		if (n->renew[i])
 			renew_slot(n, i);

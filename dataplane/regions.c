@@ -47,11 +47,16 @@ struct conn {
 	int fd;                  /* -1: free */
 	pid_t pid;               /* SO_PEERCRED at accept */
 	int waiting;             /* answered when the engine acknowledges */
+	int attaching;           /* waiting: for the node's grant of an ATTACH */
 	int confirming;          /* an attachment granted: its ATTACHED awaited */
 	uint32_t slot;           /* confirming: the slot granted ... */
 	uint64_t generation;     /* ... in this generation */
 	uint32_t timeout_ms;     /* ATTACH: the client's own bound on the handshake */
 	uint64_t deadline_ns;    /* for the request (the confirmation) to arrive */
+	int parked;              /* a DMABUF request set up in a later pass (locus_regions_setup) */
+	uint64_t parked_pass;
+	struct locus_reg_req q;  /* parked: the request ... */
+	int pfd;                 /* ... and its dma-buf */
 };
 
 struct locus_regions {
@@ -63,6 +68,7 @@ struct locus_regions {
 	uint32_t *seq;           /* [n_slots] id sequence */
 	uint64_t *bytes;         /* [n_slots] bytes held */
 	struct conn conns[MAX_CONNS];
+	uint64_t pass;           /* locus_regions_poll calls so far */
 	uint64_t c_registered, c_released, c_refused, c_held;
 	uint64_t c_dmabuf_regs, c_fallbacks, c_dmabuf_refused, c_no_mr, c_unmapped;
 };
@@ -122,6 +128,8 @@ static void conn_close(struct locus_regions *rs, int ci)
 {
 	if (ci < 0 || rs->conns[ci].fd < 0)
 		return;
+	if (rs->conns[ci].parked)
+		close(rs->conns[ci].pfd);
 	close(rs->conns[ci].fd);
 	rs->conns[ci] = (struct conn){ .fd = -1 };
 }
@@ -436,6 +444,7 @@ int locus_regions_attach_answer(struct locus_regions *rs, int ci, int status, ui
 		return -EPIPE;
 	}
 	c->waiting = 0;
+	c->attaching = 0;
 	c->confirming = 1;
 	c->slot = slot;
 	c->generation = generation;
@@ -472,6 +481,7 @@ static void do_attach(struct locus_regions *rs, int ci, const struct locus_reg_r
 	}
 	rs->conns[ci].timeout_ms = q->attach_reserved;
 	rs->conns[ci].waiting = 1;
+	rs->conns[ci].attaching = 1;
 	ret = rs->p.attach->request(rs->p.attach->ctx, ci, rs->conns[ci].pid, q, msg,
 				    sizeof(msg));
 	if (ret < 0)
@@ -545,10 +555,49 @@ static void serve(struct locus_regions *rs, int ci)
 			close(fd);
 		return;
 	}
-	if (q.op == LOCUS_REG_DMABUF)
+	if (q.op == LOCUS_REG_DMABUF) {
+		/*
+		 * Mapping and registering a dma-buf may take long (seconds for an
+		 * MR on a loaded Soft-RoCE guest): it waits for the next pass's
+		 * locus_regions_setup, after the node answered the attachments
+		 * whose engine commands this pass posted.
+		 */
+		rs->conns[ci].parked = 1;
+		rs->conns[ci].parked_pass = rs->pass;
+		rs->conns[ci].q = q;
+		rs->conns[ci].pfd = fd;
+		return;
+	}
+	do_unregister(rs, ci, &q);
+}
+
+void locus_regions_setup(struct locus_regions *rs)
+{
+	if (!rs)
+		return;
+	/* an attachment waiting for its grant goes first: it comes within a pass or two */
+	for (int ci = 0; ci < MAX_CONNS; ci++)
+		if (rs->conns[ci].fd >= 0 && rs->conns[ci].attaching)
+			return;
+	for (int ci = 0; ci < MAX_CONNS; ci++) {
+		struct conn *c = &rs->conns[ci];
+		struct locus_reg_req q;
+		int fd;
+
+		if (c->fd < 0 || !c->parked || c->parked_pass >= rs->pass)
+			continue;
+		q = c->q;
+		fd = c->pfd;
+		c->parked = 0;
+		/* the owner may have gone meanwhile: judged again */
+		if (peer_ok(rs, ci, &q) < 0) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
 		do_register(rs, ci, &q, fd);
-	else
-		do_unregister(rs, ci, &q);
+		return; /* one a pass: each may take long */
+	}
 }
 
 static void accept_some(struct locus_regions *rs)
@@ -606,9 +655,10 @@ void locus_regions_poll(struct locus_regions *rs)
 {
 	if (!rs)
 		return;
+	rs->pass++;
 	accept_some(rs);
 	for (int ci = 0; ci < MAX_CONNS; ci++) {
-		if (rs->conns[ci].fd < 0 || rs->conns[ci].waiting)
+		if (rs->conns[ci].fd < 0 || rs->conns[ci].waiting || rs->conns[ci].parked)
 			continue;
 		if (rs->conns[ci].confirming)
 			serve_confirm(rs, ci);
