@@ -272,6 +272,7 @@ void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
 	rdma_destroy_event_channel(ep->ch);
 	free(ep->ctrs);
 	free(ep->peers);
+	explicit_bzero(ep->prm.secret, sizeof(ep->prm.secret));
 	free(ep);
 }
 
