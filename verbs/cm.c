@@ -20,7 +20,7 @@
  * that; each then arms the connection with the MAC the peer's hello must
  * carry (checked by the data side) and its own hello, and the link goes UP
  * on the data side once the hellos crossed. Control counts the refusals of
- * its legs and a peer that does not finish within the attempt's bound.
+ * its legs and a peer that does not prove itself within its leg's bound.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -372,6 +372,11 @@ static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd,
 		rc = ctl_arm(p);
 	if (rc < 0)
 		return locus_verbs_ctl_close(p, rc);
+	/*
+	 * The last leg gets a bound of its own: the passive side goes up on our
+	 * hello, so giving up on its answer early would make it flap.
+	 */
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
 	p->proving = true; /* the passive side's hello is due before the deadline */
 }
 

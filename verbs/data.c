@@ -635,10 +635,18 @@ static void handle_wc(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 		if (data_live(p))
 			data_observe(p, locus_verbs_link_load(&p->link));
 		if (data_live(p)) {
+			int reason = wc_status_errno(wc->status);
+
 			/* a flush is no cause: the QP was moved to error from outside */
 			if (wc->status != IBV_WC_WR_FLUSH_ERR)
 				p->dstats.cq_errors[LOCUS_MIN((unsigned)wc->status, 31u)]++;
-			data_fail(p, wc_status_errno(wc->status));
+			/* what failed the hello's receive (e.g. a longer SEND) is no proof */
+			if (recv && p->dstate == LOCUS_LINK_ARMED && wc->status != IBV_WC_WR_FLUSH_ERR) {
+				__atomic_store_n(&p->ep->hello_refused, p->ep->hello_refused + 1,
+						 __ATOMIC_RELAXED);
+				reason = -LOCUS_EAUTH;
+			}
+			data_fail(p, reason);
 		}
 		if (!recv)
 			tx_complete(p, (uint32_t)wc->wr_id, p->dreason);

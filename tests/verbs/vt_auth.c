@@ -9,9 +9,10 @@
  *   the captured request, to the passive side that saw it (its nonce is
  *   remembered) and to a fresh one (it names another QP); the captured
  *   accept, to a new active side; the captured hellos, on connections that
- *   got that far with the secret (the test knows it); a request nonce used
- *   twice; a client that never sends its proof; a request made with another
- *   secret. The live connection stays up throughout.
+ *   got that far with the secret (the test knows it); a first message
+ *   longer than a hello; a request nonce used twice; a client that never
+ *   sends its proof; a request made with another secret. The live
+ *   connection stays up throughout.
  * `vt_auth --scan FILE` then reads the whole capture: the cluster secret
  * (its bytes, its hex in both cases) must not occur in it, while the rdma_cm
  * exchange (REQ, REP, RTU) must: a capture of protocol 1 fails it.
@@ -553,7 +554,24 @@ static void test_capture_and_replays(void **state)
 	raw_close(&r);
 	assert_int_equal(refused(&a, LOCUS_VERBS_AUTH_HELLO), 1);
 
-	/* 3. the same client's nonce again, in a request that is otherwise valid */
+	/* 2b. with the secret again, a first message longer than a hello */
+	assert_int_equal(locus_verbs_nonce(spec.nonce, sizeof(spec.nonce)), 0);
+	ev = raw_dial(&r, 7490, make_req, &spec, nodes, 2);
+	assert_int_equal(ev, RDMA_CM_EVENT_ESTABLISHED);
+	{
+		uint8_t big[100];
+
+		memcpy(big, cap.hello_a.b, LOCUS_VERBS_HELLO_LEN);
+		memset(big + LOCUS_VERBS_HELLO_LEN, 0, sizeof(big) - LOCUS_VERBS_HELLO_LEN);
+		big[4] = 3;
+		raw_send(&r, big, sizeof(big));
+	}
+	ev = raw_wait(&r, EV(DISCONNECTED), nodes, 2, 10000);
+	assert_int_equal(ev, RDMA_CM_EVENT_DISCONNECTED);
+	raw_close(&r);
+	assert_int_equal(refused(&a, LOCUS_VERBS_AUTH_HELLO), 2);
+
+	/* 3. a client's nonce again, in a request that is otherwise valid */
 	ev = raw_dial(&r, 7490, make_req, &spec, nodes, 2);
 	assert_int_equal(ev, RDMA_CM_EVENT_REJECTED);
 	assert_int_equal(r.pd_in[1], LOCUS_VERBS_REJ_REPLAY);
