@@ -12,8 +12,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_grace.h"
-#include "locus_shm.h"
-#include "locus_table.h"
+#include "locus_push.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
 #include "locusctl.h"
@@ -374,16 +373,13 @@ static int check_kind(unsigned kind, const void *blob, size_t len, struct locus_
 
 int locusctl_push(int argc, char **argv)
 {
-	struct locus_table_wait_result wr;
-	struct locus_table_region *tr = NULL;
 	struct locus_error err = { 0 };
-	struct locus_shm *shm = NULL;
+	struct locus_push_result res;
 	const char *inst = NULL, *path = NULL;
 	uint64_t timeout_ms = 2000;
-	void *buf = NULL, *region;
-	size_t len, rlen, k;
+	void *buf = NULL;
+	size_t len, k;
 	unsigned kind, ch = 0;
-	int64_t gen;
 	int ret, status = 1;
 
 	for (int i = 1; i < argc; i++) {
@@ -420,41 +416,28 @@ int locusctl_push(int argc, char **argv)
 		locus_error_set(&err, ret, "%s: %.200s", path, msg);
 		goto fail;
 	}
-	ret = locus_shm_attach(inst, LOCUS_SHM_ALLOW_GROUP, &shm, &err);
+	/* locusd copies it into a slot, publishes it and tells what its readers did */
+	ret = locus_push_table(inst, ch, buf, len, (uint32_t)timeout_ms, &res, &err);
 	if (ret < 0)
 		goto fail;
-	region = locus_shm_region(shm, LOCUS_REGION_TABLES, &rlen);
-	if (!region) {
-		ret = locus_error_set(&err, LOCUS_ESTATE, "instance %s has no table region", inst);
-		goto fail;
-	}
-	ret = locus_table_region_attach(region, rlen, &tr, &err);
-	if (ret < 0)
-		goto fail;
-	gen = locus_table_push(tr, ch, buf, len, timeout_ms * 1000000ull, &err);
-	if (gen < 0) {
-		ret = (int)gen;
-		goto fail;
-	}
-	ret = locus_table_wait(tr, ch, (uint64_t)gen, timeout_ms * 1000000ull, &wr);
-	printf("pushed %s table %s to %s channel %u: generation %" PRId64 "\n",
-	       locus_tbl_kind_name(kind), path, inst, ch, gen);
-	printf("readers: %u live, %u adopted, %u refused%s\n", wr.n_live, wr.n_adopted,
-	       wr.n_refused, ret == -ETIMEDOUT ? " (timed out waiting for the rest)" : "");
-	if (wr.n_refused)
+	printf("pushed %s table %s to %s channel %u: generation %" PRIu64 "\n",
+	       locus_tbl_kind_name(kind), path, inst, ch, res.generation);
+	printf("readers: %u live, %u adopted, %u refused%s\n", res.wait.n_live,
+	       res.wait.n_adopted, res.wait.n_refused,
+	       res.timed_out ? " (timed out waiting for the rest)" : "");
+	if (res.wait.n_refused)
 		fprintf(stderr, "locusctl: reader %d refused generation %" PRIu64 ": %s (%s)\n",
-			wr.refused_reader, wr.refused_gen, wr.refused_msg,
-			locus_strerror(wr.refused_code));
-	status = (wr.n_refused || ret == -ETIMEDOUT) ? 1 : 0;
+			res.wait.refused_reader, res.wait.refused_gen, res.wait.refused_msg,
+			locus_strerror(res.wait.refused_code));
+	status = (res.wait.n_refused || res.timed_out) ? 1 : 0;
 	/* keep what the data plane adopted, for diff and rollback */
-	if (status == 0 && locusctl_history_save(inst, kind, (uint64_t)gen, buf, len, &err) < 0)
+	if (status == 0 &&
+	    locusctl_history_save(inst, kind, res.generation, buf, len, &err) < 0)
 		fprintf(stderr, "locusctl: warning: history not kept: %s\n", err.msg);
 	goto out;
 fail:
 	locusctl_fail(&err, ret);
 out:
-	locus_table_region_detach(tr);
-	locus_shm_detach(shm);
 	free(buf);
 	return status;
 usage:

@@ -10,7 +10,7 @@ $(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit gra
 UNIT_TESTS += tests/test_grace_eplb
 # locusctl's GRACE subcommands (the lead links this into locusctl).
 $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c))
-$(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c,gracectl gracefit grace trace counters shm common,cmocka lapacke openblas))
+$(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c tests/push_util.c,gracectl gracefit grace trace pushsrv counters shm common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_ctl
 # Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
 $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace trace common,lapacke openblas))

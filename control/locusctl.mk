@@ -13,6 +13,6 @@ UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
 $(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 UNIT_TESTS += tests/test_eldr_esft
-$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c tests/test_paths.c,eldr grace trace shm common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c tests/test_paths.c tests/push_util.c,eldr grace trace pushsrv counters shm common,cmocka))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_eldr_ctl

@@ -12,8 +12,8 @@
 
 #include "locus_counters.h"
 #include "locus_gracefit.h"
+#include "locus_push.h"
 #include "locus_shm.h"
-#include "locus_table.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
 #include "locusctl_grace.h"
@@ -439,7 +439,6 @@ static void on_signal(int sig)
 struct live {
 	struct locus_shm *shm;
 	struct locus_counters *ctr;
-	struct locus_table_region *tables;
 	const struct locus_ctr_info *info;
 	uint32_t idx;
 	uint64_t *now, *prev;
@@ -449,7 +448,6 @@ static void live_close(struct live *lv)
 {
 	free(lv->now);
 	free(lv->prev);
-	locus_table_region_detach(lv->tables);
 	locus_counters_close(lv->ctr);
 	locus_shm_detach(lv->shm);
 }
@@ -462,7 +460,8 @@ static int live_open(struct live *lv, const char *instance, const char *name, ui
 	int rc, idx;
 
 	memset(lv, 0, sizeof(*lv));
-	rc = locus_shm_attach(instance, LOCUS_SHM_ALLOW_GROUP, &lv->shm, err);
+	/* counters only: read-only, like locus-stat; pushes go over the control socket */
+	rc = locus_shm_attach(instance, LOCUS_SHM_RDONLY | LOCUS_SHM_ALLOW_GROUP, &lv->shm, err);
 	if (rc)
 		return rc;
 	reg = locus_shm_region(lv->shm, LOCUS_REGION_COUNTERS, &size);
@@ -492,15 +491,6 @@ static int live_open(struct live *lv, const char *instance, const char *name, ui
 				     L, E);
 		goto err_close;
 	}
-	reg = locus_shm_region(lv->shm, LOCUS_REGION_TABLES, &size);
-	if (!reg) {
-		rc = locus_error_set(err, LOCUS_ESTATE, "segment %s has no tables region",
-				     instance);
-		goto err_close;
-	}
-	rc = locus_table_region_attach(reg, size, &lv->tables, err);
-	if (rc)
-		goto err_close;
 	lv->now = calloc(lv->info->n_elems, sizeof(uint64_t));
 	lv->prev = calloc(lv->info->n_elems, sizeof(uint64_t));
 	if (!lv->now || !lv->prev) {
@@ -576,10 +566,10 @@ static int cmd_rebalance(const char *sub, struct args *a)
 	signal(SIGTERM, on_signal);
 	stop_flag = 0;
 	for (uint32_t round = 1; !stop_flag && (a->count == 0 || round <= a->count); round++) {
+		struct locus_push_result res;
 		double before, after, tot;
 		void *blob = NULL;
 		size_t len;
-		int64_t gen;
 
 		sleep_s(a->interval);
 		tot = live_loads(&lv, L, E, W);
@@ -608,12 +598,21 @@ static int cmd_rebalance(const char *sub, struct args *a)
 			free(blob);
 			continue;
 		}
-		gen = locus_table_push(lv.tables, LOCUS_GRACE_TABLE_CHANNEL, blob, len,
-				       (uint64_t)a->timeout_ms * 1000000ull, &err);
-		if (gen < 0) {
+		rc = locus_push_table(a->instance, LOCUS_GRACE_TABLE_CHANNEL, blob, len,
+				      (uint32_t)a->timeout_ms, &res, &err);
+		if (rc < 0) {
 			free(blob);
-			ret = fail(&err, (int)gen);
+			ret = fail(&err, rc);
 			goto out;
+		}
+		if (res.wait.n_refused || res.timed_out) {
+			fprintf(stderr, "locusctl: rebalance %u: generation %llu %s%s; the table "
+				"in use stays the base of the next round\n", round,
+				(unsigned long long)res.generation,
+				res.timed_out ? "not adopted in time" : "refused: ",
+				res.timed_out ? "" : res.wait.refused_msg);
+			free(blob);
+			continue;
 		}
 		if (a->out && (rc = locus_tbl_write_file(a->out, blob, len, &err))) {
 			free(blob);
@@ -621,7 +620,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 			goto out;
 		}
 		printf("rebalance %u: %.0f tokens, skew %.3f, refit %.3f: pushed generation "
-		       "%lld\n", round, tot, before, after, (long long)gen);
+		       "%llu\n", round, tot, before, after, (unsigned long long)res.generation);
 		fflush(stdout);
 		free(cur);
 		cur = blob;

@@ -19,8 +19,8 @@
 
 #include "locus_eldr.h"
 #include "locus_grace.h"
+#include "locus_push.h"
 #include "locus_shm.h"
-#include "locus_table.h"
 #include "locus_tblfile.h"
 #include "locusctl.h"
 
@@ -105,28 +105,21 @@ static uint64_t history_find(const char *instance, unsigned kind, uint64_t want,
 	return best;
 }
 
-/* Generation the instance publishes on kind's channel (0: none). */
+/* Generation the instance publishes on kind's channel (0: none), asked of locusd. */
 static int published_gen(const char *instance, unsigned kind, uint64_t *gen,
 			 struct locus_error *err)
 {
-	struct locus_table_region *tr = NULL;
-	struct locus_shm *shm = NULL;
-	size_t rlen;
-	void *region;
-	int ret;
+	uint64_t pub[LOCUS_TABLE_MAX_CHANNELS];
+	unsigned n = 0;
+	int ret = locus_push_status(instance, pub, &n, err);
 
-	ret = locus_shm_attach(instance, LOCUS_SHM_RDONLY | LOCUS_SHM_ALLOW_GROUP, &shm, err);
 	if (ret < 0)
 		return ret;
-	region = locus_shm_region(shm, LOCUS_REGION_TABLES, &rlen);
-	ret = region ? locus_table_region_attach(region, rlen, &tr, err)
-		     : locus_error_set(err, LOCUS_ESTATE, "instance %s has no table region",
-				       instance);
-	if (ret == 0)
-		*gen = LOCUS_TABLE_GEN(locus_table_published(tr, channel_of(kind)));
-	locus_table_region_detach(tr);
-	locus_shm_detach(shm);
-	return ret;
+	if (channel_of(kind) >= n)
+		return locus_error_set(err, LOCUS_ESTATE, "instance %s has no table channel %u",
+				       instance, channel_of(kind));
+	*gen = pub[channel_of(kind)];
+	return 0;
 }
 
 int locusctl_rollback(int argc, char **argv)

@@ -57,6 +57,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->tau = 0.1f;
 	cfg->load_timeout_ms = 1000;
 	cfg->watchdog = 1;
+	strcpy(cfg->ctl_group, "locus-ctl");
 	cfg->cluster_id = 1;
 	cfg->gpus_per_node = 4;
 	cfg->n_nodes = 1;
@@ -136,6 +137,24 @@ static int valid_name(const char *s)
 		return 0;
 	for (; *s; s++)
 		if (!isalnum((unsigned char)*s) && *s != '_' && *s != '-' && *s != '.')
+			return 0;
+	return 1;
+}
+
+/* A group name as useradd takes them ([a-z_][a-z0-9_-]*, a trailing $), or a gid. */
+static int valid_group(const char *s)
+{
+	size_t n = strlen(s), digits = strspn(s, "0123456789");
+
+	if (n == 0 || n >= 32)
+		return 0;
+	if (digits == n)
+		return 1;
+	if (!(islower((unsigned char)s[0]) || s[0] == '_'))
+		return 0;
+	for (size_t i = 1; i < n; i++)
+		if (!islower((unsigned char)s[i]) && !isdigit((unsigned char)s[i]) && s[i] != '_' &&
+		    s[i] != '-' && !(s[i] == '$' && i == n - 1))
 			return 0;
 	return 1;
 }
@@ -283,6 +302,12 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u32(p, k, v, 1, 3600u * 1000u, &c->load_timeout_ms);
 	if (!strcmp(k, "watchdog"))
 		return parse_bool(p, k, v, &c->watchdog);
+	if (!strcmp(k, "ctl_group")) {
+		if (!valid_group(v))
+			return CFG_FAIL(p, LOCUS_EPARSE,
+					"ctl_group: '%s' is neither a group name nor a gid", v);
+		return copy_str(p, k, v, c->ctl_group, sizeof(c->ctl_group));
+	}
 	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [locusd]", k);
 }
 

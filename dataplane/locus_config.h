@@ -31,6 +31,7 @@
  *   tau             = 0.1              # default locality band
  *   load_timeout_ms = 1000             # a decoder silent this long is skipped
  *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
+ *   ctl_group       = locus-ctl        # who may push tables (a group name or a gid)
  *
  *   [cluster]
  *   id              = 1
@@ -87,6 +88,7 @@ struct locus_config {
 	float    tau;
 	uint32_t load_timeout_ms;
 	uint8_t  watchdog;
+	char     ctl_group[LOCUS_CFG_NAME_MAX];      /* name or number; "" none */
 
 	uint64_t cluster_id;
 	uint32_t gpus_per_node;

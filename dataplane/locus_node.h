@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * One node's data plane, independent of how its threads are run: the
- * segment with its regions (tables, counters, client slots), the engine of
- * the worker lcore, and the control work of the main lcore (answering
- * client claims, reclaiming dead clients). locusd runs these on DPDK
- * lcores; tests run them on threads.
+ * segment (counters, read-only to every other process), the table channels
+ * in this process's memory behind the control socket, the client slots (a
+ * memfd each) behind the registration socket, the engine of the worker
+ * lcore, and the control work of the main lcore (table pushes, attachments,
+ * reclaiming dead clients). locusd runs these on DPDK lcores; tests run
+ * them on threads.
  */
 #ifndef LOCUS_NODE_H
 #define LOCUS_NODE_H
@@ -23,9 +25,10 @@ struct locus_node;
 #define LOCUS_NODE_CTL_BLOCK    1u
 
 /*
- * Create the segment /dev/shm/locus.<cfg->instance> (state STARTING), lay
- * out its regions from cfg, register counters and build the engine. now()
- * is the clock of tsc_hz ticks the engine uses for timers and latencies.
+ * Create the segment /dev/shm/locus.<cfg->instance> (state STARTING, mode
+ * 0640), the table channels, the client slots, register counters, build
+ * the engine and open the control and registration sockets. now() is the
+ * clock of tsc_hz ticks the engine uses for timers and latencies.
  */
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
 		      struct locus_node **out, struct locus_error *err);
@@ -44,9 +47,9 @@ void locus_node_set_stopping(struct locus_node *n);
 struct locus_regions_mr_ops;
 
 /*
- * Serve client buffer regions (locus_regions.h): open the registration
- * socket next to the segment. mr: how to register regions with the RDMA
- * device, NULL on a single node. Returns 0 or negative (err says).
+ * Register client buffer regions (locus_regions.h) with the RDMA device
+ * through mr from now on (NULL on a single node: mapped regions only).
+ * Returns 0 or negative (err says).
  */
 int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_ops *mr,
 			    struct locus_error *err);
@@ -57,7 +60,19 @@ int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_
  */
 void locus_node_regions_close(struct locus_node *n);
 
-/* One pass of control work over every client slot. Control thread only. */
+/*
+ * Called on the control thread whenever a freed client slot got its fresh
+ * memfd, before anyone may have the slot again (locusd: re-register the
+ * intra-node DMA's MR over the new pages); a negative return retries on
+ * the next pass, the slot staying out of use meanwhile.
+ */
+void locus_node_on_renew(struct locus_node *n, int (*hook)(void *ctx, uint32_t slot), void *ctx);
+
+/*
+ * One pass of control work: the control socket (table pushes), the
+ * registration socket (attachments, buffer regions), and every client slot
+ * (engine commands, reclaim, renewal). Control thread only.
+ */
 void locus_node_control(struct locus_node *n);
 
 /* The worker lcore's engine. */
@@ -71,6 +86,13 @@ struct locus_counters *locus_node_counters(struct locus_node *n);
  * intra-node DMA registers it and names places by offsets from its start.
  */
 void *locus_node_client_region(struct locus_node *n, size_t *len);
+
+/*
+ * Where the client slots lie in that region: slot i at first + i * stride,
+ * count of them, each a memfd of its own (renewed when freed: on_renew).
+ */
+void locus_node_client_slots(const struct locus_node *n, size_t *first, size_t *stride,
+			     unsigned *count);
 
 /* Clients attached right now (control's view). */
 uint32_t locus_node_clients(const struct locus_node *n);

@@ -1,7 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Client buffer regions, the control side (locusd's main lcore; tests: the
- * control thread). Clients pass a dma-buf fd over the registration socket
+ * The registration socket (locusd's main lcore; tests: the control thread):
+ * client attachments and client buffer regions.
+ *
+ * Attachments: an ATTACH request is handed to the node (attach ops), which
+ * picks a slot, has the engine serve it and answers with the slot's memfd
+ * (locus_regions_attach_answer); the client's confirmation is then awaited
+ * on the same connection, and a slot it never confirms (it closed, died or
+ * let its timeout pass) goes back to the node (unconfirmed).
+ *
+ * Buffer regions: clients pass a dma-buf fd over the registration socket
  * (locus_client.h); this module authenticates the sender (SO_PEERCRED pid =
  * the slot's owner, the slot's generation), checks the fd (a dma-buf per
  * /proc/self/fdinfo's exp_name, its size, the alignment, the per-client
@@ -52,6 +60,20 @@ enum locus_regions_refusal {
 	LOCUS_REGREF_N
 };
 
+/* How the node takes attachments (dataplane/node.c). */
+struct locus_regions_attach_ops {
+	/*
+	 * An ATTACH from pid on connection conn: 0 when the node took it (it
+	 * answers later with locus_regions_attach_answer), or a refusal code
+	 * with msg (msg_len bytes) saying why; it is answered at once.
+	 */
+	int (*request)(void *ctx, int conn, pid_t pid, const struct locus_reg_req *q, char *msg,
+		       size_t msg_len);
+	/* The client never confirmed slot of generation: take it back. */
+	void (*unconfirmed)(void *ctx, uint32_t slot, uint64_t generation);
+	void *ctx;
+};
+
 struct locus_regions_params {
 	const char *instance;                /* socket locus_client_reg_sock_path(instance) */
 	struct locus_clients *clients;
@@ -60,6 +82,7 @@ struct locus_regions_params {
 	void *ctl_blk;                       /* ... and counted in this block */
 	const uint8_t *attached;             /* [n_slots]: 1 = granted and handed to the engine */
 	const struct locus_regions_mr_ops *mr; /* NULL: no RDMA device (one node) */
+	const struct locus_regions_attach_ops *attach; /* NULL: attachments refused */
 	uint64_t max_bytes;                  /* per client, all its regions; 0: LOCUS_REGION_MAX_LEN */
 };
 
@@ -69,8 +92,32 @@ struct locus_regions;
 int locus_regions_create(const struct locus_regions_params *p, struct locus_regions **out,
 			 struct locus_error *err);
 
-/* One pass: accept, serve requests, finish what the engine acknowledged. */
+/*
+ * One pass: accept, serve requests, finish what the engine acknowledged.
+ * Quick: dma-buf registrations (mapping, MR) are only parked here.
+ */
 void locus_regions_poll(struct locus_regions *rs);
+
+/*
+ * The slow half: set up one dma-buf registration parked in an earlier
+ * pass, and none while an attachment waits for its grant. Called after the
+ * node answered its attachments, so a registration that takes long (seconds
+ * for an MR on a loaded Soft-RoCE guest) holds up no attachment.
+ */
+void locus_regions_setup(struct locus_regions *rs);
+
+/* From now on, register regions with the RDMA device through mr (NULL: none). */
+void locus_regions_set_mr(struct locus_regions *rs, const struct locus_regions_mr_ops *mr);
+
+/*
+ * Answer the ATTACH the node took on conn: status 0 with slot, its
+ * generation and its memfd fd (a copy travels; ours stays open), or a
+ * refusal with msg. Returns 0 when the client got a grant (its confirmation
+ * is awaited from now on), negative when it is gone (the node takes the
+ * slot back itself) or for a refusal.
+ */
+int locus_regions_attach_answer(struct locus_regions *rs, int conn, int status, uint32_t slot,
+				uint64_t generation, int fd, const char *msg);
 
 /* Slot's client is gone: release all its regions (engine DEL first). */
 void locus_regions_slot_gone(struct locus_regions *rs, uint32_t slot);

@@ -393,14 +393,19 @@ int main(int argc, char **argv)
 		locus_relay_attach(D.relay, &es);
 	}
 	if (D.cfg.intra_node == LOCUS_INTRA_VERBS) {
-		size_t len;
+		size_t len, first, stride;
 		void *region = locus_node_client_region(D.node, &len);
+		unsigned count;
 
-		if (locusd_loop_create(&D.cfg, region, len, &D.loop, &err) < 0) {
+		/* one MR per client slot: a freed slot's fresh memfd is registered again */
+		locus_node_client_slots(D.node, &first, &stride, &count);
+		if (locusd_loop_create(&D.cfg, region, len, first, stride, count, &D.loop,
+				       &err) < 0) {
 			fprintf(stderr, "locusd: intra_node = verbs: %s\n", err.msg);
 			goto err_node;
 		}
 		locus_engine_set_ldma(locus_node_engine(D.node), locusd_loop_ops(D.loop));
+		locus_node_on_renew(D.node, locusd_loop_renew, D.loop);
 	}
 	if (locus_node_regions_open(D.node, D.net ? locusd_net_mr_ops(D.net) : NULL, &err) < 0) {
 		fprintf(stderr, "locusd: buffer regions: %s\n", err.msg);
@@ -441,6 +446,7 @@ int main(int argc, char **argv)
 		uint64_t now = rte_rdtsc();
 
 		locus_node_control(D.node);
+		locusd_loop_reap(D.loop);
 		if (D.net)
 			locusd_net_control(D.net);
 		if (D.worker_lcore >= RTE_MAX_LCORE) {
@@ -492,6 +498,7 @@ err_launched:
 			(unsigned long long)rs.rx_no_room, (unsigned long long)rs.rx_refused);
 	}
 err_node:
+	locus_node_on_renew(D.node, NULL, NULL);
 	locusd_loop_destroy(D.loop);
 	D.loop = NULL;
 	/* regions' MRs belong to the transport's PD: deregistered while it exists */

@@ -60,9 +60,12 @@ static int loop_copy(void *ctx, uint64_t dst_off, const struct locus_engine_ldma
 				     cookie);
 }
 
-int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
-		       struct locusd_loop **out, struct locus_error *err)
+int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len, size_t first,
+		       size_t stride, unsigned count, struct locusd_loop **out,
+		       struct locus_error *err)
 {
+	struct locus_verbs_loop_area a = { .addr = region, .len = len, .chunk_off = first,
+					   .chunk_len = stride, .n_chunks = count };
 	struct locusd_loop *l;
 	char dev[64];
 	int ret;
@@ -73,7 +76,7 @@ int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return locus_error_set(err, ENOMEM, "intra_node = verbs: out of memory");
-	ret = locus_verbs_loop_create(dev, region, len, LOOP_DEPTH, &l->vl, err);
+	ret = locus_verbs_loop_create_area(dev, &a, LOOP_DEPTH, &l->vl, err);
 	if (ret < 0) {
 		free(l);
 		return ret;
@@ -81,6 +84,23 @@ int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
 	l->ops = (struct locus_engine_ldma){ .copy = loop_copy, .ctx = l };
 	*out = l;
 	return 0;
+}
+
+int locusd_loop_renew(void *ctx, uint32_t slot)
+{
+	struct locusd_loop *l = ctx;
+	struct locus_error err = { 0 };
+	int ret = locus_verbs_loop_rereg(l->vl, slot, &err);
+
+	if (ret < 0 && ret != -EBUSY)
+		fprintf(stderr, "locusd: intra_node = verbs: %s\n", err.msg);
+	return ret;
+}
+
+void locusd_loop_reap(struct locusd_loop *l)
+{
+	if (l)
+		locus_verbs_loop_reap(l->vl);
 }
 
 const struct locus_engine_ldma *locusd_loop_ops(struct locusd_loop *l)

@@ -20,9 +20,23 @@ struct locusd_loop;
 int locusd_rdma_device(const struct locus_config *cfg, char *name, size_t len,
 		       struct locus_error *err);
 
-/* Register the client region [region, region + len) with cfg's device and connect the loop. */
-int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len,
-		       struct locusd_loop **out, struct locus_error *err);
+/*
+ * Register the client region [region, region + len) with cfg's device, one
+ * MR per client slot (slot i at first + i * stride, count slots), and
+ * connect the loop.
+ */
+int locusd_loop_create(const struct locus_config *cfg, void *region, size_t len, size_t first,
+		       size_t stride, unsigned count, struct locusd_loop **out,
+		       struct locus_error *err);
+
+/*
+ * The node's renew hook (locus_node_on_renew, ctx the loop): slot got a
+ * fresh memfd, register its pages again. Main lcore; 0 or negative (retried).
+ */
+int locusd_loop_renew(void *ctx, uint32_t slot);
+
+/* Main lcore, now and then: drop the registrations of replaced slots no copy uses. */
+void locusd_loop_reap(struct locusd_loop *l);
 
 /* What to give locus_engine_set_ldma(). */
 const struct locus_engine_ldma *locusd_loop_ops(struct locusd_loop *l);

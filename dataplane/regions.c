@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * Client buffer regions, control side: the registration socket, the checks,
- * mapping and MR registration, and the region's life with the engine.
+ * The registration socket: attachments handed to the node, and client
+ * buffer regions (the checks, mapping and MR registration, the region's
+ * life with the engine).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,6 +25,7 @@
 #define ACCEPT_PER_PASS  8
 #define CONN_TIMEOUT_NS  1000000000ull
 #define MAX_FDS          4 /* fds a message may carry before it is refused */
+#define CONFIRM_MAX_MS   10000u /* a grant waits this long at most for its confirmation */
 
 enum ent_state { ENT_FREE = 0, ENT_ADDING, ENT_LIVE, ENT_DELETING };
 
@@ -45,7 +47,16 @@ struct conn {
 	int fd;                  /* -1: free */
 	pid_t pid;               /* SO_PEERCRED at accept */
 	int waiting;             /* answered when the engine acknowledges */
-	uint64_t deadline_ns;    /* for the request to arrive */
+	int attaching;           /* waiting: for the node's grant of an ATTACH */
+	int confirming;          /* an attachment granted: its ATTACHED awaited */
+	uint32_t slot;           /* confirming: the slot granted ... */
+	uint64_t generation;     /* ... in this generation */
+	uint32_t timeout_ms;     /* ATTACH: the client's own bound on the handshake */
+	uint64_t deadline_ns;    /* for the request (the confirmation) to arrive */
+	int parked;              /* a DMABUF request set up in a later pass (locus_regions_setup) */
+	uint64_t parked_pass;
+	struct locus_reg_req q;  /* parked: the request ... */
+	int pfd;                 /* ... and its dma-buf */
 };
 
 struct locus_regions {
@@ -57,6 +68,7 @@ struct locus_regions {
 	uint32_t *seq;           /* [n_slots] id sequence */
 	uint64_t *bytes;         /* [n_slots] bytes held */
 	struct conn conns[MAX_CONNS];
+	uint64_t pass;           /* locus_regions_poll calls so far */
 	uint64_t c_registered, c_released, c_refused, c_held;
 	uint64_t c_dmabuf_regs, c_fallbacks, c_dmabuf_refused, c_no_mr, c_unmapped;
 };
@@ -116,9 +128,10 @@ static void conn_close(struct locus_regions *rs, int ci)
 {
 	if (ci < 0 || rs->conns[ci].fd < 0)
 		return;
+	if (rs->conns[ci].parked)
+		close(rs->conns[ci].pfd);
 	close(rs->conns[ci].fd);
-	rs->conns[ci].fd = -1;
-	rs->conns[ci].waiting = 0;
+	rs->conns[ci] = (struct conn){ .fd = -1 };
 }
 
 /* Send the answer (best effort: a client that left misses nothing) and close. */
@@ -374,6 +387,107 @@ static void do_unregister(struct locus_regions *rs, int ci, const struct locus_r
 	start_delete(rs, q->slot, g, ci);
 }
 
+/* ---- attachments ------------------------------------------------------------------ */
+
+static int send_rep(struct locus_regions *rs, int ci, const struct locus_reg_rep *rep, int fd)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = (void *)rep, .iov_len = sizeof(*rep) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+
+	memset(&u, 0, sizeof(u));
+	if (fd >= 0) {
+		struct cmsghdr *cm;
+
+		mh.msg_control = u.buf;
+		mh.msg_controllen = sizeof(u.buf);
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	}
+	return sendmsg(rs->conns[ci].fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+		       (ssize_t)sizeof(*rep) ? 0 : -1;
+}
+
+int locus_regions_attach_answer(struct locus_regions *rs, int ci, int status, uint32_t slot,
+				uint64_t generation, int fd, const char *msg)
+{
+	struct locus_reg_rep rep = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+				     .status = status };
+	const struct locus_clients *v;
+	struct conn *c;
+
+	if (!rs || ci < 0 || ci >= MAX_CONNS || rs->conns[ci].fd < 0 || !rs->conns[ci].waiting)
+		return -ESTALE;
+	v = rs->p.clients;
+	c = &rs->conns[ci];
+	if (status < 0) {
+		snprintf(rep.msg, sizeof(rep.msg), "%s", msg ? msg : locus_strerror(status));
+		answer(rs, ci, status, NULL, "%s", rep.msg);
+		return status;
+	}
+	rep.slot = slot;
+	rep.generation = generation;
+	rep.ring_size = v->p.ring_size;
+	rep.inbox_slots = v->p.inbox_slots;
+	rep.inbox_slot_size = v->p.inbox_slot_size;
+	rep.clients_version = LOCUS_CLIENTS_VERSION;
+	rep.stage_size = v->p.stage_size;
+	rep.slot_size = v->slot_stride;
+	if (send_rep(rs, ci, &rep, fd) < 0) {
+		conn_close(rs, ci); /* it gave up: nothing got there */
+		return -EPIPE;
+	}
+	c->waiting = 0;
+	c->attaching = 0;
+	c->confirming = 1;
+	c->slot = slot;
+	c->generation = generation;
+	/* the client's own bound, within [1 s, 10 s]: a connection is not held for long */
+	c->deadline_ns = mono_ns() + (uint64_t)LOCUS_MIN(LOCUS_MAX(c->timeout_ms, 1000u),
+							 CONFIRM_MAX_MS) * 1000000ull;
+	return 0;
+}
+
+/* The client's ATTACHED, or the slot goes back to the node. */
+static void serve_confirm(struct locus_regions *rs, int ci)
+{
+	struct conn *c = &rs->conns[ci];
+	struct locus_reg_req q;
+	ssize_t n = recv(c->fd, &q, sizeof(q), MSG_DONTWAIT);
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR) && mono_ns() <= c->deadline_ns)
+		return;
+	if (n != (ssize_t)sizeof(q) || q.magic != LOCUS_REG_MAGIC ||
+	    q.version != LOCUS_REG_VERSION || q.op != LOCUS_REG_ATTACHED || q.slot != c->slot ||
+	    q.generation != c->generation)
+		rs->p.attach->unconfirmed(rs->p.attach->ctx, c->slot, c->generation);
+	conn_close(rs, ci);
+}
+
+static void do_attach(struct locus_regions *rs, int ci, const struct locus_reg_req *q)
+{
+	char msg[sizeof(((struct locus_reg_rep *)0)->msg)] = "";
+	int ret;
+
+	if (!rs->p.attach) {
+		answer(rs, ci, -ENOTSUP, NULL, "this locusd takes no attachments here");
+		return;
+	}
+	rs->conns[ci].timeout_ms = q->attach_reserved;
+	rs->conns[ci].waiting = 1;
+	rs->conns[ci].attaching = 1;
+	ret = rs->p.attach->request(rs->p.attach->ctx, ci, rs->conns[ci].pid, q, msg,
+				    sizeof(msg));
+	if (ret < 0)
+		answer(rs, ci, ret, NULL, "%s", msg[0] ? msg : locus_strerror(ret));
+}
+
 /* ---- the socket -------------------------------------------------------------------- */
 
 /* Read a connection's request if it came; bad ones are refused and counted. */
@@ -413,12 +527,27 @@ static void serve(struct locus_regions *rs, int ci)
 			close(fds[i]);
 	if (n <= 0 || n != (ssize_t)sizeof(q) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
 	    q.magic != LOCUS_REG_MAGIC || q.version != LOCUS_REG_VERSION || q.reserved ||
-	    nfd > 1 || (q.op == LOCUS_REG_UNREGISTER && nfd) ||
-	    (q.op != LOCUS_REG_DMABUF && q.op != LOCUS_REG_UNREGISTER)) {
+	    nfd > 1 || ((q.op == LOCUS_REG_UNREGISTER || q.op == LOCUS_REG_ATTACH) && nfd) ||
+	    (q.op != LOCUS_REG_DMABUF && q.op != LOCUS_REG_UNREGISTER &&
+	     q.op != LOCUS_REG_ATTACH)) {
 		if (fd >= 0)
 			close(fd);
-		refuse(rs, ci, LOCUS_REGREF_MALFORMED, n == 0 ? -ECONNRESET : -LOCUS_EPROTO,
-		       n == 0 ? "closed before its request" : "malformed registration request");
+		if (n == (ssize_t)sizeof(q) && q.magic == LOCUS_REG_MAGIC &&
+		    q.version != LOCUS_REG_VERSION) {
+			char msg[96];
+
+			snprintf(msg, sizeof(msg), "registration protocol version %u, locusd "
+				 "speaks %u", q.version, LOCUS_REG_VERSION);
+			refuse(rs, ci, LOCUS_REGREF_MALFORMED, -LOCUS_EVERSION, msg);
+		} else {
+			refuse(rs, ci, LOCUS_REGREF_MALFORMED, n == 0 ? -ECONNRESET : -LOCUS_EPROTO,
+			       n == 0 ? "closed before its request" :
+			       "malformed registration request");
+		}
+		return;
+	}
+	if (q.op == LOCUS_REG_ATTACH) {
+		do_attach(rs, ci, &q);
 		return;
 	}
 	if (peer_ok(rs, ci, &q) < 0) {
@@ -426,10 +555,49 @@ static void serve(struct locus_regions *rs, int ci)
 			close(fd);
 		return;
 	}
-	if (q.op == LOCUS_REG_DMABUF)
+	if (q.op == LOCUS_REG_DMABUF) {
+		/*
+		 * Mapping and registering a dma-buf may take long (seconds for an
+		 * MR on a loaded Soft-RoCE guest): it waits for the next pass's
+		 * locus_regions_setup, after the node answered the attachments
+		 * whose engine commands this pass posted.
+		 */
+		rs->conns[ci].parked = 1;
+		rs->conns[ci].parked_pass = rs->pass;
+		rs->conns[ci].q = q;
+		rs->conns[ci].pfd = fd;
+		return;
+	}
+	do_unregister(rs, ci, &q);
+}
+
+void locus_regions_setup(struct locus_regions *rs)
+{
+	if (!rs)
+		return;
+	/* an attachment waiting for its grant goes first: it comes within a pass or two */
+	for (int ci = 0; ci < MAX_CONNS; ci++)
+		if (rs->conns[ci].fd >= 0 && rs->conns[ci].attaching)
+			return;
+	for (int ci = 0; ci < MAX_CONNS; ci++) {
+		struct conn *c = &rs->conns[ci];
+		struct locus_reg_req q;
+		int fd;
+
+		if (c->fd < 0 || !c->parked || c->parked_pass >= rs->pass)
+			continue;
+		q = c->q;
+		fd = c->pfd;
+		c->parked = 0;
+		/* the owner may have gone meanwhile: judged again */
+		if (peer_ok(rs, ci, &q) < 0) {
+			if (fd >= 0)
+				close(fd);
+			continue;
+		}
 		do_register(rs, ci, &q, fd);
-	else
-		do_unregister(rs, ci, &q);
+		return; /* one a pass: each may take long */
+	}
 }
 
 static void accept_some(struct locus_regions *rs)
@@ -487,11 +655,22 @@ void locus_regions_poll(struct locus_regions *rs)
 {
 	if (!rs)
 		return;
+	rs->pass++;
 	accept_some(rs);
-	for (int ci = 0; ci < MAX_CONNS; ci++)
-		if (rs->conns[ci].fd >= 0 && !rs->conns[ci].waiting)
+	for (int ci = 0; ci < MAX_CONNS; ci++) {
+		if (rs->conns[ci].fd < 0 || rs->conns[ci].waiting || rs->conns[ci].parked)
+			continue;
+		if (rs->conns[ci].confirming)
+			serve_confirm(rs, ci);
+		else
 			serve(rs, ci);
+	}
 	finish(rs);
+}
+
+void locus_regions_set_mr(struct locus_regions *rs, const struct locus_regions_mr_ops *mr)
+{
+	rs->p.mr = mr;
 }
 
 void locus_regions_slot_gone(struct locus_regions *rs, uint32_t slot)
@@ -534,7 +713,7 @@ int locus_regions_create(const struct locus_regions_params *p, struct locus_regi
 	rs->lfd = -1;
 	rs->n_slots = p->clients->p.n_slots;
 	for (int i = 0; i < MAX_CONNS; i++)
-		rs->conns[i].fd = -1;
+		rs->conns[i] = (struct conn){ .fd = -1 };
 	rs->ents = calloc((size_t)rs->n_slots * MAXR, sizeof(*rs->ents));
 	rs->seq = calloc(rs->n_slots, sizeof(*rs->seq));
 	rs->bytes = calloc(rs->n_slots, sizeof(*rs->bytes));

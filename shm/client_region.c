@@ -17,6 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_priv.h"
 #include "locus_client.h"
 #include "locus_shm.h"
 
@@ -24,18 +25,7 @@
 
 int locus_client_reg_sock_path(const char *instance, char *buf, size_t len)
 {
-	const char *dir = getenv(LOCUS_SHM_DIR_ENV);
-	struct stat st;
-	int n;
-
-	if (locus_shm_check_name(instance) < 0)
-		return -EINVAL;
-	/* tests' private directory; else the deployment's, else the segment's */
-	if (!dir || !*dir)
-		dir = stat(LOCUS_REG_RUN_DIR, &st) == 0 && S_ISDIR(st.st_mode) ? LOCUS_REG_RUN_DIR
-									   : LOCUS_SHM_DEFAULT_DIR;
-	n = snprintf(buf, len, "%s/locus.%s%s", dir, instance, LOCUS_REG_SOCK_SUFFIX);
-	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+	return locus_shm_run_path(instance, LOCUS_REG_SOCK_SUFFIX, buf, len);
 }
 
 static int64_t mono_ms(void)
@@ -46,7 +36,7 @@ static int64_t mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int connect_daemon(const char *instance, struct locus_error *err)
+int locus_client_reg_connect(const char *instance, struct locus_error *err)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int fd, ret;
@@ -68,18 +58,43 @@ static int connect_daemon(const char *instance, struct locus_error *err)
 	return fd;
 }
 
-/* Send req (with fd, if >= 0) and wait for the reply until deadline. */
-static int transact(int sock, const struct locus_reg_req *req, int fd, struct locus_reg_rep *rep,
-		    uint32_t timeout_ms, struct locus_error *err)
+/* The one fd a message carried (*fd, else -1); any others are closed. */
+static void take_fds(struct msghdr *mh, int *fd)
+{
+	*fd = -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+			int f;
+
+			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+			if (*fd < 0)
+				*fd = f;
+			else
+				close(f);
+		}
+	}
+}
+
+int locus_client_reg_transact(int sock, const struct locus_reg_req *req, int fd,
+			      struct locus_reg_rep *rep, int *fd_in, uint32_t timeout_ms,
+			      struct locus_error *err)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
-	} u;
+	} u, ur;
 	struct iovec iov = { .iov_base = (void *)req, .iov_len = sizeof(*req) };
+	struct iovec riov = { .iov_base = rep, .iov_len = sizeof(*rep) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	struct msghdr rh = { .msg_iov = &riov, .msg_iovlen = 1 };
 	int64_t deadline = mono_ms() + timeout_ms;
+	int got = -1, ret;
 	ssize_t n;
+
+	if (fd_in)
+		*fd_in = -1;
 
 	memset(&u, 0, sizeof(u));
 	if (fd >= 0) {
@@ -113,19 +128,45 @@ static int transact(int sock, const struct locus_reg_req *req, int fd, struct lo
 			return locus_error_set(err, errno, "poll: %s", strerror(errno));
 		if (r == 0)
 			continue;
-		n = recv(sock, rep, sizeof(*rep), 0);
+		rh.msg_control = ur.buf;
+		rh.msg_controllen = sizeof(ur.buf);
+		n = recvmsg(sock, &rh, MSG_CMSG_CLOEXEC);
 		if (n < 0 && (errno == EINTR || errno == EAGAIN))
 			continue;
-		if (n == 0)
-			return locus_error_set(err, ECONNRESET, "locusd closed the connection "
-					       "without an answer");
-		if (n != (ssize_t)sizeof(*rep) || rep->magic != LOCUS_REG_MAGIC ||
-		    rep->version != LOCUS_REG_VERSION)
-			return locus_error_set(err, LOCUS_EPROTO, "malformed answer from locusd "
-					       "(%zd bytes)", n);
-		rep->msg[sizeof(rep->msg) - 1] = 0;
-		return 0;
+		if (n > 0)
+			take_fds(&rh, &got);
+		break;
 	}
+	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+		ret = locus_error_set(err, ECONNRESET, "locusd closed the connection without an "
+				      "answer");
+		goto err_close;
+	}
+	if (n < 0) {
+		ret = locus_error_set(err, errno, "reading locusd's answer: %s", strerror(errno));
+		goto err_close;
+	}
+	if (n != (ssize_t)sizeof(*rep) || rep->magic != LOCUS_REG_MAGIC) {
+		ret = locus_error_set(err, LOCUS_EPROTO, "malformed answer from locusd (%zd bytes)",
+				      n);
+		goto err_close;
+	}
+	if (rep->version != LOCUS_REG_VERSION) {
+		ret = locus_error_set(err, LOCUS_EVERSION, "locusd speaks registration protocol "
+				      "version %u, this client %u", rep->version, LOCUS_REG_VERSION);
+		goto err_close;
+	}
+	rep->msg[sizeof(rep->msg) - 1] = 0;
+	if (fd_in)
+		*fd_in = got;
+	else if (got >= 0)
+		close(got);
+	return 0;
+
+err_close:
+	if (got >= 0)
+		close(got);
+	return ret;
 }
 
 static int request(struct locus_client *c, struct locus_reg_req *req, int fd,
@@ -137,10 +178,11 @@ static int request(struct locus_client *c, struct locus_reg_req *req, int fd,
 	req->version = LOCUS_REG_VERSION;
 	req->slot = locus_client_slot(c);
 	req->generation = locus_client_generation(c);
-	sock = connect_daemon(locus_client_instance(c), err);
+	sock = locus_client_reg_connect(locus_client_instance(c), err);
 	if (sock < 0)
 		return sock;
-	ret = transact(sock, req, fd, rep, timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS, err);
+	ret = locus_client_reg_transact(sock, req, fd, rep, NULL,
+					timeout_ms ? timeout_ms : DEFAULT_TIMEOUT_MS, err);
 	close(sock);
 	if (ret < 0)
 		return ret;

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 /*
- * Client slots: region layout (both sides), the daemon's activation, and
- * the client library's attach/submit/poll.
+ * Client slots: region layout (both sides) and the daemon's side: the
+ * region of memfds, claim, activation, release, renewal. The client library
+ * is client_attach.c.
  */
 #include <errno.h>
-#include <signal.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "locus_client.h"
@@ -16,14 +18,7 @@
 #define BUF_ALIGN 4096u /* the buffer is registered memory: page aligned */
 #define MAX_SLOTS 4096u
 #define MAX_BUF   (1ull << 34)
-
-struct locus_client {
-	struct locus_shm *shm;
-	struct locus_clients v;
-	uint32_t slot;
-	struct locus_ring_end submit;     /* producer */
-	struct locus_ring_end completion; /* consumer */
-};
+#define SLOT_SEALS (F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)
 
 static int params_ok(const struct locus_clients_params *p)
 {
@@ -49,6 +44,16 @@ static void layout(const struct locus_clients_params *p, struct locus_clients *v
 	v->slots_off = BUF_ALIGN;
 }
 
+int locus_clients_geometry(struct locus_clients *v, const struct locus_clients_params *p)
+{
+	if (!params_ok(p))
+		return -EINVAL;
+	memset(v, 0, sizeof(*v));
+	layout(p, v);
+	v->size = v->slots_off + (uint64_t)p->n_slots * v->slot_stride;
+	return 0;
+}
+
 uint64_t locus_clients_region_size(const struct locus_clients_params *p)
 {
 	struct locus_clients v;
@@ -59,16 +64,14 @@ uint64_t locus_clients_region_size(const struct locus_clients_params *p)
 	return v.slots_off + (uint64_t)p->n_slots * v.slot_stride;
 }
 
-int locus_clients_init(void *region, uint64_t size, const struct locus_clients_params *p)
+/* The region header: geometry, then the magic (an opener never sees half of it). */
+static void write_hdr(void *region, const struct locus_clients_params *p)
 {
 	struct locus_clients_hdr *h = region;
 	struct locus_clients v;
 	uint64_t need = locus_clients_region_size(p);
 
-	if (!region || ((uintptr_t)region % BUF_ALIGN) || need == 0 || size < need)
-		return -EINVAL;
 	layout(p, &v);
-	memset(region, 0, need);
 	h->version = LOCUS_CLIENTS_VERSION;
 	h->n_slots = p->n_slots;
 	h->ring_size = p->ring_size;
@@ -79,6 +82,130 @@ int locus_clients_init(void *region, uint64_t size, const struct locus_clients_p
 	h->slots_off = v.slots_off;
 	h->region_size = need;
 	__atomic_store_n(&h->magic, LOCUS_CLIENTS_MAGIC, __ATOMIC_RELEASE);
+}
+
+int locus_clients_init(void *region, uint64_t size, const struct locus_clients_params *p)
+{
+	uint64_t need = locus_clients_region_size(p);
+
+	if (!region || ((uintptr_t)region % BUF_ALIGN) || need == 0 || size < need)
+		return -EINVAL;
+	memset(region, 0, need);
+	write_hdr(region, p);
+	return 0;
+}
+
+/* A fresh slot object: zeroed, its size sealed. Returns the fd or -errno. */
+static int slot_object(uint32_t slot, uint64_t len)
+{
+	char name[32];
+	int fd;
+
+	snprintf(name, sizeof(name), "locus-slot-%u", slot);
+	fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, SLOT_SEALS) < 0) {
+		int e = errno;
+
+		close(fd);
+		return -e;
+	}
+	return fd;
+}
+
+/* Map fd over slot's place in the range (replacing what was there). */
+static int map_slot(struct locus_clients *v, uint32_t slot, int fd)
+{
+	void *at = locus_clients_ctl(v, slot);
+
+	if (mmap(at, v->slot_stride, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
+	    at)
+		return -errno;
+	return 0;
+}
+
+int locus_clients_create(struct locus_clients *v, const struct locus_clients_params *p,
+			 struct locus_error *err)
+{
+	uint32_t i = 0;
+	void *base;
+	int ret;
+
+	if (locus_clients_geometry(v, p) < 0)
+		return locus_error_set(err, EINVAL, "client slots: parameters out of range");
+	v->fd = malloc(sizeof(int) * p->n_slots);
+	if (!v->fd)
+		return locus_error_set(err, ENOMEM, "client slots: out of memory");
+	/* the whole range first, so the slots land where the offsets say */
+	base = mmap(NULL, v->size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (base == MAP_FAILED) {
+		ret = locus_error_set(err, errno, "client slots: reserving %llu bytes: %s",
+				      (unsigned long long)v->size, strerror(errno));
+		goto err_fds;
+	}
+	v->base = base;
+	if (mmap(base, v->slots_off, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+		 -1, 0) != base) {
+		ret = locus_error_set(err, errno, "client slots: header: %s", strerror(errno));
+		goto err_unmap;
+	}
+	for (i = 0; i < p->n_slots; i++) {
+		v->fd[i] = slot_object(i, v->slot_stride);
+		ret = v->fd[i] < 0 ? v->fd[i] : map_slot(v, i, v->fd[i]);
+		if (ret < 0) {
+			if (v->fd[i] >= 0)
+				close(v->fd[i]);
+			locus_error_set(err, -ret, "client slot %u: memfd of %llu bytes: %s", i,
+					(unsigned long long)v->slot_stride, strerror(-ret));
+			goto err_close;
+		}
+	}
+	write_hdr(base, p);
+	return 0;
+
+err_close:
+	while (i--)
+		close(v->fd[i]);
+err_unmap:
+	munmap(base, v->size);
+err_fds:
+	free(v->fd);
+	memset(v, 0, sizeof(*v));
+	return ret;
+}
+
+void locus_clients_destroy(struct locus_clients *v)
+{
+	if (!v || !v->fd)
+		return;
+	for (uint32_t i = 0; i < v->p.n_slots; i++)
+		close(v->fd[i]);
+	munmap(v->base, v->size);
+	free(v->fd);
+	memset(v, 0, sizeof(*v));
+}
+
+int locus_clients_renew(struct locus_clients *v, uint32_t slot)
+{
+	uint64_t gen;
+	int fd, ret;
+
+	if (!v->fd || slot >= v->p.n_slots)
+		return -LOCUS_ERANGE;
+	fd = slot_object(slot, v->slot_stride);
+	if (fd < 0)
+		return fd;
+	/* generations go on counting: a request of an earlier attachment stays stale */
+	gen = __atomic_load_n(&locus_clients_ctl(v, slot)->generation, __ATOMIC_RELAXED);
+	ret = map_slot(v, slot, fd);
+	if (ret < 0) {
+		close(fd);
+		return ret;
+	}
+	close(v->fd[slot]);
+	v->fd[slot] = fd;
+	__atomic_store_n(&locus_clients_ctl(v, slot)->generation, gen, __ATOMIC_RELEASE);
 	return 0;
 }
 
@@ -114,6 +241,27 @@ int locus_clients_open(struct locus_clients *v, void *region, uint64_t size)
 	return 0;
 }
 
+int locus_clients_claim(struct locus_clients *v, uint32_t slot, pid_t pid, uint64_t start_ticks,
+			uint32_t roles, uint32_t decoder_id, uint32_t rank)
+{
+	struct locus_client_ctl *ctl;
+
+	if (slot >= v->p.n_slots)
+		return -LOCUS_ERANGE;
+	ctl = locus_clients_ctl(v, slot);
+	if (locus_client_state_of(__atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE)) !=
+	    LOCUS_CLIENT_FREE)
+		return -LOCUS_ESTATE;
+	ctl->start_ticks = start_ticks;
+	ctl->roles = roles;
+	ctl->decoder_id = decoder_id;
+	ctl->rank = rank;
+	ctl->reserved0 = 0;
+	__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_CLAIMED, pid),
+			 __ATOMIC_RELEASE);
+	return 0;
+}
+
 int locus_clients_prepare(struct locus_clients *v, uint32_t slot)
 {
 	struct locus_client_ctl *ctl;
@@ -132,7 +280,6 @@ int locus_clients_prepare(struct locus_clients *v, uint32_t slot)
 				      v->p.ring_size, LOCUS_DESC_SIZE);
 	if (ret < 0)
 		return ret;
-	ctl->refusal = 0;
 	ctl->load = 0;
 	__atomic_store_n(&ctl->load_seq, 0, __ATOMIC_RELAXED);
 	return 0;
@@ -149,39 +296,13 @@ int locus_clients_publish(struct locus_clients *v, uint32_t slot, uint64_t claim
 	if (locus_client_state_of(sp) != LOCUS_CLIENT_CLAIMED)
 		return -LOCUS_ESTATE;
 	ctl->generation++;
-	/*
-	 * Only the claim that was prepared: a client that gave up meanwhile
-	 * (or another that claimed the slot since) changed the word.
-	 */
+	/* only the claim that was prepared: nothing else may have become of the slot */
 	if (!__atomic_compare_exchange_n(&ctl->state_pid, &sp,
 					 locus_client_state_pid(LOCUS_CLIENT_ACTIVE,
 								locus_client_pid_of(sp)),
 					 0, __ATOMIC_RELEASE, __ATOMIC_RELAXED))
 		return -LOCUS_ESTATE;
 	return 0;
-}
-
-int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal)
-{
-	struct locus_client_ctl *ctl;
-	uint64_t sp;
-	int ret;
-
-	if (slot >= v->p.n_slots)
-		return -LOCUS_ERANGE;
-	ctl = locus_clients_ctl(v, slot);
-	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
-	if (locus_client_state_of(sp) != LOCUS_CLIENT_CLAIMED)
-		return -LOCUS_ESTATE;
-	if (refusal < 0) {
-		ctl->refusal = refusal;
-		__atomic_store_n(&ctl->state_pid,
-				 locus_client_state_pid(LOCUS_CLIENT_REFUSED, locus_client_pid_of(sp)),
-				 __ATOMIC_RELEASE);
-		return 0;
-	}
-	ret = locus_clients_prepare(v, slot);
-	return ret < 0 ? ret : locus_clients_publish(v, slot, sp);
 }
 
 void locus_clients_release(struct locus_clients *v, uint32_t slot)
@@ -201,262 +322,14 @@ int locus_clients_check(struct locus_clients *v, uint32_t slot)
 {
 	struct locus_client_ctl *ctl;
 	uint64_t sp;
-	pid_t pid;
 
 	if (slot >= v->p.n_slots)
 		return LOCUS_CLIENTS_IDLE;
 	ctl = locus_clients_ctl(v, slot);
 	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
-	pid = locus_client_pid_of(sp);
-	switch (locus_client_state_of(sp)) {
-	case LOCUS_CLIENT_FREE:
+	/* the client may write its control line: anything but ACTIVE ends it */
+	if (locus_client_state_of(sp) == LOCUS_CLIENT_ACTIVE &&
+	    locus_proc_alive(locus_client_pid_of(sp), ctl->start_ticks))
 		return LOCUS_CLIENTS_IDLE;
-	case LOCUS_CLIENT_CLAIMING:
-		/* start time not written yet: the pid alone must do */
-		if (kill(pid, 0) < 0 && errno == ESRCH)
-			break;
-		return LOCUS_CLIENTS_IDLE;
-	case LOCUS_CLIENT_CLAIMED:
-		if (!locus_proc_alive(pid, ctl->start_ticks))
-			break;
-		return LOCUS_CLIENTS_CLAIM;
-	case LOCUS_CLIENT_REFUSED:
-		if (!locus_proc_alive(pid, ctl->start_ticks))
-			break;
-		return LOCUS_CLIENTS_IDLE;
-	case LOCUS_CLIENT_ACTIVE:
-		if (locus_proc_alive(pid, ctl->start_ticks))
-			return LOCUS_CLIENTS_IDLE;
-		return LOCUS_CLIENTS_GONE;
-	case LOCUS_CLIENT_DETACHING:
-		return LOCUS_CLIENTS_GONE;
-	default:
-		break; /* garbage in the state word: take the slot back */
-	}
-	/* Free the slot only if nobody changed it since we looked. */
-	if (__atomic_compare_exchange_n(&ctl->state_pid, &sp,
-					locus_client_state_pid(LOCUS_CLIENT_FREE, 0), 0,
-					__ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-		ctl->roles = 0;
-		ctl->start_ticks = 0;
-	}
-	return LOCUS_CLIENTS_IDLE;
-}
-
-/* ------------------------------------------------------------------ */
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
-static int claim_slot(struct locus_client *c, const struct locus_client_req *req)
-{
-	pid_t me = getpid();
-	uint64_t ticks = 0;
-
-	if (locus_proc_start_ticks(me, &ticks) < 0)
-		return -ESRCH;
-	for (uint32_t i = 0; i < c->v.p.n_slots; i++) {
-		struct locus_client_ctl *ctl = locus_clients_ctl(&c->v, i);
-		uint64_t expect = locus_client_state_pid(LOCUS_CLIENT_FREE, 0);
-
-		if (!__atomic_compare_exchange_n(&ctl->state_pid, &expect,
-						 locus_client_state_pid(LOCUS_CLIENT_CLAIMING, me),
-						 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
-			continue;
-		ctl->start_ticks = ticks;
-		ctl->roles = req->roles;
-		ctl->decoder_id = req->decoder_id;
-		ctl->rank = req->rank;
-		ctl->refusal = 0;
-		__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_CLAIMED, me),
-				 __ATOMIC_RELEASE);
-		c->slot = i;
-		return 0;
-	}
-	return -LOCUS_EFULL;
-}
-
-/* Wait for the daemon's answer; on time-out take the claim back. */
-static int await_answer(struct locus_client *c, unsigned timeout_ms, struct locus_error *err)
-{
-	struct locus_client_ctl *ctl = locus_clients_ctl(&c->v, c->slot);
-	uint64_t claimed = locus_client_state_pid(LOCUS_CLIENT_CLAIMED, getpid());
-
-	for (unsigned waited = 0;; waited++) {
-		uint64_t sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
-		uint32_t st = locus_client_state_of(sp);
-
-		if (st == LOCUS_CLIENT_ACTIVE)
-			return 0;
-		if (st == LOCUS_CLIENT_REFUSED) {
-			int why = ctl->refusal;
-
-			__atomic_store_n(&ctl->state_pid,
-					 locus_client_state_pid(LOCUS_CLIENT_FREE, 0),
-					 __ATOMIC_RELEASE);
-			return locus_error_set(err, why < 0 ? why : -LOCUS_EPROTO,
-					       "locusd refused the attachment: %s",
-					       locus_strerror(why));
-		}
-		if (st != LOCUS_CLIENT_CLAIMED)
-			return locus_error_set(err, LOCUS_EPROTO,
-					       "client slot %u changed to state %u under us",
-					       c->slot, st);
-		if (waited >= timeout_ms) {
-			if (__atomic_compare_exchange_n(&ctl->state_pid, &claimed,
-							locus_client_state_pid(LOCUS_CLIENT_FREE, 0),
-							0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-				return locus_error_set(err, ETIMEDOUT,
-						       "locusd did not answer within %u ms",
-						       timeout_ms);
-			continue; /* it answered just now */
-		}
-		sleep_ms(1);
-	}
-}
-
-int locus_client_attach(const char *instance, const struct locus_client_req *req,
-			struct locus_client **out, struct locus_error *err)
-{
-	struct locus_client *c;
-	void *region;
-	size_t size;
-	int ret;
-
-	if (!req || !out || !req->roles || (req->roles & ~(uint32_t)LOCUS_ROLE_ALL))
-		return locus_error_set(err, EINVAL, "client request names no valid role");
-	c = calloc(1, sizeof(*c));
-	if (!c)
-		return locus_error_set(err, ENOMEM, "out of memory");
-	ret = locus_shm_attach(instance, LOCUS_SHM_ALLOW_GROUP, &c->shm, err);
-	if (ret < 0)
-		goto err_free;
-	if (locus_shm_state(c->shm) != LOCUS_SHM_RUNNING) {
-		ret = locus_error_set(err, LOCUS_ESTATE, "locusd instance '%s' is not running",
-				      instance);
-		goto err_detach;
-	}
-	region = locus_shm_region(c->shm, LOCUS_REGION_CLIENTS, &size);
-	ret = region ? locus_clients_open(&c->v, region, size) : -LOCUS_ERANGE;
-	if (ret < 0) {
-		locus_error_set(err, ret, "instance '%s': client region unusable: %s", instance,
-				locus_strerror(ret));
-		goto err_detach;
-	}
-	ret = claim_slot(c, req);
-	if (ret < 0) {
-		locus_error_set(err, ret, "instance '%s': %s", instance,
-				ret == -LOCUS_EFULL ? "all client slots are taken"
-						    : locus_strerror(ret));
-		goto err_detach;
-	}
-	ret = await_answer(c, req->timeout_ms ? req->timeout_ms : 2000, err);
-	if (ret < 0)
-		goto err_detach;
-	ret = locus_ring_attach(&c->submit, locus_clients_submit_ring(&c->v, c->slot),
-				c->v.ring_bytes, c->v.p.ring_size, LOCUS_DESC_SIZE, 1);
-	if (ret == 0)
-		ret = locus_ring_attach(&c->completion, locus_clients_completion_ring(&c->v, c->slot),
-					c->v.ring_bytes, c->v.p.ring_size, LOCUS_DESC_SIZE, 0);
-	if (ret < 0) {
-		locus_error_set(err, ret, "client slot %u rings unusable: %s", c->slot,
-				locus_strerror(ret));
-		goto err_leave;
-	}
-	*out = c;
-	return 0;
-
-err_leave:
-	__atomic_store_n(&locus_clients_ctl(&c->v, c->slot)->state_pid,
-			 locus_client_state_pid(LOCUS_CLIENT_DETACHING, getpid()), __ATOMIC_RELEASE);
-err_detach:
-	locus_shm_detach(c->shm);
-err_free:
-	free(c);
-	return ret;
-}
-
-void locus_client_detach(struct locus_client *c)
-{
-	if (!c)
-		return;
-	__atomic_store_n(&locus_clients_ctl(&c->v, c->slot)->state_pid,
-			 locus_client_state_pid(LOCUS_CLIENT_DETACHING, getpid()), __ATOMIC_RELEASE);
-	locus_shm_detach(c->shm);
-	free(c);
-}
-
-uint8_t *locus_client_stage(struct locus_client *c, uint64_t *size)
-{
-	if (size)
-		*size = c->v.p.stage_size;
-	return locus_clients_buf(&c->v, c->slot);
-}
-
-const void *locus_client_inbox(struct locus_client *c, const struct locus_desc *d)
-{
-	uint64_t lo = c->v.p.stage_size;
-
-	/* a message may span consecutive slots up to the end of the inbox */
-	if (d->slot >= c->v.p.inbox_slots || d->off != locus_clients_inbox_off(&c->v, d->slot) ||
-	    d->len > (uint64_t)(c->v.p.inbox_slots - d->slot) * c->v.p.inbox_slot_size ||
-	    d->off < lo)
-		return NULL;
-	return locus_clients_buf(&c->v, c->slot) + d->off;
-}
-
-int locus_client_submit(struct locus_client *c, const struct locus_desc *d, uint32_t n)
-{
-	int64_t got = locus_ring_enqueue_burst(&c->submit, d, n);
-
-	if (got < 0)
-		return (int)got;
-	return got == 0 && n ? -LOCUS_EFULL : (int)got;
-}
-
-int locus_client_poll(struct locus_client *c, struct locus_desc *out, uint32_t max)
-{
-	return (int)locus_ring_dequeue_burst(&c->completion, out, max);
-}
-
-int locus_client_release_slot(struct locus_client *c, uint32_t slot)
-{
-	struct locus_desc d = { .op = LOCUS_OP_RELEASE, .slot = slot };
-
-	if (slot >= c->v.p.inbox_slots)
-		return -LOCUS_ERANGE;
-	return locus_client_submit(c, &d, 1) == 1 ? 0 : -LOCUS_EFULL;
-}
-
-void locus_client_report_load(struct locus_client *c, uint32_t load)
-{
-	struct locus_client_ctl *ctl = locus_clients_ctl(&c->v, c->slot);
-
-	__atomic_store_n(&ctl->load, load, __ATOMIC_RELAXED);
-	__atomic_store_n(&ctl->load_seq, ctl->load_seq + 1, __ATOMIC_RELEASE);
-}
-
-uint32_t locus_client_slot(const struct locus_client *c)
-{
-	return c->slot;
-}
-
-uint64_t locus_client_generation(const struct locus_client *c)
-{
-	return __atomic_load_n(&locus_clients_ctl(&c->v, c->slot)->generation, __ATOMIC_ACQUIRE);
-}
-
-const char *locus_client_instance(const struct locus_client *c)
-{
-	return locus_shm_instance(c->shm);
-}
-
-const struct locus_clients *locus_client_region(const struct locus_client *c)
-{
-	return &c->v;
+	return LOCUS_CLIENTS_GONE;
 }

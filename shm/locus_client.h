@@ -2,10 +2,10 @@
 /*
  * Client slots: how serving workers on a node talk to their locusd.
  *
- * The segment's LOCUS_REGION_CLIENTS holds n_slots fixed-size client slots.
- * A slot is one attached worker: a prefiller (submits signatures), a decoder
- * (receives signatures, reports its load) and/or an expert-parallel rank
- * (submits dispatch/combine, receives token rows). Each slot has
+ * locusd serves n_slots fixed-size client slots. A slot is one attached
+ * worker: a prefiller (submits signatures), a decoder (receives signatures,
+ * reports its load) and/or an expert-parallel rank (submits dispatch/combine,
+ * receives token rows). Each slot has
  *
  *   - a control line: state, owner pid + start time, what the client asked
  *     to be (roles, decoder id, rank), the daemon's answer;
@@ -17,11 +17,25 @@
  *     the inbox, inbox_slots fixed slots after the staging area, and the
  *     client hands each inbox slot back with LOCUS_OP_RELEASE.
  *
- * Attaching is a handshake with the daemon, which alone initialises rings:
- *   FREE --client CAS--> CLAIMING --request filled--> CLAIMED
- *   CLAIMED --daemon checks--> ACTIVE | REFUSED
- *   ACTIVE --client detach--> DETACHING --daemon drains--> FREE
- *   any state whose owner died --daemon--> FREE (slot reclaimed)
+ * Every slot is a memfd of its own (never named in a file system). locusd
+ * maps them all, each at its fixed offset of one reserved range, so its view
+ * is one region addressed by offsets as if the slots were contiguous; a
+ * client maps only its own slot, whose fd it gets over the registration
+ * socket when locusd granted the attachment. One client cannot map another's
+ * slot, nor a slot it held before: when a slot is freed, locusd maps a fresh
+ * memfd over it, so a process that kept the old mapping (a forked child, a
+ * client that never unmapped) writes into an object nobody reads.
+ *
+ * Attaching (locus_client_attach): the client sends what it wants to be over
+ * the registration socket; locusd's main lcore picks a free slot, fills its
+ * control line with the sender's pid (SO_PEERCRED) and request, checks it,
+ * has the engine serve the slot, marks it ACTIVE and only then answers with
+ * the slot's fd; the client maps it and confirms. A client that gave up (it
+ * closed the connection, or never confirmed within a second) is detached
+ * again. The states, in the control line:
+ *   FREE --daemon, for a request--> CLAIMED --engine serves it--> ACTIVE
+ *   ACTIVE --client detach--> DETACHING --daemon drains, fresh memfd--> FREE
+ *   ACTIVE whose owner died, or any other word --daemon--> the same
  *
  * Contract: every ROUTE, DISPATCH and COMBINE a client submits gets exactly
  * one completion descriptor back with the same op, id and a status (0 or
@@ -40,16 +54,14 @@
 #include "locus_ring.h"
 
 #define LOCUS_CLIENTS_MAGIC   0x53544e45494c434cull /* "LCLIENTS" */
-#define LOCUS_CLIENTS_VERSION 1u
+#define LOCUS_CLIENTS_VERSION 2u
 #define LOCUS_DESC_SIZE       64u
 
 enum locus_client_state {
 	LOCUS_CLIENT_FREE      = 0,
-	LOCUS_CLIENT_CLAIMED   = 1,
+	LOCUS_CLIENT_CLAIMED   = 1, /* locusd attaches it for a request */
 	LOCUS_CLIENT_ACTIVE    = 2,
-	LOCUS_CLIENT_REFUSED   = 3,
 	LOCUS_CLIENT_DETACHING = 4,
-	LOCUS_CLIENT_CLAIMING  = 5, /* the client owns the slot, fills its request */
 };
 
 enum locus_client_role {
@@ -135,7 +147,7 @@ struct locus_client_ctl {
 	uint32_t roles;           /* requested: enum locus_client_role bits */
 	uint32_t decoder_id;      /* with LOCUS_ROLE_DECODE */
 	uint32_t rank;            /* with LOCUS_ROLE_RANK (global rank id) */
-	int32_t  refusal;         /* REFUSED: -code */
+	uint32_t reserved0;       /* 0 */
 	uint64_t generation;      /* bumped by the daemon at every activation */
 	uint8_t  pad[LOCUS_CACHE_LINE - 40];
 	/* the decoder's load report, written only by the client */
@@ -162,26 +174,55 @@ static inline uint64_t locus_client_state_pid(uint32_t state, pid_t pid)
 	return (uint64_t)state | ((uint64_t)(uint32_t)pid << 32);
 }
 
-/* Process-local, validated view of the region (either side). */
+/*
+ * Process-local, validated view of the region. In locusd, base is the
+ * reserved range holding the header page and every slot; a client's view
+ * has the geometry only (base NULL): it maps its own slot alone.
+ */
 struct locus_clients {
 	uint8_t *base;
 	uint64_t size;
 	struct locus_clients_params p;
-	uint64_t slot_stride;
+	uint64_t slot_stride;      /* bytes of one slot (its memfd's size) */
 	uint64_t slots_off;
 	uint64_t ring_bytes;       /* one ring */
 	uint64_t buf_off;          /* buffer offset inside a slot */
 	uint64_t buf_size;         /* stage + inbox */
+	int *fd;                   /* locusd: [n_slots] each slot's memfd; else NULL */
 };
 
 /* Bytes of a region with these params, or 0 if they are out of range. */
 uint64_t locus_clients_region_size(const struct locus_clients_params *p);
 
-/* Lay out an empty region (all slots FREE). Returns 0 or -EINVAL. */
+/* Lay out an empty region in memory of one piece (all slots FREE). Returns 0 or -EINVAL. */
 int locus_clients_init(void *region, uint64_t size, const struct locus_clients_params *p);
 
 /* Validate an existing region and fill the view. Returns 0 or -LOCUS_E*. */
 int locus_clients_open(struct locus_clients *v, void *region, uint64_t size);
+
+/* The geometry of p into v (base NULL, no fds): a client's view. -EINVAL if p is bad. */
+int locus_clients_geometry(struct locus_clients *v, const struct locus_clients_params *p);
+
+/*
+ * Daemon side: reserve the region's range in this process, the header page
+ * in private memory and every slot a memfd of its own ("locus-slot-<i>",
+ * sealed against shrinking and growing, so no holder can make locusd's
+ * accesses fault) mapped at its offset. Returns 0 with v open, or a
+ * negative code (err says).
+ */
+int locus_clients_create(struct locus_clients *v, const struct locus_clients_params *p,
+			 struct locus_error *err);
+
+/* Unmap the range and close the memfds (v from locus_clients_create). */
+void locus_clients_destroy(struct locus_clients *v);
+
+/*
+ * Give slot a fresh memfd, mapped over the old one at the same address:
+ * whoever still maps the old object keeps an orphan nobody reads. Only while
+ * no thread of this process touches the slot (the engine let go of it). 0,
+ * or -errno with the old object left in place.
+ */
+int locus_clients_renew(struct locus_clients *v, uint32_t slot);
 
 static inline struct locus_client_ctl *locus_clients_ctl(const struct locus_clients *v,
 							 uint32_t slot)
@@ -211,34 +252,28 @@ static inline uint64_t locus_clients_inbox_off(const struct locus_clients *v, ui
 }
 
 /*
- * Daemon side. locus_clients_activate() lays out fresh rings for a CLAIMED
- * slot and makes it ACTIVE (or REFUSED with refusal < 0); the caller has
- * checked the request. locus_clients_release() returns a slot to FREE.
+ * Daemon side, for a FREE slot a request is granted: claim writes the
+ * request and its sender into the control line (state CLAIMED), prepare
+ * lays out fresh rings (state unchanged), publish makes it ACTIVE if its
+ * state word is still the claimed one (read after prepare) and bumps the
+ * generation. 0, -LOCUS_ESTATE (the slot is not in that state), -LOCUS_ERANGE.
+ * release returns a slot to FREE (the caller renewed its memfd first).
  */
-int locus_clients_activate(struct locus_clients *v, uint32_t slot, int refusal);
-/*
- * The two halves of a positive activate, for a daemon whose data plane must
- * serve the slot before the client (and through it, other nodes) may use
- * it: prepare lays out the rings of a CLAIMED slot (state unchanged),
- * publish makes it ACTIVE if its state word is still claimed (the CLAIMED
- * word read after prepare). 0, -LOCUS_ESTATE (the client gave up, or the
- * slot changed hands), -LOCUS_ERANGE.
- */
+int locus_clients_claim(struct locus_clients *v, uint32_t slot, pid_t pid, uint64_t start_ticks,
+			uint32_t roles, uint32_t decoder_id, uint32_t rank);
 int locus_clients_prepare(struct locus_clients *v, uint32_t slot);
 int locus_clients_publish(struct locus_clients *v, uint32_t slot, uint64_t claimed);
 void locus_clients_release(struct locus_clients *v, uint32_t slot);
 
 enum locus_clients_event {
 	LOCUS_CLIENTS_IDLE  = 0, /* nothing for the daemon to do */
-	LOCUS_CLIENTS_CLAIM = 1, /* a live client waits for an answer */
-	LOCUS_CLIENTS_GONE  = 2, /* an ACTIVE client detached or died: stop using
-				  * the slot, then locus_clients_release() it */
+	LOCUS_CLIENTS_GONE  = 2, /* the client detached, died or broke its state
+				  * word: stop using the slot, then release it */
 };
 
 /*
- * The daemon's periodic look at one slot (control thread only: it reads
- * /proc). Slots that never became ACTIVE and whose owner died are freed
- * here directly. Returns an enum locus_clients_event.
+ * The daemon's periodic look at an attached slot (control thread only: it
+ * reads /proc): IDLE while it is ACTIVE and its owner lives, else GONE.
  */
 int locus_clients_check(struct locus_clients *v, uint32_t slot);
 
@@ -255,16 +290,19 @@ struct locus_client_req {
 };
 
 /*
- * Attach to instance's locusd: claim a free slot, wait (bounded) for the
- * daemon's answer. Errors: the segment's attach refusals, -LOCUS_ESTATE (no
- * running daemon), -LOCUS_EFULL (no free slot), -ETIMEDOUT, or the daemon's
- * refusal (e.g. -LOCUS_ERANGE for a rank outside the cluster, -EEXIST for a
- * decoder id or rank already attached). err says which.
+ * Attach to instance's locusd: ask for a slot over the registration socket,
+ * wait (bounded) for the answer and map the slot. Errors: the segment's
+ * attach refusals (it is read to check the daemon runs), -LOCUS_ESTATE (no
+ * running daemon), -LOCUS_EFULL (no free slot), -ETIMEDOUT, -ECONNREFUSED /
+ * -ENOENT (nothing listening), -LOCUS_EVERSION (another protocol or slot
+ * layout), or the daemon's refusal (e.g. -LOCUS_ERANGE for a rank outside
+ * the cluster, -EEXIST for a decoder id or rank already attached). err says
+ * which.
  */
 int locus_client_attach(const char *instance, const struct locus_client_req *req,
 			struct locus_client **out, struct locus_error *err);
 
-/* Tell the daemon we leave, and unmap. NULL is a no-op. */
+/* Tell the daemon we leave (DETACHING in our control line), and unmap. NULL is a no-op. */
 void locus_client_detach(struct locus_client *c);
 
 /* The staging area (the client writes what it submits here). */
@@ -296,13 +334,14 @@ void locus_client_report_load(struct locus_client *c, uint32_t load);
 #define LOCUS_REGION_MAX_LEN     (1ull << 36) /* 64 GiB */
 #define LOCUS_REGION_ALIGN       4096u       /* offset and length */
 #define LOCUS_REG_MAGIC          0x47455244u /* "DREG" */
-#define LOCUS_REG_VERSION        1u
+#define LOCUS_REG_VERSION        2u
 #define LOCUS_REG_SOCK_SUFFIX    ".reg"
-#define LOCUS_REG_RUN_DIR        "/run/locus"
 
 enum locus_reg_op {
 	LOCUS_REG_DMABUF     = 1, /* the message carries one fd (SCM_RIGHTS) */
 	LOCUS_REG_UNREGISTER = 2,
+	LOCUS_REG_ATTACH     = 3, /* a slot, please: the answer carries its memfd */
+	LOCUS_REG_ATTACHED   = 4, /* on the same connection: the slot is mapped, keep it */
 };
 
 /*
@@ -321,17 +360,29 @@ enum locus_region_flags {
 
 /*
  * The registration socket's messages (SOCK_SEQPACKET, one request and one
- * reply per connection). The daemon checks the sender with SO_PEERCRED:
- * its pid must own slot, in generation.
+ * reply per connection; ATTACH adds the client's ATTACHED). The daemon
+ * checks the sender with SO_PEERCRED: for DMABUF and UNREGISTER its pid
+ * must own slot, in generation; an ATTACH makes it the owner of the slot
+ * granted.
  */
 struct locus_reg_req {
 	uint32_t magic;       /* LOCUS_REG_MAGIC */
 	uint32_t version;     /* LOCUS_REG_VERSION */
 	uint32_t op;          /* enum locus_reg_op */
-	uint32_t slot;        /* the sender's client slot */
-	uint64_t generation;  /* the slot's activation generation */
-	uint64_t offset;      /* REG_DMABUF: region start in the dma-buf */
-	uint64_t len;         /* REG_DMABUF: region bytes */
+	uint32_t slot;        /* the sender's client slot (ATTACH: 0) */
+	uint64_t generation;  /* the slot's activation generation (ATTACH: 0) */
+	union {
+		struct {
+			uint64_t offset; /* REG_DMABUF: region start in the dma-buf */
+			uint64_t len;    /* REG_DMABUF: region bytes */
+		};
+		struct {
+			uint32_t roles;      /* ATTACH: enum locus_client_role bits */
+			uint32_t decoder_id; /* ATTACH: with LOCUS_ROLE_DECODE */
+			uint32_t rank;       /* ATTACH: with LOCUS_ROLE_RANK */
+			uint32_t attach_reserved; /* 0 */
+		};
+	};
 	uint32_t region;      /* UNREGISTER: the id */
 	uint32_t reserved;    /* 0 */
 };
@@ -342,8 +393,16 @@ struct locus_reg_rep {
 	int32_t  status;      /* 0 or -code */
 	uint32_t region;      /* REG_DMABUF: the new region's id (never 0) */
 	uint32_t flags;       /* enum locus_region_flags */
-	uint32_t reserved;
-	char     msg[168];    /* why, when status < 0 (NUL-terminated) */
+	uint32_t slot;        /* ATTACH: the slot granted; its memfd comes with SCM_RIGHTS */
+	uint64_t generation;  /* ATTACH: its activation generation */
+	/* ATTACH: the slot's geometry (struct locus_clients_params but n_slots) */
+	uint32_t ring_size;
+	uint32_t inbox_slots;
+	uint32_t inbox_slot_size;
+	uint32_t clients_version; /* LOCUS_CLIENTS_VERSION: the slot's layout */
+	uint64_t stage_size;
+	uint64_t slot_size;   /* bytes of the memfd */
+	char     msg[128];    /* why, when status < 0 (NUL-terminated) */
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_req) == 48, "registration request");
@@ -384,6 +443,7 @@ int locus_client_reg_sock_path(const char *instance, char *buf, size_t len);
 uint32_t locus_client_slot(const struct locus_client *c);
 uint64_t locus_client_generation(const struct locus_client *c);
 const char *locus_client_instance(const struct locus_client *c);
+/* The slot geometry (base NULL: a client maps its own slot only). */
 const struct locus_clients *locus_client_region(const struct locus_client *c);
 
 #endif /* LOCUS_CLIENT_H */

@@ -2,16 +2,20 @@
 /*
  * The node's shared-memory segment: /dev/shm/locus.<instance>.
  *
- * One shm object per data-plane instance, mode 0660. It starts with a fixed
+ * One shm object per data-plane instance, mode 0640: locusd writes it, its
+ * group (clients, locus-stat, locusctl) maps it read-only. It starts with a fixed
  * header (magic, ABI version, total size, owner pid and start time, state
  * word) followed by a region directory; every region is addressed by its
  * offset from the start of the segment, nothing in it is a pointer, so any
  * process maps it at any address.
  *
  * Regions (each owned by one module, which lays out its own contents):
- *   LOCUS_REGION_TABLES    table channels (locus_table.h)
  *   LOCUS_REGION_COUNTERS  counter directory and per-lcore blocks (locus_counters.h)
- *   LOCUS_REGION_CLIENTS   client slots and their rings (the client API)
+ * Since ABI 2 nothing a process other than locusd may write is in the
+ * segment: the table channels live in locusd's own memory and reach it only
+ * through the control socket (locus_push.h); each client slot is a memfd of
+ * its own, mapped by locusd and by the one client it was given to
+ * (locus_client.h).
  *
  * Any change of layout bumps LOCUS_SHM_ABI_VERSION; an attacher of another
  * version is refused with -LOCUS_EVERSION.
@@ -31,7 +35,7 @@
 #include "locus_err.h"
 
 #define LOCUS_SHM_MAGIC        0x4d48535355434f4cull /* "LOCUSSHM" little-endian */
-#define LOCUS_SHM_ABI_VERSION  1u
+#define LOCUS_SHM_ABI_VERSION  2u
 #define LOCUS_SHM_NAME_MAX     64  /* instance name: [A-Za-z0-9_.-]{1,63} */
 #define LOCUS_SHM_DIR_ENV      "LOCUS_SHM_DIR"
 #define LOCUS_SHM_DEFAULT_DIR  "/dev/shm"
@@ -45,20 +49,19 @@ enum locus_shm_state {
 };
 
 enum locus_shm_region_id {
-	LOCUS_REGION_TABLES   = 0,
+	/* 0 and 2: the table channels and the client slots until ABI 1 */
 	LOCUS_REGION_COUNTERS = 1,
-	LOCUS_REGION_CLIENTS  = 2,
 	LOCUS_REGION_MAX      = 8,
 };
 
 enum locus_shm_attach_flags {
 	LOCUS_SHM_RDONLY      = 1u << 0, /* map PROT_READ (locus-stat, monitors) */
 	LOCUS_SHM_ALLOW_GROUP = 1u << 1, /* accept a segment of another owner whose
-					  * group we belong to (mode 0660 grants it) */
+					  * group we belong to (mode 0640 grants reading) */
 };
 
 /*
- * The segment header as it lies at offset 0 (ABI version 1). magic and
+ * The segment header as it lies at offset 0 (ABI version 2). magic and
  * abi_version stay at offsets 0 and 8 in every version so that any attacher
  * can tell what it is looking at. A region of size 0 is absent (offset 0).
  * state is accessed with atomic loads and stores only.
@@ -95,7 +98,7 @@ struct locus_shm_params {
 };
 
 /*
- * Create the segment with mode 0660 in state STARTING; regions are zeroed and
+ * Create the segment with mode 0640 in state STARTING; regions are zeroed and
  * LOCUS_SHM_REGION_ALIGN-aligned; the owning module initialises each. The object appears
  * under its name fully formed (built unnamed, then linked in), so an attacher
  * never sees a half-written header. Fails with -EEXIST if a segment of that
@@ -148,6 +151,15 @@ int locus_shm_is_rdonly(const struct locus_shm *shm);
  * bad instance name, -ENAMETOOLONG if buf is too short.
  */
 int locus_shm_path(const char *instance, char *buf, size_t len);
+
+/*
+ * Where an instance's sockets live: "<dir>/locus.<instance><suffix>", dir
+ * $LOCUS_SHM_DIR when set (tests: next to the segment), else /run/locus when
+ * it exists (the deployment's tmpfiles.d entry), else /dev/shm. 0, -EINVAL,
+ * -ENAMETOOLONG.
+ */
+#define LOCUS_SHM_RUN_DIR "/run/locus"
+int locus_shm_run_path(const char *instance, const char *suffix, char *buf, size_t len);
 
 /* 0 if name is a valid instance name ([A-Za-z0-9_.-]{1,63}, not "." / ".."). */
 int locus_shm_check_name(const char *name);

@@ -1,7 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Table channels: versioned tables handed from one writer process (locusctl)
- * to the data-plane lcores through the segment's LOCUS_REGION_TABLES.
+ * Table channels: versioned tables handed from one writer to the data-plane
+ * lcores through a region of memory. In locusd the region is its own memory
+ * and the writer its main lcore, fed by the control socket (locus_push.h);
+ * the channel itself works between processes too (the torture test).
  *
  * The region holds C channels (ELDR, GRACE, ...: the ids are just numbers
  * here). A channel has N >= 2 slots of a size fixed at creation, a published

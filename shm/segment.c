@@ -21,7 +21,7 @@
 #include "locus_common.h"
 #include "locus_shm.h"
 
-#define SHM_MODE          0660
+#define SHM_MODE          0640 /* written by locusd alone, read by its group */
 #define SHM_PAGE          4096
 #define SHM_CREATE_TRIES  8
 
@@ -75,6 +75,21 @@ int locus_shm_path(const char *instance, char *buf, size_t len)
 	return 0;
 }
 
+int locus_shm_run_path(const char *instance, const char *suffix, char *buf, size_t len)
+{
+	const char *dir = getenv(LOCUS_SHM_DIR_ENV);
+	struct stat st;
+	int n;
+
+	if (locus_shm_check_name(instance) < 0)
+		return -EINVAL;
+	if (!dir || !*dir)
+		dir = stat(LOCUS_SHM_RUN_DIR, &st) == 0 && S_ISDIR(st.st_mode) ? LOCUS_SHM_RUN_DIR
+									: LOCUS_SHM_DEFAULT_DIR;
+	n = snprintf(buf, len, "%s/locus.%s%s", dir, instance, suffix);
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
 static uint64_t realtime_ns(void)
 {
 	struct timespec ts;
@@ -105,7 +120,7 @@ static int check_owner(const struct stat *st, unsigned flags, const char *path,
 		return locus_error_set(err, LOCUS_EBADMAGIC, "%s: not a regular file", path);
 	if (st->st_mode & S_IWOTH)
 		return locus_error_set(err, LOCUS_EWORLDWRITABLE,
-				       "%s: mode %04o is world-writable: refused (expected 0660)",
+				       "%s: mode %04o is world-writable: refused (expected 0640)",
 				       path, (unsigned)(st->st_mode & 07777));
 	if (st->st_uid != geteuid() &&
 	    !((flags & LOCUS_SHM_ALLOW_GROUP) && in_group(st->st_gid)))
@@ -338,7 +353,7 @@ int locus_shm_create(const struct locus_shm_params *p, struct locus_shm **out,
 		rc = fd;
 		goto err_free;
 	}
-	/* the umask may have narrowed the mode; 0660 is part of the contract */
+	/* the umask may have narrowed the mode; 0640 is part of the contract */
 	if (fchmod(fd, SHM_MODE) < 0 || ftruncate(fd, (off_t)total) < 0) {
 		rc = locus_error_set(err, errno, "%s: sizing to %llu bytes: %s", path,
 				     (unsigned long long)total, strerror(errno));

@@ -1,6 +1,6 @@
 # shm: the segment (create/attach/remove) and the table channels.
 $(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c shm/table.c shm/table_writer.c \
-	shm/table_reader.c))
+	shm/table_reader.c shm/push.c))
 $(eval $(call PROGRAM,tests/test_segment,tests/test_segment.c,shm common,cmocka))
 $(eval $(call PROGRAM,tests/test_table,tests/test_table.c,shm common,cmocka))
 

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Client slots: the attach handshake between a client process and a daemon
- * played by the test, refusals, time-outs, full slots, dead-client reclaim
- * and delivered-payload bounds.
+ * Client slots: the layout, and the client library against a real node on
+ * threads (its registration socket, control loop and engine): the attach
+ * handshake, refusals with their sentences, a daemon that does not answer,
+ * full slots, dead and unconfirmed clients taken back, a slot's memfd
+ * sealed, delivered-payload bounds, and a freed slot renewed: a process
+ * that kept its old mapping neither sees nor touches the slot's next owner.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,15 +16,22 @@
 #include <string.h>
 #include <errno.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "client_priv.h"
 #include "locus_client.h"
 #include "locus_shm.h"
+#include "node_util.h"
+
+#define INST "t-client"
 
 static char shm_dir[64];
+static struct tu_node T;
 
 static const struct locus_clients_params params = {
 	.n_slots = 2,
@@ -31,54 +41,38 @@ static const struct locus_clients_params params = {
 	.inbox_slot_size = 16384,
 };
 
-struct daemon {
-	struct locus_shm *shm;
+static const char conf[] =
+	"[locusd]\ninstance = " INST "\nclient_slots = 2\nring_size = 16\n"
+	"stage_size = 65536\nclient_inbox_slots = 4\ninbox_slot_size = 16384\n"
+	"moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\nmax_batch_tokens = 64\n"
+	"table_slot_size = 65536\nload_timeout_ms = 60000\n"
+	"[cluster]\ngpus_per_node = 4\nnode.0 = 127.0.0.1:7471\n";
+
+#define ctr(name, elem) tu_ctr(T.view.ctrs, name, elem)
+
+/* The node's own view of its slots (the engine's region). */
+static struct locus_client_ctl *node_ctl(uint32_t slot)
+{
 	struct locus_clients v;
-};
+	size_t len;
 
-static void daemon_up(struct daemon *d, const char *instance, const struct locus_clients_params *p,
-		      int running)
-{
-	struct locus_shm_params sp = { .instance = instance };
-	struct locus_error e;
-	size_t size;
-	void *region;
-
-	sp.region_size[LOCUS_REGION_CLIENTS] = locus_clients_region_size(p);
-	assert_true(sp.region_size[LOCUS_REGION_CLIENTS] > 0);
-	if (locus_shm_create(&sp, &d->shm, &e) != 0)
-		fail_msg("create: %s", e.msg);
-	region = locus_shm_region(d->shm, LOCUS_REGION_CLIENTS, &size);
-	assert_non_null(region);
-	assert_int_equal(locus_clients_init(region, size, p), 0);
-	assert_int_equal(locus_clients_open(&d->v, region, size), 0);
-	if (running)
-		locus_shm_set_state(d->shm, LOCUS_SHM_RUNNING);
+	assert_int_equal(locus_clients_geometry(&v, &params), 0);
+	v.base = locus_node_client_region(T.node, &len);
+	return locus_clients_ctl(&v, slot);
 }
 
-static void daemon_down(struct daemon *d, const char *instance)
+static uint32_t node_state(uint32_t slot)
 {
-	locus_shm_detach(d->shm);
-	locus_shm_remove(instance);
-}
-
-static uint32_t slot_state(struct daemon *d, uint32_t slot)
-{
-	return locus_client_state_of(__atomic_load_n(&locus_clients_ctl(&d->v, slot)->state_pid,
+	return locus_client_state_of(__atomic_load_n(&node_ctl(slot)->state_pid,
 						     __ATOMIC_ACQUIRE));
 }
 
-/* Run the daemon's control loop until `slot` reports ev, bounded. */
-static void wait_event(struct daemon *d, uint32_t slot, int ev)
+/* Wait (bounded) until counter name reaches at least want. */
+static void wait_ctr(const char *name, uint64_t want)
 {
-	struct timespec ts = { 0, 1000000 };
-
-	for (int i = 0; i < 5000; i++) {
-		if (locus_clients_check(&d->v, slot) == ev)
-			return;
-		nanosleep(&ts, NULL);
-	}
-	fail_msg("slot %u never reported event %d (state %u)", slot, ev, slot_state(d, slot));
+	for (int i = 0; i < 25000 && ctr(name, 0) < want; i++)
+		tu_nap();
+	assert_true(ctr(name, 0) >= want);
 }
 
 static int wait_child(pid_t pid)
@@ -92,7 +86,7 @@ static int wait_child(pid_t pid)
 static void test_region_layout(void **state)
 {
 	static uint8_t mem[1 << 22] __attribute__((aligned(4096)));
-	struct locus_clients v;
+	struct locus_clients v, g;
 	struct locus_clients_hdr *h = (struct locus_clients_hdr *)mem;
 	struct locus_clients_params bad = params;
 	uint64_t need = locus_clients_region_size(&params);
@@ -101,6 +95,7 @@ static void test_region_layout(void **state)
 	assert_true(need > 0 && need <= sizeof(mem));
 	bad.ring_size = 12;
 	assert_int_equal(locus_clients_region_size(&bad), 0);
+	assert_int_equal(locus_clients_geometry(&g, &bad), -EINVAL);
 	bad = params;
 	bad.inbox_slot_size = 100;
 	assert_int_equal(locus_clients_region_size(&bad), 0);
@@ -108,6 +103,12 @@ static void test_region_layout(void **state)
 	assert_int_equal(locus_clients_init(mem, need - 1, &params), -EINVAL);
 	assert_int_equal(locus_clients_init(mem, need, &params), 0);
 	assert_int_equal(locus_clients_open(&v, mem, need), 0);
+	/* a client's geometry is the daemon's, without the memory */
+	assert_int_equal(locus_clients_geometry(&g, &params), 0);
+	assert_null(g.base);
+	assert_int_equal(g.slot_stride, v.slot_stride);
+	assert_int_equal(g.buf_off, v.buf_off);
+	assert_int_equal(g.size, need);
 	/* every slot's pieces lie inside the region and do not overlap */
 	for (uint32_t i = 0; i < params.n_slots; i++) {
 		uint8_t *ctl = (uint8_t *)locus_clients_ctl(&v, i);
@@ -132,94 +133,63 @@ static void test_region_layout(void **state)
 	assert_int_equal(locus_clients_open(&v, mem, need), -LOCUS_EVERSION);
 }
 
-/* Child: attach as decoder 3, submit one ROUTE, wait for its completion. */
-static int child_roundtrip(const char *instance)
+/* Child: attach as decoder 3, report a load, one ROUTE, exactly one completion. */
+static int child_roundtrip(void)
 {
 	struct locus_client_req req = { .roles = LOCUS_ROLE_DECODE, .decoder_id = 3 };
+	struct locus_desc d = { .op = LOCUS_OP_ROUTE, .id = 77, .off = 128, .len = 12288 };
 	struct locus_client *c;
 	struct locus_error e;
-	struct locus_desc d = { .op = LOCUS_OP_ROUTE, .id = 77, .off = 128, .len = 12288 };
 	uint64_t stage_size;
 
-	if (locus_client_attach(instance, &req, &c, &e) != 0) {
+	if (locus_client_attach(INST, &req, &c, &e) != 0) {
 		fprintf(stderr, "attach: %s\n", e.msg);
 		return 1;
 	}
 	if (!locus_client_stage(c, &stage_size) || stage_size != params.stage_size)
 		return 2;
+	if (locus_client_generation(c) == 0)
+		return 3;
 	locus_client_report_load(c, 42);
 	if (locus_client_submit(c, &d, 1) != 1)
-		return 3;
-	for (int i = 0; i < 5000; i++) {
-		struct timespec ts = { 0, 1000000 };
-
-		if (locus_client_poll(c, &d, 1) == 1) {
-			const void *p = locus_client_inbox(c, &d);
-
-			if (d.op != LOCUS_OP_ROUTE || d.id != 77 || d.status != 0 || d.peer != 3)
-				return 4;
-			if (p != NULL) /* a completion names no inbox data */
-				return 5;
-			locus_client_detach(c);
-			return 0;
-		}
-		nanosleep(&ts, NULL);
-	}
-	return 6;
+		return 4;
+	/* no table pushed: the ROUTE is refused, with one completion of its own */
+	if (!tu_try_desc(c, &d, 25000) || d.op != LOCUS_OP_ROUTE || d.id != 77 || d.status >= 0 ||
+	    locus_client_inbox(c, &d) != NULL)
+		return 5;
+	if (tu_try_desc(c, &d, 100))
+		return 6;
+	locus_client_detach(c);
+	return 0;
 }
 
 static void test_attach_roundtrip_detach(void **state)
 {
-	const char *inst = "t-client-rt";
-	struct daemon d;
-	struct locus_ring_end sub, cpl;
-	struct locus_desc desc;
-	struct locus_client_ctl *ctl;
+	uint64_t detached = ctr("clients_detached", 0);
 	pid_t pid;
 	(void)state;
 
-	daemon_up(&d, inst, &params, 1);
 	pid = fork();
 	assert_true(pid >= 0);
 	if (pid == 0)
-		_exit(child_roundtrip(inst));
-	wait_event(&d, 0, LOCUS_CLIENTS_CLAIM);
-	ctl = locus_clients_ctl(&d.v, 0);
-	assert_int_equal(ctl->roles, LOCUS_ROLE_DECODE);
-	assert_int_equal(ctl->decoder_id, 3);
-	assert_int_equal(locus_client_pid_of(ctl->state_pid), pid);
-	assert_int_equal(locus_clients_activate(&d.v, 0, 0), 0);
-	assert_int_equal(slot_state(&d, 0), LOCUS_CLIENT_ACTIVE);
-	assert_int_equal(locus_ring_attach(&sub, locus_clients_submit_ring(&d.v, 0), d.v.ring_bytes,
-					   params.ring_size, LOCUS_DESC_SIZE, 0), 0);
-	assert_int_equal(locus_ring_attach(&cpl, locus_clients_completion_ring(&d.v, 0),
-					   d.v.ring_bytes, params.ring_size, LOCUS_DESC_SIZE, 1), 0);
-	for (int i = 0; i < 5000 && locus_ring_dequeue_burst(&sub, &desc, 1) == 0; i++)
-		usleep(1000);
-	assert_int_equal(desc.op, LOCUS_OP_ROUTE);
-	assert_int_equal(desc.id, 77);
-	assert_int_equal(__atomic_load_n(&ctl->load, __ATOMIC_ACQUIRE), 42);
-	assert_int_equal(ctl->load_seq, 1);
-	desc.status = 0;
-	desc.peer = 3;
-	desc.off = 0;
-	desc.len = 0;
-	assert_int_equal(locus_ring_enqueue_burst(&cpl, &desc, 1), 1);
+		_exit(child_roundtrip());
 	assert_int_equal(wait_child(pid), 0);
-	wait_event(&d, 0, LOCUS_CLIENTS_GONE); /* detached */
-	locus_clients_release(&d.v, 0);
-	assert_int_equal(slot_state(&d, 0), LOCUS_CLIENT_FREE);
-	daemon_down(&d, inst);
+	wait_ctr("clients_detached", detached + 1);
+	for (int i = 0; i < 25000 && node_state(0) != LOCUS_CLIENT_FREE; i++)
+		tu_nap();
+	assert_int_equal(node_state(0), LOCUS_CLIENT_FREE);
 }
 
-static int child_attach_expect(const char *instance, int want, const char *needle,
+static const char *expect_instance = INST;
+
+static int child_attach_expect(uint32_t roles, uint32_t id, int want, const char *needle,
 			       unsigned timeout_ms)
 {
-	struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = 99,
+	struct locus_client_req req = { .roles = roles, .rank = id, .decoder_id = id,
 					.timeout_ms = timeout_ms };
 	struct locus_client *c = NULL;
 	struct locus_error e = { 0 };
-	int ret = locus_client_attach(instance, &req, &c, &e);
+	int ret = locus_client_attach(expect_instance, &req, &c, &e);
 
 	if (ret != want) {
 		fprintf(stderr, "attach returned %d (%s), wanted %d\n", ret, e.msg, want);
@@ -229,147 +199,180 @@ static int child_attach_expect(const char *instance, int want, const char *needl
 		fprintf(stderr, "message '%s' lacks '%s'\n", e.msg, needle);
 		return 2;
 	}
+	if (ret == 0)
+		locus_client_detach(c);
 	return 0;
+}
+
+static int expect(uint32_t roles, uint32_t id, int want, const char *needle, unsigned ms)
+{
+	pid_t pid = fork();
+
+	assert_true(pid >= 0);
+	if (pid == 0)
+		_exit(child_attach_expect(roles, id, want, needle, ms));
+	return wait_child(pid);
 }
 
 static void test_refused_timeout_full_not_running(void **state)
 {
-	const char *inst = "t-client-ref";
-	struct locus_clients_params one = params;
-	struct daemon d;
-	pid_t pid;
+	struct locus_client *a = tu_attach(INST, LOCUS_ROLE_DECODE, 5, 0);
+	uint64_t refused = ctr("clients_refused", 0);
+	struct locus_client *b;
 	(void)state;
 
-	one.n_slots = 1;
-	daemon_up(&d, inst, &one, 1);
-	/* the daemon refuses: the code and a sentence reach the client */
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_expect(inst, -LOCUS_ERANGE, "refused", 0));
-	wait_event(&d, 0, LOCUS_CLIENTS_CLAIM);
-	assert_int_equal(locus_clients_activate(&d.v, 0, -LOCUS_ERANGE), 0);
-	assert_int_equal(wait_child(pid), 0);
-	assert_int_equal(slot_state(&d, 0), LOCUS_CLIENT_FREE);
+	/* the daemon refuses: the code and its sentence reach the client, counted */
+	assert_int_equal(expect(LOCUS_ROLE_DECODE, 5, -EEXIST, "decoder id 5 is attached already",
+				0), 0);
+	assert_int_equal(expect(LOCUS_ROLE_RANK, 99, -LOCUS_ERANGE, "rank 99 is not on node 0",
+				0), 0);
+	assert_int_equal(expect(LOCUS_ROLE_DECODE, 8, -LOCUS_ERANGE, "max_decoders", 0), 0);
+	assert_int_equal(ctr("clients_refused", 0), refused + 3);
 
-	/* nobody answers: bounded wait, the claim is taken back */
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_expect(inst, -ETIMEDOUT, "did not answer", 50));
-	assert_int_equal(wait_child(pid), 0);
-	assert_int_equal(slot_state(&d, 0), LOCUS_CLIENT_FREE);
+	/* both slots taken */
+	b = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
+	assert_int_equal(expect(LOCUS_ROLE_PREFILL, 0, -LOCUS_EFULL, "all 2 client slots", 0), 0);
+	locus_client_detach(b);
 
-	/* the only slot is taken */
-	__atomic_store_n(&locus_clients_ctl(&d.v, 0)->state_pid,
-			 locus_client_state_pid(LOCUS_CLIENT_ACTIVE, getpid()), __ATOMIC_RELEASE);
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_expect(inst, -LOCUS_EFULL, "all client slots", 50));
-	assert_int_equal(wait_child(pid), 0);
-	locus_clients_release(&d.v, 0);
+	/* nobody answers: a bounded wait; the slot goes back once the daemon looks */
+	tu_node_hold(&T, 1);
+	assert_int_equal(expect(LOCUS_ROLE_RANK, 1, -ETIMEDOUT, "did not answer", 50), 0);
+	tu_node_hold(&T, 0);
+	b = tu_attach(INST, LOCUS_ROLE_RANK, 0, 1); /* rank 1 free again (EEXIST waited out) */
+	locus_client_detach(b);
 
-	/* a daemon still starting takes no clients */
-	locus_shm_set_state(d.shm, LOCUS_SHM_STARTING);
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_expect(inst, -LOCUS_ESTATE, "not running", 50));
-	assert_int_equal(wait_child(pid), 0);
-	daemon_down(&d, inst);
+	/* a daemon stopping takes no clients */
+	locus_node_set_stopping(T.node);
+	assert_int_equal(expect(LOCUS_ROLE_PREFILL, 0, -LOCUS_ESTATE, "not running", 50), 0);
+	locus_node_set_running(T.node);
+	locus_client_detach(a);
 
 	/* no such instance */
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_expect(inst, -ENOENT, NULL, 50));
-	assert_int_equal(wait_child(pid), 0);
+	expect_instance = "t-no-such";
+	assert_int_equal(expect(LOCUS_ROLE_PREFILL, 0, -ENOENT, "does not exist", 50), 0);
+	expect_instance = INST;
 }
 
-static int child_attach_and_die(const char *instance)
+/*
+ * A raw ATTACH for rank 2 on a connection of its own (*sock): the grant's
+ * fd into *fd. Slots the previous test freed are waited for, like tu_attach.
+ */
+static int raw_attach(int *sock, struct locus_reg_rep *rep, int *fd)
 {
-	struct locus_client_req req = { .roles = LOCUS_ROLE_PREFILL };
+	struct locus_reg_req q = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+				   .op = LOCUS_REG_ATTACH, .roles = LOCUS_ROLE_RANK, .rank = 2,
+				   .attach_reserved = 2000 };
+	struct locus_error e;
+
+	for (int i = 0; i < 25000; i++) {
+		*sock = locus_client_reg_connect(INST, &e);
+		if (*sock < 0 || locus_client_reg_transact(*sock, &q, -1, rep, fd, 5000, &e) < 0) {
+			fprintf(stderr, "raw attach: %s\n", e.msg);
+			return -1;
+		}
+		if (rep->status != -LOCUS_EFULL && rep->status != -EEXIST)
+			return rep->status;
+		close(*sock);
+		tu_nap();
+	}
+	return rep->status;
+}
+
+static void test_unconfirmed_dead_sealed(void **state)
+{
+	uint64_t detached = ctr("clients_detached", 0), reclaimed = ctr("clients_reclaimed", 0);
+	struct locus_reg_rep rep;
 	struct locus_client *c;
-
-	if (locus_client_attach(instance, &req, &c, NULL) != 0)
-		return 1;
-	_exit(0); /* no detach: the daemon must notice by itself */
-}
-
-static void test_dead_clients_reclaimed(void **state)
-{
-	const char *inst = "t-client-dead";
-	struct daemon d;
-	struct locus_client_ctl *ctl;
+	struct locus_error e;
+	int sock, fd;
 	pid_t pid;
 	(void)state;
 
-	daemon_up(&d, inst, &params, 1);
-	pid = fork();
-	if (pid == 0)
-		_exit(child_attach_and_die(inst));
-	wait_event(&d, 0, LOCUS_CLIENTS_CLAIM);
-	assert_int_equal(locus_clients_activate(&d.v, 0, 0), 0);
-	assert_int_equal(wait_child(pid), 0);
-	wait_event(&d, 0, LOCUS_CLIENTS_GONE);
-	locus_clients_release(&d.v, 0);
-	assert_int_equal(slot_state(&d, 0), LOCUS_CLIENT_FREE);
+	/* granted, never confirmed (the connection closes): taken back, rank free again */
+	assert_int_equal(raw_attach(&sock, &rep, &fd), 0);
+	assert_true(fd >= 0);
+	/* the memfd is sealed: no holder can shrink or grow what locusd maps */
+	assert_int_equal(ftruncate(fd, 0), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(ftruncate(fd, (off_t)rep.slot_size * 2), -1);
+	assert_int_equal(errno, EPERM);
+	assert_int_equal(rep.slot_size, (uint64_t)((uint8_t *)node_ctl(1) - (uint8_t *)node_ctl(0)));
+	close(fd);
+	close(sock);
+	wait_ctr("clients_detached", detached + 1);
+	c = tu_attach(INST, LOCUS_ROLE_RANK, 0, 2);
+	locus_client_detach(c);
 
-	/* a claim whose owner died before the daemon answered is freed by check */
+	/* asked for, then gone before the answer: nothing stays held either */
+	sock = locus_client_reg_connect(INST, &e);
+	assert_true(sock >= 0);
+	{
+		struct locus_reg_req q = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+					   .op = LOCUS_REG_ATTACH, .roles = LOCUS_ROLE_RANK,
+					   .rank = 2 };
+
+		assert_int_equal(send(sock, &q, sizeof(q), 0), (ssize_t)sizeof(q));
+	}
+	close(sock);
+	c = tu_attach(INST, LOCUS_ROLE_RANK, 0, 2);
+	locus_client_detach(c);
+
+	/* attached, died without a word: reclaimed */
 	pid = fork();
-	if (pid == 0)
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		tu_attach(INST, LOCUS_ROLE_RANK, 0, 3);
 		_exit(0);
+	}
 	assert_int_equal(wait_child(pid), 0);
-	ctl = locus_clients_ctl(&d.v, 1);
-	ctl->start_ticks = 1;
-	__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_CLAIMED, pid),
-			 __ATOMIC_RELEASE);
-	assert_int_equal(locus_clients_check(&d.v, 1), LOCUS_CLIENTS_IDLE);
-	assert_int_equal(slot_state(&d, 1), LOCUS_CLIENT_FREE);
-	/* and a CLAIMING one (no start time yet) */
-	__atomic_store_n(&ctl->state_pid, locus_client_state_pid(LOCUS_CLIENT_CLAIMING, pid),
-			 __ATOMIC_RELEASE);
-	assert_int_equal(locus_clients_check(&d.v, 1), LOCUS_CLIENTS_IDLE);
-	assert_int_equal(slot_state(&d, 1), LOCUS_CLIENT_FREE);
-	/* garbage in the state word is taken back too */
-	__atomic_store_n(&ctl->state_pid, 0x77ull, __ATOMIC_RELEASE);
-	assert_int_equal(locus_clients_check(&d.v, 1), LOCUS_CLIENTS_IDLE);
-	assert_int_equal(slot_state(&d, 1), LOCUS_CLIENT_FREE);
-	daemon_down(&d, inst);
+	wait_ctr("clients_reclaimed", reclaimed + 1);
+
+	/* a client that writes garbage into its own state word is detached */
+	c = tu_attach(INST, LOCUS_ROLE_RANK, 0, 3);
+	detached = ctr("clients_detached", 0) + ctr("clients_reclaimed", 0);
+	{
+		uint8_t *stage = locus_client_stage(c, NULL);
+		struct locus_client_ctl *mine =
+			(void *)(stage - locus_client_region(c)->buf_off);
+
+		__atomic_store_n(&mine->state_pid, 0x77ull, __ATOMIC_RELEASE);
+	}
+	for (int i = 0; i < 25000 &&
+			ctr("clients_detached", 0) + ctr("clients_reclaimed", 0) == detached; i++)
+		tu_nap();
+	assert_true(ctr("clients_detached", 0) + ctr("clients_reclaimed", 0) > detached);
+	locus_client_detach(c);
+}
+
+/* A client of another registration protocol is told which, and counted. */
+static void test_other_protocol_refused(void **state)
+{
+	struct locus_reg_req q = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION - 1,
+				   .op = LOCUS_REG_ATTACH, .roles = LOCUS_ROLE_PREFILL };
+	uint64_t malformed = ctr("regions_refused", 0);
+	struct locus_reg_rep rep;
+	struct locus_error e;
+	char want[96];
+	int sock = locus_client_reg_connect(INST, &e);
+	(void)state;
+
+	assert_true(sock >= 0);
+	assert_int_equal(locus_client_reg_transact(sock, &q, -1, &rep, NULL, 5000, &e), 0);
+	close(sock);
+	assert_int_equal(rep.status, -LOCUS_EVERSION);
+	snprintf(want, sizeof(want), "registration protocol version %u, locusd speaks %u",
+		 LOCUS_REG_VERSION - 1, LOCUS_REG_VERSION);
+	assert_non_null(strstr(rep.msg, want));
+	assert_int_equal(ctr("regions_refused", 0), malformed + 1);
 }
 
 /* The client side checks what the daemon names as delivered data. */
 static void test_inbox_bounds(void **state)
 {
-	const char *inst = "t-client-inbox";
-	struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = 1 };
-	struct locus_client *c = NULL;
-	struct daemon d;
+	struct locus_client *c = tu_attach(INST, LOCUS_ROLE_RANK, 0, 1);
 	struct locus_desc in;
-	pid_t pid;
-	int status;
 	(void)state;
 
-	daemon_up(&d, inst, &params, 1);
-	/* answer the claim from a helper process while we attach */
-	pid = fork();
-	if (pid == 0) {
-		struct daemon dd;
-		size_t size;
-		void *region;
-		struct locus_shm *shm;
-
-		if (locus_shm_attach(inst, 0, &shm, NULL))
-			_exit(1);
-		region = locus_shm_region(shm, LOCUS_REGION_CLIENTS, &size);
-		if (locus_clients_open(&dd.v, region, size))
-			_exit(2);
-		for (int i = 0; i < 5000; i++) {
-			if (locus_clients_check(&dd.v, 0) == LOCUS_CLIENTS_CLAIM)
-				_exit(locus_clients_activate(&dd.v, 0, 0) ? 3 : 0);
-			usleep(1000);
-		}
-		_exit(4);
-	}
-	assert_int_equal(locus_client_attach(inst, &req, &c, NULL), 0);
-	assert_int_equal(waitpid(pid, &status, 0), pid);
-	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	in = (struct locus_desc){ .op = LOCUS_OP_ROWS_IN, .slot = 2,
 				  .off = locus_clients_inbox_off(locus_client_region(c), 2),
 				  .len = params.inbox_slot_size };
@@ -385,15 +388,96 @@ static void test_inbox_bounds(void **state)
 	in.off = locus_clients_inbox_off(locus_client_region(c), 0);
 	assert_null(locus_client_inbox(c, &in));
 	assert_int_equal(locus_client_release_slot(c, params.inbox_slots), -LOCUS_ERANGE);
-	/* the submit ring fills: the caller sees it */
-	for (uint32_t i = 0; i < params.ring_size; i++)
-		assert_int_equal(locus_client_release_slot(c, 0), 0);
-	assert_int_equal(locus_client_release_slot(c, 0), -LOCUS_EFULL);
 	locus_client_detach(c);
-	daemon_down(&d, inst);
 }
 
+/*
+ * A freed slot gets a fresh memfd. A process that kept the old mapping
+ * (here a forked child of the first owner, which detached) writes into an
+ * object nobody reads, and reads nothing of the next owner's.
+ */
+static void test_slot_renewed(void **state)
+{
+	struct locus_client *other = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *a, *b;
+	uint64_t detached;
+	int to_child[2], to_parent[2];
+	uint8_t *sa, *sb;
+	uint32_t slot;
+	char ch;
+	pid_t pid;
+	(void)state;
+
+	a = tu_attach(INST, LOCUS_ROLE_RANK, 0, 0);
+	slot = locus_client_slot(a);
+	sa = locus_client_stage(a, NULL);
+	memset(sa, 0xa1, 4096);
+	assert_int_equal(pipe(to_child), 0);
+	assert_int_equal(pipe(to_parent), 0);
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		/* the stale holder: the mapping it inherited, after its parent left */
+		int bad = 0;
+
+		alarm(30); /* a parent that failed leaves us waiting */
+		if (read(to_child[0], &ch, 1) != 1)
+			_exit(10);
+		memset(sa, 0xee, 4096);      /* B must never see this */
+		if (write(to_parent[1], "w", 1) != 1)
+			_exit(11);
+		if (read(to_child[0], &ch, 1) != 1)
+			_exit(12);
+		for (int i = 0; i < 4096; i++)
+			bad += sa[i] != 0xee; /* nor we what B wrote */
+		_exit(bad ? 13 : 0);
+	}
+	detached = ctr("clients_detached", 0);
+	locus_client_detach(a);
+	wait_ctr("clients_detached", detached + 1);
+	/* the other slot is held: the next owner can only get this one */
+	b = NULL;
+	for (int i = 0; i < 25000 && !b; i++) {
+		struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = 0 };
+
+		if (locus_client_attach(INST, &req, &b, NULL) < 0)
+			tu_nap();
+	}
+	assert_non_null(b);
+	assert_int_equal(locus_client_slot(b), slot);
+	sb = locus_client_stage(b, NULL);
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal(sb[i], 0); /* fresh: nothing of A's */
+	assert_int_equal(write(to_child[1], "g", 1), 1);
+	assert_int_equal(read(to_parent[0], &ch, 1), 1);
+	for (int i = 0; i < 4096; i++)
+		assert_int_equal(sb[i], 0); /* the stale holder's write went nowhere */
+	memset(sb, 0xb2, 4096);
+	assert_int_equal(write(to_child[1], "g", 1), 1);
+	assert_int_equal(wait_child(pid), 0);
+	close(to_child[0]);
+	close(to_child[1]);
+	close(to_parent[0]);
+	close(to_parent[1]);
+	locus_client_detach(b);
+	locus_client_detach(other);
+}
+
+/* A node of its own for each test: what one leaves behind cannot fail the next. */
 static int setup(void **state)
+{
+	(void)state;
+	return tu_node_start(&T, conf);
+}
+
+static int teardown(void **state)
+{
+	(void)state;
+	tu_node_stop(&T);
+	return 0;
+}
+
+static int group_setup(void **state)
 {
 	(void)state;
 	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-client-test-XXXXXX");
@@ -403,7 +487,7 @@ static int setup(void **state)
 	return 0;
 }
 
-static int teardown(void **state)
+static int group_teardown(void **state)
 {
 	(void)state;
 	return rmdir(shm_dir);
@@ -413,10 +497,14 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_region_layout),
-		cmocka_unit_test(test_attach_roundtrip_detach),
-		cmocka_unit_test(test_refused_timeout_full_not_running),
-		cmocka_unit_test(test_dead_clients_reclaimed),
-		cmocka_unit_test(test_inbox_bounds),
+		cmocka_unit_test_setup_teardown(test_attach_roundtrip_detach, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_slot_renewed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refused_timeout_full_not_running, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_unconfirmed_dead_sealed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_inbox_bounds, setup, teardown),
 	};
-	return cmocka_run_group_tests(tests, setup, teardown);
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

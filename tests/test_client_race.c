@@ -224,7 +224,7 @@ static void test_dispatch_ids_rewritten(void **state)
 
 	for (int r = 0; r < GPN; r++)
 		rk[r] = tu_attach(INST, LOCUS_ROLE_RANK, 0, (uint32_t)r);
-	assert_true(tu_push(tv.tables, node, 1, g, glen, &was_refused) > 0);
+	assert_true(tu_push(INST, node, 1, g, glen, &was_refused) > 0);
 	assert_false(was_refused);
 	free(g);
 
@@ -341,7 +341,7 @@ static void test_route_header_rewritten(void **state)
 	int was_refused;
 	(void)state;
 
-	assert_true(tu_push(tv.tables, node, 0, tbl, tlen, &was_refused) > 0);
+	assert_true(tu_push(INST, node, 0, tbl, tlen, &was_refused) > 0);
 	assert_false(was_refused);
 	free(tbl);
 	h = (struct locus_eldr_sig_hdr *)locus_client_stage(pre, NULL);

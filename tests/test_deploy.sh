@@ -18,6 +18,8 @@ for f in usr/lib/systemd/system/locusd@.service usr/lib/tmpfiles.d/locus.conf \
 done
 grep -q '^ExecStart=/usr/bin/locusd -c /etc/locus/%i.conf$' \
 	"$tmp/root/usr/lib/systemd/system/locusd@.service" || fail "ExecStart not substituted"
+grep -qx 'g locus-ctl -' "$tmp/root/usr/lib/sysusers.d/locus.conf" ||
+	fail "sysusers.d lacks the control group locus-ctl"
 for k in 'Type=notify' 'WatchdogSec=' 'LimitMEMLOCK=infinity' 'Restart=on-failure'; do
 	grep -q "^$k" "$tmp/root/usr/lib/systemd/system/locusd@.service" || fail "unit lacks $k"
 done

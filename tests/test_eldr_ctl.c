@@ -2,8 +2,8 @@
 /*
  * locusctl fit / show / push end to end: the real binary (next to this test:
  * <build>/tests/.. /bin/locusctl) on the repo's sample, its exit codes and
- * messages on bad input, and a push into a live segment whose reader
- * validates with the ELDR callback and adopts the exact bytes of the file.
+ * messages on bad input, and a push through the control socket to a reader
+ * that validates with the ELDR callback and adopts the exact bytes of the file.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -25,6 +25,7 @@
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
+#include "push_util.h"
 #include "trace_json.h"
 #include "test_paths.h"
 
@@ -194,16 +195,15 @@ static void *poll_thread(void *arg)
 
 static void test_push_into_segment(void **state)
 {
-	struct locus_shm_params sp = { 0 };
 	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1 };
 	struct locus_table_region *tr = NULL;
 	struct locus_table_reader rd;
 	struct locus_error e = { 0 };
-	struct locus_shm *shm = NULL;
 	struct poller pl = { 0 };
+	struct tpush srv;
 	char tbl[4200], inst[64];
-	void *region, *file;
-	size_t rsize, flen, len;
+	void *file;
+	size_t flen, len;
 	const void *cur;
 	pthread_t th;
 	(void)state;
@@ -216,14 +216,10 @@ static void test_push_into_segment(void **state)
 	tp.channel[0].slot_size = flen;
 	tp.channel[1].n_slots = 2;
 	tp.channel[1].slot_size = 1 << 20; /* room for a GRACE table */
-	sp.instance = inst;
-	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
-	assert_true(sp.region_size[LOCUS_REGION_TABLES] > 0);
-	assert_int_equal(locus_shm_create(&sp, &shm, &e), 0);
-	region = locus_shm_region(shm, LOCUS_REGION_TABLES, &rsize);
-	assert_non_null(region);
-	assert_int_equal(locus_table_region_init(region, rsize, &tp, &e), 0);
-	assert_int_equal(locus_table_region_attach(region, rsize, &tr, &e), 0);
+	/* locusd's side: the channels in this process, the real control socket */
+	tpush_open(&srv, inst, &tp, NULL, NULL, LOCUS_PUSHSRV_NO_GROUP);
+	tr = srv.t;
+	tpush_run(&srv, NULL, NULL);
 	assert_int_equal(locus_table_reader_register(tr, LOCUS_ELDR_TABLE_CHANNEL, 0,
 						     locus_eldr_table_validate_cb, NULL, &rd, &e), 0);
 	pl.r = &rd;
@@ -278,10 +274,9 @@ static void test_push_into_segment(void **state)
 	assert_int_equal(ctl("push -i %s %s --timeout-ms 200", inst, tbl), 1);
 	print_message("too large for the slot: %s", out);
 	assert_non_null(strstr(out, "locusctl: "));
+	assert_non_null(strstr(out, "table_slot_size"));
 	locus_table_reader_unregister(&rd);
-	locus_table_region_detach(tr);
-	locus_shm_detach(shm);
-	locus_shm_remove(inst);
+	tpush_close(&srv);
 	free(file);
 }
 

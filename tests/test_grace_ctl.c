@@ -23,6 +23,7 @@
 #include "locus_table.h"
 #include "locus_tblfile.h"
 #include "locusctl_grace.h"
+#include "push_util.h"
 
 static char dir[64];
 
@@ -77,6 +78,7 @@ static int setup(void **state)
 	memset(dir + n, 'X', 6); /* mkdtemp's template suffix */
 	dir[n + 6] = '\0';
 	assert_non_null(mkdtemp(dir));
+	setenv(LOCUS_SHM_DIR_ENV, dir, 1); /* the segment and its control socket */
 	return 0;
 }
 
@@ -163,13 +165,14 @@ static void test_rebalance_pushes(void **state)
 {
 	char inst[48], tbl[128], out[128];
 	struct locus_shm_params sp = { 0 };
-	struct locus_ctr_params cp = { .max_entries = 4, .n_blocks = 2, .block_size = 4096 };
+	struct locus_ctr_params cp = { .max_entries = 8, .n_blocks = 2, .block_size = 4096 };
 	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1 };
 	struct locus_error err = { 0 };
 	struct locus_shm *shm;
 	struct locus_counters *c;
 	struct locus_table_region *t;
 	struct writer w = { 0 };
+	struct tpush srv;
 	pthread_t th;
 	void *reg, *buf = NULL;
 	size_t size, len;
@@ -183,7 +186,6 @@ static void test_rebalance_pushes(void **state)
 	tp.channel[1] = (struct locus_table_channel_params){ .n_slots = 3, .slot_size = 65536 };
 	sp.instance = inst;
 	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
-	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
 	if (locus_shm_create(&sp, &shm, &err))
 		fail_msg("create: %s", err.msg);
 	reg = locus_shm_region(shm, LOCUS_REGION_COUNTERS, &size);
@@ -194,9 +196,10 @@ static void test_rebalance_pushes(void **state)
 
 	assert_true(locus_counters_register(c, &d, &w.off, &err) >= 0);
 	w.block = locus_counters_block(c, 1);
-	reg = locus_shm_region(shm, LOCUS_REGION_TABLES, &size);
-	assert_int_equal(locus_table_region_init(reg, size, &tp, &err), 0);
-	assert_int_equal(locus_table_region_attach(reg, size, &t, &err), 0);
+	/* locusd's side: the channels in this process, pushes through the control socket */
+	tpush_open(&srv, inst, &tp, c, locus_counters_block(c, 0), LOCUS_PUSHSRV_NO_GROUP);
+	t = srv.t;
+	tpush_run(&srv, NULL, NULL);
 	locus_shm_set_state(shm, LOCUS_SHM_RUNNING);
 
 	/* no traffic yet: nothing pushed */
@@ -227,7 +230,7 @@ static void test_rebalance_pushes(void **state)
 	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
 	assert_true(v.replica[0] != LOCUS_GRACE_NO_RANK);
 	free(buf);
-	locus_table_region_detach(t);
+	tpush_close(&srv);
 	locus_counters_close(c);
 	locus_shm_detach(shm);
 	locus_shm_remove(inst);

@@ -41,6 +41,16 @@ start() { # n-th start of the instance
 	"$B/locusctl" push -i "$inst" "$tmp/e.tbl" > /dev/null &&
 		"$B/locusctl" push -i "$inst" "$tmp/g.tbl" > /dev/null || fail "push"
 }
+# A run's decoder ids and ranks are free for the next run once locusd reclaimed
+# its slots, which it does asynchronously (a loaded host takes a while).
+reclaimed() {
+	for _ in $(seq 400); do
+		[ "$("$B/locus-stat" -i "$inst" clients_attached | awk '$1 == "clients_attached" {print $3}')" = 0 ] &&
+			return 0
+		sleep 0.025
+	done
+	fail "the previous run's clients were not reclaimed within 10 s"
+}
 "$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e.tbl" > /dev/null 2>&1 ||
 	fail "fit eldr"
 "$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 --capacity 20 --replica-budget 4 \
@@ -63,6 +73,7 @@ timeout 10 "${LG[@]}" --rank-at $a,$a,../x,$a > "$tmp/2b.out" 2>&1
 grep -q "bad instance list entry '../x'" "$tmp/2b.out" || fail "$(cat "$tmp/2b.out")"
 
 # 3. a decoder sent to an instance that does not run: the run fails and says so
+reclaimed
 timeout 60 "${LG[@]}" --decoder-at $a,$a,$a,nosuch-$$ --requests 50 --batches 2 --seconds 10 \
 	> "$tmp/3.out" 2>&1 && fail "a decoder without its instance passed"
 grep -q "attach to nosuch-$$" "$tmp/3.out" || fail "$(cat "$tmp/3.out")"
@@ -71,6 +82,7 @@ grep -q "attach to nosuch-$$" "$tmp/3.out" || fail "$(cat "$tmp/3.out")"
 #     while ranks dispatch the next batches. Every rank must finish (no credit cycle:
 #     a rank waiting for a combine slot while it holds inbox slots deadlocked here), late
 #     results are checked byte for byte, nothing is corrupt or answered twice.
+reclaimed
 timeout 120 "${LG[@]}" --requests 2000 --batches 400 --seconds 60 --allow-errors --batch-ms 1 \
 	> "$tmp/3b.out" 2>&1 || { cat "$tmp/3b.out"; fail "give-up after 1 ms on a healthy locusd"; }
 grep -q '^loadgen: ok$' "$tmp/3b.out" || fail "$(cat "$tmp/3b.out")"
@@ -79,6 +91,7 @@ grep -o '[0-9]* batches given up after 1 ms' "$tmp/3b.out"
 
 # 4. locusd killed under traffic, --allow-errors: ends ok, says what was left unanswered.
 #    Batches are given up after 5 s, so only because locusd died.
+reclaimed
 "${LG[@]}" --requests 200000 --batches 100000 --seconds 20 --allow-errors --batch-ms 5000 \
 	> "$tmp/4.out" 2>&1 &
 lg=$!

@@ -139,7 +139,7 @@ static void test_no_counters(void **state)
 		    "-i", "uninit");
 	drop_segment(shm, NULL, "uninit");
 
-	sp.region_size[LOCUS_REGION_TABLES] = 4096;
+	sp.region_size[2] = 4096; /* a region, but not the counters */
 	assert_int_equal(locus_shm_create(&sp, &shm, NULL), 0);
 	EXPECT_EXIT(LOCUS_STAT_EXIT_NOCOUNTERS, "no counters region", "-i", "noctr");
 	drop_segment(shm, NULL, "noctr");

@@ -55,7 +55,6 @@ static volatile int stop;
 
 /* the test's own view of the segment, as locusctl and locus-stat have it */
 static struct tu_view tv;
-static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
 static struct tu_control ctl;
@@ -132,7 +131,7 @@ static void *eng_loop(void *arg)
 /* Push like `locusctl push`; returns the generation and whether readers took it. */
 static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 {
-	return tu_push(tables, node, ch, blob, len, refused);
+	return tu_push(INST, node, ch, blob, len, refused);
 }
 
 /* ---- clients --------------------------------------------------------------------- */
@@ -188,7 +187,6 @@ static int setup(void **state)
 	}
 	if (tu_view_open(INST, &tv))
 		return -1;
-	tables = tv.tables;
 	ctrs = tv.ctrs;
 	ctl = (struct tu_control){ .node = node, .stop = &stop };
 	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);

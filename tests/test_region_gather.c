@@ -57,7 +57,6 @@ static struct locus_node *node;
 static pthread_t th_ctl, th_eng;
 static volatile int stop;
 static struct tu_view tv;
-static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 static struct locus_engine_remote rt;
 
@@ -172,11 +171,10 @@ static void push_grace(void)
 	struct locus_grace_dims d = { .n_layers = L, .n_experts = E, .n_nodes = 2,
 				      .gpus_per_node = 2, .max_replicas = 0, .capacity = 2,
 				      .replica_budget = 0 };
-	struct locus_table_wait_result res;
 	struct locus_grace_view v;
+	int refused;
 	size_t plen = locus_grace_payload_size(&d);
 	uint8_t *blob = calloc(1, 64 + plen);
-	int64_t gen;
 
 	memcpy(blob + 64, &d, sizeof(d));
 	assert_int_equal(locus_grace_view_init(&v, blob + 64, plen, NULL), 0);
@@ -190,10 +188,8 @@ static void push_grace(void)
 	}
 	assert_int_equal(locus_tbl_seal(blob, 64 + plen, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION,
 					plen), 0);
-	gen = locus_table_push(tables, 1, blob, 64 + plen, 2000000000ull, NULL);
-	assert_true(gen > 0);
-	assert_int_equal(locus_table_wait(tables, 1, (uint64_t)gen, 5000000000ull, &res), 0);
-	assert_int_equal(res.n_refused, 0);
+	tu_push(INST, node, 1, blob, 64 + plen, &refused);
+	assert_int_equal(refused, 0);
 	free(blob);
 }
 
@@ -228,7 +224,6 @@ static int setup(void **state)
 	locus_node_set_running(node);
 	if (tu_view_open(INST, &tv))
 		return -1;
-	tables = tv.tables;
 	ctrs = tv.ctrs;
 	ctl = (struct tu_control){ .node = node, .stop = &stop };
 	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);

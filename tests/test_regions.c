@@ -58,7 +58,6 @@ static struct locus_node *node;
 static pthread_t th_ctl, th_eng;
 static volatile int stop;
 static struct tu_view tv;
-static struct locus_table_region *tables;
 static struct locus_counters *ctrs;
 
 #define ctr_(name, elem) tu_ctr(ctrs, name, elem)
@@ -82,12 +81,10 @@ static void push_grace(void)
 	struct locus_grace_dims d = { .n_layers = L, .n_experts = E, .n_nodes = 1,
 				      .gpus_per_node = GPN, .max_replicas = 1, .capacity = 2,
 				      .replica_budget = 1 };
-	struct locus_table_wait_result res;
 	struct locus_grace_view v;
+	int refused;
 	size_t plen = locus_grace_payload_size(&d);
-	struct locus_error e;
 	uint8_t *blob;
-	int64_t gen;
 
 	assert_true(plen > 0);
 	blob = calloc(1, 64 + plen);
@@ -105,11 +102,8 @@ static void push_grace(void)
 	assert_int_equal(locus_grace_validate(&v, NULL), 0);
 	assert_int_equal(locus_tbl_seal(blob, 64 + plen, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION,
 					plen), 0);
-	gen = locus_table_push(tables, 1, blob, 64 + plen, 2000000000ull, &e);
-	if (gen <= 0)
-		fail_msg("push: %s", e.msg);
-	assert_int_equal(locus_table_wait(tables, 1, (uint64_t)gen, 5000000000ull, &res), 0);
-	assert_int_equal(res.n_refused, 0);
+	tu_push(INST, node, 1, blob, 64 + plen, &refused);
+	assert_int_equal(refused, 0);
 	free(blob);
 }
 
@@ -138,7 +132,6 @@ static int setup(void **state)
 	locus_node_set_running(node);
 	if (tu_view_open(INST, &tv))
 		return -1;
-	tables = tv.tables;
 	ctrs = tv.ctrs;
 	ctl = (struct tu_control){ .node = node, .stop = &stop };
 	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);

@@ -226,12 +226,10 @@ void *tn_eldr_table(size_t *len)
 void tn_push_both(unsigned ch, const void *blob, size_t len)
 {
 	for (int i = 0; i < 2; i++) {
-		struct locus_table_wait_result res;
-		int64_t gen = locus_table_push(N[i].tables, ch, blob, len, 2000000000ull, NULL);
+		int refused;
 
-		assert_true(gen > 0);
-		assert_int_equal(locus_table_wait(N[i].tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
-		assert_int_equal(res.n_refused, 0);
+		tu_push(N[i].inst, NULL, ch, blob, len, &refused);
+		assert_int_equal(refused, 0);
 	}
 }
 
@@ -302,10 +300,7 @@ int tn_setup(void **state)
 			return -1;
 		}
 		locus_node_set_running(n->node);
-		if (locus_shm_attach(n->inst, 0, &n->view, &e))
-			return -1;
-		region = locus_shm_region(n->view, LOCUS_REGION_TABLES, &size);
-		if (locus_table_region_attach(region, size, &n->tables, &e))
+		if (locus_shm_attach(n->inst, LOCUS_SHM_RDONLY, &n->view, &e))
 			return -1;
 		region = locus_shm_region(n->view, LOCUS_REGION_COUNTERS, &size);
 		if (locus_counters_open(region, size, LOCUS_CTR_RDONLY, &n->ctrs, &e))
@@ -332,7 +327,6 @@ int tn_teardown(void **state)
 		while (q_pop(&N[i].rx, &m))
 			free(m.buf);
 		locus_counters_close(N[i].ctrs);
-		locus_table_region_detach(N[i].tables);
 		locus_shm_detach(N[i].view);
 		locus_node_destroy(N[i].node, 1);
 	}

@@ -49,7 +49,6 @@ struct fake_node {
 	int hold, held;         /* the test borrows the engine lcore */
 	pthread_t th_ctl, th_eng;
 	struct locus_shm *view;
-	struct locus_table_region *tables;
 	struct locus_counters *ctrs;
 	char inst[16];
 };

@@ -7,10 +7,13 @@
  * of it to another without the CPU touching them.
  *
  * The area is registered on a protection domain of its own, so the queue
- * pairs that talk to other nodes (another PD) can never name it.
+ * pairs that talk to other nodes (another PD) can never name it, one MR per
+ * chunk (locusd: one per client slot, each a memfd of its own), and a chunk
+ * whose memory was replaced is registered again (locus_verbs_loop_rereg)
+ * while copies posted before keep the old registration until they end.
  *
- * Single-threaded: everything but create/destroy runs on the thread that
- * polls. A copy is a gather of source ranges into one contiguous
+ * Single-threaded: everything but create/destroy, rereg and reap runs on
+ * the thread that polls; rereg and reap run on one other thread. A copy is a gather of source ranges into one contiguous
  * destination; its end is reported exactly once, in posting order, with 0
  * or a negative status. After an error the pair is reset and reconnected
  * once nothing is in flight.
@@ -45,14 +48,43 @@ struct locus_verbs_loop_stats {
 int locus_verbs_loop_create(const char *dev, void *addr, size_t len, unsigned depth,
 			    struct locus_verbs_loop **out, struct locus_error *err);
 
+/*
+ * An area registered in chunks: [addr + chunk_off + i * chunk_len, +chunk_len)
+ * for i < n_chunks (n_chunks 0: the whole area is one chunk). Offsets stay
+ * relative to addr; every range a copy names must lie inside one chunk.
+ */
+struct locus_verbs_loop_area {
+	void *addr;
+	size_t len;
+	size_t chunk_off;
+	size_t chunk_len;
+	unsigned n_chunks;
+};
+
+int locus_verbs_loop_create_area(const char *dev, const struct locus_verbs_loop_area *a,
+				 unsigned depth, struct locus_verbs_loop **out,
+				 struct locus_error *err);
+
+/*
+ * Register chunk again, over the pages mapped there now (the caller mapped
+ * new memory over it, and posts no copy naming the chunk until this
+ * returns). The old MR is deregistered once every copy posted before has
+ * ended (reap). 0, -EBUSY (the previous replacement is still in use: try
+ * again later), -ERANGE, or -errno of ibv_reg_mr.
+ */
+int locus_verbs_loop_rereg(struct locus_verbs_loop *l, unsigned chunk, struct locus_error *err);
+
+/* Deregister the replaced MRs no copy can use any more (the rereg thread). */
+void locus_verbs_loop_reap(struct locus_verbs_loop *l);
+
 void locus_verbs_loop_destroy(struct locus_verbs_loop *l);
 
 /* Most source ranges one WR gathers (the device's max_send_sge, capped). */
 unsigned locus_verbs_loop_max_sge(const struct locus_verbs_loop *l);
 
 /*
- * Copy n source ranges, in order, to dst_off onwards. Every range must lie
- * in the area. Returns 0 (the end comes through locus_verbs_loop_poll with
+ * Copy n source ranges, in order, to dst_off onwards. Every range (and the
+ * destination) must lie in one chunk of the area. Returns 0 (the end comes through locus_verbs_loop_poll with
  * cookie), -LOCUS_EFULL (send queue full: nothing posted), -ERANGE (a range
  * outside the area), -EIO (the pair is down: nothing posted).
  */

@@ -2,7 +2,8 @@
 /*
  * Verbs loopback (locus_verbs_loop.h): two RC QPs of one port connected to
  * each other by hand (INIT -> RTR -> RTS with each other's QPN and the
- * port's own GID), one MR on a PD of its own, RDMA WRITE gather lists.
+ * port's own GID), one MR per chunk of the area on a PD of its own, RDMA
+ * WRITE gather lists.
  *
  * Every WR of copy s carries wr_id s and only its last is signalled: RC
  * completes in order, so a good completion of s ends every copy up to s. An
@@ -28,12 +29,22 @@ struct copy_rec {
 	uint32_t n_wr;
 };
 
+/* One chunk's registration; keys is what the posting thread reads. */
+struct loop_mr {
+	struct ibv_mr *mr;
+	uint64_t keys;          /* lkey | (u64)rkey << 32 */
+	struct ibv_mr *old;     /* replaced: deregistered once the copies posted before end */
+	uint64_t old_seq;       /* copies with seq < old_seq may still use it */
+};
+
 struct locus_verbs_loop {
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_qp *qa, *qb;     /* qa writes, qb answers */
-	struct ibv_mr *mr;
+	struct loop_mr *mrs;        /* [n_chunks] */
+	uint64_t chunk_off, chunk_len;
+	unsigned n_chunks;
 	uint8_t port;
 	int gid_index;              /* -1: InfiniBand, no GRH */
 	union ibv_gid gid;
@@ -45,7 +56,8 @@ struct locus_verbs_loop {
 	struct copy_rec *fifo;      /* [depth], by seq % depth */
 	struct ibv_send_wr *wr;     /* [MAX_WR] one copy's list */
 	struct ibv_sge *sge;        /* [MAX_WR * MAX_SGE] */
-	uint64_t head, tail;        /* seq of the oldest open copy, next seq */
+	uint64_t head, tail;        /* seq of the oldest open copy, next seq (stored
+				     * atomically: the re-registering thread reads them) */
 	uint32_t wr_inflight;
 	int broken;
 	struct locus_verbs_loop_stats st;
@@ -159,27 +171,85 @@ static struct ibv_context *open_dev(const char *name)
 	return ctx;
 }
 
+static uint8_t *chunk_addr(const struct locus_verbs_loop *l, unsigned i)
+{
+	return l->base + l->chunk_off + (uint64_t)i * l->chunk_len;
+}
+
+static struct ibv_mr *reg_chunk(struct locus_verbs_loop *l, unsigned i)
+{
+	return ibv_reg_mr(l->pd, chunk_addr(l, i), l->chunk_len,
+			  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+}
+
+static uint64_t keys_of(const struct ibv_mr *mr)
+{
+	return (uint64_t)mr->lkey | (uint64_t)mr->rkey << 32;
+}
+
+static void dereg_all(struct locus_verbs_loop *l)
+{
+	for (unsigned i = 0; i < l->n_chunks; i++) {
+		if (l->mrs[i].mr)
+			ibv_dereg_mr(l->mrs[i].mr);
+		if (l->mrs[i].old)
+			ibv_dereg_mr(l->mrs[i].old);
+	}
+}
+
+static int reg_all(struct locus_verbs_loop *l, struct locus_error *err)
+{
+	for (unsigned i = 0; i < l->n_chunks; i++) {
+		l->mrs[i].mr = reg_chunk(l, i);
+		if (!l->mrs[i].mr) {
+			int e = errno;
+
+			dereg_all(l);
+			return locus_error_set(err, e, "verbs loopback: registering chunk %u (%llu "
+					       "bytes): %s", i, (unsigned long long)l->chunk_len,
+					       strerror(e));
+		}
+		l->mrs[i].keys = keys_of(l->mrs[i].mr);
+	}
+	return 0;
+}
+
 int locus_verbs_loop_create(const char *dev, void *addr, size_t len, unsigned depth,
 			    struct locus_verbs_loop **out, struct locus_error *err)
+{
+	struct locus_verbs_loop_area a = { .addr = addr, .len = len };
+
+	return locus_verbs_loop_create_area(dev, &a, depth, out, err);
+}
+
+int locus_verbs_loop_create_area(const char *dev, const struct locus_verbs_loop_area *a,
+				 unsigned depth, struct locus_verbs_loop **out,
+				 struct locus_error *err)
 {
 	struct locus_verbs_loop *l;
 	struct ibv_device_attr da;
 	struct ibv_port_attr pa;
 	int ret;
 
-	if (!dev || !addr || !len || depth < 2 || depth > 16384)
+	if (!dev || !a || !a->addr || !a->len || depth < 2 || depth > 16384 ||
+	    (a->n_chunks && (!a->chunk_len || a->chunk_off > a->len ||
+			     (a->len - a->chunk_off) / a->chunk_len < a->n_chunks)))
 		return locus_error_set(err, EINVAL, "verbs loopback: bad arguments");
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return locus_error_set(err, ENOMEM, "verbs loopback: out of memory");
 	l->depth = depth;
-	l->base = addr;
-	l->len = len;
+	l->base = a->addr;
+	l->len = a->len;
+	l->n_chunks = a->n_chunks ? a->n_chunks : 1;
+	l->chunk_off = a->n_chunks ? a->chunk_off : 0;
+	l->chunk_len = a->n_chunks ? a->chunk_len : a->len;
 	l->port = 1;
 	l->fifo = calloc(depth, sizeof(*l->fifo));
 	l->wr = calloc(MAX_WR, sizeof(*l->wr));
 	l->sge = calloc((size_t)MAX_WR * MAX_SGE, sizeof(*l->sge));
-	if (!l->fifo || !l->wr || !l->sge) {
+	l->mrs = calloc(l->n_chunks, sizeof(*l->mrs));
+	if (!l->fifo || !l->wr || !l->sge || !l->mrs) {
 		ret = locus_error_set(err, ENOMEM, "verbs loopback: out of memory");
 		goto err_free;
 	}
@@ -216,12 +286,9 @@ int locus_verbs_loop_create(const char *dev, void *addr, size_t len, unsigned de
 		ret = locus_error_set(err, errno, "verbs loopback: PD: %s", strerror(errno));
 		goto err_ctx;
 	}
-	l->mr = ibv_reg_mr(l->pd, addr, len, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!l->mr) {
-		ret = locus_error_set(err, errno, "verbs loopback: registering %zu bytes: %s", len,
-				      strerror(errno));
+	ret = reg_all(l, err);
+	if (ret < 0)
 		goto err_pd;
-	}
 	l->cq = ibv_create_cq(l->ctx, (int)(2 * depth), NULL, NULL, 0);
 	if (!l->cq) {
 		ret = locus_error_set(err, errno, "verbs loopback: CQ: %s", strerror(errno));
@@ -253,12 +320,13 @@ err_qa:
 err_cq:
 	ibv_destroy_cq(l->cq);
 err_mr:
-	ibv_dereg_mr(l->mr);
+	dereg_all(l);
 err_pd:
 	ibv_dealloc_pd(l->pd);
 err_ctx:
 	ibv_close_device(l->ctx);
 err_free:
+	free(l->mrs);
 	free(l->sge);
 	free(l->wr);
 	free(l->fifo);
@@ -273,9 +341,10 @@ void locus_verbs_loop_destroy(struct locus_verbs_loop *l)
 	ibv_destroy_qp(l->qb);
 	ibv_destroy_qp(l->qa);
 	ibv_destroy_cq(l->cq);
-	ibv_dereg_mr(l->mr);
+	dereg_all(l);
 	ibv_dealloc_pd(l->pd);
 	ibv_close_device(l->ctx);
+	free(l->mrs);
 	free(l->sge);
 	free(l->wr);
 	free(l->fifo);
@@ -297,9 +366,62 @@ const struct locus_verbs_loop_stats *locus_verbs_loop_stats(const struct locus_v
 	return &l->st;
 }
 
-static int in_area(const struct locus_verbs_loop *l, uint64_t off, uint64_t len)
+/* The chunk [off, off + len) lies in, -1 if none holds it whole. */
+static int chunk_of(const struct locus_verbs_loop *l, uint64_t off, uint64_t len)
 {
-	return off <= l->len && len <= l->len - off;
+	uint64_t i;
+
+	if (off < l->chunk_off)
+		return -1;
+	i = (off - l->chunk_off) / l->chunk_len;
+	if (i >= l->n_chunks || len > l->chunk_len - (off - l->chunk_off - i * l->chunk_len))
+		return -1;
+	return (int)i;
+}
+
+static uint64_t chunk_keys(struct locus_verbs_loop *l, int i)
+{
+	return __atomic_load_n(&l->mrs[i].keys, __ATOMIC_ACQUIRE);
+}
+
+void locus_verbs_loop_reap(struct locus_verbs_loop *l)
+{
+	uint64_t ended = __atomic_load_n(&l->head, __ATOMIC_ACQUIRE);
+
+	for (unsigned i = 0; i < l->n_chunks; i++) {
+		struct loop_mr *m = &l->mrs[i];
+
+		if (m->old && ended >= m->old_seq) {
+			ibv_dereg_mr(m->old);
+			m->old = NULL;
+		}
+	}
+}
+
+int locus_verbs_loop_rereg(struct locus_verbs_loop *l, unsigned chunk, struct locus_error *err)
+{
+	struct loop_mr *m;
+	struct ibv_mr *mr;
+
+	if (chunk >= l->n_chunks)
+		return locus_error_set(err, ERANGE, "verbs loopback: no chunk %u (%u chunks)", chunk,
+				       l->n_chunks);
+	m = &l->mrs[chunk];
+	locus_verbs_loop_reap(l);
+	if (m->old)
+		return locus_error_set(err, EBUSY, "verbs loopback: chunk %u: copies posted before "
+				       "its last re-registration still run", chunk);
+	mr = reg_chunk(l, chunk);
+	if (!mr)
+		return locus_error_set(err, errno, "verbs loopback: re-registering chunk %u: %s",
+				       chunk, strerror(errno));
+	/* every copy naming the old pages was posted before this seq */
+	m->old = m->mr;
+	m->old_seq = __atomic_load_n(&l->tail, __ATOMIC_ACQUIRE);
+	m->mr = mr;
+	__atomic_store_n(&m->keys, keys_of(mr), __ATOMIC_RELEASE);
+	locus_verbs_loop_reap(l);
+	return 0;
 }
 
 int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
@@ -309,6 +431,8 @@ int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
 	struct ibv_sge *sge = l->sge;
 	unsigned n_wr = (n + l->max_sge - 1) / l->max_sge, s = 0;
 	uint64_t total = 0, seq = l->tail;
+	int dst_chunk;
+	uint32_t rkey;
 
 	if (l->broken)
 		return -EIO;
@@ -319,12 +443,14 @@ int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
 		return -LOCUS_EFULL;
 	}
 	for (unsigned i = 0; i < n; i++) {
-		if (!in_area(l, src[i].off, src[i].len))
+		if (chunk_of(l, src[i].off, src[i].len) < 0)
 			return -ERANGE;
 		total += src[i].len;
 	}
-	if (!in_area(l, dst_off, total))
+	dst_chunk = chunk_of(l, dst_off, total);
+	if (dst_chunk < 0)
 		return -ERANGE;
+	rkey = (uint32_t)(chunk_keys(l, dst_chunk) >> 32);
 	for (unsigned w = 0; w < n_wr; w++) {
 		unsigned k = 0;
 		uint64_t bytes = 0;
@@ -332,7 +458,7 @@ int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
 		for (; k < l->max_sge && s < n; k++, s++) {
 			sge[w * MAX_SGE + k] = (struct ibv_sge){
 				.addr = (uintptr_t)(l->base + src[s].off), .length = src[s].len,
-				.lkey = l->mr->lkey,
+				.lkey = (uint32_t)chunk_keys(l, chunk_of(l, src[s].off, src[s].len)),
 			};
 			bytes += src[s].len;
 		}
@@ -341,7 +467,7 @@ int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
 			.opcode = IBV_WR_RDMA_WRITE,
 			.send_flags = w + 1 == n_wr ? IBV_SEND_SIGNALED : 0,
 			.next = w + 1 == n_wr ? NULL : &wr[w + 1],
-			.wr.rdma = { .remote_addr = (uintptr_t)(l->base + dst_off), .rkey = l->mr->rkey },
+			.wr.rdma = { .remote_addr = (uintptr_t)(l->base + dst_off), .rkey = rkey },
 		};
 		dst_off += bytes;
 	}
@@ -354,7 +480,7 @@ int locus_verbs_loop_copy(struct locus_verbs_loop *l, uint64_t dst_off,
 		l->broken = 1;
 	}
 	l->fifo[seq % l->depth] = (struct copy_rec){ .cookie = cookie, .n_wr = n_wr };
-	l->tail++;
+	__atomic_store_n(&l->tail, l->tail + 1, __ATOMIC_RELEASE);
 	l->wr_inflight += n_wr;
 	l->st.copies++;
 	l->st.wrs += n_wr;
@@ -371,7 +497,7 @@ static int end_upto(struct locus_verbs_loop *l, uint64_t seq, int status,
 	while (l->head != l->tail && l->head <= seq) {
 		struct copy_rec *r = &l->fifo[l->head % l->depth];
 
-		l->head++;
+		__atomic_store_n(&l->head, l->head + 1, __ATOMIC_RELEASE);
 		l->wr_inflight -= r->n_wr;
 		if (status)
 			l->st.errors++;

@@ -4,7 +4,10 @@
  * qemu guest after vt_verbs: gathers of scattered ranges land byte for byte,
  * copies end once each in posting order, ranges outside the area and a full
  * send queue are refused with nothing posted, the area of one loop cannot be
- * named by another loop's rkey-less API (offsets only).
+ * named by another loop's rkey-less API (offsets only); an area registered
+ * in chunks (locusd: one per client slot) refuses ranges across chunks, and
+ * a chunk whose memory was replaced (a freed slot's fresh memfd) is written
+ * in its new pages once registered again, never in the old ones.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -14,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "locus_err.h"
@@ -127,11 +132,88 @@ static void test_refusals(void **state)
 	assert_non_null(strstr(err.msg, "nosuchdev"));
 }
 
+#define CHUNK (1u << 20)
+#define HEAD  4096u
+
+static int chunk_object(void)
+{
+	int fd = memfd_create("vt-chunk", MFD_CLOEXEC);
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, CHUNK), 0);
+	return fd;
+}
+
+static void map_chunk(uint8_t *base, unsigned i, int fd)
+{
+	void *at = base + HEAD + (size_t)i * CHUNK;
+
+	assert_true(mmap(at, CHUNK, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == at);
+}
+
+/* one MR per chunk: ranges across chunks refused, a replaced chunk written in its new pages */
+static void test_chunks_renewed(void **state)
+{
+	struct locus_verbs_loop_area a = { .len = HEAD + 2 * CHUNK, .chunk_off = HEAD,
+					   .chunk_len = CHUNK, .n_chunks = 2 };
+	struct locus_verbs_loop_src s = { .off = HEAD, .len = 4096 };
+	struct locus_verbs_loop_src across = { .off = HEAD + CHUNK - 64, .len = 128 };
+	struct locus_verbs_loop_src head = { .off = 0, .len = 64 };
+	struct locus_verbs_loop *l;
+	struct locus_error err;
+	uint8_t *base, *old;
+	int c0 = chunk_object(), c1 = chunk_object(), fresh = chunk_object();
+	(void)state;
+
+	base = mmap(NULL, a.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	assert_true(base != MAP_FAILED);
+	map_chunk(base, 0, c0);
+	map_chunk(base, 1, c1);
+	old = mmap(NULL, CHUNK, PROT_READ, MAP_SHARED, c1, 0); /* what a stale holder sees */
+	assert_true(old != MAP_FAILED);
+	for (uint32_t i = 0; i < CHUNK; i++)
+		base[HEAD + i] = (uint8_t)(i * 13 + 1);
+	a.addr = base;
+	assert_int_equal(locus_verbs_loop_create_area(DEV, &a, 16, &l, &err), 0);
+
+	n_ended = bad_status = 0;
+	assert_int_equal(locus_verbs_loop_copy(l, HEAD + CHUNK, &s, 1, 1), 0);
+	drain(l);
+	assert_memory_equal(base + HEAD + CHUNK, base + HEAD, 4096);
+	assert_memory_equal(old, base + HEAD, 4096);
+	/* nothing may cross a chunk's end, nor name the head outside every chunk */
+	assert_int_equal(locus_verbs_loop_copy(l, HEAD + CHUNK, &across, 1, 2), -ERANGE);
+	assert_int_equal(locus_verbs_loop_copy(l, HEAD + CHUNK - 64, &s, 1, 2), -ERANGE);
+	assert_int_equal(locus_verbs_loop_copy(l, HEAD + CHUNK, &head, 1, 2), -ERANGE);
+	assert_int_equal(locus_verbs_loop_inflight(l), 0);
+
+	/* chunk 1 replaced (a freed slot's fresh memfd), registered again */
+	map_chunk(base, 1, fresh);
+	assert_int_equal(locus_verbs_loop_rereg(l, 1, &err), 0);
+	s.off = HEAD + 8192;
+	assert_int_equal(locus_verbs_loop_copy(l, HEAD + CHUNK + 8192, &s, 1, 3), 0);
+	drain(l);
+	assert_memory_equal(base + HEAD + CHUNK + 8192, base + HEAD + 8192, 4096);
+	for (uint32_t i = 8192; i < 8192 + 4096; i++)
+		assert_int_equal(old[i], 0); /* the old object got nothing */
+	assert_int_equal(bad_status, 0);
+	/* the old MR went once its copies ended: registering again works at once */
+	assert_int_equal(locus_verbs_loop_rereg(l, 1, &err), 0);
+	assert_int_equal(locus_verbs_loop_rereg(l, 2, &err), -ERANGE);
+	locus_verbs_loop_destroy(l);
+	munmap(old, CHUNK);
+	munmap(base, a.len);
+	close(c0);
+	close(c1);
+	close(fresh);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gather_copies),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_chunks_renewed),
 	};
 
 	area = aligned_alloc(4096, AREA);

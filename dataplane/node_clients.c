@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+/*
+ * One node's client slots, the control side: attachments asked over the
+ * registration socket, the engine told to serve and to stop serving a
+ * slot, dead and detached clients reclaimed, and every freed slot given a
+ * fresh memfd before anyone gets it again.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "node_priv.h"
+
+/* What a request asks to be, checked against the cluster and the registry. */
+static int check_grant(struct locus_node *n, const struct locus_engine_grant *g, char *msg,
+		       size_t len)
+{
+	if (g->roles == 0 || (g->roles & ~(uint32_t)LOCUS_ROLE_ALL)) {
+		snprintf(msg, len, "roles %#x name no valid role", g->roles);
+		return -EINVAL;
+	}
+	if (g->roles & LOCUS_ROLE_DECODE) {
+		if (g->decoder_id >= n->cfg.max_decoders) {
+			snprintf(msg, len, "decoder id %u >= max_decoders %u", g->decoder_id,
+				 n->cfg.max_decoders);
+			return -LOCUS_ERANGE;
+		}
+		if (n->decoder_owner[g->decoder_id] >= 0) {
+			snprintf(msg, len, "decoder id %u is attached already (slot %d)",
+				 g->decoder_id, (int)n->decoder_owner[g->decoder_id]);
+			return -EEXIST;
+		}
+	}
+	if (g->roles & LOCUS_ROLE_RANK) {
+		if (g->rank >= n->n_ranks || g->rank / n->cfg.gpus_per_node != n->cfg.node_id) {
+			snprintf(msg, len, "rank %u is not on node %u (ranks %u..%u)", g->rank,
+				 n->cfg.node_id, n->cfg.node_id * n->cfg.gpus_per_node,
+				 (n->cfg.node_id + 1) * n->cfg.gpus_per_node - 1);
+			return -LOCUS_ERANGE;
+		}
+		if (n->rank_owner[g->rank] >= 0) {
+			snprintf(msg, len, "rank %u is attached already (slot %d)", g->rank,
+				 (int)n->rank_owner[g->rank]);
+			return -EEXIST;
+		}
+	}
+	return 0;
+}
+
+/* The registry holds what was granted, never what a slot says now. */
+static void registry_set(struct locus_node *n, uint32_t slot, int on)
+{
+	const struct locus_engine_grant *g = &n->grant[slot];
+
+	if (g->roles & LOCUS_ROLE_DECODE)
+		n->decoder_owner[g->decoder_id] = on ? (int32_t)slot : -1;
+	if (g->roles & LOCUS_ROLE_RANK)
+		n->rank_owner[g->rank] = on ? (int32_t)slot : -1;
+	n->attached[slot] = (uint8_t)on;
+	if (on)
+		n->n_attached++;
+	else
+		n->n_attached--;
+}
+
+static int slot_free(const struct locus_node *n, uint32_t i)
+{
+	const struct locus_client_ctl *ctl = locus_clients_ctl(&n->clients, i);
+
+	return !n->attached[i] && !n->ticket[i] && !n->draining[i] && !n->renew[i] &&
+	       locus_client_state_of(__atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE)) ==
+		       LOCUS_CLIENT_FREE;
+}
+
+/*
+ * An ATTACH from pid (SO_PEERCRED): a free slot claimed for it, its rings
+ * laid out and the engine asked to serve it; the answer goes out once the
+ * engine does (control below). A refusal is counted and answered at once.
+ */
+static int attach_request(void *ctx, int conn, pid_t pid, const struct locus_reg_req *q,
+			  char *msg, size_t len)
+{
+	struct locus_node *n = ctx;
+	struct locus_engine_grant g = { .roles = q->roles, .decoder_id = q->decoder_id,
+					.rank = q->rank };
+	uint64_t ticks;
+	uint32_t i;
+	int why;
+
+	if (locus_shm_state(n->shm) != LOCUS_SHM_RUNNING) {
+		snprintf(msg, len, "locusd is not running (starting or stopping)");
+		why = -LOCUS_ESTATE;
+		goto refused;
+	}
+	if (locus_proc_start_ticks(pid, &ticks) < 0) {
+		snprintf(msg, len, "pid %d is gone", (int)pid);
+		why = -ESRCH;
+		goto refused;
+	}
+	for (i = 0; i < n->cfg.client_slots; i++)
+		if (slot_free(n, i))
+			break;
+	if (i == n->cfg.client_slots) {
+		snprintf(msg, len, "all %u client slots are taken", n->cfg.client_slots);
+		why = -LOCUS_EFULL;
+		goto refused;
+	}
+	why = check_grant(n, &g, msg, len);
+	if (why < 0)
+		goto refused;
+	if (locus_clients_claim(&n->clients, i, pid, ticks, g.roles, g.decoder_id, g.rank) < 0 ||
+	    locus_clients_prepare(&n->clients, i) < 0) {
+		snprintf(msg, len, "client slot %u could not be laid out", i);
+		why = -LOCUS_ESTATE;
+		goto refused;
+	}
+	n->grant[i] = g;
+	n->claim[i] = __atomic_load_n(&locus_clients_ctl(&n->clients, i)->state_pid,
+				      __ATOMIC_ACQUIRE);
+	n->conn[i] = conn;
+	registry_set(n, i, 1);
+	n->cmd[i] = LOCUS_ENGINE_ATTACH;
+	n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_ATTACH, &n->grant[i]);
+	return 0;
+
+refused:
+	locus_counter_inc(n->ctl_blk, n->ctr_refused);
+	return why;
+}
+
+/* A grant the client never confirmed: it is detaching, as far as we care. */
+static void attach_unconfirmed(void *ctx, uint32_t slot, uint64_t generation)
+{
+	struct locus_node *n = ctx;
+	struct locus_client_ctl *ctl;
+	uint64_t sp;
+
+	if (slot >= n->cfg.client_slots || !n->attached[slot])
+		return;
+	ctl = locus_clients_ctl(&n->clients, slot);
+	sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
+	if (__atomic_load_n(&ctl->generation, __ATOMIC_ACQUIRE) == generation &&
+	    locus_client_state_of(sp) == LOCUS_CLIENT_ACTIVE)
+		__atomic_compare_exchange_n(&ctl->state_pid, &sp,
+					    locus_client_state_pid(LOCUS_CLIENT_DETACHING,
+								   locus_client_pid_of(sp)),
+					    0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+}
+
+void node_clients_init(struct locus_node *n)
+{
+	n->attach_ops = (struct locus_regions_attach_ops){ .request = attach_request,
+							   .unconfirmed = attach_unconfirmed,
+							   .ctx = n };
+}
+
+void locus_node_on_renew(struct locus_node *n, int (*hook)(void *ctx, uint32_t slot), void *ctx)
+{
+	n->renew_hook = hook;
+	n->renew_ctx = ctx;
+}
+
+/* A fresh memfd for a freed slot, then the hook; FREE once both are done (retried). */
+static void renew_slot(struct locus_node *n, uint32_t i)
+{
+	if (n->renew[i] == RENEW_OBJECT) {
+		if (locus_clients_renew(&n->clients, i) < 0)
+			return;
+		n->renew[i] = RENEW_HOOK;
+	}
+	if (n->renew_hook && n->renew_hook(n->renew_ctx, i) < 0)
+		return;
+	n->renew[i] = RENEW_NONE;
+	locus_clients_release(&n->clients, i);
+}
+
+/* Renewed at the end of the pass: freeing a used slot's pages takes milliseconds. */
+static void start_renew(struct locus_node *n, uint32_t i)
+{
+	n->renew[i] = RENEW_OBJECT;
+}
+
+/* The engine serves slot i: tell the client, with the slot's memfd. */
+static void grant(struct locus_node *n, uint32_t i)
+{
+	struct locus_client_ctl *ctl = locus_clients_ctl(&n->clients, i);
+	int conn = n->conn[i];
+
+	n->conn[i] = -1;
+	if (locus_clients_publish(&n->clients, i, n->claim[i]) < 0) {
+		/* nobody but us writes a slot before its fd is out: not expected */
+		locus_regions_attach_answer(n->regions, conn, -LOCUS_ESTATE, i, 0, -1,
+					    "the slot changed under locusd");
+		n->cmd[i] = LOCUS_ENGINE_DETACH;
+		n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_DETACH, NULL);
+		return;
+	}
+	n->claim[i] = 0;
+	if (!n->regions ||
+	    locus_regions_attach_answer(n->regions, conn, 0, i,
+					__atomic_load_n(&ctl->generation, __ATOMIC_ACQUIRE),
+					n->clients.fd[i], NULL) < 0)
+		/* it gave up waiting: the next look finds it detaching */
+		attach_unconfirmed(n, i, __atomic_load_n(&ctl->generation, __ATOMIC_ACQUIRE));
+}
+
+/* An engine command of slot i ended. */
+static void command_done(struct locus_node *n, uint32_t i)
+{
+	struct locus_client_ctl *ctl = locus_clients_ctl(&n->clients, i);
+	int died;
+
+	n->ticket[i] = 0;
+	if (n->cmd[i] == LOCUS_ENGINE_ATTACH) {
+		/*
+		 * Only now may the client learn it is attached (a peer node told
+		 * of it could otherwise send it rows the engine would drop).
+		 */
+		grant(n, i);
+		return;
+	}
+	if (n->claim[i]) {
+		/* never ACTIVE: nobody had the slot */
+		n->claim[i] = 0;
+		registry_set(n, i, 0);
+		start_renew(n, i);
+		return;
+	}
+	died = locus_client_state_of(__atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE)) !=
+	       LOCUS_CLIENT_DETACHING;
+	locus_counter_inc(n->ctl_blk, died ? n->ctr_reclaimed : n->ctr_detached);
+	registry_set(n, i, 0);
+	/* the slot is renewed only once the engine let go of its regions */
+	if (locus_regions_slot_busy(n->regions, i))
+		n->draining[i] = 1;
+	else
+		start_renew(n, i);
+}
+
+void locus_node_control(struct locus_node *n)
+{
+	locus_pushsrv_poll(n->push);
+	locus_regions_poll(n->regions);
+	for (uint32_t i = 0; i < n->cfg.client_slots; i++) {
+		if (n->renew[i])
+			continue;
+		if (n->draining[i]) {
+			if (locus_regions_slot_busy(n->regions, i))
+				continue;
+			n->draining[i] = 0;
+			start_renew(n, i);
+			continue;
+		}
+		if (n->ticket[i]) {
+			if (locus_engine_command_done(n->engine, i, n->ticket[i]))
+				command_done(n, i);
+			continue;
+		}
+		if (n->attached[i] && locus_clients_check(&n->clients, i) == LOCUS_CLIENTS_GONE) {
+			n->cmd[i] = LOCUS_ENGINE_DETACH;
+			n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_DETACH, NULL);
+			locus_regions_slot_gone(n->regions, i);
+		}
+	}
+	/* the slow work last: attachments and reclaimed ids were answered already */
+	locus_regions_setup(n->regions);
+	for (uint32_t i = 0; i < n->cfg.client_slots; i++)
+		if (n->renew[i])
+			renew_slot(n, i);
+}

@@ -1,0 +1,54 @@
+/* SPDX-License-Identifier: MIT */
+/* One node: the state node.c and node_clients.c share (not installed). */
+#ifndef LOCUS_NODE_PRIV_H
+#define LOCUS_NODE_PRIV_H
+
+#include "locus_client.h"
+#include "locus_counters.h"
+#include "locus_node.h"
+#include "locus_pushsrv.h"
+#include "locus_regions.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+
+enum node_renew {
+	RENEW_NONE   = 0,
+	RENEW_OBJECT = 1, /* the slot waits for a fresh memfd */
+	RENEW_HOOK   = 2, /* ... and then for the renew hook (the intra-node DMA's MR) */
+};
+
+struct locus_node {
+	struct locus_config cfg;
+	struct locus_shm *shm;         /* counters; read-only to everyone else */
+	void *table_mem;               /* the table channels: only this process maps them */
+	size_t table_len;
+	struct locus_table_region *tables;
+	struct locus_pushsrv *push;    /* the control socket, the channels' only writer */
+	struct locus_counters *ctrs;
+	struct locus_clients clients;  /* every slot a memfd of its own */
+	struct locus_engine *engine;
+	void *ctl_blk;
+	uint64_t ctr_refused, ctr_reclaimed, ctr_detached;
+	uint32_t n_ranks;
+	uint32_t n_attached;
+	/* control's registry, per client slot */
+	uint64_t *ticket;     /* pending engine command, 0 none */
+	uint8_t *cmd;
+	uint8_t *attached;
+	uint64_t *claim;      /* the CLAIMED word until the slot is ACTIVE, else 0 */
+	int *conn;            /* the registration connection awaiting the grant, -1 */
+	struct locus_engine_grant *grant;
+	int32_t *decoder_owner;
+	int32_t *rank_owner;
+	uint8_t *draining;    /* detached, waiting for its regions' release */
+	uint8_t *renew;       /* enum node_renew */
+	int (*renew_hook)(void *ctx, uint32_t slot);
+	void *renew_ctx;
+	struct locus_regions *regions; /* the registration socket */
+	struct locus_regions_attach_ops attach_ops;
+};
+
+/* node_clients.c: the registration socket's attach ops, for node.c to open it with. */
+void node_clients_init(struct locus_node *n);
+
+#endif /* LOCUS_NODE_PRIV_H */
