@@ -2,3 +2,5 @@
 $(eval $(call LIBRARY,client,shm/clients.c shm/client_region.c))
 $(eval $(call PROGRAM,tests/test_client,tests/test_client.c,client shm common,cmocka))
 UNIT_TESTS += tests/test_client
+$(eval $(call PROGRAM,tests/test_client_death,tests/test_client_death.c,client shm common,cmocka))
+UNIT_TESTS += tests/test_client_death

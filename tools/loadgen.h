@@ -22,7 +22,6 @@
 #define COMB_OFF    (1024 * 1024)
 #define COMB_SLOTS  8
 #define ERR_KINDS   8
-#define WATCH_NS    100000000ull /* look at the own locusd's pid every 100 ms */
 
 struct opts {
 	const char *instance;
@@ -106,8 +105,8 @@ void err_record(struct proc_stats *s, int32_t status);
 struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 			    struct proc_stats *s);
 
-/* With --allow-errors: whether our own locusd died (then s->gone is set). */
-int own_daemon_gone(struct proc_stats *s);
+/* A poll failed with ret: our locusd is gone (s->gone) or our rings broke. */
+void own_daemon_lost(struct proc_stats *s, int ret);
 
 /* --dmabuf (loadgen_dmabuf.c): a dma-buf of len bytes (udmabuf, else vgem), or -errno. */
 int lg_dmabuf_create(size_t len, const char **how);

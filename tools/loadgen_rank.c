@@ -583,6 +583,13 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 			}
 		}
 		n = locus_client_poll(rs->c, d, 32);
+		if (n < 0) {
+			/* what our locusd owed us: completions, and the results of a sent batch */
+			own_daemon_lost(s, n);
+			s->orphaned += (rs->dispatch_done == 0) + comb_outstanding(rs);
+			s->abandoned += rs->dispatch_done == 1;
+			break;
+		}
 		for (int i = 0; i < n; i++)
 			handle(rs, s, &d[i]);
 		backlog_drain(rs, s);
@@ -608,13 +615,6 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) &&
 		    !comb_outstanding(rs))
 			break;
-		if (!n && own_daemon_gone(s)) {
-			/* what our locusd owed us: completions, and the results of a sent batch */
-			s->orphaned += (rs->dispatch_done == 0) +
-				       comb_outstanding(rs);
-			s->abandoned += rs->dispatch_done == 1;
-			break;
-		}
 		if (!n)
 			nap_us(20);
 	}

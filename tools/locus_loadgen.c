@@ -55,8 +55,6 @@ struct opts O = {
 struct shared *S;
 struct locus_trace *T;
 static uint8_t *Seen;  /* one byte per signature request: deliveries seen */
-static struct locus_shm *Watch; /* this process's locusd, to notice its death */
-static uint64_t watch_next;
 
 static void lat_record(struct proc_stats *s, uint64_t ns)
 {
@@ -122,30 +120,25 @@ struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 		s->failed = 1;
 		return NULL;
 	}
-	/* the segment we attached to, held read-only: its owner pid says if locusd died */
-	if (O.allow_errors)
-		locus_shm_attach(instance, LOCUS_SHM_RDONLY, &Watch, NULL);
 	s->attached = 1;
 	return c;
 }
 
 /*
- * With --allow-errors: whether the locusd we attached to is dead (killed;
- * a restarted one has a new segment, not ours). A kill(pid, 0) at most every
- * 100 ms. Marks the process gone.
+ * A poll returned ret < 0: the client API says our locusd is gone (-ENOTCONN:
+ * killed; a restarted one has a new segment, not ours), or our rings broke.
+ * The process stops; only with --allow-errors is a dead locusd no failure.
  */
-int own_daemon_gone(struct proc_stats *s)
+void own_daemon_lost(struct proc_stats *s, int ret)
 {
-	uint64_t now = now_ns();
-	pid_t owner;
-
-	if (!Watch || now < watch_next)
-		return s->gone;
-	watch_next = now + WATCH_NS;
-	owner = locus_shm_owner_pid(Watch);
-	if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH)
+	if (ret == -ENOTCONN)
 		s->gone = 1;
-	return s->gone;
+	if (ret != -ENOTCONN || !O.allow_errors) {
+		if (!s->failed)
+			snprintf(s->why, sizeof(s->why), "poll: %s%s", locus_strerror(ret),
+				 ret == -ENOTCONN ? " (our locusd is gone)" : "");
+		s->failed = 1;
+	}
 }
 
 /* ---- prefill ------------------------------------------------------------------------ */
@@ -201,6 +194,10 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			s->submitted++;
 		}
 		n = locus_client_poll(c, d, OUTSTANDING);
+		if (n < 0) {
+			own_daemon_lost(s, n);
+			break;
+		}
 		for (int i = 0; i < n; i++) {
 			uint64_t slot = d[i].id & 0xff;
 
@@ -229,8 +226,6 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			else
 				err_record(s, d[i].status ? d[i].status : -LOCUS_ERANGE);
 		}
-		if (n == 0 && own_daemon_gone(s))
-			break;
 		if (n == 0)
 			nap_us(20);
 	}
@@ -287,6 +282,10 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 		uint64_t now = now_ns();
 		int n = locus_client_poll(c, d, 32);
 
+		if (n < 0) {
+			own_daemon_lost(s, n);
+			break;
+		}
 		for (int i = 0; i < n; i++) {
 			const struct locus_msg_hdr *m = locus_client_inbox(c, &d[i]);
 
@@ -589,12 +588,15 @@ int main(int argc, char **argv)
 	/* decoders may still hold deliveries in their rings: let them drain (bounded) */
 	for (int w = 0; w < 5000; w++) {
 		uint64_t routed = 0, got = 0;
+		uint32_t live = 0;
 
 		for (uint32_t i = p0; i < np; i++)
 			routed += __atomic_load_n(&S->st[i].ok, __ATOMIC_RELAXED);
-		for (uint32_t i = d0; i < r0; i++)
+		for (uint32_t i = d0; i < r0; i++) {
 			got += __atomic_load_n(&S->st[i].delivered, __ATOMIC_RELAXED);
-		if (got >= routed)
+			live += !__atomic_load_n(&S->st[i].gone, __ATOMIC_RELAXED);
+		}
+		if (got >= routed || !live)
 			break;
 		nap_us(1000);
 	}
