@@ -372,6 +372,48 @@ static int check_kind(unsigned kind, const void *blob, size_t len, struct locus_
 	return locus_grace_blob_check(blob, len, NULL, NULL, err);
 }
 
+/*
+ * Publish buf on channel ch, kept in the push history first under the
+ * generation it is about to get (we hold the writer lock: nobody else
+ * publishes meanwhile). Returns the generation or a negative code.
+ */
+static int64_t publish_kept(const char *inst, unsigned kind, struct locus_table_region *tr,
+			    unsigned ch, const void *buf, size_t len, uint64_t timeout_ns,
+			    struct locus_error *err)
+{
+	struct locus_table_writer *w;
+	struct locus_error herr;
+	uint64_t next;
+	int64_t gen;
+	size_t cap;
+	void *dst;
+	int rc;
+
+	rc = locus_table_writer_open(tr, ch, &w, err);
+	if (rc < 0)
+		return rc;
+	rc = locus_table_writer_reserve(w, timeout_ns, &dst, &cap, err);
+	if (rc < 0) {
+		gen = rc;
+		goto out;
+	}
+	if (len > cap) {
+		gen = locus_error_set(err, LOCUS_ERANGE, "table of %zu bytes > slot size %zu",
+				      len, cap);
+		goto out;
+	}
+	memcpy(dst, buf, len);
+	next = LOCUS_TABLE_GEN(locus_table_published(tr, ch)) + 1;
+	if (locusctl_history_save(inst, kind, next, buf, len, &herr) < 0)
+		fprintf(stderr, "locusctl: warning: history not kept: %s\n", herr.msg);
+	gen = locus_table_writer_publish(w, len, err);
+	if (gen < 0)
+		locusctl_history_drop(inst, kind, next);
+out:
+	locus_table_writer_close(w);
+	return gen;
+}
+
 int locusctl_push(int argc, char **argv)
 {
 	struct locus_table_wait_result wr;
@@ -431,7 +473,7 @@ int locusctl_push(int argc, char **argv)
 	ret = locus_table_region_attach(region, rlen, &tr, &err);
 	if (ret < 0)
 		goto fail;
-	gen = locus_table_push(tr, ch, buf, len, timeout_ms * 1000000ull, &err);
+	gen = publish_kept(inst, kind, tr, ch, buf, len, timeout_ms * 1000000ull, &err);
 	if (gen < 0) {
 		ret = (int)gen;
 		goto fail;
@@ -446,9 +488,9 @@ int locusctl_push(int argc, char **argv)
 			wr.refused_reader, wr.refused_gen, wr.refused_msg,
 			locus_strerror(wr.refused_code));
 	status = (wr.n_refused || ret == -ETIMEDOUT) ? 1 : 0;
-	/* keep what the data plane adopted, for diff and rollback */
-	if (status == 0 && locusctl_history_save(inst, kind, (uint64_t)gen, buf, len, &err) < 0)
-		fprintf(stderr, "locusctl: warning: history not kept: %s\n", err.msg);
+	/* the history keeps what the data plane may run, for diff and rollback */
+	if (wr.n_refused)
+		locusctl_history_drop(inst, kind, (uint64_t)gen);
 	goto out;
 fail:
 	locusctl_fail(&err, ret);
