@@ -209,11 +209,12 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 				/* the decoder's inbox is full: back-pressure, send it again */
 				struct locus_desc q = d[i];
 
-				s->retries++;
 				q.status = 0;
 				nap_us(50);
-				if (locus_client_submit(c, &q, 1) == 1)
+				if (locus_client_submit(c, &q, 1) == 1) {
+					s->retries++; /* sent again */
 					continue;
+				}
 				d[i].status = -LOCUS_EFULL;
 			}
 			lat_record(s, now_ns() - t_sub[slot]);
@@ -450,7 +451,7 @@ int main(int argc, char **argv)
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
-	uint64_t dropped = 0, disp = 0;
+	uint64_t dropped = 0, disp = 0, combs = 0;
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
 	uint64_t en[ERR_KINDS * MAX_PROCS];
 	uint32_t nk = 0;
@@ -585,6 +586,7 @@ int main(int argc, char **argv)
 		} else if (i >= r0) {
 			rows_out += s->rows_out;
 			disp += s->submitted;
+			combs += s->combines;
 			retries += s->retries;
 			errs += s->errors;
 			rk_t0 = s->t_start_ns < rk_t0 ? s->t_start_ns : rk_t0;
@@ -645,6 +647,10 @@ int main(int argc, char **argv)
 		if (reg != O.ranks || (!O.allow_errors && rel != O.ranks))
 			failed = 1;
 	}
+	/* what locusd's route_requests, dispatch_batches, combine_batches must say */
+	printf("requests: %llu ROUTE, %llu DISPATCH, %llu COMBINE submitted (resubmissions "
+	       "after a full inbox included)\n", (unsigned long long)(sub + sig_retries),
+	       (unsigned long long)disp, (unsigned long long)combs);
 	if (stopping())
 		printf("stopped by a signal: %llu signatures and %llu dispatch batches were sent\n",
 		       (unsigned long long)sub, (unsigned long long)disp);
