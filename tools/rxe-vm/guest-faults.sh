@@ -71,7 +71,7 @@ figures() {
 }
 
 # gauges_idle NAME: while every client lingers attached and idle, nothing held on either node
-# (both nodes read at once: a read takes seconds here, the clients linger 12 s)
+# (both nodes read at once: a read takes seconds here, the clients linger 10 s)
 gauges_idle() {
 	local n used pend ok end=$((SECONDS + 10))
 	while :; do
@@ -93,7 +93,7 @@ gauges_idle() {
 }
 
 # lg_bg OUT ARGS...: loadgen across the nodes in the background (LINGER: its clients stay
-# attached and idle 12 s at the end, for gauges_idle);
+# attached and idle 10 s at the end, for gauges_idle);
 # LG_PID is the timeout(1) around it, which passes a SIGTERM on
 lg_bg() {
 	local out=$1
@@ -103,7 +103,7 @@ lg_bg() {
 		--decode-us 500 "$@" > "$out" 2>&1 &
 	LG_PID=$!
 }
-LINGER="--linger-ms 12000"
+LINGER="--linger-ms 10000"
 # lg_wait OUT NAME: the run's end (bounded by loadgen's timeout), checking the gauges as it lingers
 lg_wait() {
 	local out=$1 rc
@@ -169,7 +169,7 @@ say "F1b. harsh netem '$FAULT_NETEM_HARSH' for 10 s under traffic (errors allowe
 	"clean link again: each request completed once, nothing left pending"
 lg_bg "$W/f1-harsh.out" $LINGER --requests 100000 --batches 100000 --tokens 16 --seconds 150 \
 	--allow-errors --batch-ms 3000
-sleep 4
+sleep 2
 snap2 "$W/f1c"
 netem "$FAULT_NETEM_HARSH"
 t_h=$SECONDS
@@ -178,7 +178,7 @@ t_h=$((SECONDS - t_h))
 snap2 "$W/f1d"
 netem off
 wait_up 60 || fail "the nodes did not reconnect within 60 s of the clean link"
-sleep 4 # traffic on the mended link, then stop submitting
+sleep 2 # traffic on the mended link, then stop submitting
 kill -TERM $LG_PID
 lg_wait "$W/f1-harsh.out" "harsh netem"
 for n in 0 1; do
@@ -228,7 +228,6 @@ flaps() {
 			say "   $name $k: the connection dropped and did not come back within 30 s"
 			break
 		fi
-		sleep 2
 	done
 	snap2 "$W/fl-m"
 	sleep 3 # traffic on the mended link, then stop submitting
