@@ -371,6 +371,18 @@ static int check_kind(unsigned kind, const void *blob, size_t len, struct locus_
 	return locus_grace_blob_check(blob, len, NULL, NULL, err);
 }
 
+/* Keep buf in the push history as generation gen of kind; a failure is a warning. */
+static int keep_history(const char *inst, unsigned kind, uint64_t gen, const void *buf,
+			size_t len)
+{
+	struct locus_error herr = { 0 };
+	int ret = locusctl_history_save(inst, kind, gen, buf, len, &herr);
+
+	if (ret < 0)
+		fprintf(stderr, "locusctl: warning: history not kept: %s\n", herr.msg);
+	return ret;
+}
+
 int locusctl_push(int argc, char **argv)
 {
 	struct locus_error err = { 0 };
@@ -379,8 +391,9 @@ int locusctl_push(int argc, char **argv)
 	uint64_t timeout_ms = 2000;
 	void *buf = NULL;
 	size_t len, k;
-	unsigned kind, ch = 0;
-	int ret, status = 1;
+	uint64_t pub[LOCUS_TABLE_MAX_CHANNELS], next = 0;
+	unsigned kind, ch = 0, n_ch = 0;
+	int ret, status = 1, kept = 0;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-i") && i + 1 < argc)
@@ -416,10 +429,26 @@ int locusctl_push(int argc, char **argv)
 		locus_error_set(&err, ret, "%s: %.200s", path, msg);
 		goto fail;
 	}
-	/* locusd copies it into a slot, publishes it and tells what its readers did */
-	ret = locus_push_table(inst, ch, buf, len, (uint32_t)timeout_ms, &res, &err);
+	/*
+	 * Kept under the generation it is about to get before locusd publishes
+	 * it: a push killed after the publish still leaves what runs on record
+	 * (one killed before leaves an entry the next push of that generation
+	 * replaces).
+	 */
+	ret = locus_push_status(inst, pub, &n_ch, &err);
 	if (ret < 0)
 		goto fail;
+	if (ch < n_ch) {
+		next = pub[ch] + 1;
+		kept = keep_history(inst, kind, next, buf, len) == 0;
+	}
+	/* locusd copies it into a slot, publishes it and tells what its readers did */
+	ret = locus_push_table(inst, ch, buf, len, (uint32_t)timeout_ms, &res, &err);
+	if (ret < 0) {
+		if (kept)
+			locusctl_history_drop(inst, kind, next);
+		goto fail;
+	}
 	printf("pushed %s table %s to %s channel %u: generation %" PRIu64 "\n",
 	       locus_tbl_kind_name(kind), path, inst, ch, res.generation);
 	printf("readers: %u live, %u adopted, %u refused%s\n", res.wait.n_live,
@@ -430,10 +459,11 @@ int locusctl_push(int argc, char **argv)
 			res.wait.refused_reader, res.wait.refused_gen, res.wait.refused_msg,
 			locus_strerror(res.wait.refused_code));
 	status = (res.wait.n_refused || res.timed_out) ? 1 : 0;
-	/* keep what the data plane adopted, for diff and rollback */
-	if (status == 0 &&
-	    locusctl_history_save(inst, kind, res.generation, buf, len, &err) < 0)
-		fprintf(stderr, "locusctl: warning: history not kept: %s\n", err.msg);
+	/* the history keeps what the data plane may run, for diff and rollback */
+	if (res.generation != next) /* another push came between: keep it where it landed */
+		kept = keep_history(inst, kind, res.generation, buf, len) == 0;
+	if (res.wait.n_refused && kept)
+		locusctl_history_drop(inst, kind, res.generation);
 	goto out;
 fail:
 	locusctl_fail(&err, ret);

@@ -28,9 +28,16 @@ int locusctl_eldr_show(int argc, char **argv);
  */
 int locusctl_push(int argc, char **argv);
 
-/* History, diff, rollback (control/locusctl_history.c) */
+/*
+ * History, diff, rollback (control/locusctl_history.c). push keeps a table
+ * under the generation it gets before publishing it (a push killed after
+ * the publish still leaves what runs on record; one killed before leaves an
+ * entry the next push of that generation replaces) and drops the entry when
+ * the data plane refuses the table.
+ */
 int locusctl_history_save(const char *instance, unsigned kind, uint64_t gen, const void *buf,
 			  size_t len, struct locus_error *err);
+void locusctl_history_drop(const char *instance, unsigned kind, uint64_t gen);
 int locusctl_diff(int argc, char **argv);
 int locusctl_rollback(int argc, char **argv);
 

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "locus_eldr.h"
 #include "locus_grace.h"
@@ -66,6 +67,16 @@ int locusctl_history_save(const char *instance, unsigned kind, uint64_t gen, con
 	snprintf(path + n, sizeof(path) - (size_t)n, "/%s-%" PRIu64 ".tbl",
 		 locus_tbl_kind_name(kind), gen);
 	return locus_tbl_write_file(path, buf, len, err);
+}
+
+void locusctl_history_drop(const char *instance, unsigned kind, uint64_t gen)
+{
+	char path[4096];
+
+	if (locus_shm_check_name(instance) == 0 &&
+	    (size_t)snprintf(path, sizeof(path), "%s/%s/%s-%" PRIu64 ".tbl", state_dir(), instance,
+			     locus_tbl_kind_name(kind), gen) < sizeof(path))
+		unlink(path);
 }
 
 /*

@@ -389,6 +389,7 @@ int engine_inbox_alloc(struct locus_engine *e, struct engine_client *c, uint32_t
 				c->inbox_free[j / 64] &= ~(1ull << (j % 64));
 			c->inbox_span[first] = (uint16_t)span;
 			c->inbox_used += span;
+			e->inbox_used += span;
 			return (int)first;
 		}
 	}
@@ -399,15 +400,17 @@ void engine_inbox_free(struct locus_engine *e, struct engine_client *c, uint32_t
 {
 	uint32_t span = c->inbox_span[first];
 
-	(void)e;
 	for (uint32_t j = first; j < first + span; j++)
 		c->inbox_free[j / 64] |= 1ull << (j % 64);
 	c->inbox_span[first] = 0;
 	c->inbox_used -= span;
+	e->inbox_used -= span;
 }
 
+/* Every inbox slot of c free (a new attachment, or one that ended). */
 static void inbox_reset(struct locus_engine *e, struct engine_client *c)
 {
+	e->inbox_used -= c->inbox_used;
 	memset(c->inbox_free, 0, 8 * e->inbox_words);
 	for (uint32_t i = 0; i < e->inbox_slots; i++)
 		c->inbox_free[i / 64] |= 1ull << (i % 64);
@@ -534,6 +537,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	    e->rank_slot[c->rank] == (int32_t)slot)
 		e->rank_slot[c->rank] = -1;
 	c->active = 0;
+	/* what it never released is nobody's now: the next attachment starts empty */
+	inbox_reset(e, c);
 	locus_gauge_add(e->blk, e->c.clients_attached, -1);
 	engine_router_refresh(e);
 }
@@ -632,6 +637,8 @@ int locus_engine_poll(struct locus_engine *e)
 	if (unlikely(now >= e->next_housekeeping)) {
 		engine_decoders_housekeeping(e, now);
 		engine_load_exchange(e, now);
+		locus_gauge_set(e->blk, e->c.inbox_slots_used, (int64_t)e->inbox_used);
+		locus_gauge_set(e->blk, e->c.requests_pending, (int64_t)(e->n_pend - e->n_pend_free));
 		e->next_housekeeping = now + e->housekeeping_period;
 	}
 	engine_count(e, e->c.poll_iterations);

@@ -123,6 +123,10 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_COUNTER, 1, d->n_nodes, 0, "node", 0, &o->load_rows_bad },
 		{ "load_decoders_stale", "remote decoders on a live node whose load row stopped "
 		  "moving", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->load_decoders_stale },
+		{ "inbox_slots_used", "inbox slots of attached clients holding a delivery they "
+		  "have not released", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->inbox_slots_used },
+		{ "requests_pending", "client requests waiting for their sends to other nodes or "
+		  "their intra-node copies", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->requests_pending },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -190,6 +190,7 @@ struct locus_engine {
 	uint64_t load_seq;                         /* our row's seq */
 	uint64_t *row_seq;                         /* [n_nodes] last good seq taken */
 
+	uint64_t inbox_used;                       /* inbox slots taken, every client */
 	uint64_t next_housekeeping;
 	uint64_t housekeeping_period;
 	uint64_t load_timeout_tsc;

@@ -59,6 +59,8 @@ struct locus_engine_ctr {
 	uint64_t load_rows_written, load_rows_read; /* [node] */
 	uint64_t load_rows_torn, load_rows_bad;    /* [node] */
 	uint64_t load_decoders_stale;              /* gauge */
+	uint64_t inbox_slots_used;                 /* gauge: attached clients' inbox slots taken */
+	uint64_t requests_pending;                 /* gauge: requests waiting for sends / copies */
 };
 
 /* Shapes the engine and its counters are sized for. */

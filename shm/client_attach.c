@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client_priv.h"
@@ -23,8 +24,11 @@ struct locus_client {
 	struct locus_clients v;           /* the slot geometry (base NULL) */
 	uint8_t *map;                     /* our slot, slot_stride bytes */
 	uint32_t slot;
+	pid_t me;                         /* the attaching process */
 	struct locus_ring_end submit;     /* producer */
 	struct locus_ring_end completion; /* consumer */
+	uint64_t next_check_ns;           /* poll: next look at the daemon's liveness */
+	int gone;                         /* 0, or -ENOTCONN once the daemon is gone */
 };
 
 static struct locus_client_ctl *my_ctl(const struct locus_client *c)
@@ -124,7 +128,12 @@ int locus_client_attach(const char *instance, const struct locus_client_req *req
 		ret = sock;
 		goto err_detach;
 	}
+	c->me = getpid();
 	ret = request_slot(sock, req, timeout_ms, &rep, &fd, err);
+	if (ret == -ECONNRESET && !locus_shm_owner_alive(c->shm))
+		/* the kernel closed a dead daemon's end: no need to wait for the time-out */
+		ret = locus_error_set(err, ENOTCONN, "locusd (pid %d) died before answering",
+				      (int)locus_shm_owner_pid(c->shm));
 	if (ret < 0)
 		goto err_sock;
 	c->slot = rep.slot;
@@ -214,9 +223,40 @@ int locus_client_submit(struct locus_client *c, const struct locus_desc *d, uint
 	return got == 0 && n ? -LOCUS_EFULL : (int)got;
 }
 
+static uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+int locus_client_check(struct locus_client *c)
+{
+	uint64_t sp;
+
+	if (c->gone)
+		return c->gone;
+	sp = __atomic_load_n(&my_ctl(c)->state_pid, __ATOMIC_ACQUIRE);
+	if (sp != locus_client_state_pid(LOCUS_CLIENT_ACTIVE, c->me) ||
+	    !locus_shm_owner_alive(c->shm))
+		c->gone = -ENOTCONN;
+	return c->gone;
+}
+
 int locus_client_poll(struct locus_client *c, struct locus_desc *out, uint32_t max)
 {
-	return (int)locus_ring_dequeue_burst(&c->completion, out, max);
+	int64_t n = locus_ring_dequeue_burst(&c->completion, out, max);
+	uint64_t now;
+
+	if (n != 0 || !max)
+		return (int)n;
+	/* an empty ring: at most every LOCUS_CLIENT_CHECK_MS, is anyone still there? */
+	now = coarse_ns();
+	if (!c->gone && now < c->next_check_ns)
+		return 0;
+	c->next_check_ns = now + LOCUS_CLIENT_CHECK_MS * 1000000ull;
+	return locus_client_check(c);
 }
 
 int locus_client_release_slot(struct locus_client *c, uint32_t slot)

@@ -294,10 +294,11 @@ struct locus_client_req {
  * wait (bounded) for the answer and map the slot. Errors: the segment's
  * attach refusals (it is read to check the daemon runs), -LOCUS_ESTATE (no
  * running daemon), -LOCUS_EFULL (no free slot), -ETIMEDOUT, -ECONNREFUSED /
- * -ENOENT (nothing listening), -LOCUS_EVERSION (another protocol or slot
- * layout), or the daemon's refusal (e.g. -LOCUS_ERANGE for a rank outside
- * the cluster, -EEXIST for a decoder id or rank already attached). err says
- * which.
+ * -ENOENT (nothing listening), -ENOTCONN (the daemon died while we waited:
+ * known as soon as the kernel closes its end), -LOCUS_EVERSION (another
+ * protocol or slot layout), or the daemon's refusal (e.g. -LOCUS_ERANGE for
+ * a rank outside the cluster, -EEXIST for a decoder id or rank already
+ * attached). err says which.
  */
 int locus_client_attach(const char *instance, const struct locus_client_req *req,
 			struct locus_client **out, struct locus_error *err);
@@ -318,8 +319,26 @@ const void *locus_client_inbox(struct locus_client *c, const struct locus_desc *
 /* Submit up to n descriptors; returns how many went in, -LOCUS_EFULL if none did. */
 int locus_client_submit(struct locus_client *c, const struct locus_desc *d, uint32_t n);
 
-/* Up to max completions/deliveries into out; returns the count (0: none yet). */
+/*
+ * Up to max completions/deliveries into out; returns the count (0: none
+ * yet), or -ENOTCONN once locusd is gone (see locus_client_check), which
+ * an empty poll looks at every LOCUS_CLIENT_CHECK_MS: every completion the
+ * daemon posted before it died is still returned first. A client that
+ * polls learns of a killed locusd within that period; it may then detach
+ * and attach again (a restarted locusd serves a new segment).
+ */
 int locus_client_poll(struct locus_client *c, struct locus_desc *out, uint32_t max);
+
+#define LOCUS_CLIENT_CHECK_MS 100u
+
+/*
+ * Whether our locusd still serves this attachment: 0, or -ENOTCONN (for
+ * good) once the process that created the segment is dead (pid and start
+ * time as at attach: a restarted locusd is another process, with a new
+ * segment), or our slot is no longer ACTIVE in our name. Reads /proc: a
+ * few syscalls, never on a hot path (poll calls it when idle, rate-bound).
+ */
+int locus_client_check(struct locus_client *c);
 
 /* Hand inbox slot back (a RELEASE descriptor). */
 int locus_client_release_slot(struct locus_client *c, uint32_t slot);

@@ -141,6 +141,13 @@ void *locus_shm_region(struct locus_shm *shm, enum locus_shm_region_id id, size_
 enum locus_shm_state locus_shm_state(const struct locus_shm *shm);
 void locus_shm_set_state(struct locus_shm *shm, enum locus_shm_state st); /* owner only */
 pid_t locus_shm_owner_pid(const struct locus_shm *shm);
+/*
+ * 1 while the process that created the segment runs (the pid and start time
+ * it had when we attached: a header rewritten since cannot fool it; a
+ * killed daemon's pid reused by another process is not it), else 0. Reads
+ * /proc: not for a hot loop.
+ */
+int locus_shm_owner_alive(const struct locus_shm *shm);
 uint64_t locus_shm_start_time_ns(const struct locus_shm *shm); /* CLOCK_REALTIME */
 size_t locus_shm_size(const struct locus_shm *shm);
 const char *locus_shm_instance(const struct locus_shm *shm);

@@ -32,6 +32,8 @@ struct locus_shm {
 	int rdonly;
 	/* copied at attach: later writes to the header cannot move them */
 	struct locus_shm_region_desc region[LOCUS_REGION_MAX];
+	pid_t owner_pid;
+	uint64_t owner_ticks;
 	char instance[LOCUS_SHM_NAME_MAX];
 };
 
@@ -398,6 +400,8 @@ int locus_shm_create(const struct locus_shm_params *p, struct locus_shm **out,
 	shm->hdr = h;
 	shm->size = total;
 	shm->map_len = total;
+	shm->owner_pid = h->owner_pid;
+	shm->owner_ticks = ticks;
 	memcpy(shm->region, r, sizeof(r));
 	snprintf(shm->instance, sizeof(shm->instance), "%s", p->instance);
 	*out = shm;
@@ -494,6 +498,8 @@ int locus_shm_attach(const char *instance, unsigned flags, struct locus_shm **ou
 	shm->hdr = base;
 	shm->rdonly = rdonly;
 	shm->map_len = have;
+	shm->owner_pid = ((struct locus_shm_hdr *)base)->owner_pid;
+	shm->owner_ticks = ((struct locus_shm_hdr *)base)->owner_start_ticks;
 	snprintf(shm->instance, sizeof(shm->instance), "%s", instance);
 	*out = shm;
 	return 0;
@@ -554,6 +560,11 @@ void locus_shm_set_state(struct locus_shm *shm, enum locus_shm_state st)
 pid_t locus_shm_owner_pid(const struct locus_shm *shm)
 {
 	return __atomic_load_n(&shm->hdr->owner_pid, __ATOMIC_RELAXED);
+}
+
+int locus_shm_owner_alive(const struct locus_shm *shm)
+{
+	return locus_proc_alive(shm->owner_pid, shm->owner_ticks);
 }
 
 uint64_t locus_shm_start_time_ns(const struct locus_shm *shm)

@@ -2,7 +2,8 @@
 /*
  * locus-loadgen's processes share this: options, the per-process records in
  * a MAP_SHARED area (the parent sums them), and the helpers every process
- * uses. The rank processes live in loadgen_rank.c.
+ * uses. The rank processes live in loadgen_rank.c, the options in
+ * loadgen_opts.c.
  */
 #ifndef LOADGEN_H
 #define LOADGEN_H
@@ -22,7 +23,6 @@
 #define COMB_OFF    (1024 * 1024)
 #define COMB_SLOTS  8
 #define ERR_KINDS   8
-#define WATCH_NS    100000000ull /* look at the own locusd's pid every 100 ms */
 
 struct opts {
 	const char *instance;
@@ -40,6 +40,13 @@ struct opts {
 	int allow_errors;
 	uint32_t batch_ms;               /* with allow_errors: give a batch up after this */
 	int dmabuf;                      /* ranks' rows in registered dma-buf regions */
+	/* --kill-rank R:dispatch:B | R:combine:N: rank R's first process raises
+	 * SIGKILL right after submitting the DISPATCH of batch B / its N-th COMBINE */
+	int kill_rank;                   /* -1: none */
+	int kill_combine;                /* 0: at a dispatch, 1: at a combine */
+	uint32_t kill_n;
+	int respawn;                     /* --respawn: a new process takes the rank over */
+	uint32_t linger_ms;              /* stay attached and idle this long at the end */
 };
 
 /* Shared with the children (MAP_SHARED): each writes its own record. */
@@ -58,6 +65,10 @@ struct proc_stats {
 	int attached, failed, gone;
 	char why[224];
 	char bad[128];                  /* what the first corrupt delivery was */
+	uint32_t batch_at, batch_open;  /* killed rank: the batch it was at, and if sent */
+	uint32_t kills;                 /* rank: processes of this rank killed (--kill-rank) */
+	uint64_t killed_inflight;       /* requests those had in flight: never completed */
+	uint64_t combines;              /* rank: COMBINEs submitted */
 	uint32_t region_flags;          /* --dmabuf: enum locus_region_flags locusd gave */
 	int region_registered, region_released;
 	char region_how[16];            /* the exporter used */
@@ -65,6 +76,7 @@ struct proc_stats {
 
 struct shared {
 	int done;             /* parent -> decoders and ranks: stop */
+	int stop;             /* SIGTERM / SIGINT: submit nothing new, finish what is sent */
 	uint32_t ranks_up;    /* ranks attached: none dispatches before all are */
 	uint32_t ranks_failed; /* ranks that could not attach: the others give up */
 	uint64_t routed_total;
@@ -85,9 +97,15 @@ static inline uint64_t now_ns(void)
 
 static inline void nap_us(unsigned us)
 {
-	struct timespec ts = { 0, (long)us * 1000 };
+	struct timespec ts = { us / 1000000, (long)(us % 1000000) * 1000 };
 
 	nanosleep(&ts, NULL);
+}
+
+/* Whether the run was told to stop early (SIGTERM, SIGINT). */
+static inline int stopping(void)
+{
+	return __atomic_load_n(&S->stop, __ATOMIC_RELAXED);
 }
 
 /* Whether --seconds have passed since t0. */
@@ -106,15 +124,22 @@ void err_record(struct proc_stats *s, int32_t status);
 struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 			    struct proc_stats *s);
 
-/* With --allow-errors: whether our own locusd died (then s->gone is set). */
-int own_daemon_gone(struct proc_stats *s);
+/* A poll failed with ret: our locusd is gone (s->gone) or our rings broke. */
+void own_daemon_lost(struct proc_stats *s, int ret);
 
 /* --dmabuf (loadgen_dmabuf.c): a dma-buf of len bytes (udmabuf, else vgem), or -errno. */
 int lg_dmabuf_create(size_t len, const char **how);
 void *lg_dmabuf_map(int fd, size_t len);
 void lg_dmabuf_sync(int fd, int start);
 
-/* The expert-parallel rank process; returns its exit status. */
+/* loadgen_opts.c: the command line into O (-1 when it is wrong), and its help. */
+int lg_parse_args(int argc, char **argv);
+void lg_usage(void);
+
+/*
+ * The expert-parallel rank process; returns its exit status. A rank whose
+ * process was killed (s->kills) is taken over where it stopped.
+ */
 int run_rank(uint32_t rank, struct proc_stats *s);
 
 #endif /* LOADGEN_H */

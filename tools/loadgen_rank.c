@@ -13,6 +13,8 @@
  * A's results, while B's inbox is full of rows it answers once A takes B's —
  * and a rank combining to itself needs room in its own inbox.
  */
+#include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <stdlib.h>
 #include <stdio.h>
@@ -46,6 +48,7 @@ struct rows_copy {
 
 struct rank_state {
 	struct locus_client *c;
+	struct proc_stats *s;
 	uint32_t rank;
 	uint8_t *stage;
 	uint64_t stage_size;
@@ -62,6 +65,7 @@ struct rank_state {
 	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
 	uint32_t want_pairs, got_pairs;
 	int dispatch_done;
+	uint32_t b;                   /* the batch to do next, or in flight */
 	uint32_t batch;
 	uint64_t t0, t_batch;         /* run start; submission of the batch in flight */
 	/* where the batch's rows are: the stage, or (--dmabuf) a registered region */
@@ -71,6 +75,23 @@ struct rank_state {
 	size_t rlen;
 	uint32_t region;
 };
+
+static uint32_t comb_outstanding(const struct rank_state *rs);
+
+/*
+ * --kill-rank: the first process of the rank dies by SIGKILL here, right
+ * after a submit, noting first what it leaves in flight (never completed).
+ */
+static void maybe_die(struct rank_state *rs)
+{
+	if ((int)rs->rank != O.kill_rank || rs->s->kills)
+		return;
+	rs->s->killed_inflight += (rs->dispatch_done == 0) + comb_outstanding(rs);
+	rs->s->batch_at = rs->b;
+	rs->s->batch_open = rs->want_pairs != 0;
+	__atomic_store_n(&rs->s->kills, 1, __ATOMIC_RELEASE);
+	raise(SIGKILL);
+}
 
 static uint32_t comb_in_use(const struct rank_state *rs)
 {
@@ -125,6 +146,8 @@ static void combine_kick(struct rank_state *rs)
 		if (locus_client_submit(rs->c, &rs->comb_q[i], 1) != 1)
 			return; /* ring full: the engine answers what it took first */
 		rs->comb_state[i] = CS_BUSY;
+		if (++rs->s->combines == O.kill_n && O.kill_combine)
+			maybe_die(rs);
 	}
 }
 
@@ -521,15 +544,43 @@ static void region_teardown(struct rank_state *rs, struct proc_stats *s)
 		close(rs->dmafd);
 }
 
+/*
+ * A new process for a rank whose process was killed: its locusd refuses the
+ * rank (-EEXIST) until it reclaimed the dead one's slot, so try again for up
+ * to 20 s.
+ */
+static struct locus_client *attach_again(uint32_t rank, struct proc_stats *s)
+{
+	struct locus_client_req req = { .roles = LOCUS_ROLE_RANK, .rank = rank,
+					.timeout_ms = 2000 };
+	const char *inst = O.n_rank_at ? O.rank_at[rank] : O.instance;
+	uint64_t t0 = now_ns();
+	struct locus_client *c;
+	struct locus_error e;
+	int ret;
+
+	do {
+		ret = locus_client_attach(inst, &req, &c, &e);
+		if (ret == 0)
+			return c;
+		nap_us(20000);
+	} while (now_ns() - t0 < 20000000000ull && (ret == -EEXIST || ret == -ETIMEDOUT));
+	snprintf(s->why, sizeof(s->why), "rank %u: attach again to %.32s: %.80s", rank, inst, e.msg);
+	s->failed = 1;
+	return NULL;
+}
+
 int run_rank(uint32_t rank, struct proc_stats *s)
 {
 	struct rank_state *rs = calloc(1, sizeof(*rs));
 	uint64_t t0 = now_ns();
-	uint32_t b = 0;
+	uint32_t b = 0, last = O.batches; /* batches to do: all, or until told to stop */
 
 	if (!rs)
 		return 1;
-	rs->c = attach(O.n_rank_at ? O.rank_at[rank] : O.instance, LOCUS_ROLE_RANK, rank, s);
+	rs->s = s;
+	rs->c = s->kills ? attach_again(rank, s) : attach(O.n_rank_at ? O.rank_at[rank] : O.instance,
+							   LOCUS_ROLE_RANK, rank, s);
 	if (!rs->c) {
 		__atomic_add_fetch(&S->ranks_failed, 1, __ATOMIC_ACQ_REL);
 		free(rs);
@@ -546,7 +597,13 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		goto out;
 	}
 	/* a batch may need every rank, wherever attached: start once all are */
-	__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
+	if (s->kills) {
+		/* taking a killed process's place: a batch it had sent is given up */
+		b = s->batch_at + s->batch_open;
+		s->abandoned += s->batch_open;
+	} else {
+		__atomic_add_fetch(&S->ranks_up, 1, __ATOMIC_ACQ_REL);
+	}
 	while (__atomic_load_n(&S->ranks_up, __ATOMIC_ACQUIRE) < O.ranks &&
 	       !__atomic_load_n(&S->ranks_failed, __ATOMIC_ACQUIRE) && !expired(t0))
 		nap_us(100);
@@ -557,13 +614,20 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 	}
 	t0 = now_ns();
 	rs->t0 = t0;
-	s->t_start_ns = t0;
-	rs->dispatch_done = -1;
+	if (!s->t_start_ns)
+		s->t_start_ns = t0;
+	rs->dispatch_done = b < last ? -1 : 3;
 	while (!expired(t0)) {
 		struct locus_desc d[32];
 		int n;
 
-		if (b < O.batches && rs->dispatch_done == -1) {
+		rs->b = b;
+		if (last > b && stopping() && rs->dispatch_done == -1 && !rs->want_pairs) {
+			/* told to stop: no new batch */
+			last = b;
+			rs->dispatch_done = 3;
+		}
+		if (b < last && rs->dispatch_done == -1) {
 			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
 						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
 											T->k),
@@ -580,9 +644,18 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 				rs->dispatch_done = 0;
 				rs->t_batch = now_ns();
 				s->submitted++;
+				if (!O.kill_combine && b == O.kill_n)
+					maybe_die(rs);
 			}
 		}
 		n = locus_client_poll(rs->c, d, 32);
+		if (n < 0) {
+			/* what our locusd owed us: completions, and the results of a sent batch */
+			own_daemon_lost(s, n);
+			s->orphaned += (rs->dispatch_done == 0) + comb_outstanding(rs);
+			s->abandoned += rs->dispatch_done == 1;
+			break;
+		}
 		for (int i = 0; i < n; i++)
 			handle(rs, s, &d[i]);
 		backlog_drain(rs, s);
@@ -590,7 +663,7 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {
 			b++;
 			rs->got_pairs = rs->want_pairs = 0;
-			rs->dispatch_done = b < O.batches ? -1 : 3;
+			rs->dispatch_done = b < last ? -1 : 3;
 		} else if (rs->dispatch_done == 1 && O.allow_errors &&
 			   now_ns() - rs->t_batch > (uint64_t)O.batch_ms * 1000000ull) {
 			/* sent, but results stopped coming (their rank's node died) */
@@ -600,27 +673,20 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		if (rs->dispatch_done == 2) {
 			rs->got_pairs = rs->want_pairs = 0;
 			b++;
-			rs->dispatch_done = b < O.batches ? -1 : 3;
+			rs->dispatch_done = b < last ? -1 : 3;
 		}
-		if (b >= O.batches && !s->t_end_ns)
+		if (b >= last && !s->t_end_ns)
 			s->t_end_ns = now_ns();
 		/* after our own batches, keep answering the others until told to stop */
-		if (b >= O.batches && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) &&
+		if (b >= last && __atomic_load_n(&S->done, __ATOMIC_ACQUIRE) &&
 		    !comb_outstanding(rs))
 			break;
-		if (!n && own_daemon_gone(s)) {
-			/* what our locusd owed us: completions, and the results of a sent batch */
-			s->orphaned += (rs->dispatch_done == 0) +
-				       comb_outstanding(rs);
-			s->abandoned += rs->dispatch_done == 1;
-			break;
-		}
 		if (!n)
 			nap_us(20);
 	}
 	if (!s->t_end_ns)
 		s->t_end_ns = now_ns();
-	if (b < O.batches && !s->gone) {
+	if (b < last && !s->gone) {
 		snprintf(s->why, sizeof(s->why), "rank %u finished %u of %u batches; batch %u: %s, "
 			 "%u of %u results; combines in flight %#x", rank, b, O.batches, b,
 			 rs->dispatch_done == 0 ? "dispatch not completed" :

@@ -29,7 +29,6 @@
  * bytes.
  */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -50,13 +49,11 @@
 struct opts O = {
 	.instance = "default", .decoders = 4, .ranks = 4, .prefills = 1, .requests = 2000,
 	.batches = 100, .tokens = 32, .row_bytes = 2048, .decode_us = 2000, .seconds = 120,
-	.batch_ms = 3000,
+	.batch_ms = 3000, .kill_rank = -1,
 };
 struct shared *S;
 struct locus_trace *T;
 static uint8_t *Seen;  /* one byte per signature request: deliveries seen */
-static struct locus_shm *Watch; /* this process's locusd, to notice its death */
-static uint64_t watch_next;
 
 static void lat_record(struct proc_stats *s, uint64_t ns)
 {
@@ -122,30 +119,25 @@ struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 		s->failed = 1;
 		return NULL;
 	}
-	/* the segment we attached to, held read-only: its owner pid says if locusd died */
-	if (O.allow_errors)
-		locus_shm_attach(instance, LOCUS_SHM_RDONLY, &Watch, NULL);
 	s->attached = 1;
 	return c;
 }
 
 /*
- * With --allow-errors: whether the locusd we attached to is dead (killed;
- * a restarted one has a new segment, not ours). A kill(pid, 0) at most every
- * 100 ms. Marks the process gone.
+ * A poll returned ret < 0: the client API says our locusd is gone (-ENOTCONN:
+ * killed; a restarted one has a new segment, not ours), or our rings broke.
+ * The process stops; only with --allow-errors is a dead locusd no failure.
  */
-int own_daemon_gone(struct proc_stats *s)
+void own_daemon_lost(struct proc_stats *s, int ret)
 {
-	uint64_t now = now_ns();
-	pid_t owner;
-
-	if (!Watch || now < watch_next)
-		return s->gone;
-	watch_next = now + WATCH_NS;
-	owner = locus_shm_owner_pid(Watch);
-	if (owner > 0 && kill(owner, 0) < 0 && errno == ESRCH)
+	if (ret == -ENOTCONN)
 		s->gone = 1;
-	return s->gone;
+	if (ret != -ENOTCONN || !O.allow_errors) {
+		if (!s->failed)
+			snprintf(s->why, sizeof(s->why), "poll: %s%s", locus_strerror(ret),
+				 ret == -ENOTCONN ? " (our locusd is gone)" : "");
+		s->failed = 1;
+	}
 }
 
 /* ---- prefill ------------------------------------------------------------------------ */
@@ -177,11 +169,11 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 		return 1;
 	}
 	s->t_start_ns = t0;
-	while ((next < O.requests || inflight) && !expired(t0)) {
+	while (((next < O.requests && !stopping()) || inflight) && !expired(t0)) {
 		struct locus_desc d[OUTSTANDING];
 		int n;
 
-		while (next < O.requests && free_mask) {
+		while (next < O.requests && free_mask && !stopping()) {
 			uint32_t slot = (uint32_t)__builtin_ctz(free_mask);
 			uint64_t g = (uint64_t)next * O.prefills + idx;
 			const struct locus_trace_req *r = &T->reqs[g % T->n_requests];
@@ -201,6 +193,10 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			s->submitted++;
 		}
 		n = locus_client_poll(c, d, OUTSTANDING);
+		if (n < 0) {
+			own_daemon_lost(s, n);
+			break;
+		}
 		for (int i = 0; i < n; i++) {
 			uint64_t slot = d[i].id & 0xff;
 
@@ -213,11 +209,12 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 				/* the decoder's inbox is full: back-pressure, send it again */
 				struct locus_desc q = d[i];
 
-				s->retries++;
 				q.status = 0;
 				nap_us(50);
-				if (locus_client_submit(c, &q, 1) == 1)
+				if (locus_client_submit(c, &q, 1) == 1) {
+					s->retries++; /* sent again */
 					continue;
+				}
 				d[i].status = -LOCUS_EFULL;
 			}
 			lat_record(s, now_ns() - t_sub[slot]);
@@ -229,8 +226,6 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			else
 				err_record(s, d[i].status ? d[i].status : -LOCUS_ERANGE);
 		}
-		if (n == 0 && own_daemon_gone(s))
-			break;
 		if (n == 0)
 			nap_us(20);
 	}
@@ -287,6 +282,10 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 		uint64_t now = now_ns();
 		int n = locus_client_poll(c, d, 32);
 
+		if (n < 0) {
+			own_daemon_lost(s, n);
+			break;
+		}
 		for (int i = 0; i < n; i++) {
 			const struct locus_msg_hdr *m = locus_client_inbox(c, &d[i]);
 
@@ -400,115 +399,10 @@ static double baseline_memcpy(uint64_t rows)
 
 /* ---- parent ---------------------------------------------------------------------------- */
 
-static void usage(void)
+static void on_stop(int sig)
 {
-	fprintf(stderr,
-		"usage: locus-loadgen --trace FILE [-i INSTANCE] [--decoders N] [--ranks N]\n"
-		"         [--prefills N] [--requests N] [--batches N] [--tokens N]\n"
-		"         [--row-bytes N] [--decode-us N] [--seconds N] [--midway-cmd CMD]\n"
-		"         [--eldr-table TABLE]   (adds in-process baselines to the figures)\n"
-		"         [--prefill-at NAME] [--decoder-at N0,N1,..] [--rank-at N0,N1,..]\n"
-		"                                (instance of each prefill, decoder id, rank;\n"
-		"                                 default -i; a rank attaches to its node's)\n"
-		"         [--allow-errors [--batch-ms N]]  (a peer may die: errors are counted\n"
-		"                                 by code; lost, duplicate, corrupt still fail)\n"
-		"         [--dmabuf]             (ranks dispatch their rows from a dma-buf they\n"
-		"                                 register with locusd: udmabuf, else vgem)\n");
-}
-
-/* Split a comma list of instance names into out[]; returns the count or -1. */
-static int parse_at(char *list, const char **out, uint32_t max)
-{
-	uint32_t n = 0;
-	char *save, *tok;
-
-	for (tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (n == max || locus_shm_check_name(tok) < 0) {
-			fprintf(stderr, "locus-loadgen: bad instance list entry '%s'\n", tok);
-			return -1;
-		}
-		out[n++] = tok;
-	}
-	return (int)n;
-}
-
-static int parse_args(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "instance", required_argument, NULL, 'i' },
-		{ "trace", required_argument, NULL, 't' },
-		{ "decoders", required_argument, NULL, 'd' },
-		{ "ranks", required_argument, NULL, 'r' },
-		{ "prefills", required_argument, NULL, 'p' },
-		{ "requests", required_argument, NULL, 'n' },
-		{ "batches", required_argument, NULL, 'b' },
-		{ "tokens", required_argument, NULL, 'T' },
-		{ "row-bytes", required_argument, NULL, 'R' },
-		{ "decode-us", required_argument, NULL, 'D' },
-		{ "seconds", required_argument, NULL, 's' },
-		{ "midway-cmd", required_argument, NULL, 'm' },
-		{ "eldr-table", required_argument, NULL, 'e' },
-		{ "prefill-at", required_argument, NULL, 'P' },
-		{ "decoder-at", required_argument, NULL, 'A' },
-		{ "rank-at", required_argument, NULL, 'K' },
-		{ "allow-errors", no_argument, NULL, 'E' },
-		{ "batch-ms", required_argument, NULL, 'B' },
-		{ "dmabuf", no_argument, NULL, 'G' },
-		{ NULL, 0, NULL, 0 },
-	};
-	int c, n;
-
-	while ((c = getopt_long(argc, argv, "i:", opts, NULL)) != -1) {
-		unsigned long v = optarg ? strtoul(optarg, NULL, 10) : 0;
-
-		switch (c) {
-		case 'i': O.instance = optarg; break;
-		case 't': O.trace = optarg; break;
-		case 'd': O.decoders = (uint32_t)v; break;
-		case 'r': O.ranks = (uint32_t)v; break;
-		case 'p': O.prefills = (uint32_t)v; break;
-		case 'n': O.requests = (uint32_t)v; break;
-		case 'b': O.batches = (uint32_t)v; break;
-		case 'T': O.tokens = (uint32_t)v; break;
-		case 'R': O.row_bytes = (uint32_t)v; break;
-		case 'D': O.decode_us = (uint32_t)v; break;
-		case 's': O.seconds = (uint32_t)v; break;
-		case 'm': O.midway_cmd = optarg; break;
-		case 'e': O.eldr_table = optarg; break;
-		case 'P': O.prefill_at = optarg; break;
-		case 'A':
-			n = parse_at(optarg, O.decoder_at, MAX_PROCS);
-			if (n <= 0)
-				return -1;
-			O.n_decoder_at = (uint32_t)n;
-			break;
-		case 'K':
-			n = parse_at(optarg, O.rank_at, MAX_PROCS);
-			if (n <= 0)
-				return -1;
-			O.n_rank_at = (uint32_t)n;
-			break;
-		case 'E': O.allow_errors = 1; break;
-		case 'B': O.batch_ms = (uint32_t)v; break;
-		case 'G': O.dmabuf = 1; break;
-		default: return -1;
-		}
-	}
-	if ((O.n_decoder_at && O.n_decoder_at != O.decoders) ||
-	    (O.n_rank_at && O.n_rank_at != O.ranks)) {
-		fprintf(stderr, "locus-loadgen: --decoder-at / --rank-at need one instance per "
-				"decoder / rank (%u / %u)\n", O.decoders, O.ranks);
-		return -1;
-	}
-	if (O.prefill_at && locus_shm_check_name(O.prefill_at) < 0)
-		return -1;
-	if (!O.batch_ms)
-		return -1;
-	if (!O.trace || optind != argc || O.decoders + O.ranks + O.prefills > MAX_PROCS ||
-	    O.prefills == 0 || O.tokens == 0 || O.tokens > 4096 || O.row_bytes == 0 ||
-	    O.row_bytes > 65536 || (uint64_t)O.tokens * O.row_bytes > 256 * 1024 || !O.seconds)
-		return -1;
-	return 0;
+	(void)sig;
+	__atomic_store_n(&S->stop, 1, __ATOMIC_RELAXED);
 }
 
 static pid_t spawn(int (*fn)(uint32_t, struct proc_stats *), uint32_t arg, struct proc_stats *s)
@@ -520,6 +414,35 @@ static pid_t spawn(int (*fn)(uint32_t, struct proc_stats *), uint32_t arg, struc
 	return pid;
 }
 
+/*
+ * --kill-rank: whether rank's process *pid was killed as planned; with
+ * --respawn a new process takes the rank over (*pid) and 0 is returned.
+ * 1: the rank is gone for good (its process reaped).
+ */
+static int rank_killed(pid_t *pid, uint32_t rank, struct proc_stats *s)
+{
+	int status;
+
+	if (waitpid(*pid, &status, WNOHANG) != *pid)
+		return 0;
+	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL ||
+	    !__atomic_load_n(&s->kills, __ATOMIC_ACQUIRE)) {
+		/* it ended by itself: its record says how */
+		if (!WIFEXITED(status) || WEXITSTATUS(status))
+			s->failed = 1;
+		return 1;
+	}
+	fprintf(stderr, "locus-loadgen: rank %u's process %d was killed after %s %u%s\n", rank,
+		(int)*pid, O.kill_combine ? "combine" : "dispatch of batch", O.kill_n,
+		O.respawn ? "; a new process takes it over" : "");
+	if (!O.respawn) {
+		s->t_end_ns = now_ns();
+		return 1;
+	}
+	*pid = spawn(run_rank, rank, s);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct locus_error err;
@@ -528,15 +451,16 @@ int main(int argc, char **argv)
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
-	uint64_t dropped = 0;
+	uint64_t dropped = 0, disp = 0, combs = 0;
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
 	uint64_t en[ERR_KINDS * MAX_PROCS];
 	uint32_t nk = 0;
 	uint64_t pre_t0 = UINT64_MAX, pre_t1 = 0, rk_t0 = UINT64_MAX, rk_t1 = 0;
 	int failed = 0, midway_done = 0, status;
+	uint8_t reaped[MAX_PROCS] = { 0 };
 
-	if (parse_args(argc, argv) < 0) {
-		usage();
+	if (lg_parse_args(argc, argv) < 0) {
+		lg_usage();
 		return 2;
 	}
 	if (locus_trace_load(O.trace, NULL, &T, &err) < 0) {
@@ -551,6 +475,9 @@ int main(int argc, char **argv)
 		    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (Seen == MAP_FAILED)
 		return 1;
+	/* SIGTERM / SIGINT end the run early, and cleanly (the children too) */
+	signal(SIGTERM, on_stop);
+	signal(SIGINT, on_stop);
 	d0 = np;
 	for (uint32_t i = 0; i < O.decoders; i++, np++)
 		pids[np] = spawn(run_decoder, i, &S->st[np]);
@@ -580,8 +507,11 @@ int main(int argc, char **argv)
 		}
 		for (uint32_t i = p0; i < np; i++)
 			busy |= waitpid(pids[i], &status, WNOHANG) == 0;
-		for (uint32_t i = r0; i < p0; i++)
-			busy |= !S->st[i].t_end_ns && !S->st[i].failed;
+		for (uint32_t i = r0; i < p0; i++) {
+			if (O.kill_rank >= 0 && !reaped[i])
+				reaped[i] = rank_killed(&pids[i], i - r0, &S->st[i]);
+			busy |= !S->st[i].t_end_ns && !S->st[i].failed && !reaped[i];
+		}
 		if (!busy)
 			break;
 		nap_us(1000);
@@ -589,17 +519,28 @@ int main(int argc, char **argv)
 	/* decoders may still hold deliveries in their rings: let them drain (bounded) */
 	for (int w = 0; w < 5000; w++) {
 		uint64_t routed = 0, got = 0;
+		uint32_t live = 0;
 
 		for (uint32_t i = p0; i < np; i++)
 			routed += __atomic_load_n(&S->st[i].ok, __ATOMIC_RELAXED);
-		for (uint32_t i = d0; i < r0; i++)
+		for (uint32_t i = d0; i < r0; i++) {
 			got += __atomic_load_n(&S->st[i].delivered, __ATOMIC_RELAXED);
-		if (got >= routed)
+			live += !__atomic_load_n(&S->st[i].gone, __ATOMIC_RELAXED);
+		}
+		if (got >= routed || !live)
 			break;
 		nap_us(1000);
 	}
+	if (O.linger_ms) {
+		/* every process stays attached, idle: the caller may look at locusd now */
+		printf("loadgen: lingering %u ms\n", O.linger_ms);
+		fflush(stdout);
+		nap_us(O.linger_ms * 1000);
+	}
 	__atomic_store_n(&S->done, 1, __ATOMIC_RELEASE);
 	for (uint32_t i = d0; i < p0; i++) {
+		if (reaped[i])
+			continue;
 		waitpid(pids[i], &status, 0);
 		failed |= !WIFEXITED(status) || WEXITSTATUS(status);
 	}
@@ -644,6 +585,8 @@ int main(int argc, char **argv)
 			pre_t1 = s->t_end_ns > pre_t1 ? s->t_end_ns : pre_t1;
 		} else if (i >= r0) {
 			rows_out += s->rows_out;
+			disp += s->submitted;
+			combs += s->combines;
 			retries += s->retries;
 			errs += s->errors;
 			rk_t0 = s->t_start_ns < rk_t0 ? s->t_start_ns : rk_t0;
@@ -704,6 +647,13 @@ int main(int argc, char **argv)
 		if (reg != O.ranks || (!O.allow_errors && rel != O.ranks))
 			failed = 1;
 	}
+	/* what locusd's route_requests, dispatch_batches, combine_batches must say */
+	printf("requests: %llu ROUTE, %llu DISPATCH, %llu COMBINE submitted (resubmissions "
+	       "after a full inbox included)\n", (unsigned long long)(sub + sig_retries),
+	       (unsigned long long)disp, (unsigned long long)combs);
+	if (stopping())
+		printf("stopped by a signal: %llu signatures and %llu dispatch batches were sent\n",
+		       (unsigned long long)sub, (unsigned long long)disp);
 	printf("checks: %llu corrupt, %llu duplicate, %llu errors\n", (unsigned long long)corrupt,
 	       (unsigned long long)dup, (unsigned long long)errs);
 	for (uint32_t j = 0; j < nk; j++)
@@ -715,6 +665,16 @@ int main(int argc, char **argv)
 		       "unanswered because their own locusd died\n",
 		       (unsigned long long)abandoned, O.batch_ms, (unsigned long long)late,
 		       (unsigned long long)dropped, (unsigned long long)orphaned);
+		if (O.kill_rank >= 0) {
+			const struct proc_stats *k = &S->st[r0 + (uint32_t)O.kill_rank];
+
+			printf("killed: rank %d's process by SIGKILL right after its %s %u (%u "
+			       "times), leaving %llu requests in flight; %s\n", O.kill_rank,
+			       O.kill_combine ? "COMBINE no." : "DISPATCH of batch", O.kill_n,
+			       k->kills, (unsigned long long)k->killed_inflight,
+			       !O.respawn ? "not replaced" : k->failed ? "its replacement FAILED"
+			       : "a new process took the rank over");
+		}
 		/* a signature may be lost with its node, never delivered twice or unasked */
 		if (lost || corrupt || dup || delivered > comp || verified != delivered)
 			failed = 1;

@@ -29,6 +29,16 @@
 
 #include "verbs_priv.h"
 
+/*
+ * RC transport retries before a work request fails (the passive side takes
+ * the dialler's from the REQ): a dead or black-holed link must end in an
+ * error, so every outstanding send fails once and the connection is redialled.
+ * Soft-RoCE takes 7 for "retry forever" (its completer never counts 7 down),
+ * which left requests pending for as long as a link stayed black-holed; 6 is
+ * finite everywhere: 7 time-outs of ack_timeout (470 ms at the default 14).
+ */
+#define RC_RETRY_COUNT 6
+
 #define REJ_TAG 0x4c /* 'L': our reject private data: { tag, reason } */
 
 /* Our view of a new attempt with p; nonce_a / nonce_b: which one is ours to draw. */
@@ -425,7 +435,7 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 		cp.private_data_len = (uint8_t)len;
 		cp.responder_resources = 1;
 		cp.initiator_depth = 1;
-		cp.retry_count = 7;
+		cp.retry_count = RC_RETRY_COUNT;
 		cp.rnr_retry_count = 7;
 		if (rdma_connect(id, &cp))
 			locus_verbs_ctl_close(p, -errno);

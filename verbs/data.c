@@ -666,6 +666,37 @@ static void handle_wc(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 	rx_complete(p, wc);
 }
 
+/*
+ * Sends that stopped completing: a connection whose oldest outstanding send
+ * saw no completion for stall_ns fails (-ETIMEDOUT), which flushes each of
+ * them once. RC's own retries end sooner; this is for a QP that stalls
+ * without an error (Soft-RoCE's did after its link went down and up: no
+ * completion, no error, requests pending for good). On empty polls only.
+ */
+static void watch_stalls(struct locus_verbs_ep *ep)
+{
+	uint64_t now = 0;
+
+	for (uint32_t i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		if (p->dstate != LOCUS_LINK_UP || p->sq_done == p->sq_posted) {
+			p->watch_ns = 0;
+			continue;
+		}
+		if (!now)
+			now = locus_verbs_now_ns();
+		if (!p->watch_ns || p->watch_done != p->sq_done) {
+			p->watch_done = p->sq_done;
+			p->watch_ns = now;
+		} else if (now - p->watch_ns >= ep->stall_ns) {
+			p->dstats.stalls++;
+			p->watch_ns = 0;
+			data_fail(p, -ETIMEDOUT);
+		}
+	}
+}
+
 int locus_verbs_poll(struct locus_verbs_ep *ep)
 {
 	struct ibv_wc wc[POLL_BURST];
@@ -700,6 +731,8 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 		for (uint32_t j = 0; j < ep->n_peers; j++)
 			data_try_finish(ep->peers[j], now);
 	}
+	if (n == 0)
+		watch_stalls(ep);
 	/*
 	 * Announce what was released below the batching threshold once the CQ
 	 * has stayed empty for credit_idle_us: a threshold alone could strand a

@@ -51,6 +51,12 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->ack_timeout = 14;
 	if (!p->credit_idle_us)
 		p->credit_idle_us = 50;
+	if (!p->stall_ms) {
+		/* RC's own end: (RC_RETRY_COUNT + 1) ACK time-outs, 4.096 us << ack_timeout */
+		uint64_t rc_ms = 7ull * (4096ull << LOCUS_MIN(p->ack_timeout, 31u)) / 1000000ull;
+
+		p->stall_ms = (uint32_t)LOCUS_MIN(LOCUS_MAX(5000ull, 2 * rc_ms), 3600000ull);
+	}
 	p->area_len = LOCUS_ALIGN_UP(p->area_len, 64u);
 }
 
@@ -111,6 +117,7 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 	if (rc < 0)
 		goto err_free;
 	ep->credit_idle_ns = (uint64_t)ep->prm.credit_idle_us * 1000u;
+	ep->stall_ns = (uint64_t)ep->prm.stall_ms * 1000000ull;
 	ep->peers = calloc(ep->prm.max_peers, sizeof(*ep->peers));
 	if (!ep->peers) {
 		rc = locus_error_set(err, ENOMEM, "out of memory");

@@ -400,6 +400,7 @@ struct locus_verbs_stats {
 	uint64_t connects, reconnects, disconnects;
 	uint64_t rejects_sent, rejects_received;
 	uint64_t proto_errors;
+	uint64_t stalls;              /* connections failed: sends stopped completing */
 	uint64_t cq_errors[32];       /* by enum ibv_wc_status (clamped to 31) */
 } __locus_cache_aligned;
 
@@ -465,6 +466,12 @@ struct locus_verbs_ep_params {
 	uint8_t ack_timeout;           /* RC local ACK timeout, 4.096 us * 2^n (default 14:
 					* 67 ms; rdma_cm's own default on RoCE is ~1 s,
 					* which makes every lost packet cost a second) */
+	uint32_t stall_ms;             /* sends outstanding this long with none completing
+					* fail the connection (-ETIMEDOUT, counted in
+					* stalls): RC gives up by itself after 7 ACK time-
+					* outs, this catches a QP that stopped without an
+					* error (default: 5000, or twice RC's 7 time-outs
+					* when that is longer) */
 	struct locus_verbs_callbacks cb;
 };
 

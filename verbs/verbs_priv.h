@@ -83,6 +83,7 @@ struct locus_verbs_peer {
 	bool credit_pending;
 	uint32_t held_head, held_n;
 	bool area_busy;              /* an area write is in flight */
+	uint64_t watch_done, watch_ns; /* sq_done when last seen moving, and when */
 	struct locus_verbs_stats dstats; /* data's counts */
 
 	/* ctl */
@@ -119,6 +120,7 @@ struct locus_verbs_ep {
 	struct locus_verbs_peer **peers;
 	uint32_t n_peers;
 	uint64_t credit_idle_ns;
+	uint64_t stall_ns;              /* prm.stall_ms */
 	uint32_t max_inline;            /* set by ctl at the first QP, relaxed atomics */
 	/* data */
 	uint32_t cq_events;             /* CQ events to acknowledge */

@@ -7,7 +7,7 @@
 #                   rxe.rw= read-write (tag rw) at the same path, chroot, and run
 #                   rxe.cmd= (a host path) -> host-built binaries run in the guest.
 # Host packages: qemu-system-x86 busybox-static cpio kmod ibverbs-utils
-#   ibverbs-providers rdmacm-utils perftest iproute2 tcpdump (+ linux-image-6.1.0-*-amd64
+#   ibverbs-providers rdmacm-utils perftest iproute2 (ip, tc) tcpdump (+ linux-image-6.1.0-*-amd64
 #   .deb, only downloaded with `apt-get download` and unpacked, never installed).
 set -euo pipefail
 P=${RXE_VM_DIR:-$PWD/rxe-vm-work}
@@ -35,8 +35,9 @@ ln -s /bin/busybox "$R"/sbin/modprobe   # kernel request_module() calls /sbin/mo
 # ---- kernel modules: closure of what we need, via the modules' own deps
 # vgem: a dma-buf exporter without a GPU (Debian's 6.1 builds no udmabuf), for locusd's
 # buffer-region test
+# sch_netem: loss, delay, reordering and duplication on the veth pair (guest-faults.sh)
 MODS="rdma_rxe rdma_ucm ib_uverbs ib_umad veth dummy overlay 9p 9pnet_virtio virtio_pci \
-      crc32_generic crc32-pclmul crc32c_generic crc32c-intel vgem"
+      crc32_generic crc32-pclmul crc32c_generic crc32c-intel vgem sch_netem"
 for m in $MODS; do
     modprobe -d kernel -S "$KV" --show-depends "$m" | awk '/^insmod/{print $2}'
 done | sort -u | while read -r f; do
@@ -47,7 +48,7 @@ cp kernel/lib/modules/"$KV"/modules.{builtin,builtin.modinfo,order} "$R"/lib/mod
 depmod -b "$R" "$KV"
 
 # ---- userspace for the self-contained mode (real iproute2 + rdma-core tools)
-BINS="ip rdma ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong
+BINS="ip tc rdma ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong
       ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat
       rping ucmatose rdma_server rdma_client udaddy tcpdump"
 copy_with_libs() { # file
@@ -81,7 +82,7 @@ echo "GUEST_INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
 for a in $(cat /proc/cmdline); do case $a in rxe.*=*) k=${a%%=*}; k=${k#rxe.}; eval "RXE_$k=\${a#*=}";; esac; done
 MODE=${RXE_mode:-full}
 [ "$MODE" = probe ] && { echo GUEST_PROBE_OK; poweroff -f; }
-for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0" vgem; do modprobe $m || echo "modprobe $m failed"; done
+for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0" vgem sch_netem; do modprobe $m || echo "modprobe $m failed"; done
 echo "GUEST_MODULES_LOADED uptime=$(cut -d' ' -f1 /proc/uptime)"
 rc=1
 if [ "$MODE" = 9p ]; then

@@ -13,6 +13,9 @@
 #                  5 n1 with a wrong secret refused
 #   LV_WHAT=bench  locusd's inter-node byte rate against ib_write_bw on the
 #                  same devices, same run
+#   LV_WHAT=faults 1, 2, then the faults of guest-faults.sh (netem on the veth
+#                  pair against the clean link, the link black-holed and set
+#                  down, ranks killed mid-dispatch / mid-combine across nodes)
 # LV_LCORES (eal -l for both nodes): by default n0 runs three lcores (main:
 # connections; worker 1: the engine; worker 2: completion queues and inboxes,
 # reached through the relay) mapped onto the guest's two CPUs, n1 two (main
@@ -158,11 +161,16 @@ fi
 
 # ---- 2. tables --------------------------------------------------------------------------------
 say "2. fit ELDR (4 decoders) and GRACE (2 nodes x 2 GPUs) from $TRACE, push to both"
-if ! timeout 120 "$B/locusctl" fit --trace $TRACE --decoders 4 --seed 1 -o "$W/eldr.tbl" \
+# the faults run takes the same tables fitted by the host beforehand (LV_TABLES)
+if [ -n "${LV_TABLES:-}" ]; then
+	cp "$LV_TABLES/eldr.tbl" "$LV_TABLES/grace.tbl" "$W/" && : > "$W/fit.out"
+elif ! timeout 120 "$B/locusctl" fit --trace $TRACE --decoders 4 --seed 1 -o "$W/eldr.tbl" \
 	> "$W/fit.out" 2>&1 ||
    ! timeout 120 "$B/locusctl" fit --grace --trace $TRACE --nodes 2 --gpus 2 --capacity 20 \
-	--replica-budget 4 -o "$W/grace.tbl" >> "$W/fit.out" 2>&1 ||
-   ! push_tables 0 1; then
+	--replica-budget 4 -o "$W/grace.tbl" >> "$W/fit.out" 2>&1; then
+	: > "$W/eldr.tbl"
+fi
+if [ ! -s "$W/eldr.tbl" ] || [ ! -s "$W/grace.tbl" ] || ! push_tables 0 1; then
 	tail -n 5 "$W/fit.out"
 	fail "fit or push"
 	echo "GUEST RESULT rc=1"
@@ -234,6 +242,13 @@ if [ "$WHAT" = bench ]; then
 	exit $FAILED
 fi
 
+if [ "$WHAT" = faults ]; then
+	. "$ROOT/tools/rxe-vm/guest-faults.sh"
+	say "done in $((SECONDS - T0)) s"
+	echo "GUEST RESULT rc=$FAILED"
+	exit $FAILED
+fi
+
 # ---- 3. traffic across nodes --------------------------------------------------------------------
 say "3. traffic: prefill n0; decoders 0,1 on n0, 2,3 on n1; ranks 0,1 on n0, 2,3 on n1"
 VX0=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
@@ -280,11 +295,11 @@ say "   remote decoders with a row that stopped moving: n0 $(ctr n0 load_decoder
 # ---- 3b. rows from dma-buf regions ------------------------------------------------------------------
 say "3b. dma-buf: every rank registers a vgem dma-buf with its locusd and dispatches from it"
 ls /dev/dri/card* > /dev/null 2>&1 || say "   no /dev/dri/card* (vgem not loaded?)"
-declare -A Z0 C0 T0
+declare -A Z0 C0 R0 # (not T0: the start time every "say" counts from)
 for n in 0 1; do
 	Z0[$n]=$(ctr n$n region_rows_zero_copy)
 	C0[$n]=$(ctr n$n region_messages_copied)
-	T0[$n]=$(ctr n$n rows 'tier="2"')
+	R0[$n]=$(ctr n$n rows 'tier="2"')
 done
 loadgen "$W/t3b.out" n0,n0,n1,n1 n0,n0,n1,n1 --requests 50 --batches 10 --tokens 16 \
 	--row-bytes 1024 --decode-us 500 --seconds 90 --dmabuf
@@ -302,7 +317,7 @@ for n in 0 1; do
 	ref=$(ctr n$n dmabuf_refused)
 	z=$(( $(ctr n$n region_rows_zero_copy) - Z0[$n] ))
 	c=$(( $(ctr n$n region_messages_copied) - C0[$n] ))
-	t2=$(( $(ctr n$n rows 'tier="2"') - T0[$n] ))
+	t2=$(( $(ctr n$n rows 'tier="2"') - R0[$n] ))
 	say "   n$n: regions registered $reg released $rel; MR path: dma-buf MR $dm," \
 		"device refused dma-buf MR $ref, MR on the mapping $fb, no MR $nm"
 	say "   n$n: inter-node rows $t2: $z gathered zero-copy from the region's MR," \
@@ -378,13 +393,16 @@ grep -q '^loadgen: ok$' "$W/t4b.out" && [ $rc = 0 ] || fail "traffic after the r
 # ---- 5. wrong secret ---------------------------------------------------------------------------------
 say "5. restart n1 with a different secret: it must be refused"
 kill -TERM "${PID[n1]}"; wait "${PID[n1]}" 2>/dev/null; PID[n1]=
+# counted before the start: either side may have reconnected more than once before
 ups0=$(grep -c "peer node 1 up" "$W/n0.log")
+ups1=$(grep -c "peer node 0 up" "$W/n1.log")
 mksecret "$W/secret.wrong"
 mkconf 1 "$W/secret.wrong"
 start 1 3 || fail "n1 did not start with the other secret"
 if wait_log "$W/n0.log" "peer node 1 up" $((ups0 + 1)) 20 ||
-   wait_log "$W/n1.log" "peer node 0 up" 3 1; then
+   wait_log "$W/n1.log" "peer node 0 up" $((ups1 + 1)) 1; then
 	fail "a node with the wrong secret came up"
+	grep -h 'peer node' "$W/n0.log" "$W/n1.log" | tail -n 8 | sed 's/^/  [log] /'
 else
 	say "   no 'peer ... up' within 20 s"
 fi

@@ -10,7 +10,11 @@ ip addr add 192.0.2.20/24 dev vx; ip addr add 192.0.2.21/24 dev vy
 ip link set vx up; ip link set vy up
 for k in all.accept_local vx.accept_local vy.accept_local; do sysctl -qw net.ipv4.conf.$k=1; done
 for k in all.rp_filter default.rp_filter vx.rp_filter vy.rp_filter; do sysctl -qw net.ipv4.conf.$k=0; done
-ip route add 192.0.2.21/32 dev vx table 120; ip route add 192.0.2.20/32 dev vy table 121
+# (a link set down loses its routes: guest-faults.sh puts them back after a flap)
+veth_routes() {
+	ip route replace 192.0.2.21/32 dev vx table 120; ip route replace 192.0.2.20/32 dev vy table 121
+}
+veth_routes
 ip rule add oif vx lookup 120 pref 100; ip rule add oif vy lookup 121 pref 101
 ip rule add from 192.0.2.20 to 192.0.2.21 lookup 120 pref 102
 ip rule add from 192.0.2.21 to 192.0.2.20 lookup 121 pref 103

@@ -6,6 +6,12 @@
 #                                            traffic, wrong secret refused
 #   tools/rxe-vm/locusd-vm-test.sh --bench   locusd's inter-node byte rate vs
 #                                            ib_write_bw, same devices, same run
+#   tools/rxe-vm/locusd-vm-test.sh --faults  the two nodes under faults
+#                                            (guest-faults.sh: netem, the link
+#                                            black-holed and set down, ranks
+#                                            killed; faults-vm-test.sh)
+# FAULT_NETEM, FAULT_NETEM_HARSH (tc netem parameters), FAULT_FLAPS, FAULT_STEPS (of
+# "F1 F2 F3") go to the guest.
 # Builds what is missing (binaries with make; kernel + initramfs cached in
 # $BUILD/rxe-vm, shared with verbs-vm-test.sh), prints the guest's output and
 # exits with the guest's status (124 when qemu hits its hard timeout).
@@ -19,13 +25,29 @@ BUILD=${BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
 WHAT=test
 [ "${1:-}" = --bench ] && WHAT=bench
+[ "${1:-}" = --faults ] && WHAT=faults
 tools/deps.sh ensure || exit 1
 REL=${BUILD#"$ROOT"/}
 make --no-print-directory -j2 BUILD="$REL" "$REL/bin/locusd" "$REL/bin/locusctl" \
 	"$REL/bin/locus-loadgen" "$REL/bin/locus-stat" || exit 1
 . tools/rxe-vm/vm-image.sh
-exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-420}" \
+TABLES=
+if [ $WHAT = faults ]; then
+	# the guest's step 2 fits in TCG for a minute: the faults run takes these instead
+	TABLES=$RXE_VM_DIR/rw/tables
+	mkdir -p "$TABLES"
+	T=tests/data/calib_sample.jsonl
+	"$BUILD/bin/locusctl" fit --trace $T --decoders 4 --seed 1 -o "$TABLES/eldr.tbl" > /dev/null 2>&1 &&
+		"$BUILD/bin/locusctl" fit --grace --trace $T --nodes 2 --gpus 2 --capacity 20 \
+			--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
+		{ echo "fitting the tables failed"; exit 1; }
+fi
+exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
 	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
-	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \
+	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${TABLES:+LV_TABLES="$TABLES"} \
+	${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \
 	${LV_ROW_BYTES:+LV_ROW_BYTES=$LV_ROW_BYTES} ${LV_BATCHES:+LV_BATCHES=$LV_BATCHES} \
-	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS} ${LV_LCORES:+LV_LCORES=$LV_LCORES}
+	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS} ${LV_LCORES:+LV_LCORES=$LV_LCORES} \
+	${FAULT_NETEM:+FAULT_NETEM="$FAULT_NETEM"} \
+	${FAULT_NETEM_HARSH:+FAULT_NETEM_HARSH="$FAULT_NETEM_HARSH"} \
+	${FAULT_FLAPS:+FAULT_FLAPS=$FAULT_FLAPS} ${FAULT_STEPS:+FAULT_STEPS="$FAULT_STEPS"}

@@ -9,3 +9,9 @@ test-locusd-vm:
 bench-locusd-vm:
 	BUILD=$(BUILD) tools/rxe-vm/locusd-vm-test.sh --bench
 BENCH_SCRIPTS += tools/rxe-vm/bench-locusd-vm.sh
+
+# the same two nodes under faults (tools/rxe-vm/guest-faults.sh)
+EXTRA_TESTS += tools/rxe-vm/faults-vm-test.sh
+.PHONY: test-faults-vm
+test-faults-vm:
+	BUILD=$(BUILD) tools/rxe-vm/faults-vm-test.sh
