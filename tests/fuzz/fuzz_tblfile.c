@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The sealed table container (locus_tblfile.h) as a table file, a segment
+ * slot or `locusctl show` presents it: locus_tbl_check on raw bytes, then
+ * the kind's own blob check, as the table channel's validate callbacks do.
+ * Contract: an accepted blob keeps the header's rules (magic, version, a
+ * known kind, exact length, reserved bytes zero) and its payload is the
+ * bytes after the header; the kind checks agree with the container.
+ */
+#include "fuzz.h"
+#include "locus_eldr.h"
+#include "locus_grace.h"
+#include "locus_tblfile.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	struct locus_error err = { 0 };
+	uint8_t *buf = fuzz_dup(data, size);
+	const struct locus_tbl_hdr *h = (const void *)buf;
+	const void *pl = NULL;
+	size_t plen = 0;
+	int ret;
+
+	ret = locus_tbl_check(buf, size, 0, &pl, &plen, &err);
+	FUZZ_CHECK(ret <= 0, "check returned %d", ret);
+	if (ret < 0) {
+		FUZZ_CHECK(err.msg[0], "refusal without a message");
+		FUZZ_CHECK(locus_eldr_table_validate_cb(buf, size, NULL, NULL) < 0 &&
+			   locus_grace_table_validate_cb(buf, size, NULL, NULL) < 0,
+			   "a kind check took a blob the container refuses");
+		goto out;
+	}
+	FUZZ_CHECK(size >= sizeof(*h) && h->magic == LOCUS_TBL_MAGIC &&
+		   h->format_version == LOCUS_TBL_FORMAT_VERSION && h->kind >= 1 &&
+		   h->kind < LOCUS_TBL_KIND_MAX, "an accepted header breaks its rules");
+	FUZZ_CHECK(pl == buf + sizeof(*h) && plen == size - sizeof(*h) && plen == h->payload_len,
+		   "payload pointer/length");
+	for (size_t i = 0; i < sizeof(h->reserved); i++)
+		FUZZ_CHECK(!h->reserved[i], "accepted with reserved header byte %zu = %u", i,
+			   h->reserved[i]);
+	FUZZ_CHECK(locus_tbl_check(buf, size, h->kind, NULL, NULL, NULL) == 0 &&
+		   locus_tbl_check(buf, size, h->kind == LOCUS_TBL_ELDR ? LOCUS_TBL_GRACE
+									 : LOCUS_TBL_ELDR, NULL, NULL,
+				   NULL) < 0, "expected kind not honoured");
+	if (h->kind == LOCUS_TBL_ELDR) {
+		FUZZ_CHECK(locus_grace_table_validate_cb(buf, size, NULL, NULL) < 0,
+			   "GRACE check took an ELDR table");
+		locus_eldr_table_validate_cb(buf, size, NULL, NULL);
+	} else {
+		FUZZ_CHECK(locus_eldr_table_validate_cb(buf, size, NULL, NULL) < 0,
+			   "ELDR check took a GRACE table");
+		locus_grace_table_validate_cb(buf, size, NULL, NULL);
+	}
+out:
+	free(buf);
+	return 0;
+}
