@@ -390,8 +390,19 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 					continue;
 				for (uint32_t i = 1; i < X && ph[i] != -1; i++)
 					has |= (uint32_t)(ph[i] / S) == r;
-				if (has)
-					rep[c++] = (uint16_t)r;
+				if (!has)
+					continue;
+				if (c == d.max_replicas) {
+					/* a table holds R copies besides the primary */
+					rc = locus_error_set(err, LOCUS_ERANGE,
+							     "layer %u expert %u has copies on "
+							     "more than %u ranks besides its "
+							     "primary: a GRACE table holds at most "
+							     "%u", l, e, d.max_replicas,
+							     d.max_replicas);
+					goto out;
+				}
+				rep[c++] = (uint16_t)r;
 			}
 			v.expert_load[(size_t)l * E + e] = W ? (float)W[(size_t)l * E + e] : 1.0f;
 		}

@@ -319,10 +319,14 @@ static int parse_line(struct line_state *s, int first)
 	if (tj_peek(j) == '}')
 		return tj_fail(j, LOCUS_EPARSE, "empty object: no prompt_routed_experts");
 	do {
+		tj_ws(j);
+		at = j->p;
 		ret = tj_string(j, key, sizeof(key));
 		if (ret == -LOCUS_ERANGE) {
-			bit = 0;
-			goto skip_value_after_key;
+			/* longer than any key of ours: unknown; validate it whole */
+			j->p = at;
+			ret = tj_string(j, NULL, 0);
+			key[0] = '\0';
 		}
 		if (ret < 0)
 			return ret;
@@ -381,13 +385,6 @@ static int parse_line(struct line_state *s, int first)
 			ret = tj_uint(j, 65535, &hv[3]);
 			break;
 		default:
-skip_value_after_key:
-			if (!bit && ret == -LOCUS_ERANGE) {
-				/* over-long key: not one of ours; validate and skip it */
-				ret = tj_expect(j, ':', "':'");
-				if (ret < 0)
-					return ret;
-			}
 			ret = tj_skip(j);
 			break;
 		}

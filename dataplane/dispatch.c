@@ -91,12 +91,10 @@ int locus_combine_req_check(const struct locus_combine_req *r, const struct locu
 	return 0;
 }
 
-int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t stage_size,
-			 struct locus_error *err)
+int locus_rows_hdrs_check(const struct locus_msg_hdr *m, const struct locus_rows_hdr *h,
+			  size_t len, uint32_t n_ranks, uint64_t stage_size,
+			  struct locus_error *err)
 {
-	const struct locus_msg_hdr *m = msg;
-	const struct locus_rows_hdr *h;
-	const struct locus_row_ref *refs;
 	int in_place, ret;
 
 	ret = locus_msg_hdr_check(m, len, n_ranks);
@@ -106,7 +104,6 @@ int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t
 		return locus_error_set(err, LOCUS_EPROTO, "message type %u is not rows", m->type);
 	if (len < sizeof(*m) + sizeof(*h))
 		return locus_error_set(err, LOCUS_ETRUNCATED, "rows message of %zu bytes", len);
-	h = locus_rows_hdr_of((void *)msg);
 	if (h->magic != LOCUS_ROWS_MAGIC)
 		return locus_error_set(err, LOCUS_EBADMAGIC, "rows header magic 0x%08x", h->magic);
 	if ((h->flags & ~(uint32_t)(LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) ||
@@ -132,7 +129,15 @@ int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t
 	if (in_place && m->type == LOCUS_MSG_COMBINE &&
 	    !inside(h->rows_off, (uint64_t)h->n_rows * h->row_bytes, stage_size))
 		return locus_error_set(err, LOCUS_ERANGE, "rows in place outside the stage");
-	refs = locus_rows_refs((void *)msg);
+	return 0;
+}
+
+int locus_rows_refs_check(const struct locus_msg_hdr *m, const struct locus_rows_hdr *h,
+			  const struct locus_row_ref *refs, uint64_t stage_size,
+			  struct locus_error *err)
+{
+	int in_place = !!(h->flags & LOCUS_ROWS_IN_PLACE);
+
 	for (uint32_t i = 0; i < h->n_rows; i++) {
 		uint32_t km = refs[i].kmask;
 
@@ -145,4 +150,17 @@ int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t
 					       i, refs[i].token);
 	}
 	return 0;
+}
+
+int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t stage_size,
+			 struct locus_error *err)
+{
+	const struct locus_msg_hdr *m = msg;
+	const struct locus_rows_hdr *h = locus_rows_hdr_of((void *)msg);
+	/* hdrs_check reads *h only once len shows the message holds one */
+	int ret = locus_rows_hdrs_check(m, h, len, n_ranks, stage_size, err);
+
+	if (ret < 0)
+		return ret;
+	return locus_rows_refs_check(m, h, locus_rows_refs((void *)msg), stage_size, err);
 }

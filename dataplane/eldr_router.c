@@ -273,14 +273,21 @@ static int choose(struct locus_eldr_router *r, const float *sv, uint64_t allowed
 int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     struct locus_eldr_decision *d)
 {
-	int ret = locus_eldr_sig_check(sig, sig_len, (uint16_t)r->n_layers,
-				       (uint16_t)r->n_experts, NULL);
+	if (unlikely(!sig || sig_len < sizeof(struct locus_eldr_sig_hdr)))
+		return -LOCUS_ETRUNCATED;
+	return locus_eldr_route_split(r, sig, locus_eldr_sig_counts(sig), sig_len, d);
+}
+
+int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_sig_hdr *hdr,
+			   const uint16_t *counts, size_t sig_len, struct locus_eldr_decision *d)
+{
+	int ret = locus_eldr_sig_hdr_check(hdr, sig_len, (uint16_t)r->n_layers,
+					   (uint16_t)r->n_experts, NULL);
 
 	if (unlikely(ret < 0))
 		return ret;
-	score(r, locus_eldr_sig_counts(sig));
-	return choose(r, dots_buf(r, 0),
-		      ((const struct locus_eldr_sig_hdr *)sig)->allowed_decoders, d);
+	score(r, counts);
+	return choose(r, dots_buf(r, 0), hdr->allowed_decoders, d);
 }
 
 uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
@@ -348,6 +355,13 @@ int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_i
 uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r)
 {
 	return r->n_decoders;
+}
+
+void locus_eldr_router_shape(const struct locus_eldr_router *r, uint16_t *n_layers,
+			     uint16_t *n_experts)
+{
+	*n_layers = (uint16_t)r->n_layers;
+	*n_experts = (uint16_t)r->n_experts;
 }
 
 enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r)

@@ -8,13 +8,22 @@
 int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
 			 uint16_t n_experts, struct locus_error *err)
 {
-	const struct locus_eldr_sig_hdr *h = payload;
-	uint64_t rsv;
-
-	if (unlikely(!payload || len < sizeof(*h)))
+	if (unlikely(!payload || len < sizeof(struct locus_eldr_sig_hdr)))
 		return locus_error_set(err, LOCUS_ETRUNCATED,
 				       "signature is %zu bytes, shorter than its %zu-byte header",
-				       payload ? len : 0, sizeof(*h));
+				       payload ? len : 0, sizeof(struct locus_eldr_sig_hdr));
+	return locus_eldr_sig_hdr_check(payload, len, n_layers, n_experts, err);
+}
+
+int locus_eldr_sig_hdr_check(const struct locus_eldr_sig_hdr *h, size_t len, uint16_t n_layers,
+			     uint16_t n_experts, struct locus_error *err)
+{
+	uint64_t rsv;
+
+	if (unlikely(len < sizeof(*h)))
+		return locus_error_set(err, LOCUS_ETRUNCATED,
+				       "signature is %zu bytes, shorter than its %zu-byte header",
+				       len, sizeof(*h));
 	if (unlikely(h->magic != LOCUS_ELDR_SIG_MAGIC))
 		return locus_error_set(err, LOCUS_EBADMAGIC,
 				       "signature magic 0x%08x, expected 0x%08x",

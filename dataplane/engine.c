@@ -261,6 +261,12 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	}
 	e->plan_st = zalloc_aligned(e->plan_st_len);
 	e->plan_mem = zalloc_aligned(plan_bytes);
+	e->req_body_max = LOCUS_MAX(
+		locus_dispatch_req_len(p->dims.max_tokens, LOCUS_MAX_TOPK) -
+			sizeof(struct locus_dispatch_req),
+		locus_combine_req_len(p->dims.max_tokens * LOCUS_MAX_TOPK) -
+			sizeof(struct locus_combine_req));
+	e->req_body = zalloc_aligned(e->req_body_max);
 	/* one message per destination and chunk: at most one per row planned,
 	 * and each takes an inbox slot */
 	e->res_max = LOCUS_MIN(p->dims.max_tokens * LOCUS_MAX_TOPK, e->n_slots * e->inbox_slots);
@@ -272,8 +278,8 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->n_pend = LOCUS_MIN(e->n_slots * p->clients->p.ring_size, 65536u);
 	e->pend = zalloc_aligned(sizeof(*e->pend) * e->n_pend);
 	e->pend_free = zalloc_aligned(sizeof(uint32_t) * e->n_pend);
-	if (!e->plan_st || !e->plan_mem || !e->res_slot || !e->res_client || !e->dplan ||
-	    !e->res_buf || !e->pend || !e->pend_free)
+	if (!e->plan_st || !e->plan_mem || !e->req_body || !e->res_slot || !e->res_client ||
+	    !e->dplan || !e->res_buf || !e->pend || !e->pend_free)
 		goto err_free;
 	for (uint32_t i = 0; i < e->n_pend; i++)
 		e->pend_free[e->n_pend_free++] = e->n_pend - 1 - i;
@@ -332,6 +338,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	}
 	free(e->plan_st);
 	free(e->plan_mem);
+	free(e->req_body);
 	free(e->res_slot);
 	free(e->res_client);
 	free(e->dplan);

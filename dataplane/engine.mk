@@ -8,6 +8,8 @@ $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/regions.c))
 $(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
+$(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_client_race
 $(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
 $(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node engine wire eldr grace client counters shm config common,cmocka))

@@ -31,6 +31,19 @@ static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t l
 	return off <= e->stage_size && len <= e->stage_size - off && off % 8 == 0;
 }
 
+/*
+ * Copy the len bytes of a request's body out of the client's stage into the
+ * engine's own memory, where the client cannot change them between the
+ * check and their use. NULL when no valid request is that long.
+ */
+static const uint8_t *private_body(struct locus_engine *e, const uint8_t *body, size_t len)
+{
+	if (len > e->req_body_max)
+		return NULL;
+	memcpy(e->req_body, body, len);
+	return e->req_body;
+}
+
 /* Where a request's rows are: the client's stage or one of its regions. */
 struct rows_src {
 	const uint8_t *base;        /* CPU address of byte 0; NULL: not mappable */
@@ -434,9 +447,10 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		goto out;
 	}
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
-	body = c->buf + d->off + sizeof(rq);
-	ret = locus_dispatch_req_check(&rq, body, d->len, src.size, e->map->dims.n_layers,
-				       e->map->dims.n_experts, e->p.dims.max_tokens, NULL);
+	body = private_body(e, c->buf + d->off + sizeof(rq), d->len - sizeof(rq));
+	ret = body ? locus_dispatch_req_check(&rq, body, d->len, src.size, e->map->dims.n_layers,
+					      e->map->dims.n_experts, e->p.dims.max_tokens, NULL)
+		   : -LOCUS_ERANGE;
 	if (ret < 0) {
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
@@ -544,9 +558,11 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	if (ret < 0)
 		goto out;
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
-	refs = (const struct locus_row_ref *)(c->buf + d->off + sizeof(rq));
-	ret = locus_combine_req_check(&rq, refs, d->len, src.size, e->n_ranks,
-				      e->p.dims.max_tokens * LOCUS_MAX_TOPK, NULL);
+	refs = (const struct locus_row_ref *)private_body(e, c->buf + d->off + sizeof(rq),
+							  d->len - sizeof(rq));
+	ret = refs ? locus_combine_req_check(&rq, refs, d->len, src.size, e->n_ranks,
+					     e->p.dims.max_tokens * LOCUS_MAX_TOPK, NULL)
+		   : -LOCUS_ERANGE;
 	if (ret < 0) {
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;

@@ -154,6 +154,15 @@ struct locus_engine {
 	struct locus_grace_plan plan;
 	void *plan_mem;
 
+	/*
+	 * The request being handled, copied out of the client's stage before it
+	 * is checked (dispatch: expert ids and gates; combine: row refs): the
+	 * client may rewrite its stage at any time, so what was checked is what
+	 * the planner, the messages and the counters use.
+	 */
+	uint8_t *req_body;
+	size_t req_body_max;
+
 	/* per-destination message reservations of one batch */
 	uint32_t *res_slot;                        /* [max messages] inbox slot */
 	uint32_t *res_client;                      /* [max messages] client slot */

@@ -160,12 +160,68 @@ void engine_pending_end(struct locus_engine *e, int idx, int status)
 
 /* ---- arriving messages ---------------------------------------------------------------- */
 
-/* Copy a whole message into a local client's inbox and tell it. */
-static int deliver_local(struct locus_engine *e, int32_t slot, const void *msg, size_t len,
-			 uint8_t op, uint64_t id, uint16_t layer, uint32_t peer)
+/*
+ * The headers of an arriving message, copied out of the transport's buffer
+ * before they are checked: a peer's bytes are checked once and what was
+ * checked is what is used and what the local client receives.
+ */
+struct arrival_hdrs {
+	struct locus_msg_hdr m;
+	union {
+		struct locus_eldr_sig_hdr sig;
+		struct locus_rows_hdr rows;
+	};
+};
+
+/*
+ * A signature from a peer gets the local path's check: against this node's
+ * ELDR table when it has one; without one (a node that only decodes may run
+ * without a table) against the signature's own shape, within the largest
+ * table this node accepts.
+ */
+static int remote_sig_check(const struct locus_engine *e, const struct arrival_hdrs *a,
+			    uint32_t node)
+{
+	uint16_t L = a->sig.n_layers, E = a->sig.n_experts;
+
+	/* for signatures the header's ranks are the source node and the decoder */
+	if (a->m.src_rank != node || a->m.dst_rank >= e->p.dims.max_decoders)
+		return -LOCUS_EPROTO;
+	if (e->router)
+		locus_eldr_router_shape(e->router, &L, &E);
+	else if (!L || !E || L > e->p.dims.max_layers || E > e->p.dims.max_experts)
+		return -LOCUS_ERANGE;
+	return locus_eldr_sig_hdr_check(&a->sig, a->m.payload_len, L, E, NULL);
+}
+
+/* A rows message from a peer: headers (private copies), from that node to one of ours. */
+static int remote_rows_check(const struct locus_engine *e, const struct arrival_hdrs *a,
+			     uint32_t node, size_t len)
+{
+	uint32_t gpn = e->p.dims.gpus_per_node;
+	int ret = locus_rows_hdrs_check(&a->m, &a->rows, len, e->n_ranks, 0, NULL);
+
+	if (ret < 0)
+		return ret;
+	if ((a->rows.flags & LOCUS_ROWS_IN_PLACE) || a->m.src_rank / gpn != node ||
+	    a->m.dst_rank / gpn != e->p.dims.node_id)
+		return -LOCUS_EPROTO;
+	return 0;
+}
+
+/*
+ * Copy a whole message into a local client's inbox, with the headers that
+ * were checked (hdr_len bytes of a) over the sender's, and tell the client.
+ * Rows messages get their refs checked in the copy, against those headers:
+ * a refusal (-LOCUS_ERANGE) gives the inbox room back.
+ */
+static int deliver_local(struct locus_engine *e, int32_t slot, const struct arrival_hdrs *a,
+			 size_t hdr_len, const void *msg, size_t len, uint8_t op, uint64_t id,
+			 uint16_t layer, uint32_t peer)
 {
 	struct engine_client *c;
 	struct locus_desc out;
+	uint8_t *dst;
 	int first;
 
 	if (slot < 0 || !e->cl[slot].active || e->cl[slot].broken)
@@ -176,7 +232,14 @@ static int deliver_local(struct locus_engine *e, int32_t slot, const void *msg, 
 	first = engine_inbox_alloc(e, c, engine_span_for(e, len));
 	if (first < 0)
 		return first;
-	memcpy(c->buf + locus_clients_inbox_off(e->cv, (uint32_t)first), msg, len);
+	dst = c->buf + locus_clients_inbox_off(e->cv, (uint32_t)first);
+	memcpy(dst, msg, len);
+	memcpy(dst, a, hdr_len);
+	if (a->m.type != LOCUS_MSG_SIGNATURE &&
+	    locus_rows_refs_check(&a->m, &a->rows, locus_rows_refs(dst), 0, NULL) < 0) {
+		engine_inbox_free(e, c, (uint32_t)first);
+		return -LOCUS_ERANGE; /* the only -LOCUS_ERANGE here: a bad message */
+	}
 	out = (struct locus_desc){
 		.op = op, .layer = layer, .id = id,
 		.off = locus_clients_inbox_off(e->cv, (uint32_t)first), .len = (uint32_t)len,
@@ -187,51 +250,39 @@ static int deliver_local(struct locus_engine *e, int32_t slot, const void *msg, 
 
 int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len)
 {
-	const struct locus_msg_hdr *h = msg;
+	struct arrival_hdrs a;
 	int ret;
 
 	if (node >= e->p.dims.n_nodes || node == e->p.dims.node_id) {
 		ret = -LOCUS_ERANGE;
 		goto bad;
 	}
-	ret = locus_msg_hdr_check(h, len, UINT32_MAX);
+	memset(&a, 0, sizeof(a));
+	memcpy(&a, msg, LOCUS_MIN(len, sizeof(a)));
+	ret = locus_msg_hdr_check(&a.m, len, UINT32_MAX);
 	if (ret < 0)
 		goto bad;
-	switch (h->type) {
-	case LOCUS_MSG_SIGNATURE: {
-		const struct locus_eldr_sig_hdr *sh = (const void *)(h + 1);
-
-		/* for signatures the header's ranks are the source node and the decoder */
-		if (h->src_rank != node || h->dst_rank >= e->p.dims.max_decoders ||
-		    h->payload_len < sizeof(*sh) || sh->magic != LOCUS_ELDR_SIG_MAGIC ||
-		    h->payload_len != locus_eldr_sig_len(sh->n_layers, sh->n_experts)) {
-			ret = -LOCUS_EPROTO;
-			goto bad;
-		}
-		ret = deliver_local(e, e->dec[h->dst_rank].slot, msg, len, LOCUS_OP_SIGNATURE_IN,
-				    h->id, 0, 0x80000000u | node);
-		break;
-	}
-	case LOCUS_MSG_DISPATCH:
-	case LOCUS_MSG_COMBINE: {
-		const struct locus_rows_hdr *rh;
-
-		ret = locus_rows_msg_check(msg, len, e->n_ranks, 0, NULL);
+	switch (a.m.type) {
+	case LOCUS_MSG_SIGNATURE:
+		ret = remote_sig_check(e, &a, node);
 		if (ret < 0)
 			goto bad;
-		rh = locus_rows_hdr_of((void *)msg);
-		if ((rh->flags & LOCUS_ROWS_IN_PLACE) ||
-		    h->src_rank / e->p.dims.gpus_per_node != node ||
-		    h->dst_rank / e->p.dims.gpus_per_node != e->p.dims.node_id) {
-			ret = -LOCUS_EPROTO;
-			goto bad;
-		}
-		ret = deliver_local(e, e->rank_slot[h->dst_rank], msg, len,
-				    h->type == LOCUS_MSG_DISPATCH ? LOCUS_OP_ROWS_IN
-								  : LOCUS_OP_RESULTS_IN,
-				    rh->batch_id, rh->layer, h->src_rank);
+		ret = deliver_local(e, e->dec[a.m.dst_rank].slot, &a, sizeof(a.m) + sizeof(a.sig),
+				    msg, len, LOCUS_OP_SIGNATURE_IN, a.m.id, 0, 0x80000000u | node);
 		break;
-	}
+	case LOCUS_MSG_DISPATCH:
+	case LOCUS_MSG_COMBINE:
+		ret = remote_rows_check(e, &a, node, len);
+		if (ret < 0)
+			goto bad;
+		ret = deliver_local(e, e->rank_slot[a.m.dst_rank], &a,
+				    sizeof(a.m) + sizeof(a.rows), msg, len,
+				    a.m.type == LOCUS_MSG_DISPATCH ? LOCUS_OP_ROWS_IN
+								   : LOCUS_OP_RESULTS_IN,
+				    a.rows.batch_id, a.rows.layer, a.m.src_rank);
+		if (ret == -LOCUS_ERANGE)
+			goto bad;
+		break;
 	default:
 		ret = -LOCUS_EPROTO;
 		goto bad;

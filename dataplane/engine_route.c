@@ -102,11 +102,28 @@ static void decision_into(struct locus_desc *d, const struct locus_eldr_decision
 }
 
 /*
+ * The signature message to decoder dec: our header, the signature header
+ * that was checked (the private copy sh, never the client's bytes again),
+ * then the counts from the client's stage.
+ */
+static void write_signature(struct locus_engine *e, struct locus_msg_hdr *m,
+			    const struct locus_desc *d, uint32_t decoder,
+			    const struct locus_eldr_sig_hdr *sh, const uint8_t *sig)
+{
+	/* For signatures the header's ranks name the source node and the decoder. */
+	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id, decoder,
+			   e->seq[0]++);
+	memcpy(m + 1, sh, sizeof(*sh));
+	memcpy((uint8_t *)(m + 1) + sizeof(*sh), sig + sizeof(*sh), d->len - sizeof(*sh));
+}
+
+/*
  * Send header + signature to the remote decoder's node; the prefill client
  * gets its completion when the RDMA write completed (or failed).
  */
 static void route_remote(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
-			 const struct locus_eldr_decision *dec, const void *sig, uint64_t t0)
+			 const struct locus_eldr_decision *dec,
+			 const struct locus_eldr_sig_hdr *sh, const uint8_t *sig, uint64_t t0)
 {
 	struct engine_client *c = &e->cl[slot];
 	int32_t node = e->dec[dec->decoder_id].node;
@@ -132,9 +149,7 @@ static void route_remote(struct locus_engine *e, uint32_t slot, struct locus_des
 		engine_count(e, e->c.rej_inbox_full);
 		goto fail;
 	}
-	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id,
-			   dec->decoder_id, e->seq[0]++);
-	memcpy(m + 1, sig, d->len);
+	write_signature(e, m, d, dec->decoder_id, sh, sig);
 	if (engine_pending_send(e, idx, (uint32_t)node, m, len) == 0) {
 		locus_counter_add_elem(e->blk, e->c.routed, dec->decoder_id, 1);
 		locus_hist_record(e->blk, e->c.route_band, dec->n_candidates);
@@ -152,10 +167,11 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 {
 	struct engine_client *c = &e->cl[slot], *dc;
 	struct locus_eldr_decision dec;
+	struct locus_eldr_sig_hdr sh;
 	struct locus_msg_hdr *m;
 	struct locus_desc out;
 	uint64_t t0 = e->p.now();
-	const void *sig;
+	const uint8_t *sig;
 	size_t msg_len;
 	int32_t dslot;
 	int first, ret;
@@ -172,8 +188,19 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		engine_count(e, e->c.rej_no_table);
 		goto complete;
 	}
+	/*
+	 * The client may rewrite its stage at any time: the header is checked
+	 * and used from a private copy; the counts are read in place (any value
+	 * is valid) when scored and when copied to the decoder.
+	 */
 	sig = c->buf + d->off;
-	ret = locus_eldr_route(e->router, sig, d->len, &dec);
+	if (d->len < sizeof(sh)) {
+		ret = -LOCUS_ETRUNCATED;
+	} else {
+		memcpy(&sh, sig, sizeof(sh));
+		ret = locus_eldr_route_split(e->router, &sh,
+					     (const uint16_t *)(sig + sizeof(sh)), d->len, &dec);
+	}
 	if (ret < 0) {
 		d->status = ret;
 		engine_count(e, ret == -LOCUS_ENODEST ? e->c.rej_no_decoder : e->c.rej_bad_signature);
@@ -182,7 +209,7 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	dslot = dec.decoder_id < e->p.dims.max_decoders ? e->dec[dec.decoder_id].slot : -1;
 	if (dslot < 0) {
 		/* a decoder of another node: the inter-node transport carries it */
-		route_remote(e, slot, d, &dec, sig, t0);
+		route_remote(e, slot, d, &dec, &sh, sig, t0);
 		return;
 	}
 	dc = &e->cl[dslot];
@@ -194,10 +221,7 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		goto complete;
 	}
 	m = (struct locus_msg_hdr *)(dc->buf + locus_clients_inbox_off(e->cv, (uint32_t)first));
-	/* For signatures the header's ranks name the source node and the decoder. */
-	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id,
-			   dec.decoder_id, e->seq[0]++);
-	memcpy(m + 1, sig, d->len);
+	write_signature(e, m, d, dec.decoder_id, &sh, sig);
 	out = (struct locus_desc){
 		.op = LOCUS_OP_SIGNATURE_IN,
 		.id = d->id,

@@ -192,4 +192,18 @@ int locus_combine_req_check(const struct locus_combine_req *hdr, const struct lo
 int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t stage_size,
 			 struct locus_error *err);
 
+/*
+ * The two halves of locus_rows_msg_check(), for a receiver that copies a
+ * message's headers out of memory someone else can write: the headers
+ * (m, h: private copies; len the whole message's length; *h is read only
+ * when len shows the message holds one), then the refs that follow them,
+ * checked against the header h that was checked.
+ */
+int locus_rows_hdrs_check(const struct locus_msg_hdr *m, const struct locus_rows_hdr *h,
+			  size_t len, uint32_t n_ranks, uint64_t stage_size,
+			  struct locus_error *err);
+int locus_rows_refs_check(const struct locus_msg_hdr *m, const struct locus_rows_hdr *h,
+			  const struct locus_row_ref *refs, uint64_t stage_size,
+			  struct locus_error *err);
+
 #endif /* LOCUS_DISPATCH_H */

@@ -78,6 +78,16 @@ int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
 			 uint16_t n_experts, struct locus_error *err);
 
 /*
+ * The same check on a header apart from its counts: h is the caller's
+ * private copy of a signature's header, len the whole signature's bytes.
+ * A signature in memory another process may write is checked this way: the
+ * counts carry no structure (any value is valid), the header does, so the
+ * header that was checked is the one used and forwarded.
+ */
+int locus_eldr_sig_hdr_check(const struct locus_eldr_sig_hdr *h, size_t len, uint16_t n_layers,
+			     uint16_t n_experts, struct locus_error *err);
+
+/*
  * Add n_tokens tokens of routed experts (ids[t][n_layers][k]) to counts
  * [n_layers][n_experts], saturating at 65535; an id repeated within one
  * token's top-k counts once. Ids >= n_experts: -LOCUS_ERANGE, counts are
@@ -225,6 +235,17 @@ int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_le
 		     struct locus_eldr_decision *d);
 
 /*
+ * locus_eldr_route() for a signature whose header the caller copied out of
+ * shared memory: hdr (private) is checked with locus_eldr_sig_hdr_check()
+ * and gives the decode constraint; counts (L x E, the router's L and E) are
+ * read once each and may lie in memory a client writes concurrently: any
+ * value is a valid count, so a rewrite can change the decision, never make
+ * it read out of bounds.
+ */
+int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_sig_hdr *hdr,
+			   const uint16_t *counts, size_t sig_len, struct locus_eldr_decision *d);
+
+/*
  * Route n signatures in submission order with the same decisions as n calls
  * of locus_eldr_route(), scoring several signatures per pass over the
  * centroids (4 with AVX-512, 2 with AVX2). rc[i] is route()'s result for
@@ -248,6 +269,9 @@ void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up
 int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_id);
 
 uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r);
+/* The table's L and E: the shape every signature routed by r must have. */
+void locus_eldr_router_shape(const struct locus_eldr_router *r, uint16_t *n_layers,
+			     uint16_t *n_experts);
 enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r);
 
 #endif /* LOCUS_ELDR_H */

@@ -253,6 +253,9 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
  * layer >= L, a source rank outside the map or not on the state's node, or
  * a batch larger than the plan are rejected before anything is planned (the
  * plan is then empty). Returns the number of destinations or -LOCUS_E*.
+ * The ids are read twice (checked, then resolved): b->experts must be memory
+ * nobody else writes during the call (locusd copies a request out of the
+ * client's stage first), else a rewritten id is used unchecked.
  */
 int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus_grace_map *m,
 			   const struct locus_grace_batch *b, struct locus_grace_plan *p,

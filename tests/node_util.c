@@ -65,6 +65,30 @@ void tu_wait_desc(struct locus_client *c, struct locus_desc *d)
 		fail_msg("no descriptor within the bound");
 }
 
+int64_t tu_push(struct locus_table_region *tables, struct locus_node *node, unsigned ch,
+		const void *blob, size_t len, int *refused)
+{
+	struct locus_table_wait_result res;
+	struct locus_error e;
+	int64_t gen = locus_table_push(tables, ch, blob, len, 2000000000ull, &e);
+
+	if (gen <= 0)
+		fail_msg("push: %s", e.msg);
+	assert_int_equal(locus_table_wait(tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
+	*refused = res.n_refused > 0;
+	if (*refused)
+		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
+			res.refused_msg);
+	/*
+	 * The wait ends when the engine's reader switched; the engine installs
+	 * the table (router, map) right after, in the same poll iteration.
+	 */
+	for (int i = 0; !*refused && i < 25000 &&
+			locus_engine_table_generation(locus_node_engine(node), ch) < (uint64_t)gen; i++)
+		tu_nap();
+	return gen;
+}
+
 uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem)
 {
 	static uint64_t buf[1 << 16];

@@ -46,6 +46,14 @@ struct tu_view {
 int tu_view_open(const char *instance, struct tu_view *v);
 void tu_view_close(struct tu_view *v);
 
+/*
+ * Push blob on channel ch like `locusctl push`, wait for the readers and
+ * then for node's engine to run on it. Returns the generation; *refused
+ * says whether a reader refused it (the reason is printed).
+ */
+int64_t tu_push(struct locus_table_region *tables, struct locus_node *node, unsigned ch,
+		const void *blob, size_t len, int *refused);
+
 /* Element elem of a counter summed over blocks, as locus-stat reads it. */
 uint64_t tu_ctr(struct locus_counters *c, const char *name, uint32_t elem);
 

@@ -55,6 +55,36 @@ static void test_good_trace(void **state)
 	locus_trace_free(t);
 }
 
+/*
+ * Keys longer than the parser's key buffer (issue 11, defect 4): a valid line
+ * with such an unknown key is read like the same line without it, and a line
+ * whose over-long "key" never closes, so that the rest is not JSON, is
+ * refused (it was accepted: the parser resumed inside the string).
+ */
+static void test_long_keys(void **state)
+{
+	const char *good =
+		"{\"an_unknown_key_well_over_thirty_one_bytes_long\":{\"a\":[1,2]},"
+		"\"prompt_routed_experts\":[[[0,1],[2,3]]],"
+		"\"another_unknown_key_of_exactly_32b\":\"x\",\"id\":\"r\"}\n";
+	const char *crafted =
+		"{\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa:1, \"prompt_routed_experts\":[[[0,1],[2,3]]]}\n";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	assert_true(strlen("another_unknown_key_of_exactly_32b") > 31);
+	if (parse(good, 8, &t, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(t->n_requests, 1);
+	assert_string_equal(t->reqs[0].id, "r");
+	assert_int_equal(t->reqs[0].prompt_len, 1);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 1)[1], 3);
+	locus_trace_free(t);
+	assert_int_equal(parse(crafted, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "t.jsonl:1:"));
+}
+
 static void test_n_experts_rules(void **state)
 {
 	const char *noh = "{\"prompt_routed_experts\":[[[0,5]]]}\n";
@@ -383,6 +413,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_good_trace),
+		cmocka_unit_test(test_long_keys),
 		cmocka_unit_test(test_n_experts_rules),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_nesting_bounded),

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
@@ -184,6 +185,62 @@ static void test_import_rejects(void **state)
 		   "lists slot 0 twice");
 }
 
+/*
+ * An expert with copies on more ranks than a table's replica row holds
+ * (issue 11, defect 2: the import wrote past the row into layer 0's loads
+ * and kept the extra copies silently). N ranks, one slot each: expert 0 on
+ * ranks 0..n0-1, expert 1 on the rest; n0 = R + 1 fits exactly, R + 2 not.
+ */
+static char *eplb_wide(uint32_t n_ranks, uint32_t n0)
+{
+	size_t cap = 64 + 24 * (size_t)n_ranks;
+	char *j = malloc(cap), *p = j;
+	uint32_t n1 = n_ranks - n0, x = LOCUS_MAX(n0, n1);
+
+	assert_non_null(j);
+	p += sprintf(p, "{\"phy2log\": [[");
+	for (uint32_t r = 0; r < n_ranks; r++)
+		p += sprintf(p, "%s%u", r ? ", " : "", r < n0 ? 0u : 1u);
+	p += sprintf(p, "]], \"log2phy\": [[[");
+	for (uint32_t i = 0; i < x; i++)
+		p += sprintf(p, "%s%d", i ? ", " : "", i < n0 ? (int)i : -1);
+	p += sprintf(p, "], [");
+	for (uint32_t i = 0; i < x; i++)
+		p += sprintf(p, "%s%d", i ? ", " : "", i < n1 ? (int)(n0 + i) : -1);
+	p += sprintf(p, "]]], \"logcnt\": [[%u, %u]]}", n0, n1);
+	assert_true((size_t)(p - j) < cap);
+	return j;
+}
+
+static void test_import_too_many_copies(void **state)
+{
+	const uint32_t R = LOCUS_GRACE_MAX_REPLICAS, N = R + 8;
+	const struct locus_gracefit_topo t = { 1, N, 0, 0 };
+	struct locus_grace_view v;
+	struct locus_error err;
+	void *blob = NULL;
+	char *j;
+	(void)state;
+
+	/* the most a row holds: accepted, every copy kept, loads untouched */
+	j = eplb_wide(N, R + 1);
+	if (import(j, &t, &blob, &v, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(v.dims->max_replicas, R);
+	for (uint32_t i = 0; i < R; i++)
+		assert_int_equal(v.replica[i], i + 1);
+	assert_true(v.expert_load[0] == 1.0f && v.expert_load[1] == 1.0f);
+	free(blob);
+	free(j);
+	/* one more copy: refused with a message, nothing produced */
+	j = eplb_wide(N, R + 2);
+	blob = NULL;
+	assert_int_equal(import(j, &t, &blob, &v, &err), -LOCUS_ERANGE);
+	assert_null(blob);
+	assert_non_null(strstr(err.msg, "layer 0 expert 0 has copies on more than 63 ranks"));
+	free(j);
+}
+
 /* Every strict prefix of a valid document and a few byte flips are refused cleanly. */
 static void test_import_truncated_and_flipped(void **state)
 {
@@ -299,6 +356,7 @@ int main(void)
 		cmocka_unit_test(test_export_hand_and_round_trip),
 		cmocka_unit_test(test_export_pads_with_hottest),
 		cmocka_unit_test(test_import_rejects),
+		cmocka_unit_test(test_import_too_many_copies),
 		cmocka_unit_test(test_import_truncated_and_flipped),
 		cmocka_unit_test(test_round_trip_fitted),
 	};

@@ -132,25 +132,7 @@ static void *eng_loop(void *arg)
 /* Push like `locusctl push`; returns the generation and whether readers took it. */
 static int64_t push(unsigned ch, const void *blob, size_t len, int *refused)
 {
-	struct locus_table_wait_result res;
-	struct locus_error e;
-	int64_t gen = locus_table_push(tables, ch, blob, len, 2000000000ull, &e);
-
-	if (gen <= 0)
-		fail_msg("push: %s", e.msg);
-	assert_int_equal(locus_table_wait(tables, ch, (uint64_t)gen, 5000000000ull, &res), 0);
-	*refused = res.n_refused > 0;
-	if (*refused)
-		fprintf(stderr, "push of generation %lld refused: %s\n", (long long)gen,
-			res.refused_msg);
-	/*
-	 * The wait ends when the engine's reader switched; the engine installs
-	 * the table (router, map) right after, in the same poll iteration.
-	 */
-	for (int i = 0; !*refused && i < 25000 &&
-			locus_engine_table_generation(locus_node_engine(node), ch) < (uint64_t)gen; i++)
-		tu_nap();
-	return gen;
+	return tu_push(tables, node, ch, blob, len, refused);
 }
 
 /* ---- clients --------------------------------------------------------------------- */

@@ -377,11 +377,73 @@ static void test_bad_remote_messages(void **state)
 	locus_msg_hdr_init(h, LOCUS_MSG_DISPATCH, 32, 0, 0, 2, 0);
 	assert_true(locus_engine_remote_recv(e, 0, junk, 64) < 0);
 	locus_msg_hdr_init(h, LOCUS_MSG_SIGNATURE, 16, 0, 0, 1, 0);
-	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 48), -LOCUS_EPROTO);
+	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 48), -LOCUS_ETRUNCATED);
 	assert_int_equal(locus_engine_remote_recv(e, 1, junk, 48), -LOCUS_ERANGE); /* itself */
 	assert_int_equal(locus_engine_remote_recv(e, 5, junk, 48), -LOCUS_ERANGE);
 	assert_int_equal(tn_ctr(&N[1], "remote_bad", 0), before + 7);
 	__atomic_store_n(&N[1].hold, 0, __ATOMIC_RELEASE);
+}
+
+/*
+ * A signature from a peer gets the local path's whole check (issue 11,
+ * defect 3: only magic and a self-consistent length were checked). Each
+ * defect is refused and counted; the valid signature beside them arrives.
+ */
+static void test_remote_signature_checked(void **state)
+{
+	struct locus_client *dec1 = tn_attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	struct locus_engine *e = locus_node_engine(N[1].node);
+	static uint8_t msg[64 + 2 * 2 * L * E * sizeof(uint16_t)];
+	struct locus_msg_hdr *h = (struct locus_msg_hdr *)msg;
+	struct locus_eldr_sig_hdr *sh = (struct locus_eldr_sig_hdr *)(h + 1);
+	uint64_t bad0 = tn_ctr(&N[1], "remote_bad", 0);
+	struct locus_desc in;
+	size_t tlen;
+	void *t = tn_eldr_table(&tlen);
+	struct {
+		const char *what;
+		uint16_t version, flags, layers, experts;
+		uint8_t reserved;
+		int want;
+	} cases[] = {
+		{ "wrong version", LOCUS_ELDR_SIG_VERSION + 1, 0, L, E, 0, -LOCUS_EVERSION },
+		{ "flags set", LOCUS_ELDR_SIG_VERSION, 1, L, E, 0, -LOCUS_EPROTO },
+		{ "reserved byte set", LOCUS_ELDR_SIG_VERSION, 0, L, E, 1, -LOCUS_EPROTO },
+		{ "layers not the table's", LOCUS_ELDR_SIG_VERSION, 0, 2 * L, E, 0, -LOCUS_ERANGE },
+		{ "experts not the table's", LOCUS_ELDR_SIG_VERSION, 0, L, 2 * E, 0, -LOCUS_ERANGE },
+		{ "valid", LOCUS_ELDR_SIG_VERSION, 0, L, E, 0, 0 },
+	};
+	(void)state;
+
+	tn_push_both(0, t, tlen);
+	free(t);
+	__atomic_store_n(&N[1].hold, 1, __ATOMIC_RELEASE);
+	while (!__atomic_load_n(&N[1].held, __ATOMIC_ACQUIRE))
+		tu_nap();
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		/* self-consistent: the length always matches the shape it claims */
+		size_t plen = locus_eldr_sig_len(cases[i].layers, cases[i].experts);
+
+		memset(msg, 0, sizeof(msg));
+		locus_msg_hdr_init(h, LOCUS_MSG_SIGNATURE, (uint32_t)plen, 700 + i, 0, 1, 0);
+		*sh = (struct locus_eldr_sig_hdr){ .magic = LOCUS_ELDR_SIG_MAGIC,
+						   .version = cases[i].version,
+						   .flags = cases[i].flags,
+						   .n_layers = cases[i].layers,
+						   .n_experts = cases[i].experts };
+		sh->reserved[5] = cases[i].reserved;
+		if (locus_engine_remote_recv(e, 0, msg, sizeof(*h) + plen) != cases[i].want)
+			fail_msg("%s: refused with %d, expected %d", cases[i].what,
+				 locus_engine_remote_recv(e, 0, msg, sizeof(*h) + plen),
+				 cases[i].want);
+	}
+	__atomic_store_n(&N[1].hold, 0, __ATOMIC_RELEASE);
+	assert_int_equal(tn_ctr(&N[1], "remote_bad", 0), bad0 + 5);
+	tu_wait_desc(dec1, &in);
+	assert_int_equal(in.op, LOCUS_OP_SIGNATURE_IN);
+	assert_int_equal(in.id, 705);
+	assert_false(tu_try_desc(dec1, &in, 5));
+	locus_client_detach(dec1);
 }
 
 int main(void)
@@ -391,6 +453,7 @@ int main(void)
 		cmocka_unit_test(test_full_remote_inbox_waits),
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
 		cmocka_unit_test(test_bad_remote_messages),
+		cmocka_unit_test(test_remote_signature_checked),
 	};
 	return cmocka_run_group_tests(tests, tn_setup, tn_teardown);
 }
