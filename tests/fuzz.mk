@@ -11,7 +11,8 @@
 # every regression input, then a few seconds of fuzzing per target.
 
 FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req rows_msg \
-	engine_client peer_msg load_row regions config trace esft eplb counters
+	engine_client peer_msg load_row regions config trace esft eplb counters \
+	table_region segment
 
 # per target: its libraries (dependants first), extra sources, pkg-config modules
 FUZZ_LIBS_tblfile      := eldr grace common
@@ -36,6 +37,9 @@ FUZZ_LIBS_load_row     := $(FUZZ_ENGINE_LIBS)
 FUZZ_SRCS_load_row     := $(FUZZ_ENGINE_SRCS)
 FUZZ_LIBS_regions      := node $(FUZZ_ENGINE_LIBS)
 FUZZ_SRCS_regions      := $(FUZZ_ENGINE_SRCS)
+FUZZ_LIBS_table_region := eldr grace shm common
+FUZZ_SRCS_table_region := tests/fuzz/fuzz_tables.c
+FUZZ_LIBS_segment      := client counters shm common
 FUZZ_LIBS_config       := config common
 FUZZ_LIBS_trace        := trace common
 FUZZ_SRCS_trace        := tests/fuzz/fuzz_trace_common.c

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The two-engine harness of the engine fuzz targets (fuzz_engine.h). */
+#include <errno.h>
 #include <unistd.h>
 
 #include "fuzz.h"
@@ -216,6 +217,68 @@ static const volatile void *t_load_area(void *ctx, uint32_t node)
 	return node == (uint32_t)!n->id ? n->load_area : NULL;
 }
 
+/* ---- intra-node DMA (node 1) ---------------------------------------------------------------- */
+
+/* [off, off + len) of the client region inside client slot s's inbox, for some s. */
+static int in_an_inbox(const struct fe_node *n, uint64_t off, uint64_t len)
+{
+	const struct locus_clients *v = &n->cv;
+	uint64_t s, start;
+
+	if (off < v->slots_off)
+		return 0;
+	s = (off - v->slots_off) / v->slot_stride;
+	start = v->slots_off + s * v->slot_stride + v->buf_off + v->p.stage_size;
+	return s < v->p.n_slots && off >= start &&
+	       len <= (uint64_t)v->p.inbox_slots * v->p.inbox_slot_size - (off - start);
+}
+
+static int t_ldma_copy(void *ctx, uint64_t dst_off, const struct locus_engine_ldma_src *src,
+		       uint32_t n_src, uint64_t cookie)
+{
+	struct fe_node *n = ctx;
+	struct fe_ldma_job *j;
+	uint64_t total = 0;
+
+	FUZZ_CHECK(n_src >= 1 && n_src <= FE_MAX_TOKENS + 1, "a DMA copy of %u ranges", n_src);
+	for (uint32_t i = 0; i < n_src; i++) {
+		FUZZ_CHECK(src[i].off <= n->cv.size && src[i].len <= n->cv.size - src[i].off,
+			   "DMA source [%llu, +%u) outside the client region",
+			   (unsigned long long)src[i].off, src[i].len);
+		total += src[i].len;
+	}
+	FUZZ_CHECK(in_an_inbox(n, dst_off, total), "DMA writes [%llu, +%llu), not inside an inbox",
+		   (unsigned long long)dst_off, (unsigned long long)total);
+	if (n->n_jobs == LOCUS_ARRAY_SIZE(n->jobs))
+		return -EBUSY; /* the device queue is full: the engine copies */
+	j = &n->jobs[n->n_jobs++];
+	j->dst_off = dst_off;
+	j->cookie = cookie;
+	j->n = n_src;
+	memcpy(j->src, src, n_src * sizeof(*src));
+	return 0;
+}
+
+/* The device finishes every copy started: the rows land, then the engine hears. */
+static int ldma_run(struct fe_node *n)
+{
+	unsigned k = n->n_jobs;
+
+	n->n_jobs = 0;
+	for (unsigned i = 0; i < k; i++) {
+		struct fe_ldma_job *j = &n->jobs[i];
+		uint64_t at = j->dst_off;
+
+		if (!n->fail_sends)
+			for (uint32_t s = 0; s < j->n; s++) {
+				memmove(n->cv.base + at, n->cv.base + j->src[s].off, j->src[s].len);
+				at += j->src[s].len;
+			}
+		locus_engine_ldma_done(n->e, j->cookie, n->fail_sends ? -EIO : 0);
+	}
+	return (int)k;
+}
+
 /* ---- nodes --------------------------------------------------------------------------------- */
 
 /*
@@ -300,6 +363,10 @@ static int node_create(struct fe_env *env, int id)
 	ep.remote = &n->rt;
 	if (locus_engine_create(&ep, &n->e, &err))
 		goto fail;
+	if (id == 1) {
+		n->ldma = (struct locus_engine_ldma){ .copy = t_ldma_copy, .ctx = n };
+		locus_engine_set_ldma(n->e, &n->ldma);
+	}
 	return 0;
 fail:
 	fprintf(stderr, "fuzz engine harness: node %d: %s\n", id, err.msg);
@@ -682,6 +749,7 @@ static int network(struct fe_env *env)
 			locus_engine_remote_done(n->e, c.cookie, c.status);
 			moved++;
 		}
+		moved += ldma_run(n);
 	}
 	return moved;
 }

@@ -22,6 +22,9 @@
  * Node 0: slot 0 prefill, slot 1 decoder 0, slots 2 and 3 ranks 0 and 1.
  * Node 1: slot 0 prefill, slot 1 decoder 1, slots 2 and 3 ranks 2 and 3.
  * Tables: ELDR over 2 x 8 with decoders 0..3, GRACE 2 x 8 on 2 x 2 ranks.
+ * Node 0's engine copies intra-node rows with the CPU, node 1's hands them to
+ * an intra-node DMA (the harness copies them a round later, or fails them
+ * while the node's sends fail), which must write only into inboxes.
  */
 #ifndef LOCUS_FUZZ_ENGINE_H
 #define LOCUS_FUZZ_ENGINE_H
@@ -90,6 +93,14 @@ struct fe_client {
 	struct fe_region reg[LOCUS_CLIENT_MAX_REGIONS];
 };
 
+/* An intra-node DMA copy the engine started (node 1 moves rows that way). */
+struct fe_ldma_job {
+	uint64_t dst_off;
+	uint64_t cookie;
+	uint32_t n;
+	struct locus_engine_ldma_src src[FE_MAX_TOKENS + 1];
+};
+
 struct fe_env;
 
 struct fe_node {
@@ -109,6 +120,9 @@ struct fe_node {
 	unsigned n_alloc;
 	struct fe_queue out;     /* messages to the peer */
 	struct fe_queue done;    /* send completions to report */
+	struct locus_engine_ldma ldma;
+	struct fe_ldma_job jobs[16];
+	unsigned n_jobs;
 	struct fe_client cl[FE_SLOTS];
 };
 

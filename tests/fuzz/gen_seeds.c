@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "fuzz_engine_targets.h"
 #include "fuzz_tables.h"
@@ -26,6 +27,8 @@
 #include "locus_trace.h"
 #include "locus_wire.h"
 #include "locus_client.h"
+#include "locus_shm.h"
+#include "locus_table.h"
 
 static const char *out_dir, *root;
 
@@ -614,6 +617,116 @@ static void regions(void)
 	put("regions", "register-unregister", s.b, s.n);
 }
 
+/* The writes that turn region a into b, as fuzz_table_region reads them. */
+static void diff_writes(struct bs *s, const uint8_t *a, const uint8_t *b, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t n = 0;
+
+		if (a[i] == b[i]) {
+			i++;
+			continue;
+		}
+		while (i + n < len && n < 255 && (a[i + n] != b[i + n] || (n && n < 8)))
+			n++;
+		b16(s, (uint32_t)i);
+		b8(s, (uint32_t)n);
+		bmem(s, b + i, n);
+		i += n;
+	}
+}
+
+static void table_region(void)
+{
+	struct locus_table_params tp = { .n_channels = 1, .n_readers = 2,
+					 .channel = { { .n_slots = 3, .slot_size = 1024 } } };
+	size_t len = locus_table_region_size(&tp), blen;
+	uint8_t *a = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64)), *b = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	void *blob = ft_eldr_blob(2, 8, 2, 5, &blen);
+	struct locus_table_region *t;
+	struct locus_table_reader r;
+	struct bs s = { .n = 0 };
+
+	/* what the fuzz target builds: a region, its reader, one table adopted */
+	if (!a || !b || !blob || locus_table_region_init(a, len, &tp, NULL) ||
+	    locus_table_region_attach(a, len, &t, NULL) ||
+	    locus_table_reader_register(t, 0, 0, locus_eldr_table_validate_cb, NULL, &r, NULL))
+		exit(1);
+	free(blob);
+	blob = ft_eldr_blob(2, 8, 4, 0, &blen);
+	if (locus_table_push(t, 0, blob, blen, 0, NULL) <= 0 || locus_table_reader_poll(&r) != 1)
+		exit(1);
+	memcpy(b, a, len);
+	/* a second, different table published as a writer would */
+	free(blob);
+	blob = ft_eldr_blob(2, 8, 2, 5, &blen);
+	{
+		struct locus_table_region *tb;
+
+		if (locus_table_region_attach(b, len, &tb, NULL) ||
+		    locus_table_push(tb, 0, blob, blen, 0, NULL) <= 0)
+			exit(1);
+		locus_table_region_detach(tb);
+	}
+	diff_writes(&s, a, b, len);
+	put("table_region", "second-table", s.b, s.n);
+	put("table_region", "nothing", "", 0);
+	locus_table_reader_unregister(&r);
+	locus_table_region_detach(t);
+	free(a);
+	free(b);
+	free(blob);
+}
+
+static void segment(void)
+{
+	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1,
+					 .channel = { { .n_slots = 2, .slot_size = 256 },
+						      { .n_slots = 2, .slot_size = 256 } } };
+	struct locus_ctr_params cp = { .max_entries = 2, .n_blocks = 1, .block_size = 64 };
+	struct locus_clients_params clp = { .n_slots = 1, .ring_size = 16, .stage_size = 64,
+					    .inbox_slots = 1, .inbox_slot_size = 64 };
+	struct locus_shm_params sp = { .instance = "seed" };
+	char dir[] = "/tmp/locus-seed-XXXXXX", path[256];
+	struct locus_shm *shm;
+	struct locus_counters *c;
+	struct locus_ctr_desc d = { .name = "x", .kind = LOCUS_CTR_COUNTER };
+	uint64_t off;
+	size_t size, len;
+	char *buf;
+	void *r;
+
+	if (!mkdtemp(dir))
+		exit(1);
+	setenv(LOCUS_SHM_DIR_ENV, dir, 1);
+	sp.region_size[LOCUS_REGION_TABLES] = locus_table_region_size(&tp);
+	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
+	sp.region_size[LOCUS_REGION_CLIENTS] = locus_clients_region_size(&clp);
+	if (locus_shm_create(&sp, &shm, NULL))
+		exit(1);
+	r = locus_shm_region(shm, LOCUS_REGION_TABLES, &size);
+	if (locus_table_region_init(r, size, &tp, NULL))
+		exit(1);
+	r = locus_shm_region(shm, LOCUS_REGION_COUNTERS, &size);
+	if (locus_counters_init(r, size, &cp, NULL) || locus_counters_open(r, size, 0, &c, NULL) ||
+	    locus_counters_register(c, &d, &off, NULL) < 0)
+		exit(1);
+	locus_counters_close(c);
+	r = locus_shm_region(shm, LOCUS_REGION_CLIENTS, &size);
+	if (locus_clients_init(r, size, &clp))
+		exit(1);
+	locus_shm_set_state(shm, LOCUS_SHM_RUNNING);
+	locus_shm_detach(shm);
+	if (locus_shm_path("seed", path, sizeof(path)) ||
+	    locus_file_read(path, 1 << 20, &buf, &len, NULL))
+		exit(1);
+	put("segment", "three-regions", buf, len);
+	free(buf);
+	locus_shm_remove("seed");
+	rmdir(dir);
+	unsetenv(LOCUS_SHM_DIR_ENV);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -637,5 +750,7 @@ int main(int argc, char **argv)
 	engine_client();
 	peer_and_load();
 	regions();
+	table_region();
+	segment();
 	return 0;
 }

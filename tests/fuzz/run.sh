@@ -23,6 +23,7 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 max_len() {
 	case $1 in
 	trace | eplb | counters) echo 16384 ;;
+	segment) echo 32768 ;;
 	eldr_table | grace_table | tblfile | peer_msg) echo 8192 ;;
 	*) echo 4096 ;;
 	esac
