@@ -11,7 +11,7 @@
 # every regression input, then a few seconds of fuzzing per target.
 
 FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req rows_msg \
-	engine_client peer_msg load_row regions config trace esft eplb counters \
+	engine_client peer_msg load_row regions config json trace esft eplb counters \
 	table_region segment
 
 # per target: its libraries (dependants first), extra sources, pkg-config modules
@@ -41,6 +41,8 @@ FUZZ_LIBS_table_region := eldr grace shm common
 FUZZ_SRCS_table_region := tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_segment      := client counters shm common
 FUZZ_LIBS_config       := config common
+FUZZ_LIBS_json         := trace common
+FUZZ_SRCS_json         := tests/mini_json.c
 FUZZ_LIBS_trace        := trace common
 FUZZ_SRCS_trace        := tests/fuzz/fuzz_trace_common.c
 FUZZ_LIBS_esft         := trace common

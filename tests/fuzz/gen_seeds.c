@@ -340,6 +340,14 @@ static void traces(void)
 		 "{\"prompt_routed_experts\":[[[9]]],\"routed_experts\":[[[1]]]}\n");
 }
 
+static void json(void)
+{
+	put_text("json", "object", "{\"a\":[1,-2.5e-3,true,false,null],\"b\":{\"c\":\"d\\n\"}}");
+	put_text("json", "string", "\"caf\u00e9 \xe2\x82\xac \\ud83d\\ude00 \\t\\\"\"");
+	put_text("json", "number", " -0.125E+2 ");
+	put_text("json", "nested", "[[[[[[[[]]]]]]],{}]");
+}
+
 static void esft(void)
 {
 	struct bs s = { .n = 0 };
@@ -745,6 +753,7 @@ int main(int argc, char **argv)
 	messages();
 	configs();
 	traces();
+	json();
 	esft();
 	counters();
 	engine_client();
