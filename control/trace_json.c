@@ -389,8 +389,8 @@ static int literal(struct tj *j, const char *w)
 
 static int skip_depth(struct tj *j, int depth)
 {
-	double d;
-	int c, ret, more;
+	size_t len;
+	int c, ret, more, is_int;
 
 	if (depth > TJ_MAX_DEPTH)
 		return tj_fail(j, LOCUS_ERANGE, "nesting deeper than %d", TJ_MAX_DEPTH);
@@ -441,7 +441,11 @@ static int skip_depth(struct tj *j, int depth)
 	case 'n':
 		return literal(j, "null");
 	default:
-		return tj_number(j, &d);
+		/* any JSON number: its grammar only (a skipped value is never converted) */
+		ret = number_span(j, &len, &is_int);
+		if (ret == 0)
+			j->p += len;
+		return ret;
 	}
 }
 
