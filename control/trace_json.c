@@ -163,7 +163,7 @@ static int escape(struct tj *j, char *out, size_t cap, size_t *n)
 	} else if (cp >= 0xdc00 && cp < 0xe000) {
 		return tj_fail(j, LOCUS_EPARSE, "unpaired surrogate in \\u escape");
 	}
-	if (cp == 0)
+	if (cp == 0 && out) /* a C string cannot hold it; a skipped string may */
 		return tj_fail(j, LOCUS_EPARSE, "NUL character in string");
 	if (cp < 0x80) {
 		u[0] = (char)cp;

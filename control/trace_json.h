@@ -47,7 +47,8 @@ int tj_next(struct tj *j, char closer);
 
 /*
  * A string into out (NUL-terminated, UTF-8; \u escapes and surrogate pairs decoded). Fails
- * with -LOCUS_ERANGE if it does not fit in cap bytes. out NULL: validate only.
+ * with -LOCUS_ERANGE if it does not fit in cap bytes, -LOCUS_EPARSE for a \u0000 (a C
+ * string cannot hold it). out NULL: validate only (\u0000 is then a character like any).
  */
 int tj_string(struct tj *j, char *out, size_t cap);
 

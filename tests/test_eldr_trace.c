@@ -122,6 +122,31 @@ static void test_unknown_numbers(void **state)
 			       &e), -LOCUS_ENAN);
 }
 
+/*
+ * An unknown key's string may hold any character, \u0000 included (Python's
+ * json.dumps writes a NUL that way): skipped like the rest (found by
+ * tests/fuzz fuzz_json). It was refused as "NUL character in string",
+ * which stays the answer where the string is decoded (an id, a domain).
+ */
+static void test_unknown_nul_string(void **state)
+{
+	const char *good = "{\"text\":\"a\\u0000b\",\"x\":[\"\\u0000\"],"
+			   "\"prompt_routed_experts\":[[[2]]],\"id\":\"z\"}\n";
+	const char *nul_id = "{\"prompt_routed_experts\":[[[2]]],\"id\":\"z\\u0000\"}\n";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	if (parse(good, 8, &t, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(t->n_requests, 1);
+	assert_string_equal(t->reqs[0].id, "z");
+	assert_int_equal(t->reqs[0].prompt[0], 2);
+	locus_trace_free(t);
+	assert_int_equal(parse(nul_id, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "NUL"));
+}
+
 static void test_n_experts_rules(void **state)
 {
 	const char *noh = "{\"prompt_routed_experts\":[[[0,5]]]}\n";
@@ -452,6 +477,7 @@ int main(void)
 		cmocka_unit_test(test_good_trace),
 		cmocka_unit_test(test_long_keys),
 		cmocka_unit_test(test_unknown_numbers),
+		cmocka_unit_test(test_unknown_nul_string),
 		cmocka_unit_test(test_n_experts_rules),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_nesting_bounded),
