@@ -83,6 +83,17 @@ static void bmem(struct bs *s, const void *p, size_t n)
 
 /* ---- table, request and message seeds ---------------------------------------------- */
 
+/* A tblfile seed: the mode byte (bit 0: the target fixes the checksums), then the blob. */
+static void put_tbl(const char *name, uint8_t mode, const void *blob, size_t len)
+{
+	static struct bs s;
+
+	s.n = 0;
+	b8(&s, mode);
+	bmem(&s, blob, len);
+	put("tblfile", name, s.b, s.n);
+}
+
 static void tables(void)
 {
 	static const struct { uint16_t L, E, K; uint32_t id0; } el[] = {
@@ -100,7 +111,7 @@ static void tables(void)
 		snprintf(name, sizeof(name), "eldr-%ux%ux%u", el[i].L, el[i].E, el[i].K);
 		put("eldr_table", name, p, len);
 		b = ft_seal(LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION, p, len, &blen);
-		put("tblfile", name, b, blen);
+		put_tbl(name, (uint8_t)i, b, blen);
 		free(p);
 		free(b);
 	}
@@ -114,7 +125,7 @@ static void tables(void)
 			 gr[i].gpn, gr[i].R);
 		put("grace_table", name, p, len);
 		b = ft_seal(LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION, p, len, &blen);
-		put("tblfile", name, b, blen);
+		put_tbl(name, (uint8_t)i, b, blen);
 		/* EPLB: the exporter's JSON of the same placement, after the topology bytes */
 		if (locus_gracefit_eplb_export(p, len, &json, NULL) == 0) {
 			b8(&s, topo.n_nodes - 1);

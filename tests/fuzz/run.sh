@@ -4,9 +4,10 @@
 #   tests/fuzz/run.sh [TARGET...]      (default: every built target)
 # Environment: FUZZ_SECONDS (60) per target; FUZZ_BUILD (build-fuzz);
 # FUZZ_WORK (FUZZ_BUILD/corpus): where each target's grown corpus lives,
-# never checked in; FUZZ_NICE (10). Each run reads the checked-in seeds
-# (tests/fuzz/corpus/T) and regression inputs (tests/fuzz/regress/T) first:
-# one that crashes fails the run. Crash inputs go to FUZZ_BUILD/crashes/.
+# never checked in; FUZZ_LOGS (FUZZ_BUILD/logs); FUZZ_NICE (10). Each run
+# reads the checked-in seeds (tests/fuzz/corpus/T) and regression inputs
+# (tests/fuzz/regress/T) first: one that crashes fails the run. Crash
+# inputs go to FUZZ_BUILD/crashes/.
 # Exit status: 0 when no target crashed.
 set -u
 cd "$(dirname "$0")/../.."
@@ -14,6 +15,7 @@ B=${FUZZ_BUILD:-build-fuzz}
 S=${FUZZ_SECONDS:-60}
 W=${FUZZ_WORK:-$B/corpus}
 NICE=${FUZZ_NICE:-10}
+LOGS=${FUZZ_LOGS:-$B/logs}
 # a small quarantine: the engine targets allocate per input and would
 # otherwise spend their time faulting in fresh pages
 export ASAN_OPTIONS=${ASAN_OPTIONS:-quarantine_size_mb=16:detect_leaks=1}
@@ -35,12 +37,12 @@ if [ ${#targets[@]} -eq 0 ]; then
 		[ -x "$f" ] && targets+=("${f##*/fuzz_}")
 	done
 fi
-mkdir -p "$B/crashes" "$B/logs"
+mkdir -p "$B/crashes" "$LOGS"
 failed=0
 printf '%-14s %10s %8s %7s %7s %8s  %s\n' target execs exec/s cov ft corpus result
 for t in "${targets[@]}"; do
 	bin=$B/tests/fuzz/fuzz_$t
-	log=$B/logs/$t.log
+	log=$LOGS/$t.log
 	dirs=("$W/$t")
 	mkdir -p "$W/$t"
 	[ -d "tests/fuzz/corpus/$t" ] && dirs+=("tests/fuzz/corpus/$t")
