@@ -67,7 +67,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   "an accepted header breaks its rules");
 	FUZZ_CHECK(len == locus_combine_req_len(rq.n_rows), "length");
 	FUZZ_CHECK(rq.rows_off % 64 == 0 && rq.rows_off <= stage &&
-		   (uint64_t)rq.n_rows * rq.row_bytes <= stage - rq.rows_off, "rows outside the stage");
+		   (uint64_t)rq.n_rows * rq.row_bytes <= stage - rq.rows_off,
+		   "rows outside the stage");
 	for (uint32_t i = 0; i < rq.n_rows; i++)
 		FUZZ_CHECK(refs[i].kmask, "row %u: empty k-slot mask", i);
 	receiver_accepts(&rq, refs, n_ranks, stage, 1);

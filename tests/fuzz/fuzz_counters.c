@@ -30,7 +30,8 @@ static void check_info(const struct locus_counters *c)
 		FUZZ_CHECK(memchr(in->help, 0, sizeof(in->help)), "help not terminated");
 		for (const char *h = in->help; *h; h++)
 			FUZZ_CHECK(*h >= 0x20 && *h < 0x7f, "help byte 0x%02x", (unsigned char)*h);
-		FUZZ_CHECK(in->kind >= LOCUS_CTR_COUNTER && in->kind <= LOCUS_CTR_HISTOGRAM, "kind");
+		FUZZ_CHECK(in->kind >= LOCUS_CTR_COUNTER && in->kind <= LOCUS_CTR_HISTOGRAM,
+			   "kind %u", in->kind);
 		FUZZ_CHECK(in->ndims <= LOCUS_CTR_MAX_DIMS, "ndims %u", in->ndims);
 		for (uint32_t d = 0; d < in->ndims; d++) {
 			FUZZ_CHECK(in->dim[d] >= 1 && in->label[d][0] &&
@@ -38,7 +39,8 @@ static void check_info(const struct locus_counters *c)
 			n *= in->dim[d];
 		}
 		FUZZ_CHECK(n == in->n_elems && n <= LOCUS_CTR_MAX_ELEMS, "n_elems %u", in->n_elems);
-		FUZZ_CHECK(in->elem_words == (in->kind == LOCUS_CTR_HISTOGRAM ? LOCUS_HIST_WORDS : 1u),
+		FUZZ_CHECK(in->elem_words ==
+			   (in->kind == LOCUS_CTR_HISTOGRAM ? LOCUS_HIST_WORDS : 1u),
 			   "elem_words %u", in->elem_words);
 		for (uint32_t j = 0; j < i; j++)
 			FUZZ_CHECK(strcmp(locus_counters_info(c, j)->name, in->name),

@@ -55,9 +55,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			   "rows outside the stage");
 		for (size_t i = 0; i < (size_t)rq.n_tokens * rq.top_k; i++) {
 			FUZZ_CHECK(((const uint16_t *)(req + sizeof(rq)))[i] < s->E, "expert id");
-			FUZZ_CHECK(isfinite(((const float *)(req + sizeof(rq) +
-							   locus_ids_bytes(rq.n_tokens, rq.top_k)))[i]),
-				   "gate not finite");
+			const float *g = (const float *)(req + sizeof(rq) +
+							 locus_ids_bytes(rq.n_tokens, rq.top_k));
+
+			FUZZ_CHECK(isfinite(g[i]), "gate not finite");
 		}
 	}
 	b = (struct locus_grace_batch){

@@ -33,7 +33,8 @@ void fe_check_decision(const struct locus_eldr_tbl_view *v, const void *sig, int
 
 	for (uint32_t s = 0; s < K; s++) {
 		uint32_t id = v->decoder_ids[s];
-		int ok = up[s] && (!h->allowed_decoders || (id < 64 && (h->allowed_decoders >> id & 1)));
+		int ok = up[s] &&
+			 (!h->allowed_decoders || (id < 64 && (h->allowed_decoders >> id & 1)));
 
 		FUZZ_CHECK(isfinite(scores[s]) && fabsf(scores[s]) <= 1.001f, "score %g of slot %u",
 			   (double)scores[s], s);

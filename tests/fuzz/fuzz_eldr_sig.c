@@ -79,8 +79,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const struct locus_eldr_sig_hdr *h = (const void *)sig;
 
 		FUZZ_CHECK(n == locus_eldr_sig_len(shapes[t].L, shapes[t].E) &&
-			   h->magic == LOCUS_ELDR_SIG_MAGIC && h->version == LOCUS_ELDR_SIG_VERSION &&
-			   !h->flags && h->n_layers == shapes[t].L && h->n_experts == shapes[t].E,
+			   h->magic == LOCUS_ELDR_SIG_MAGIC &&
+			   h->version == LOCUS_ELDR_SIG_VERSION && !h->flags &&
+			   h->n_layers == shapes[t].L && h->n_experts == shapes[t].E,
 			   "an accepted signature breaks its header's rules");
 		for (size_t i = 0; i < sizeof(h->reserved); i++)
 			FUZZ_CHECK(!h->reserved[i], "accepted with reserved bytes set");

@@ -56,7 +56,8 @@ static void route_all(const void *payload, size_t len, const struct locus_eldr_t
 		/* the last is all-zero; two carry a decode constraint */
 		uint64_t allowed = i == 2 ? 1ull << (v->decoder_ids[K - 1] & 63) : i == 5 ? 0x5 : 0;
 
-		lens[i] = fe_sig(sigs + i * slen, L, E, i + 1 == N_SIGS ? UINT32_MAX : i * 5, allowed);
+		lens[i] = fe_sig(sigs + i * slen, L, E, i + 1 == N_SIGS ? UINT32_MAX : i * 5,
+				 allowed);
 		sp[i] = sigs + i * slen;
 	}
 	for (size_t pi = 0; pi < LOCUS_ARRAY_SIZE(paths); pi++) {
@@ -129,7 +130,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(err.msg[0], "refusal %d without a message", ret);
 		FUZZ_CHECK(!locus_eldr_router_mem_size(payload, size) ||
 			   locus_eldr_router_build(NULL, 0, payload, size, LOCUS_ELDR_PATH_SCALAR,
-						   NULL, NULL) < 0, "router built from a refused table");
+						   NULL, NULL) < 0,
+			   "router built from a refused table");
 		goto out;
 	}
 	check_view(&v, (uint8_t *)blob + sizeof(struct locus_tbl_hdr), size);

@@ -522,7 +522,8 @@ void fe_region_add(struct fe_env *env, int node, int slot, uint32_t idx, int map
 	memset(g->mem, 0x5a, FE_REGION_LEN);
 	g->id = (++c->region_seq << 3) | idx;
 	g->lkey = mr ? 0x1000u + (uint32_t)(node * 64 + slot * 8) + idx : 0;
-	g->iova = mr ? (0x100000000ull << node) + ((uint64_t)slot << 24) + ((uint64_t)idx << 20) : 0;
+	g->iova = mr ? (0x100000000ull << node) + ((uint64_t)slot << 24) + ((uint64_t)idx << 20)
+		     : 0;
 	g->mapped = mapped;
 	g->deleting = 0;
 	er = (struct locus_engine_region){ .id = g->id, .lkey = g->lkey,
@@ -555,7 +556,7 @@ void fe_region_del(struct fe_env *env, int node, int slot, uint32_t idx)
 	g->id = 0;
 }
 
-/* ---- requests and completions ----------------------------------------------------------------- */
+/* ---- requests and completions ----------------------------------------------------------- */
 
 int fe_submit(struct fe_env *env, int node, int slot, struct locus_desc *d)
 {
@@ -626,7 +627,8 @@ void fe_check_delivery(struct fe_env *env, int node, int slot, const struct locu
 
 	FUZZ_CHECK(d->off >= FE_STAGE && d->len >= sizeof(*h) &&
 		   d->off + d->len <= FE_STAGE + (uint64_t)FE_INBOX * FE_INBOX_SLOT &&
-		   (d->off - FE_STAGE) % FE_INBOX_SLOT == 0 && s == (d->off - FE_STAGE) / FE_INBOX_SLOT,
+		   (d->off - FE_STAGE) % FE_INBOX_SLOT == 0 &&
+		   s == (d->off - FE_STAGE) / FE_INBOX_SLOT,
 		   "op %u delivered at [%llu, +%u) slot %u, outside node %d slot %d's inbox", d->op,
 		   (unsigned long long)d->off, d->len, s, node, slot);
 	span = (d->len + FE_INBOX_SLOT - 1) / FE_INBOX_SLOT;
@@ -636,12 +638,13 @@ void fe_check_delivery(struct fe_env *env, int node, int slot, const struct locu
 	FUZZ_CHECK(locus_msg_hdr_check(h, d->len, UINT32_MAX) == 0, "delivered message header");
 	switch (d->op) {
 	case LOCUS_OP_SIGNATURE_IN:
-		FUZZ_CHECK(c->roles & LOCUS_ROLE_DECODE, "a signature for a client that decodes not");
+		FUZZ_CHECK(c->roles & LOCUS_ROLE_DECODE, "a signature for a client not decoding");
 		FUZZ_CHECK(h->type == LOCUS_MSG_SIGNATURE && h->dst_rank == c->decoder,
 			   "signature type %u for decoder %u at decoder %u", h->type, h->dst_rank,
 			   c->decoder);
 		if (!env->skip_peer_sig)
-			FUZZ_CHECK(locus_eldr_sig_check(h + 1, h->payload_len, FE_L, FE_E, &err) == 0,
+			FUZZ_CHECK(locus_eldr_sig_check(h + 1, h->payload_len, FE_L, FE_E, &err) ==
+				   0,
 				   "decoder %u got a signature its table refuses: %s", c->decoder,
 				   err.msg);
 		break;
@@ -736,8 +739,8 @@ static int network(struct fe_env *env)
 			if (ret == -LOCUS_EFULL)
 				break;
 			FUZZ_CHECK(m->tampered || ret == 0 || ret == -LOCUS_EPEERDOWN,
-				   "node %d refused a message node %d's engine built: %d (%s)", p->id,
-				   i, ret, locus_strerror(ret));
+				   "node %d refused a message node %d's engine built: %d (%s)",
+				   p->id, i, ret, locus_strerror(ret));
 			free(m->buf);
 			n->out.head++;
 			moved++;

@@ -50,7 +50,8 @@ static void op_dispatch(struct fe_env *env, struct fuzz_in *in)
 		.magic = LOCUS_DISPATCH_MAGIC, .layer = fin_u8(in) % (FE_L + 1),
 		.top_k = (uint16_t)(1 + fin_u8(in) % LOCUS_MAX_TOPK),
 		.n_tokens = 1 + fin_u8(in) % (FE_MAX_TOKENS + 4),
-		.row_bytes = 1 + fin_u16(in) % 2048, .rows_off = (fin_u16(in) % (FE_STAGE / 64)) * 64,
+		.row_bytes = 1 + fin_u16(in) % 2048,
+		.rows_off = (fin_u16(in) % (FE_STAGE / 64)) * 64,
 		.batch_id = fin_u32(in),
 	};
 	off = (fin_u16(in) % (FE_STAGE / 8)) * 8;
@@ -90,7 +91,8 @@ static void op_combine(struct fe_env *env, struct fuzz_in *in)
 	rq = (struct locus_combine_req){
 		.magic = LOCUS_COMBINE_MAGIC, .layer = fin_u8(in) % (FE_L + 1),
 		.dst_rank = fin_u8(in) % (FE_RANKS + 1), .n_rows = 1 + fin_u8(in) % 80,
-		.row_bytes = 1 + fin_u16(in) % 2048, .rows_off = (fin_u16(in) % (FE_STAGE / 64)) * 64,
+		.row_bytes = 1 + fin_u16(in) % 2048,
+		.rows_off = (fin_u16(in) % (FE_STAGE / 64)) * 64,
 		.batch_id = fin_u32(in),
 	};
 	off = (fin_u16(in) % (FE_STAGE / 8)) * 8;

@@ -101,23 +101,26 @@ static void check_copies(const struct locus_grace_view *v)
 		for (uint32_t e = 0; e < E; e++) {
 			const int64_t *ph = l2p.v + ((size_t)l * E + e) * X;
 			size_t le = (size_t)l * E + e;
-			uint8_t want[LOCUS_GRACE_MAX_RANKS] = { 0 }, got[LOCUS_GRACE_MAX_RANKS] = { 0 };
+			uint8_t want[LOCUS_GRACE_MAX_RANKS] = { 0 };
+			uint8_t got[LOCUS_GRACE_MAX_RANKS] = { 0 };
 
 			FUZZ_CHECK(v->primary[le] == ph[0] / S, "layer %u expert %u: primary %u, "
 				   "first slot %lld is on rank %lld", l, e, v->primary[le],
 				   (long long)ph[0], (long long)(ph[0] / S));
 			if (fuzz_skip("eplb_copies"))
 				continue;
-			FUZZ_CHECK(v->expert_load[le] == 1.0f, "layer %u expert %u: load %g without W",
-				   l, e, (double)v->expert_load[le]);
+			FUZZ_CHECK(v->expert_load[le] == 1.0f,
+				   "layer %u expert %u: load %g without W", l, e,
+				   (double)v->expert_load[le]);
 			for (uint32_t i = 1; i < X && ph[i] != -1; i++)
 				if (ph[i] / S != ph[0] / S)
 					want[ph[i] / S] = 1;
 			for (uint32_t i = 0; i < R; i++)
 				if (v->replica[le * R + i] != LOCUS_GRACE_NO_RANK)
 					got[v->replica[le * R + i]] = 1;
-			FUZZ_CHECK(!memcmp(want, got, N), "layer %u expert %u: the table's replicas "
-				   "are not the ranks of the expert's other copies", l, e);
+			FUZZ_CHECK(!memcmp(want, got, N),
+				   "layer %u expert %u: the table's replicas are not the ranks of "
+				   "the expert's other copies", l, e);
 		}
 	}
 }
@@ -150,7 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   "topology %ux%u, asked %ux%u", v.dims->n_nodes, v.dims->gpus_per_node,
 		   topo.n_nodes, topo.gpus_per_node);
 	FUZZ_CHECK(v.dims->capacity >= topo.capacity && v.dims->replica_budget >=
-		   LOCUS_MIN(topo.replica_budget, v.dims->n_experts), "capacity below the topology's");
+		   LOCUS_MIN(topo.replica_budget, v.dims->n_experts),
+		   "capacity below the topology's");
 	FUZZ_CHECK(read_eplb(json, in.n) == 0, "the importer took JSON the strict reader refuses");
 	check_copies(&v);
 	ret = locus_gracefit_eplb_export(pl, plen, &json2, &err);

@@ -68,15 +68,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	FUZZ_CHECK(ret == 0 && t, "import returned %d", ret);
 	ftc_check_shape(t);
-	FUZZ_CHECK(t->n_layers == L && t->k == k && t->n_experts == E, "shape %u/%u/%u, asked %u/%u/%u",
-		   t->n_layers, t->k, t->n_experts, L, k, E);
+	FUZZ_CHECK(t->n_layers == L && t->k == k && t->n_experts == E,
+		   "shape %u/%u/%u, asked %u/%u/%u", t->n_layers, t->k, t->n_experts, L, k, E);
 	for (uint32_t i = 0; i < t->n_requests; i++) {
 		char id[LOCUS_TRACE_ID_MAX];
 
 		snprintf(id, sizeof(id), "law-%u", i);
-		FUZZ_CHECK(!strcmp(t->reqs[i].id, id) && !strcmp(t->domains[t->reqs[i].domain], "law") &&
-			   t->reqs[i].gen_len == 0, "request %u is %s in domain %u", i,
-			   t->reqs[i].id, t->reqs[i].domain);
+		FUZZ_CHECK(!strcmp(t->reqs[i].id, id) &&
+			   !strcmp(t->domains[t->reqs[i].domain], "law") && t->reqs[i].gen_len == 0,
+			   "request %u is %s in domain %u", i, t->reqs[i].id, t->reqs[i].domain);
 	}
 	snprintf(path, sizeof(path), "%s/t.jsonl", dir);
 	FUZZ_CHECK(locus_trace_write(t, path, &err) == 0, "write: %s", err.msg);

@@ -46,7 +46,8 @@ static void plan_all(const void *payload, size_t len, const struct locus_grace_v
 						.layer = l, .src_rank = src, .n_tokens = n,
 						.top_k = k, .experts = ex, .gates = g,
 					};
-					int nd = locus_grace_plan_batch(pl.st, pl.map, &b, &pl.plan, NULL);
+					int nd = locus_grace_plan_batch(pl.st, pl.map, &b,
+									&pl.plan, NULL);
 
 					FUZZ_CHECK(nd >= 0, "a valid batch refused: %d", nd);
 					fp_check_plan(pl.map, &b, &pl.plan, nd);

@@ -22,7 +22,8 @@ static int utf8_ok(const unsigned char *s, size_t n)
 {
 	for (size_t i = 0; i < n;) {
 		unsigned char c = s[i];
-		size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+		size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 :
+			   (c >> 3) == 30 ? 4 : 0;
 		uint32_t cp;
 
 		if (!k || i + k > n)

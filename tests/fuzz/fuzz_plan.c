@@ -94,7 +94,8 @@ void fp_check_plan(const struct locus_grace_map *m, const struct locus_grace_bat
 		}
 	}
 	for (uint32_t i = 0; i < p->n_dest; i++) {
-		FUZZ_CHECK(p->dest_start[i] < p->dest_start[i + 1], "destination %u has no rows", i);
+		FUZZ_CHECK(p->dest_start[i] < p->dest_start[i + 1], "destination %u has no rows",
+			   i);
 		for (uint32_t j = p->dest_start[i]; j < p->dest_start[i + 1]; j++) {
 			uint32_t t = p->rows[j], km = p->kmask[j];
 
@@ -106,7 +107,8 @@ void fp_check_plan(const struct locus_grace_map *m, const struct locus_grace_bat
 			for (uint32_t s = 0; s < k; s++) {
 				if (!(km >> s & 1))
 					continue;
-				FUZZ_CHECK(holds(m, b->layer, b->experts[(size_t)t * k + s], p->dest[i]),
+				FUZZ_CHECK(holds(m, b->layer, b->experts[(size_t)t * k + s],
+						 p->dest[i]),
 					   "token %u slot %u sent to rank %u, which holds no copy "
 					   "of expert %u", t, s, p->dest[i],
 					   b->experts[(size_t)t * k + s]);
@@ -133,7 +135,8 @@ void fp_check_plan(const struct locus_grace_map *m, const struct locus_grace_bat
 				   "token %u slot %u: its slot names no row that serves it", t, s);
 			FUZZ_CHECK(locus_grace_tier_of(b->src_rank, sl->rank, gpn) ==
 				   nearest(m, b->layer, e, b->src_rank),
-				   "token %u slot %u: expert %u served from tier %u, a copy is nearer",
+				   "token %u slot %u: expert %u served from tier %u, a copy is "
+				   "nearer",
 				   t, s, e, locus_grace_tier_of(b->src_rank, sl->rank, gpn));
 		}
 	}

@@ -152,7 +152,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	{
 		struct locus_regions_params p = {
 			.instance = "fz", .clients = &env->n[0].cv, .engine = env->n[0].e,
-			.ctrs = ctrs, .ctl_blk = locus_counters_block(ctrs, 0), .attached = attached,
+			.ctrs = ctrs, .ctl_blk = locus_counters_block(ctrs, 0),
+			.attached = attached,
 		};
 
 		if (locus_regions_create(&p, &rs, &err) < 0) {

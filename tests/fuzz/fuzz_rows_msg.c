@@ -43,11 +43,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   h->row_bytes <= LOCUS_MAX_ROW_BYTES && h->chunk < h->n_chunks &&
 		   (m->type == LOCUS_MSG_DISPATCH) == (h->top_k != 0) && h->top_k <= LOCUS_MAX_TOPK,
 		   "an accepted rows header breaks its rules");
-	FUZZ_CHECK(len == locus_rows_msg_len(h->n_rows, h->top_k, h->row_bytes, in_place), "length");
+	FUZZ_CHECK(len == locus_rows_msg_len(h->n_rows, h->top_k, h->row_bytes, in_place),
+		   "length");
 	for (uint32_t i = 0; i < h->n_rows; i++) {
 		sink += refs[i].token + refs[i].kmask;
-		FUZZ_CHECK(refs[i].kmask && (h->top_k == 0 || h->top_k == 32 ||
-					     !(refs[i].kmask >> h->top_k)), "row %u: k-slot mask", i);
+		FUZZ_CHECK(refs[i].kmask &&
+			   (h->top_k == 0 || h->top_k == 32 || !(refs[i].kmask >> h->top_k)),
+			   "row %u: k-slot mask", i);
 	}
 	if (h->top_k) {
 		const uint16_t *ex = locus_rows_experts(msg, h->n_rows);

@@ -95,7 +95,8 @@ static void attach(const struct locus_shm_hdr *file, unsigned flags)
 			continue;
 		FUZZ_CHECK(r[id].n > 0, "region %d present with size 0", id);
 		for (int j = 0; j < id; j++)
-			FUZZ_CHECK(!r[j].p || r[j].p + r[j].n <= r[id].p || r[id].p + r[id].n <= r[j].p,
+			FUZZ_CHECK(!r[j].p || r[j].p + r[j].n <= r[id].p ||
+				   r[id].p + r[id].n <= r[j].p,
 				   "regions %d and %d overlap", j, id);
 	}
 	/* each region inside the segment; its offset as the file's header says */
@@ -106,7 +107,8 @@ static void attach(const struct locus_shm_hdr *file, unsigned flags)
 			   "header's", id);
 		FUZZ_CHECK(file->region[id].offset >= sizeof(struct locus_shm_hdr) &&
 			   file->region[id].offset % LOCUS_SHM_REGION_ALIGN == 0 &&
-			   file->region[id].offset <= total && r[id].n <= total - file->region[id].offset,
+			   file->region[id].offset <= total &&
+			   r[id].n <= total - file->region[id].offset,
 			   "region %d at +%llu, %zu bytes, in a segment of %zu", id,
 			   (unsigned long long)file->region[id].offset, r[id].n, total);
 	}

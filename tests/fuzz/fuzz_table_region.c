@@ -72,8 +72,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		int64_t g = locus_table_push(t, 0, blob, blen, 0, NULL);
 
 		ret = locus_table_wait(t, 0, g > 0 ? (uint64_t)g : 1, 0, &res);
-		FUZZ_CHECK(ret == 0 || ret == -ETIMEDOUT || ret == -LOCUS_ERANGE, "wait returned %d",
-			   ret);
+		FUZZ_CHECK(ret == 0 || ret == -ETIMEDOUT || ret == -LOCUS_ERANGE,
+			   "wait returned %d", ret);
 		FUZZ_CHECK(memchr(res.refused_msg, 0, sizeof(res.refused_msg)),
 			   "the refusal message read back is not terminated");
 		/* the table in use lies in writable memory: only a switch is judged */

@@ -4,8 +4,9 @@
 
 void ftc_check_shape(const struct locus_trace *t)
 {
-	FUZZ_CHECK(t->n_requests >= 1 && t->n_layers >= 1 && t->n_layers <= LOCUS_TRACE_MAX_LAYERS &&
-		   t->k >= 1 && t->k <= LOCUS_TRACE_MAX_K && t->n_experts >= 1 && t->n_domains >= 1,
+	FUZZ_CHECK(t->n_requests >= 1 && t->n_layers >= 1 &&
+		   t->n_layers <= LOCUS_TRACE_MAX_LAYERS && t->k >= 1 &&
+		   t->k <= LOCUS_TRACE_MAX_K && t->n_experts >= 1 && t->n_domains >= 1,
 		   "shape %u requests L=%u k=%u E=%u", t->n_requests, t->n_layers, t->k,
 		   t->n_experts);
 	FUZZ_CHECK(t->domains[0][0] == 0, "domain 0 is not the unlabelled one");

@@ -107,7 +107,8 @@ static void tables(void)
 	void *p, *b;
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(el); i++) {
-		p = ft_eldr_payload(el[i].L, el[i].E, el[i].K, el[i].id0, 0.1f + 0.2f * (float)i, &len);
+		p = ft_eldr_payload(el[i].L, el[i].E, el[i].K, el[i].id0, 0.1f + 0.2f * (float)i,
+				    &len);
 		snprintf(name, sizeof(name), "eldr-%ux%ux%u", el[i].L, el[i].E, el[i].K);
 		put("eldr_table", name, p, len);
 		b = ft_seal(LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION, p, len, &blen);
@@ -116,7 +117,8 @@ static void tables(void)
 		free(b);
 	}
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(gr); i++) {
-		struct locus_gracefit_topo topo = { .n_nodes = gr[i].nodes, .gpus_per_node = gr[i].gpn };
+		struct locus_gracefit_topo topo = { .n_nodes = gr[i].nodes,
+						    .gpus_per_node = gr[i].gpn };
 		struct bs s = { .n = 0 };
 		char *json = NULL;
 
@@ -384,7 +386,8 @@ static void counters(void)
 {
 	struct locus_ctr_params cp = { .max_entries = 6, .n_blocks = 2, .block_size = 2048 };
 	const struct locus_ctr_desc d[] = {
-		{ .name = "route_requests", .help = "signatures submitted", .kind = LOCUS_CTR_COUNTER },
+		{ .name = "route_requests", .help = "signatures submitted",
+		  .kind = LOCUS_CTR_COUNTER },
 		{ .name = "decoder_load", .help = "last reported load", .kind = LOCUS_CTR_GAUGE,
 		  .ndims = 1, .dim = { 4 }, .label = { "decoder" } },
 		{ .name = "route_ns", .help = "routing time, ns", .kind = LOCUS_CTR_HISTOGRAM },
@@ -660,7 +663,8 @@ static void table_region(void)
 	struct locus_table_params tp = { .n_channels = 1, .n_readers = 2,
 					 .channel = { { .n_slots = 3, .slot_size = 1024 } } };
 	size_t len = locus_table_region_size(&tp), blen;
-	uint8_t *a = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64)), *b = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	uint8_t *a = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	uint8_t *b = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
 	void *blob = ft_eldr_blob(2, 8, 2, 5, &blen);
 	struct locus_table_region *t;
 	struct locus_table_reader r;
