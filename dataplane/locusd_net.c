@@ -484,6 +484,7 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	}
 	locus_verbs_ep_params_default(&ep);
 	ret = locus_verbs_ep_create(&ep, &n->ep, err);
+	explicit_bzero(ep.secret, sizeof(ep.secret)); /* the endpoint keeps its own copy */
 	if (ret < 0)
 		goto err_free;
 
@@ -559,6 +560,7 @@ err_pool:
 err_ep:
 	locus_verbs_ep_destroy(n->ep);
 err_free:
+	explicit_bzero(ep.secret, sizeof(ep.secret));
 	free(n);
 	return ret;
 }

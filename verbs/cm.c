@@ -13,6 +13,14 @@
  * go (CLOSING); the QP and its rdma_cm id are destroyed once the data side
  * acked (QUIESCED). A returning peer's connect request waits (not accepted,
  * not refused) until its old connection is gone.
+ *
+ * The handshake's first two legs are here (locus_verbs.h, verbs/README.md):
+ * the active side's request carries its nonce and a MAC, the passive side
+ * checks it and answers with its nonce and its MAC, the active side checks
+ * that; each then arms the connection with the MAC the peer's hello must
+ * carry (checked by the data side) and its own hello, and the link goes UP
+ * on the data side once the hellos crossed. Control counts the refusals of
+ * its legs and a peer that does not prove itself within its leg's bound.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -23,23 +31,65 @@
 
 #define REJ_TAG 0x4c /* 'L': our reject private data: { tag, reason } */
 
-static void fill_pdata(const struct locus_verbs_peer *p, enum locus_verbs_pdata_kind kind,
-		       uint8_t *buf)
+/* Our view of a new attempt with p; nonce_a / nonce_b: which one is ours to draw. */
+static int hs_begin(struct locus_verbs_peer *p, uint16_t active_node, uint16_t passive_node)
+{
+	const struct locus_verbs_ep *ep = p->ep;
+
+	memset(&p->hs, 0, sizeof(p->hs));
+	p->hs.version = ep->prm.proto_version;
+	p->hs.cluster_id = ep->prm.cluster_id;
+	p->hs.active_node = active_node;
+	p->hs.passive_node = passive_node;
+	p->proving = false;
+	return locus_verbs_nonce(p->active ? p->hs.nonce_a : p->hs.nonce_b, LOCUS_VERBS_NONCE_LEN);
+}
+
+/*
+ * Our hello (role mine) into hs_mr and the MAC the peer's (role theirs)
+ * must carry into hs_expect, both over p->hs complete. Control, before the
+ * connection is armed: from then on the data side reads them.
+ */
+static int hs_hellos(struct locus_verbs_peer *p, unsigned mine, unsigned theirs)
+{
+	const struct locus_verbs_ep *ep = p->ep;
+	struct locus_verbs_hello h = {
+		.version = ep->prm.proto_version,
+		.kind = (uint8_t)mine,
+		.slot_shift = (uint8_t)ep->prm.slot_shift,
+		.from = ep->prm.node_id,
+		.slot_count = (uint16_t)ep->prm.slot_count,
+		.rkey = p->inbox.rkey,
+		.inbox_addr = (uintptr_t)p->inbox.addr,
+	};
+	int rc;
+
+	rc = locus_verbs_auth_mac(ep->prm.secret, mine, &p->hs, h.mac);
+	if (rc == 0)
+		rc = locus_verbs_auth_mac(ep->prm.secret, theirs, &p->hs, p->hs_expect);
+	if (rc < 0)
+		return rc;
+	locus_verbs_hello_encode(&h, (uint8_t *)p->hs_mr.addr + HS_TX_OFF);
+	return 0;
+}
+
+/* REQ / REP private data of kind from us to p over p->hs: returns its length or -EIO. */
+static int hs_pdata(const struct locus_verbs_peer *p, unsigned kind, uint8_t *buf)
 {
 	const struct locus_verbs_ep *ep = p->ep;
 	struct locus_verbs_pdata pd = {
 		.version = ep->prm.proto_version,
 		.kind = (uint8_t)kind,
-		.slot_shift = (uint8_t)ep->prm.slot_shift,
 		.cluster_id = ep->prm.cluster_id,
-		.node_id = ep->prm.node_id,
-		.slot_count = (uint16_t)ep->prm.slot_count,
-		.rkey = p->inbox.rkey,
-		.inbox_addr = (uintptr_t)p->inbox.addr,
+		.from = ep->prm.node_id,
+		.to = p->node_id,
 	};
+	int rc;
 
-	memcpy(pd.secret, ep->prm.secret, sizeof(pd.secret));
-	locus_verbs_pdata_encode(&pd, buf);
+	memcpy(pd.nonce, kind == LOCUS_VERBS_PD_REQ ? p->hs.nonce_a : p->hs.nonce_b,
+	       LOCUS_VERBS_NONCE_LEN);
+	rc = locus_verbs_auth_mac(ep->prm.secret, kind, &p->hs, pd.mac);
+	return rc < 0 ? rc : (int)locus_verbs_pdata_encode(&pd, buf);
 }
 
 static int make_qp(struct locus_verbs_peer *p, struct rdma_cm_id *id)
@@ -86,6 +136,7 @@ void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason)
 		return;
 	if (locus_verbs_link_state_of(w) == LOCUS_LINK_UP || p->phase == CTL_CONNECTED)
 		p->cstats.disconnects++;
+	p->proving = false;
 	/* first the word, so that the flushes below are not taken for the cause */
 	locus_verbs_link_close(&p->link, reason);
 	ctl_set_phase(p, CTL_CLOSING);
@@ -99,7 +150,7 @@ void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason)
 }
 
 static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
-			   const struct locus_verbs_pdata *in);
+			   const struct locus_verbs_pdata *in, uint32_t active_qpn);
 
 static void reject(struct locus_verbs_ep *ep, struct rdma_cm_id *id, int reason)
 {
@@ -107,8 +158,12 @@ static void reject(struct locus_verbs_ep *ep, struct rdma_cm_id *id, int reason)
 
 	rdma_reject(id, rej, sizeof(rej));
 	rdma_destroy_id(id);
-	if (reason == LOCUS_VERBS_REJ_AUTH || reason == LOCUS_VERBS_REJ_CLUSTER)
-		ep->stats.auth_rejects++;
+	if (reason == LOCUS_VERBS_REJ_AUTH)
+		ep->stats.auth_refused[LOCUS_VERBS_AUTH_REQ_MAC]++;
+	else if (reason == LOCUS_VERBS_REJ_CLUSTER)
+		ep->stats.auth_refused[LOCUS_VERBS_AUTH_CLUSTER]++;
+	else if (reason == LOCUS_VERBS_REJ_REPLAY)
+		ep->stats.auth_refused[LOCUS_VERBS_AUTH_REPLAY]++;
 	else if (reason == LOCUS_VERBS_REJ_VERSION)
 		ep->stats.version_rejects++;
 	else
@@ -141,7 +196,7 @@ static void ctl_reap(struct locus_verbs_peer *p)
 		struct rdma_cm_id *id = p->pend_id;
 
 		p->pend_id = NULL;
-		accept_request(p, id, &p->pend_pd);
+		accept_request(p, id, &p->pend_pd, p->pend_qpn);
 	}
 }
 
@@ -162,139 +217,178 @@ static void dial(struct locus_verbs_peer *p)
 		locus_verbs_ctl_close(p, -errno);
 }
 
-/* The connection of p is established: hand it to the data side as UP. */
-static void ctl_up(struct locus_verbs_peer *p)
+/* The data side took p's connection UP (both hellos crossed, it counted it). */
+static void ctl_connected(struct locus_verbs_peer *p)
 {
-	if (locus_verbs_link_publish_up(&p->link, p->cgen) < 0)
-		return; /* failing already: the hand-over takes it down */
 	ctl_set_phase(p, CTL_CONNECTED);
+	p->proving = false;
 	p->backoff_ms = p->ep->prm.backoff_min_ms;
-	if (p->cstats.connects++)
-		p->cstats.reconnects++;
 }
 
-/* Make the QP, post receives and publish the connection ARMED (gen + 1). */
-static int ctl_arm(struct locus_verbs_peer *p, struct rdma_cm_id *id)
+/*
+ * Fresh ring state and receives for connection gen + 1 (the first takes
+ * the peer's hello), our hello posted first if we are the active side,
+ * then the connection published ARMED: the data side's from here.
+ */
+static int ctl_arm(struct locus_verbs_peer *p)
 {
 	uint16_t gen = locus_verbs_link_next_gen(&p->link);
 	int rc;
 
-	rc = make_qp(p, id);
-	if (rc < 0)
-		return rc;
 	rc = locus_verbs_peer_arm(p, gen);
+	if (rc == 0 && p->active)
+		rc = locus_verbs_post_hello(p, gen);
 	if (rc < 0)
 		return rc;
-	p->cgen = gen;
 	rc = locus_verbs_link_arm(&p->link);
 	return rc < 0 ? rc : 0;
 }
 
+/*
+ * Accept a request that passed locus_verbs_req_admit: our QP, our nonce,
+ * the transcript complete, our hello and the MAC of the peer's ready, the
+ * connection armed, then the REP with our proof. The peer gets our inbox
+ * only in our hello, which the data side sends once the peer's proved it.
+ */
 static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
-			   const struct locus_verbs_pdata *in)
+			   const struct locus_verbs_pdata *in, uint32_t active_qpn)
 {
 	struct locus_verbs_ep *ep = p->ep;
-	uint8_t rep[LOCUS_VERBS_PDATA_LEN];
+	uint8_t rep[LOCUS_VERBS_PDATA_MAX];
 	struct rdma_conn_param cp;
-	int rc;
+	int rc, len = 0;
 
 	id->context = p;
-	p->rring.slot_count = in->slot_count;
-	p->rring.slot_shift = in->slot_shift;
-	p->raddr = in->inbox_addr;
-	p->rkey = in->rkey;
 	ctl_set_phase(p, CTL_CONNECTING);
 	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
-	rc = ctl_arm(p, id);
+	rc = make_qp(p, id);
 	if (rc < 0) {
-		if (!p->id) { /* no QP: nothing to hand over */
-			ctl_set_phase(p, CTL_DOWN);
-			return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
-		}
+		ctl_set_phase(p, CTL_DOWN); /* no QP: nothing to hand over */
+		return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
+	}
+	rc = hs_begin(p, in->from, ep->prm.node_id);
+	if (rc == 0) {
+		p->hs.active_qpn = active_qpn;
+		p->hs.passive_qpn = p->qp->qp_num;
+		memcpy(p->hs.nonce_a, in->nonce, LOCUS_VERBS_NONCE_LEN);
+		rc = hs_hellos(p, LOCUS_VERBS_HELLO_P, LOCUS_VERBS_HELLO_A);
+	}
+	if (rc == 0)
+		rc = len = hs_pdata(p, LOCUS_VERBS_PD_REP, rep);
+	if (rc >= 0)
+		rc = ctl_arm(p);
+	if (rc < 0) {
 		rdma_reject(p->id, NULL, 0);
 		return locus_verbs_ctl_close(p, rc);
 	}
-	fill_pdata(p, LOCUS_VERBS_PD_REP, rep);
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = rep;
-	cp.private_data_len = sizeof(rep);
+	cp.private_data_len = (uint8_t)len;
 	cp.responder_resources = 1;
 	cp.initiator_depth = 1;
 	cp.rnr_retry_count = 7;
 	if (rdma_accept(id, &cp))
-		locus_verbs_ctl_close(p, -errno);
+		return locus_verbs_ctl_close(p, -errno);
+	p->proving = true; /* the active side's hello is due before the deadline */
 }
 
 static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
-			       const uint8_t *pd, size_t pdlen)
+			       const uint8_t *pd, size_t pdlen, uint32_t active_qpn)
 {
+	struct locus_verbs_transcript t = {
+		.version = ep->prm.proto_version, .cluster_id = ep->prm.cluster_id,
+		.passive_node = ep->prm.node_id, .active_qpn = active_qpn,
+	};
+	enum locus_verbs_auth_reason why = LOCUS_VERBS_AUTH_REQ_MAC;
 	struct locus_verbs_pdata in;
 	struct locus_verbs_peer *p = NULL;
 	uint32_t i;
 	int rc;
 
-	rc = locus_verbs_pdata_decode(pd, pdlen, &in, NULL);
+	rc = locus_verbs_pdata_decode(pd, pdlen, LOCUS_VERBS_PD_REQ, &in, NULL);
 	if (rc == -LOCUS_EVERSION || (rc == 0 && in.version != ep->prm.proto_version))
 		return reject(ep, id, LOCUS_VERBS_REJ_VERSION);
 	if (rc < 0)
 		return reject(ep, id, LOCUS_VERBS_REJ_INVALID);
-	rc = locus_verbs_pdata_admit(&in, ep->prm.cluster_id, ep->prm.secret, LOCUS_VERBS_PD_REQ, NULL);
+	if (in.cluster_id != ep->prm.cluster_id)
+		return reject(ep, id, LOCUS_VERBS_REJ_CLUSTER);
+	for (i = 0; i < ep->n_peers; i++)
+		if (ep->peers[i]->node_id == in.from && !ep->peers[i]->active)
+			p = ep->peers[i];
+	if (!p || in.to != ep->prm.node_id)
+		return reject(ep, id, LOCUS_VERBS_REJ_PEER);
+	t.active_node = in.from;
+	memcpy(t.nonce_a, in.nonce, LOCUS_VERBS_NONCE_LEN);
+	rc = locus_verbs_req_admit(&in, &t, ep->prm.secret, &p->seen, &why, NULL);
 	if (rc == -LOCUS_EAUTH)
-		return reject(ep, id, LOCUS_VERBS_REJ_AUTH);
+		return reject(ep, id, why == LOCUS_VERBS_AUTH_REPLAY ? LOCUS_VERBS_REJ_REPLAY
+								    : LOCUS_VERBS_REJ_AUTH);
 	if (rc < 0)
 		return reject(ep, id, LOCUS_VERBS_REJ_INVALID);
-	for (i = 0; i < ep->n_peers; i++)
-		if (ep->peers[i]->node_id == in.node_id && !ep->peers[i]->active)
-			p = ep->peers[i];
-	if (!p)
-		return reject(ep, id, LOCUS_VERBS_REJ_PEER);
+	/* only a request that proved the secret: forged ones cannot fill the memory */
+	locus_verbs_replay_add(&p->seen, in.nonce);
 	if (p->phase == CTL_DOWN && !p->id)
-		return accept_request(p, id, &in);
+		return accept_request(p, id, &in, active_qpn);
 	/*
 	 * A peer that comes back replaces its old connection (it restarted):
 	 * the request waits until the data side let go of the old one. A newer
-	 * request replaces an older waiting one.
+	 * request replaces an older waiting one. (The request proved the secret
+	 * and is not a replay of one we remember: a stranger cannot do this.)
 	 */
 	if (p->pend_id)
 		reject(ep, p->pend_id, LOCUS_VERBS_REJ_BUSY);
 	id->context = NULL;
 	p->pend_id = id;
 	p->pend_pd = in;
+	p->pend_qpn = active_qpn;
 	locus_verbs_ctl_close(p, -ECONNRESET);
 }
 
-static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd, size_t pdlen)
+/* The active side's leg 2: the accept must prove the passive side; then arm and send our hello. */
+static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd, size_t pdlen,
+				  uint32_t passive_qpn)
 {
 	struct locus_verbs_ep *ep = p->ep;
+	enum locus_verbs_auth_reason why = LOCUS_VERBS_AUTH_REP_MAC;
 	struct locus_verbs_pdata in;
 	int rc;
 
-	rc = locus_verbs_pdata_decode(pd, pdlen, &in, NULL);
-	if (rc == 0)
-		rc = locus_verbs_pdata_admit(&in, ep->prm.cluster_id, ep->prm.secret,
-					     LOCUS_VERBS_PD_REP, NULL);
-	if (rc == 0 && in.node_id != p->node_id)
-		rc = -LOCUS_EPROTO; /* someone else answers at that address */
+	rc = locus_verbs_pdata_decode(pd, pdlen, LOCUS_VERBS_PD_REP, &in, NULL);
+	if (rc == 0) {
+		p->hs.passive_qpn = passive_qpn;
+		memcpy(p->hs.nonce_b, in.nonce, LOCUS_VERBS_NONCE_LEN);
+		rc = locus_verbs_rep_admit(&in, &p->hs, ep->prm.secret, &why, NULL);
+		if (rc == -LOCUS_EAUTH)
+			ep->stats.auth_refused[why]++;
+	}
 	if (rc < 0) {
-		p->cstats.proto_errors++;
+		if (rc != -LOCUS_EAUTH)
+			p->cstats.proto_errors++; /* someone else answers at that address */
 		return locus_verbs_ctl_close(p, rc);
 	}
-	/* the data side reads these only once the link is UP (release below) */
-	p->rring.slot_count = in.slot_count;
-	p->rring.slot_shift = in.slot_shift;
-	p->raddr = in.inbox_addr;
-	p->rkey = in.rkey;
-	ctl_up(p);
+	/* the passive side proved itself: it may have our inbox, in our hello */
+	rc = hs_hellos(p, LOCUS_VERBS_HELLO_A, LOCUS_VERBS_HELLO_P);
+	if (rc == 0)
+		rc = ctl_arm(p);
+	if (rc < 0)
+		return locus_verbs_ctl_close(p, rc);
+	/*
+	 * The last leg gets a bound of its own: the passive side goes up on our
+	 * hello, so giving up on its answer early would make it flap.
+	 */
+	p->deadline_ns = locus_verbs_now_ns() + 4ull * ep->prm.connect_timeout_ms * 1000000ull;
+	p->proving = true; /* the passive side's hello is due before the deadline */
 }
 
+/* One rdma_cm event; qpn: the remote QP number the event carries (request, accept). */
 static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type,
-			 struct rdma_cm_id *id, const uint8_t *pd, size_t pdlen)
+			 struct rdma_cm_id *id, const uint8_t *pd, size_t pdlen, uint32_t qpn)
 {
 	struct locus_verbs_peer *p = id->context;
 
 	ep->stats.cm_events++;
 	if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
-		return on_connect_request(ep, id, pd, pdlen);
+		return on_connect_request(ep, id, pd, pdlen, qpn);
 	if (!p) {
 		/* a waiting request whose dialler gave up */
 		for (uint32_t i = 0; i < ep->n_peers; i++)
@@ -313,16 +407,22 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 			locus_verbs_ctl_close(p, -errno);
 		break;
 	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
-		uint8_t req[LOCUS_VERBS_PDATA_LEN];
+		uint8_t req[LOCUS_VERBS_PDATA_MAX];
 		struct rdma_conn_param cp;
-		int rc = ctl_arm(p, id);
+		int rc = make_qp(p, id), len = 0;
 
+		/* leg 1: our nonce and a MAC bound to our QP; the connection arms at leg 2 */
+		if (rc == 0)
+			rc = hs_begin(p, ep->prm.node_id, p->node_id);
+		if (rc == 0) {
+			p->hs.active_qpn = p->qp->qp_num;
+			rc = len = hs_pdata(p, LOCUS_VERBS_PD_REQ, req);
+		}
 		if (rc < 0)
 			return locus_verbs_ctl_close(p, rc);
-		fill_pdata(p, LOCUS_VERBS_PD_REQ, req);
 		memset(&cp, 0, sizeof(cp));
 		cp.private_data = req;
-		cp.private_data_len = sizeof(req);
+		cp.private_data_len = (uint8_t)len;
 		cp.responder_resources = 1;
 		cp.initiator_depth = 1;
 		cp.retry_count = 7;
@@ -332,10 +432,9 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 		break;
 	}
 	case RDMA_CM_EVENT_ESTABLISHED:
+		/* passive: nothing to do, the link goes UP when the active side's hello checks out */
 		if (p->active)
-			on_established_active(p, pd, pdlen);
-		else
-			ctl_up(p);
+			on_established_active(p, pd, pdlen, qpn);
 		break;
 	case RDMA_CM_EVENT_REJECTED:
 		p->cstats.rejects_received++;
@@ -374,6 +473,10 @@ void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
 		case LOCUS_LINK_QUIESCED:
 			ctl_reap(p);
 			break;
+		case LOCUS_LINK_UP:
+			if (p->phase == CTL_CONNECTING)
+				ctl_connected(p);
+			break;
 		default:
 			break;
 		}
@@ -408,6 +511,7 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 			enum rdma_cm_event_type type = ev->event;
 			struct rdma_cm_id *id = ev->id;
 			size_t pdlen = LOCUS_MIN((size_t)ev->param.conn.private_data_len, sizeof(pd));
+			uint32_t qpn = ev->param.conn.qp_num;
 
 			/* copy and ack first: tearing an id down waits for its events' acks */
 			if (ev->param.conn.private_data && pdlen)
@@ -415,7 +519,7 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 			else
 				pdlen = 0;
 			rdma_ack_cm_event(ev);
-			handle_event(ep, type, id, pdlen ? pd : NULL, pdlen);
+			handle_event(ep, type, id, pdlen ? pd : NULL, pdlen, qpn);
 			handled++;
 		}
 	}
@@ -425,10 +529,20 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 	for (i = 0; i < ep->n_peers; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
-		if (p->phase == CTL_BACKOFF && now >= p->deadline_ns)
+		if (p->phase == CTL_BACKOFF && now >= p->deadline_ns) {
 			dial(p);
-		else if (p->phase == CTL_CONNECTING && now >= p->deadline_ns)
+		} else if (p->phase == CTL_CONNECTING && now >= p->deadline_ns) {
+			/* the data side may have taken it up since the hand-over above */
+			if (locus_verbs_link_state_of(locus_verbs_link_load(&p->link)) ==
+			    LOCUS_LINK_UP) {
+				ctl_connected(p);
+				continue;
+			}
+			/* our proof went out and the peer's never came: it is dropped */
+			if (p->proving)
+				ep->stats.auth_refused[LOCUS_VERBS_AUTH_TIMEOUT]++;
 			locus_verbs_ctl_close(p, -ETIMEDOUT);
+		}
 	}
 	if (!ep->prm.threaded) {
 		/* one thread: run the data side's half now, as the callbacks always came */

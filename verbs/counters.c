@@ -19,14 +19,14 @@ enum {
 	C_TX_MSGS, C_TX_BYTES, C_RX_MSGS, C_RX_BYTES, C_CREDIT_STALLS, C_SQ_STALLS,
 	C_CREDIT_WRITES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
 	C_PROTO_ERRORS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
-	C_AUTH_REJECTS, C_VERSION_REJECTS, C_PEER_REJECTS,
+	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS,
 	C_N
 };
 
 static const struct {
 	const char *name, *help;
 	enum locus_ctr_kind kind;
-	unsigned shape; /* 0 scalar, 1 by peer, 2 by peer and status */
+	unsigned shape; /* 0 scalar, 1 by peer, 2 by peer and status, 3 by auth reason */
 } ctr_def[C_N] = {
 	[C_TX_MSGS] = { "tx_msgs", "messages posted to the peer", LOCUS_CTR_COUNTER, 1 },
 	[C_TX_BYTES] = { "tx_bytes", "message bytes posted to the peer", LOCUS_CTR_COUNTER, 1 },
@@ -50,8 +50,9 @@ static const struct {
 	[C_PEER_NODE] = { "peer_node", "node id of the peer at this index", LOCUS_CTR_GAUGE, 1 },
 	[C_PEER_UP] = { "peer_up", "1 while the connection is up", LOCUS_CTR_GAUGE, 1 },
 	[C_CQ_ERRORS] = { "cq_errors", "completion errors by ibv_wc_status", LOCUS_CTR_COUNTER, 2 },
-	[C_AUTH_REJECTS] = { "auth_rejects", "connection requests refused: secret or cluster",
-			     LOCUS_CTR_COUNTER, 0 },
+	[C_AUTH_REFUSED] = { "auth_refused", "handshakes refused by reason: 0 cluster, 1 replayed "
+			     "request, 2 request MAC, 3 accept MAC, 4 hello, 5 no proof in time",
+			     LOCUS_CTR_COUNTER, 3 },
 	[C_VERSION_REJECTS] = { "version_rejects", "connection requests refused: version",
 				LOCUS_CTR_COUNTER, 0 },
 	[C_PEER_REJECTS] = { "peer_rejects", "connection requests refused: unknown node or bad data",
@@ -94,6 +95,12 @@ int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters
 			.dim = { ep->prm.max_peers, 32 },
 			.label = { "peer", "status" },
 		};
+
+		if (ctr_def[i].shape == 3)
+			d = (struct locus_ctr_desc){ .name = name, .help = ctr_def[i].help,
+						     .kind = ctr_def[i].kind, .ndims = 1,
+						     .dim = { LOCUS_VERBS_AUTH_N },
+						     .label = { "reason" } };
 
 		if (snprintf(name, sizeof(name), "%s_%s", prefix, ctr_def[i].name) >= (int)sizeof(name)) {
 			rc = locus_error_set(err, EINVAL, "counter prefix '%s' too long", prefix);
@@ -162,6 +169,7 @@ void locus_verbs_counters_sync_data(struct locus_verbs_ep *ep)
 		return; /* the control sync writes both sides' sum */
 	for (uint32_t i = 0; i < ep->n_peers; i++)
 		put_stats(x->dblock, x, i, &ep->peers[i]->dstats, NULL);
+	put(x->dblock, x, C_AUTH_REFUSED, LOCUS_VERBS_AUTH_HELLO, ep->hello_refused);
 }
 
 void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
@@ -178,7 +186,9 @@ void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
 		put(x->cblock, x, C_PEER_UP, i,
 		    locus_verbs_link_state_of(locus_verbs_link_load(&p->link)) == LOCUS_LINK_UP);
 	}
-	put(x->cblock, x, C_AUTH_REJECTS, 0, ep->stats.auth_rejects);
+	for (uint32_t r = 0; r < LOCUS_VERBS_AUTH_N; r++)
+		put(x->cblock, x, C_AUTH_REFUSED, r, ep->stats.auth_refused[r] +
+		    (r == LOCUS_VERBS_AUTH_HELLO && x->dblock == x->cblock ? ep->hello_refused : 0));
 	put(x->cblock, x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
 	put(x->cblock, x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
 }

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
  * Data path: WRITE_WITH_IMM posting with credits and selective signalling,
- * CQ polling in bursts, RECV reposting in batches, credit return, and the
- * data side of the connection hand-over (locus_verbs_link.h). No
- * allocation, no syscall, no lock.
+ * CQ polling in bursts, RECV reposting in batches, credit return, the
+ * peer's hello (the last leg of the handshake), and the data side of the
+ * connection hand-over (locus_verbs_link.h). No allocation, no syscall,
+ * no lock.
  *
  * A connection ends the same way whoever noticed first: the data side stops
  * posting (FAILING, or told CLOSING), control moves the QP to the error
@@ -467,6 +468,12 @@ static int post_recvs(struct locus_verbs_peer *p, uint16_t gen, uint32_t n)
 
 int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen)
 {
+	struct ibv_sge sge = { .addr = (uintptr_t)p->hs_mr.addr + HS_RX_OFF,
+			       .length = HS_TX_OFF - HS_RX_OFF, .lkey = p->hs_mr.lkey };
+	struct ibv_recv_wr wr = { .wr_id = locus_verbs_wrid(p, gen, 0) | WRID_RECV,
+				  .sg_list = &sge, .num_sge = 1 }, *bad;
+	int rc;
+
 	p->tx_head = 0;
 	p->sq_posted = p->sq_done = 0;
 	p->unsignaled = 0;
@@ -476,7 +483,44 @@ int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen)
 	p->held_head = p->held_n = 0;
 	p->area_busy = false;
 	*p->credit_in = 0;
+	/*
+	 * The first receive takes the peer's hello (a SEND: it needs a buffer;
+	 * a longer one fails with a length error); the rest take ring messages,
+	 * which carry their data in the RDMA WRITE and need none.
+	 */
+	memset((uint8_t *)p->hs_mr.addr + HS_RX_OFF, 0, HS_TX_OFF - HS_RX_OFF);
+	rc = ibv_post_recv(p->qp, &wr, &bad);
+	if (rc)
+		return -rc;
 	return post_recvs(p, gen, p->lring.slot_count + RECV_BATCH);
+}
+
+int locus_verbs_post_hello(struct locus_verbs_peer *p, uint16_t gen)
+{
+	const struct locus_verbs_ep *ep = p->ep;
+	struct ibv_sge sge = { .addr = (uintptr_t)p->hs_mr.addr + HS_TX_OFF,
+			       .length = LOCUS_VERBS_HELLO_LEN, .lkey = p->hs_mr.lkey };
+	struct ibv_send_wr wr, *bad;
+	uint64_t seq = p->sq_posted;
+	int rc;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = locus_verbs_wrid(p, gen, (uint32_t)seq);
+	wr.sg_list = &sge;
+	wr.num_sge = 1;
+	wr.opcode = IBV_WR_SEND;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	if (LOCUS_VERBS_HELLO_LEN <= __atomic_load_n(&ep->max_inline, __ATOMIC_RELAXED))
+		wr.send_flags |= IBV_SEND_INLINE;
+	p->tx_kind[seq & (ep->prm.sq_depth - 1)] = TX_HELLO;
+	rc = ibv_post_send(p->qp, &wr, &bad);
+	if (rc) {
+		p->tx_kind[seq & (ep->prm.sq_depth - 1)] = 0;
+		return -rc;
+	}
+	p->unsignaled = 0;
+	p->sq_posted++;
+	return 0;
 }
 
 static void rx_complete(struct locus_verbs_peer *p, const struct ibv_wc *wc)
@@ -519,6 +563,49 @@ static void rx_complete(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 	}
 }
 
+/*
+ * The peer's hello arrived (the connection is ARMED: nothing of ours went
+ * to its inbox, nothing of it is known). Check it against the MAC control
+ * computed when it armed the connection (pure compares: no allocation, no
+ * syscall), learn the peer's inbox, promote the link; the passive side
+ * answers with its own hello before anything else can be posted. A
+ * refused hello fails the connection: the peer never gets our inbox (the
+ * active side's went out with its own proof, to a passive side that had
+ * proved itself first).
+ */
+static void hello_rx(struct locus_verbs_peer *p, const struct ibv_wc *wc)
+{
+	unsigned want = p->active ? LOCUS_VERBS_HELLO_P : LOCUS_VERBS_HELLO_A;
+	struct locus_verbs_hello h;
+	int rc = -LOCUS_EPROTO;
+
+	if (wc->opcode == IBV_WC_RECV && !(wc->wc_flags & IBV_WC_WITH_IMM) &&
+	    locus_verbs_hello_decode((const uint8_t *)p->hs_mr.addr + HS_RX_OFF, wc->byte_len, want,
+				     &h, NULL) == 0)
+		rc = locus_verbs_hello_admit(&h, p->node_id, p->hs_expect);
+	if (rc < 0) {
+		__atomic_store_n(&p->ep->hello_refused, p->ep->hello_refused + 1, __ATOMIC_RELAXED);
+		data_fail(p, -LOCUS_EAUTH);
+		return;
+	}
+	p->rring.slot_count = h.slot_count;
+	p->rring.slot_shift = h.slot_shift;
+	p->raddr = h.inbox_addr;
+	p->rkey = h.rkey;
+	if (!locus_verbs_link_promote(&p->link, p->dgen)) {
+		data_observe(p, locus_verbs_link_load(&p->link)); /* closing meanwhile */
+		return;
+	}
+	if (!p->active && (rc = locus_verbs_post_hello(p, p->dgen)) < 0) {
+		data_fail(p, rc); /* before on_peer_up: nothing else was posted */
+		return;
+	}
+	/* the side that takes the link up counts it (control learns it later) */
+	if (p->dstats.connects++)
+		p->dstats.reconnects++;
+	data_observe(p, locus_verbs_link_load(&p->link)); /* UP: on_peer_up */
+}
+
 static int wc_status_errno(enum ibv_wc_status st)
 {
 	switch (st) {
@@ -548,10 +635,18 @@ static void handle_wc(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 		if (data_live(p))
 			data_observe(p, locus_verbs_link_load(&p->link));
 		if (data_live(p)) {
+			int reason = wc_status_errno(wc->status);
+
 			/* a flush is no cause: the QP was moved to error from outside */
 			if (wc->status != IBV_WC_WR_FLUSH_ERR)
 				p->dstats.cq_errors[LOCUS_MIN((unsigned)wc->status, 31u)]++;
-			data_fail(p, wc_status_errno(wc->status));
+			/* what failed the hello's receive (e.g. a longer SEND) is no proof */
+			if (recv && p->dstate == LOCUS_LINK_ARMED && wc->status != IBV_WC_WR_FLUSH_ERR) {
+				__atomic_store_n(&p->ep->hello_refused, p->ep->hello_refused + 1,
+						 __ATOMIC_RELAXED);
+				reason = -LOCUS_EAUTH;
+			}
+			data_fail(p, reason);
 		}
 		if (!recv)
 			tx_complete(p, (uint32_t)wc->wr_id, p->dreason);
@@ -565,13 +660,9 @@ static void handle_wc(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 	}
 	if (!data_live(p))
 		return; /* arrived as the connection failed: the peer rewrites it later */
-	/*
-	 * The passive side may see the first message before control saw
-	 * ESTABLISHED: the connection is up. The active side learns the peer's
-	 * inbox only from ESTABLISHED, so it just receives until then.
-	 */
-	if (p->dstate == LOCUS_LINK_ARMED && !p->active && locus_verbs_link_promote(&p->link, p->dgen))
-		data_observe(p, locus_verbs_link_load(&p->link));
+	/* the first arrival of a connection is the peer's hello, and nothing else is */
+	if (p->dstate == LOCUS_LINK_ARMED)
+		return hello_rx(p, wc);
 	rx_complete(p, wc);
 }
 

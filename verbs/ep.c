@@ -202,6 +202,7 @@ err_free:
 
 static void peer_free(struct locus_verbs_peer *p)
 {
+	locus_verbs_mr_free(&p->hs_mr);
 	locus_verbs_mr_free(&p->area_tx);
 	locus_verbs_mr_free(&p->inbox);
 	free(p->tx_cookie);
@@ -271,6 +272,7 @@ void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
 	rdma_destroy_event_channel(ep->ch);
 	free(ep->ctrs);
 	free(ep->peers);
+	explicit_bzero(ep->prm.secret, sizeof(ep->prm.secret));
 	free(ep);
 }
 
@@ -311,6 +313,10 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
 		goto err_free;
 	p->credit_in = (volatile uint64_t *)((uint8_t *)p->inbox.addr + len - LOCUS_VERBS_CTRL_LEN);
 	p->credit_src = p->credit_in + 1;
+	/* the hellos: local only (a SEND lands in a posted receive's buffer) */
+	rc = locus_verbs_mr_alloc(ep, HS_MR_LEN, IBV_ACCESS_LOCAL_WRITE, &p->hs_mr, err);
+	if (rc < 0)
+		goto err_free;
 	if (ep->prm.area_len) {
 		/* local only: the peer cannot write what we are about to send it */
 		rc = locus_verbs_mr_alloc(ep, ep->prm.area_len, IBV_ACCESS_LOCAL_WRITE,
@@ -394,9 +400,12 @@ const struct locus_verbs_stats *locus_verbs_peer_stats(struct locus_verbs_peer *
 	return &p->sum;
 }
 
-const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep)
+const struct locus_verbs_ep_stats *locus_verbs_ep_stats(struct locus_verbs_ep *ep)
 {
-	return &ep->stats;
+	ep->stats_sum = ep->stats;
+	ep->stats_sum.auth_refused[LOCUS_VERBS_AUTH_HELLO] +=
+		__atomic_load_n(&ep->hello_refused, __ATOMIC_RELAXED);
+	return &ep->stats_sum;
 }
 
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep)

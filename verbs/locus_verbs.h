@@ -54,12 +54,39 @@
 #include "locus_err.h"
 
 /* ------------------------------------------------------------------ */
-/* Connection private data (pure: no verbs dependency)                 */
+/* Connection handshake (pure: no verbs dependency; OpenSSL libcrypto) */
+/*
+ * Protocol version 2 (verbs/README.md, "Handshake", says why each leg is
+ * needed): the cluster secret never crosses the wire. Each side proves it
+ * knows the secret by an HMAC-SHA-256 keyed with it over one transcript
+ * (protocol version, cluster id, both node ids, both QP numbers, both
+ * fresh nonces) and the leg's role, so that no proof passes for another
+ * leg, another connection, another QP or another cluster:
+ *
+ *   REQ      rdma_cm, active -> passive   nonce_a, MAC(REQ) (truncated)
+ *   REP      rdma_cm, passive -> active   nonce_b, MAC(REP)
+ *   HELLO_A  SEND on the QP, active       MAC(HELLO_A), the active's inbox
+ *   HELLO_P  SEND on the QP, passive      MAC(HELLO_P), the passive's inbox
+ *
+ * A side gives its inbox (rkey, address) only to a peer whose MAC over
+ * its own fresh nonce it has checked, and uses the peer's only then.
+ */
 
-#define LOCUS_VERBS_PROTO_VERSION 1u
+#define LOCUS_VERBS_PROTO_VERSION 2u
 #define LOCUS_VERBS_SECRET_LEN    32u
-/* rdma_cm leaves 56 bytes of REQ private data on RoCE / IB (92 - cma hdr). */
-#define LOCUS_VERBS_PDATA_LEN     56u
+#define LOCUS_VERBS_NONCE_LEN     16u
+#define LOCUS_VERBS_MAC_LEN       32u  /* HMAC-SHA-256 */
+/*
+ * rdma_cm leaves 56 bytes of REQ private data on RoCE / IB (rdma_connect(3):
+ * 92 minus its own header) and 196 of REP (rdma_accept(3)): the REQ's MAC
+ * is truncated to 24 bytes (192 bits; RFC 4868 truncates to 128).
+ */
+#define LOCUS_VERBS_REQ_LEN       56u
+#define LOCUS_VERBS_REQ_MAC_LEN   24u
+#define LOCUS_VERBS_REP_LEN       64u
+#define LOCUS_VERBS_PDATA_MAX     64u
+#define LOCUS_VERBS_HELLO_LEN     56u
+#define LOCUS_VERBS_REPLAY_SLOTS  64u  /* request nonces remembered per peer */
 #define LOCUS_VERBS_SLOT_SHIFT_MIN 6u  /* 64 B */
 #define LOCUS_VERBS_SLOT_SHIFT_MAX 24u /* 16 MiB */
 #define LOCUS_VERBS_SLOTS_MIN     2u
@@ -68,62 +95,180 @@
 #define LOCUS_VERBS_MAX_SGE       16u  /* gather entries per message we ask a QP for */
 #define LOCUS_VERBS_AREA_MAX      65536u /* one-sided area after the control block */
 
+/* What a handshake message is; also the role its MAC is computed for. */
 enum locus_verbs_pdata_kind {
-	LOCUS_VERBS_PD_REQ = 1, /* connect request (active side) */
-	LOCUS_VERBS_PD_REP = 2, /* accept (passive side) */
+	LOCUS_VERBS_PD_REQ = 1,     /* connect request (active side) */
+	LOCUS_VERBS_PD_REP = 2,     /* accept (passive side) */
+	LOCUS_VERBS_HELLO_A = 3,    /* the active side's first message on the QP */
+	LOCUS_VERBS_HELLO_P = 4,    /* the passive side's answer to it */
 };
 
 /* Reject reasons carried in the REJ private data (one byte + version). */
 enum locus_verbs_reject {
 	LOCUS_VERBS_REJ_VERSION = 1,
-	LOCUS_VERBS_REJ_AUTH    = 2,
+	LOCUS_VERBS_REJ_AUTH    = 2, /* the request's MAC is wrong */
 	LOCUS_VERBS_REJ_CLUSTER = 3,
-	LOCUS_VERBS_REJ_PEER    = 4, /* unknown node id / not accepted from it */
+	LOCUS_VERBS_REJ_PEER    = 4, /* unknown node id / not accepted from it / not for us */
 	LOCUS_VERBS_REJ_INVALID = 5, /* malformed private data */
 	LOCUS_VERBS_REJ_BUSY    = 6, /* resources */
+	LOCUS_VERBS_REJ_REPLAY  = 7, /* the request's nonce was seen before */
+};
+
+/* Why an authentication leg was refused: the index of the auth_refused counter. */
+enum locus_verbs_auth_reason {
+	LOCUS_VERBS_AUTH_CLUSTER = 0, /* passive: a request for another cluster */
+	LOCUS_VERBS_AUTH_REPLAY,      /* passive: a request whose nonce was seen before */
+	LOCUS_VERBS_AUTH_REQ_MAC,     /* passive: the request's MAC is wrong (wrong secret,
+				       * altered or replayed from another QP) */
+	LOCUS_VERBS_AUTH_REP_MAC,     /* active: the accept's MAC is wrong */
+	LOCUS_VERBS_AUTH_HELLO,       /* either: the peer's hello on the QP refused
+				       * (MAC, kind, length, fields) */
+	LOCUS_VERBS_AUTH_TIMEOUT,     /* either: the peer did not finish proving itself
+				       * within the attempt's bound */
+	LOCUS_VERBS_AUTH_N
 };
 
 /*
- * Decoded private data. Wire layout (56 bytes, little-endian):
- *   0 u16 version | 2 u8 kind | 3 u8 slot_shift | 4 u32 cluster_id |
- *   8 u16 node_id | 10 u16 slot_count | 12 u32 rkey | 16 u64 inbox_addr |
- *   24 u8 secret[32]
+ * REQ / REP private data. Wire layout (little-endian; REQ 56 bytes, REP 64):
+ *   0 u16 version | 2 u8 kind | 3 u8 0 | 4 u32 cluster_id | 8 u16 from |
+ *   10 u16 to | 12 u32 0 | 16 u8 nonce[16] | 32 u8 mac[24 (REQ) or 32 (REP)]
+ * from / to: the sender's and the addressee's node ids.
  */
 struct locus_verbs_pdata {
 	uint16_t version;
 	uint8_t kind;
-	uint8_t slot_shift;
 	uint32_t cluster_id;
-	uint16_t node_id;
+	uint16_t from, to;
+	uint8_t nonce[LOCUS_VERBS_NONCE_LEN];
+	uint8_t mac[LOCUS_VERBS_MAC_LEN];  /* REQ: the first LOCUS_VERBS_REQ_MAC_LEN bytes */
+};
+
+/*
+ * HELLO, the first SEND each side posts on the QP (56 bytes, little-endian):
+ *   0 u16 version | 2 u8 kind | 3 u8 slot_shift | 4 u16 from | 6 u16 slot_count |
+ *   8 u32 rkey | 12 u32 0 | 16 u64 inbox_addr | 24 u8 mac[32]
+ */
+struct locus_verbs_hello {
+	uint16_t version;
+	uint8_t kind;
+	uint8_t slot_shift;
+	uint16_t from;
 	uint16_t slot_count;
 	uint32_t rkey;
 	uint64_t inbox_addr;
-	uint8_t secret[LOCUS_VERBS_SECRET_LEN];
+	uint8_t mac[LOCUS_VERBS_MAC_LEN];
 };
 
-/* Serialise p into buf (LOCUS_VERBS_PDATA_LEN bytes). */
-void locus_verbs_pdata_encode(const struct locus_verbs_pdata *p, uint8_t *buf);
+/*
+ * What every MAC covers, both sides' view of one connection attempt. The
+ * REQ's MAC is computed before the passive side exists: for role
+ * LOCUS_VERBS_PD_REQ passive_qpn and nonce_b count as zero, whatever they hold.
+ */
+struct locus_verbs_transcript {
+	uint16_t version;
+	uint32_t cluster_id;
+	uint16_t active_node, passive_node;
+	uint32_t active_qpn, passive_qpn;
+	uint8_t nonce_a[LOCUS_VERBS_NONCE_LEN], nonce_b[LOCUS_VERBS_NONCE_LEN];
+};
+
+/* Request nonces a passive side accepted from one peer, most recent last. */
+struct locus_verbs_replay {
+	uint8_t nonce[LOCUS_VERBS_REPLAY_SLOTS][LOCUS_VERBS_NONCE_LEN];
+	uint32_t next, n;
+};
+
+/* Serialise p (kind REQ or REP) into buf (LOCUS_VERBS_PDATA_MAX bytes): returns the length. */
+size_t locus_verbs_pdata_encode(const struct locus_verbs_pdata *p, uint8_t *buf);
 
 /*
- * Parse len bytes into *p and check what needs no local knowledge: length,
- * version, kind, slot geometry, that the inbox + control block does not wrap
- * the address space. Returns 0, -LOCUS_ETRUNCATED, -LOCUS_EVERSION or
- * -LOCUS_ERANGE / -LOCUS_EPROTO, with err saying which field.
+ * Parse len bytes of kind (REQ or REP) into *p: length (bytes past the
+ * layout are rdma_cm's padding and ignored), version, kind, the zero
+ * fields. Returns 0, -LOCUS_ETRUNCATED, -LOCUS_EVERSION or -LOCUS_EPROTO;
+ * err says which field.
  */
-int locus_verbs_pdata_decode(const void *buf, size_t len, struct locus_verbs_pdata *p,
-			     struct locus_error *err);
+int locus_verbs_pdata_decode(const void *buf, size_t len, unsigned kind,
+			     struct locus_verbs_pdata *p, struct locus_error *err);
+
+/* Serialise h into buf (LOCUS_VERBS_HELLO_LEN bytes). */
+void locus_verbs_hello_encode(const struct locus_verbs_hello *h, uint8_t *buf);
 
 /*
- * Check a decoded peer's identity against ours: cluster id, then secret in
- * constant time, then the kind expected. Returns 0, -LOCUS_EAUTH or
- * -LOCUS_EPROTO (err says which).
+ * Parse a hello of kind (HELLO_A or HELLO_P) from exactly len bytes (a SEND
+ * has no padding): length, version, kind, the zero field, slot geometry,
+ * an inbox + control block that does not wrap the address space. Returns
+ * 0, -LOCUS_ETRUNCATED, -LOCUS_EVERSION, -LOCUS_EPROTO or -LOCUS_ERANGE.
  */
-int locus_verbs_pdata_admit(const struct locus_verbs_pdata *p, uint32_t cluster_id,
-			    const uint8_t secret[LOCUS_VERBS_SECRET_LEN],
-			    enum locus_verbs_pdata_kind kind, struct locus_error *err);
+int locus_verbs_hello_decode(const void *buf, size_t len, unsigned kind,
+			     struct locus_verbs_hello *h, struct locus_error *err);
 
-/* Constant-time equality of n bytes: 1 if equal. */
-int locus_verbs_ct_equal(const void *a, const void *b, size_t n);
+/* One piece of an HMAC's message. */
+struct locus_verbs_iov {
+	const void *base;
+	size_t len;
+};
+
+/*
+ * HMAC-SHA-256 (OpenSSL's EVP_MAC, fed piece by piece) of the n pieces
+ * concatenated. Returns 0 or -EIO when libcrypto fails.
+ */
+int locus_verbs_hmac_sha256(const uint8_t *key, size_t key_len, const struct locus_verbs_iov *msg,
+			    unsigned n, uint8_t out[LOCUS_VERBS_MAC_LEN]);
+
+/*
+ * The MAC of role (enum locus_verbs_pdata_kind) over t, keyed with the
+ * cluster secret. Its message (little-endian):
+ *   "locus-verbs-auth" (16 bytes) | u8 role | u16 version | u32 cluster_id |
+ *   u16 active_node | u16 passive_node | u32 active_qpn | u32 passive_qpn |
+ *   nonce_a[16] | nonce_b[16]
+ * Returns 0, -EINVAL (role unknown) or -EIO.
+ */
+int locus_verbs_auth_mac(const uint8_t secret[LOCUS_VERBS_SECRET_LEN], unsigned role,
+			 const struct locus_verbs_transcript *t, uint8_t mac[LOCUS_VERBS_MAC_LEN]);
+
+/* Constant-time equality of n bytes (CRYPTO_memcmp): 1 if equal. */
+int locus_verbs_mac_equal(const void *a, const void *b, size_t n);
+
+/* n fresh bytes from OpenSSL's CSPRNG (seeded by the kernel): 0 or -EIO. */
+int locus_verbs_nonce(uint8_t *buf, size_t n);
+
+bool locus_verbs_replay_seen(const struct locus_verbs_replay *r,
+			     const uint8_t nonce[LOCUS_VERBS_NONCE_LEN]);
+/* Remember nonce (the oldest of a full set is forgotten). */
+void locus_verbs_replay_add(struct locus_verbs_replay *r, const uint8_t nonce[LOCUS_VERBS_NONCE_LEN]);
+
+/*
+ * Passive side: may a decoded request that arrived on the active side's QP
+ * t->active_qpn go on? t is our view (our version, cluster and node id,
+ * the request's node id and nonce). Refuses, in this order, another
+ * cluster, another addressee (-LOCUS_EPROTO), a nonce in seen, a MAC that
+ * does not match (compared in constant time). Returns 0, or -LOCUS_EAUTH
+ * with *why set (NULL: not wanted) or -LOCUS_EPROTO; err says which.
+ */
+int locus_verbs_req_admit(const struct locus_verbs_pdata *req, const struct locus_verbs_transcript *t,
+			  const uint8_t secret[LOCUS_VERBS_SECRET_LEN],
+			  const struct locus_verbs_replay *seen, enum locus_verbs_auth_reason *why,
+			  struct locus_error *err);
+
+/*
+ * Active side: does the decoded accept prove the passive side? t is our
+ * view with the passive's QP number and nonce_b filled in. Refuses another
+ * cluster, another sender or addressee (-LOCUS_EPROTO: someone else
+ * answers at that address), a wrong MAC. Returns 0, or -LOCUS_EAUTH with
+ * *why set (NULL: not wanted) or -LOCUS_EPROTO; err says which.
+ */
+int locus_verbs_rep_admit(const struct locus_verbs_pdata *rep, const struct locus_verbs_transcript *t,
+			  const uint8_t secret[LOCUS_VERBS_SECRET_LEN],
+			  enum locus_verbs_auth_reason *why, struct locus_error *err);
+
+/*
+ * Either side: is a decoded hello the one peer node `from` owes us on this
+ * connection (expect: the MAC computed beforehand)? Pure byte compares, no
+ * allocation (the data path calls it). Returns 0, -LOCUS_EPROTO (sender)
+ * or -LOCUS_EAUTH (MAC).
+ */
+int locus_verbs_hello_admit(const struct locus_verbs_hello *h, uint16_t from,
+			    const uint8_t expect[LOCUS_VERBS_MAC_LEN]);
 
 /* Map a reject reason to -LOCUS_E* (unknown reasons: -ECONNREFUSED). */
 int locus_verbs_reject_errno(int reason);
@@ -259,7 +404,8 @@ struct locus_verbs_stats {
 } __locus_cache_aligned;
 
 struct locus_verbs_ep_stats {
-	uint64_t auth_rejects;        /* connect requests refused: secret / cluster */
+	/* handshakes refused, by enum locus_verbs_auth_reason (both sides, every leg) */
+	uint64_t auth_refused[LOCUS_VERBS_AUTH_N];
 	uint64_t version_rejects;
 	uint64_t peer_rejects;        /* unknown / not passive node id, bad data */
 	uint64_t cm_events;
@@ -454,11 +600,13 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
  * _sq_stalls, _credit_writes, _tx_failed, _connects, _reconnects,
  * _disconnects, _rejects_received, _proto_errors, _peer_node, _peer_up
  * (vectors by "peer", the index in declaration order, max_peers long),
- * _cq_errors ("peer" x "status", the ibv_wc_status), and the scalars
- * _auth_rejects, _version_rejects, _peer_rejects. The values land in block
- * data_lcore (what the data path counts; that thread must own the block) and
- * ctl_lcore (connections, rejects, peer_up; the control thread's block; the
- * same block when not threaded): readers sum the blocks. The control part is
+ * _cq_errors ("peer" x "status", the ibv_wc_status), _auth_refused (by
+ * "reason", enum locus_verbs_auth_reason) and the scalars _version_rejects,
+ * _peer_rejects. The values land in block
+ * data_lcore (what the data path counts, connects and refused hellos too;
+ * that thread must own the block) and ctl_lcore (disconnects, rejects, the
+ * other refusals, peer_up; the control thread's block; the same block when
+ * not threaded): readers sum the blocks. The control part is
  * refreshed by locus_verbs_service(), the data part by
  * locus_verbs_counters_sync_data() on the data thread (plain stores, no
  * syscall: call it every millisecond or so), both by
@@ -477,7 +625,8 @@ enum locus_verbs_peer_state locus_verbs_peer_state(const struct locus_verbs_peer
 uint16_t locus_verbs_peer_node(const struct locus_verbs_peer *p);
 /* Both threads' counts summed into a snapshot (not threaded: exact). */
 const struct locus_verbs_stats *locus_verbs_peer_stats(struct locus_verbs_peer *p);
-const struct locus_verbs_ep_stats *locus_verbs_ep_stats(const struct locus_verbs_ep *ep);
+/* The endpoint's counts, the same way. */
+const struct locus_verbs_ep_stats *locus_verbs_ep_stats(struct locus_verbs_ep *ep);
 /* Device limits after creation. */
 uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep);
 /* Scatter/gather entries one message may have (buf + sg), 1..LOCUS_VERBS_MAX_SGE. */

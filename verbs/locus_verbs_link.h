@@ -15,9 +15,9 @@
  *
  *   IDLE      control owns everything (no connection, or one being built;
  *             the data side touches nothing of the peer)
- *   ARMED     the QP exists, receives are posted: the data side consumes
- *             receive completions but posts nothing (the remote inbox may
- *             still be unknown)
+ *   ARMED     the QP exists, receives are posted (the active side's hello
+ *             too): the data side waits for the peer's hello and posts
+ *             nothing else (the remote inbox is not known yet)
  *   UP        the data side posts, polls, returns credits
  *   FAILING   the data side found an error (completion error, ring
  *             violation, failed post): it stopped posting and asks control
@@ -30,8 +30,7 @@
  *
  * Transitions (C: control, D: data):
  *   C  IDLE -> ARMED (gen + 1)          link_arm
- *   C  ARMED -> UP                      link_publish_up (CAS: D may have promoted)
- *   D  ARMED -> UP                      link_promote (passive side, first arrival)
+ *   D  ARMED -> UP                      link_promote (the peer's hello checked out)
  *   D  ARMED | UP -> FAILING (reason)   link_fail
  *   C  ARMED | UP | FAILING -> CLOSING  link_close (a FAILING reason is kept)
  *   C  IDLE -> CLOSING (gen + 1)        link_close: an attempt that failed before
@@ -118,23 +117,10 @@ static inline int locus_verbs_link_arm(struct locus_verbs_link *l)
 }
 
 /*
- * Control: the connection of gen is established and the remote inbox known.
- * Returns 0 when the link is UP (by this call or the data side's promotion),
- * -LOCUS_ESTATE when it is failing or closing instead.
- */
-static inline int locus_verbs_link_publish_up(struct locus_verbs_link *l, uint16_t gen)
-{
-	uint64_t w = locus_verbs_link_pack(LOCUS_LINK_ARMED, gen, 0);
-
-	if (locus_verbs_link_cas(l, &w, locus_verbs_link_pack(LOCUS_LINK_UP, gen, 0)))
-		return 0;
-	return locus_verbs_link_state_of(w) == LOCUS_LINK_UP &&
-	       locus_verbs_link_gen_of(w) == gen ? 0 : -LOCUS_ESTATE;
-}
-
-/*
- * Data: a passive side's first arrival proves the connection up before
- * control saw ESTABLISHED. Returns 1 if the link is UP now, 0 otherwise.
+ * Data: the peer's hello checked out, its inbox is known: the connection
+ * is up (only the data side leaves ARMED for UP; control learns it from
+ * the word). CAS, because control may be closing it. Returns 1 if the link
+ * is UP now, 0 otherwise.
  */
 static inline int locus_verbs_link_promote(struct locus_verbs_link *l, uint16_t gen)
 {

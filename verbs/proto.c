@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Connection private data and inbox ring checks: pure byte handling, no
- * verbs, so every rule here is unit-tested on the host.
+ * Handshake encodings (REQ / REP private data, the hellos on the QP),
+ * reject codes and inbox ring checks: pure byte handling, no verbs, so
+ * every rule here is unit-tested on the host. The MACs are in auth.c.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "locus_verbs.h"
@@ -41,88 +43,112 @@ static uint64_t get64(const uint8_t *b)
 	return get32(b) | ((uint64_t)get32(b + 4) << 32);
 }
 
-void locus_verbs_pdata_encode(const struct locus_verbs_pdata *p, uint8_t *buf)
+static bool all_zero(const uint8_t *b, size_t n)
 {
-	put16(buf + 0, p->version);
-	buf[2] = p->kind;
-	buf[3] = p->slot_shift;
-	put32(buf + 4, p->cluster_id);
-	put16(buf + 8, p->node_id);
-	put16(buf + 10, p->slot_count);
-	put32(buf + 12, p->rkey);
-	put64(buf + 16, p->inbox_addr);
-	memcpy(buf + 24, p->secret, LOCUS_VERBS_SECRET_LEN);
+	uint8_t acc = 0;
+
+	for (size_t i = 0; i < n; i++)
+		acc |= b[i];
+	return acc == 0;
 }
 
-int locus_verbs_pdata_decode(const void *buf, size_t len, struct locus_verbs_pdata *p,
-			     struct locus_error *err)
+size_t locus_verbs_pdata_encode(const struct locus_verbs_pdata *p, uint8_t *buf)
+{
+	size_t mac_len = p->kind == LOCUS_VERBS_PD_REQ ? LOCUS_VERBS_REQ_MAC_LEN : LOCUS_VERBS_MAC_LEN;
+
+	memset(buf, 0, LOCUS_VERBS_PDATA_MAX);
+	put16(buf + 0, p->version);
+	buf[2] = p->kind;
+	put32(buf + 4, p->cluster_id);
+	put16(buf + 8, p->from);
+	put16(buf + 10, p->to);
+	memcpy(buf + 16, p->nonce, LOCUS_VERBS_NONCE_LEN);
+	memcpy(buf + 32, p->mac, mac_len);
+	return 32 + mac_len;
+}
+
+int locus_verbs_pdata_decode(const void *buf, size_t len, unsigned kind,
+			     struct locus_verbs_pdata *p, struct locus_error *err)
+{
+	size_t need = kind == LOCUS_VERBS_PD_REQ ? LOCUS_VERBS_REQ_LEN : LOCUS_VERBS_REP_LEN;
+	const uint8_t *b = buf;
+
+	if (kind != LOCUS_VERBS_PD_REQ && kind != LOCUS_VERBS_PD_REP)
+		return locus_error_set(err, EINVAL, "private data kind %u is neither REQ nor REP", kind);
+	/* rdma_cm pads private data up to the transport's size: extra bytes are ignored */
+	if (!buf || len < need)
+		return locus_error_set(err, LOCUS_ETRUNCATED,
+				       "connection private data is %zu bytes, need %zu",
+				       buf ? len : 0, need);
+	memset(p, 0, sizeof(*p));
+	p->version = get16(b + 0);
+	p->kind = b[2];
+	p->cluster_id = get32(b + 4);
+	p->from = get16(b + 8);
+	p->to = get16(b + 10);
+	memcpy(p->nonce, b + 16, LOCUS_VERBS_NONCE_LEN);
+	memcpy(p->mac, b + 32, need - 32);
+	/* the version first: a peer of another version may lay out the rest otherwise */
+	if (p->version != LOCUS_VERBS_PROTO_VERSION)
+		return locus_error_set(err, LOCUS_EVERSION, "peer speaks protocol version %u, we speak %u",
+				       p->version, LOCUS_VERBS_PROTO_VERSION);
+	if (p->kind != kind)
+		return locus_error_set(err, LOCUS_EPROTO, "private data kind %u, expected %u",
+				       p->kind, kind);
+	if (b[3] || !all_zero(b + 12, 4))
+		return locus_error_set(err, LOCUS_EPROTO, "private data: reserved bytes not zero");
+	return 0;
+}
+
+void locus_verbs_hello_encode(const struct locus_verbs_hello *h, uint8_t *buf)
+{
+	memset(buf, 0, LOCUS_VERBS_HELLO_LEN);
+	put16(buf + 0, h->version);
+	buf[2] = h->kind;
+	buf[3] = h->slot_shift;
+	put16(buf + 4, h->from);
+	put16(buf + 6, h->slot_count);
+	put32(buf + 8, h->rkey);
+	put64(buf + 16, h->inbox_addr);
+	memcpy(buf + 24, h->mac, LOCUS_VERBS_MAC_LEN);
+}
+
+int locus_verbs_hello_decode(const void *buf, size_t len, unsigned kind,
+			     struct locus_verbs_hello *h, struct locus_error *err)
 {
 	const uint8_t *b = buf;
 	uint64_t span;
 
-	/* rdma_cm may pad private data up to the transport's size: extra bytes are ignored. */
-	if (!buf || len < LOCUS_VERBS_PDATA_LEN)
-		return locus_error_set(err, LOCUS_ETRUNCATED,
-				       "connection private data is %zu bytes, need %u",
-				       buf ? len : 0, LOCUS_VERBS_PDATA_LEN);
-	p->version = get16(b + 0);
-	p->kind = b[2];
-	p->slot_shift = b[3];
-	p->cluster_id = get32(b + 4);
-	p->node_id = get16(b + 8);
-	p->slot_count = get16(b + 10);
-	p->rkey = get32(b + 12);
-	p->inbox_addr = get64(b + 16);
-	memcpy(p->secret, b + 24, LOCUS_VERBS_SECRET_LEN);
-
-	if (p->version != LOCUS_VERBS_PROTO_VERSION)
-		return locus_error_set(err, LOCUS_EVERSION, "peer speaks protocol version %u, we speak %u",
-				       p->version, LOCUS_VERBS_PROTO_VERSION);
-	if (p->kind != LOCUS_VERBS_PD_REQ && p->kind != LOCUS_VERBS_PD_REP)
-		return locus_error_set(err, LOCUS_EPROTO, "private data kind %u is neither REQ nor REP",
-				       p->kind);
-	if (p->slot_shift < LOCUS_VERBS_SLOT_SHIFT_MIN || p->slot_shift > LOCUS_VERBS_SLOT_SHIFT_MAX)
+	if (!buf || len != LOCUS_VERBS_HELLO_LEN)
+		return locus_error_set(err, LOCUS_ETRUNCATED, "hello is %zu bytes, want %u",
+				       buf ? len : 0, LOCUS_VERBS_HELLO_LEN);
+	h->version = get16(b + 0);
+	h->kind = b[2];
+	h->slot_shift = b[3];
+	h->from = get16(b + 4);
+	h->slot_count = get16(b + 6);
+	h->rkey = get32(b + 8);
+	h->inbox_addr = get64(b + 16);
+	memcpy(h->mac, b + 24, LOCUS_VERBS_MAC_LEN);
+	if (h->version != LOCUS_VERBS_PROTO_VERSION)
+		return locus_error_set(err, LOCUS_EVERSION, "hello of protocol version %u, we speak %u",
+				       h->version, LOCUS_VERBS_PROTO_VERSION);
+	if (h->kind != kind)
+		return locus_error_set(err, LOCUS_EPROTO, "hello kind %u, expected %u", h->kind, kind);
+	if (!all_zero(b + 12, 4))
+		return locus_error_set(err, LOCUS_EPROTO, "hello: reserved bytes not zero");
+	if (h->slot_shift < LOCUS_VERBS_SLOT_SHIFT_MIN || h->slot_shift > LOCUS_VERBS_SLOT_SHIFT_MAX)
 		return locus_error_set(err, LOCUS_ERANGE, "slot shift %u outside [%u, %u]",
-				       p->slot_shift, LOCUS_VERBS_SLOT_SHIFT_MIN,
+				       h->slot_shift, LOCUS_VERBS_SLOT_SHIFT_MIN,
 				       LOCUS_VERBS_SLOT_SHIFT_MAX);
-	if (p->slot_count < LOCUS_VERBS_SLOTS_MIN || p->slot_count > LOCUS_VERBS_SLOTS_MAX)
+	if (h->slot_count < LOCUS_VERBS_SLOTS_MIN || h->slot_count > LOCUS_VERBS_SLOTS_MAX)
 		return locus_error_set(err, LOCUS_ERANGE, "slot count %u outside [%u, %u]",
-				       p->slot_count, LOCUS_VERBS_SLOTS_MIN, LOCUS_VERBS_SLOTS_MAX);
-	span = ((uint64_t)p->slot_count << p->slot_shift) + LOCUS_VERBS_CTRL_LEN;
-	if (p->inbox_addr == 0 || p->inbox_addr + span < p->inbox_addr)
+				       h->slot_count, LOCUS_VERBS_SLOTS_MIN, LOCUS_VERBS_SLOTS_MAX);
+	span = ((uint64_t)h->slot_count << h->slot_shift) + LOCUS_VERBS_CTRL_LEN;
+	if (h->inbox_addr == 0 || h->inbox_addr + span < h->inbox_addr)
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "inbox at 0x%llx + %llu bytes is not a valid range",
-				       (unsigned long long)p->inbox_addr, (unsigned long long)span);
-	return 0;
-}
-
-int locus_verbs_ct_equal(const void *a, const void *b, size_t n)
-{
-	const volatile uint8_t *x = a, *y = b;
-	uint8_t acc = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++)
-		acc |= x[i] ^ y[i];
-	return acc == 0;
-}
-
-int locus_verbs_pdata_admit(const struct locus_verbs_pdata *p, uint32_t cluster_id,
-			    const uint8_t secret[LOCUS_VERBS_SECRET_LEN],
-			    enum locus_verbs_pdata_kind kind, struct locus_error *err)
-{
-	/* Compare the secret first and always, so timing does not tell a wrong cluster. */
-	int ok = locus_verbs_ct_equal(p->secret, secret, LOCUS_VERBS_SECRET_LEN);
-
-	if (p->cluster_id != cluster_id)
-		return locus_error_set(err, LOCUS_EAUTH, "node %u belongs to cluster %u, we are %u",
-				       p->node_id, p->cluster_id, cluster_id);
-	if (!ok)
-		return locus_error_set(err, LOCUS_EAUTH, "node %u presented a wrong cluster secret",
-				       p->node_id);
-	if (p->kind != kind)
-		return locus_error_set(err, LOCUS_EPROTO, "expected private data kind %u, got %u",
-				       kind, p->kind);
+				       (unsigned long long)h->inbox_addr, (unsigned long long)span);
 	return 0;
 }
 
@@ -133,6 +159,7 @@ int locus_verbs_reject_errno(int reason)
 		return -LOCUS_EVERSION;
 	case LOCUS_VERBS_REJ_AUTH:
 	case LOCUS_VERBS_REJ_CLUSTER:
+	case LOCUS_VERBS_REJ_REPLAY:
 		return -LOCUS_EAUTH;
 	case LOCUS_VERBS_REJ_PEER:
 	case LOCUS_VERBS_REJ_INVALID:

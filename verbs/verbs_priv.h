@@ -22,7 +22,12 @@
 /* a closing connection whose last send never completes is given up after this */
 #define DRAIN_NS    (200ull * 1000000ull)
 
-enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3, TX_AREA = 4 };
+enum tx_kind { TX_MSG = 1, TX_CREDIT = 2, TX_RAW = 3, TX_AREA = 4, TX_HELLO = 5 };
+
+/* The hello buffers of a peer (hs_mr, local access only): what we receive, what we send. */
+#define HS_RX_OFF   0u
+#define HS_TX_OFF   64u
+#define HS_MR_LEN   128u
 
 /* Control's view of a peer (what locus_verbs_peer_state() reports besides UP). */
 enum ctl_phase {
@@ -46,6 +51,7 @@ struct locus_verbs_peer {
 	uint8_t *tx_kind;            /* [sq_depth] */
 	uint32_t *held;              /* [slot_count]: consumed slots | HELD_DONE */
 	struct locus_verbs_mr area_tx; /* staging of our area writes to the peer */
+	struct locus_verbs_mr hs_mr; /* hello buffers (HS_RX_OFF, HS_TX_OFF) */
 
 	/* the hand-over word */
 	struct locus_verbs_link link;
@@ -55,6 +61,11 @@ struct locus_verbs_peer {
 	uint16_t dgen;
 	int32_t dreason;             /* why the connection fails (FAILING / CLOSING) */
 	uint64_t drain_since_ns;     /* CLOSING first seen, for the DRAIN_NS bound */
+	/*
+	 * conn: the MAC the peer's hello must carry, and (in hs_mr) our own
+	 * hello, written by control before it arms the connection
+	 */
+	uint8_t hs_expect[LOCUS_VERBS_MAC_LEN];
 	/* conn: tx into the peer's inbox */
 	struct ibv_qp *qp;
 	struct locus_verbs_ring rring;
@@ -77,13 +88,16 @@ struct locus_verbs_peer {
 	/* ctl */
 	struct rdma_cm_id *id;
 	uint8_t phase;               /* enum ctl_phase; relaxed stores (read by accessors) */
-	uint16_t cgen;               /* generation of the connection being built / up */
 	struct sockaddr_in remote;
 	uint64_t deadline_ns;        /* next redial (BACKOFF) or give-up (CONNECTING) */
 	uint32_t backoff_ms;
 	struct rdma_cm_id *pend_id;  /* a returning peer's request, waiting for the old
 				      * connection to quiesce */
 	struct locus_verbs_pdata pend_pd;
+	uint32_t pend_qpn;           /* the QP number it came from */
+	struct locus_verbs_transcript hs; /* the handshake of the attempt under way */
+	bool proving;                /* our proof is out: a time-out is the peer's failure */
+	struct locus_verbs_replay seen; /* passive: request nonces accepted from this peer */
 	struct locus_verbs_stats cstats; /* ctl's counts */
 	struct locus_verbs_stats sum;    /* locus_verbs_peer_stats() snapshot */
 } __locus_cache_aligned;
@@ -112,6 +126,8 @@ struct locus_verbs_ep {
 	uint32_t n_draining;            /* peers in CLOSING not yet drained */
 	/* ctl, but stats.stale_cqes: data */
 	struct locus_verbs_ep_stats stats;
+	uint64_t hello_refused;         /* data: hellos refused (auth_refused[HELLO]) */
+	struct locus_verbs_ep_stats stats_sum; /* locus_verbs_ep_stats() snapshot */
 	struct locus_verbs_ctrs *ctrs;  /* counter export, NULL if none */
 };
 
@@ -129,6 +145,13 @@ void locus_verbs_data_sync(struct locus_verbs_ep *ep);
  */
 void locus_verbs_data_force_quiesce(struct locus_verbs_peer *p);
 int locus_verbs_post_credit(struct locus_verbs_peer *p);
+/*
+ * Post our hello (hs_mr at HS_TX_OFF) as a signalled SEND under connection
+ * gen: by control on the active side while the link is IDLE (it owns the
+ * ring then), by the data side on the passive side right after it promoted
+ * the link, before anything else goes out. 0 or -errno.
+ */
+int locus_verbs_post_hello(struct locus_verbs_peer *p, uint16_t gen);
 bool locus_verbs_credits_pending(const struct locus_verbs_ep *ep);
 void locus_verbs_flush_all_credits(struct locus_verbs_ep *ep);
 

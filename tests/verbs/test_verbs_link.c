@@ -35,9 +35,9 @@ static void test_transitions(void **state)
 	uint64_t w;
 	(void)state;
 
-	/* nothing to reap, nothing to publish while IDLE */
+	/* nothing to reap, nothing to promote while IDLE */
 	assert_int_equal(locus_verbs_link_reap(&l, &reason), 0);
-	assert_int_equal(locus_verbs_link_publish_up(&l, 1), -LOCUS_ESTATE);
+	assert_int_equal(locus_verbs_link_promote(&l, 1), 0);
 	assert_int_equal(locus_verbs_link_next_gen(&l), 1);
 	assert_int_equal(locus_verbs_link_arm(&l), 1);
 	assert_int_equal(st(&l), LOCUS_LINK_ARMED);
@@ -46,15 +46,15 @@ static void test_transitions(void **state)
 	assert_int_equal(locus_verbs_link_promote(&l, 7), 0);
 	assert_int_equal(locus_verbs_link_state_of(locus_verbs_link_fail(&l, 7, -EIO)),
 			 LOCUS_LINK_ARMED);
-	/* the data side promotes first; control's publish still succeeds */
+	/* the data side promotes (the peer's hello checked out); twice is still up */
 	assert_int_equal(locus_verbs_link_promote(&l, 1), 1);
-	assert_int_equal(locus_verbs_link_publish_up(&l, 1), 0);
+	assert_int_equal(locus_verbs_link_promote(&l, 1), 1);
 	assert_int_equal(st(&l), LOCUS_LINK_UP);
 	/* data fails, control closes: the data side's reason stays */
 	w = locus_verbs_link_fail(&l, 1, -EIO);
 	assert_int_equal(locus_verbs_link_state_of(w), LOCUS_LINK_FAILING);
 	assert_int_equal(locus_verbs_link_reason_of(w), -EIO);
-	assert_int_equal(locus_verbs_link_publish_up(&l, 1), -LOCUS_ESTATE);
+	assert_int_equal(locus_verbs_link_promote(&l, 1), 0);
 	w = locus_verbs_link_close(&l, -ECONNRESET);
 	assert_int_equal(locus_verbs_link_state_of(w), LOCUS_LINK_CLOSING);
 	assert_int_equal(locus_verbs_link_reason_of(w), -EIO);
@@ -70,8 +70,7 @@ static void test_transitions(void **state)
 	assert_int_equal(st(&l), LOCUS_LINK_IDLE);
 	/* control closes an up link: its reason */
 	assert_int_equal(locus_verbs_link_arm(&l), 2);
-	assert_int_equal(locus_verbs_link_publish_up(&l, 2), 0);
-	assert_int_equal(locus_verbs_link_promote(&l, 2), 1); /* already up: still up */
+	assert_int_equal(locus_verbs_link_promote(&l, 2), 1);
 	w = locus_verbs_link_close(&l, -ECONNRESET);
 	assert_int_equal(locus_verbs_link_reason_of(w), -ECONNRESET);
 	assert_int_equal(locus_verbs_link_promote(&l, 2), 0);
@@ -153,13 +152,13 @@ static void *data_thread(void *arg)
 				sh->bad++; /* control's writes before ARMED not visible */
 		}
 		sh->conn_touches++; /* the connection is ours: plain accesses */
-		if (s == LOCUS_LINK_UP && mine == LOCUS_LINK_ARMED) {
-			mine = LOCUS_LINK_UP;
+		if (s == LOCUS_LINK_UP && mine == LOCUS_LINK_ARMED)
+			sh->bad++; /* only the data side takes a link up */
+		if (s == LOCUS_LINK_ARMED && (rnd(&seed) & 7) == 0 &&
+		    locus_verbs_link_promote(&sh->l, gen)) {
+			mine = LOCUS_LINK_UP; /* the peer's hello checked out */
 			sh->ups_seen++;
 		}
-		if (s == LOCUS_LINK_ARMED && (rnd(&seed) & 7) == 0 &&
-		    locus_verbs_link_promote(&sh->l, gen))
-			mine = LOCUS_LINK_UP;
 		if ((mine == LOCUS_LINK_ARMED || mine == LOCUS_LINK_UP) && (rnd(&seed) & 15) == 0) {
 			w = locus_verbs_link_fail(&sh->l, gen, -(int32_t)(1 + gen % 100));
 			s = locus_verbs_link_state_of(w);
@@ -209,8 +208,6 @@ static void test_two_threads(void **state)
 			attempts++;
 		} else {
 			assert_int_equal(locus_verbs_link_arm(&sh->l), gen);
-			if (rnd(&seed) & 1)
-				locus_verbs_link_publish_up(&sh->l, gen);
 			/* let the data side run a little, sometimes */
 			for (unsigned k = rnd(&seed) & 255; k; k--)
 				__asm__ __volatile__("" ::: "memory");

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * Host unit tests of the verbs transport's pure logic: private data
- * encoding and validation, credit / ring arithmetic, slot indexing, and
- * device choice on a fake sysfs tree built here.
+ * Host unit tests of the verbs transport's pure logic: reject codes,
+ * credit / ring arithmetic, slot indexing, and device choice on a fake
+ * sysfs tree built here. The handshake's encodings and MACs are in
+ * test_verbs_auth.c.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -19,112 +20,14 @@
 
 #include "locus_verbs.h"
 
-static struct locus_verbs_pdata sample(void)
-{
-	struct locus_verbs_pdata p = {
-		.version = LOCUS_VERBS_PROTO_VERSION, .kind = LOCUS_VERBS_PD_REQ, .slot_shift = 14,
-		.cluster_id = 0x11223344, .node_id = 0x0506, .slot_count = 256,
-		.rkey = 0xa1b2c3d4, .inbox_addr = 0x00007f0012345000ull,
-	};
-	unsigned i;
-
-	for (i = 0; i < LOCUS_VERBS_SECRET_LEN; i++)
-		p.secret[i] = (uint8_t)(0x40 + i);
-	return p;
-}
-
-static void test_pdata_layout(void **state)
-{
-	struct locus_verbs_pdata p = sample(), q;
-	uint8_t b[LOCUS_VERBS_PDATA_LEN];
-	/* the wire layout written out by hand (little-endian, see locus_verbs.h) */
-	static const uint8_t head[24] = {
-		0x01, 0x00, 0x01, 0x0e, 0x44, 0x33, 0x22, 0x11, 0x06, 0x05, 0x00, 0x01,
-		0xd4, 0xc3, 0xb2, 0xa1, 0x00, 0x50, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,
-	};
-
-	(void)state;
-	assert_int_equal(LOCUS_VERBS_PDATA_LEN, 56); /* fits a RoCE REQ through rdma_cm */
-	locus_verbs_pdata_encode(&p, b);
-	assert_memory_equal(b, head, sizeof(head));
-	assert_int_equal(b[24], 0x40);
-	assert_int_equal(b[55], 0x40 + 31);
-	memset(&q, 0, sizeof(q));
-	assert_int_equal(locus_verbs_pdata_decode(b, sizeof(b), &q, NULL), 0);
-	assert_memory_equal(&p, &q, sizeof(p));
-}
-
-static void test_pdata_invalid(void **state)
-{
-	struct locus_verbs_pdata p = sample(), q;
-	struct locus_error err;
-	uint8_t b[LOCUS_VERBS_PDATA_LEN + 8];
-
-	(void)state;
-	locus_verbs_pdata_encode(&p, b);
-	assert_int_equal(locus_verbs_pdata_decode(b, 55, &q, &err), -LOCUS_ETRUNCATED);
-	assert_non_null(strstr(err.msg, "55"));
-	assert_int_equal(locus_verbs_pdata_decode(NULL, 0, &q, NULL), -LOCUS_ETRUNCATED);
-	/* transports pad private data: trailing bytes are fine */
-	assert_int_equal(locus_verbs_pdata_decode(b, sizeof(b), &q, NULL), 0);
-
-	b[0] = 2;
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_EVERSION);
-	assert_non_null(strstr(err.msg, "version 2"));
-	b[0] = 1;
-	b[2] = 3;
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_EPROTO);
-	b[2] = 1;
-	b[3] = 5;
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_ERANGE);
-	assert_non_null(strstr(err.msg, "slot shift"));
-	b[3] = 25;
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
-	b[3] = 14;
-	b[10] = 1; b[11] = 0; /* 1 slot */
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, &err), -LOCUS_ERANGE);
-	assert_non_null(strstr(err.msg, "slot count"));
-	b[10] = 0x01; b[11] = 0x80; /* 32769 */
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
-	b[10] = 0; b[11] = 0x80; /* 32768 */
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), 0);
-	/* inbox wrapping the address space */
-	memset(b + 16, 0xff, 8);
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
-	memset(b + 16, 0, 8);
-	assert_int_equal(locus_verbs_pdata_decode(b, 56, &q, NULL), -LOCUS_ERANGE);
-}
-
-static void test_pdata_admit(void **state)
-{
-	struct locus_verbs_pdata p = sample();
-	uint8_t secret[LOCUS_VERBS_SECRET_LEN];
-	struct locus_error err;
-
-	(void)state;
-	memcpy(secret, p.secret, sizeof(secret));
-	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REQ, &err), 0);
-	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REP, &err),
-			 -LOCUS_EPROTO);
-	assert_int_equal(locus_verbs_pdata_admit(&p, 9, secret, LOCUS_VERBS_PD_REQ, &err),
-			 -LOCUS_EAUTH);
-	assert_non_null(strstr(err.msg, "cluster"));
-	secret[31] ^= 1; /* last byte differs: still refused */
-	assert_int_equal(locus_verbs_pdata_admit(&p, 0x11223344, secret, LOCUS_VERBS_PD_REQ, &err),
-			 -LOCUS_EAUTH);
-	assert_non_null(strstr(err.msg, "secret"));
-	assert_int_equal(locus_verbs_ct_equal("abc", "abc", 3), 1);
-	assert_int_equal(locus_verbs_ct_equal("abc", "abd", 3), 0);
-	assert_int_equal(locus_verbs_ct_equal("xbc", "abc", 3), 0);
-	assert_int_equal(locus_verbs_ct_equal("", "", 0), 1);
-}
-
 static void test_reject_codes(void **state)
 {
 	(void)state;
 	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_VERSION), -LOCUS_EVERSION);
 	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_AUTH), -LOCUS_EAUTH);
 	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_CLUSTER), -LOCUS_EAUTH);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_REPLAY), -LOCUS_EAUTH);
+	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_INVALID), -LOCUS_EPROTO);
 	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_PEER), -LOCUS_EPROTO);
 	assert_int_equal(locus_verbs_reject_errno(LOCUS_VERBS_REJ_BUSY), -EBUSY);
 	assert_int_equal(locus_verbs_reject_errno(200), -ECONNREFUSED);
@@ -433,9 +336,6 @@ static void test_gid_ipv4(void **state)
 int main(void)
 {
 	const struct CMUnitTest pure[] = {
-		cmocka_unit_test(test_pdata_layout),
-		cmocka_unit_test(test_pdata_invalid),
-		cmocka_unit_test(test_pdata_admit),
 		cmocka_unit_test(test_reject_codes),
 		cmocka_unit_test(test_slots_and_credits),
 		cmocka_unit_test(test_ring_accept),

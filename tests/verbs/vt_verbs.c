@@ -348,7 +348,7 @@ static void refused(uint16_t port, void (*tune)(struct locus_verbs_ep_params *),
 	assert_int_equal(b.ups, 0);
 	assert_int_equal(locus_verbs_peer_state(a.peer), LOCUS_VERBS_DOWN);
 	if (want == -LOCUS_EAUTH)
-		assert_true(locus_verbs_ep_stats(a.ep)->auth_rejects >= 1);
+		assert_true(locus_verbs_ep_stats(a.ep)->auth_refused[LOCUS_VERBS_AUTH_REQ_MAC] >= 1);
 	else if (want == -LOCUS_EVERSION)
 		assert_true(locus_verbs_ep_stats(a.ep)->version_rejects >= 1);
 	else
@@ -424,7 +424,7 @@ static void test_wrong_secret(void **state)
 	printf("# refused dialler: %llu more attempts in 3 s\n", (unsigned long long)(r1 - r0));
 	assert_true(r1 - r0 >= 3);  /* it does come back */
 	assert_true(r1 - r0 <= 12); /* but does not hammer the listener */
-	assert_int_equal(locus_verbs_ep_stats(a.ep)->auth_rejects, r1);
+	assert_int_equal(locus_verbs_ep_stats(a.ep)->auth_refused[LOCUS_VERBS_AUTH_REQ_MAC], r1);
 	assert_int_equal(b.downs, (int)r1);
 	assert_int_equal(b.ups, 0);
 	vt_node_fini(&b);

@@ -7,7 +7,7 @@
 #                   rxe.rw= read-write (tag rw) at the same path, chroot, and run
 #                   rxe.cmd= (a host path) -> host-built binaries run in the guest.
 # Host packages: qemu-system-x86 busybox-static cpio kmod ibverbs-utils
-#   ibverbs-providers rdmacm-utils perftest iproute2 (+ linux-image-6.1.0-*-amd64
+#   ibverbs-providers rdmacm-utils perftest iproute2 tcpdump (+ linux-image-6.1.0-*-amd64
 #   .deb, only downloaded with `apt-get download` and unpacked, never installed).
 set -euo pipefail
 P=${RXE_VM_DIR:-$PWD/rxe-vm-work}
@@ -49,7 +49,7 @@ depmod -b "$R" "$KV"
 # ---- userspace for the self-contained mode (real iproute2 + rdma-core tools)
 BINS="ip rdma ibv_devices ibv_devinfo ibv_rc_pingpong ibv_ud_pingpong ibv_srq_pingpong
       ib_write_bw ib_write_lat ib_read_bw ib_read_lat ib_send_bw ib_send_lat
-      rping ucmatose rdma_server rdma_client udaddy"
+      rping ucmatose rdma_server rdma_client udaddy tcpdump"
 copy_with_libs() { # file
     local f=$1
     mkdir -p "$R/$(dirname "$f")"; cp -L "$f" "$R/$f"

@@ -388,12 +388,12 @@ if wait_log "$W/n0.log" "peer node 1 up" $((ups0 + 1)) 20 ||
 else
 	say "   no 'peer ... up' within 20 s"
 fi
-auth=$(ctr n1 verbs_auth_rejects)
+auth=$(ctr n1 verbs_auth_refused 'reason="2"') # the request's MAC
 rej=$(ctr n0 verbs_rejects_received)
-say "   listener n1: verbs_auth_rejects $auth; dialler n0: verbs_rejects_received $rej"
+say "   listener n1: verbs_auth_refused{request MAC} $auth; dialler n0: verbs_rejects_received $rej"
 grep -h -i 'authentic\|secret' "$W/n0.log" "$W/n1.log" | tail -n 3 | sed 's/^/  [log] /'
 [ "$auth" -gt 0 ] || grep -qi 'authentic' "$W/n0.log" "$W/n1.log" ||
-	fail "the refusal is not visible (no verbs_auth_rejects, no log line)"
+	fail "the refusal is not visible (no verbs_auth_refused, no log line)"
 
 for n in n0 n1; do
 	[ -n "${PID[$n]}" ] && kill -TERM "${PID[$n]}" && wait "${PID[$n]}" 2>/dev/null

@@ -4,8 +4,9 @@
 #   rxex on vx (192.0.2.20), rxey on vy (.21) two "nodes" on a veth pair in the
 #       initial namespace (rxe on 6.1 answers RoCE only there), policy routing
 #       so traffic between the two local addresses really crosses the pair
-# then runs $RXE_VT (the cmocka suite) or, with RXE_WHAT=bench, $RXE_BENCH
-# next to perftest. Exit status = the tests' status.
+# then runs $RXE_VT (the cmocka suite), $RXE_VT_LOOP and $RXE_VT_AUTH under
+# tcpdump (guest-auth.sh) or, with RXE_WHAT=bench, $RXE_BENCH next to
+# perftest. Exit status = the tests' status.
 set -u
 T=${RXE_T:-420}
 fail() { echo "GUEST SETUP FAILED: $*"; exit 1; }
@@ -26,6 +27,10 @@ else
 	timeout $T "$RXE_VT"; rc=$?
 	if [ -z "${VT_FILTER:-}" ] && [ -n "${RXE_VT_LOOP:-}" ]; then
 		timeout $T "$RXE_VT_LOOP" || rc=1
+	fi
+	# the handshake under tcpdump: the secret never on the wire, replays refused
+	if [ -z "${VT_FILTER:-}" ] && [ -n "${RXE_VT_AUTH:-}" ]; then
+		. "$(dirname "$0")/guest-auth.sh"
 	fi
 fi
 VX1=$(ip -s link show vx | awk '/TX:/{getline; print $1}')
