@@ -12,7 +12,7 @@
 
 FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req rows_msg \
 	engine_client peer_msg load_row regions config json trace esft eplb counters \
-	table_region segment
+	table_region segment verbs_proto
 
 # per target: its libraries (dependants first), extra sources, pkg-config modules
 FUZZ_LIBS_tblfile      := eldr grace common
@@ -40,6 +40,8 @@ FUZZ_SRCS_regions      := $(FUZZ_ENGINE_SRCS)
 FUZZ_LIBS_table_region := eldr grace shm common
 FUZZ_SRCS_table_region := tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_segment      := client counters shm common
+FUZZ_LIBS_verbs_proto  := verbs_core common
+FUZZ_PKGS_verbs_proto  := libcrypto
 FUZZ_LIBS_config       := config common
 FUZZ_LIBS_json         := trace common
 FUZZ_SRCS_json         := tests/mini_json.c
@@ -81,9 +83,10 @@ endif
 
 # The seed generator builds with the normal tree (gcc) and writes the
 # checked-in corpora; run it after a format changes.
-FUZZ_GEN_LIBS := engine wire eldr grace gracefit client counters shm trace common
+FUZZ_GEN_LIBS := engine wire eldr grace gracefit client counters shm trace verbs_core common
 $(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/fuzz_tables.c \
-	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),lapacke openblas))
+	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),\
+	lapacke openblas libcrypto))
 
 .PHONY: fuzz-seeds
 fuzz-seeds: $(BUILD)/tests/fuzz/gen_seeds

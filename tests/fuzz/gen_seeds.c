@@ -25,6 +25,7 @@
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
+#include "locus_verbs.h"
 #include "locus_wire.h"
 #include "locus_client.h"
 #include "locus_shm.h"
@@ -750,6 +751,44 @@ static void segment(void)
 	unsetenv(LOCUS_SHM_DIR_ENV);
 }
 
+static void verbs_proto(void)
+{
+	struct locus_verbs_pdata p = { .version = LOCUS_VERBS_PROTO_VERSION, .cluster_id = 7,
+				       .from = 0, .to = 1, .nonce = { 9, 8, 7 } };
+	struct locus_verbs_hello h = { .version = LOCUS_VERBS_PROTO_VERSION, .slot_shift = 14,
+				       .from = 1, .slot_count = 256, .rkey = 0x1234,
+				       .inbox_addr = 0x7f0000000000ull };
+	struct bs s;
+
+	for (unsigned kind = LOCUS_VERBS_PD_REQ; kind <= LOCUS_VERBS_PD_REP; kind++) {
+		s.n = 0;
+		p.kind = (uint8_t)kind;
+		b8(&s, kind - 1);
+		s.n += locus_verbs_pdata_encode(&p, s.b + s.n);
+		put("verbs_proto", kind == LOCUS_VERBS_PD_REQ ? "req" : "rep", s.b, s.n);
+	}
+	for (unsigned kind = LOCUS_VERBS_HELLO_A; kind <= LOCUS_VERBS_HELLO_P; kind++) {
+		s.n = 0;
+		h.kind = (uint8_t)kind;
+		b8(&s, kind - 1);
+		locus_verbs_hello_encode(&h, s.b + s.n);
+		s.n += LOCUS_VERBS_HELLO_LEN;
+		put("verbs_proto", kind == LOCUS_VERBS_HELLO_A ? "hello-a" : "hello-p", s.b, s.n);
+	}
+	/* 16 slots of 64 bytes: a message of 2 slots at head 20, one of 4 that skips the tail */
+	for (int v = 0; v < 2; v++) {
+		s.n = 0;
+		b8(&s, 4);
+		b16(&s, 14);
+		b8(&s, 0);
+		b32(&s, v ? 30 : 20);
+		b32(&s, 0);
+		b32(&s, v ? (3u << 16) : (1u << 16 | 4));
+		b32(&s, v ? 200 : 100);
+		put("verbs_proto", v ? "ring-skip-tail" : "ring", s.b, s.n);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -776,5 +815,6 @@ int main(int argc, char **argv)
 	regions();
 	table_region();
 	segment();
+	verbs_proto();
 	return 0;
 }
