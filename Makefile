@@ -8,6 +8,7 @@
 #   make            build everything (-O2 -g, -Wall -Wextra -Werror, gnu11)
 #   make test       install missing Debian packages, build, run every test
 #   make asan       the unit tests under AddressSanitizer + UBSan
+#   make fuzz       every libFuzzer target for FUZZ_SECONDS each (tests/fuzz.mk)
 #   make bench      build and run the benchmarks (figures are printed, never asserted)
 #   make demo       the main job: locusd on the embedded default with client traffic
 #   make install    PREFIX=/usr/local DESTDIR=
@@ -24,6 +25,16 @@ PKG_CONFIG ?= pkg-config
 ifeq ($(SAN),1)
 BUILD      := build-asan
 SANFLAGS   := -fsanitize=address,undefined -fno-omit-frame-pointer \
+              -fno-sanitize-recover=all
+OPT        ?= -O1
+endif
+# `make FUZZ=1 ...` builds the libFuzzer targets into their own tree with
+# clang (tests/fuzz.mk): every object gets the fuzzer's coverage, ASan and
+# UBSan, and undefined behaviour aborts like a crash.
+ifeq ($(FUZZ),1)
+BUILD      := build-fuzz
+CC         := clang
+SANFLAGS   := -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer \
               -fno-sanitize-recover=all
 OPT        ?= -O1
 endif
@@ -150,4 +161,4 @@ install-bins: all-targets
 
 .PHONY: clean
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-fuzz

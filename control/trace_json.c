@@ -163,7 +163,7 @@ static int escape(struct tj *j, char *out, size_t cap, size_t *n)
 	} else if (cp >= 0xdc00 && cp < 0xe000) {
 		return tj_fail(j, LOCUS_EPARSE, "unpaired surrogate in \\u escape");
 	}
-	if (cp == 0)
+	if (cp == 0 && out) /* a C string cannot hold it; a skipped string may */
 		return tj_fail(j, LOCUS_EPARSE, "NUL character in string");
 	if (cp < 0x80) {
 		u[0] = (char)cp;
@@ -389,8 +389,8 @@ static int literal(struct tj *j, const char *w)
 
 static int skip_depth(struct tj *j, int depth)
 {
-	double d;
-	int c, ret, more;
+	size_t len;
+	int c, ret, more, is_int;
 
 	if (depth > TJ_MAX_DEPTH)
 		return tj_fail(j, LOCUS_ERANGE, "nesting deeper than %d", TJ_MAX_DEPTH);
@@ -441,7 +441,11 @@ static int skip_depth(struct tj *j, int depth)
 	case 'n':
 		return literal(j, "null");
 	default:
-		return tj_number(j, &d);
+		/* any JSON number: its grammar only (a skipped value is never converted) */
+		ret = number_span(j, &len, &is_int);
+		if (ret == 0)
+			j->p += len;
+		return ret;
 	}
 }
 

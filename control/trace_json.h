@@ -47,20 +47,28 @@ int tj_next(struct tj *j, char closer);
 
 /*
  * A string into out (NUL-terminated, UTF-8; \u escapes and surrogate pairs decoded). Fails
- * with -LOCUS_ERANGE if it does not fit in cap bytes. out NULL: validate only.
+ * with -LOCUS_ERANGE if it does not fit in cap bytes, -LOCUS_EPARSE for a \u0000 (a C
+ * string cannot hold it). out NULL: validate only (\u0000 is then a character like any).
  */
 int tj_string(struct tj *j, char *out, size_t cap);
 
 /* A non-negative integer <= max (no fraction, no exponent, no sign). */
 int tj_uint(struct tj *j, uint64_t max, uint64_t *v);
 
-/* Any JSON number; NaN/Infinity are not JSON and are rejected by name. */
+/*
+ * Any JSON number as a double; NaN/Infinity are not JSON and are rejected by
+ * name; -LOCUS_ERANGE for a number longer than 63 characters or beyond a
+ * double's range.
+ */
 int tj_number(struct tj *j, double *v);
 
 /* The literal null: returns 1 and consumes it, else 0. */
 int tj_null(struct tj *j);
 
-/* Skip one value of any kind, validating it. */
+/*
+ * Skip one value of any kind, validating it; a number by its grammar only
+ * (any length or magnitude: it is never converted).
+ */
 int tj_skip(struct tj *j);
 
 #endif /* LOCUS_TRACE_JSON_H */

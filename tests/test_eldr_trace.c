@@ -85,6 +85,68 @@ static void test_long_keys(void **state)
 	assert_non_null(strstr(e.msg, "t.jsonl:1:"));
 }
 
+/*
+ * Unknown keys may hold any JSON value: numbers beyond a double's range or
+ * longer than any double's text are skipped like the rest (found by
+ * tests/fuzz fuzz_json; the inputs are in tests/fuzz/regress/trace).
+ * They were refused as "number out of range" / "number longer than 63
+ * characters": skipping converted them to a double.
+ */
+static void test_unknown_numbers(void **state)
+{
+	static const char *values[] = {
+		"1e400", "-1e400", "1e-400",
+		"1234567890123456789012345678901234567890123456789012345678901234567890",
+		"0.00000000000000000000000000000000000000000000000000000000000000000001",
+	};
+	struct locus_trace *t;
+	struct locus_error e;
+	char line[512];
+	(void)state;
+
+	for (size_t i = 0; i < sizeof(values) / sizeof(values[0]); i++) {
+		snprintf(line, sizeof(line), "{\"score\":%s,\"x\":[%s,{\"y\":%s}],"
+			 "\"prompt_routed_experts\":[[[0,1]]],\"id\":\"n\"}\n", values[i],
+			 values[i], values[i]);
+		if (parse(line, 8, &t, &e))
+			fail_msg("%s: %s", values[i], e.msg);
+		assert_int_equal(t->n_requests, 1);
+		assert_string_equal(t->reqs[0].id, "n");
+		assert_int_equal(t->reqs[0].prompt[1], 1);
+		locus_trace_free(t);
+	}
+	/* still refused: what is not a JSON number */
+	assert_int_equal(parse("{\"s\":1e,\"prompt_routed_experts\":[[[0]]]}", 8, &t, &e),
+			 -LOCUS_EPARSE);
+	assert_int_equal(parse("{\"s\":Infinity,\"prompt_routed_experts\":[[[0]]]}", 8, &t,
+			       &e), -LOCUS_ENAN);
+}
+
+/*
+ * An unknown key's string may hold any character, \u0000 included (Python's
+ * json.dumps writes a NUL that way): skipped like the rest (found by
+ * tests/fuzz fuzz_json). It was refused as "NUL character in string",
+ * which stays the answer where the string is decoded (an id, a domain).
+ */
+static void test_unknown_nul_string(void **state)
+{
+	const char *good = "{\"text\":\"a\\u0000b\",\"x\":[\"\\u0000\"],"
+			   "\"prompt_routed_experts\":[[[2]]],\"id\":\"z\"}\n";
+	const char *nul_id = "{\"prompt_routed_experts\":[[[2]]],\"id\":\"z\\u0000\"}\n";
+	struct locus_trace *t;
+	struct locus_error e;
+	(void)state;
+
+	if (parse(good, 8, &t, &e))
+		fail_msg("%s", e.msg);
+	assert_int_equal(t->n_requests, 1);
+	assert_string_equal(t->reqs[0].id, "z");
+	assert_int_equal(t->reqs[0].prompt[0], 2);
+	locus_trace_free(t);
+	assert_int_equal(parse(nul_id, 8, &t, &e), -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "NUL"));
+}
+
 static void test_n_experts_rules(void **state)
 {
 	const char *noh = "{\"prompt_routed_experts\":[[[0,5]]]}\n";
@@ -414,6 +476,8 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_good_trace),
 		cmocka_unit_test(test_long_keys),
+		cmocka_unit_test(test_unknown_numbers),
+		cmocka_unit_test(test_unknown_nul_string),
 		cmocka_unit_test(test_n_experts_rules),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_nesting_bounded),

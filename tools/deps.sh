@@ -9,11 +9,13 @@ set -eu
 BUILD_PKGS="build-essential pkg-config libibverbs-dev librdmacm-dev libdpdk-dev
 libnuma-dev libjemalloc-dev libcmocka-dev liblapacke-dev libopenblas-dev
 libsystemd-dev systemd procps libssl-dev"
+# libFuzzer targets (make fuzz, and the smoke in make test): clang and its runtime.
+FUZZ_PKGS="clang libclang-rt-14-dev"
 # Real verbs under Soft-RoCE in a qemu guest (make test-verbs, make bench-verbs).
 VM_PKGS="qemu-system-x86 busybox-static cpio kmod ibverbs-utils ibverbs-providers
 rdmacm-utils perftest iproute2 dash coreutils tcpdump"
 
-PKGS="$BUILD_PKGS $VM_PKGS"
+PKGS="$BUILD_PKGS $FUZZ_PKGS $VM_PKGS"
 
 missing() {
 	out=""

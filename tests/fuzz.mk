@@ -1,0 +1,96 @@
+# libFuzzer targets (tests/fuzz/README.md): one per parser of untrusted
+# bytes, each through the entry point locusd and the tools use.
+#
+#   make fuzz             every target for FUZZ_SECONDS (default 60) each,
+#                         one at a time; prints executions, exec/s, cov, ft
+#   make fuzz FUZZ_TARGETS="config trace"   some of them
+#   make fuzz-seeds       regenerate the checked-in seed corpora
+#
+# The targets build with clang into build-fuzz/ (make FUZZ=1, see Makefile);
+# `make test` builds them too and runs tests/fuzz/smoke.sh: every seed and
+# every regression input, then a few seconds of fuzzing per target.
+
+FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req rows_msg \
+	engine_client peer_msg load_row regions config json trace esft eplb counters \
+	table_region segment verbs_proto node_sockets
+
+# per target: its libraries (dependants first), extra sources, pkg-config modules
+FUZZ_LIBS_tblfile      := eldr grace common
+FUZZ_LIBS_eldr_table   := eldr grace common
+FUZZ_SRCS_eldr_table   := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
+FUZZ_LIBS_grace_table  := eldr grace common
+FUZZ_SRCS_grace_table  := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
+FUZZ_LIBS_eldr_sig     := eldr grace common
+FUZZ_SRCS_eldr_sig     := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
+FUZZ_LIBS_dispatch_req := wire eldr grace common
+FUZZ_SRCS_dispatch_req := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
+FUZZ_LIBS_combine_req  := wire common
+FUZZ_LIBS_rows_msg     := wire common
+FUZZ_ENGINE_LIBS       := engine wire eldr grace client counters shm common
+FUZZ_ENGINE_SRCS       := tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c \
+	tests/fuzz/fuzz_tables.c
+FUZZ_LIBS_engine_client := $(FUZZ_ENGINE_LIBS)
+FUZZ_SRCS_engine_client := $(FUZZ_ENGINE_SRCS)
+FUZZ_LIBS_peer_msg     := $(FUZZ_ENGINE_LIBS)
+FUZZ_SRCS_peer_msg     := $(FUZZ_ENGINE_SRCS)
+FUZZ_LIBS_load_row     := $(FUZZ_ENGINE_LIBS)
+FUZZ_SRCS_load_row     := $(FUZZ_ENGINE_SRCS)
+FUZZ_LIBS_regions      := node $(FUZZ_ENGINE_LIBS)
+FUZZ_SRCS_regions      := $(FUZZ_ENGINE_SRCS)
+FUZZ_LIBS_node_sockets := node pushsrv $(FUZZ_ENGINE_LIBS) config
+FUZZ_SRCS_node_sockets := tests/fuzz/fuzz_tables.c
+FUZZ_LIBS_table_region := eldr grace shm common
+FUZZ_SRCS_table_region := tests/fuzz/fuzz_tables.c
+FUZZ_LIBS_segment      := client counters shm common
+FUZZ_LIBS_verbs_proto  := verbs_core common
+FUZZ_PKGS_verbs_proto  := libcrypto
+FUZZ_LIBS_config       := config common
+FUZZ_LIBS_json         := trace common
+FUZZ_SRCS_json         := tests/mini_json.c
+FUZZ_LIBS_trace        := trace common
+FUZZ_SRCS_trace        := tests/fuzz/fuzz_trace_common.c
+FUZZ_LIBS_esft         := trace common
+FUZZ_SRCS_esft         := tests/fuzz/fuzz_trace_common.c
+FUZZ_LIBS_eplb         := gracefit grace trace common
+FUZZ_PKGS_eplb         := lapacke openblas
+FUZZ_LIBS_counters     := trace counters common
+FUZZ_SRCS_counters     := tools/stat_snap.c tools/stat_fmt.c tools/stat_prom.c
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS ?= $(FUZZ_ALL)
+FUZZ_UTIL    :=
+
+ifeq ($(FUZZ),1)
+$(foreach t,$(FUZZ_ALL),$(eval $(call PROGRAM,tests/fuzz/fuzz_$(t),tests/fuzz/fuzz_$(t).c \
+	$(FUZZ_SRCS_$(t)),$(FUZZ_LIBS_$(t)),$(FUZZ_PKGS_$(t)))))
+$(addprefix $(BUILD)/tests/fuzz/fuzz_,$(FUZZ_ALL)): LDFLAGS += -fsanitize=fuzzer
+
+.PHONY: fuzz-bins fuzz-run
+fuzz-bins: $(addprefix $(BUILD)/tests/fuzz/fuzz_,$(FUZZ_ALL))
+
+fuzz-run: fuzz-bins
+	FUZZ_BUILD=$(BUILD) FUZZ_SECONDS=$(FUZZ_SECONDS) tests/fuzz/run.sh $(FUZZ_TARGETS)
+else
+.PHONY: fuzz fuzz-build
+fuzz:
+	tools/deps.sh ensure
+	$(MAKE) --no-print-directory FUZZ=1 fuzz-run
+
+# The smoke in `make test` needs the clang tree built first.
+fuzz-build:
+	$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
+test-run: fuzz-build
+EXTRA_TESTS += tests/fuzz/smoke.sh
+endif
+
+# The seed generator builds with the normal tree (gcc) and writes the
+# checked-in corpora; run it after a format changes.
+FUZZ_GEN_LIBS := engine wire eldr grace gracefit client counters shm trace verbs_core common
+$(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/fuzz_tables.c \
+	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),\
+	lapacke openblas libcrypto))
+
+.PHONY: fuzz-seeds
+fuzz-seeds: $(BUILD)/tests/fuzz/gen_seeds
+	rm -rf tests/fuzz/corpus
+	$(BUILD)/tests/fuzz/gen_seeds tests/fuzz/corpus .

@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The locusd config parser (locus_config_parse, what `locusd -c` and
+ * SIGHUP read) on arbitrary text. Contract: what is accepted satisfies the
+ * header's documented ranges and cross-field rules, and printed back as
+ * `key = value` lines it parses to the same config (nothing the parser
+ * accepts is lost or changed by its own syntax).
+ */
+#include <arpa/inet.h>
+#include <math.h>
+
+#include "fuzz.h"
+#include "locus_common.h"
+#include "locus_config.h"
+
+static int is_pow2(uint64_t x)
+{
+	return x && !(x & (x - 1));
+}
+
+static void check_ranges(const struct locus_config *c)
+{
+	FUZZ_CHECK(memchr(c->instance, 0, sizeof(c->instance)) && c->instance[0],
+		   "instance not a C string");
+	FUZZ_CHECK(memchr(c->eal_args, 0, sizeof(c->eal_args)), "eal_args not terminated");
+	FUZZ_CHECK(memchr(c->rdma_device, 0, sizeof(c->rdma_device)) && c->rdma_device[0],
+		   "rdma_device empty");
+	FUZZ_CHECK(memchr(c->secret_file, 0, sizeof(c->secret_file)), "secret_file");
+	FUZZ_CHECK(!c->secret_file[0] || c->secret_file[0] == '/', "relative secret_file");
+	FUZZ_CHECK(memchr(c->ctl_group, 0, sizeof(c->ctl_group)), "ctl_group not terminated");
+	FUZZ_CHECK(is_pow2(c->ring_size) && c->ring_size >= 16, "ring_size %u", c->ring_size);
+	FUZZ_CHECK(is_pow2(c->inbox_slots), "inbox_slots %u", c->inbox_slots);
+	FUZZ_CHECK(c->inbox_slot_size % LOCUS_CACHE_LINE == 0 && c->inbox_slot_size,
+		   "inbox_slot_size %u", c->inbox_slot_size);
+	FUZZ_CHECK(c->stage_size % LOCUS_CACHE_LINE == 0 && c->stage_size, "stage_size");
+	FUZZ_CHECK(c->client_slots >= 1 && c->moe_layers >= 1 && c->moe_experts >= 1 &&
+		   c->max_decoders >= 1 && c->max_batch_tokens >= 1 && c->load_timeout_ms >= 1,
+		   "a count is 0");
+	FUZZ_CHECK(isfinite(c->tau) && c->tau >= 0 && c->tau <= 2, "tau %g", (double)c->tau);
+	FUZZ_CHECK(c->gpus_per_node >= 1 && c->gpus_per_node <= LOCUS_CFG_MAX_GPUS,
+		   "gpus_per_node %u", c->gpus_per_node);
+	FUZZ_CHECK(c->n_nodes >= 1 && c->n_nodes <= LOCUS_CFG_MAX_NODES, "n_nodes %u", c->n_nodes);
+	FUZZ_CHECK(c->node_id < c->n_nodes, "node %u of %u", c->node_id, c->n_nodes);
+	for (uint32_t i = 0; i < c->n_nodes; i++) {
+		FUZZ_CHECK(c->nodes[i].set && c->nodes[i].port, "node.%u not set", i);
+		for (uint32_t j = i + 1; j < c->n_nodes; j++)
+			FUZZ_CHECK(c->nodes[i].ipv4 != c->nodes[j].ipv4 ||
+				   c->nodes[i].port != c->nodes[j].port, "same address");
+	}
+	for (uint32_t i = c->n_nodes; i < LOCUS_CFG_MAX_NODES; i++)
+		FUZZ_CHECK(!c->nodes[i].set, "node.%u set beyond n_nodes", i);
+	if (c->n_nodes > 1)
+		FUZZ_CHECK(strcmp(c->rdma_device, "none") && c->secret_file[0],
+			   "a cluster without device or secret");
+	if (c->intra_node == LOCUS_INTRA_VERBS)
+		FUZZ_CHECK(strcmp(c->rdma_device, "none"), "verbs loopback without a device");
+}
+
+/* The config in the documented syntax. */
+static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
+{
+	size_t n = 0;
+
+#define P(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
+	P("[locusd]\ninstance = %s\nnode = %u\neal_args = %s\nrdma_device = %s\n", c->instance,
+	  c->node_id, c->eal_args, c->rdma_device);
+	if (c->rdma_near_pci[0])
+		P("rdma_near_pci = %s\n", c->rdma_near_pci);
+	if (c->rdma_near_numa >= 0)
+		P("rdma_near_numa = %d\n", c->rdma_near_numa);
+	P("rdma_port = %u\nintra_node = %s\n", c->rdma_port,
+	  c->intra_node == LOCUS_INTRA_VERBS ? "verbs" : "shm");
+	if (c->secret_file[0])
+		P("secret_file = %s\n", c->secret_file);
+	if (c->ctl_group[0])
+		P("ctl_group = %s\n", c->ctl_group);
+	P("ring_size = %u\ninbox_slots = %u\ninbox_slot_size = %u\nclient_slots = %u\n",
+	  c->ring_size, c->inbox_slots, c->inbox_slot_size, c->client_slots);
+	P("stage_size = %llu\nclient_inbox_slots = %u\nmoe_layers = %u\nmoe_experts = %u\n",
+	  (unsigned long long)c->stage_size, c->client_inbox_slots, c->moe_layers,
+	  c->moe_experts);
+	P("max_decoders = %u\nmax_batch_tokens = %u\ntable_slot_size = %llu\n", c->max_decoders,
+	  c->max_batch_tokens, (unsigned long long)c->table_slot_size);
+	P("idle_sleep_us = %u\ntau = %.9g\nload_timeout_ms = %u\nwatchdog = %s\n",
+	  c->idle_sleep_us, (double)c->tau, c->load_timeout_ms, c->watchdog ? "yes" : "no");
+	P("[cluster]\nid = %llu\ngpus_per_node = %u\n", (unsigned long long)c->cluster_id,
+	  c->gpus_per_node);
+	for (uint32_t i = 0; i < c->n_nodes; i++) {
+		char a[INET_ADDRSTRLEN];
+		struct in_addr in = { .s_addr = c->nodes[i].ipv4 };
+
+		inet_ntop(AF_INET, &in, a, sizeof(a));
+		P("node.%u = %s:%u\n", i, a, c->nodes[i].port);
+	}
+#undef P
+	return n;
+}
+
+/* Field by field: strings compare as strings (bytes after the NUL are not the config). */
+static int same_config(const struct locus_config *a, const struct locus_config *b)
+{
+	struct locus_config x = *a, y = *b;
+
+#define CLEAR_TAIL(s) memset((s) + strlen(s), 0, sizeof(s) - strlen(s))
+	CLEAR_TAIL(x.instance), CLEAR_TAIL(y.instance);
+	CLEAR_TAIL(x.eal_args), CLEAR_TAIL(y.eal_args);
+	CLEAR_TAIL(x.rdma_device), CLEAR_TAIL(y.rdma_device);
+	CLEAR_TAIL(x.rdma_near_pci), CLEAR_TAIL(y.rdma_near_pci);
+	CLEAR_TAIL(x.secret_file), CLEAR_TAIL(y.secret_file);
+	CLEAR_TAIL(x.ctl_group), CLEAR_TAIL(y.ctl_group);
+#undef CLEAR_TAIL
+	return !memcmp(&x, &y, sizeof(x));
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static struct locus_config c, c2;
+	static char text[8192];
+	struct locus_error err = { 0 };
+	char *buf = fuzz_dup(data, size);
+	size_t n;
+	int ret;
+
+	ret = locus_config_parse(buf, size, "fuzz.conf", &c, &err);
+	free(buf);
+	if (ret < 0) {
+		FUZZ_CHECK(err.msg[0] && !strncmp(err.msg, "fuzz.conf", 9),
+			   "refusal without a FILE:LINE message: '%s'", err.msg);
+		return 0;
+	}
+	FUZZ_CHECK(ret == 0, "parse returned %d", ret);
+	check_ranges(&c);
+	n = print_config(&c, text, sizeof(text));
+	FUZZ_CHECK(n < sizeof(text), "printed config too long");
+	ret = locus_config_parse(text, n, "reprint", &c2, &err);
+	FUZZ_CHECK(ret == 0, "the config printed back is refused: %s\n%s", err.msg, text);
+	FUZZ_CHECK(same_config(&c, &c2), "the config printed back parses differently\n%s",
+		   text);
+	return 0;
+}

@@ -1,0 +1,852 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/):
+ * small valid inputs, each built with the module's own writers (table
+ * sealing, the trace writer, the EPLB exporter, counters registration) or
+ * captured from real engines (the two-engine harness), so every target
+ * starts past its first check. `make fuzz-seeds` runs it; the output is
+ * checked in. Usage: gen_seeds DIR [REPO_ROOT]
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fuzz_engine_targets.h"
+#include "fuzz_tables.h"
+#include "locus_counters.h"
+#include "locus_crc32c.h"
+#include "locus_dispatch.h"
+#include "locus_eldr.h"
+#include "locus_file.h"
+#include "locus_gracefit.h"
+#include "locus_tblfile.h"
+#include "locus_trace.h"
+#include "locus_verbs.h"
+#include "locus_wire.h"
+#include "locus_client.h"
+#include "locus_push.h"
+#include "locus_shm.h"
+#include "locus_table.h"
+
+static const char *out_dir, *root;
+
+/* ---- output ------------------------------------------------------------------------- */
+
+static void put(const char *target, const char *name, const void *p, size_t n)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", out_dir, target);
+	if (mkdir(path, 0755) < 0 && errno != EEXIST)
+		goto fail;
+	snprintf(path, sizeof(path), "%s/%s/%s", out_dir, target, name);
+	f = fopen(path, "wb");
+	if (!f || fwrite(p, 1, n, f) != n || fclose(f))
+		goto fail;
+	return;
+fail:
+	perror(path);
+	exit(1);
+}
+
+/* A growable byte string for inputs made of fields. */
+struct bs {
+	uint8_t b[65536];
+	size_t n;
+};
+
+static void b8(struct bs *s, uint32_t v)
+{
+	s->b[s->n++] = (uint8_t)v;
+}
+
+static void b16(struct bs *s, uint32_t v)
+{
+	b8(s, v & 0xff);
+	b8(s, v >> 8);
+}
+
+static void b32(struct bs *s, uint32_t v)
+{
+	b16(s, v & 0xffff);
+	b16(s, v >> 16);
+}
+
+static void bmem(struct bs *s, const void *p, size_t n)
+{
+	memcpy(s->b + s->n, p, n);
+	s->n += n;
+}
+
+/* ---- table, request and message seeds ---------------------------------------------- */
+
+/* A tblfile seed: the mode byte (bit 0: the target fixes the checksums), then the blob. */
+static void put_tbl(const char *name, uint8_t mode, const void *blob, size_t len)
+{
+	static struct bs s;
+
+	s.n = 0;
+	b8(&s, mode);
+	bmem(&s, blob, len);
+	put("tblfile", name, s.b, s.n);
+}
+
+static void tables(void)
+{
+	static const struct { uint16_t L, E, K; uint32_t id0; } el[] = {
+		{ 2, 8, 4, 0 }, { 1, 4, 1, 0 }, { 3, 16, 8, 60 }, { 2, 8, 2, 7 },
+	};
+	static const struct { uint32_t L, E, nodes, gpn, R; } gr[] = {
+		{ 2, 8, 1, 4, 1 }, { 2, 8, 2, 2, 2 }, { 1, 4, 1, 1, 0 }, { 3, 16, 4, 2, 3 },
+	};
+	char name[64];
+	size_t len, blen;
+	void *p, *b;
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(el); i++) {
+		p = ft_eldr_payload(el[i].L, el[i].E, el[i].K, el[i].id0, 0.1f + 0.2f * (float)i,
+				    &len);
+		snprintf(name, sizeof(name), "eldr-%ux%ux%u", el[i].L, el[i].E, el[i].K);
+		put("eldr_table", name, p, len);
+		b = ft_seal(LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION, p, len, &blen);
+		put_tbl(name, (uint8_t)i, b, blen);
+		free(p);
+		free(b);
+	}
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(gr); i++) {
+		struct locus_gracefit_topo topo = { .n_nodes = gr[i].nodes,
+						    .gpus_per_node = gr[i].gpn };
+		struct bs s = { .n = 0 };
+		char *json = NULL;
+
+		p = ft_grace_payload(gr[i].L, gr[i].E, gr[i].nodes, gr[i].gpn, gr[i].R, &len);
+		snprintf(name, sizeof(name), "grace-%ux%u-%ux%u-r%u", gr[i].L, gr[i].E, gr[i].nodes,
+			 gr[i].gpn, gr[i].R);
+		put("grace_table", name, p, len);
+		b = ft_seal(LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION, p, len, &blen);
+		put_tbl(name, (uint8_t)i, b, blen);
+		/* EPLB: the exporter's JSON of the same placement, after the topology bytes */
+		if (locus_gracefit_eplb_export(p, len, &json, NULL) == 0) {
+			b8(&s, topo.n_nodes - 1);
+			b8(&s, topo.gpus_per_node - 1);
+			b8(&s, 0);
+			b8(&s, 0);
+			bmem(&s, json, strlen(json));
+			put("eplb", name, s.b, s.n);
+		}
+		free(json);
+		free(p);
+		free(b);
+	}
+}
+
+static void signatures(void)
+{
+	static const struct { uint16_t L, E; } sh[] = { { 2, 8 }, { 3, 16 }, { 1, 4 }, { 4, 64 } };
+
+	for (uint8_t t = 0; t < LOCUS_ARRAY_SIZE(sh); t++) {
+		struct bs s = { .n = 0 };
+		uint16_t ids[8 * 4 * 2]; /* [token][layer][k] */
+		char name[32];
+		long n;
+
+		for (int tok = 0; tok < 8; tok++)
+			for (int l = 0; l < sh[t].L; l++)
+				for (int k = 0; k < 2; k++)
+					ids[(tok * sh[t].L + l) * 2 + k] =
+						(uint16_t)((tok * 3 + l + k * 5) % sh[t].E);
+		b8(&s, t);
+		n = locus_eldr_sig_build(s.b + 1, sizeof(s.b) - 1, sh[t].L, sh[t].E, 2, ids, 8,
+					 t == 1 ? 0x3 : 0, NULL);
+		if (n < 0)
+			exit(1);
+		s.n += (size_t)n;
+		snprintf(name, sizeof(name), "sig-%ux%u", sh[t].L, sh[t].E);
+		put("eldr_sig", name, s.b, s.n);
+	}
+}
+
+/* A dispatch request of n tokens x top_k on E experts at layer, rows at rows_off. */
+static size_t dispatch_req(uint8_t *out, uint32_t n, uint16_t k, uint32_t E, uint16_t layer,
+			   uint64_t rows_off)
+{
+	struct locus_dispatch_req rq = { .magic = LOCUS_DISPATCH_MAGIC, .layer = layer, .top_k = k,
+					 .n_tokens = n, .row_bytes = 256, .rows_off = rows_off,
+					 .batch_id = 42 };
+	uint16_t *ex = (uint16_t *)(out + sizeof(rq));
+	float *g;
+
+	memcpy(out, &rq, sizeof(rq));
+	memset(ex, 0, locus_ids_bytes(n, k));
+	for (uint32_t i = 0; i < n * k; i++)
+		ex[i] = (uint16_t)((i * 3 + i / k) % E);
+	g = (float *)((uint8_t *)ex + locus_ids_bytes(n, k));
+	for (uint32_t i = 0; i < n * k; i++)
+		g[i] = 0.25f;
+	return locus_dispatch_req_len(n, k);
+}
+
+static size_t combine_req(uint8_t *out, uint32_t n, uint32_t dst)
+{
+	struct locus_combine_req rq = { .magic = LOCUS_COMBINE_MAGIC, .layer = 1, .dst_rank = dst,
+					.n_rows = n, .row_bytes = 128, .rows_off = 4096,
+					.batch_id = 42 };
+	struct locus_row_ref *refs = (struct locus_row_ref *)(out + sizeof(rq));
+
+	memcpy(out, &rq, sizeof(rq));
+	for (uint32_t j = 0; j < n; j++)
+		refs[j] = (struct locus_row_ref){ .token = j, .kmask = 1u << (j % 2) };
+	return locus_combine_req_len(n);
+}
+
+static void requests(void)
+{
+	static const struct { uint8_t map, src; uint32_t n; uint16_t k; uint32_t E; } d[] = {
+		{ 0, 1, 4, 2, 8 }, { 1, 2, 8, 6, 8 }, { 2, 3, 1, 1, 16 }, { 3, 5, 16, 4, 64 },
+	};
+	struct bs s;
+	char name[32];
+
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(d); i++) {
+		s.n = 0;
+		b8(&s, d[i].map);
+		b8(&s, d[i].src);
+		b8(&s, 4); /* a 64 KiB stage */
+		s.n += dispatch_req(s.b + s.n, d[i].n, d[i].k, d[i].E, 0, 1024);
+		snprintf(name, sizeof(name), "dispatch-map%u-%ux%u", d[i].map, d[i].n, d[i].k);
+		put("dispatch_req", name, s.b, s.n);
+	}
+	for (uint32_t n = 1; n <= 16; n *= 4) {
+		s.n = 0;
+		b8(&s, 3); /* 4 ranks */
+		b8(&s, 2);
+		s.n += combine_req(s.b + s.n, n, n % 4);
+		snprintf(name, sizeof(name), "combine-%u", n);
+		put("combine_req", name, s.b, s.n);
+	}
+}
+
+/* A rows message of n rows (DISPATCH with top_k, else COMBINE), copied or in place. */
+static size_t rows_msg(uint8_t *out, uint32_t n, uint16_t k, int in_place)
+{
+	size_t len = locus_rows_msg_len(n, k, 64, in_place);
+	struct locus_rows_hdr *h = locus_rows_hdr_of(out);
+
+	memset(out, 0, len);
+	locus_msg_hdr_init((struct locus_msg_hdr *)out, k ? LOCUS_MSG_DISPATCH : LOCUS_MSG_COMBINE,
+			   (uint32_t)(len - sizeof(struct locus_msg_hdr)), 7, 0, 1, 0);
+	*h = (struct locus_rows_hdr){ .magic = LOCUS_ROWS_MAGIC, .layer = 0, .top_k = k,
+				      .n_rows = n, .row_bytes = 64,
+				      .flags = in_place ? LOCUS_ROWS_IN_PLACE : 0, .chunk = 0,
+				      .n_chunks = 1,
+				      .rows_off = in_place ? 4096 : locus_rows_msg_rows_off(n, k),
+				      .batch_id = 7 };
+	for (uint32_t j = 0; j < n; j++) {
+		locus_rows_refs(out)[j] = (struct locus_row_ref){ .token = j, .kmask = 1 };
+		for (uint32_t i = 0; i < k; i++)
+			locus_rows_experts(out, n)[j * k + i] = (uint16_t)i;
+	}
+	return len;
+}
+
+static void messages(void)
+{
+	struct bs s;
+
+	for (int v = 0; v < 4; v++) {
+		static const char *names[] = { "dispatch-copied", "dispatch-in-place",
+					       "combine-copied", "combine-in-place" };
+
+		s.n = 0;
+		b8(&s, 3); /* 4 ranks */
+		b8(&s, 3); /* a 32 KiB stage */
+		s.n += rows_msg(s.b + s.n, 3, v < 2 ? 2 : 0, v & 1);
+		put("rows_msg", names[v], s.b, s.n);
+	}
+}
+
+/* ---- text seeds ------------------------------------------------------------------------ */
+
+static void copy_file(const char *target, const char *name, const char *rel)
+{
+	char path[512];
+	size_t len;
+	char *buf;
+
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	if (locus_file_read(path, 1 << 20, &buf, &len, NULL) < 0) {
+		fprintf(stderr, "gen_seeds: cannot read %s\n", path);
+		exit(1);
+	}
+	put(target, name, buf, len);
+	free(buf);
+}
+
+static void put_text(const char *target, const char *name, const char *text)
+{
+	put(target, name, text, strlen(text));
+}
+
+static void configs(void)
+{
+	copy_file("config", "default.conf", "deploy/default.conf");
+	copy_file("config", "two-node.conf", "deploy/two-node.conf");
+	put_text("config", "three-nodes.conf",
+		 "[locusd]\ninstance = n2\nnode = 2\nrdma_device = mlx5_0\n"
+		 "secret_file = /etc/locus/s\nring_size = 64\ninbox_slots = 16\n"
+		 "inbox_slot_size = 4096\nstage_size = 262144\nmoe_layers = 4\n"
+		 "tau = 0.25\nwatchdog = no\nintra_node = verbs\n[cluster]\nid = 3\n"
+		 "gpus_per_node = 2\nnode.0 = 10.0.0.1:7471\nnode.1 = 10.0.0.2:7471\n"
+		 "node.2 = 10.0.0.3:7000 # this one\n");
+}
+
+/* Write t with the trace writer and add the file as a seed. */
+static void put_trace(const char *name, const struct locus_trace *t)
+{
+	char tmp[256];
+	size_t len;
+	char *buf;
+
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", out_dir, name);
+	if (locus_trace_write(t, tmp, NULL) < 0 || locus_file_read(tmp, 1 << 20, &buf, &len, NULL))
+		exit(1);
+	remove(tmp);
+	put("trace", name, buf, len);
+	free(buf);
+}
+
+static void traces(void)
+{
+	struct locus_trace *cal = NULL, *t = NULL;
+	struct locus_trace_req r[2];
+	const char *dom[2];
+	char path[512];
+
+	/* the calibration sample's first two requests, cut to 3 prompt and 2 decode tokens */
+	snprintf(path, sizeof(path), "%s/tests/data/calib_sample.jsonl", root);
+	if (locus_trace_load(path, NULL, &cal, NULL) < 0 || cal->n_requests < 2)
+		exit(1);
+	for (int i = 0; i < 2; i++) {
+		r[i] = cal->reqs[i];
+		r[i].prompt_len = LOCUS_MIN(r[i].prompt_len, 3u);
+		r[i].gen_len = LOCUS_MIN(r[i].gen_len, 2u);
+		if (!r[i].gen_len)
+			r[i].gen = NULL;
+		dom[i] = cal->domains[r[i].domain];
+	}
+	if (locus_trace_from_arrays(cal->n_layers, cal->k, cal->n_experts, 2, r, dom, &t, NULL))
+		exit(1);
+	put_trace("calib-2", t);
+	locus_trace_free(t);
+	locus_trace_free(cal);
+	put_text("trace", "small",
+		 "{\"locus_trace\":1,\"n_layers\":2,\"k\":2,\"n_experts\":8}\n"
+		 "{\"id\":\"a\",\"domain\":\"law\",\"prompt_routed_experts\":[[[0,1],[2,3]],"
+		 "[[4,5],[6,7]]],\"routed_experts\":null}\n\n"
+		 "{\"id\":7,\"prompt_routed_experts\":[[[1,0],[3,2]]],\"routed_experts\":[],"
+		 "\"extra\":{\"k\":[1,2.5e3,true,\"\\u00e9\\ud83d\\ude00\"]}}\n");
+	put_text("trace", "no-header",
+		 "{\"prompt_routed_experts\":[[[5]]],\"domain\":\"x\"}\r\n"
+		 "{\"prompt_routed_experts\":[[[9]]],\"routed_experts\":[[[1]]]}\n");
+}
+
+static void json(void)
+{
+	put_text("json", "object", "{\"a\":[1,-2.5e-3,true,false,null],\"b\":{\"c\":\"d\\n\"}}");
+	put_text("json", "string", "\"caf\u00e9 \xe2\x82\xac \\ud83d\\ude00 \\t\\\"\"");
+	put_text("json", "number", " -0.125E+2 ");
+	put_text("json", "nested", "[[[[[[[[]]]]]]],{}]");
+}
+
+static void esft(void)
+{
+	struct bs s = { .n = 0 };
+	static const char l1[] = "0\t1\t2\t3\t\t0.5\t0.5\t0.5\t0.5\n4\t5\t\t0.1\t0.9\n";
+	static const char l2[] = "7\t6\t5\t4\t\t0.5\t0.5\t0.5\t0.5\r\n3\t2\t\t0.1\t0.9\n";
+
+	b8(&s, 1); /* L = 2 */
+	b8(&s, 1); /* k = 2 */
+	b8(&s, 7); /* E = 8 */
+	b16(&s, sizeof(l1) - 1);
+	bmem(&s, l1, sizeof(l1) - 1);
+	bmem(&s, l2, sizeof(l2) - 1);
+	put("esft", "2layers-k2", s.b, s.n);
+	s.n = 0;
+	b8(&s, 0);
+	b8(&s, 0);
+	b8(&s, 63);
+	bmem(&s, "17\t\t1.0\n63\t2\t\t0.5\t0.5\n", 23);
+	put("esft", "1layer-k1", s.b, s.n);
+}
+
+static void counters(void)
+{
+	struct locus_ctr_params cp = { .max_entries = 6, .n_blocks = 2, .block_size = 2048 };
+	const struct locus_ctr_desc d[] = {
+		{ .name = "route_requests", .help = "signatures submitted",
+		  .kind = LOCUS_CTR_COUNTER },
+		{ .name = "decoder_load", .help = "last reported load", .kind = LOCUS_CTR_GAUGE,
+		  .ndims = 1, .dim = { 4 }, .label = { "decoder" } },
+		{ .name = "route_ns", .help = "routing time, ns", .kind = LOCUS_CTR_HISTOGRAM },
+		{ .name = "expert_tokens", .help = "tokens per expert", .kind = LOCUS_CTR_COUNTER,
+		  .ndims = 2, .dim = { 2, 3 }, .label = { "layer", "expert" } },
+	};
+	size_t len = locus_counters_region_size(&cp);
+	struct locus_counters *c;
+	struct bs s = { .n = 0 };
+	uint64_t off[4];
+	void *region = calloc(1, len);
+
+	if (!region || locus_counters_init(region, len, &cp, NULL) ||
+	    locus_counters_open(region, len, 0, &c, NULL))
+		exit(1);
+	for (int i = 0; i < 4; i++)
+		if (locus_counters_register(c, &d[i], &off[i], NULL) < 0)
+			exit(1);
+	for (uint32_t b = 0; b < 2; b++) {
+		void *blk = locus_counters_block(c, b);
+
+		locus_counter_add(blk, off[0], 10 + b);
+		locus_gauge_set_elem(blk, off[1], 2, -3);
+		locus_hist_record(blk, off[2], 1000 * (b + 1));
+		locus_counter_add_elem(blk, off[3], 4, 5);
+	}
+	locus_counters_close(c);
+	b16(&s, (uint32_t)len);
+	bmem(&s, region, len);
+	put("counters", "four-entries", s.b, s.n);
+	free(region);
+}
+
+/* ---- engine seeds: operations (fuzz_engine_ops.c field order) ---------------------------- */
+
+static uint8_t op(const enum fe_op *t, size_t n, enum fe_op o)
+{
+	for (size_t i = 0; i < n; i++)
+		if (t[i] == o)
+			return (uint8_t)i;
+	exit(1);
+}
+
+#define OPC(o) op(fe_ops_client, LOCUS_ARRAY_SIZE(fe_ops_client), o)
+#define OPP(o) op(fe_ops_peer, LOCUS_ARRAY_SIZE(fe_ops_peer), o)
+#define OPL(o) op(fe_ops_load, LOCUS_ARRAY_SIZE(fe_ops_load), o)
+
+static void e_dispatch(struct bs *s, uint8_t opc, int node, int slot, uint8_t top_k,
+		       uint8_t n_tokens, uint8_t f)
+{
+	b8(s, opc);
+	b8(s, (uint32_t)(node | slot << 1));
+	b8(s, 1);              /* layer */
+	b8(s, top_k - 1);
+	b8(s, n_tokens - 1);
+	b16(s, 255);           /* 256-byte rows */
+	b16(s, 64);            /* rows at 4096 */
+	b32(s, 0x1234);        /* batch */
+	b16(s, 0);             /* request at 0 */
+	b8(s, f);
+	b8(s, 1);              /* expert pattern: 1, 3, 5, 7: ranks of both nodes */
+}
+
+static void e_combine(struct bs *s, uint8_t opc, int node, int slot, uint8_t dst, uint8_t n,
+		      uint8_t f)
+{
+	b8(s, opc);
+	b8(s, (uint32_t)(node | slot << 1));
+	b8(s, 1);
+	b8(s, dst);
+	b8(s, n - 1);
+	b16(s, 127);
+	b16(s, 128);           /* rows at 8192 */
+	b32(s, 0x1234);
+	b16(s, 512);           /* request at 4096 */
+	b8(s, f);
+}
+
+static void e_route(struct bs *s, uint8_t opc, int node, uint8_t allowed, int e)
+{
+	b8(s, opc);
+	b8(s, (uint32_t)node);  /* slot 0: the prefill client */
+	b16(s, 1024);
+	b8(s, allowed);
+	for (int i = 0; i < FE_L * FE_E; i++)
+		b8(s, i % FE_E == e ? 3 : 0);
+}
+
+static void e_rounds(struct bs *s, uint8_t opc, int n)
+{
+	b8(s, opc);
+	b8(s, (uint32_t)(n - 1));
+}
+
+static void engine_client(void)
+{
+	struct bs s = { .n = 0 };
+
+	/* rank 0 dispatches (its own GPU, its node, the other node), ranks answer */
+	e_dispatch(&s, OPC(FE_OP_DISPATCH), 0, 2, 2, 8, 0);
+	e_rounds(&s, OPC(FE_OP_ROUNDS), 4);
+	e_combine(&s, OPC(FE_OP_COMBINE), 1, 2, 0, 8, 0);
+	e_combine(&s, OPC(FE_OP_COMBINE), 0, 3, 0, 4, 0);
+	e_rounds(&s, OPC(FE_OP_ROUNDS), 4);
+	put("engine_client", "dispatch-combine", s.b, s.n);
+
+	s.n = 0;
+	e_route(&s, OPC(FE_OP_ROUTE), 0, 0, 0);
+	e_route(&s, OPC(FE_OP_ROUTE), 0, 0x2, 3);
+	e_route(&s, OPC(FE_OP_ROUTE), 1, 0, 6);
+	e_rounds(&s, OPC(FE_OP_ROUNDS), 3);
+	put("engine_client", "routes", s.b, s.n);
+
+	/* rows from buffer regions: mapped with an MR (gathered), MR only, mapped only */
+	s.n = 0;
+	for (int v = 0; v < 3; v++) {
+		b8(&s, OPC(FE_OP_REGION));
+		b8(&s, 0 | 2 << 1);
+		b8(&s, (uint32_t)(v | (v != 2 ? 16 : 0) | (v != 1 ? 8 : 0)));
+		e_dispatch(&s, OPC(FE_OP_DISPATCH), 0, 2, 3, 16, (uint8_t)(1 | v << 1));
+		e_rounds(&s, OPC(FE_OP_ROUNDS), 2);
+	}
+	put("engine_client", "regions", s.b, s.n);
+
+	/* a receiver that holds its deliveries, a table push under traffic, a detach */
+	s.n = 0;
+	b8(&s, OPC(FE_OP_HOLD));
+	b8(&s, 1 | 2 << 1);
+	e_dispatch(&s, OPC(FE_OP_DISPATCH), 0, 3, 4, 32, 0);
+	e_dispatch(&s, OPC(FE_OP_DISPATCH), 0, 3, 4, 32, 0);
+	b8(&s, OPC(FE_OP_TABLE));
+	b8(&s, 0);
+	b8(&s, 3);
+	e_combine(&s, OPC(FE_OP_COMBINE), 1, 2, 1, 16, 0);
+	b8(&s, OPC(FE_OP_ATTACH));
+	b8(&s, 1 | 3 << 1);
+	e_rounds(&s, OPC(FE_OP_ROUNDS), 8);
+	b8(&s, OPC(FE_OP_ATTACH));
+	b8(&s, 1 | 3 << 1);
+	put("engine_client", "hold-push-detach", s.b, s.n);
+}
+
+struct capture {
+	struct bs msgs[3];   /* a signature, a dispatch, a combine node 1 sent */
+};
+
+static void on_send(void *arg, int node, const void *buf, size_t len)
+{
+	struct capture *c = arg;
+	const struct locus_msg_hdr *h = buf;
+	int i = h->type == LOCUS_MSG_SIGNATURE ? 0 : h->type == LOCUS_MSG_DISPATCH ? 1 : 2;
+
+	if (node == 1 && !c->msgs[i].n && len < sizeof(c->msgs[i].b))
+		bmem(&c->msgs[i], buf, len);
+}
+
+static void peer_and_load(void)
+{
+	static const enum fe_op drive[] = { FE_OP_ROUTE, FE_OP_DISPATCH, FE_OP_COMBINE };
+	static struct capture cap;
+	static struct bs s;
+	struct fe_env *env = fe_create();
+	uint8_t row[FE_AREA];
+	struct fuzz_in in;
+
+	/* what node 1's engine writes into node 0's load area */
+	memcpy(row, env->n[0].load_area, sizeof(row));
+	/* node 1's clients make it send a signature and rows to node 0 */
+	env->on_send = on_send;
+	env->on_send_arg = &cap;
+	e_route(&s, 0, 1, 0x1, 0);
+	e_dispatch(&s, 1, 1, 2, 2, 8, 0);
+	e_combine(&s, 2, 1, 3, 0, 4, 0);
+	in = (struct fuzz_in){ s.b, s.n };
+	fe_run(env, &in, drive, LOCUS_ARRAY_SIZE(drive), NULL);
+	fe_destroy(env);
+	for (int i = 0; i < 3; i++) {
+		static const char *names[] = { "signature", "dispatch-rows", "combine-rows" };
+
+		if (!cap.msgs[i].n) {
+			fprintf(stderr, "gen_seeds: node 1 sent no %s\n", names[i]);
+			exit(1);
+		}
+		s.n = 0;
+		b8(&s, OPP(FE_OP_INJECT));
+		b16(&s, (uint32_t)cap.msgs[i].n);
+		b8(&s, 1);
+		bmem(&s, cap.msgs[i].b, cap.msgs[i].n);
+		e_rounds(&s, OPP(FE_OP_ROUNDS), 2);
+		put("peer_msg", names[i], s.b, s.n);
+	}
+	/* real messages of node 1, one changed on the wire */
+	s.n = 0;
+	b8(&s, OPP(FE_OP_TAMPER));
+	b16(&s, 40);
+	b8(&s, 0x10);
+	b8(&s, 1);
+	e_dispatch(&s, OPP(FE_OP_DISPATCH), 1, 2, 2, 8, 0);
+	e_route(&s, OPP(FE_OP_ROUTE), 1, 0x1, 0);
+	e_rounds(&s, OPP(FE_OP_ROUNDS), 3);
+	put("peer_msg", "tampered", s.b, s.n);
+
+	/* load rows: node 1's own, then one built from fields, each before a route */
+	s.n = 0;
+	b8(&s, OPL(FE_OP_AREA_RAW));
+	b8(&s, 0);
+	b8(&s, (uint32_t)locus_load_row_size(((struct locus_load_row *)row)->n));
+	bmem(&s, row, locus_load_row_size(((struct locus_load_row *)row)->n));
+	e_rounds(&s, OPL(FE_OP_ROUNDS), 2);
+	e_route(&s, OPL(FE_OP_ROUTE), 0, 0x2, 3);
+	put("load_row", "peer-row", s.b, s.n);
+	s.n = 0;
+	b8(&s, OPL(FE_OP_CLOCK));
+	b16(&s, 300);
+	b8(&s, OPL(FE_OP_AREA_ROW));
+	b8(&s, 2);
+	b8(&s, 0);
+	b32(&s, 77);
+	b8(&s, 1);
+	b16(&s, 5);
+	b8(&s, 3);
+	b16(&s, 0);
+	e_rounds(&s, OPL(FE_OP_ROUNDS), 2);
+	e_route(&s, OPL(FE_OP_ROUTE), 0, 0x8, 1);
+	put("load_row", "built-row", s.b, s.n);
+}
+
+static void regions(void)
+{
+	struct locus_reg_req q = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+				   .op = LOCUS_REG_DMABUF, .slot = 0, .generation = 1,
+				   .offset = 0, .len = 4096 };
+	struct bs s = { .n = 0 };
+
+	b8(&s, 0x80 | 1);     /* one memfd, own slot and generation */
+	b8(&s, sizeof(q));
+	bmem(&s, &q, sizeof(q));
+	q.op = LOCUS_REG_UNREGISTER;
+	q.region = 9;
+	b8(&s, 0x80);         /* no fd */
+	b8(&s, sizeof(q));
+	bmem(&s, &q, sizeof(q));
+	q.op = LOCUS_REG_DMABUF;
+	q.offset = 4096;
+	q.len = 1ull << 20;
+	b8(&s, 2 | 1 << 3);   /* two fds: refused */
+	b8(&s, sizeof(q));
+	bmem(&s, &q, sizeof(q));
+	put("regions", "register-unregister", s.b, s.n);
+}
+
+/* The writes that turn region a into b, as fuzz_table_region reads them. */
+static void diff_writes(struct bs *s, const uint8_t *a, const uint8_t *b, size_t len)
+{
+	for (size_t i = 0; i < len;) {
+		size_t n = 0;
+
+		if (a[i] == b[i]) {
+			i++;
+			continue;
+		}
+		while (i + n < len && n < 255 && (a[i + n] != b[i + n] || (n && n < 8)))
+			n++;
+		b16(s, (uint32_t)i);
+		b8(s, (uint32_t)n);
+		bmem(s, b + i, n);
+		i += n;
+	}
+}
+
+static void table_region(void)
+{
+	struct locus_table_params tp = { .n_channels = 1, .n_readers = 2,
+					 .channel = { { .n_slots = 3, .slot_size = 1024 } } };
+	size_t len = locus_table_region_size(&tp), blen;
+	uint8_t *a = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	uint8_t *b = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	void *blob = ft_eldr_blob(2, 8, 2, 5, &blen);
+	struct locus_table_region *t;
+	struct locus_table_reader r;
+	struct bs s = { .n = 0 };
+
+	/* what the fuzz target builds: a region, its reader, one table adopted */
+	if (!a || !b || !blob || locus_table_region_init(a, len, &tp, NULL) ||
+	    locus_table_region_attach(a, len, &t, NULL) ||
+	    locus_table_reader_register(t, 0, 0, locus_eldr_table_validate_cb, NULL, &r, NULL))
+		exit(1);
+	free(blob);
+	blob = ft_eldr_blob(2, 8, 4, 0, &blen);
+	if (locus_table_push(t, 0, blob, blen, 0, NULL) <= 0 || locus_table_reader_poll(&r) != 1)
+		exit(1);
+	memcpy(b, a, len);
+	/* a second, different table published as a writer would */
+	free(blob);
+	blob = ft_eldr_blob(2, 8, 2, 5, &blen);
+	{
+		struct locus_table_region *tb;
+
+		if (locus_table_region_attach(b, len, &tb, NULL) ||
+		    locus_table_push(tb, 0, blob, blen, 0, NULL) <= 0)
+			exit(1);
+		locus_table_region_detach(tb);
+	}
+	diff_writes(&s, a, b, len);
+	put("table_region", "second-table", s.b, s.n);
+	put("table_region", "nothing", "", 0);
+	locus_table_reader_unregister(&r);
+	locus_table_region_detach(t);
+	free(a);
+	free(b);
+	free(blob);
+}
+
+static void segment(void)
+{
+	struct locus_ctr_params cp = { .max_entries = 2, .n_blocks = 1, .block_size = 64 };
+	struct locus_shm_params sp = { .instance = "seed" };
+	char dir[] = "/tmp/locus-seed-XXXXXX", path[256];
+	struct locus_shm *shm;
+	struct locus_counters *c;
+	struct locus_ctr_desc d = { .name = "x", .kind = LOCUS_CTR_COUNTER };
+	uint64_t off;
+	size_t size, len;
+	char *buf;
+	void *r;
+
+	if (!mkdtemp(dir))
+		exit(1);
+	setenv(LOCUS_SHM_DIR_ENV, dir, 1);
+	/* since ABI 2 the counters are all a segment holds */
+	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
+	if (locus_shm_create(&sp, &shm, NULL))
+		exit(1);
+	r = locus_shm_region(shm, LOCUS_REGION_COUNTERS, &size);
+	if (locus_counters_init(r, size, &cp, NULL) || locus_counters_open(r, size, 0, &c, NULL) ||
+	    locus_counters_register(c, &d, &off, NULL) < 0)
+		exit(1);
+	locus_counters_close(c);
+	locus_shm_set_state(shm, LOCUS_SHM_RUNNING);
+	locus_shm_detach(shm);
+	if (locus_shm_path("seed", path, sizeof(path)) ||
+	    locus_file_read(path, 1 << 20, &buf, &len, NULL))
+		exit(1);
+	put("segment", "counters", buf, len);
+	free(buf);
+	locus_shm_remove("seed");
+	rmdir(dir);
+	unsetenv(LOCUS_SHM_DIR_ENV);
+}
+
+/* One request of fuzz_node_sockets: flags, the request's bytes, the table byte to change. */
+static void ns_req(struct bs *s, uint8_t f, const void *req, uint8_t len, uint16_t at, uint8_t val)
+{
+	b8(s, f);
+	b8(s, len);
+	bmem(s, req, len);
+	b16(s, at);
+	b8(s, val);
+}
+
+static void node_sockets(void)
+{
+	struct locus_push_req push = { .magic = LOCUS_PUSH_MAGIC, .version = LOCUS_PUSH_VERSION,
+				       .op = LOCUS_PUSH_TABLE, .channel = 0 };
+	struct locus_push_req status = { .magic = LOCUS_PUSH_MAGIC, .version = LOCUS_PUSH_VERSION,
+					 .op = LOCUS_PUSH_STATUS };
+	struct locus_reg_req att = { .magic = LOCUS_REG_MAGIC, .version = LOCUS_REG_VERSION,
+				     .op = LOCUS_REG_ATTACH, .roles = LOCUS_ROLE_PREFILL };
+	struct locus_reg_req dec = att;
+	struct bs s = { .n = 0 };
+
+	/* a sealed table pushed (f: control, one fd, the table, unchanged), then the status */
+	ns_req(&s, 0x01 | 0x02 | 0x40, &push, sizeof(push), 0xffff, 0);
+	ns_req(&s, 0x01, &status, sizeof(status), 0xffff, 0);
+	put("node_sockets", "push-status", s.b, s.n);
+	s.n = 0;
+	/* the same table with one byte changed: published, refused by the reader */
+	ns_req(&s, 0x01 | 0x02 | 0x40, &push, sizeof(push), 100, 0x5a);
+	put("node_sockets", "push-corrupt", s.b, s.n);
+	s.n = 0;
+	/* an unsealed one: refused before publishing */
+	ns_req(&s, 0x01 | 0x02 | 0x40, &push, sizeof(push), 0xffff, 1);
+	put("node_sockets", "push-unsealed", s.b, s.n);
+	s.n = 0;
+	/* attachments: a prefiller granted and confirmed, a decoder granted and left */
+	dec.roles = LOCUS_ROLE_DECODE;
+	dec.decoder_id = 1;
+	ns_req(&s, 0x80, &att, sizeof(att), 0, 0);
+	ns_req(&s, 0x00, &dec, sizeof(dec), 0, 0);
+	put("node_sockets", "attach", s.b, s.n);
+}
+
+static void verbs_proto(void)
+{
+	struct locus_verbs_pdata p = { .version = LOCUS_VERBS_PROTO_VERSION, .cluster_id = 7,
+				       .from = 0, .to = 1, .nonce = { 9, 8, 7 } };
+	struct locus_verbs_hello h = { .version = LOCUS_VERBS_PROTO_VERSION, .slot_shift = 14,
+				       .from = 1, .slot_count = 256, .rkey = 0x1234,
+				       .inbox_addr = 0x7f0000000000ull };
+	struct bs s;
+
+	for (unsigned kind = LOCUS_VERBS_PD_REQ; kind <= LOCUS_VERBS_PD_REP; kind++) {
+		s.n = 0;
+		p.kind = (uint8_t)kind;
+		b8(&s, kind - 1);
+		s.n += locus_verbs_pdata_encode(&p, s.b + s.n);
+		put("verbs_proto", kind == LOCUS_VERBS_PD_REQ ? "req" : "rep", s.b, s.n);
+	}
+	for (unsigned kind = LOCUS_VERBS_HELLO_A; kind <= LOCUS_VERBS_HELLO_P; kind++) {
+		s.n = 0;
+		h.kind = (uint8_t)kind;
+		b8(&s, kind - 1);
+		locus_verbs_hello_encode(&h, s.b + s.n);
+		s.n += LOCUS_VERBS_HELLO_LEN;
+		put("verbs_proto", kind == LOCUS_VERBS_HELLO_A ? "hello-a" : "hello-p", s.b, s.n);
+	}
+	/* 16 slots of 64 bytes: a message of 2 slots at head 20, one of 4 that skips the tail */
+	for (int v = 0; v < 2; v++) {
+		s.n = 0;
+		b8(&s, 4);
+		b16(&s, 14);
+		b8(&s, 0);
+		b32(&s, v ? 30 : 20);
+		b32(&s, 0);
+		b32(&s, v ? (3u << 16) : (1u << 16 | 4));
+		b32(&s, v ? 200 : 100);
+		put("verbs_proto", v ? "ring-skip-tail" : "ring", s.b, s.n);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: gen_seeds DIR [REPO_ROOT]\n");
+		return 2;
+	}
+	out_dir = argv[1];
+	root = argc > 2 ? argv[2] : ".";
+	if (mkdir(out_dir, 0755) < 0 && errno != EEXIST) {
+		perror(out_dir);
+		return 1;
+	}
+	tables();
+	signatures();
+	requests();
+	messages();
+	configs();
+	traces();
+	json();
+	esft();
+	counters();
+	engine_client();
+	peer_and_load();
+	regions();
+	table_region();
+	segment();
+	verbs_proto();
+	node_sockets();
+	return 0;
+}
