@@ -476,7 +476,9 @@ static void do_attach(struct locus_regions *rs, int ci, const struct locus_reg_r
 	int ret;
 
 	if (!rs->p.attach) {
-		answer(rs, ci, -ENOTSUP, NULL, "this locusd takes no attachments here");
+		/* an op this socket does not serve: a malformed request, counted like any */
+		refuse(rs, ci, LOCUS_REGREF_MALFORMED, -ENOTSUP,
+		       "this locusd takes no attachments here");
 		return;
 	}
 	rs->conns[ci].timeout_ms = q->attach_reserved;
