@@ -76,9 +76,9 @@ rc=$?
 case "$out" in *"uid $U_CLIENT is not in the control group (gid $G_CTL, ctl_group)"*) ;;
 	*) fail "a client's push said: $out" ;; esac
 stat_out=$(as_client "$tmp/bin/locus-stat" -i "$inst" 'table_push*') || fail "locus-stat as a client"
-echo "$stat_out" | grep -Eq '^table_pushes_refused\{reason=0\} +counter +1$' ||
+grep -Eq '^table_pushes_refused\{reason=0\} +counter +1$' <<<"$stat_out" ||
 	fail "refusal not counted: $stat_out"
-echo "$stat_out" | grep -Eq '^table_pushes +counter +0$' || fail "$stat_out"
+grep -Eq '^table_pushes +counter +0$' <<<"$stat_out" || fail "$stat_out"
 grep -q "table push refused: pid [0-9]* uid $U_CLIENT gid $G_LOCUS" "$tmp/d.log" ||
 	fail "refusal not logged: $(grep push "$tmp/d.log")"
 
@@ -89,7 +89,8 @@ as_client "$tmp/bin/locus-stat" -i "$inst" --json > "$tmp/s.json" || fail "locus
 grep -q '"instance": *"'"$inst"'"' "$tmp/s.json" || fail "json: $(head -c 300 "$tmp/s.json")"
 # (the output whole first: grep -q leaving early would make locus-stat's exit a SIGPIPE)
 prom=$(as_client "$tmp/bin/locus-stat" -i "$inst" --prometheus) || fail "locus-stat --prometheus"
-echo "$prom" | grep -q '^locus_table_pushes_refused_total{reason="0"} 1$' ||
+# (and fed to grep whole: under pipefail an echo that grep -q left early dies of SIGPIPE)
+grep -q '^locus_table_pushes_refused_total{reason="0"} 1$' <<<"$prom" ||
 	fail "locus-stat --prometheus: $(echo "$prom" | grep pushes)"
 
 # 4. the control plane pushes
