@@ -8,7 +8,7 @@
  * pushes: this fuzzer runs as root, so the sender check lets it through and
  * the request itself is what is fuzzed). Input: up to 6 requests, each
  *   f    bit 0: the control socket (else registration); bits 1-2: fds
- *        passed (0..3); bits 3-4: their kind; bit 5: the header made
+ *        passed (0..3); bits 3-7: their kinds (fz_kind_fd); bit 5: the header made
  *        well-formed (magic, version, an op) before the input's fields go
  *        deeper; bit 6 (control): the first fd is a memfd holding a valid
  *        ELDR table, sealed or not, a byte of it possibly changed; bit 7
@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "fuzz.h"
+#include "fuzz_sock.h"
 #include "fuzz_tables.h"
 #include "locus_client.h"
 #include "locus_config.h"
@@ -77,19 +78,6 @@ static void cleanup(void)
 	rmdir(dir);
 }
 
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		abort();
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
 /* A memfd holding a valid 4 x 16 ELDR table, byte at changed to val if at < its length. */
 static int table_fd(int seal, uint16_t at, uint8_t val, size_t *len)
 {
@@ -106,58 +94,19 @@ static int table_fd(int seal, uint16_t at, uint8_t val, size_t *len)
 	return fd;
 }
 
-static int other_fd(unsigned k)
-{
-	int sv[2];
-
-	switch (k % 4) {
-	case 0:
-		return memfd_create("fz-empty", MFD_CLOEXEC);
-	case 1:
-		return open("/dev/null", O_RDWR | O_CLOEXEC);
-	case 2:
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-			abort();
-		close(sv[1]);
-		return sv[0];
-	default:
-		return open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	}
-}
-
 static int connect_sock(const char *suffix)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	char path[108];
 
-	if (fd < 0 || locus_shm_run_path("fzn", suffix, sa.sun_path, sizeof(sa.sun_path)) ||
-	    connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+	if (locus_shm_run_path("fzn", suffix, path, sizeof(path)))
 		abort();
-	return fd;
+	return fz_connect(path);
 }
 
+/* A request; one refused early may find its connection closed already. */
 static void send_req(int sock, const void *bytes, size_t len, const int *fds, int nfd)
 {
-	union {
-		char buf[CMSG_SPACE(4 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = (void *)bytes, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (nfd) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, (size_t)nfd * sizeof(int));
-	}
-	(void)sendmsg(sock, &mh, MSG_NOSIGNAL); /* a refused one may find the peer gone */
+	(void)fz_send(sock, bytes, len, fds, nfd);
 }
 
 /* One control pass and one engine pass, bounded in time. */
@@ -324,7 +273,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		setenv(LOCUS_SHM_DIR_ENV, dir, 1);
 		atexit(cleanup);
 	}
-	fds_before = open_fds();
+	fds_before = fz_open_fds();
 	if (locus_config_parse(conf, strlen(conf), "fuzz.conf", &cfg, &err) ||
 	    locus_node_create(&cfg, now_ns, 1000000000ull, &n, &err)) {
 		fprintf(stderr, "node: %s\n", err.msg);
@@ -344,7 +293,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		for (int k = 0; k < nfd; k++)
 			fds[k] = (k == 0 && (f & 1) && (f & 0x40))
 					 ? table_fd(!(val & 1), at, val, &tlen)
-					 : other_fd((unsigned)(f >> 3) + (unsigned)k);
+					 : fz_kind_fd((unsigned)(f >> 3) + (unsigned)k);
 		if (f & 0x20) {
 			uint32_t magic = (f & 1) ? LOCUS_PUSH_MAGIC : LOCUS_REG_MAGIC;
 			uint32_t version = (f & 1) ? LOCUS_PUSH_VERSION : LOCUS_REG_VERSION;
@@ -366,6 +315,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int k = 0; k < 4; k++)
 		pass(n);
 	locus_node_destroy(n, 1);
-	FUZZ_CHECK(open_fds() == fds_before, "%d descriptors left open", open_fds() - fds_before);
+	FUZZ_CHECK(fz_open_fds() == fds_before, "%d descriptors left open", fz_open_fds() - fds_before);
 	return 0;
 }

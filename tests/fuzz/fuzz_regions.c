@@ -22,6 +22,7 @@
 
 #include "fuzz.h"
 #include "fuzz_engine.h"
+#include "fuzz_sock.h"
 #include "locus_regions.h"
 #include "locus_shm.h"
 
@@ -36,78 +37,6 @@ static void cleanup(void)
 	snprintf(p, sizeof(p), "%s/locus.fz.reg", dir);
 	unlink(p);
 	rmdir(dir);
-}
-
-static int open_fds(void)
-{
-	DIR *d = opendir("/proc/self/fd");
-	int n = 0;
-
-	if (!d)
-		abort();
-	while (readdir(d))
-		n++;
-	closedir(d);
-	return n;
-}
-
-/* A descriptor of kind k for the request; -1 none. */
-static int make_fd(unsigned k)
-{
-	int fd, sv[2];
-
-	switch (k % 4) {
-	case 0:
-		fd = memfd_create("fz", MFD_CLOEXEC);
-		if (fd >= 0 && ftruncate(fd, 1 << 16) < 0)
-			abort();
-		return fd;
-	case 1:
-		return open("/dev/null", O_RDWR | O_CLOEXEC);
-	case 2:
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
-			return -1;
-		close(sv[1]);
-		return sv[0];
-	default:
-		return memfd_create("fz-small", MFD_CLOEXEC); /* 0 bytes long */
-	}
-}
-
-static int connect_sock(const char *path)
-{
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-
-	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0)
-		abort();
-	return fd;
-}
-
-static void send_req(int sock, const uint8_t *bytes, size_t len, const int *fds, int nfd)
-{
-	union {
-		char buf[CMSG_SPACE(8 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = (void *)bytes, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	if (nfd) {
-		struct cmsghdr *cm;
-
-		memset(&u, 0, sizeof(u));
-		mh.msg_control = u.buf;
-		mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
-		memcpy(CMSG_DATA(cm), fds, (size_t)nfd * sizeof(int));
-	}
-	if (sendmsg(sock, &mh, MSG_NOSIGNAL) < 0)
-		abort();
 }
 
 static uint64_t refused_total(struct locus_counters *c)
@@ -144,7 +73,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		atexit(cleanup);
 	}
 	snprintf(path, sizeof(path), "%s/locus.fz.reg", dir);
-	fds_before = open_fds();
+	fds_before = fz_open_fds();
 	env = fe_create();
 	if (posix_memalign(&kmem, 64, klen) || locus_counters_init(kmem, klen, &cp, &err) ||
 	    locus_counters_open(kmem, klen, 0, &ctrs, &err))
@@ -167,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		struct locus_reg_rep rep;
 		int fds[8], nfd = f % 6, sock, got = 0;
 		uint64_t refused = refused_total(ctrs);
-		int open_before = open_fds();
+		int open_before = fz_open_fds();
 		ssize_t n;
 
 		fin_copy(&in, req, len);
@@ -181,9 +110,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			memcpy(req + 16, &gen, 8);
 		}
 		for (int i = 0; i < nfd; i++)
-			fds[i] = make_fd((unsigned)(f >> 3) + (unsigned)i);
-		sock = connect_sock(path);
-		send_req(sock, req, len, fds, nfd);
+			fds[i] = fz_kind_fd(((unsigned)(f >> 3) + (unsigned)i) % 4);
+		sock = fz_connect(path);
+		if (fz_send(sock, req, len, fds, nfd) < 0)
+			abort();
 		for (int i = 0; i < nfd; i++)
 			close(fds[i]);
 		for (int k = 0; k < 4; k++) {
@@ -205,13 +135,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(refused_total(ctrs) == refused + 1, "a refusal counted %llu times",
 			   (unsigned long long)(refused_total(ctrs) - refused));
 		close(sock);
-		FUZZ_CHECK(open_fds() == open_before, "request %d: %d descriptors kept open after "
-			   "its answer", r, open_fds() - open_before);
+		FUZZ_CHECK(fz_open_fds() == open_before, "request %d: %d descriptors kept open after "
+			   "its answer", r, fz_open_fds() - open_before);
 	}
 	locus_regions_destroy(rs);
 	fe_destroy(env);
 	locus_counters_close(ctrs);
 	free(kmem);
-	FUZZ_CHECK(open_fds() == fds_before, "%d descriptors left open", open_fds() - fds_before);
+	FUZZ_CHECK(fz_open_fds() == fds_before, "%d descriptors left open", fz_open_fds() - fds_before);
 	return 0;
 }
