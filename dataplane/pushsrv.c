@@ -12,12 +12,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "locus_push.h"
 #include "locus_pushsrv.h"
+#include "locus_seqpkt.h"
 
 #define MAX_CONNS       8
 #define ACCEPT_PER_PASS 8
@@ -48,7 +48,7 @@ struct conn {
 
 struct locus_pushsrv {
 	struct locus_pushsrv_params p;
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char path[LOCUS_SEQPKT_PATH_MAX];
 	int lfd;
 	unsigned n_channels;
 	struct locus_table_writer *w[LOCUS_TABLE_MAX_CHANNELS];
@@ -124,7 +124,7 @@ static void answer(struct locus_pushsrv *s, int ci, struct locus_push_rep *rep)
 {
 	rep->magic = LOCUS_PUSH_MAGIC;
 	rep->version = LOCUS_PUSH_VERSION;
-	(void)!send(s->conns[ci].fd, rep, sizeof(*rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)!locus_seqpkt_send(s->conns[ci].fd, rep, sizeof(*rep), -1);
 	conn_close(s, ci);
 }
 
@@ -335,42 +335,22 @@ static void answer_status(struct locus_pushsrv *s, int ci)
 /* Read a connection's request if it came: checks, then the sender's right to it. */
 static void serve(struct locus_pushsrv *s, int ci)
 {
-	union {
-		char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
 	struct conn *c = &s->conns[ci];
-	struct iovec iov = { .iov_base = &c->q, .iov_len = sizeof(c->q) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	int fds[MAX_FDS], nfd = 0, fd;
+	struct locus_seqpkt_fds in;
 	ssize_t n;
+	int fd;
 
-	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	n = locus_seqpkt_recv(c->fd, &c->q, sizeof(c->q), MSG_DONTWAIT, MAX_FDS, &in);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 		if (mono_ns() > c->deadline_ns)
 			refuse(s, ci, c->allowed ? LOCUS_PUSHREF_MALFORMED : LOCUS_PUSHREF_PERM,
 			       c->allowed ? -ETIMEDOUT : -EACCES, "no request in time");
 		return;
 	}
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); n >= 0 && cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (nfd < MAX_FDS)
-				fds[nfd++] = fd;
-			else
-				close(fd);
-		}
-	}
-	fd = nfd == 1 ? fds[0] : -1;
-	if (nfd > 1)
-		for (int i = 0; i < nfd; i++)
-			close(fds[i]);
-	if (n <= 0 || n != (ssize_t)sizeof(c->q) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    c->q.magic != LOCUS_PUSH_MAGIC || c->q.version != LOCUS_PUSH_VERSION ||
-	    c->q.reserved || nfd > 1 || (c->q.op == LOCUS_PUSH_STATUS && nfd) ||
+	fd = locus_seqpkt_sole_fd(&in);
+	if (n <= 0 || n != (ssize_t)sizeof(c->q) || in.trunc || c->q.magic != LOCUS_PUSH_MAGIC ||
+	    c->q.version != LOCUS_PUSH_VERSION || c->q.reserved || in.n > 1 ||
+	    (c->q.op == LOCUS_PUSH_STATUS && in.n) ||
 	    (c->q.op != LOCUS_PUSH_TABLE && c->q.op != LOCUS_PUSH_STATUS)) {
 		if (fd >= 0)
 			close(fd);
@@ -483,7 +463,6 @@ static int register_counters(struct locus_pushsrv *s, struct locus_error *err)
 int locus_pushsrv_create(const struct locus_pushsrv_params *p, struct locus_pushsrv **out,
 			 struct locus_error *err)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct locus_pushsrv *s;
 	int ret;
 
@@ -512,26 +491,19 @@ int locus_pushsrv_create(const struct locus_pushsrv_params *p, struct locus_push
 		locus_error_set(err, -ret, "control socket path: %s", strerror(-ret));
 		goto err_writers;
 	}
-	memcpy(sa.sun_path, s->path, sizeof(s->path));
-	s->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	/*
+	 * The instance is ours (the segment's creation refused a live owner): so
+	 * is a stale socket. 0660: the service group reaches it, and its
+	 * refusals are counted here.
+	 */
+	s->lfd = locus_seqpkt_listen(s->path, "control socket", 0660, 16, err);
 	if (s->lfd < 0) {
-		ret = locus_error_set(err, errno, "socket: %s", strerror(errno));
+		ret = s->lfd;
 		goto err_writers;
-	}
-	/* the instance is ours (the segment's creation refused a live owner): so is a stale socket */
-	unlink(s->path);
-	/* 0660: the service group reaches it, and its refusals are counted here */
-	if (bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 || chmod(s->path, 0660) < 0 ||
-	    listen(s->lfd, 16) < 0) {
-		ret = locus_error_set(err, errno, "control socket %s: %s", s->path, strerror(errno));
-		goto err_sock;
 	}
 	*out = s;
 	return 0;
 
-err_sock:
-	close(s->lfd);
-	unlink(s->path);
 err_writers:
 	for (unsigned ch = 0; ch < s->n_channels; ch++)
 		locus_table_writer_close(s->w[ch]);

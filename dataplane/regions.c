@@ -12,12 +12,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "locus_regions.h"
+#include "locus_seqpkt.h"
 #include "locus_shm.h"
 
 #define MAXR             LOCUS_CLIENT_MAX_REGIONS
@@ -62,7 +61,7 @@ struct conn {
 struct locus_regions {
 	struct locus_regions_params p;
 	uint32_t n_slots;
-	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	char path[LOCUS_SEQPKT_PATH_MAX];
 	int lfd;
 	struct ent *ents;        /* [n_slots * MAXR] */
 	uint32_t *seq;           /* [n_slots] id sequence */
@@ -153,7 +152,7 @@ static void answer(struct locus_regions *rs, int ci, int status, const struct en
 		vsnprintf(rep.msg, sizeof(rep.msg), fmt, ap);
 		va_end(ap);
 	}
-	(void)!send(rs->conns[ci].fd, &rep, sizeof(rep), MSG_NOSIGNAL | MSG_DONTWAIT);
+	(void)!locus_seqpkt_send(rs->conns[ci].fd, &rep, sizeof(rep), -1);
 	conn_close(rs, ci);
 }
 
@@ -391,26 +390,7 @@ static void do_unregister(struct locus_regions *rs, int ci, const struct locus_r
 
 static int send_rep(struct locus_regions *rs, int ci, const struct locus_reg_rep *rep, int fd)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = (void *)rep, .iov_len = sizeof(*rep) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-
-	memset(&u, 0, sizeof(u));
-	if (fd >= 0) {
-		struct cmsghdr *cm;
-
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	return sendmsg(rs->conns[ci].fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) ==
+	return locus_seqpkt_send(rs->conns[ci].fd, rep, sizeof(*rep), fd) ==
 		       (ssize_t)sizeof(*rep) ? 0 : -1;
 }
 
@@ -495,41 +475,21 @@ static void do_attach(struct locus_regions *rs, int ci, const struct locus_reg_r
 /* Read a connection's request if it came; bad ones are refused and counted. */
 static void serve(struct locus_regions *rs, int ci)
 {
-	union {
-		char buf[CMSG_SPACE(MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
+	struct locus_seqpkt_fds in;
 	struct locus_reg_req q;
-	struct iovec iov = { .iov_base = &q, .iov_len = sizeof(q) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	int fds[MAX_FDS], nfd = 0, fd;
 	ssize_t n;
+	int fd;
 
-	n = recvmsg(rs->conns[ci].fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	n = locus_seqpkt_recv(rs->conns[ci].fd, &q, sizeof(q), MSG_DONTWAIT, MAX_FDS, &in);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
 		if (mono_ns() > rs->conns[ci].deadline_ns)
 			refuse(rs, ci, LOCUS_REGREF_MALFORMED, -ETIMEDOUT, "no request within 1 s");
 		return;
 	}
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (nfd < MAX_FDS)
-				fds[nfd++] = fd;
-			else
-				close(fd);
-		}
-	}
-	fd = nfd == 1 ? fds[0] : -1;
-	if (nfd > 1)
-		for (int i = 0; i < nfd; i++)
-			close(fds[i]);
-	if (n <= 0 || n != (ssize_t)sizeof(q) || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-	    q.magic != LOCUS_REG_MAGIC || q.version != LOCUS_REG_VERSION || q.reserved ||
-	    nfd > 1 || ((q.op == LOCUS_REG_UNREGISTER || q.op == LOCUS_REG_ATTACH) && nfd) ||
+	fd = locus_seqpkt_sole_fd(&in);
+	if (n <= 0 || n != (ssize_t)sizeof(q) || in.trunc || q.magic != LOCUS_REG_MAGIC ||
+	    q.version != LOCUS_REG_VERSION || q.reserved || in.n > 1 ||
+	    ((q.op == LOCUS_REG_UNREGISTER || q.op == LOCUS_REG_ATTACH) && in.n) ||
 	    (q.op != LOCUS_REG_DMABUF && q.op != LOCUS_REG_UNREGISTER &&
 	     q.op != LOCUS_REG_ATTACH)) {
 		if (fd >= 0)
@@ -702,7 +662,6 @@ int locus_regions_slot_busy(const struct locus_regions *rs, uint32_t slot)
 int locus_regions_create(const struct locus_regions_params *p, struct locus_regions **out,
 			 struct locus_error *err)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	struct locus_regions *rs;
 	int ret;
 
@@ -733,26 +692,15 @@ int locus_regions_create(const struct locus_regions_params *p, struct locus_regi
 		locus_error_set(err, -ret, "registration socket path: %s", strerror(-ret));
 		goto err_free;
 	}
-	memcpy(sa.sun_path, rs->path, sizeof(rs->path));
-	rs->lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (rs->lfd < 0) {
-		ret = locus_error_set(err, errno, "socket: %s", strerror(errno));
-		goto err_free;
-	}
 	/* the segment is ours (its creation refused a live owner): so is a stale socket */
-	unlink(rs->path);
-	if (bind(rs->lfd, (struct sockaddr *)&sa, sizeof(sa)) < 0 ||
-	    chmod(rs->path, 0660) < 0 || listen(rs->lfd, 64) < 0) {
-		ret = locus_error_set(err, errno, "registration socket %s: %s", rs->path,
-				      strerror(errno));
-		goto err_sock;
+	rs->lfd = locus_seqpkt_listen(rs->path, "registration socket", 0660, 64, err);
+	if (rs->lfd < 0) {
+		ret = rs->lfd;
+		goto err_free;
 	}
 	*out = rs;
 	return 0;
 
-err_sock:
-	close(rs->lfd);
-	unlink(rs->path);
 err_free:
 	free(rs->ents);
 	free(rs->seq);

@@ -7,18 +7,14 @@
  * next to the rings.
  */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "client_priv.h"
 #include "locus_client.h"
+#include "locus_seqpkt.h"
 #include "locus_shm.h"
 
 #define DEFAULT_TIMEOUT_MS 2000u
@@ -28,122 +24,46 @@ int locus_client_reg_sock_path(const char *instance, char *buf, size_t len)
 	return locus_shm_run_path(instance, LOCUS_REG_SOCK_SUFFIX, buf, len);
 }
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int locus_client_reg_connect(const char *instance, struct locus_error *err)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[LOCUS_SEQPKT_PATH_MAX];
 	int fd, ret;
 
-	ret = locus_client_reg_sock_path(instance, sa.sun_path, sizeof(sa.sun_path));
+	ret = locus_client_reg_sock_path(instance, path, sizeof(path));
 	if (ret < 0)
 		return locus_error_set(err, -ret, "registration socket of '%s': %s", instance,
 				       strerror(-ret));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return locus_error_set(err, errno, "socket: %s", strerror(errno));
-	/* a unix socket connects at once or fails: no EINPROGRESS to wait for */
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = errno == EAGAIN ? ECONNREFUSED : errno;
-		close(fd);
-		return locus_error_set(err, ret, "locusd registration socket %s: %s", sa.sun_path,
-				       strerror(ret));
-	}
-	return fd;
-}
-
-/* The one fd a message carried (*fd, else -1); any others are closed. */
-static void take_fds(struct msghdr *mh, int *fd)
-{
-	*fd = -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR(mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
-			int f;
-
-			memcpy(&f, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-			if (*fd < 0)
-				*fd = f;
-			else
-				close(f);
-		}
-	}
+	fd = locus_seqpkt_connect(path, &ret, err);
+	if (fd >= 0 || !ret)
+		return fd;
+	return locus_error_set(err, ret, "locusd registration socket %s: %s", path,
+			       strerror(ret));
 }
 
 int locus_client_reg_transact(int sock, const struct locus_reg_req *req, int fd,
 			      struct locus_reg_rep *rep, int *fd_in, uint32_t timeout_ms,
 			      struct locus_error *err)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u, ur;
-	struct iovec iov = { .iov_base = (void *)req, .iov_len = sizeof(*req) };
-	struct iovec riov = { .iov_base = rep, .iov_len = sizeof(*rep) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	struct msghdr rh = { .msg_iov = &riov, .msg_iovlen = 1 };
-	int64_t deadline = mono_ms() + timeout_ms;
-	int got = -1, ret;
+	struct locus_seqpkt_call call = { .req = req, .req_len = sizeof(*req), .req_fd = fd,
+					  .rep = rep, .rep_cap = sizeof(*rep),
+					  .timeout_ms = timeout_ms };
 	ssize_t n;
+	int ret;
 
 	if (fd_in)
 		*fd_in = -1;
-
-	memset(&u, 0, sizeof(u));
-	if (fd >= 0) {
-		struct cmsghdr *cm;
-
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	/* a fresh SEQPACKET connection has room for one small message */
-	n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	if (n != (ssize_t)sizeof(*req))
-		return locus_error_set(err, n < 0 ? errno : EIO, "sending the request to locusd: %s",
-				       n < 0 ? strerror(errno) : "short write");
-	for (;;) {
-		struct pollfd pfd = { .fd = sock, .events = POLLIN };
-		int64_t left = deadline - mono_ms();
-		int r;
-
-		if (left <= 0)
-			return locus_error_set(err, ETIMEDOUT, "locusd did not answer within %u ms",
-					       timeout_ms);
-		r = poll(&pfd, 1, (int)left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return locus_error_set(err, errno, "poll: %s", strerror(errno));
-		if (r == 0)
-			continue;
-		rh.msg_control = ur.buf;
-		rh.msg_controllen = sizeof(ur.buf);
-		n = recvmsg(sock, &rh, MSG_CMSG_CLOEXEC);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n > 0)
-			take_fds(&rh, &got);
-		break;
-	}
-	if (n == 0 || (n < 0 && errno == ECONNRESET)) {
+	ret = locus_seqpkt_call(sock, &call, err);
+	if (ret < 0)
+		return ret;
+	n = call.rep_len;
+	if (n == 0 || (n < 0 && call.rep_errno == ECONNRESET)) {
 		ret = locus_error_set(err, ECONNRESET, "locusd closed the connection without an "
 				      "answer");
 		goto err_close;
 	}
 	if (n < 0) {
-		ret = locus_error_set(err, errno, "reading locusd's answer: %s", strerror(errno));
+		ret = locus_error_set(err, call.rep_errno, "reading locusd's answer: %s",
+				      strerror(call.rep_errno));
 		goto err_close;
 	}
 	if (n != (ssize_t)sizeof(*rep) || rep->magic != LOCUS_REG_MAGIC) {
@@ -158,14 +78,14 @@ int locus_client_reg_transact(int sock, const struct locus_reg_req *req, int fd,
 	}
 	rep->msg[sizeof(rep->msg) - 1] = 0;
 	if (fd_in)
-		*fd_in = got;
-	else if (got >= 0)
-		close(got);
+		*fd_in = call.rep_fd;
+	else if (call.rep_fd >= 0)
+		close(call.rep_fd);
 	return 0;
 
 err_close:
-	if (got >= 0)
-		close(got);
+	if (call.rep_fd >= 0)
+		close(call.rep_fd);
 	return ret;
 }
 

@@ -6,16 +6,13 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "locus_push.h"
+#include "locus_seqpkt.h"
 #include "locus_shm.h"
 
 #define DEFAULT_TIMEOUT_MS 2000u
@@ -25,14 +22,6 @@
 int locus_push_sock_path(const char *instance, char *buf, size_t len)
 {
 	return locus_shm_run_path(instance, LOCUS_PUSH_SOCK_SUFFIX, buf, len);
-}
-
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* The table in a memfd nobody can change any more: locusd reads exactly it. */
@@ -68,90 +57,44 @@ static int sealed_copy(const void *buf, size_t len, struct locus_error *err)
 
 static int connect_ctl(const char *instance, struct locus_error *err)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[LOCUS_SEQPKT_PATH_MAX];
 	int fd, ret;
 
-	ret = locus_push_sock_path(instance, sa.sun_path, sizeof(sa.sun_path));
+	ret = locus_push_sock_path(instance, path, sizeof(path));
 	if (ret < 0)
 		return locus_error_set(err, -ret, "control socket of '%s': %s", instance,
 				       strerror(-ret));
-	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return locus_error_set(err, errno, "socket: %s", strerror(errno));
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
-		ret = errno == EAGAIN ? ECONNREFUSED : errno;
-		close(fd);
-		if (ret == EACCES)
-			return locus_error_set(err, EACCES, "locusd control socket %s is for the "
-					       "service group", sa.sun_path);
-		if (ret == ENOENT)
-			return locus_error_set(err, ENOENT, "no locusd control socket %s (is locusd "
-					       "running?)", sa.sun_path);
-		return locus_error_set(err, ret, "locusd control socket %s: cannot connect",
-				       sa.sun_path);
-	}
-	return fd;
+	fd = locus_seqpkt_connect(path, &ret, err);
+	if (fd >= 0 || !ret)
+		return fd;
+	if (ret == EACCES)
+		return locus_error_set(err, EACCES, "locusd control socket %s is for the service "
+				       "group", path);
+	if (ret == ENOENT)
+		return locus_error_set(err, ENOENT, "no locusd control socket %s (is locusd "
+				       "running?)", path);
+	return locus_error_set(err, ret, "locusd control socket %s: cannot connect", path);
 }
 
 /* One request (with fd if >= 0), one reply, within timeout_ms. */
 static int transact(const char *instance, const struct locus_push_req *q, int fd,
 		    struct locus_push_rep *rep, uint32_t timeout_ms, struct locus_error *err)
 {
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = (void *)q, .iov_len = sizeof(*q) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
-	int64_t deadline = mono_ms() + timeout_ms;
+	struct locus_seqpkt_call call = { .req = q, .req_len = sizeof(*q), .req_fd = fd,
+					  .rep = rep, .rep_cap = sizeof(*rep),
+					  .timeout_ms = timeout_ms };
 	int sock, ret;
 	ssize_t n;
 
 	sock = connect_ctl(instance, err);
 	if (sock < 0)
 		return sock;
-	memset(&u, 0, sizeof(u));
-	if (fd >= 0) {
-		struct cmsghdr *cm;
-
-		mh.msg_control = u.buf;
-		mh.msg_controllen = sizeof(u.buf);
-		cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-	}
-	n = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	if (n != (ssize_t)sizeof(*q)) {
-		ret = locus_error_set(err, n < 0 ? errno : EIO, "sending the request to locusd: %s",
-				      n < 0 ? strerror(errno) : "short write");
+	ret = locus_seqpkt_call(sock, &call, err);
+	if (ret < 0)
 		goto out;
-	}
-	for (;;) {
-		struct pollfd pfd = { .fd = sock, .events = POLLIN };
-		int64_t left = deadline - mono_ms();
-		int r;
-
-		if (left <= 0) {
-			ret = locus_error_set(err, ETIMEDOUT, "locusd did not answer within %u ms",
-					      timeout_ms);
-			goto out;
-		}
-		r = poll(&pfd, 1, (int)left);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0) {
-			ret = locus_error_set(err, errno, "poll: %s", strerror(errno));
-			goto out;
-		}
-		if (r == 0)
-			continue;
-		n = recv(sock, rep, sizeof(*rep), 0);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		break;
-	}
+	if (call.rep_fd >= 0)
+		close(call.rep_fd); /* an answer carries none */
+	n = call.rep_len;
 	if (n == 0) {
 		ret = locus_error_set(err, ECONNRESET, "locusd closed the control connection "
 				      "without an answer");

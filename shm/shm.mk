@@ -1,6 +1,6 @@
-# shm: the segment (create/attach/remove) and the table channels.
+# shm: the segment (create/attach/remove), the table channels and the seqpacket sockets.
 $(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c shm/table.c shm/table_writer.c \
-	shm/table_reader.c shm/push.c))
+	shm/table_reader.c shm/push.c shm/seqpkt.c))
 $(eval $(call PROGRAM,tests/test_segment,tests/test_segment.c,shm common,cmocka))
 $(eval $(call PROGRAM,tests/test_table,tests/test_table.c,shm common,cmocka))
 
