@@ -86,7 +86,8 @@ endif
 # The seed generator builds with the normal tree (gcc) and writes the
 # checked-in corpora; run it after a format changes.
 FUZZ_GEN_LIBS := engine wire eldr grace gracefit client counters shm trace verbs_core common
-$(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/fuzz_tables.c \
+$(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/gen_seeds_sys.c \
+	tests/fuzz/fuzz_tables.c \
 	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),\
 	lapacke openblas libcrypto))
 
