@@ -40,7 +40,11 @@ OPT        ?= -O1
 endif
 OPT        ?= -O2
 
-CPPFLAGS   += -D_GNU_SOURCE -Ishm -Idataplane -Icontrol -Iverbs -Itools
+CPPFLAGS   += -D_GNU_SOURCE
+# Header search path of an object: every module's, unless the directory's
+# fragment narrows it for its own objects (control/ and shm/ never see
+# dataplane/: the formats both planes share live in shm/).
+INCLUDES    = -Ishm -Idataplane -Icontrol -Iverbs -Itools
 CFLAGS     += -std=gnu11 $(OPT) -g -Wall -Wextra -Werror -fno-common \
               -MMD -MP $(SANFLAGS)
 LDFLAGS    += $(SANFLAGS)
@@ -101,7 +105,7 @@ include $(sort $(wildcard shm/*.mk dataplane/*.mk control/*.mk verbs/*.mk \
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
-	$(CC) $(CPPFLAGS) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(INCLUDES) $(CFLAGS) $(PKG_CFLAGS) -c -o $@ $<
 
 -include $(ALL_OBJS:.o=.d)
 

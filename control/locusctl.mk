@@ -1,18 +1,22 @@
 # control/: calibration trace importer (shared with GRACE), ELDR fit, locusctl.
+# The control plane never includes data-plane headers: its objects see shm/
+# (the segment, the table channel, the table formats) and control/ only.
+$(BUILD)/control/%.o: INCLUDES = -Ishm -Icontrol
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c))
 $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c))
-$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/locusctl_history.c,eldrfit gracectl gracefit eldr grace trace counters shm common,lapacke openblas $(JEMALLOC)))
+$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/locusctl_history.c,eldrfit gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 BINS += bin/esft2jsonl
-$(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c tests/test_paths.c,eldrfit formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
-$(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit formats trace common,cmocka))
 $(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 UNIT_TESTS += tests/test_eldr_esft
-$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c tests/test_paths.c tests/push_util.c,eldr grace trace pushsrv counters shm common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_ctl,tests/test_eldr_ctl.c tests/test_paths.c tests/push_util.c,formats trace pushsrv counters shm common,cmocka))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_eldr_ctl
+EXTRA_TESTS += tests/test_layering.sh

@@ -1,11 +1,9 @@
-# ELDR: signatures, table payload, locality-band router (pure C, no EAL).
-$(eval $(call LIBRARY,eldr,dataplane/eldr_sig.c dataplane/eldr_table.c \
-	dataplane/eldr_router.c dataplane/eldr_kernels.c))
-$(eval $(call PROGRAM,tests/test_eldr_sig,tests/test_eldr_sig.c,eldr common,cmocka))
-UNIT_TESTS += tests/test_eldr_sig
-$(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c tests/test_paths.c,eldrfit eldr trace common,cmocka))
+# ELDR locality-band router and its scoring kernels (pure C, no EAL); the
+# signature and table formats are shm/formats.mk's.
+$(eval $(call LIBRARY,eldr_router,dataplane/eldr_router.c dataplane/eldr_kernels.c))
+$(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c tests/test_paths.c,eldrfit eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_route
-$(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr common,))
+$(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr_router formats common,))
 BENCHES += tools/eldr_bench
-$(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c,eldrfit eldr trace common,))
+$(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c,eldrfit eldr_router formats trace common,))
 BENCHES += tools/eldr_quality

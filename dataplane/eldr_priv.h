@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "locus_common.h"
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 
 #define ELDR_LANES 16u /* canonical accumulator width */
 #define ELDR_GROUP 4u  /* centroids scored together, packed side by side */

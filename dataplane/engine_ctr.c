@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /* The engine's counters: names, help, shapes. */
 #include "locus_engine.h"
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 
 #define N_OPS 2 /* dispatch, combine */
 

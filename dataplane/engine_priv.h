@@ -4,9 +4,9 @@
 #define LOCUS_ENGINE_PRIV_H
 
 #include "locus_dispatch.h"
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_engine.h"
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 #include "locus_ring.h"
 
 enum { OP_DISPATCH_IDX = 0, OP_COMBINE_IDX = 1 };

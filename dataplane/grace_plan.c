@@ -8,7 +8,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 
 size_t locus_grace_plan_state_size(const struct locus_grace_dims *d)
 {

@@ -15,18 +15,18 @@ FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req row
 	table_region segment verbs_proto node_sockets
 
 # per target: its libraries (dependants first), extra sources, pkg-config modules
-FUZZ_LIBS_tblfile      := eldr grace common
-FUZZ_LIBS_eldr_table   := eldr grace common
+FUZZ_LIBS_tblfile      := formats common
+FUZZ_LIBS_eldr_table   := eldr_router formats common
 FUZZ_SRCS_eldr_table   := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
-FUZZ_LIBS_grace_table  := eldr grace common
+FUZZ_LIBS_grace_table  := grace_plan formats common
 FUZZ_SRCS_grace_table  := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
-FUZZ_LIBS_eldr_sig     := eldr grace common
+FUZZ_LIBS_eldr_sig     := eldr_router formats common
 FUZZ_SRCS_eldr_sig     := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
-FUZZ_LIBS_dispatch_req := wire eldr grace common
+FUZZ_LIBS_dispatch_req := wire grace_plan formats common
 FUZZ_SRCS_dispatch_req := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_combine_req  := wire common
 FUZZ_LIBS_rows_msg     := wire common
-FUZZ_ENGINE_LIBS       := engine wire eldr grace client counters shm common
+FUZZ_ENGINE_LIBS       := engine wire eldr_router grace_plan formats client counters shm common
 FUZZ_ENGINE_SRCS       := tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c \
 	tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_engine_client := $(FUZZ_ENGINE_LIBS)
@@ -39,7 +39,7 @@ FUZZ_LIBS_regions      := node $(FUZZ_ENGINE_LIBS)
 FUZZ_SRCS_regions      := $(FUZZ_ENGINE_SRCS) tests/fuzz/fuzz_sock.c
 FUZZ_LIBS_node_sockets := node pushsrv $(FUZZ_ENGINE_LIBS) config
 FUZZ_SRCS_node_sockets := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_sock.c
-FUZZ_LIBS_table_region := eldr grace shm common
+FUZZ_LIBS_table_region := formats shm common
 FUZZ_SRCS_table_region := tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_segment      := client counters shm common
 FUZZ_LIBS_verbs_proto  := verbs_core common
@@ -51,7 +51,7 @@ FUZZ_LIBS_trace        := trace common
 FUZZ_SRCS_trace        := tests/fuzz/fuzz_trace_common.c
 FUZZ_LIBS_esft         := trace common
 FUZZ_SRCS_esft         := tests/fuzz/fuzz_trace_common.c
-FUZZ_LIBS_eplb         := gracefit grace trace common
+FUZZ_LIBS_eplb         := gracefit formats trace common
 FUZZ_PKGS_eplb         := lapacke openblas
 FUZZ_LIBS_counters     := trace counters common
 FUZZ_SRCS_counters     := tools/stat_snap.c tools/stat_fmt.c tools/stat_prom.c
@@ -85,7 +85,7 @@ endif
 
 # The seed generator builds with the normal tree (gcc) and writes the
 # checked-in corpora; run it after a format changes.
-FUZZ_GEN_LIBS := engine wire eldr grace gracefit client counters shm trace verbs_core common
+FUZZ_GEN_LIBS := engine wire eldr_router grace_plan gracefit formats client counters shm trace verbs_core common
 $(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/gen_seeds_sys.c \
 	tests/fuzz/fuzz_tables.c \
 	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),\

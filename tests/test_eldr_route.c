@@ -15,7 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
 #include "test_paths.h"

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <cmocka.h>
 
+#include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"

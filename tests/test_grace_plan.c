@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 
 #define NR LOCUS_GRACE_NO_RANK
 

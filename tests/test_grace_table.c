@@ -9,7 +9,7 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 #include "locus_tblfile.h"
 
 #define NR LOCUS_GRACE_NO_RANK

@@ -36,7 +36,7 @@
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_dispatch.h"
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_grace.h"
 #include "locus_node.h"
 #include "locus_shm.h"

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 
 #define L 48

@@ -36,7 +36,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
 

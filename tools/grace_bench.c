@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
 

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"

@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "loadgen.h"
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_shm.h"
 #include "locus_tblfile.h"
 #include "locus_wire.h"

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Routing checks shared by the ELDR fuzz targets: a decision against the
- * promises of locus_eldr.h (a decoder of the table, allowed by the
+ * promises of locus_eldr_router.h (a decoder of the table, allowed by the
  * signature's mask, inside the band of the best eligible score), and the
  * same signatures routed one by one and as a batch.
  */
@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "locus_eldr.h"
+#include "locus_eldr_router.h"
 
 /* A router for payload on path, in 64-byte aligned malloc'd memory (*mem), or NULL. */
 struct locus_eldr_router *fe_router(const void *payload, size_t len, enum locus_eldr_path path,

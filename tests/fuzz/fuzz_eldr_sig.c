@@ -6,7 +6,7 @@
  * route path). The first input byte picks one of a few tables; the rest is
  * the signature. Contract: route refuses exactly what the check refuses,
  * with its code; an accepted signature is routed within the promises of
- * locus_eldr.h (fuzz_eldr_common.c); a batch of it decides as one by one.
+ * locus_eldr_router.h (fuzz_eldr_common.c); a batch of it decides as one by one.
  */
 #include "fuzz.h"
 #include "fuzz_eldr_common.h"

@@ -6,7 +6,7 @@
  * agree with locus_eldr_tbl_validate, keep the header's promises (unique
  * decoder ids, mask count, section pointers inside the payload), and build
  * a router on every path this CPU has; the routers then route signatures
- * within the promises of locus_eldr.h, score alike across paths, and a
+ * within the promises of locus_eldr_router.h, score alike across paths, and a
  * batch decides as the same signatures routed one by one.
  */
 #include <math.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Contract checks shared by the fuzz targets that build a GRACE planner map
- * or plan a batch: what locus_grace.h promises about a map built from a
+ * or plan a batch: what locus_grace_plan.h promises about a map built from a
  * validated payload and about a plan (valid ranks, tier order, every
  * (token, k) slot served exactly once by a rank that holds its expert, and
  * the nearest copy preferred). A broken promise aborts (FUZZ_CHECK).
@@ -9,7 +9,7 @@
 #ifndef LOCUS_FUZZ_PLAN_H
 #define LOCUS_FUZZ_PLAN_H
 
-#include "locus_grace.h"
+#include "locus_grace_plan.h"
 
 /* The map against the validated payload it was built from. */
 void fp_check_map(const struct locus_grace_map *m, const struct locus_grace_view *v);

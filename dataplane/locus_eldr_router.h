@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ELDR locality-band decode router (DESIGN.md, "ELDR"): built from a
+ * validated ELDR table payload (locus_eldr.h, the format both planes share)
+ * into caller memory, run by the data plane's routing lcores. Pure C: no
+ * EAL, verbs or shm.
+ */
+#ifndef LOCUS_ELDR_ROUTER_H
+#define LOCUS_ELDR_ROUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_eldr.h"
+#include "locus_err.h"
+
+enum locus_eldr_path {
+	LOCUS_ELDR_PATH_AUTO = 0,  /* best the CPU supports */
+	LOCUS_ELDR_PATH_SCALAR,
+	LOCUS_ELDR_PATH_AVX2,      /* AVX2 + FMA */
+	LOCUS_ELDR_PATH_AVX512,    /* AVX-512F */
+};
+
+struct locus_eldr_decision {
+	uint32_t slot;         /* index in the table's decoder list */
+	uint32_t decoder_id;
+	float similarity;      /* x . c of the chosen decoder */
+	float best;            /* highest similarity among eligible decoders */
+	uint32_t n_candidates; /* eligible decoders inside the band */
+	uint64_t load;         /* effective load of the chosen decoder before this pick */
+};
+
+struct locus_eldr_router; /* one per routing lcore, in caller memory */
+
+/* Name of a path ("scalar", "avx2", "avx512"). */
+const char *locus_eldr_path_name(enum locus_eldr_path p);
+
+/* Whether this CPU runs path p (AUTO and SCALAR: always). */
+int locus_eldr_path_supported(enum locus_eldr_path p);
+
+/*
+ * Bytes of memory a router for this payload needs (64-byte aligned memory),
+ * or 0 when the payload's shape is invalid.
+ */
+size_t locus_eldr_router_mem_size(const void *payload, size_t len);
+
+/*
+ * Build a router in mem (64-byte aligned, mem_len >= mem_size) from a
+ * payload, which is validated first: centroids are pre-multiplied by idf and
+ * packed for the chosen kernel, only masked layers kept. Every decoder
+ * starts up with load 0. The router does not point into the payload. -ENOTSUP
+ * if path is not supported by this CPU.
+ */
+int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size_t len,
+			    enum locus_eldr_path path, struct locus_eldr_router **out,
+			    struct locus_error *err);
+
+/*
+ * Route one signature payload: score against every centroid, take the
+ * eligible decoders (up, allowed by the signature's mask) whose score is
+ * within tau of the best eligible score, choose the lowest effective load
+ * (reported load + assignments made here since that report), ties to the
+ * higher score, then the lower slot. Counts the assignment. Returns 0, or
+ * -LOCUS_ENODEST (no eligible decoder), or the signature check's code.
+ * An all-zero signature (over the masked layers) scores 0 everywhere.
+ * No allocation, no syscalls, no locks.
+ */
+int locus_eldr_route(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     struct locus_eldr_decision *d);
+
+/*
+ * locus_eldr_route() for a signature whose header the caller copied out of
+ * shared memory: hdr (private) is checked with locus_eldr_sig_hdr_check()
+ * and gives the decode constraint; counts (L x E, the router's L and E) are
+ * read once each and may lie in memory a client writes concurrently: any
+ * value is a valid count, so a rewrite can change the decision, never make
+ * it read out of bounds.
+ */
+int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_sig_hdr *hdr,
+			   const uint16_t *counts, size_t sig_len, struct locus_eldr_decision *d);
+
+/*
+ * Route n signatures in submission order with the same decisions as n calls
+ * of locus_eldr_route(), scoring several signatures per pass over the
+ * centroids (4 with AVX-512, 2 with AVX2). rc[i] is route()'s result for
+ * signature i, d[i] its decision when rc[i] == 0. Returns the number routed.
+ */
+uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
+				const size_t *lens, uint32_t n, struct locus_eldr_decision *d,
+				int *rc);
+
+/* Scores only (tests, tools): scores[K]. Returns 0 or the check's code. */
+int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
+		     float *scores);
+
+/* A load report for slot: replaces the reported load, clears local assignments. */
+void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
+
+/* Mark slot up (1) or down (0). */
+void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up);
+
+/* Slot of a decoder id, or -LOCUS_ERANGE. */
+int locus_eldr_router_slot(const struct locus_eldr_router *r, uint32_t decoder_id);
+
+uint32_t locus_eldr_router_n_decoders(const struct locus_eldr_router *r);
+/* The table's L and E: the shape every signature routed by r must have. */
+void locus_eldr_router_shape(const struct locus_eldr_router *r, uint16_t *n_layers,
+			     uint16_t *n_experts);
+enum locus_eldr_path locus_eldr_router_path(const struct locus_eldr_router *r);
+
+#endif /* LOCUS_ELDR_ROUTER_H */
