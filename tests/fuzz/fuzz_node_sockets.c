@@ -42,6 +42,7 @@
 #include "locus_counters.h"
 #include "locus_node.h"
 #include "locus_push.h"
+#include "locus_seqpkt.h"
 #include "locus_shm.h"
 
 #define MAX_REQS   6
@@ -123,26 +124,14 @@ static void pass(struct locus_node *n)
 /* Receive one message (and its fds) without waiting: its length, 0 none, -1 closed. */
 static ssize_t take(int sock, void *buf, size_t cap, int *fds, int *nfd)
 {
-	union {
-		char buf[CMSG_SPACE(8 * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = buf, .iov_len = cap };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	ssize_t r = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	struct locus_seqpkt_fds in;
+	ssize_t r = locus_seqpkt_recv(sock, buf, cap, MSG_DONTWAIT, LOCUS_SEQPKT_MAX_FDS, &in);
 
-	*nfd = 0;
+	*nfd = in.n;
+	memcpy(fds, in.fd, sizeof(int) * (size_t)in.n);
 	if (r < 0)
 		return errno == EAGAIN ? 0 : -1;
-	if (r == 0)
-		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
-			for (size_t i = 0; i < (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int) && *nfd < 8;
-			     i++)
-				memcpy(&fds[(*nfd)++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-	return r;
+	return r == 0 ? -1 : r;
 }
 
 /* The table generation channel ch's reader (the engine) runs on. */
