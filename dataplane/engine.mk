@@ -2,6 +2,7 @@
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
+	dataplane/engine_grace.c \
 	dataplane/relay.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
