@@ -28,3 +28,5 @@ $(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/tw
 UNIT_TESTS += tests/test_twonode_load
 $(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay
+$(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_graceset_node

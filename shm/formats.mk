@@ -7,3 +7,5 @@ $(eval $(call LIBRARY,formats,shm/eldr_sig.c shm/eldr_table.c shm/grace_table.c 
 $(eval $(call PROGRAM,tests/test_eldr_sig,tests/test_eldr_sig.c,formats common,cmocka))
 UNIT_TESTS += tests/test_eldr_sig
 
+$(eval $(call PROGRAM,tests/test_graceset,tests/test_graceset.c tests/graceset_util.c,formats common,cmocka))
+UNIT_TESTS += tests/test_graceset
