@@ -30,3 +30,6 @@ $(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine wi
 UNIT_TESTS += tests/test_relay
 $(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_graceset_node
+$(eval $(call PROGRAM,tests/test_graceset_ctl,tests/test_graceset_ctl.c tests/graceset_util.c tests/node_util.c tests/mini_json.c tests/test_paths.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(BUILD)/tests/test_graceset_ctl: $(BUILD)/bin/locusctl
+UNIT_TESTS += tests/test_graceset_ctl
