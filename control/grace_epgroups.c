@@ -108,8 +108,12 @@ int locus_epgroups_lift(const void *payload, size_t len, uint32_t first_rank,
 	d.n_nodes = n_nodes;
 	d.gpus_per_node = gpus_per_node;
 	N = locus_grace_n_ranks(&d);
-	if (first_rank > N || n > N - first_rank || (first_rank % src.dims->gpus_per_node) ||
-	    (src.dims->n_nodes > 1 && src.dims->gpus_per_node != gpus_per_node))
+	/* the group's node boundaries must be the cluster's: within one node, or whole nodes */
+	if (first_rank > N || n > N - first_rank ||
+	    (src.dims->n_nodes == 1 ? first_rank / gpus_per_node !=
+					  (first_rank + n - 1) / gpus_per_node
+				    : src.dims->gpus_per_node != gpus_per_node ||
+					  first_rank % gpus_per_node))
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "a %u x %u group at rank %u does not fit %u x %u GPUs on "
 				       "their node boundaries", src.dims->n_nodes,

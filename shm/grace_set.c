@@ -227,7 +227,6 @@ int locus_graceset_check(const void *payload, size_t len,
 		return rc;
 	for (uint32_t g = 0; g < h->n_groups; g++) {
 		const struct locus_graceset_entry *x = &ent[g];
-		const uint8_t *b = (const uint8_t *)payload + x->offset;
 		struct locus_grace_view v;
 		const void *pl;
 		size_t plen;
@@ -237,7 +236,9 @@ int locus_graceset_check(const void *payload, size_t len,
 		rc = check_extent(x, min_off, len, err);
 		if (rc)
 			return rc;
-		rc = locus_grace_blob_check(b, (size_t)x->length, &pl, &plen, err);
+		/* the offset is inside the payload only now: no pointer past it is formed */
+		rc = locus_grace_blob_check((const uint8_t *)payload + x->offset, (size_t)x->length,
+					    &pl, &plen, err);
 		if (rc) {
 			if (err) {
 				memcpy(msg, err->msg, sizeof(msg));

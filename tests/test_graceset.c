@@ -226,6 +226,17 @@ static void test_bytes(void **state)
 	x[1].length += 8;
 	assert_int_equal(locus_tbl_seal(c, len, LOCUS_TBL_GRACE_SET, 1, len - 64), 0);
 	assert_int_equal(check(c, len, NULL, &err), -LOCUS_ERANGE);
+	/*
+	 * an offset near 2^64: refused before any pointer to it is formed (found
+	 * by fuzz_graceset, tests/fuzz/regress/graceset/offset-past-payload:
+	 * UBSan's pointer overflow under make asan before the fix)
+	 */
+	memcpy(c, b, len);
+	x = (struct locus_graceset_entry *)((struct locus_graceset_hdr *)(c + 64) + 1);
+	x[0].offset = 0xffffffffffffff59ull;
+	assert_int_equal(locus_tbl_seal(c, len, LOCUS_TBL_GRACE_SET, 1, len - 64), 0);
+	assert_int_equal(check(c, len, NULL, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "not an aligned range"));
 	/* trailing bytes after the last table */
 	memcpy(c, b, len);
 	memset(c + len, 0, 8);
