@@ -18,3 +18,6 @@ $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace_p
 BENCHES += tools/grace_figures
 $(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace_plan formats common,lapacke openblas))
 BENCHES += tools/grace_bench
+# Per-decoder placement against one global placement on ELDR-routed held-out requests.
+$(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
+BENCHES += tools/epgroups_figures
