@@ -649,6 +649,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	tables();
+	grace_sets();
 	signatures();
 	requests();
 	messages();
