@@ -266,7 +266,7 @@ static void bench_fit(void)
 		abort();
 	make_calib(pre, gen, n);
 	t0 = now();
-	if (locus_eldrfit_arrays(pre, n, L, E, pre, gen, 512, LOCUS_ELDRFIT_SCORE_DECODE, &o, &res,
+	if (locus_eldrfit_arrays(pre, NULL, n, L, E, pre, gen, 512, LOCUS_ELDRFIT_SCORE_DECODE, &o, &res,
 				 NULL))
 		abort();
 	t_full = now() - t0;
@@ -275,7 +275,7 @@ static void bench_fit(void)
 	locus_eldrfit_result_free(&res);
 	o.no_mask = 1;
 	t0 = now();
-	if (locus_eldrfit_arrays(pre, n, L, E, NULL, NULL, 0, 0, &o, &res, NULL))
+	if (locus_eldrfit_arrays(pre, NULL, n, L, E, NULL, NULL, 0, 0, &o, &res, NULL))
 		abort();
 	t_nomask = now() - t0;
 	iters = (int)res.iterations;
