@@ -8,12 +8,17 @@
  *      counts[i][l][e] > 0;
  *   3. a layer mask chosen by greedy forward selection on the signature
  *      quality score below (or every layer with no_mask);
- *   4. x_i = normalize(counts_i * idf over the mask); balanced spherical
+ *   4. x_i = normalize(counts_i * idf over the mask); bounded spherical
  *      K-means: k-means++ seeding (fixed seed), each iteration an exact
- *      balanced assignment (cluster sizes floor(N/K) or ceil(N/K)) that
- *      minimises sum_i -x_i . c_assign(i), then c_k = normalize(mean);
- *      stops when the assignment repeats or at max_iter;
- *   5. the sealed ELDR table (locus_eldr.h layout).
+ *      bounded assignment (cluster sizes within the slack's bounds, a
+ *      balance price beyond N/K; floor/ceil(N/K) with no slack) that
+ *      minimises sum_i -z_i . c_assign(i) + the price, then c_k =
+ *      normalize(mean); stops when the assignment repeats or at max_iter;
+ *      z_i = x_i, or [x_i ; w y_i] normalised with the request's decode
+ *      expert use y_i (decode_weight w); from `restarts` seeds, the best
+ *      kept;
+ *   5. centroids = normalize(mean of the members' x_i) (prefill only);
+ *   6. the sealed ELDR table (locus_eldr.h layout).
  *
  * Signature quality score of a mask M (what the greedy search maximises):
  *   over a sample of S requests, for each request i take its nn nearest
@@ -46,7 +51,8 @@
 /*
  * Bound on requests x layers x experts a fit accepts: the fit holds the
  * counts (2 bytes a cell) and the vectors (4 bytes a cell) in memory, so
- * this is about 6 GiB. Above it, subsample the calibration trace.
+ * this is about 6 GiB (up to 16 GiB with decode_weight > 0: the decode
+ * counts and the rows [x ; w y] too). Above it, subsample the calibration trace.
  */
 #define LOCUS_ELDRFIT_MAX_CELLS (1ull << 30)
 

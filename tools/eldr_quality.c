@@ -37,7 +37,7 @@
  *                    busiest decoder's share of all the half's requests over
  *                    1/K (no interval: a half-sample's max is biased up).
  * Each figure is the mean over --orders random arrival orders of the whole
- * half (default 20); [95% intervals] are the 2.5 and 97.5 percentiles over
+ * half (default 50); [95% intervals] are the 2.5 and 97.5 percentiles over
  * --boot R random halves of the half's requests (default 100; drawn without
  * replacement, each routed in --boot-orders random arrival orders, default
  * 4), so they hold the request sample's noise and what is left of the
@@ -45,6 +45,10 @@
  * same on every run.
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
+ *                [--slack S] [--balance-price P] [--restarts R]
+ *                [--decode-weight W] [--tau T]
+ *       (the last five refit the ELDR and ELDR --no-mask rows with those
+ *        options instead of locusctl fit's defaults)
  *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
@@ -214,6 +218,16 @@ out:
 	return ret;
 }
 
+/*
+ * Options of the "ELDR" and "ELDR --no-mask" fits beyond the defaults
+ * (--slack, --balance-price, --restarts, --decode-weight, --tau; < 0: the
+ * default), to measure a variant against the oracle and main's fit.
+ */
+static struct {
+	float slack, price, weight, tau;
+	int32_t restarts;
+} variant = { -1, -1, -1, -1, -1 };
+
 /* The three ELDR tables from the calibration half, and their routers. */
 static int fit_policies(const struct locus_trace *calt, uint32_t K, struct qsim *s,
 			void **mem, struct locus_error *e)
@@ -227,6 +241,16 @@ static int fit_policies(const struct locus_trace *calt, uint32_t K, struct qsim 
 		locus_eldrfit_opts_default(&o, K);
 		if (p == QPOL_ELDR_NOMASK)
 			o.no_mask = 1;
+		if (variant.slack >= 0)
+			o.slack = variant.slack;
+		if (variant.price >= 0)
+			o.balance_price = variant.price;
+		if (variant.weight >= 0)
+			o.decode_weight = variant.weight;
+		if (variant.tau >= 0)
+			o.tau = variant.tau;
+		if (variant.restarts >= 0)
+			o.restarts = (uint32_t)variant.restarts;
 		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
 			o = (struct locus_eldrfit_opts){ .n_decoders = K, .tau = 0.1f, .seed = 1 };
 		if (locus_eldrfit_trace(calt, &o, &res, e) < 0)
@@ -374,6 +398,19 @@ out:
 	return ret;
 }
 
+static int parse_float(const char *s, float max, float *v)
+{
+	char *end;
+	float x;
+
+	errno = 0;
+	x = strtof(s, &end);
+	if (errno || !*s || *end || !(x >= 0) || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
 static int parse_count(const char *s, uint32_t max, uint32_t *v)
 {
 	char *end;
@@ -411,7 +448,7 @@ int main(int argc, char **argv)
 	static const uint32_t cfg[][2] = { { 4, 4 }, { 8, 4 }, { 4, 8 }, { 8, 2 } };
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
 	char root[1024], dir[1100], sample[1100];
-	uint32_t orders = 20, R = 100, bo = 4, at_least = 0;
+	uint32_t orders = 50, R = 100, bo = 4, at_least = 0;
 	double vs[4] = { 0 };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
@@ -429,6 +466,24 @@ int main(int argc, char **argv)
 		} else if (a + 1 < argc && !strcmp(argv[a], "--boot-orders")) {
 			if (parse_count(argv[a + 1], 100000, &bo) < 0)
 				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--slack")) {
+			if (parse_float(argv[a + 1], 1, &variant.slack) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--balance-price")) {
+			if (parse_float(argv[a + 1], 100, &variant.price) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--decode-weight")) {
+			if (parse_float(argv[a + 1], 100, &variant.weight) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--tau")) {
+			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--restarts")) {
+			uint32_t r;
+
+			if (parse_count(argv[a + 1], 1000, &r) < 0)
+				goto usage;
+			variant.restarts = (int32_t)r;
 		} else {
 			goto usage;
 		}
@@ -464,6 +519,7 @@ int main(int argc, char **argv)
 	return ret;
 usage:
 	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
-		"[--boot-orders N]\n");
+		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
+		"[--decode-weight W] [--tau T]\n");
 	return 2;
 }
