@@ -41,7 +41,8 @@
  * --boot R random halves of the half's requests (default 100; drawn without
  * replacement, each routed in --boot-orders random arrival orders, default
  * 4), so they hold the request sample's noise and what is left of the
- * arrival order's. Every random choice has a fixed seed: the output is the
+ * arrival order's (a half smaller than one round of K * B is one round:
+ * the repository's sample, whose intervals are then too narrow). Every random choice has a fixed seed: the output is the
  * same on every run.
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
@@ -53,6 +54,7 @@
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -177,6 +179,8 @@ static int evaluate(struct qsim *s, struct half *h, uint32_t orders, uint32_t R,
 		    uint64_t seed)
 {
 	uint32_t *seq = malloc(sizeof(*seq) * h->n), *res = malloc(sizeof(*res) * h->n);
+	/* at least one round (a small trace: more than half, narrower intervals) */
+	uint32_t half = h->n / 2 < s->K * s->B ? s->K * s->B : h->n / 2;
 	uint64_t rng = seed;
 	struct qfig f, m;
 	int ret = -1;
@@ -194,12 +198,12 @@ static int evaluate(struct qsim *s, struct half *h, uint32_t orders, uint32_t R,
 	}
 	for (uint32_t b = 0; b < R; b++) {
 		memcpy(res, h->idx, sizeof(*res) * h->n);
-		shuffle(res, h->n, &rng); /* a random half: res[0 .. n/2) */
+		shuffle(res, h->n, &rng); /* a random half: res[0 .. half) */
 		memset(&m, 0, sizeof(m));
 		for (uint32_t o = 0; o < bo; o++) {
-			memcpy(seq, res, sizeof(*seq) * (h->n / 2));
-			shuffle(seq, h->n / 2, &rng);
-			if (qsim_run(s, seq, h->n / 2, 0, &f) <= 0)
+			memcpy(seq, res, sizeof(*seq) * half);
+			shuffle(seq, half, &rng);
+			if (qsim_run(s, seq, half, 0, &f) <= 0)
 				goto out;
 			add_fig(&m, &f, bo);
 		}
@@ -358,9 +362,9 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 			h[0].idx[h[0].n++] = i;
 		}
 	}
-	if (h[0].n / 2 < K * B || h[1].n / 2 < K * B) {
-		fprintf(stderr, "eldr_quality: half of %u held-out requests is less than one round "
-			"of %u\n", h[0].n, K * B);
+	if (h[0].n < K * B || h[1].n < K * B) {
+		fprintf(stderr, "eldr_quality: %u held-out requests are less than one round of %u\n",
+			h[0].n, K * B);
 		goto out;
 	}
 	printf("K=%u decoders, batch B=%u: %u calibration / %u held-out requests, mean of %u "
@@ -508,12 +512,20 @@ int main(int argc, char **argv)
 		printf("%s: %u requests\n", trace, t->n_requests);
 	}
 	for (uint32_t c = 0; c < 4; c++) {
-		ret |= run(t, cfg[c][0], cfg[c][1], orders, R, bo, &vs[c]);
-		at_least += vs[c] <= 0;
+		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, &vs[c]);
+
+		ret |= r;
+		if (r)
+			vs[c] = NAN; /* not measured */
+		else
+			at_least += vs[c] <= 0;
 	}
 	printf("ELDR against the oracle on held-out requests, per decode step:");
 	for (uint32_t c = 0; c < 4; c++)
-		printf(" K=%u B=%u %+.2f%%", cfg[c][0], cfg[c][1], vs[c]);
+		if (isnan(vs[c]))
+			printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
+		else
+			printf(" K=%u B=%u %+.2f%%", cfg[c][0], cfg[c][1], vs[c]);
 	printf("; ELDR reads no more than the oracle at %u of 4\n", at_least);
 	locus_trace_free(t);
 	return ret;
