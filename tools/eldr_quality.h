@@ -36,6 +36,7 @@ struct qsim {
 	uint32_t *batch, *fill;                  /* [K * B], [K] */
 	uint32_t *total;                         /* [QPOL_N][K] uncapped requests per decoder */
 	uint32_t *seen, stamp;                   /* [L * E] generation stamps */
+	uint32_t only;                           /* 0: every policy; else 1u << p of those routed */
 };
 
 /*
@@ -45,7 +46,8 @@ struct qsim {
  * rest of the round) for step and whole, and without it (ELDR: band and
  * least loaded only; domain: least-filled decoder of the domain) for load
  * and share.
- * whole is left 0 unless want_whole (it costs as much as step).
+ * whole is left 0 unless want_whole (it costs as much as step). With
+ * s->only set, only those policies are routed (the others' figures are 0).
  * Returns the rounds routed, or -1 when the router refused a signature.
  */
 int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, struct qfig *f);
