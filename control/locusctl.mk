@@ -14,6 +14,8 @@ $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c tests/test_paths
 UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_balance,tests/test_eldr_balance.c tests/test_paths.c,eldrfit formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_balance
+$(eval $(call PROGRAM,tests/test_eldr_tau,tests/test_eldr_tau.c tests/test_paths.c,eldrfit formats trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_tau
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit formats trace common,cmocka))

@@ -14,6 +14,7 @@ enum {
 	QPOL_RR,          /* request i of a round -> decoder i mod K */
 	QPOL_DOMAIN,      /* oracle labels */
 	QPOL_ELDR,        /* locusctl fit's default fit */
+	QPOL_ELDR_TAU,    /* the same with --tau auto (chosen on the calibration half) */
 	QPOL_ELDR_NOMASK, /* the same with every layer */
 	QPOL_ELDR_EXACT,  /* main's fit: exact balance, one seed, prefill only */
 	QPOL_N,
@@ -47,7 +48,8 @@ struct qsim {
  * least loaded only; domain: least-filled decoder of the domain) for load
  * and share.
  * whole is left 0 unless want_whole (it costs as much as step). With
- * s->only set, only those policies are routed (the others' figures are 0).
+ * s->only set, only those policies are routed; an ELDR policy without a
+ * router is not routed either (the figures of both are 0).
  * Returns the rounds routed, or -1 when the router refused a signature.
  */
 int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, struct qfig *f);

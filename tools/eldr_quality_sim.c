@@ -168,8 +168,8 @@ int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, st
 	memset(s->total, 0, sizeof(*s->total) * QPOL_N * s->K);
 	for (uint32_t rd = 0; rd < rounds; rd++)
 		for (int p = 0; p < QPOL_N; p++)
-			for (int capped = 0; (!s->only || s->only & 1u << p) && capped < 2;
-			     capped++)
+			for (int capped = 0; (!s->only || s->only & 1u << p) &&
+			     (p < QPOL_ELDR || s->r[p]) && capped < 2; capped++)
 				if (route_round(s, p, seq + (size_t)rd * s->K * s->B, capped,
 						want_whole, f) < 0)
 					return -1;
