@@ -47,9 +47,14 @@
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
- *                [--decode-weight W] [--tau T]
- *       (the last five refit the ELDR and ELDR --no-mask rows with those
- *        options instead of locusctl fit's defaults)
+ *                [--decode-weight W] [--tau T] [--clairvoyant N]
+ *       (--slack .. --tau refit the ELDR, --tau auto and --no-mask rows
+ *        with those options instead of locusctl fit's defaults; the --tau
+ *        auto row chooses its tau from the calibration half as
+ *        `locusctl fit --tau auto --tau-batch B` does; --clairvoyant N:
+ *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
+ *        the oracle's held-out batches improved by swaps with the decode
+ *        experts known, what better batches exist at all)
  *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
@@ -355,6 +360,41 @@ static void print_config(const struct half *h, uint32_t R)
 	free(tmp);
 }
 
+/* Arrival orders of the clairvoyant line (--clairvoyant N; 0: not printed). */
+static uint32_t clairvoyant_orders = 4;
+
+/*
+ * The held-out half's room below the oracle for a policy that knew the
+ * decode experts (qsim_swap_search), over `orders` arrival orders.
+ */
+static int clairvoyant(struct qsim *s, const struct half *h, uint32_t orders)
+{
+	uint32_t *seq = malloc(sizeof(*seq) * h->n);
+	double o_sum = 0, b_sum = 0, o, b;
+	uint64_t rng = 0xc1a1ull + s->K * 64 + s->B;
+
+	s->cost = malloc(sizeof(*s->cost) * s->K);
+	if (!seq || !s->cost) {
+		free(seq);
+		return -1;
+	}
+	for (uint32_t k = 0; k < orders; k++) {
+		memcpy(seq, h->idx, sizeof(*seq) * h->n);
+		shuffle(seq, h->n, &rng);
+		qsim_swap_search(s, seq, h->n, &o, &b);
+		o_sum += o / orders;
+		b_sum += b / orders;
+	}
+	printf("  clairvoyant        held-out, %u orders: the oracle's batches %.1f pairs per "
+	       "step, swapped between decoders with the decode experts known %.1f (%+.2f%%; a "
+	       "local optimum: the best assignment reads at most this)\n", orders, o_sum, b_sum,
+	       100.0 * (b_sum / o_sum - 1));
+	free(s->cost);
+	s->cost = NULL;
+	free(seq);
+	return 0;
+}
+
 static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t orders,
 	       uint32_t R, uint32_t bo, double vs_oracle[2], double load_over[2])
 {
@@ -409,6 +449,8 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 		goto out;
 	}
 	print_config(h, R);
+	if (clairvoyant_orders && clairvoyant(&s, &h[0], clairvoyant_orders) < 0)
+		goto out;
 	for (int i = 0; i < 2; i++) {
 		int p = i ? QPOL_ELDR_TAU : QPOL_ELDR;
 
@@ -516,6 +558,12 @@ int main(int argc, char **argv)
 		} else if (a + 1 < argc && !strcmp(argv[a], "--tau")) {
 			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
 				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--clairvoyant")) {
+			if (strcmp(argv[a + 1], "0") &&
+			    parse_count(argv[a + 1], 1000, &clairvoyant_orders) < 0)
+				goto usage;
+			if (!strcmp(argv[a + 1], "0"))
+				clairvoyant_orders = 0;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--restarts")) {
 			uint32_t r;
 
@@ -575,6 +623,6 @@ int main(int argc, char **argv)
 usage:
 	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
-		"[--decode-weight W] [--tau T]\n");
+		"[--decode-weight W] [--tau T] [--clairvoyant N]\n");
 	return 2;
 }

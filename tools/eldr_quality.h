@@ -37,6 +37,7 @@ struct qsim {
 	uint32_t *batch, *fill;                  /* [K * B], [K] */
 	uint32_t *total;                         /* [QPOL_N][K] uncapped requests per decoder */
 	uint32_t *seen, stamp;                   /* [L * E] generation stamps */
+	double *cost;                            /* [K] qsim_swap_search's scratch */
 	uint32_t only;                           /* 0: every policy; else 1u << p of those routed */
 };
 
@@ -53,6 +54,18 @@ struct qsim {
  * Returns the rounds routed, or -1 when the router refused a signature.
  */
 int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, struct qfig *f);
+
+/*
+ * How far a policy that knew every request's decode experts could go
+ * (eldr_quality's "clairvoyant" line): each round of seq[n] filled as the
+ * oracle fills it (capped), then improved by swapping requests between
+ * decoder batches while a swap lowers the pairs per step (a local optimum,
+ * not the optimum: an upper bound on what the best assignment reads).
+ * *oracle and *best: pairs per step before and after, mean over batches.
+ * Needs s->cost. Returns the rounds.
+ */
+int qsim_swap_search(struct qsim *s, const uint32_t *seq, uint32_t n, double *oracle,
+		     double *best);
 
 /* splitmix64 step (the tool's only randomness, fixed seeds). */
 uint64_t qsim_rand(uint64_t *state);
