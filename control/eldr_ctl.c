@@ -194,7 +194,7 @@ int locusctl_eldr_fit(int argc, char **argv)
 	struct locus_error err = { 0 };
 	const char *trace = NULL, *out = NULL;
 	uint32_t *ids = NULL, n_ids = 0;
-	int c, ret, quiet = 0, tau_auto = 0, tau_given = 0;
+	int c, ret, quiet = 0, tau_auto = 0;
 	uint64_t v;
 
 	locus_eldrfit_opts_default(&o, 0);
@@ -216,7 +216,6 @@ int locusctl_eldr_fit(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'T':
-			tau_given = 1;
 			tau_auto = !strcmp(optarg, "auto");
 			if (!tau_auto && parse_float(optarg, 0, 2, &o.tau) < 0)
 				goto bad_value;
@@ -306,7 +305,6 @@ int locusctl_eldr_fit(int argc, char **argv)
 			"--tau auto\n");
 		goto fail_usage;
 	}
-	(void)tau_given;
 	if (tau_auto) {
 		ret = locus_eldrfit_tau_choose(t, NULL, 0, &o, &tauo, &taur, &err);
 		if (ret < 0)
@@ -351,7 +349,8 @@ fail_usage:
 	return 2;
 bad_value:
 	fprintf(stderr, "locusctl fit: bad value '%s' for --%s\n", optarg,
-		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" : c == 'B' ? "tau-batch" : c == 'U' ? "tau-load-bound" :
+		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" :
+		c == 'B' ? "tau-batch" : c == 'U' ? "tau-load-bound" :
 		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" :
 		c == 'L' ? "slack" : c == 'P' ? "balance-price" : c == 'R' ? "restarts" :
 		c == 'W' ? "decode-weight" : "mask-sample");
@@ -359,7 +358,8 @@ bad_value:
 	return 2;
 usage:
 	fprintf(stderr, "usage: locusctl fit --trace FILE --decoders K [--decoder-ids 0,1,..] "
-		"[--tau 0.1|auto] [--tau-batch 4] [--tau-load-bound X] [--seed N] [--no-mask] [--max-iter N] [--n-experts E] "
+		"[--tau 0.1|auto] [--tau-batch 4] [--tau-load-bound X] [--seed N] [--no-mask] "
+		"[--max-iter N] [--n-experts E] "
 		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 8] "
 		"[--decode-weight 1] [--exact-balance] [--quiet] -o TABLE\n");
 	free(ids);
