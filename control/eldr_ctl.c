@@ -138,6 +138,29 @@ static void print_balance(const struct locus_eldrfit_opts *o, const struct locus
 	free(size);
 }
 
+/* What --tau auto measured and why it chose its tau. */
+static void print_tau(const struct locus_eldrfit_tau_result *r, uint32_t K, uint32_t B,
+		      int bound_given)
+{
+	printf("tau auto: calibration split in two parts (%u / %u requests), each fitted and "
+	       "the other replayed by the router in rounds of K=%u x B=%u, mean of both folds\n",
+	       r->n_part[0], r->n_part[1], K, B);
+	printf("  %-6s %-16s %s\n", "tau", "pairs per step", "busiest decoder (no cap)");
+	for (uint32_t g = 0; g < r->n_grid; g++)
+		printf("  %-6.3f %-16.2f %.3f%s%s\n", (double)r->pt[g].tau, r->pt[g].pairs,
+		       r->pt[g].load, r->pt[g].load > r->bound ? "  over the bound" : "",
+		       g == r->chosen ? "  <- chosen" : "");
+	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
+	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);
+	if (r->feasible)
+		printf("tau auto: tau %.3f, the fewest pairs per step with the busiest decoder "
+		       "within %.3f (%s)\n", (double)r->tau, r->bound,
+		       bound_given ? "--tau-load-bound" : "the exact-balance fit's");
+	else
+		printf("tau auto: no tau kept the busiest decoder within %.3f; tau %.3f, the "
+		       "least loaded\n", r->bound, (double)r->tau);
+}
+
 int locusctl_eldr_fit(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -154,6 +177,8 @@ int locusctl_eldr_fit(int argc, char **argv)
 		{ "balance-price", required_argument, NULL, 'P' },
 		{ "restarts", required_argument, NULL, 'R' },
 		{ "decode-weight", required_argument, NULL, 'W' },
+		{ "tau-batch", required_argument, NULL, 'B' },
+		{ "tau-load-bound", required_argument, NULL, 'U' },
 		{ "exact-balance", no_argument, NULL, 'X' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "eldr", no_argument, NULL, 'e' },
@@ -161,13 +186,15 @@ int locusctl_eldr_fit(int argc, char **argv)
 		{ NULL, 0, NULL, 0 },
 	};
 	struct locus_eldrfit_opts o;
+	struct locus_eldrfit_tau_opts tauo = { .replay = eldr_replay_router };
+	struct locus_eldrfit_tau_result taur;
 	struct locus_trace_opts to = { 0 };
 	struct locus_eldrfit_result res;
 	struct locus_trace *t = NULL;
 	struct locus_error err = { 0 };
 	const char *trace = NULL, *out = NULL;
 	uint32_t *ids = NULL, n_ids = 0;
-	int c, ret, quiet = 0;
+	int c, ret, quiet = 0, tau_auto = 0;
 	uint64_t v;
 
 	locus_eldrfit_opts_default(&o, 0);
@@ -189,7 +216,17 @@ int locusctl_eldr_fit(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'T':
-			if (parse_float(optarg, 0, 2, &o.tau) < 0)
+			tau_auto = !strcmp(optarg, "auto");
+			if (!tau_auto && parse_float(optarg, 0, 2, &o.tau) < 0)
+				goto bad_value;
+			break;
+		case 'B':
+			if (parse_u64(optarg, 100000, &v) < 0 || !v)
+				goto bad_value;
+			tauo.batch = (uint32_t)v;
+			break;
+		case 'U':
+			if (parse_float(optarg, 1, 1000, &tauo.load_bound) < 0)
 				goto bad_value;
 			break;
 		case 's':
@@ -263,6 +300,19 @@ int locusctl_eldr_fit(int argc, char **argv)
 	ret = locus_trace_load(trace, &to, &t, &err);
 	if (ret < 0)
 		goto fail;
+	if ((tauo.batch || tauo.load_bound > 0) && !tau_auto) {
+		fprintf(stderr, "locusctl fit: --tau-batch and --tau-load-bound go with "
+			"--tau auto\n");
+		goto fail_usage;
+	}
+	if (tau_auto) {
+		ret = locus_eldrfit_tau_choose(t, NULL, 0, &o, &tauo, &taur, &err);
+		if (ret < 0)
+			goto fail;
+		print_tau(&taur, o.n_decoders, tauo.batch ? tauo.batch :
+			  LOCUS_ELDRFIT_TAU_BATCH_DEFAULT, tauo.load_bound > 0);
+		o.tau = taur.tau;
+	}
 	ret = locus_eldrfit_trace(t, &o, &res, &err);
 	if (ret < 0)
 		goto fail;
@@ -293,9 +343,14 @@ fail:
 	locus_trace_free(t);
 	free(ids);
 	return locusctl_fail(&err, ret);
+fail_usage:
+	locus_trace_free(t);
+	free(ids);
+	return 2;
 bad_value:
 	fprintf(stderr, "locusctl fit: bad value '%s' for --%s\n", optarg,
 		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" :
+		c == 'B' ? "tau-batch" : c == 'U' ? "tau-load-bound" :
 		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" :
 		c == 'L' ? "slack" : c == 'P' ? "balance-price" : c == 'R' ? "restarts" :
 		c == 'W' ? "decode-weight" : "mask-sample");
@@ -303,7 +358,8 @@ bad_value:
 	return 2;
 usage:
 	fprintf(stderr, "usage: locusctl fit --trace FILE --decoders K [--decoder-ids 0,1,..] "
-		"[--tau 0.1] [--seed N] [--no-mask] [--max-iter N] [--n-experts E] "
+		"[--tau 0.1|auto] [--tau-batch 4] [--tau-load-bound X] [--seed N] [--no-mask] "
+		"[--max-iter N] [--n-experts E] "
 		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 8] "
 		"[--decode-weight 1] [--exact-balance] [--quiet] -o TABLE\n");
 	free(ids);

@@ -151,6 +151,79 @@ void locus_eldrfit_opts_default(struct locus_eldrfit_opts *o, uint32_t n_decoder
 
 void locus_eldrfit_result_free(struct locus_eldrfit_result *res);
 
+/* ---- tau chosen from the calibration data (locusctl fit --tau auto) ---- */
+
+#define LOCUS_ELDRFIT_TAU_GRID_MAX      32
+#define LOCUS_ELDRFIT_TAU_BATCH_DEFAULT 4u  /* requests per decoder batch replayed */
+#define LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT 20u /* arrival orders replayed per fold */
+
+/*
+ * Replay requests idx[n] (indices into t) through the router built from an
+ * ELDR table payload (payload, len; its tau is the band), in `orders`
+ * random arrival orders drawn from seed, each in rounds of K * B requests
+ * (a tail shorter than a round left out) as eldr_quality routes them:
+ * *pairs = distinct (layer, expert) pairs one decode step of a decoder
+ * batch reads with every batch capped at B (a full decoder marked down for
+ * the rest of the round), *load = the busiest decoder's requests over the
+ * mean B with no cap, both averaged over rounds and orders. The control
+ * plane does not link the data plane's router: the caller hands one in
+ * (eldr_replay_router, tools/eldr_replay.c). Returns 0 or a
+ * negative code with err set.
+ */
+typedef int (*locus_eldrfit_replay_fn)(void *arg, const struct locus_trace *t,
+				       const void *payload, size_t len, const uint32_t *idx,
+				       uint32_t n, uint32_t B, uint32_t orders, uint64_t seed,
+				       double *pairs, double *load, struct locus_error *err);
+
+struct locus_eldrfit_tau_opts {
+	const float *grid;      /* candidate taus in [0, 2], ascending; NULL: the default grid */
+	uint32_t n_grid;        /* <= LOCUS_ELDRFIT_TAU_GRID_MAX */
+	uint32_t batch;         /* B of the replay; 0: LOCUS_ELDRFIT_TAU_BATCH_DEFAULT */
+	uint32_t orders;        /* 0: LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT */
+	/*
+	 * Bound on the busiest decoder's load (max/mean, no cap); 0: the load
+	 * the exact-balance fit (locusctl fit --exact-balance) gives at
+	 * LOCUS_ELDR_TAU_DEFAULT on the same folds.
+	 */
+	float load_bound;
+	locus_eldrfit_replay_fn replay;
+	void *replay_arg;
+};
+
+struct locus_eldrfit_tau_point {
+	float tau;
+	double pairs, load;     /* mean over the folds */
+};
+
+struct locus_eldrfit_tau_result {
+	float tau;              /* the choice */
+	uint32_t chosen;        /* its index in pt[] */
+	int feasible;           /* some tau met the bound (else the least loaded was taken) */
+	double bound;           /* the load bound applied */
+	double ref_pairs, ref_load; /* the exact-balance fit at the default tau, same folds */
+	uint32_t n_grid;
+	struct locus_eldrfit_tau_point pt[LOCUS_ELDRFIT_TAU_GRID_MAX];
+	uint32_t n_part[2];     /* calibration requests in each fold's part */
+};
+
+/*
+ * Choose the fit's tau from calibration requests calib[n_calib] of t (NULL:
+ * every request) and nothing else: the calibration requests are split
+ * alternately into two parts; for each part, the fit (options o, tau
+ * irrelevant) runs on that part and the other part is replayed (to->replay)
+ * at every tau of the grid; pairs and load are averaged over both folds.
+ * The choice is the tau with the fewest pairs per step among those whose
+ * load is within the bound (ties: the lower load, then the larger tau);
+ * none within it: the least loaded. The caller then fits every calibration
+ * request with o->tau = tr->tau. Needs decode tokens (routed_experts) and at
+ * least K * B requests in each part. Returns 0 or a negative code with err
+ * set (-LOCUS_ERANGE for an unusable grid, batch or trace).
+ */
+int locus_eldrfit_tau_choose(const struct locus_trace *t, const uint32_t *calib,
+			     uint32_t n_calib, const struct locus_eldrfit_opts *o,
+			     const struct locus_eldrfit_tau_opts *to,
+			     struct locus_eldrfit_tau_result *tr, struct locus_error *err);
+
 /* ---- building blocks (exposed for tests and benchmarks) ---- */
 
 /* idf[L*E] from counts[n][L*E] (formula above). */

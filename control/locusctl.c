@@ -84,7 +84,9 @@ static int cmd_show(int argc, char **argv)
 /* One line per subcommand; add a subcommand by adding an entry. */
 static const struct locusctl_cmd cmds[] = {
 	{ "fit", cmd_fit,
-	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1] [--seed N]\n"
+	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1|auto] [--seed N]\n"
+	  "        [--tau-batch B] [--tau-load-bound X] [--slack S] [--balance-price P]\n"
+	  "        [--restarts R] [--decode-weight W] [--exact-balance]\n"
 	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
 	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
 	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE\n"

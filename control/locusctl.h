@@ -61,6 +61,17 @@ int locusctl_grace_diff(const void *a, size_t alen, const void *b, size_t blen,
 			const char *prefix);
 
 /*
+ * The router's replay of calibration requests for fit --tau auto, a
+ * locus_eldrfit_replay_fn (locus_eldrfit.h). Defined in tools/eldr_replay.c,
+ * which links the data plane's pure-C router (lib eldr_router) whose header
+ * the control plane does not include; the definition sees this declaration.
+ */
+struct locus_trace;
+int eldr_replay_router(void *arg, const struct locus_trace *t, const void *payload, size_t len,
+		       const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
+		       uint64_t seed, double *pairs, double *load, struct locus_error *err);
+
+/*
  * Progress callback for long fits: a redrawn bar when stderr is a terminal,
  * otherwise one plain line per stage and per 10% step. arg is unused.
  */

@@ -120,6 +120,65 @@ static void test_fit_and_show(void **state)
 	assert_non_null(strstr(out, "(bounds 20..28: slack 0.20, balance price 0.00); best of 3"));
 }
 
+/*
+ * fit --tau auto: prints the grid it replayed and the choice, and writes
+ * that tau into the table; its options are refused when bad or alone, and a
+ * trace too small for one round per part or without decode tokens fails.
+ */
+static void test_tau_auto(void **state)
+{
+	char tbl[4200], nodec[4200], line[64];
+	const char *p;
+	float tau;
+	FILE *f;
+	(void)state;
+
+	snprintf(tbl, sizeof(tbl), "%s/auto.tbl", tmpdir);
+	snprintf(nodec, sizeof(nodec), "%s/nodec.jsonl", tmpdir);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --quiet -o %s", sample(), tbl),
+			 0);
+	assert_non_null(strstr(out, "tau auto: calibration split in two parts (48 / 48 requests)"));
+	assert_non_null(strstr(out, "rounds of K=4 x B=4"));
+	assert_non_null(strstr(out, "<- chosen"));
+	p = strstr(out, "tau auto: tau ");
+	assert_non_null(p);
+	assert_int_equal(sscanf(p, "tau auto: tau %f", &tau), 1);
+	assert_non_null(strstr(p, "(the exact-balance fit's)"));
+	assert_int_equal(ctl("show %s", tbl), 0);
+	snprintf(line, sizeof(line), "tau=%g", (double)tau);
+	assert_non_null(strstr(out, line));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-batch 2 "
+			     "--tau-load-bound 1 --quiet -o %s", sample(), tbl), 0);
+	assert_non_null(strstr(out, "rounds of K=4 x B=2"));
+	assert_non_null(strstr(out, "no tau kept the busiest decoder within 1.000"));
+	/* refusals */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau autox -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value 'autox' for --tau"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-batch 0 -o %s", sample(),
+			     tbl), 2);
+	assert_non_null(strstr(out, "bad value '0' for --tau-batch"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-load-bound 0.5 -o %s",
+			     sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value '0.5' for --tau-load-bound"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau-batch 4 -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "go with --tau auto"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau 0.2 --tau-load-bound 2 -o %s",
+			     sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-batch 13 -o %s", sample(),
+			     tbl), 1);
+	assert_non_null(strstr(out, "at least 2 x K x B = 104 calibration requests"));
+	f = fopen(nodec, "w");
+	assert_non_null(f);
+	for (int i = 0; i < 8; i++)
+		fprintf(f, "{\"id\":\"r%d\",\"prompt_routed_experts\":[[[%d,%d]]]}\n", i, i % 4,
+			4 + i % 3);
+	assert_int_equal(fclose(f), 0);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --quiet -o %s", nodec, tbl), 0);
+	assert_int_equal(ctl("fit --trace %s --decoders 2 --tau auto --tau-batch 2 -o %s", nodec,
+			     tbl), 1);
+	assert_non_null(strstr(out, "no routed_experts"));
+}
+
 static void test_bad_input(void **state)
 {
 	char bad[4200], tbl[4200], trunc[4200];
@@ -308,6 +367,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fit_and_show),
 		cmocka_unit_test(test_bad_input),
+		cmocka_unit_test(test_tau_auto),
 		cmocka_unit_test(test_push_into_segment),
 	};
 	char self[4096];

@@ -21,6 +21,7 @@
 #include <cmocka.h>
 
 #include "eldr_quality.h"
+#include "eldr_replay.h"
 #include "locus_eldrfit.h"
 
 #define L  4
@@ -225,10 +226,135 @@ static void test_decoders_outnumber_clusters(void **state)
 	free(store);
 }
 
+/* Calibration = even requests of the synthetic trace, as eldr_quality splits. */
+static uint32_t even_half(const struct locus_trace *t, uint32_t *calib)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < t->n_requests; i += 2)
+		calib[n++] = i;
+	return n;
+}
+
+/*
+ * tau auto (the real router's replay, tools/eldr_replay.c) reads the
+ * calibration requests and nothing else: the held-out half's prompt and
+ * decode experts replaced by noise leave the choice and every figure it
+ * measured bit-identical, while the same noise in 16 calibration requests
+ * changes the figures (the poison is strong enough to be seen).
+ */
+static void test_tau_auto_ignores_held_out(void **state)
+{
+	const size_t per = 2 * T * L * KT;
+	struct locus_trace *t, *poisoned, *cal_poisoned;
+	struct locus_eldrfit_opts o;
+	struct locus_eldrfit_tau_opts to = { .batch = 4, .orders = 6,
+					     .replay = eldr_replay_router };
+	struct locus_eldrfit_tau_result a, b, c;
+	struct locus_error e = { 0 };
+	uint16_t *store, *noisy;
+	uint32_t *calib, nc, seed = 5;
+	struct locus_trace_req *reqs;
+	(void)state;
+
+	t = synthetic(&store);
+	calib = malloc(sizeof(*calib) * t->n_requests);
+	reqs = calloc(t->n_requests, sizeof(*reqs));
+	noisy = malloc(sizeof(*noisy) * t->n_requests * per);
+	assert_non_null(calib);
+	assert_non_null(reqs);
+	assert_non_null(noisy);
+	nc = even_half(t, calib);
+	locus_eldrfit_opts_default(&o, 4);
+	o.restarts = 2;
+	assert_int_equal(locus_eldrfit_tau_choose(t, calib, nc, &o, &to, &a, &e), 0);
+	/* every odd request gets random experts (distinct pairs per token-layer) */
+	memcpy(noisy, store, sizeof(*noisy) * t->n_requests * per);
+	for (uint32_t i = 1; i < t->n_requests; i += 2)
+		for (size_t f = 0; f < per; f += KT) {
+			noisy[i * per + f] = (uint16_t)(lcg(&seed) % E);
+			noisy[i * per + f + 1] = (uint16_t)((noisy[i * per + f] + 1 +
+							     lcg(&seed) % (E - 1)) % E);
+		}
+	for (uint32_t i = 0; i < t->n_requests; i++) {
+		reqs[i] = t->reqs[i];
+		reqs[i].prompt = noisy + i * per;
+		reqs[i].gen = noisy + i * per + T * L * KT;
+	}
+	assert_int_equal(locus_trace_from_arrays(L, KT, E, t->n_requests, reqs, NULL, &poisoned,
+						 &e), 0);
+	assert_int_equal(locus_eldrfit_tau_choose(poisoned, calib, nc, &o, &to, &b, &e), 0);
+	print_message("tau auto: %.3f, held-out poisoned %.3f\n", (double)a.tau, (double)b.tau);
+	assert_memory_equal(&a, &b, sizeof(a));
+	/* the same noise in calibration requests 0, 2, .., 30 is seen */
+	for (uint32_t i = 0; i < t->n_requests; i++) {
+		int noise = i % 2 ? 0 : i < 32;
+
+		reqs[i].prompt = (noise ? noisy + (i + 1) * per : store + i * per);
+		reqs[i].gen = reqs[i].prompt + T * L * KT;
+	}
+	assert_int_equal(locus_trace_from_arrays(L, KT, E, t->n_requests, reqs, NULL,
+						 &cal_poisoned, &e), 0);
+	assert_int_equal(locus_eldrfit_tau_choose(cal_poisoned, calib, nc, &o, &to, &c, &e), 0);
+	assert_true(memcmp(a.pt, c.pt, sizeof(a.pt)) != 0);
+	locus_trace_free(cal_poisoned);
+	locus_trace_free(poisoned);
+	free(noisy);
+	free(reqs);
+	free(calib);
+	locus_trace_free(t);
+	free(store);
+}
+
+/*
+ * A trace whose best band is known: 3 clean clusters of equal mass over 3
+ * decoders. tau 0 routes each request to its own cluster's decoder (pure
+ * batches, fewest pairs); tau 2 puts every decoder in the band, i.e. least
+ * loaded (exactly B each, load 1.00, mixed batches). With a loose bound
+ * the choice is 0; with the bound 1.0 only tau 2 keeps the busiest
+ * decoder within it.
+ */
+static void test_tau_auto_known_best(void **state)
+{
+	static const float grid[] = { 0.0f, 2.0f };
+	struct locus_trace *t;
+	struct locus_eldrfit_opts o;
+	struct locus_eldrfit_tau_opts to = { .grid = grid, .n_grid = 2, .batch = 4, .orders = 6,
+					     .load_bound = 100, .replay = eldr_replay_router };
+	struct locus_eldrfit_tau_result r;
+	struct locus_error e = { 0 };
+	uint32_t *calib, nc;
+	uint16_t *store;
+	(void)state;
+
+	t = synthetic(&store);
+	calib = malloc(sizeof(*calib) * t->n_requests);
+	assert_non_null(calib);
+	nc = even_half(t, calib);
+	locus_eldrfit_opts_default(&o, G);
+	o.restarts = 2;
+	assert_int_equal(locus_eldrfit_tau_choose(t, calib, nc, &o, &to, &r, &e), 0);
+	print_message("tau 0: %.2f pairs, load %.3f; tau 2: %.2f pairs, load %.3f\n",
+		      r.pt[0].pairs, r.pt[0].load, r.pt[1].pairs, r.pt[1].load);
+	assert_float_equal(r.tau, 0.0f, 0);
+	assert_int_equal(r.feasible, 1);
+	assert_true(r.pt[0].pairs < r.pt[1].pairs);
+	assert_float_equal(r.pt[1].load, 1.0, 1e-9);
+	assert_true(r.pt[0].load > 1.0);
+	to.load_bound = 1.0f;
+	assert_int_equal(locus_eldrfit_tau_choose(t, calib, nc, &o, &to, &r, &e), 0);
+	assert_float_equal(r.tau, 2.0f, 0);
+	free(calib);
+	locus_trace_free(t);
+	free(store);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decoders_outnumber_clusters),
+		cmocka_unit_test(test_tau_auto_ignores_held_out),
+		cmocka_unit_test(test_tau_auto_known_best),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

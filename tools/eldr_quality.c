@@ -47,9 +47,14 @@
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
- *                [--decode-weight W] [--tau T]
- *       (the last five refit the ELDR and ELDR --no-mask rows with those
- *        options instead of locusctl fit's defaults)
+ *                [--decode-weight W] [--tau T] [--clairvoyant N]
+ *       (--slack .. --tau refit the ELDR, --tau auto and --no-mask rows
+ *        with those options instead of locusctl fit's defaults; the --tau
+ *        auto row chooses its tau from the calibration half as
+ *        `locusctl fit --tau auto --tau-batch B` does; --clairvoyant N:
+ *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
+ *        the oracle's held-out batches improved by swaps with the decode
+ *        experts known, what better batches exist at all)
  *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
@@ -61,6 +66,7 @@
 #include <unistd.h>
 
 #include "eldr_quality.h"
+#include "eldr_replay.h"
 #include "locus_eldrfit.h"
 
 static const char *const esft_domains[] = { "law", "translation", "summary", "intent" };
@@ -118,7 +124,8 @@ out:
 }
 
 static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",
-					      "ELDR --no-mask", "ELDR exact (main)" };
+					      "ELDR --tau auto", "ELDR --no-mask",
+					      "ELDR exact (main)" };
 
 enum { NB = 3 }; /* figures per policy and replicate */
 
@@ -232,9 +239,34 @@ static struct {
 	int32_t restarts;
 } variant = { -1, -1, -1, -1, -1 };
 
-/* The three ELDR tables from the calibration half, and their routers. */
-static int fit_policies(const struct locus_trace *calt, uint32_t K, struct qsim *s,
-			void **mem, struct locus_error *e)
+/*
+ * tau for the --tau auto row: chosen by locusctl fit's procedure from the
+ * calibration requests calib[n] of t alone (the held-out half is never
+ * passed), replayed with this configuration's B. Prints the choice.
+ */
+static int choose_tau(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
+		      const struct locus_eldrfit_opts *o, uint32_t B, float *tau,
+		      struct locus_error *e)
+{
+	struct locus_eldrfit_tau_opts to = { .batch = B, .replay = eldr_replay_router };
+	struct locus_eldrfit_tau_result r;
+
+	if (locus_eldrfit_tau_choose(t, calib, n, o, &to, &r, e) < 0)
+		return -1;
+	printf("  tau auto (calibration half, 2 folds of %u/%u):", r.n_part[0], r.n_part[1]);
+	for (uint32_t g = 0; g < r.n_grid; g++)
+		printf(" %.3g:%.1f/%.2f%s", (double)r.pt[g].tau, r.pt[g].pairs, r.pt[g].load,
+		       g == r.chosen ? "*" : "");
+	printf("; bound %.2f (exact balance: %.1f/%.2f) -> tau %.3g\n", r.bound, r.ref_pairs,
+	       r.ref_load, (double)r.tau);
+	*tau = r.tau;
+	return 0;
+}
+
+/* The ELDR tables from the calibration half calib[n_calib] of t, and their routers. */
+static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint32_t n_calib,
+			const struct locus_trace *calt, uint32_t K, struct qsim *s, void **mem,
+			struct locus_error *e)
 {
 	for (int p = QPOL_ELDR; p <= QPOL_ELDR_EXACT; p++) {
 		struct locus_eldrfit_opts o;
@@ -255,6 +287,8 @@ static int fit_policies(const struct locus_trace *calt, uint32_t K, struct qsim 
 			o.tau = variant.tau;
 		if (variant.restarts >= 0)
 			o.restarts = (uint32_t)variant.restarts;
+		if (p == QPOL_ELDR_TAU && choose_tau(t, calib, n_calib, &o, s->B, &o.tau, e) < 0)
+			return -1;
 		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
 			o = (struct locus_eldrfit_opts){ .n_decoders = K, .tau = 0.1f, .seed = 1 };
 		if (locus_eldrfit_trace(calt, &o, &res, e) < 0)
@@ -326,8 +360,43 @@ static void print_config(const struct half *h, uint32_t R)
 	free(tmp);
 }
 
+/* Arrival orders of the clairvoyant line (--clairvoyant N; 0: not printed). */
+static uint32_t clairvoyant_orders = 4;
+
+/*
+ * The held-out half's room below the oracle for a policy that knew the
+ * decode experts (qsim_swap_search), over `orders` arrival orders.
+ */
+static int clairvoyant(struct qsim *s, const struct half *h, uint32_t orders)
+{
+	uint32_t *seq = malloc(sizeof(*seq) * h->n);
+	double o_sum = 0, b_sum = 0, o, b;
+	uint64_t rng = 0xc1a1ull + s->K * 64 + s->B;
+
+	s->cost = malloc(sizeof(*s->cost) * s->K);
+	if (!seq || !s->cost) {
+		free(seq);
+		return -1;
+	}
+	for (uint32_t k = 0; k < orders; k++) {
+		memcpy(seq, h->idx, sizeof(*seq) * h->n);
+		shuffle(seq, h->n, &rng);
+		qsim_swap_search(s, seq, h->n, &o, &b);
+		o_sum += o / orders;
+		b_sum += b / orders;
+	}
+	printf("  clairvoyant        held-out, %u orders: the oracle's batches %.1f pairs per "
+	       "step, swapped between decoders with the decode experts known %.1f (%+.2f%%; a "
+	       "local optimum: the best assignment reads at most this)\n", orders, o_sum, b_sum,
+	       100.0 * (b_sum / o_sum - 1));
+	free(s->cost);
+	s->cost = NULL;
+	free(seq);
+	return 0;
+}
+
 static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t orders,
-	       uint32_t R, uint32_t bo, double *vs_oracle)
+	       uint32_t R, uint32_t bo, double vs_oracle[2], double load_over[2])
 {
 	struct qsim s = { .t = t, .K = K, .B = B };
 	struct half h[2] = { { .name = "held-out" }, { .name = "calibration" } };
@@ -372,7 +441,7 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 	       h[1].n, h[0].n, orders, h[0].n / (K * B), R, bo);
 	if (locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, h[1].n, cal, NULL, &calt,
 				    &e) < 0 ||
-	    fit_policies(calt, K, &s, mem, &e) < 0)
+	    fit_policies(t, h[1].idx, h[1].n, calt, K, &s, mem, &e) < 0)
 		goto fail;
 	if (evaluate(&s, &h[0], orders, R, bo, 0x5eed0000ull + K * 64 + B) < 0 ||
 	    evaluate(&s, &h[1], orders, R, bo, 0xca110000ull + K * 64 + B) < 0) {
@@ -380,7 +449,14 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 		goto out;
 	}
 	print_config(h, R);
-	*vs_oracle = 100.0 * (h[0].mean.step[QPOL_ELDR] / h[0].mean.step[QPOL_DOMAIN] - 1);
+	if (clairvoyant_orders && clairvoyant(&s, &h[0], clairvoyant_orders) < 0)
+		goto out;
+	for (int i = 0; i < 2; i++) {
+		int p = i ? QPOL_ELDR_TAU : QPOL_ELDR;
+
+		vs_oracle[i] = 100.0 * (h[0].mean.step[p] / h[0].mean.step[QPOL_DOMAIN] - 1);
+		load_over[i] = h[0].mean.load[p] - h[0].mean.load[QPOL_DOMAIN];
+	}
 	ret = 0;
 	goto out;
 fail:
@@ -452,8 +528,8 @@ int main(int argc, char **argv)
 	static const uint32_t cfg[][2] = { { 4, 4 }, { 8, 4 }, { 4, 8 }, { 8, 2 } };
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
 	char root[1024], dir[1100], sample[1100];
-	uint32_t orders = 50, R = 100, bo = 4, at_least = 0;
-	double vs[4] = { 0 };
+	uint32_t orders = 50, R = 100, bo = 4, at_least[2] = { 0 }, no_busier[2] = { 0 };
+	double vs[4][2] = { { 0 } }, lo[4][2] = { { 0 } };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
 	int ret = 0;
@@ -482,6 +558,12 @@ int main(int argc, char **argv)
 		} else if (a + 1 < argc && !strcmp(argv[a], "--tau")) {
 			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
 				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--clairvoyant")) {
+			if (strcmp(argv[a + 1], "0") &&
+			    parse_count(argv[a + 1], 1000, &clairvoyant_orders) < 0)
+				goto usage;
+			if (!strcmp(argv[a + 1], "0"))
+				clairvoyant_orders = 0;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--restarts")) {
 			uint32_t r;
 
@@ -512,26 +594,35 @@ int main(int argc, char **argv)
 		printf("%s: %u requests\n", trace, t->n_requests);
 	}
 	for (uint32_t c = 0; c < 4; c++) {
-		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, &vs[c]);
+		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, vs[c], lo[c]);
 
 		ret |= r;
-		if (r)
-			vs[c] = NAN; /* not measured */
-		else
-			at_least += vs[c] <= 0;
+		for (int i = 0; i < 2; i++) {
+			if (r) {
+				vs[c][i] = NAN; /* not measured */
+				continue;
+			}
+			at_least[i] += vs[c][i] <= 0;
+			no_busier[i] += lo[c][i] <= 0;
+		}
 	}
-	printf("ELDR against the oracle on held-out requests, per decode step:");
-	for (uint32_t c = 0; c < 4; c++)
-		if (isnan(vs[c]))
-			printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
-		else
-			printf(" K=%u B=%u %+.2f%%", cfg[c][0], cfg[c][1], vs[c]);
-	printf("; ELDR reads no more than the oracle at %u of 4\n", at_least);
+	for (int i = 0; i < 2; i++) {
+		printf("%s against the oracle on held-out requests, per decode step "
+		       "(busiest decoder's load):", i ? "ELDR --tau auto" : "ELDR");
+		for (uint32_t c = 0; c < 4; c++)
+			if (isnan(vs[c][i]))
+				printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
+			else
+				printf(" K=%u B=%u %+.2f%% (%+.2f)", cfg[c][0], cfg[c][1],
+				       vs[c][i], lo[c][i]);
+		printf("; reads no more than the oracle at %u of 4, no busier at %u of 4\n",
+		       at_least[i], no_busier[i]);
+	}
 	locus_trace_free(t);
 	return ret;
 usage:
 	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
-		"[--decode-weight W] [--tau T]\n");
+		"[--decode-weight W] [--tau T] [--clairvoyant N]\n");
 	return 2;
 }

@@ -14,6 +14,7 @@ enum {
 	QPOL_RR,          /* request i of a round -> decoder i mod K */
 	QPOL_DOMAIN,      /* oracle labels */
 	QPOL_ELDR,        /* locusctl fit's default fit */
+	QPOL_ELDR_TAU,    /* the same with --tau auto (chosen on the calibration half) */
 	QPOL_ELDR_NOMASK, /* the same with every layer */
 	QPOL_ELDR_EXACT,  /* main's fit: exact balance, one seed, prefill only */
 	QPOL_N,
@@ -36,6 +37,8 @@ struct qsim {
 	uint32_t *batch, *fill;                  /* [K * B], [K] */
 	uint32_t *total;                         /* [QPOL_N][K] uncapped requests per decoder */
 	uint32_t *seen, stamp;                   /* [L * E] generation stamps */
+	double *cost;                            /* [K] qsim_swap_search's scratch */
+	uint32_t only;                           /* 0: every policy; else 1u << p of those routed */
 };
 
 /*
@@ -45,10 +48,24 @@ struct qsim {
  * rest of the round) for step and whole, and without it (ELDR: band and
  * least loaded only; domain: least-filled decoder of the domain) for load
  * and share.
- * whole is left 0 unless want_whole (it costs as much as step).
+ * whole is left 0 unless want_whole (it costs as much as step). With
+ * s->only set, only those policies are routed; an ELDR policy without a
+ * router is not routed either (the figures of both are 0).
  * Returns the rounds routed, or -1 when the router refused a signature.
  */
 int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, struct qfig *f);
+
+/*
+ * How far a policy that knew every request's decode experts could go
+ * (eldr_quality's "clairvoyant" line): each round of seq[n] filled as the
+ * oracle fills it (capped), then improved by swapping requests between
+ * decoder batches while a swap lowers the pairs per step (a local optimum,
+ * not the optimum: an upper bound on what the best assignment reads).
+ * *oracle and *best: pairs per step before and after, mean over batches.
+ * Needs s->cost. Returns the rounds.
+ */
+int qsim_swap_search(struct qsim *s, const uint32_t *seq, uint32_t n, double *oracle,
+		     double *best);
 
 /* splitmix64 step (the tool's only randomness, fixed seeds). */
 uint64_t qsim_rand(uint64_t *state);

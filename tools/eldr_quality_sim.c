@@ -168,7 +168,8 @@ int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, st
 	memset(s->total, 0, sizeof(*s->total) * QPOL_N * s->K);
 	for (uint32_t rd = 0; rd < rounds; rd++)
 		for (int p = 0; p < QPOL_N; p++)
-			for (int capped = 0; capped < 2; capped++)
+			for (int capped = 0; (!s->only || s->only & 1u << p) &&
+			     (p < QPOL_ELDR || s->r[p]) && capped < 2; capped++)
 				if (route_round(s, p, seq + (size_t)rd * s->K * s->B, capped,
 						want_whole, f) < 0)
 					return -1;
@@ -182,6 +183,70 @@ int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, st
 		f->step[p] /= (double)rounds * s->K;
 		f->whole[p] /= (double)rounds * s->K;
 		f->load[p] /= rounds;
+	}
+	return (int)rounds;
+}
+
+/*
+ * One capped round as the oracle fills it, then improved with the decode
+ * tokens known: swap two requests of different batches whenever that lowers
+ * the sum of the two batches' pairs per step, until a pass over every pair
+ * of requests changes nothing (at most 50 passes). Adds both sums / K.
+ */
+static void swap_round(struct qsim *s, const uint32_t *req, double *oracle, double *best)
+{
+	const uint32_t K = s->K, B = s->B;
+	double *cost = s->cost, sum = 0;
+	int moved = 1;
+
+	memset(s->fill, 0, sizeof(*s->fill) * K);
+	for (uint32_t i = 0; i < K * B; i++) {
+		uint32_t d = domain_pick(s, req[i], 1);
+
+		s->batch[d * B + s->fill[d]++] = req[i];
+	}
+	for (uint32_t d = 0; d < K; d++) {
+		cost[d] = pairs_per_step(s, s->batch + d * B, B);
+		sum += cost[d];
+	}
+	*oracle += sum / K;
+	for (int pass = 0; moved && pass < 50; pass++) {
+		moved = 0;
+		for (uint32_t x = 0; x < K * B; x++)
+			for (uint32_t y = (x / B + 1) * B; y < K * B; y++) {
+				uint32_t a = x / B, b = y / B, tmp = s->batch[x];
+				double ca, cb;
+
+				s->batch[x] = s->batch[y];
+				s->batch[y] = tmp;
+				ca = pairs_per_step(s, s->batch + a * B, B);
+				cb = pairs_per_step(s, s->batch + b * B, B);
+				if (ca + cb < cost[a] + cost[b] - 1e-9) {
+					sum += ca + cb - cost[a] - cost[b];
+					cost[a] = ca;
+					cost[b] = cb;
+					moved = 1;
+				} else {
+					s->batch[y] = s->batch[x];
+					s->batch[x] = tmp;
+				}
+			}
+	}
+	*best += sum / K;
+}
+
+int qsim_swap_search(struct qsim *s, const uint32_t *seq, uint32_t n, double *oracle,
+		     double *best)
+{
+	const uint32_t rounds = n / (s->K * s->B);
+
+	*oracle = 0;
+	*best = 0;
+	for (uint32_t rd = 0; rd < rounds; rd++)
+		swap_round(s, seq + (size_t)rd * s->K * s->B, oracle, best);
+	if (rounds) {
+		*oracle /= rounds;
+		*best /= rounds;
 	}
 	return (int)rounds;
 }
