@@ -15,7 +15,7 @@ static size_t counters_block_size(const struct locus_config *c)
 {
 	/* engine vectors, the [layers][experts] load matrix, histograms, load rows by node, slack */
 	return (size_t)8 * ((size_t)c->moe_layers * c->moe_experts + 4 * c->max_decoders + 64) +
-	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096;
+	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096 + 8 * 32; /* + the signature cache's */
 }
 
 static int make_segment(struct locus_node *n, struct locus_error *err)
@@ -170,6 +170,9 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		.max_decoders = cfg->max_decoders,
 		.max_tokens = cfg->max_batch_tokens,
 		.load_timeout_ms = cfg->load_timeout_ms,
+		.top_k = cfg->moe_top_k,
+		.sig_cache_block_tokens = cfg->sig_cache_block_tokens,
+		.sig_cache_bytes = cfg->sig_cache_bytes,
 	};
 	ret = locus_engine_register_counters(n->ctrs, &ep.dims, &ep.ctr, err);
 	if (ret == 0)

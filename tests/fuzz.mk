@@ -26,7 +26,7 @@ FUZZ_LIBS_dispatch_req := wire grace_plan formats common
 FUZZ_SRCS_dispatch_req := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_combine_req  := wire common
 FUZZ_LIBS_rows_msg     := wire common
-FUZZ_ENGINE_LIBS       := engine wire eldr_router grace_plan formats client counters shm common
+FUZZ_ENGINE_LIBS       := engine sigcache wire eldr_router grace_plan formats client counters shm common
 FUZZ_ENGINE_SRCS       := tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c \
 	tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_engine_client := $(FUZZ_ENGINE_LIBS)
@@ -85,7 +85,7 @@ endif
 
 # The seed generator builds with the normal tree (gcc) and writes the
 # checked-in corpora; run it after a format changes.
-FUZZ_GEN_LIBS := engine wire eldr_router grace_plan gracefit formats client counters shm trace verbs_core common
+FUZZ_GEN_LIBS := engine sigcache wire eldr_router grace_plan gracefit formats client counters shm trace verbs_core common
 $(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/gen_seeds_sys.c \
 	tests/fuzz/fuzz_tables.c \
 	tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c,$(FUZZ_GEN_LIBS),\
