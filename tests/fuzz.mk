@@ -10,7 +10,7 @@
 # `make test` builds them too and runs tests/fuzz/smoke.sh: every seed and
 # every regression input, then a few seconds of fuzzing per target.
 
-FUZZ_ALL := tblfile eldr_table grace_table eldr_sig dispatch_req combine_req rows_msg \
+FUZZ_ALL := tblfile eldr_table grace_table eldr_sig blocks_req dispatch_req combine_req rows_msg \
 	engine_client peer_msg load_row regions config json trace esft eplb counters \
 	table_region segment verbs_proto node_sockets
 
@@ -22,6 +22,7 @@ FUZZ_LIBS_grace_table  := grace_plan formats common
 FUZZ_SRCS_grace_table  := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_eldr_sig     := eldr_router formats common
 FUZZ_SRCS_eldr_sig     := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
+FUZZ_LIBS_blocks_req   := formats common
 FUZZ_LIBS_dispatch_req := wire grace_plan formats common
 FUZZ_SRCS_dispatch_req := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_combine_req  := wire common
