@@ -101,16 +101,6 @@ static const uint32_t fault_reason[LOCUS_BLOCKS_N_FAULTS] = {
 	[LOCUS_BLOCKS_SIGNATURE] = LOCUS_ENGINE_BLOCKS_SIGNATURE,
 };
 
-/* Add a block's uint8 counts into sum, saturating. */
-static void add_block(uint16_t *sum, const uint8_t *counts, size_t cells)
-{
-	for (size_t i = 0; i < cells; i++) {
-		uint32_t v = (uint32_t)sum[i] + counts[i];
-
-		sum[i] = (uint16_t)(v > UINT16_MAX ? UINT16_MAX : v);
-	}
-}
-
 /*
  * Check a ROUTE_BLOCKS from its private copy, sum its signature into
  * e->blk_sum, route it, then cache its new blocks. The client may rewrite
@@ -178,7 +168,7 @@ void engine_route_blocks(struct locus_engine *e, uint32_t slot, struct locus_des
 	memcpy(&sh, e->blk_req + lay.off_sig, sizeof(sh));
 	memcpy(e->blk_sum, c->buf + d->off + lay.off_sig + sizeof(sh), cells * 2);
 	for (uint32_t i = 0; i < lay.n_new; i++)
-		add_block(e->blk_sum, locus_blocks_new_counts(e->blk_req, &lay, i), cells);
+		locus_sigcache_sum(e->sc, e->blk_sum, locus_blocks_new_counts(e->blk_req, &lay, i));
 	for (uint32_t i = 0; i < lay.n_cached; i++)
 		found += (uint32_t)locus_sigcache_add(e->sc, locus_blocks_cached(e->blk_req, &lay)[i],
 						      e->blk_sum);

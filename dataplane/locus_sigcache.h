@@ -116,4 +116,14 @@ void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_
 
 void locus_sigcache_stats(const struct locus_sigcache *c, struct locus_sigcache_stats *out);
 
+/*
+ * sig[i] += cnt[i] for i < n, saturating at 65535: the add of
+ * locus_sigcache_add, for the caller's own blocks (a request's new ones).
+ */
+typedef void (*locus_sigcache_sum_fn)(uint16_t *sig, const uint8_t *cnt, size_t n);
+void locus_sigcache_sum(const struct locus_sigcache *c, uint16_t *sig, const uint8_t *cnt);
+
+/* The fastest sum this CPU runs (AVX2 or scalar): what create picks. */
+locus_sigcache_sum_fn locus_sigcache_sum_pick(void);
+
 #endif /* LOCUS_SIGCACHE_H */

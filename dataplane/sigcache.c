@@ -35,6 +35,7 @@ struct locus_sigcache {
 	struct slot *slot;
 	uint8_t *counts;       /* n_slots x stride */
 	uint32_t head, tail, free;
+	locus_sigcache_sum_fn sum;
 	struct locus_sigcache_stats st;
 };
 
@@ -92,6 +93,7 @@ int locus_sigcache_create(const struct locus_sigcache_params *p, struct locus_si
 	if (!c)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	c->p = *p;
+	c->sum = locus_sigcache_sum_pick();
 	c->max_layers = p->n_layers;
 	c->max_experts = p->n_experts;
 	c->cells = (size_t)p->n_layers * p->n_experts;
@@ -273,11 +275,7 @@ int locus_sigcache_add(struct locus_sigcache *c, uint64_t hash, uint16_t *sig)
 	lru_unlink(c, s);
 	lru_push_head(c, s);
 	cnt = c->counts + (size_t)s * c->stride;
-	for (size_t i = 0; i < c->cells; i++) {
-		uint32_t v = (uint32_t)sig[i] + cnt[i];
-
-		sig[i] = (uint16_t)(v > UINT16_MAX ? UINT16_MAX : v);
-	}
+	c->sum(sig, cnt, c->cells);
 	c->st.hits++;
 	return 1;
 }
@@ -295,6 +293,11 @@ int locus_sigcache_evict(struct locus_sigcache *c, uint64_t hash)
 		return 0;
 	remove_at(c, b, LOCUS_SIGCACHE_EVICT_EXPLICIT);
 	return 1;
+}
+
+void locus_sigcache_sum(const struct locus_sigcache *c, uint16_t *sig, const uint8_t *cnt)
+{
+	c->sum(sig, cnt, c->cells);
 }
 
 void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_params *out)

@@ -1,7 +1,10 @@
 # the signature cache (issue 12): pure C, the engine's (engine_blocks.c)
-$(eval $(call LIBRARY,sigcache,dataplane/sigcache.c))
+$(eval $(call LIBRARY,sigcache,dataplane/sigcache.c dataplane/sigcache_sum.c))
 $(eval $(call PROGRAM,tests/test_sigcache,tests/test_sigcache.c,sigcache formats trace common,cmocka))
 UNIT_TESTS += tests/test_sigcache
 # the signature cache through a whole node: ROUTE_BLOCKS, EVICT, LRU, restart, refusals
 $(eval $(call PROGRAM,tests/test_sigroute,tests/test_sigroute.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan client formats trace counters shm config common,cmocka))
 UNIT_TESTS += tests/test_sigroute
+# routes/s with 90 % of the prompt in cached blocks against full signatures (engine level)
+$(eval $(call PROGRAM,tools/sigcache_bench,tools/sigcache_bench.c,sigcache eldr_router formats common,))
+BENCHES += tools/sigcache_bench
