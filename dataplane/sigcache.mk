@@ -8,3 +8,7 @@ UNIT_TESTS += tests/test_sigroute
 # routes/s with 90 % of the prompt in cached blocks against full signatures (engine level)
 $(eval $(call PROGRAM,tools/sigcache_bench,tools/sigcache_bench.c,sigcache eldr_router formats common,))
 BENCHES += tools/sigcache_bench
+# distinct experts per decode batch: cached head + own tokens = the full prompt, and without the cache
+$(eval $(call PROGRAM,tools/sigcache_evidence,tools/sigcache_evidence.c,sigcache eldrfit eldr_router formats trace common,))
+BENCHES += tools/sigcache_evidence
+EXTRA_TESTS += tests/test_sigcache_evidence.sh
