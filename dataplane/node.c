@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "locus_sigcache.h"
 #include "node_priv.h"
 
 #define TABLE_SLOTS 3
@@ -187,6 +188,20 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	ep.now = now;
 	ep.remote = remote;
 	ret = locus_engine_create(&ep, &n->engine, err);
+	n->eng_blk = ep.ctr_block;
+	n->sc_resets_off = ep.ctr.sc_resets;
+	if (ret == 0 && cfg->sig_cache_bytes) {
+		struct locus_sigcache_params sp = {
+			.n_layers = cfg->moe_layers, .n_experts = cfg->moe_experts,
+			.top_k = cfg->moe_top_k, .block_tokens = cfg->sig_cache_block_tokens,
+		};
+
+		fprintf(stderr, "locusd: signature cache: %llu bytes, blocks of %u tokens, "
+			"top-%u: %llu blocks of %ux%u\n", (unsigned long long)cfg->sig_cache_bytes,
+			sp.block_tokens, sp.top_k,
+			(unsigned long long)(cfg->sig_cache_bytes / locus_sigcache_entry_bytes(&sp)),
+			sp.n_layers, sp.n_experts);
+	}
 	if (ret == 0)
 		ret = open_push(n, err);
 	if (ret == 0)
