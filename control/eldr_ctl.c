@@ -12,6 +12,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_grace.h"
+#include "locus_graceset.h"
 #include "locus_push.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
@@ -362,12 +363,15 @@ static const struct {
 } push_kinds[] = {
 	{ LOCUS_TBL_ELDR, LOCUS_ELDR_TABLE_CHANNEL },
 	{ LOCUS_TBL_GRACE, LOCUS_GRACE_TABLE_CHANNEL },
+	{ LOCUS_TBL_GRACE_SET, LOCUS_GRACE_TABLE_CHANNEL }, /* replaces every group at once */
 };
 
 static int check_kind(unsigned kind, const void *blob, size_t len, struct locus_error *err)
 {
 	if (kind == LOCUS_TBL_ELDR)
 		return locus_eldr_blob_check(blob, len, NULL, err);
+	if (kind == LOCUS_TBL_GRACE_SET)
+		return locus_graceset_blob_check(blob, len, NULL, NULL, NULL, NULL, err);
 	return locus_grace_blob_check(blob, len, NULL, NULL, err);
 }
 

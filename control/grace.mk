@@ -1,7 +1,8 @@
 # GRACE fitting (profile, spectral grouping, replication, EPLB interop) and
 # the locusctl grace subcommands. LAPACKE/OpenBLAS via pkg-config.
 GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c \
-	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c
+	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c \
+	control/grace_epgroups.c
 $(eval $(call LIBRARY,gracefit,$(GRACEFIT_SRCS)))
 $(eval $(call USES_PKG,$(GRACEFIT_SRCS),lapacke))
 $(eval $(call PROGRAM,tests/test_grace_fit,tests/test_grace_fit.c,gracefit grace_plan formats common,cmocka lapacke openblas))
@@ -9,7 +10,7 @@ UNIT_TESTS += tests/test_grace_fit
 $(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_eplb
 # locusctl's GRACE subcommands (the lead links this into locusctl).
-$(eval $(call LIBRARY,gracectl,control/locusctl_grace.c))
+$(eval $(call LIBRARY,gracectl,control/locusctl_grace.c control/locusctl_graceset.c))
 $(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c tests/push_util.c,gracectl gracefit formats trace pushsrv counters shm common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_ctl
 # Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
@@ -17,3 +18,6 @@ $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace_p
 BENCHES += tools/grace_figures
 $(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace_plan formats common,lapacke openblas))
 BENCHES += tools/grace_bench
+# Per-decoder placement against one global placement on ELDR-routed held-out requests.
+$(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
+BENCHES += tools/epgroups_figures

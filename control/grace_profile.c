@@ -141,6 +141,34 @@ int locus_gracefit_profile_add_trace(struct locus_gracefit_profile *p,
 	return 0;
 }
 
+int locus_gracefit_profile_add_request(struct locus_gracefit_profile *p,
+				       const struct locus_trace *t, uint32_t r,
+				       struct locus_error *err)
+{
+	const struct locus_trace_req *q;
+	const uint16_t *base;
+	uint32_t n;
+	int rc;
+
+	if (!p || !t || r >= t->n_requests)
+		return locus_error_set(err, EINVAL, "no profile, trace or request %u", r);
+	if (t->n_layers != p->n_layers || t->n_experts > p->n_experts)
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "trace has %u layers x %u experts, profile %u x %u",
+				       t->n_layers, t->n_experts, p->n_layers, p->n_experts);
+	q = &t->reqs[r];
+	base = q->gen_len ? q->gen : q->prompt;
+	n = q->gen_len ? q->gen_len : q->prompt_len;
+	for (uint32_t tok = 0; tok < n; tok++)
+		for (uint32_t l = 0; l < t->n_layers; l++) {
+			rc = locus_gracefit_profile_add(p, l, locus_trace_tok(t, base, tok, l), 1,
+							t->k, err);
+			if (rc)
+				return rc;
+		}
+	return 0;
+}
+
 int locus_gracefit_profile_add_counts(struct locus_gracefit_profile *p, const uint64_t *counts,
 				      struct locus_error *err)
 {

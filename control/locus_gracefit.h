@@ -81,6 +81,13 @@ int locus_gracefit_profile_add_trace(struct locus_gracefit_profile *p,
 				     const struct locus_trace *t, int use_gen,
 				     struct locus_error *err);
 
+/*
+ * Add request r of a trace the way its decoder sees it: its generated
+ * (decode) tokens when the trace has them, else its prompt tokens.
+ */
+int locus_gracefit_profile_add_request(struct locus_gracefit_profile *p,
+				       const struct locus_trace *t, uint32_t r,
+				       struct locus_error *err);
 /* Add live counts [L][E] (loads only; A is left as is). */
 int locus_gracefit_profile_add_counts(struct locus_gracefit_profile *p, const uint64_t *counts,
 				      struct locus_error *err);

@@ -54,6 +54,7 @@ static const struct {
 } show_kinds[] = {
 	{ LOCUS_TBL_ELDR, locusctl_eldr_show },
 	{ LOCUS_TBL_GRACE, grace_show },
+	{ LOCUS_TBL_GRACE_SET, locusctl_graceset_show },
 };
 
 static int cmd_show(int argc, char **argv)
@@ -86,11 +87,14 @@ static const struct locusctl_cmd cmds[] = {
 	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1] [--seed N]\n"
 	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
 	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
-	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE" },
+	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE\n"
+	  "  locusctl fit --grace --trace FILE --eldr-table ELDR_TABLE --ep-ranks-per-decoder R\n"
+	  "        --nodes N --gpus G [--capacity C] [--replica-budget B] -o SET" },
 	{ "show", cmd_show, "show TABLE [--json]" },
 	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
 	{ "diff", locusctl_diff, "diff TABLE_A TABLE_B | diff -i INSTANCE TABLE" },
-	{ "rollback", locusctl_rollback, "rollback -i INSTANCE [--kind eldr|grace] [--to GEN]" },
+	{ "rollback", locusctl_rollback,
+	  "rollback -i INSTANCE [--kind eldr|grace|graceset] [--to GEN]" },
 	{ "eplb-export", grace_other, "eplb-export TABLE [-o FILE.json]   (GRACE)" },
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },

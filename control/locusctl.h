@@ -42,6 +42,25 @@ int locusctl_diff(int argc, char **argv);
 int locusctl_rollback(int argc, char **argv);
 
 /*
+ * GRACE placement sets (control/locusctl_graceset.c). fit: the per-decoder
+ * placement of the trace t under the ELDR table at eldr_path, R EP ranks
+ * per decoder on the cluster topo, written to out; returns an exit status.
+ */
+struct locus_trace;
+struct locus_gracefit_topo;
+struct locus_gracefit_opts;
+int locusctl_graceset_fit(const struct locus_trace *t, const char *eldr_path, uint32_t R,
+			  const struct locus_gracefit_topo *topo,
+			  const struct locus_gracefit_opts *opts, const char *out);
+/* show SET [--json]: each group's tag, ranks, shape and placement. */
+int locusctl_graceset_show(int argc, char **argv);
+/* locusctl_history.c: differences between two sets, per group: 0 same, 1 different, 2 trouble. */
+int locusctl_graceset_diff(const void *a, size_t alen, const void *b, size_t blen);
+/* The same for two GRACE tables; lines start with prefix. */
+int locusctl_grace_diff(const void *a, size_t alen, const void *b, size_t blen,
+			const char *prefix);
+
+/*
  * Progress callback for long fits: a redrawn bar when stderr is a terminal,
  * otherwise one plain line per stage and per 10% step. arg is unused.
  */

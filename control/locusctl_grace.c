@@ -16,6 +16,7 @@
 #include "locus_shm.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
+#include "locusctl.h"
 #include "locusctl_grace.h"
 
 #define HDR sizeof(struct locus_tbl_hdr)
@@ -113,6 +114,7 @@ enum {
 	OPT_GRACE = 256, OPT_TRACE, OPT_USE_GEN, OPT_ESFT, OPT_LAYERS, OPT_K, OPT_NODES,
 	OPT_GPUS, OPT_CAPACITY, OPT_BUDGET, OPT_NEXPERTS, OPT_R, OPT_SEED, OPT_NOREP,
 	OPT_TABLE, OPT_INTERVAL, OPT_COUNT, OPT_THRESHOLD, OPT_COUNTER, OPT_TIMEOUT,
+	OPT_EP_RANKS, OPT_ELDR_TABLE,
 };
 
 static const struct option long_opts[] = {
@@ -136,6 +138,8 @@ static const struct option long_opts[] = {
 	{ "threshold", required_argument, NULL, OPT_THRESHOLD },
 	{ "counter", required_argument, NULL, OPT_COUNTER },
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
+	{ "ep-ranks-per-decoder", required_argument, NULL, OPT_EP_RANKS },
+	{ "eldr-table", required_argument, NULL, OPT_ELDR_TABLE },
 	{ "instance", required_argument, NULL, 'i' },
 	{ "output", required_argument, NULL, 'o' },
 	{ "help", no_argument, NULL, 'h' },
@@ -143,9 +147,9 @@ static const struct option long_opts[] = {
 };
 
 struct args {
-	const char *trace, *esft, *out, *table, *instance, *counter;
+	const char *trace, *esft, *out, *table, *instance, *counter, *eldr_table;
 	int grace, use_gen, no_rep;
-	uint32_t layers, k, n_experts, count, timeout_ms, seed;
+	uint32_t layers, k, n_experts, count, timeout_ms, seed, ep_ranks;
 	struct locus_gracefit_topo topo;
 	double r, interval, threshold;
 	int n_pos;
@@ -200,6 +204,10 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 		case OPT_THRESHOLD: bad = parse_dbl(optarg, 0, 1, &a->threshold); break;
 		case OPT_COUNTER: a->counter = optarg; break;
 		case OPT_TIMEOUT: bad = parse_u32(optarg, 0, 3600000, &a->timeout_ms); break;
+		case OPT_EP_RANKS:
+			bad = parse_u32(optarg, 1, LOCUS_GRACE_MAX_RANKS, &a->ep_ranks);
+			break;
+		case OPT_ELDR_TABLE: a->eldr_table = optarg; break;
 		case 'i': a->instance = optarg; break;
 		case 'o': a->out = optarg; break;
 		case 'h': return usage_err(sub, "help: see the header of locusctl_grace.h");
@@ -252,6 +260,12 @@ static int cmd_fit(const char *sub, struct args *a)
 		return usage_err(sub, "give exactly one of --trace FILE and --esft DIR");
 	if (!a->topo.n_nodes || !a->topo.gpus_per_node || !a->out || a->n_pos)
 		return usage_err(sub, "needs --nodes, --gpus and -o TABLE");
+	if (!!a->ep_ranks != !!a->eldr_table)
+		return usage_err(sub, "--ep-ranks-per-decoder R and --eldr-table TABLE go "
+				 "together");
+	if (a->ep_ranks && a->use_gen)
+		return usage_err(sub, "--use-gen does not apply to per-decoder placement: each "
+				 "request is profiled from its decode tokens when it has any");
 	if (a->trace) {
 		struct locus_trace_opts to = { .n_experts = a->n_experts };
 
@@ -268,6 +282,10 @@ static int cmd_fit(const char *sub, struct args *a)
 	}
 	if (rc)
 		return fail(&err, rc);
+	if (a->ep_ranks) {
+		ret = locusctl_graceset_fit(t, a->eldr_table, a->ep_ranks, &a->topo, &o, a->out);
+		goto out;
+	}
 	rc = locus_gracefit_profile_init(&p, t->n_layers, t->n_experts, 1, &err);
 	if (!rc)
 		rc = locus_gracefit_profile_add_trace(&p, t, a->use_gen, &err);

@@ -6,6 +6,12 @@
  *   fit --grace (--trace FILE [--use-gen] | --esft DIR [--layers 26 --k 6])
  *       --nodes N --gpus G [--capacity C] [--replica-budget B] [--n-experts E]
  *       [--r R] [--seed S] [--no-replication] -o TABLE
+ *   fit --grace (--trace FILE | --esft DIR) --eldr-table ELDR_TABLE
+ *       --ep-ranks-per-decoder R --nodes N --gpus G [--capacity C]
+ *       [--replica-budget B] [--r R] [--seed S] [--no-replication] -o SET
+ *                                      one placement per decoder's EP group
+ *                                      (control/locus_grace_epgroups.h), in
+ *                                      a placement set (shm/locus_graceset.h)
  *   show TABLE                         a GRACE table file, in text
  *   eplb-export TABLE [-o FILE.json]   phy2log / log2phy / logcnt JSON
  *   eplb-import FILE.json --nodes N --gpus G [--capacity C]

@@ -20,6 +20,7 @@
 
 #include "locus_eldr.h"
 #include "locus_grace.h"
+#include "locus_graceset.h"
 #include "locus_push.h"
 #include "locus_shm.h"
 #include "locus_tblfile.h"
@@ -41,13 +42,21 @@ static int kind_of_name(const char *s)
 		return LOCUS_TBL_ELDR;
 	if (!strcmp(s, "grace"))
 		return LOCUS_TBL_GRACE;
+	if (!strcmp(s, "graceset"))
+		return LOCUS_TBL_GRACE_SET;
 	return -1;
 }
 
 static unsigned channel_of(unsigned kind)
 {
-	return kind == LOCUS_TBL_GRACE ? 1u : 0u;
+	return kind == LOCUS_TBL_GRACE || kind == LOCUS_TBL_GRACE_SET ? 1u : 0u;
 }
+
+/* The kinds a table channel carries: the GRACE channel takes tables and sets. */
+static const unsigned channel_kinds[2][2] = {
+	{ LOCUS_TBL_ELDR, LOCUS_TBL_ELDR },
+	{ LOCUS_TBL_GRACE, LOCUS_TBL_GRACE_SET },
+};
 
 int locusctl_history_save(const char *instance, unsigned kind, uint64_t gen, const void *buf,
 			  size_t len, struct locus_error *err)
@@ -116,6 +125,29 @@ static uint64_t history_find(const char *instance, unsigned kind, uint64_t want,
 	return best;
 }
 
+/*
+ * history_find over every kind kind's channel carries (a GRACE table and a
+ * placement set follow each other on one channel): the newest match.
+ */
+static uint64_t history_find_channel(const char *instance, unsigned kind, uint64_t want,
+				     uint64_t below, char *path, size_t len)
+{
+	const unsigned *kinds = channel_kinds[channel_of(kind)];
+	uint64_t best = 0;
+
+	for (int i = 0; i < 2; i++) {
+		char p[4096];
+		uint64_t g;
+
+		if (i && kinds[1] == kinds[0])
+			break;
+		g = history_find(instance, kinds[i], want, below, p, sizeof(p));
+		if (g > best && (size_t)snprintf(path, len, "%s", p) < len)
+			best = g;
+	}
+	return best;
+}
+
 /* Generation the instance publishes on kind's channel (0: none), asked of locusd. */
 static int published_gen(const char *instance, unsigned kind, uint64_t *gen,
 			 struct locus_error *err)
@@ -157,7 +189,7 @@ int locusctl_rollback(int argc, char **argv)
 	ret = published_gen(inst, (unsigned)kind, &cur, &err);
 	if (ret < 0)
 		return locusctl_fail(&err, ret);
-	found = history_find(inst, (unsigned)kind, to, cur, path, sizeof(path));
+	found = history_find_channel(inst, (unsigned)kind, to, cur, path, sizeof(path));
 	if (!found) {
 		fprintf(stderr, "locusctl: no kept %s table of %s %s %" PRIu64 " in %s/%s\n", kname,
 			inst, to ? "with generation" : "older than generation", to ? to : cur,
@@ -173,7 +205,8 @@ int locusctl_rollback(int argc, char **argv)
 	pargv[4] = NULL;
 	return locusctl_push(4, pargv);
 usage:
-	fprintf(stderr, "usage: locusctl rollback -i INSTANCE [--kind eldr|grace] [--to GEN]\n");
+	fprintf(stderr, "usage: locusctl rollback -i INSTANCE [--kind eldr|grace|graceset] "
+		"[--to GEN]\n");
 	return 2;
 }
 
@@ -261,7 +294,8 @@ static int diff_eldr(const void *a, size_t alen, const void *b, size_t blen)
 	return differ;
 }
 
-static int diff_grace(const void *a, size_t alen, const void *b, size_t blen)
+int locusctl_grace_diff(const void *a, size_t alen, const void *b, size_t blen,
+			const char *prefix)
 {
 	struct locus_grace_view va, vb;
 	struct locus_error err;
@@ -275,8 +309,8 @@ static int diff_grace(const void *a, size_t alen, const void *b, size_t blen)
 	    locus_grace_view_init(&vb, (void *)pb, lb, &err) < 0)
 		return locusctl_fail(&err, err.code) + 1;
 	if (memcmp(va.dims, vb.dims, sizeof(*va.dims))) {
-		printf("dims: %u layers x %u experts on %ux%u, R %u -> %u x %u on %ux%u, R %u\n",
-		       va.dims->n_layers, va.dims->n_experts, va.dims->n_nodes,
+		printf("%sdims: %u layers x %u experts on %ux%u, R %u -> %u x %u on %ux%u, R %u\n",
+		       prefix, va.dims->n_layers, va.dims->n_experts, va.dims->n_nodes,
 		       va.dims->gpus_per_node, va.dims->max_replicas, vb.dims->n_layers,
 		       vb.dims->n_experts, vb.dims->n_nodes, vb.dims->gpus_per_node,
 		       vb.dims->max_replicas);
@@ -303,14 +337,63 @@ static int diff_grace(const void *a, size_t alen, const void *b, size_t blen)
 			wsum_b += vb.pred_load[l * N + r];
 		}
 		if (moved || rep) {
-			printf("layer %u: %u experts moved, %u replica sets changed, predicted "
-			       "max/mean %.3f -> %.3f\n", l, moved, rep,
+			printf("%slayer %u: %u experts moved, %u replica sets changed, predicted "
+			       "max/mean %.3f -> %.3f\n", prefix, l, moved, rep,
 			       wsum_a > 0 ? wmax_a * N / wsum_a : 0.0,
 			       wsum_b > 0 ? wmax_b * N / wsum_b : 0.0);
 			differ = 1;
 		}
 	}
 	return differ;
+}
+
+int locusctl_graceset_diff(const void *a, size_t alen, const void *b, size_t blen)
+{
+	static struct locus_graceset_group ga[LOCUS_GRACESET_MAX_GROUPS],
+		gb[LOCUS_GRACESET_MAX_GROUPS];
+	struct locus_error err = { 0 };
+	const struct locus_graceset_hdr *ha, *hb;
+	const void *pa, *pb;
+	int differ = 0;
+	int rc;
+
+	rc = locus_graceset_blob_check(a, alen, &pa, NULL, ga, NULL, &err);
+	if (!rc)
+		rc = locus_graceset_blob_check(b, blen, &pb, NULL, gb, NULL, &err);
+	if (rc)
+		return locusctl_fail(&err, rc) + 1;
+	ha = pa;
+	hb = pb;
+	if (ha->n_groups != hb->n_groups)
+		printf("groups: %u -> %u\n", ha->n_groups, hb->n_groups);
+	for (uint32_t i = 0; i < ha->n_groups || i < hb->n_groups; i++) {
+		const struct locus_graceset_entry *xa = i < ha->n_groups ? ga[i].entry : NULL;
+		const struct locus_graceset_entry *xb = i < hb->n_groups ? gb[i].entry : NULL;
+		char prefix[64];
+
+		if (!xa || !xb) {
+			printf("group %u: %s\n", i, xa ? "removed" : "added");
+			differ = 1;
+			continue;
+		}
+		if (xa->first_rank != xb->first_rank || xa->n_ranks != xb->n_ranks ||
+		    xa->decoder_id != xb->decoder_id) {
+			printf("group %u: decoder %u ranks %u..%u -> decoder %u ranks %u..%u "
+			       "(tables not compared)\n", i, xa->decoder_id, xa->first_rank,
+			       xa->first_rank + xa->n_ranks - 1, xb->decoder_id, xb->first_rank,
+			       xb->first_rank + xb->n_ranks - 1);
+			differ = 1;
+			continue;
+		}
+		snprintf(prefix, sizeof(prefix), "group %u: ", i);
+		rc = locusctl_grace_diff((const uint8_t *)ga[i].payload - 64, ga[i].payload_len + 64,
+					 (const uint8_t *)gb[i].payload - 64, gb[i].payload_len + 64,
+					 prefix);
+		if (rc > 1)
+			return rc;
+		differ |= rc;
+	}
+	return differ || ha->n_groups != hb->n_groups;
 }
 
 /* diff A B | diff -i INSTANCE B: exit 0 same, 1 different, 2 trouble (as diff(1)). */
@@ -343,7 +426,8 @@ int locusctl_diff(int argc, char **argv)
 		kinds[1] = ((const struct locus_tbl_hdr *)buf[1])->kind;
 		if (published_gen(inst, kinds[1], &gen, &err) < 0)
 			goto fail;
-		if (!gen || !history_find(inst, kinds[1], gen, 0, cur_path, sizeof(cur_path))) {
+		if (!gen ||
+		    !history_find_channel(inst, kinds[1], gen, 0, cur_path, sizeof(cur_path))) {
 			fprintf(stderr, "locusctl: %s runs %s generation %" PRIu64
 				", which is not kept in %s/%s\n", inst, locus_tbl_kind_name(kinds[1]),
 				gen, state_dir(), inst);
@@ -362,8 +446,10 @@ int locusctl_diff(int argc, char **argv)
 		ret = 1;
 		goto out;
 	}
-	ret = kinds[0] == LOCUS_TBL_ELDR ? diff_eldr(buf[0], len[0], buf[1], len[1])
-					 : diff_grace(buf[0], len[0], buf[1], len[1]);
+	ret = kinds[0] == LOCUS_TBL_ELDR	 ? diff_eldr(buf[0], len[0], buf[1], len[1])
+	      : kinds[0] == LOCUS_TBL_GRACE_SET ? locusctl_graceset_diff(buf[0], len[0], buf[1],
+								   len[1])
+					       : locusctl_grace_diff(buf[0], len[0], buf[1], len[1], "");
 	if (ret == 0)
 		printf("tables are equal\n");
 	goto out;

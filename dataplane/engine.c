@@ -92,39 +92,6 @@ static int eldr_validate(const void *buf, size_t len, void *arg, struct locus_er
 	return 0;
 }
 
-static int grace_validate(const void *buf, size_t len, void *arg, struct locus_error *err)
-{
-	struct locus_engine *e = arg;
-	struct locus_grace_view v;
-	const void *pl;
-	size_t plen;
-	int ret;
-
-	ret = locus_tbl_check(buf, len, LOCUS_TBL_GRACE, &pl, &plen, err);
-	if (ret < 0)
-		return ret;
-	ret = locus_grace_view_init(&v, (void *)pl, plen, err);
-	if (ret < 0)
-		return ret;
-	ret = locus_grace_validate(&v, err);
-	if (ret < 0)
-		return ret;
-	if (v.dims->n_nodes != e->p.dims.n_nodes || v.dims->gpus_per_node != e->p.dims.gpus_per_node)
-		return locus_error_set(err, LOCUS_ERANGE,
-				       "GRACE table is for %u nodes x %u GPUs, the cluster has %u x %u",
-				       v.dims->n_nodes, v.dims->gpus_per_node, e->p.dims.n_nodes,
-				       e->p.dims.gpus_per_node);
-	if (v.dims->n_layers > e->p.dims.max_layers || v.dims->n_experts > e->p.dims.max_experts)
-		return locus_error_set(err, LOCUS_ERANGE,
-				       "GRACE table %ux%u exceeds this data plane's %ux%u",
-				       v.dims->n_layers, v.dims->n_experts, e->p.dims.max_layers,
-				       e->p.dims.max_experts);
-	if (locus_grace_map_size(v.dims) > e->map_mem_len ||
-	    locus_grace_plan_state_size(v.dims) > e->plan_st_len)
-		return locus_error_set(err, LOCUS_ERANGE, "GRACE map would not fit");
-	return 0;
-}
-
 /* A validated table became current on channel ch: rebuild what reads it. */
 static void adopt_table(struct locus_engine *e, unsigned ch)
 {
@@ -152,16 +119,8 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 			locus_eldr_router_shape(nr, &tl, &te);
 			engine_blocks_table(e, tl, te);
 		}
-	} else {
-		nb = e->map_buf ^ 1;
-		if (locus_grace_map_build(e->map_mem[nb], e->map_mem_len, pl, plen, r->cur_gen,
-					  NULL) < 0)
-			return;
-		if (locus_grace_plan_state_init(e->plan_st, e->plan_st_len, e->map_mem[nb],
-						e->p.dims.node_id, NULL) < 0)
-			return;
-		e->map = e->map_mem[nb];
-		e->map_buf = nb;
+	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
+		return;
 	}
 	__atomic_store_n(&e->gen[ch], r->cur_gen, __ATOMIC_RELEASE);
 	locus_gauge_set_elem(e->blk, e->c.table_generation, ch, (int64_t)r->cur_gen);
@@ -224,7 +183,6 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->housekeeping_period = p->tsc_hz / (1000000 / HOUSEKEEPING_US);
 	e->load_timeout_tsc = p->tsc_hz / 1000 * p->dims.load_timeout_ms;
 	e->router_buf = 1;
-	e->map_buf = 1;
 	e->rt = p->remote;
 	if (e->rt && (!e->rt->alloc || !e->rt->free || !e->rt->send || !e->rt->peer_up ||
 		      e->rt->max_msg < 4096)) {
@@ -252,20 +210,20 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 
 	e->router_mem_len = router_max_size(&p->dims);
 	gd = grace_max_dims(&p->dims);
-	e->map_mem_len = locus_grace_map_size(&gd);
-	e->plan_st_len = locus_grace_plan_state_size(&gd);
 	plan_bytes = locus_grace_plan_mem_size(p->dims.max_tokens, LOCUS_MAX_TOPK, e->n_ranks);
-	if (!e->router_mem_len || !e->map_mem_len || !e->plan_st_len || !plan_bytes) {
+	if (!e->router_mem_len || !plan_bytes) {
 		ret = locus_error_set(err, EINVAL, "engine: table bounds out of range");
 		goto err_free;
 	}
+	ret = engine_grace_alloc(e, &gd, err);
+	if (ret < 0)
+		goto err_free;
+	ret = -ENOMEM;
 	for (int i = 0; i < 2; i++) {
 		e->router_mem[i] = zalloc_aligned(e->router_mem_len);
-		e->map_mem[i] = zalloc_aligned(e->map_mem_len);
-		if (!e->router_mem[i] || !e->map_mem[i])
+		if (!e->router_mem[i])
 			goto err_free;
 	}
-	e->plan_st = zalloc_aligned(e->plan_st_len);
 	e->plan_mem = zalloc_aligned(plan_bytes);
 	e->req_body_max = LOCUS_MAX(
 		locus_dispatch_req_len(p->dims.max_tokens, LOCUS_MAX_TOPK) -
@@ -284,7 +242,7 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->n_pend = LOCUS_MIN(e->n_slots * p->clients->p.ring_size, 65536u);
 	e->pend = zalloc_aligned(sizeof(*e->pend) * e->n_pend);
 	e->pend_free = zalloc_aligned(sizeof(uint32_t) * e->n_pend);
-	if (!e->plan_st || !e->plan_mem || !e->req_body || !e->res_slot || !e->res_client ||
+	if (!e->plan_mem || !e->req_body || !e->res_slot || !e->res_client ||
 	    !e->dplan || !e->res_buf || !e->pend || !e->pend_free)
 		goto err_free;
 	for (uint32_t i = 0; i < e->n_pend; i++)
@@ -312,7 +270,7 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 		goto err_free;
 	e->rd_ok[0] = 1;
 	ret = locus_table_reader_register(p->tables, LOCUS_TABLE_CH_GRACE, p->reader_idx,
-					  grace_validate, e, &e->rd[1], err);
+					  engine_grace_validate, e, &e->rd[1], err);
 	if (ret < 0)
 		goto err_unreg;
 	e->rd_ok[1] = 1;
@@ -341,11 +299,9 @@ void locus_engine_destroy(struct locus_engine *e)
 			free(e->cl[i].inbox_free);
 			free(e->cl[i].inbox_span);
 		}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 2; i++)
 		free(e->router_mem[i]);
-		free(e->map_mem[i]);
-	}
-	free(e->plan_st);
+	engine_grace_free(e);
 	free(e->plan_mem);
 	free(e->req_body);
 	free(e->res_slot);

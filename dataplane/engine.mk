@@ -2,7 +2,8 @@
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
-	dataplane/engine_blocks.c dataplane/relay.c))
+	dataplane/engine_grace.c dataplane/engine_blocks.c \
+	dataplane/relay.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
@@ -27,3 +28,8 @@ $(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/tw
 UNIT_TESTS += tests/test_twonode_load
 $(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay
+$(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_graceset_node
+$(eval $(call PROGRAM,tests/test_graceset_ctl,tests/test_graceset_ctl.c tests/graceset_util.c tests/node_util.c tests/mini_json.c tests/test_paths.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(BUILD)/tests/test_graceset_ctl: $(BUILD)/bin/locusctl
+UNIT_TESTS += tests/test_graceset_ctl

@@ -2,6 +2,7 @@
 /* The engine's counters: names, help, shapes. */
 #include "locus_engine.h"
 #include "locus_grace_plan.h"
+#include "locus_graceset.h"
 
 #define N_OPS 2 /* dispatch, combine */
 
@@ -79,6 +80,11 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_adopted },
 		{ "table_rejected", "tables refused by validation, by channel", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_rejected },
+		{ "grace_groups", "EP groups of the GRACE placement in use (1: one table for "
+		  "every rank, 0: none)", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->grace_groups },
+		{ "grace_set_refused", "GRACE placement sets refused, by reason (0 malformed, "
+		  "1 missing group, 2 overlapping groups, 3 dims disagree)", LOCUS_CTR_COUNTER, 1,
+		  LOCUS_GRACESET_N_PROBLEMS - 1, 0, "reason", 0, &o->grace_set_refused },
 		{ "remote_messages_out", "messages sent to other nodes, by node", LOCUS_CTR_COUNTER,
 		  1, d->n_nodes, 0, "node", 0, &o->remote_msgs_out },
 		{ "remote_messages_in", "messages received from other nodes, by node",

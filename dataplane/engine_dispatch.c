@@ -423,6 +423,8 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	struct locus_grace_plan *p = &e->plan;
 	struct locus_dispatch_req rq;
 	struct locus_grace_batch b;
+	struct locus_grace_plan_state *plan_st;
+	const struct locus_grace_map *map;
 	struct rows_src src;
 	const uint16_t *experts;
 	const float *gates;
@@ -441,15 +443,18 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	ret = rows_source(e, slot, d, &src);
 	if (ret < 0)
 		goto out;
-	if (!e->map) {
+	if (!e->place) {
 		ret = -LOCUS_ESTATE;
 		engine_count(e, e->c.rej_no_table);
 		goto out;
 	}
+	/* the placement of the rank's EP group (the only group of a single table) */
+	map = e->place->map[e->place->group_of_rank[c->rank]];
+	plan_st = e->place->st[e->place->group_of_rank[c->rank]];
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
 	body = private_body(e, c->buf + d->off + sizeof(rq), d->len - sizeof(rq));
-	ret = body ? locus_dispatch_req_check(&rq, body, d->len, src.size, e->map->dims.n_layers,
-					      e->map->dims.n_experts, e->p.dims.max_tokens, NULL)
+	ret = body ? locus_dispatch_req_check(&rq, body, d->len, src.size, map->dims.n_layers,
+					      map->dims.n_experts, e->p.dims.max_tokens, NULL)
 		   : -LOCUS_ERANGE;
 	if (ret < 0) {
 		engine_count(e, e->c.rej_bad_descriptor);
@@ -461,7 +466,7 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		.layer = rq.layer, .src_rank = c->rank, .n_tokens = rq.n_tokens,
 		.top_k = rq.top_k, .experts = experts, .gates = gates,
 	};
-	nd = locus_grace_plan_batch(e->plan_st, e->map, &b, p, NULL);
+	nd = locus_grace_plan_batch(plan_st, map, &b, p, NULL);
 	if (nd < 0) {
 		ret = nd;
 		engine_count(e, e->c.rej_bad_descriptor);

@@ -75,6 +75,20 @@ struct dest_plan {
 	enum locus_grace_tier tier;
 };
 
+/*
+ * One GRACE placement: a planner map and an SWRR state per EP group and
+ * which group each rank's dispatch is planned with. A single GRACE table is
+ * one group holding every rank.
+ */
+struct engine_placement {
+	uint32_t n_groups;
+	uint32_t is_set;                           /* came from a placement set */
+	uint16_t *group_of_rank;                   /* [n_ranks] */
+	struct locus_grace_map **map;              /* [pl_max_groups] into map_mem */
+	struct locus_grace_plan_state **st;        /* [pl_max_groups] into st_mem */
+	void *map_mem, *st_mem;
+};
+
 /* A decoder id's local state. */
 struct engine_decoder {
 	int32_t slot;            /* local client slot serving it, -1 none */
@@ -146,12 +160,12 @@ struct locus_engine {
 	struct locus_eldr_router *router;
 	int router_buf;
 
-	void *map_mem[2];
-	size_t map_mem_len;
-	struct locus_grace_map *map;
-	int map_buf;
-	struct locus_grace_plan_state *plan_st;
-	size_t plan_st_len;
+	/* GRACE placement (engine_grace.c): two buffers, place is the current one */
+	struct engine_placement pl[2];
+	const struct engine_placement *place;      /* NULL: no GRACE table yet */
+	int pl_buf;
+	uint32_t pl_max_groups;
+	size_t pl_map_len, pl_st_len;              /* bytes of each buffer's arenas */
 	struct locus_grace_plan plan;
 	void *plan_mem;
 
@@ -284,6 +298,16 @@ void engine_load_exchange(struct locus_engine *e, uint64_t now);
 
 /* engine.c */
 void *engine_zalloc(size_t n);
+
+/* engine_grace.c */
+/* The placement buffers for tables up to max_dims: 0 or -ENOMEM / -EINVAL. */
+int engine_grace_alloc(struct locus_engine *e, const struct locus_grace_dims *max_dims,
+		       struct locus_error *err);
+void engine_grace_free(struct locus_engine *e);
+/* The GRACE channel's validator: a GRACE table or a placement set this node can hold. */
+int engine_grace_validate(const void *buf, size_t len, void *arg, struct locus_error *err);
+/* Build a validated table of generation gen into the spare buffer and switch: 0 or < 0. */
+int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64_t gen);
 
 /* engine_dispatch.c */
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d);

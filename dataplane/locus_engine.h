@@ -43,6 +43,8 @@ struct locus_engine_ctr {
 	uint64_t expert_tokens;                    /* [layers][experts] */
 	uint64_t table_generation;                 /* gauge [channel] */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
+	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
+	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
 	uint64_t remote_msgs_out, remote_msgs_in;  /* [node] */
 	uint64_t remote_bytes_out, remote_bytes_in; /* [node] */
 	uint64_t remote_send_errors;               /* sends that completed with an error */

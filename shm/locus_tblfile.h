@@ -26,6 +26,7 @@
 enum locus_tbl_kind {
 	LOCUS_TBL_ELDR  = 1, /* decode routing: centroids, idf, mask, tau */
 	LOCUS_TBL_GRACE = 2, /* expert placement: groups, replicas per layer */
+	LOCUS_TBL_GRACE_SET = 3, /* one GRACE placement per EP group (locus_graceset.h) */
 	LOCUS_TBL_KIND_MAX
 };
 
@@ -43,7 +44,7 @@ struct locus_tbl_hdr {
 
 _Static_assert(sizeof(struct locus_tbl_hdr) == 64, "table header is 64 bytes");
 
-/* Name of a kind ("eldr", "grace") or "unknown". */
+/* Name of a kind ("eldr", "grace", "graceset") or "unknown". */
 const char *locus_tbl_kind_name(unsigned kind);
 
 /*

@@ -20,6 +20,8 @@ const char *locus_tbl_kind_name(unsigned kind)
 		return "eldr";
 	case LOCUS_TBL_GRACE:
 		return "grace";
+	case LOCUS_TBL_GRACE_SET:
+		return "graceset";
 	default:
 		return "unknown";
 	}

@@ -14,6 +14,7 @@
 #include "locus_crc32c.h"
 #include "locus_eldr.h"
 #include "locus_grace.h"
+#include "locus_graceset.h"
 #include "locus_tblfile.h"
 
 /* Both checksums as locus_tbl_seal computes them, over whatever the header says. */
@@ -48,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (ret < 0) {
 		FUZZ_CHECK(err.msg[0], "refusal without a message");
 		FUZZ_CHECK(locus_eldr_table_validate_cb(buf, size, NULL, NULL) < 0 &&
-			   locus_grace_table_validate_cb(buf, size, NULL, NULL) < 0,
+			   locus_grace_table_validate_cb(buf, size, NULL, NULL) < 0 &&
+			   locus_graceset_table_validate_cb(buf, size, NULL, NULL) < 0,
 			   "a kind check took a blob the container refuses");
 		goto out;
 	}
@@ -61,15 +63,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(locus_tbl_check(buf, size, h->kind, NULL, NULL, NULL) == 0 &&
 		   locus_tbl_check(buf, size, other, NULL, NULL, NULL) < 0,
 		   "expected kind not honoured");
-	if (h->kind == LOCUS_TBL_ELDR) {
-		FUZZ_CHECK(locus_grace_table_validate_cb(buf, size, NULL, NULL) < 0,
-			   "GRACE check took an ELDR table");
+	/* each kind's check takes its own kind only */
+	FUZZ_CHECK(h->kind == LOCUS_TBL_ELDR || locus_eldr_table_validate_cb(buf, size, NULL,
+									     NULL) < 0,
+		   "ELDR check took a %s table", locus_tbl_kind_name(h->kind));
+	FUZZ_CHECK(h->kind == LOCUS_TBL_GRACE || locus_grace_table_validate_cb(buf, size, NULL,
+									       NULL) < 0,
+		   "GRACE check took a %s table", locus_tbl_kind_name(h->kind));
+	FUZZ_CHECK(h->kind == LOCUS_TBL_GRACE_SET ||
+		   locus_graceset_table_validate_cb(buf, size, NULL, NULL) < 0,
+		   "placement set check took a %s table", locus_tbl_kind_name(h->kind));
+	if (h->kind == LOCUS_TBL_ELDR)
 		locus_eldr_table_validate_cb(buf, size, NULL, NULL);
-	} else {
-		FUZZ_CHECK(locus_eldr_table_validate_cb(buf, size, NULL, NULL) < 0,
-			   "ELDR check took a GRACE table");
+	else if (h->kind == LOCUS_TBL_GRACE)
 		locus_grace_table_validate_cb(buf, size, NULL, NULL);
-	}
+	else
+		locus_graceset_table_validate_cb(buf, size, NULL, NULL);
 out:
 	free(buf);
 	return 0;

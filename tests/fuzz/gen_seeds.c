@@ -694,6 +694,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	tables();
+	grace_sets();
 	signatures();
 	blocks_reqs();
 	requests();

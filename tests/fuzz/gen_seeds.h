@@ -26,4 +26,7 @@ void segment(void);
 void node_sockets(void);
 void verbs_proto(void);
 
+/* gen_seeds_sets.c: GRACE placement sets (graceset, tblfile) */
+void grace_sets(void);
+
 #endif /* LOCUS_GEN_SEEDS_H */

@@ -27,6 +27,7 @@ max_len() {
 	trace | eplb | counters) echo 16384 ;;
 	segment) echo 32768 ;;
 	eldr_table | grace_table | tblfile | peer_msg) echo 8192 ;;
+	graceset) echo 16384 ;;
 	*) echo 4096 ;;
 	esac
 }
