@@ -33,6 +33,20 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *v)
 	return 0;
 }
 
+/* A finite float in [min, max], the whole string. */
+static int parse_float(const char *s, float min, float max, float *v)
+{
+	char *end;
+	float x;
+
+	errno = 0;
+	x = strtof(s, &end);
+	if (errno || !*s || *end || !isfinite(x) || x < min || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
 /* "0,1,5": comma-separated u32 ids, no empty or stray fields. */
 static int parse_ids(const char *s, uint32_t **out, uint32_t *n)
 {
@@ -102,6 +116,28 @@ static const char *score_kind_name(enum locus_eldrfit_score_kind k)
 	       k == LOCUS_ELDRFIT_SCORE_SPLIT_HALF ? "split-half prompt proxy" : "none";
 }
 
+/* Cluster sizes against their bounds, and how the clustering ran. */
+static void print_balance(const struct locus_eldrfit_opts *o, const struct locus_eldrfit_result *r)
+{
+	uint32_t *size = calloc(o->n_decoders, sizeof(*size)), mn = UINT32_MAX, mx = 0;
+
+	if (!size)
+		return;
+	for (uint32_t i = 0; i < r->n_used; i++)
+		size[r->assign[i]]++;
+	for (uint32_t k = 0; k < o->n_decoders; k++) {
+		mn = size[k] < mn ? size[k] : mn;
+		mx = size[k] > mx ? size[k] : mx;
+	}
+	printf("clusters of %u..%u requests (bounds %u..%u: slack %.2f, balance price %.2f); "
+	       "best of %u k-means++ seeds (seed %" PRIu64 "); %s\n", mn, mx, r->size_lo,
+	       r->size_hi, (double)o->slack, (double)o->balance_price,
+	       o->restarts ? o->restarts : 1, r->seed,
+	       r->decode_clustered ? "clustered on prefill and decode expert use" :
+	       "clustered on prefill signatures");
+	free(size);
+}
+
 int locusctl_eldr_fit(int argc, char **argv)
 {
 	static const struct option lo[] = {
@@ -114,12 +150,17 @@ int locusctl_eldr_fit(int argc, char **argv)
 		{ "max-iter", required_argument, NULL, 'm' },
 		{ "n-experts", required_argument, NULL, 'E' },
 		{ "mask-sample", required_argument, NULL, 'S' },
+		{ "slack", required_argument, NULL, 'L' },
+		{ "balance-price", required_argument, NULL, 'P' },
+		{ "restarts", required_argument, NULL, 'R' },
+		{ "decode-weight", required_argument, NULL, 'W' },
+		{ "exact-balance", no_argument, NULL, 'X' },
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "eldr", no_argument, NULL, 'e' },
 		{ "output", required_argument, NULL, 'o' },
 		{ NULL, 0, NULL, 0 },
 	};
-	struct locus_eldrfit_opts o = { .tau = LOCUS_ELDR_TAU_DEFAULT };
+	struct locus_eldrfit_opts o;
 	struct locus_trace_opts to = { 0 };
 	struct locus_eldrfit_result res;
 	struct locus_trace *t = NULL;
@@ -128,8 +169,8 @@ int locusctl_eldr_fit(int argc, char **argv)
 	uint32_t *ids = NULL, n_ids = 0;
 	int c, ret, quiet = 0;
 	uint64_t v;
-	char *end;
 
+	locus_eldrfit_opts_default(&o, 0);
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "o:q", lo, NULL)) != -1) {
 		switch (c) {
@@ -148,9 +189,7 @@ int locusctl_eldr_fit(int argc, char **argv)
 				goto bad_value;
 			break;
 		case 'T':
-			errno = 0;
-			o.tau = strtof(optarg, &end);
-			if (errno || *end || !isfinite(o.tau) || o.tau < 0 || o.tau > 2)
+			if (parse_float(optarg, 0, 2, &o.tau) < 0)
 				goto bad_value;
 			break;
 		case 's':
@@ -174,6 +213,29 @@ int locusctl_eldr_fit(int argc, char **argv)
 			if (parse_u64(optarg, 100000, &v) < 0 || v < 2)
 				goto bad_value;
 			o.mask_sample = (uint32_t)v;
+			break;
+		case 'L':
+			if (parse_float(optarg, 0, 1, &o.slack) < 0)
+				goto bad_value;
+			break;
+		case 'P':
+			if (parse_float(optarg, 0, 100, &o.balance_price) < 0)
+				goto bad_value;
+			break;
+		case 'R':
+			if (parse_u64(optarg, 1000, &v) < 0 || !v)
+				goto bad_value;
+			o.restarts = (uint32_t)v;
+			break;
+		case 'W':
+			if (parse_float(optarg, 0, 100, &o.decode_weight) < 0)
+				goto bad_value;
+			break;
+		case 'X': /* the original fit: exact balance, one seed, prefill only */
+			o.slack = 0;
+			o.balance_price = 0;
+			o.restarts = 1;
+			o.decode_weight = 0;
 			break;
 		case 'q':
 			quiet = 1;
@@ -217,6 +279,7 @@ int locusctl_eldr_fit(int argc, char **argv)
 		printf("mask score (%s): %.4f with the mask, %.4f with every layer\n",
 		       score_kind_name(res.score_kind), res.mask_score, res.full_score);
 	printf("mean similarity to own centroid: %.4f\n", res.objective / res.n_used);
+	print_balance(&o, &res);
 	if (t->n_domains > 2 || (t->n_domains == 2 && t->domains[1][0]))
 		printf("domain purity (majority domain share per cluster): %.3f\n",
 		       domain_purity(t, &res, o.n_decoders));
@@ -233,13 +296,16 @@ fail:
 bad_value:
 	fprintf(stderr, "locusctl fit: bad value '%s' for --%s\n", optarg,
 		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" :
-		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" : "mask-sample");
+		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" :
+		c == 'L' ? "slack" : c == 'P' ? "balance-price" : c == 'R' ? "restarts" :
+		c == 'W' ? "decode-weight" : "mask-sample");
 	free(ids);
 	return 2;
 usage:
 	fprintf(stderr, "usage: locusctl fit --trace FILE --decoders K [--decoder-ids 0,1,..] "
 		"[--tau 0.1] [--seed N] [--no-mask] [--max-iter N] [--n-experts E] "
-		"[--mask-sample N] [--quiet] -o TABLE\n");
+		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 8] "
+		"[--decode-weight 1] [--exact-balance] [--quiet] -o TABLE\n");
 	free(ids);
 	return 2;
 }

@@ -47,6 +47,17 @@ double locus_eldrfit_vector(const uint16_t *counts, uint16_t L, uint16_t E, cons
 	return sqrt(n2);
 }
 
+void locus_eldrfit_opts_default(struct locus_eldrfit_opts *o, uint32_t n_decoders)
+{
+	memset(o, 0, sizeof(*o));
+	o->n_decoders = n_decoders;
+	o->tau = LOCUS_ELDR_TAU_DEFAULT;
+	o->slack = LOCUS_ELDRFIT_SLACK_DEFAULT;
+	o->balance_price = LOCUS_ELDRFIT_BALANCE_PRICE_DEFAULT;
+	o->restarts = LOCUS_ELDRFIT_RESTARTS_DEFAULT;
+	o->decode_weight = LOCUS_ELDRFIT_DECODE_WEIGHT_DEFAULT;
+}
+
 void locus_eldrfit_result_free(struct locus_eldrfit_result *res)
 {
 	if (!res)
@@ -78,6 +89,15 @@ static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L
 				       "fit's limit of %llu", n, L, E,
 				       (unsigned long long)n * L * E,
 				       (unsigned long long)LOCUS_ELDRFIT_MAX_CELLS);
+	if (!isfinite(o->decode_weight) || o->decode_weight < 0.0f || o->decode_weight > 100.0f)
+		return locus_error_set(err, LOCUS_ERANGE, "decode weight %g outside [0, 100]",
+				       (double)o->decode_weight);
+	if (!isfinite(o->balance_price) || o->balance_price < 0.0f || o->balance_price > 100.0f)
+		return locus_error_set(err, LOCUS_ERANGE, "balance price %g outside [0, 100]",
+				       (double)o->balance_price);
+	if (!isfinite(o->slack) || o->slack < 0.0f || o->slack > 1.0f)
+		return locus_error_set(err, LOCUS_ERANGE, "balance slack %g outside [0, 1]",
+				       (double)o->slack);
 	if (!isfinite(o->tau) || o->tau < 0.0f || o->tau > 2.0f)
 		return locus_error_set(err, LOCUS_ERANGE, "tau %g outside [0, 2]", (double)o->tau);
 	if (o->decoder_ids) {
@@ -131,7 +151,7 @@ static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t 
 	memcpy(tidf, idf, sizeof(float) * L * E);
 	h->n_masked = (uint16_t)M;
 	h->n_calib = n;
-	h->seed = o->seed;
+	h->seed = res->seed;
 	h->mask_score = res->mask_score;
 	h->full_score = res->full_score;
 	h->iterations = res->iterations;
@@ -154,17 +174,17 @@ err_free:
 	return ret;
 }
 
-int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16_t E,
-			 const uint16_t *score_pre, const uint16_t *score_target,
-			 uint32_t n_score, enum locus_eldrfit_score_kind kind,
-			 const struct locus_eldrfit_opts *o, struct locus_eldrfit_result *res,
-			 struct locus_error *err)
+int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n,
+			 uint16_t L, uint16_t E, const uint16_t *score_pre,
+			 const uint16_t *score_target, uint32_t n_score,
+			 enum locus_eldrfit_score_kind kind, const struct locus_eldrfit_opts *o,
+			 struct locus_eldrfit_result *res, struct locus_error *err)
 {
 	const size_t LE = (size_t)L * E;
 	uint8_t *mask = NULL;
 	float *idf = NULL, *x = NULL, *cen = NULL;
 	uint32_t M = 0, K, D, nn;
-	int ret, conv = 0;
+	int ret;
 
 	memset(res, 0, sizeof(*res));
 	ret = check_opts(o, n, L, E, err);
@@ -213,25 +233,13 @@ int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16
 		locus_eldrfit_vector(prefill + (size_t)i * LE, L, E, idf, mask, x + (size_t)i * D);
 		res->req_index[i] = i;
 	}
-	ret = locus_eldrfit_kmeans(x, n, D, K, o->seed, o->max_iter, cen, res->assign, &conv,
-				   o->progress, o->progress_arg);
+	ret = eldr_cluster(o, x, n, D, decode, L, E, cen, res);
 	if (ret < 0) {
 		ret = locus_error_set(err, -ret, "k-means: %s", locus_strerror(ret));
 		goto err_free;
 	}
-	res->iterations = (uint32_t)ret;
-	res->converged = conv;
 	res->n_used = n;
 	res->n_masked = M;
-	res->objective = 0;
-	for (uint32_t i = 0; i < n; i++) {
-		const float *xi = x + (size_t)i * D, *c = cen + (size_t)res->assign[i] * D;
-		double s = 0;
-
-		for (uint32_t f = 0; f < D; f++)
-			s += (double)xi[f] * c[f];
-		res->objective += s;
-	}
 	ret = write_table(o, L, E, n, mask, M, idf, cen, res, err);
 	if (ret < 0)
 		goto err_free;
@@ -266,7 +274,7 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 	const uint16_t L = t ? t->n_layers : 0, E = t ? t->n_experts : 0, k = t ? t->k : 0;
 	const size_t LE = (size_t)L * E;
 	enum locus_eldrfit_score_kind kind = LOCUS_ELDRFIT_SCORE_DECODE;
-	uint16_t *pre = NULL, *spre = NULL, *stgt = NULL;
+	uint16_t *pre = NULL, *spre = NULL, *stgt = NULL, *dec = NULL;
 	uint32_t *cand = NULL, m = 0, S = 0, n;
 	int ret;
 
@@ -296,6 +304,21 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 		for (uint32_t i = 0; i < n; i++)
 			if (t->reqs[i].prompt_len >= 2)
 				cand[m++] = i;
+	}
+	if (kind == LOCUS_ELDRFIT_SCORE_DECODE && o->decode_weight > 0) {
+		/* every request's decode counts, for the decode-aware clustering */
+		dec = calloc((size_t)n * LE, sizeof(*dec));
+		if (!dec) {
+			ret = locus_error_set(err, ENOMEM, "out of memory (%u x %zu decode counts)",
+					      n, LE);
+			goto out;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			ret = locus_eldr_counts_add(dec + (size_t)i * LE, L, E, k, t->reqs[i].gen,
+						    t->reqs[i].gen_len, err);
+			if (ret < 0)
+				goto out;
+		}
 	}
 	S = sample_even(cand, m, o->mask_sample ? o->mask_sample : DEF_MASK_SAMPLE);
 	if (!o->no_mask && S >= 2) {
@@ -329,8 +352,10 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 				goto out;
 		}
 	}
-	ret = locus_eldrfit_arrays(pre, n, L, E, spre, stgt, spre ? S : 0, kind, o, res, err);
+	ret = locus_eldrfit_arrays(pre, dec, n, L, E, spre, stgt, spre ? S : 0, kind, o, res,
+				   err);
 out:
+	free(dec);
 	free(stgt);
 	free(spre);
 	free(cand);

@@ -16,4 +16,20 @@ int eldr_select_mask(const uint16_t *pre, const uint16_t *target, uint32_t S, ui
 		     uint16_t E, const float *idf, uint32_t nn, uint8_t *mask, float *mask_score,
 		     float *full_score, locus_eldrfit_progress_fn progress, void *progress_arg);
 
+/*
+ * Cluster unit rows x[n][D] (prefill signatures over the mask) into
+ * o->n_decoders clusters of sizes within locus_eldrfit_slack_bounds(o->slack):
+ * bounded k-means from o->restarts seeds (o->seed, o->seed + 1, ..), the
+ * highest objective kept (the first on ties). With decode [n][L][E] and
+ * o->decode_weight > 0 the k-means sees [x_i ; w * y_i] normalised, y_i the
+ * request's idf-weighted decode counts (unit; 0 without decode tokens).
+ * Writes cen[K][D] = normalised mean of the members' x (the router scores
+ * prefill signatures only), res->assign, iterations, converged, seed,
+ * size_lo/hi, decode_clustered and objective (sum x_i . cen[assign(i)]).
+ * Returns 0, -EINVAL, -ENOMEM.
+ */
+int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
+		 const uint16_t *decode, uint16_t L, uint16_t E, float *cen,
+		 struct locus_eldrfit_result *res);
+
 #endif /* LOCUS_ELDR_FIT_PRIV_H */

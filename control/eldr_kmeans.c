@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: MIT
 /*
- * Balanced spherical k-means with an exact balanced assignment step.
+ * Balanced spherical k-means with an exact bounded assignment step.
  *
  * The assignment is a min-cost flow: source -> point (cap 1) -> cluster
- * (cost c[i][k]) -> sink with each cluster's edge of capacity q = n / K plus
- * an "extra" edge of capacity 1 into a node X whose edge to the sink has
- * capacity r = n % K. Total capacity is n, so a full flow gives every
- * cluster q or q + 1 points. Points are added one at a time along a
- * shortest augmenting path (successive shortest paths keeps the flow
- * optimal for its value because the residual graph never has a negative
- * cycle). Point nodes are contracted away: moving point j from cluster a
- * to b costs c[j][b] - c[j][a], so the search runs on K + 1 nodes.
+ * (cost c[i][k]) -> sink, each cluster's edge to the sink of capacity lo
+ * plus an "extra" edge of capacity hi - lo into a node X whose edge to the
+ * sink has capacity r = n - K * lo. Total capacity is n, so a full flow
+ * saturates every direct edge: every cluster gets between lo and hi points
+ * (lo = floor(n / K), hi = ceil(n / K) is the exact balance). Points are
+ * added one at a time along a shortest augmenting path (successive shortest
+ * paths keep the flow optimal for its value because the residual graph
+ * never has a negative cycle). Point nodes are contracted away: moving
+ * point j from cluster a to b costs c[j][b] - c[j][a], so the search runs
+ * on K + 1 nodes.
  */
 #include <errno.h>
 #include <float.h>
@@ -23,25 +25,36 @@
 #define NONE UINT32_MAX
 
 struct bal {
-	uint32_t n, K, q, r, X; /* X = node index K */
+	uint32_t n, K, lo, hi, r, X; /* X = node index K; r = capacity of X */
+	double lambda, mean;    /* balance price: the slot making a size s costs price(s) */
+	uint32_t extra;         /* points held beyond lo, over all clusters (flow into X) */
 	const double *c;
 	uint32_t *assign, *size;
 	double *w, *dist;       /* w[(K+1)^2] move costs; dist[K+1] */
 	uint32_t *wj, *prev;    /* argmin point per move; predecessor node */
 };
 
+/* k holds points through its extra edge (X -> k is a residual edge). */
 static int is_big(const struct bal *b, uint32_t k)
 {
-	return b->size[k] == b->q + 1;
+	return b->size[k] > b->lo;
 }
 
-static uint32_t n_big(const struct bal *b)
+/* k's direct edge is full and its extra edge has room (k -> X). */
+static int to_extra(const struct bal *b, uint32_t k)
 {
-	uint32_t nb = 0;
+	return b->size[k] >= b->lo && b->size[k] < b->hi;
+}
 
-	for (uint32_t k = 0; k < b->K; k++)
-		nb += is_big(b, k);
-	return nb;
+/*
+ * Price of the slot that makes a cluster's size s: lambda * (s - mean) /
+ * mean above the mean n / K, 0 up to it (so every direct slot is free).
+ * Non-decreasing in s: a convex cost per cluster, which successive shortest
+ * paths handle as parallel unit edges of increasing cost.
+ */
+static double price(const struct bal *b, uint32_t s)
+{
+	return s > b->mean ? b->lambda * (s - b->mean) / b->mean : 0.0;
 }
 
 /* Cheapest move a -> b for every cluster pair, over assigned points. */
@@ -103,18 +116,20 @@ static void shortest(struct bal *b, uint32_t p)
 					changed = 1;
 				}
 			}
-			/* a -> X: a's q direct slots are full and its extra slot free */
-			if (b->size[a] == b->q && da < b->dist[X] - 1e-12) {
-				b->dist[X] = da;
+			/* a -> X: a's lo direct slots are full and its extra edge has room */
+			if (to_extra(b, a) && da + price(b, b->size[a] + 1) < b->dist[X] - 1e-12) {
+				b->dist[X] = da + price(b, b->size[a] + 1);
 				b->prev[X] = a;
 				changed = 1;
 			}
 		}
 		if (b->dist[X] != DBL_MAX) {
-			/* X -> k: cancel k's extra slot; k must then move a point out */
+			/* X -> k: cancel k's last extra slot; k must then move a point out */
 			for (uint32_t k = 0; k < K; k++) {
-				if (is_big(b, k) && b->dist[X] < b->dist[k] - 1e-12) {
-					b->dist[k] = b->dist[X];
+				double dk = b->dist[X] - price(b, b->size[k]);
+
+				if (is_big(b, k) && dk < b->dist[k] - 1e-12) {
+					b->dist[k] = dk;
 					b->prev[k] = X;
 					changed = 1;
 				}
@@ -128,7 +143,7 @@ static void augment(struct bal *b, uint32_t p)
 	const uint32_t K = b->K, X = b->X;
 	uint32_t end = NONE, node;
 	double best = DBL_MAX;
-	int x_open = n_big(b) < b->r;
+	int x_open = b->extra < b->r;
 	const double *cp = b->c + (size_t)p * K;
 	uint32_t fav = 0;
 
@@ -136,12 +151,15 @@ static void augment(struct bal *b, uint32_t p)
 	 * Fast path: the point's cheapest cluster can take it. No path through
 	 * moves is cheaper: a chain of moves ending at a cluster with room is a
 	 * flow of the current value, and the current flow is optimal for it, so
-	 * the chain costs >= 0, while the first hop costs >= c[p][fav].
+	 * the chain costs >= 0, while the first hop costs >= c[p][fav]. Only for
+	 * a free slot: a priced one may lose to a path ending in a cheaper one.
 	 */
 	for (uint32_t k = 1; k < K; k++)
 		if (cp[k] < cp[fav])
 			fav = k;
-	if (b->size[fav] < b->q || (b->size[fav] == b->q && x_open)) {
+	if (b->size[fav] < b->lo ||
+	    (to_extra(b, fav) && x_open && price(b, b->size[fav] + 1) == 0.0)) {
+		b->extra += b->size[fav] >= b->lo;
 		b->assign[p] = fav;
 		b->size[fav]++;
 		return;
@@ -149,7 +167,7 @@ static void augment(struct bal *b, uint32_t p)
 	move_costs(b);
 	shortest(b, p);
 	for (uint32_t k = 0; k < K; k++) {
-		if (b->size[k] < b->q && b->dist[k] < best - 1e-12) {
+		if (b->size[k] < b->lo && b->dist[k] < best - 1e-12) {
 			best = b->dist[k];
 			end = k;
 		}
@@ -175,27 +193,33 @@ static void augment(struct bal *b, uint32_t p)
 		} else if (from == X) {
 			/* node loses its extra point (moved further along the path) */
 			b->size[node]--;
+			b->extra--;
 		} else {
 			/* from -> X: from keeps the point it received: one larger */
 			b->size[from]++;
+			b->extra++;
 		}
 		node = from;
 	}
 }
 
-int locus_eldrfit_balanced_assign(const double *cost, uint32_t n, uint32_t K,
-				  uint32_t *assign)
+int locus_eldrfit_bounded_assign(const double *cost, uint32_t n, uint32_t K, uint32_t lo,
+				 uint32_t hi, double lambda, uint32_t *assign)
 {
 	struct bal b;
 	int ret = 0;
 
-	if (!cost || !assign || !n || !K || K > 65536)
+	if (!cost || !assign || !n || !K || K > 65536 || lo > hi ||
+	    (uint64_t)K * lo > n || (uint64_t)K * hi < n || !(lambda >= 0) || lambda > 1e6)
 		return -EINVAL;
 	memset(&b, 0, sizeof(b));
 	b.n = n;
 	b.K = K;
-	b.q = n / K;
-	b.r = n % K;
+	b.lambda = lambda;
+	b.mean = (double)n / K;
+	b.lo = lo;
+	b.hi = hi;
+	b.r = n - K * lo;
 	b.X = K;
 	b.c = cost;
 	b.assign = assign;
@@ -219,6 +243,34 @@ out:
 	free(b.w);
 	free(b.size);
 	return ret;
+}
+
+int locus_eldrfit_balanced_assign(const double *cost, uint32_t n, uint32_t K,
+				  uint32_t *assign)
+{
+	if (!K)
+		return -EINVAL;
+	return locus_eldrfit_bounded_assign(cost, n, K, n / K, (n + K - 1) / K, 0.0, assign);
+}
+
+void locus_eldrfit_slack_bounds(uint32_t n, uint32_t K, float slack, uint32_t *lo,
+				uint32_t *hi)
+{
+	double mean = (double)n / K, s = slack > 0 ? slack : 0;
+	double l = ceil((1.0 - s) * mean - 1e-9), h = floor((1.0 + s) * mean + 1e-9);
+
+	*lo = l < 0 ? 0 : l > n / K ? n / K : (uint32_t)l;
+	*hi = h < (n + K - 1) / K ? (n + K - 1) / K : h > n ? n : (uint32_t)h;
+}
+
+double locus_eldrfit_balance_penalty(uint32_t n, uint32_t K, double lambda, uint32_t size)
+{
+	const double mean = (double)n / K;
+	double p = 0;
+
+	for (uint32_t s = 1; s <= size; s++)
+		p += s > mean ? lambda * (s - mean) / mean : 0.0;
+	return p;
 }
 
 /* ---- k-means ---- */
@@ -389,11 +441,25 @@ int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uin
 			 uint32_t max_iter, float *centroids, uint32_t *assign, int *converged,
 			 locus_eldrfit_progress_fn progress, void *progress_arg)
 {
+	if (!K)
+		return -EINVAL;
+	return locus_eldrfit_kmeans_bounded(x, n, D, K, n / K, (n + K - 1) / K, 0.0, seed,
+					    max_iter, centroids, assign, converged, progress,
+					    progress_arg);
+}
+
+int locus_eldrfit_kmeans_bounded(const float *x, uint32_t n, uint32_t D, uint32_t K,
+				 uint32_t lo, uint32_t hi, double lambda, uint64_t seed,
+				 uint32_t max_iter, float *centroids, uint32_t *assign,
+				 int *converged, locus_eldrfit_progress_fn progress,
+				 void *progress_arg)
+{
 	double *cost = NULL, *scratch = NULL;
 	uint32_t *prev = NULL, it;
 	int ret;
 
-	if (!x || !centroids || !assign || !n || !D || !K || K > n)
+	if (!x || !centroids || !assign || !n || !D || !K || K > n || lo > hi ||
+	    (uint64_t)K * lo > n || (uint64_t)K * hi < n || !(lambda >= 0) || lambda > 1e6)
 		return -EINVAL;
 	if (!max_iter)
 		max_iter = 100;
@@ -410,7 +476,7 @@ int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uin
 		cost_matrix(x, n, D, centroids, K, cost);
 		if (it > 1)
 			memcpy(prev, assign, sizeof(*prev) * n);
-		ret = locus_eldrfit_balanced_assign(cost, n, K, assign);
+		ret = locus_eldrfit_bounded_assign(cost, n, K, lo, hi, lambda, assign);
 		if (ret < 0)
 			goto out;
 		if (progress)

@@ -8,12 +8,17 @@
  *      counts[i][l][e] > 0;
  *   3. a layer mask chosen by greedy forward selection on the signature
  *      quality score below (or every layer with no_mask);
- *   4. x_i = normalize(counts_i * idf over the mask); balanced spherical
+ *   4. x_i = normalize(counts_i * idf over the mask); bounded spherical
  *      K-means: k-means++ seeding (fixed seed), each iteration an exact
- *      balanced assignment (cluster sizes floor(N/K) or ceil(N/K)) that
- *      minimises sum_i -x_i . c_assign(i), then c_k = normalize(mean);
- *      stops when the assignment repeats or at max_iter;
- *   5. the sealed ELDR table (locus_eldr.h layout).
+ *      bounded assignment (cluster sizes within the slack's bounds, a
+ *      balance price beyond N/K; floor/ceil(N/K) with no slack) that
+ *      minimises sum_i -z_i . c_assign(i) + the price, then c_k =
+ *      normalize(mean); stops when the assignment repeats or at max_iter;
+ *      z_i = x_i, or [x_i ; w y_i] normalised with the request's decode
+ *      expert use y_i (decode_weight w); from `restarts` seeds, the best
+ *      kept;
+ *   5. centroids = normalize(mean of the members' x_i) (prefill only);
+ *   6. the sealed ELDR table (locus_eldr.h layout).
  *
  * Signature quality score of a mask M (what the greedy search maximises):
  *   over a sample of S requests, for each request i take its nn nearest
@@ -38,10 +43,16 @@
 #include "locus_err.h"
 #include "locus_trace.h"
 
+#define LOCUS_ELDRFIT_SLACK_DEFAULT         0.5f
+#define LOCUS_ELDRFIT_BALANCE_PRICE_DEFAULT 2.0f
+#define LOCUS_ELDRFIT_RESTARTS_DEFAULT      8u
+#define LOCUS_ELDRFIT_DECODE_WEIGHT_DEFAULT 1.0f
+
 /*
  * Bound on requests x layers x experts a fit accepts: the fit holds the
  * counts (2 bytes a cell) and the vectors (4 bytes a cell) in memory, so
- * this is about 6 GiB. Above it, subsample the calibration trace.
+ * this is about 6 GiB (up to 16 GiB with decode_weight > 0: the decode
+ * counts and the rows [x ; w y] too). Above it, subsample the calibration trace.
  */
 #define LOCUS_ELDRFIT_MAX_CELLS (1ull << 30)
 
@@ -61,6 +72,28 @@ struct locus_eldrfit_opts {
 	uint64_t seed;               /* k-means++ seed */
 	int no_mask;                 /* use every layer */
 	uint32_t max_iter;           /* k-means cap; 0: 100 */
+	/*
+	 * Balance slack s: every cluster owns between (1 - s) N / K and
+	 * (1 + s) N / K calibration requests (locus_eldrfit_slack_bounds);
+	 * 0 is the exact balance floor(N/K) or ceil(N/K).
+	 */
+	float slack;
+	/*
+	 * Balance price lambda (0: none): within the slack, a cluster's s-th
+	 * request costs lambda * (s - N/K) / (N/K) beyond the mean N/K, in the
+	 * units of 1 - cosine, so a cluster grows past its share only for
+	 * requests that fit it that much better than any other.
+	 */
+	float balance_price;
+	uint32_t restarts;           /* k-means++ seeds seed, seed + 1, ..; best objective kept; 0: 1 */
+	/*
+	 * Weight w of each calibration request's decode expert use in the
+	 * clustering (the k-means sees [x_i ; w * y_i], y_i its idf-weighted
+	 * routed_experts counts, unit); 0: prefill signatures only. Requests
+	 * without decode tokens are clustered on x_i alone. The table's
+	 * centroids are always the members' mean prefill signatures.
+	 */
+	float decode_weight;
 	uint32_t mask_sample;        /* requests scored by the mask search; 0: 512 */
 	uint32_t mask_neighbours;    /* nn of the score; 0: 8 */
 	locus_eldrfit_progress_fn progress; /* may be NULL */
@@ -79,7 +112,10 @@ struct locus_eldrfit_result {
 	enum locus_eldrfit_score_kind score_kind;
 	float mask_score;        /* score of the chosen mask */
 	float full_score;        /* score of every layer */
-	double objective;        /* sum over requests of x_i . c_assign(i) */
+	double objective;        /* sum over requests of x_i . c_assign(i) (prefill, table centroids) */
+	uint64_t seed;           /* k-means++ seed of the restart kept */
+	uint32_t size_lo, size_hi; /* cluster size bounds the slack gave */
+	int decode_clustered;    /* the clustering saw decode expert use */
 };
 
 /*
@@ -91,16 +127,27 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 			struct locus_eldrfit_result *res, struct locus_error *err);
 
 /*
- * The same fit from count arrays: prefill[n][L][E] (IDF and clusters), and
+ * The same fit from count arrays: prefill[n][L][E] (IDF and clusters),
+ * decode[n][L][E] (decode expert use for the clustering, or NULL), and
  * for the mask score either score_pre/score_target [n_score][L][E] (counts of
  * the score's prefill and target, for requests score_idx[n_score] of
  * prefill) or NULL (then no search: every layer, as no_mask).
  */
-int locus_eldrfit_arrays(const uint16_t *prefill, uint32_t n, uint16_t L, uint16_t E,
-			 const uint16_t *score_pre, const uint16_t *score_target,
-			 uint32_t n_score, enum locus_eldrfit_score_kind kind,
-			 const struct locus_eldrfit_opts *o, struct locus_eldrfit_result *res,
-			 struct locus_error *err);
+int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n,
+			 uint16_t L, uint16_t E, const uint16_t *score_pre,
+			 const uint16_t *score_target, uint32_t n_score,
+			 enum locus_eldrfit_score_kind kind, const struct locus_eldrfit_opts *o,
+			 struct locus_eldrfit_result *res, struct locus_error *err);
+
+/*
+ * The recommended options (what locusctl fit uses): everything 0 but tau
+ * LOCUS_ELDR_TAU_DEFAULT, slack LOCUS_ELDRFIT_SLACK_DEFAULT, balance_price
+ * LOCUS_ELDRFIT_BALANCE_PRICE_DEFAULT, restarts
+ * LOCUS_ELDRFIT_RESTARTS_DEFAULT, decode_weight LOCUS_ELDRFIT_DECODE_WEIGHT_DEFAULT.
+ * A zero-initialised struct (with n_decoders and tau) is the original fit:
+ * exact balance, one seed, prefill only.
+ */
+void locus_eldrfit_opts_default(struct locus_eldrfit_opts *o, uint32_t n_decoders);
 
 void locus_eldrfit_result_free(struct locus_eldrfit_result *res);
 
@@ -127,6 +174,30 @@ int locus_eldrfit_balanced_assign(const double *cost, uint32_t n, uint32_t K,
 				  uint32_t *assign);
 
 /*
+ * The same with bounds and a balance price: every cluster gets between lo
+ * and hi points (K * lo <= n <= K * hi, else -EINVAL), minimising
+ * sum cost[i][assign(i)] + sum over clusters of
+ * locus_eldrfit_balance_penalty(n, K, lambda, size): a cluster's s-th point
+ * costs lambda * (s - n/K) / (n/K) beyond the mean (lambda >= 0; 0: only the
+ * bounds). balanced_assign is lo = floor(n/K), hi = ceil(n/K), lambda 0.
+ * Same flow with lo direct slots per cluster and hi - lo extra slots of
+ * non-decreasing price sharing the n - K * lo units the sink still takes.
+ */
+int locus_eldrfit_bounded_assign(const double *cost, uint32_t n, uint32_t K, uint32_t lo,
+				 uint32_t hi, double lambda, uint32_t *assign);
+
+/* Sum of the balance prices of a cluster of `size` points (definition above). */
+double locus_eldrfit_balance_penalty(uint32_t n, uint32_t K, double lambda, uint32_t size);
+
+/*
+ * Bounds for a balance slack s >= 0: lo = ceil((1 - s) n / K), hi =
+ * floor((1 + s) n / K), widened to floor(n/K) and ceil(n/K) when rounding
+ * would make them tighter than exact balance (s = 0 is exact balance).
+ */
+void locus_eldrfit_slack_bounds(uint32_t n, uint32_t K, float slack, uint32_t *lo,
+				uint32_t *hi);
+
+/*
  * Balanced spherical k-means on unit rows x[n][D]: centroids[K][D] (unit,
  * or copied from a member when a mean vanishes), assign[n]. Returns the
  * iterations run (> 0) or a negative code; *converged set.
@@ -134,5 +205,16 @@ int locus_eldrfit_balanced_assign(const double *cost, uint32_t n, uint32_t K,
 int locus_eldrfit_kmeans(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
 			 uint32_t max_iter, float *centroids, uint32_t *assign, int *converged,
 			 locus_eldrfit_progress_fn progress, void *progress_arg);
+
+/*
+ * The same with every cluster's size in [lo, hi] and the balance price
+ * lambda (bounded_assign's rule); each iteration lowers (or keeps)
+ * sum -x_i . c_assign(i) + the balance penalty.
+ */
+int locus_eldrfit_kmeans_bounded(const float *x, uint32_t n, uint32_t D, uint32_t K,
+				 uint32_t lo, uint32_t hi, double lambda, uint64_t seed,
+				 uint32_t max_iter, float *centroids, uint32_t *assign,
+				 int *converged, locus_eldrfit_progress_fn progress,
+				 void *progress_arg);
 
 #endif /* LOCUS_ELDRFIT_H */

@@ -4,13 +4,16 @@
 $(BUILD)/control/%.o: INCLUDES = -Ishm -Icontrol
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c))
-$(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c))
+$(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c \
+	control/eldr_cluster.c))
 $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/locusctl_history.c,eldrfit gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 BINS += bin/esft2jsonl
 $(eval $(call PROGRAM,tests/test_eldr_fit,tests/test_eldr_fit.c tests/test_paths.c,eldrfit formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_fit
+$(eval $(call PROGRAM,tests/test_eldr_balance,tests/test_eldr_balance.c tests/test_paths.c,eldrfit formats trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_balance
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace
 $(eval $(call PROGRAM,tests/test_eldr_esft,tests/test_eldr_esft.c tests/test_paths.c,eldrfit formats trace common,cmocka))

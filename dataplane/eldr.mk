@@ -3,7 +3,9 @@
 $(eval $(call LIBRARY,eldr_router,dataplane/eldr_router.c dataplane/eldr_kernels.c))
 $(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c tests/test_paths.c,eldrfit eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_route
+$(eval $(call PROGRAM,tests/test_eldr_quality,tests/test_eldr_quality.c tools/eldr_quality_sim.c,eldrfit eldr_router formats trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_quality
 $(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr_router formats common,))
 BENCHES += tools/eldr_bench
-$(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c,eldrfit eldr_router formats trace common,))
+$(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c tools/eldr_quality_sim.c,eldrfit eldr_router formats trace common,))
 BENCHES += tools/eldr_quality

@@ -105,6 +105,19 @@ static void test_fit_and_show(void **state)
 	assert_int_equal(ctl("fit --eldr --trace %s --decoders 2 --no-mask --quiet -o %s", sample(),
 			     tbl), 0);
 	assert_non_null(strstr(out, "26/26 layers masked"));
+	/* the default balance and clustering, printed; --exact-balance is the original fit */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --quiet -o %s", sample(), tbl), 0);
+	assert_non_null(strstr(out, "(bounds 12..36: slack 0.50, balance price 2.00); best of 8 "
+				    "k-means++ seeds"));
+	assert_non_null(strstr(out, "clustered on prefill and decode expert use"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --exact-balance --quiet -o %s", sample(),
+			     tbl), 0);
+	assert_non_null(strstr(out, "clusters of 24..24 requests (bounds 24..24: slack 0.00, "
+				    "balance price 0.00); best of 1 k-means++ seeds"));
+	assert_non_null(strstr(out, "clustered on prefill signatures"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --slack 0.2 --balance-price 0 --restarts 3 "
+			     "--decode-weight 0 --quiet -o %s", sample(), tbl), 0);
+	assert_non_null(strstr(out, "(bounds 20..28: slack 0.20, balance price 0.00); best of 3"));
 }
 
 static void test_bad_input(void **state)
@@ -125,6 +138,16 @@ static void test_bad_input(void **state)
 	assert_non_null(strstr(out, "bad value '0' for --decoders"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4", sample()), 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau nan -o %s", sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --slack 1.5 -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value '1.5' for --slack"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --balance-price -1 -o %s", sample(), tbl),
+			 2);
+	assert_non_null(strstr(out, "bad value '-1' for --balance-price"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --restarts 0 -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value '0' for --restarts"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --decode-weight x -o %s", sample(), tbl),
+			 2);
+	assert_non_null(strstr(out, "bad value 'x' for --decode-weight"));
 	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,2 -o %s", sample(), tbl),
 			 2);
 	assert_int_equal(ctl("fit --trace %s --decoders 3 --decoder-ids 1,,2 -o %s", sample(), tbl),

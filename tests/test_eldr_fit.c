@@ -194,28 +194,28 @@ static void test_fit_option_errors(void **state)
 	uint32_t dup[2] = { 3, 3 };
 	(void)state;
 
-	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
 			 -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "at least 1"));
 	o.n_decoders = 3;
-	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
 			 -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "only 2"));
 	o.n_decoders = 2;
 	o.tau = NAN;
-	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
 			 -LOCUS_ERANGE);
 	o.tau = 0.1f;
 	o.decoder_ids = dup;
-	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e),
 			 -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "twice"));
 	o.decoder_ids = NULL;
 	/* more cells than the fit holds in memory: refused before any allocation */
-	assert_int_equal(locus_eldrfit_arrays(counts, 1u << 20, 1024, 2, NULL, NULL, 0, 0, &o, &res,
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 1u << 20, 1024, 2, NULL, NULL, 0, 0, &o, &res,
 					      &e), -LOCUS_ERANGE);
 	assert_non_null(strstr(e.msg, "exceeds the fit's limit"));
-	assert_int_equal(locus_eldrfit_arrays(counts, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e), 0);
+	assert_int_equal(locus_eldrfit_arrays(counts, NULL, 2, 2, 2, NULL, NULL, 0, 0, &o, &res, &e), 0);
 	assert_int_equal(res.n_masked, 2);
 	assert_int_equal(locus_eldr_blob_check(res.blob, res.blob_len, NULL, &e), 0);
 	locus_eldrfit_result_free(&res);

@@ -266,7 +266,7 @@ static void bench_fit(void)
 		abort();
 	make_calib(pre, gen, n);
 	t0 = now();
-	if (locus_eldrfit_arrays(pre, n, L, E, pre, gen, 512, LOCUS_ELDRFIT_SCORE_DECODE, &o, &res,
+	if (locus_eldrfit_arrays(pre, NULL, n, L, E, pre, gen, 512, LOCUS_ELDRFIT_SCORE_DECODE, &o, &res,
 				 NULL))
 		abort();
 	t_full = now() - t0;
@@ -275,13 +275,30 @@ static void bench_fit(void)
 	locus_eldrfit_result_free(&res);
 	o.no_mask = 1;
 	t0 = now();
-	if (locus_eldrfit_arrays(pre, n, L, E, NULL, NULL, 0, 0, &o, &res, NULL))
+	if (locus_eldrfit_arrays(pre, NULL, n, L, E, NULL, NULL, 0, 0, &o, &res, NULL))
 		abort();
 	t_nomask = now() - t0;
 	iters = (int)res.iterations;
 	printf("fit N=%u 48x128 K=%u, every layer (IDF + balanced k-means): %.3f s  (%d iterations%s)\n",
 	       n, K, t_nomask, iters, res.converged ? ", converged" : "");
 	locus_eldrfit_result_free(&res);
+	{
+		/* locusctl fit's defaults: slack, price, 8 restarts, decode-aware */
+		struct locus_eldrfit_opts od;
+		double t_def;
+
+		locus_eldrfit_opts_default(&od, K);
+		od.seed = 1;
+		t0 = now();
+		if (locus_eldrfit_arrays(pre, gen, n, L, E, pre, gen, 512,
+					 LOCUS_ELDRFIT_SCORE_DECODE, &od, &res, NULL))
+			abort();
+		t_def = now() - t0;
+		printf("fit N=%u 48x128 K=%u, locusctl fit's defaults (mask search, %u restarts, "
+		       "decode-aware): %.3f s  (%u layers)\n", n, K, od.restarts, t_def,
+		       res.n_masked);
+		locus_eldrfit_result_free(&res);
+	}
 	/* baseline: the same number of plain Lloyd iterations (unbalanced) */
 	x = malloc(sizeof(float) * n * L * E);
 	c = malloc(sizeof(float) * K * L * E);

@@ -2,43 +2,66 @@
 /*
  * eldr_quality: routing quality on ESFT, the figure ELDR exists for: how
  * many distinct (layer, expert) pairs a decoder's batch touches during
- * decode (fewer = less expert weight to read per step).
+ * decode (fewer = less expert weight to read per step), and what each
+ * policy does to the load per decoder.
  *
  * Requests are 64-token windows of the ESFT sequences of all four domains:
  * 32 prompt tokens (the signature) and 32 "generated" tokens (teacher-forced
  * continuation standing in for decode; see tools/esft2jsonl.c). Windows are
- * split alternately into a calibration half (the fit) and a held-out half
- * (routed). The held-out requests arrive in a fixed pseudo-random order in
- * rounds of K * B; in each round every policy fills each of the K decoders
- * with exactly B requests (same batch sizes for all):
+ * split alternately into a calibration half (every fit) and a held-out half.
+ * Both halves are routed, the held-out one being the figure that counts.
+ * Requests arrive in rounds of K * B; in each round every policy fills each
+ * of the K decoders with exactly B requests (same batch sizes for all):
  *   round-robin  request i of the round -> decoder i mod K;
  *   domain       oracle label: decoders split evenly among the domains, a
  *                request goes to the least-filled decoder of its domain with
  *                room, else to the least-filled decoder with room;
- *   ELDR         the router (band tau, least loaded with the herding guard);
- *                a decoder whose batch is full is marked down for the rest
- *                of the round; once with the fitted layer mask, once with
- *                every layer (--no-mask).
- * Figures, mean over decoder batches, with their ratio to round-robin:
- *   per decode step  distinct (layer, expert) pairs of the batch's t-th
- *                    generated tokens (what one decode step must read),
- *                    averaged over steps;
+ *   ELDR         the router (the table's band tau, least loaded with the
+ *                herding guard); a decoder whose batch is full is marked down
+ *                for the rest of the round. Three tables: what `locusctl fit`
+ *                produces by default (bounded balance with slack, restarts,
+ *                decode-aware clustering), the same with every layer
+ *                (--no-mask), and main's original fit (exact balance
+ *                floor/ceil(N/K), one k-means++ seed, prefill only).
+ * Figures per (K, B) and half:
+ *   per decode step  distinct pairs of the batch's t-th generated tokens
+ *                    (what one decode step must read), averaged over steps
+ *                    and decoder batches, as a ratio to round-robin, and for
+ *                    ELDR in % against the oracle (negative: ELDR reads less);
  *   whole batch      distinct pairs over all its generated tokens (this
- *                    saturates towards L * E = 1664 for ESFT).
+ *                    saturates towards L * E = 1664 for ESFT), held-out only;
+ *   load max/mean    the same rounds with no batch cap (ELDR: band and least
+ *                    loaded only; domain: least-filled decoder of its domain
+ *                    always): the busiest decoder's requests over the mean
+ *                    B, averaged over rounds (round-robin: 1.00), and the
+ *                    busiest decoder's share of all the half's requests over
+ *                    1/K (no interval: a half-sample's max is biased up).
+ * Each figure is the mean over --orders random arrival orders of the whole
+ * half (default 50); [95% intervals] are the 2.5 and 97.5 percentiles over
+ * --boot R random halves of the half's requests (default 100; drawn without
+ * replacement, each routed in --boot-orders random arrival orders, default
+ * 4), so they hold the request sample's noise and what is left of the
+ * arrival order's (a half smaller than one round of K * B is one round:
+ * the repository's sample, whose intervals are then too narrow). Every random choice has a fixed seed: the output is the
+ * same on every run.
  *
- *   eldr_quality [--trace FILE]   (default: the full ESFT data under
- *                                  $LOCUS_DATA_DIR, default <repo>/../shared/data,
- *                                  else <repo>/tests/data/calib_sample.jsonl)
+ *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
+ *                [--slack S] [--balance-price P] [--restarts R]
+ *                [--decode-weight W] [--tau T]
+ *       (the last five refit the ELDR and ELDR --no-mask rows with those
+ *        options instead of locusctl fit's defaults)
+ *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
+ *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#include "locus_eldr_router.h"
+#include "eldr_quality.h"
 #include "locus_eldrfit.h"
-#include "locus_trace.h"
 
 static const char *const esft_domains[] = { "law", "translation", "summary", "intent" };
 
@@ -94,200 +117,315 @@ out:
 	return out;
 }
 
-/*
- * Per decode step: distinct (layer, expert) pairs of the batch's t-th
- * generated tokens (one token per request, as one decode step runs),
- * averaged over the steps every request of the batch has.
- */
-static double pairs_per_step(const struct locus_trace *t, const uint32_t *batch, uint32_t n,
-			     uint8_t *seen)
+static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",
+					      "ELDR --no-mask", "ELDR exact (main)" };
+
+enum { NB = 3 }; /* figures per policy and replicate */
+
+struct half {
+	const char *name;
+	uint32_t *idx, n; /* trace indices */
+	struct qfig mean; /* over the arrival orders */
+	double *boot;     /* [R][QPOL_N][NB]: step ratio to RR, % vs oracle, load */
+};
+
+static int cmp_double(const void *a, const void *b)
 {
-	const size_t LE = (size_t)t->n_layers * t->n_experts;
-	uint32_t steps = UINT32_MAX;
-	uint64_t cnt = 0;
+	double x = *(const double *)a, y = *(const double *)b;
 
-	for (uint32_t i = 0; i < n; i++)
-		if (t->reqs[batch[i]].gen_len < steps)
-			steps = t->reqs[batch[i]].gen_len;
-	for (uint32_t tok = 0; tok < steps; tok++) {
-		memset(seen, 0, LE);
-		for (uint32_t i = 0; i < n; i++) {
-			const struct locus_trace_req *r = &t->reqs[batch[i]];
+	return x < y ? -1 : x > y;
+}
 
-			for (uint32_t l = 0; l < t->n_layers; l++)
-				for (uint32_t s = 0; s < t->k; s++) {
-					size_t f = (size_t)l * t->n_experts +
-						   locus_trace_tok(t, r->gen, tok, l)[s];
+/* 2.5 and 97.5 percentiles of field f of policy p over R replicates. */
+static void interval(const struct half *h, uint32_t R, int p, int f, double *lo, double *hi,
+		     double *tmp)
+{
+	for (uint32_t b = 0; b < R; b++)
+		tmp[b] = h->boot[((size_t)b * QPOL_N + p) * NB + f];
+	qsort(tmp, R, sizeof(*tmp), cmp_double);
+	*lo = tmp[(size_t)(0.025 * (R - 1) + 0.5)];
+	*hi = tmp[(size_t)(0.975 * (R - 1) + 0.5)];
+}
 
-					cnt += !seen[f];
-					seen[f] = 1;
-				}
+static void shuffle(uint32_t *v, uint32_t n, uint64_t *rng)
+{
+	for (uint32_t i = n - 1; n > 1 && i > 0; i--) {
+		uint32_t j = (uint32_t)(qsim_rand(rng) % (i + 1)), x = v[i];
+
+		v[i] = v[j];
+		v[j] = x;
+	}
+}
+
+/* f += g / w */
+static void add_fig(struct qfig *f, const struct qfig *g, double w)
+{
+	for (int p = 0; p < QPOL_N; p++) {
+		f->step[p] += g->step[p] / w;
+		f->whole[p] += g->whole[p] / w;
+		f->load[p] += g->load[p] / w;
+		f->share[p] += g->share[p] / w;
+	}
+}
+
+/*
+ * Mean figures over `orders` arrival orders of the half, then R replicates
+ * for the intervals: a random half of the half's requests (drawn without
+ * replacement: the spread of a half-sample's mean is that of the whole
+ * sample's, and no request meets its own copy in a batch as a resample
+ * with replacement would make it), averaged over bo arrival orders.
+ */
+static int evaluate(struct qsim *s, struct half *h, uint32_t orders, uint32_t R, uint32_t bo,
+		    uint64_t seed)
+{
+	uint32_t *seq = malloc(sizeof(*seq) * h->n), *res = malloc(sizeof(*res) * h->n);
+	/* at least one round (a small trace: more than half, narrower intervals) */
+	uint32_t half = h->n / 2 < s->K * s->B ? s->K * s->B : h->n / 2;
+	uint64_t rng = seed;
+	struct qfig f, m;
+	int ret = -1;
+
+	h->boot = malloc(sizeof(double) * R * QPOL_N * NB);
+	if (!seq || !res || !h->boot)
+		goto out;
+	memset(&h->mean, 0, sizeof(h->mean));
+	for (uint32_t o = 0; o < orders; o++) {
+		memcpy(seq, h->idx, sizeof(*seq) * h->n);
+		shuffle(seq, h->n, &rng);
+		if (qsim_run(s, seq, h->n, 1, &f) <= 0)
+			goto out;
+		add_fig(&h->mean, &f, orders);
+	}
+	for (uint32_t b = 0; b < R; b++) {
+		memcpy(res, h->idx, sizeof(*res) * h->n);
+		shuffle(res, h->n, &rng); /* a random half: res[0 .. half) */
+		memset(&m, 0, sizeof(m));
+		for (uint32_t o = 0; o < bo; o++) {
+			memcpy(seq, res, sizeof(*seq) * half);
+			shuffle(seq, half, &rng);
+			if (qsim_run(s, seq, half, 0, &f) <= 0)
+				goto out;
+			add_fig(&m, &f, bo);
+		}
+		for (int p = 0; p < QPOL_N; p++) {
+			double *v = h->boot + ((size_t)b * QPOL_N + p) * NB;
+
+			v[0] = m.step[p] / m.step[QPOL_RR];
+			v[1] = 100.0 * (m.step[p] / m.step[QPOL_DOMAIN] - 1.0);
+			v[2] = m.load[p];
 		}
 	}
-	return steps ? (double)cnt / steps : 0;
+	ret = 0;
+out:
+	free(res);
+	free(seq);
+	return ret;
 }
 
-/* Distinct (layer, expert) pairs of all the generated tokens of a batch. */
-static uint32_t distinct_pairs(const struct locus_trace *t, const uint32_t *batch, uint32_t n,
-			       uint8_t *seen)
+/*
+ * Options of the "ELDR" and "ELDR --no-mask" fits beyond the defaults
+ * (--slack, --balance-price, --restarts, --decode-weight, --tau; < 0: the
+ * default), to measure a variant against the oracle and main's fit.
+ */
+static struct {
+	float slack, price, weight, tau;
+	int32_t restarts;
+} variant = { -1, -1, -1, -1, -1 };
+
+/* The three ELDR tables from the calibration half, and their routers. */
+static int fit_policies(const struct locus_trace *calt, uint32_t K, struct qsim *s,
+			void **mem, struct locus_error *e)
 {
-	const size_t LE = (size_t)t->n_layers * t->n_experts;
-	uint32_t cnt = 0;
+	for (int p = QPOL_ELDR; p <= QPOL_ELDR_EXACT; p++) {
+		struct locus_eldrfit_opts o;
+		struct locus_eldrfit_result res;
+		uint32_t *size, mn = UINT32_MAX, mx = 0;
+		size_t msz;
 
-	memset(seen, 0, LE);
-	for (uint32_t i = 0; i < n; i++) {
-		const struct locus_trace_req *r = &t->reqs[batch[i]];
-
-		for (uint32_t tok = 0; tok < r->gen_len; tok++)
-			for (uint32_t l = 0; l < t->n_layers; l++)
-				for (uint32_t s = 0; s < t->k; s++) {
-					size_t f = (size_t)l * t->n_experts +
-						   locus_trace_tok(t, r->gen, tok, l)[s];
-
-					cnt += !seen[f];
-					seen[f] = 1;
-				}
+		locus_eldrfit_opts_default(&o, K);
+		if (p == QPOL_ELDR_NOMASK)
+			o.no_mask = 1;
+		if (variant.slack >= 0)
+			o.slack = variant.slack;
+		if (variant.price >= 0)
+			o.balance_price = variant.price;
+		if (variant.weight >= 0)
+			o.decode_weight = variant.weight;
+		if (variant.tau >= 0)
+			o.tau = variant.tau;
+		if (variant.restarts >= 0)
+			o.restarts = (uint32_t)variant.restarts;
+		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
+			o = (struct locus_eldrfit_opts){ .n_decoders = K, .tau = 0.1f, .seed = 1 };
+		if (locus_eldrfit_trace(calt, &o, &res, e) < 0)
+			return -1;
+		msz = locus_eldr_router_mem_size((uint8_t *)res.blob + 64, res.blob_len - 64);
+		mem[p] = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
+		size = calloc(K, sizeof(*size));
+		if (!mem[p] || !size ||
+		    locus_eldr_router_build(mem[p], msz, (uint8_t *)res.blob + 64,
+					    res.blob_len - 64, LOCUS_ELDR_PATH_AUTO, &s->r[p],
+					    e) < 0) {
+			free(size);
+			locus_eldrfit_result_free(&res);
+			return -1;
+		}
+		for (uint32_t i = 0; i < res.n_used; i++)
+			size[res.assign[i]]++;
+		for (uint32_t k = 0; k < K; k++) {
+			mn = size[k] < mn ? size[k] : mn;
+			mx = size[k] > mx ? size[k] : mx;
+		}
+		printf("  fit %-18s clusters of %u..%u calibration requests (bounds %u..%u), "
+		       "%u/%u layers, seed %llu of %u, %s\n", pol_name[p], mn, mx, res.size_lo,
+		       res.size_hi, res.n_masked, calt->n_layers, (unsigned long long)res.seed,
+		       o.restarts ? o.restarts : 1,
+		       res.decode_clustered ? "decode-aware" : "prefill only");
+		free(size);
+		locus_eldrfit_result_free(&res);
 	}
-	return cnt;
+	return 0;
 }
 
-enum { POL_RR, POL_DOMAIN, POL_ELDR, POL_ELDR_ALL, POL_N };
-static const char *const pol_name[POL_N] = { "round-robin", "domain (oracle)", "ELDR",
-					     "ELDR --no-mask" };
-
-static int run(const struct locus_trace *t, uint32_t K, uint32_t B, float tau)
+static void print_config(const struct half *h, uint32_t R)
 {
-	struct locus_eldrfit_opts o = { .n_decoders = K, .tau = tau, .seed = 1 };
+	const struct half *ho = &h[0], *ca = &h[1];
+	double *tmp = malloc(sizeof(double) * R), lo, hi, lo2, hi2;
+
+	if (!tmp)
+		return;
+	printf("  %-18s %-49s %-28s %s\n", "pairs per step", "held-out: x round-robin, vs oracle",
+	       "calibration", "whole batch, held-out");
+	for (int p = 0; p < QPOL_N; p++) {
+		char vs[40] = "", vsc[24] = "";
+
+		interval(ho, R, p, 0, &lo, &hi, tmp);
+		if (p >= QPOL_ELDR) {
+			interval(ho, R, p, 1, &lo2, &hi2, tmp);
+			snprintf(vs, sizeof(vs), "%+.2f%% [%+.2f,%+.2f]",
+				 100.0 * (ho->mean.step[p] / ho->mean.step[QPOL_DOMAIN] - 1), lo2,
+				 hi2);
+			snprintf(vsc, sizeof(vsc), "%+.2f%%",
+				 100.0 * (ca->mean.step[p] / ca->mean.step[QPOL_DOMAIN] - 1));
+		}
+		printf("  %-18s %6.1f %.3fx [%.3f,%.3f] %-22s %6.1f %.3fx %-8s %7.1f %.3fx\n",
+		       pol_name[p], ho->mean.step[p], ho->mean.step[QPOL_RR] > 0 ?
+		       ho->mean.step[p] / ho->mean.step[QPOL_RR] : 0, lo, hi, vs, ca->mean.step[p],
+		       ca->mean.step[QPOL_RR] > 0 ? ca->mean.step[p] / ca->mean.step[QPOL_RR] : 0,
+		       vsc, ho->mean.whole[p], ho->mean.whole[QPOL_RR] > 0 ?
+		       ho->mean.whole[p] / ho->mean.whole[QPOL_RR] : 0);
+	}
+	printf("  %-18s %-30s %-13s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
+	       "calibration", "over all rounds: held", "calibration");
+	for (int p = 0; p < QPOL_N; p++) {
+		interval(ho, R, p, 2, &lo, &hi, tmp);
+		printf("  %-18s %.2f [%.2f,%.2f]%-13s %-13.2f %-22.2f %.2f\n", pol_name[p],
+		       ho->mean.load[p], lo, hi, "", ca->mean.load[p], ho->mean.share[p],
+		       ca->mean.share[p]);
+	}
+	free(tmp);
+}
+
+static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t orders,
+	       uint32_t R, uint32_t bo, double *vs_oracle)
+{
+	struct qsim s = { .t = t, .K = K, .B = B };
+	struct half h[2] = { { .name = "held-out" }, { .name = "calibration" } };
 	struct locus_trace_req *cal = NULL;
 	struct locus_trace *calt = NULL;
-	struct locus_eldrfit_result res = { 0 }, res_all = { 0 };
-	struct locus_eldr_router *r = NULL, *r_all = NULL, *rp;
 	struct locus_error e = { 0 };
-	uint32_t *test = NULL, n_test = 0, n_cal = 0, *batch = NULL, *fill = NULL;
-	double sum[POL_N] = { 0 }, step[POL_N] = { 0 };
-	uint32_t n_batches = 0, rounds, seed = 12345;
-	const size_t slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
-	uint8_t *sig = NULL, *seen = NULL;
-	void *mem = NULL, *mem_all = NULL;
-	size_t msz;
+	void *mem[QPOL_N] = { 0 };
+	uint8_t *sigs = NULL;
 	int ret = 1;
 
+	s.slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
 	cal = calloc(t->n_requests, sizeof(*cal));
-	test = calloc(t->n_requests, sizeof(*test));
-	sig = malloc(slen);
-	seen = malloc((size_t)t->n_layers * t->n_experts);
-	batch = malloc(sizeof(*batch) * K * B);
-	fill = calloc(K, sizeof(*fill));
-	if (!cal || !test || !sig || !seen || !batch || !fill)
+	h[0].idx = calloc(t->n_requests, sizeof(uint32_t));
+	h[1].idx = calloc(t->n_requests, sizeof(uint32_t));
+	sigs = malloc(s.slen * t->n_requests);
+	s.seen = calloc((size_t)t->n_layers * t->n_experts, sizeof(*s.seen));
+	s.batch = malloc(sizeof(*s.batch) * K * B);
+	s.fill = calloc(K, sizeof(*s.fill));
+	s.total = calloc((size_t)QPOL_N * K, sizeof(*s.total));
+	if (!cal || !h[0].idx || !h[1].idx || !sigs || !s.seen || !s.batch || !s.fill || !s.total)
 		goto out;
+	s.sigs = sigs;
 	for (uint32_t i = 0; i < t->n_requests; i++) {
-		if (i % 2 == 0)
-			cal[n_cal++] = t->reqs[i];
-		else
-			test[n_test++] = i;
-	}
-	for (uint32_t i = n_test - 1; i > 0; i--) { /* fixed arrival order */
-		uint32_t j, x;
-
-		seed = seed * 1103515245u + 12345u;
-		j = (seed >> 8) % (i + 1);
-		x = test[i];
-		test[i] = test[j];
-		test[j] = x;
-	}
-	if (locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, n_cal, cal, NULL, &calt,
-				    &e) < 0 ||
-	    locus_eldrfit_trace(calt, &o, &res, &e) < 0)
-		goto fail;
-	msz = locus_eldr_router_mem_size((uint8_t *)res.blob + 64, res.blob_len - 64);
-	mem = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
-	if (!mem || locus_eldr_router_build(mem, msz, (uint8_t *)res.blob + 64, res.blob_len - 64,
-					    LOCUS_ELDR_PATH_AUTO, &r, &e) < 0)
-		goto fail;
-	o.no_mask = 1;
-	if (locus_eldrfit_trace(calt, &o, &res_all, &e) < 0)
-		goto fail;
-	msz = locus_eldr_router_mem_size((uint8_t *)res_all.blob + 64, res_all.blob_len - 64);
-	mem_all = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
-	if (!mem_all || locus_eldr_router_build(mem_all, msz, (uint8_t *)res_all.blob + 64,
-						res_all.blob_len - 64, LOCUS_ELDR_PATH_AUTO, &r_all,
-						&e) < 0)
-		goto fail;
-	rounds = n_test / (K * B);
-	for (uint32_t rd = 0; rd < rounds; rd++) {
-		const uint32_t *req = test + (size_t)rd * K * B;
-
-		for (int p = 0; p < POL_N; p++) {
-			rp = p == POL_ELDR_ALL ? r_all : r;
-			memset(fill, 0, sizeof(*fill) * K);
-			for (uint32_t d = 0; d < K; d++) {
-				locus_eldr_router_set_load(rp, d, 0);
-				locus_eldr_router_set_up(rp, d, 1);
-			}
-			for (uint32_t i = 0; i < K * B; i++) {
-				uint32_t dst = 0;
-
-				if (p == POL_RR) {
-					dst = i % K;
-				} else if (p == POL_DOMAIN) {
-					uint32_t dom = t->reqs[req[i]].domain - 1; /* 0 = unlabelled */
-					uint32_t nd = t->n_domains - 1, best = UINT32_MAX;
-
-					for (uint32_t d = 0; d < K; d++) {
-						int mine = nd && d % nd == dom % nd;
-						uint32_t key = fill[d] + (mine ? 0 : 1000000);
-
-						if (fill[d] < B && key < best) {
-							best = key;
-							dst = d;
-						}
-					}
-				} else {
-					struct locus_eldr_decision dec;
-
-					if (locus_eldr_sig_build(sig, slen, t->n_layers,
-								 t->n_experts, t->k,
-								 t->reqs[req[i]].prompt,
-								 t->reqs[req[i]].prompt_len, 0, &e) < 0 ||
-					    locus_eldr_route(rp, sig, slen, &dec) < 0)
-						goto fail;
-					dst = dec.slot;
-				}
-				batch[dst * B + fill[dst]++] = req[i];
-				if (p >= POL_ELDR && fill[dst] == B)
-					locus_eldr_router_set_up(rp, dst, 0);
-			}
-			for (uint32_t d = 0; d < K; d++) {
-				sum[p] += distinct_pairs(t, batch + d * B, B, seen);
-				step[p] += pairs_per_step(t, batch + d * B, B, seen);
-			}
+		if (locus_eldr_sig_build(sigs + s.slen * i, s.slen, t->n_layers, t->n_experts,
+					 t->k, t->reqs[i].prompt, t->reqs[i].prompt_len, 0,
+					 &e) < 0)
+			goto fail;
+		if (i % 2 == 0) {
+			cal[h[1].n] = t->reqs[i];
+			h[1].idx[h[1].n++] = i;
+		} else {
+			h[0].idx[h[0].n++] = i;
 		}
-		n_batches += K;
 	}
-	printf("K=%-2u decoders, batch B=%u, tau=%.2f: %u calibration / %u held-out requests, "
-	       "%u rounds\n", K, B, (double)tau, n_cal, n_test, rounds);
-	printf("  %-16s %-24s %s\n", "policy", "per decode step", "whole batch (all steps)");
-	for (int p = 0; p < POL_N; p++)
-		printf("  %-16s %7.1f = %.3fx RR      %7.1f = %.3fx RR\n", pol_name[p],
-		       step[p] / n_batches, step[p] / step[POL_RR], sum[p] / n_batches,
-		       sum[p] / sum[POL_RR]);
+	if (h[0].n < K * B || h[1].n < K * B) {
+		fprintf(stderr, "eldr_quality: %u held-out requests are less than one round of %u\n",
+			h[0].n, K * B);
+		goto out;
+	}
+	printf("K=%u decoders, batch B=%u: %u calibration / %u held-out requests, mean of %u "
+	       "arrival orders of %u rounds, [95%%] over %u random halves x %u orders\n", K, B,
+	       h[1].n, h[0].n, orders, h[0].n / (K * B), R, bo);
+	if (locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, h[1].n, cal, NULL, &calt,
+				    &e) < 0 ||
+	    fit_policies(calt, K, &s, mem, &e) < 0)
+		goto fail;
+	if (evaluate(&s, &h[0], orders, R, bo, 0x5eed0000ull + K * 64 + B) < 0 ||
+	    evaluate(&s, &h[1], orders, R, bo, 0xca110000ull + K * 64 + B) < 0) {
+		fprintf(stderr, "eldr_quality: routing failed\n");
+		goto out;
+	}
+	print_config(h, R);
+	*vs_oracle = 100.0 * (h[0].mean.step[QPOL_ELDR] / h[0].mean.step[QPOL_DOMAIN] - 1);
 	ret = 0;
 	goto out;
 fail:
 	fprintf(stderr, "eldr_quality: %s (%s)\n", e.msg, locus_strerror(e.code));
 out:
-	free(mem_all);
-	free(mem);
-	locus_eldrfit_result_free(&res_all);
-	locus_eldrfit_result_free(&res);
+	for (int p = 0; p < QPOL_N; p++)
+		free(mem[p]);
 	locus_trace_free(calt);
-	free(fill);
-	free(batch);
-	free(seen);
-	free(sig);
-	free(test);
+	free(h[0].boot);
+	free(h[1].boot);
+	free(s.total);
+	free(s.fill);
+	free(s.batch);
+	free(s.seen);
+	free(sigs);
+	free(h[1].idx);
+	free(h[0].idx);
 	free(cal);
 	return ret;
+}
+
+static int parse_float(const char *s, float max, float *v)
+{
+	char *end;
+	float x;
+
+	errno = 0;
+	x = strtof(s, &end);
+	if (errno || !*s || *end || !(x >= 0) || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
+static int parse_count(const char *s, uint32_t max, uint32_t *v)
+{
+	char *end;
+	unsigned long x;
+
+	errno = 0;
+	x = strtoul(s, &end, 10);
+	if (errno || !*s || *end || *s == '-' || !x || x > max)
+		return -1;
+	*v = (uint32_t)x;
+	return 0;
 }
 
 /* <root> of <root>/<build>/tools/eldr_quality, or "." */
@@ -311,17 +449,48 @@ static void repo_root(const char *argv0, char *out, size_t len)
 
 int main(int argc, char **argv)
 {
+	static const uint32_t cfg[][2] = { { 4, 4 }, { 8, 4 }, { 4, 8 }, { 8, 2 } };
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
 	char root[1024], dir[1100], sample[1100];
+	uint32_t orders = 50, R = 100, bo = 4, at_least = 0;
+	double vs[4] = { 0 };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
 	int ret = 0;
 
-	if (argc == 3 && !strcmp(argv[1], "--trace"))
-		trace = argv[2];
-	else if (argc != 1) {
-		fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl]\n");
-		return 2;
+	for (int a = 1; a < argc; a += 2) {
+		if (a + 1 < argc && !strcmp(argv[a], "--trace")) {
+			trace = argv[a + 1];
+		} else if (a + 1 < argc && !strcmp(argv[a], "--orders")) {
+			if (parse_count(argv[a + 1], 100000, &orders) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--boot")) {
+			if (parse_count(argv[a + 1], 100000, &R) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--boot-orders")) {
+			if (parse_count(argv[a + 1], 100000, &bo) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--slack")) {
+			if (parse_float(argv[a + 1], 1, &variant.slack) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--balance-price")) {
+			if (parse_float(argv[a + 1], 100, &variant.price) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--decode-weight")) {
+			if (parse_float(argv[a + 1], 100, &variant.weight) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--tau")) {
+			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--restarts")) {
+			uint32_t r;
+
+			if (parse_count(argv[a + 1], 1000, &r) < 0)
+				goto usage;
+			variant.restarts = (int32_t)r;
+		} else {
+			goto usage;
+		}
 	}
 	repo_root(argv[0], root, sizeof(root));
 	if (!trace) {
@@ -340,13 +509,29 @@ int main(int argc, char **argv)
 			fprintf(stderr, "eldr_quality: %s\n", e.msg);
 			return 1;
 		}
-		printf("%s (full ESFT data absent: the repo sample): %u requests\n", trace,
-		       t->n_requests);
+		printf("%s: %u requests\n", trace, t->n_requests);
 	}
-	ret |= run(t, 4, 4, 0.1f);
-	ret |= run(t, 8, 4, 0.1f);
-	ret |= run(t, 4, 8, 0.1f);
-	ret |= run(t, 8, 2, 0.1f);
+	for (uint32_t c = 0; c < 4; c++) {
+		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, &vs[c]);
+
+		ret |= r;
+		if (r)
+			vs[c] = NAN; /* not measured */
+		else
+			at_least += vs[c] <= 0;
+	}
+	printf("ELDR against the oracle on held-out requests, per decode step:");
+	for (uint32_t c = 0; c < 4; c++)
+		if (isnan(vs[c]))
+			printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
+		else
+			printf(" K=%u B=%u %+.2f%%", cfg[c][0], cfg[c][1], vs[c]);
+	printf("; ELDR reads no more than the oracle at %u of 4\n", at_least);
 	locus_trace_free(t);
 	return ret;
+usage:
+	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
+		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
+		"[--decode-weight W] [--tau T]\n");
+	return 2;
 }

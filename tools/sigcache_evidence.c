@@ -21,8 +21,9 @@
  * held-out requests in a fixed arrival order, each decoder filled with B;
  * distinct (layer, expert) pairs per decode step of a batch, and over the
  * whole batch, mean over batches (fewer is better), ratio to round-robin.
- * Tables: locus_eldrfit_arrays on the calibration half's signatures of the
- * same kind (every layer, no mask search), tau 0.1.
+ * Tables: locus_eldrfit_arrays with locusctl fit's options on the
+ * calibration half's signatures of the same kind (every layer, no mask
+ * search, no decode use), tau 0.1.
  *
  *   sigcache_evidence   ESFT under $LOCUS_DATA_DIR (default <repo>/../shared/data):
  *                       heads of 128 tokens, windows of 32 + 32; then the
@@ -191,14 +192,18 @@ static const char *const pname[P_N] = { "round-robin", "full prompt", "cache (he
 static struct locus_eldr_router *fit(const struct ev_set *s, const uint16_t *counts, uint32_t n,
 				     uint32_t K, void **mem)
 {
-	struct locus_eldrfit_opts o = { .n_decoders = K, .tau = 0.1f, .seed = 1, .no_mask = 1 };
+	struct locus_eldrfit_opts o;
 	struct locus_eldrfit_result res = { 0 };
 	struct locus_eldr_router *r = NULL;
 	struct locus_error e = { 0 };
 	size_t msz;
 
-	if (locus_eldrfit_arrays(counts, n, s->L, s->E, NULL, NULL, 0, LOCUS_ELDRFIT_SCORE_NONE,
-				 &o, &res, &e) < 0) {
+	/* the fit locusctl fit runs, on the signatures alone (no decode use), every layer */
+	locus_eldrfit_opts_default(&o, K);
+	o.seed = 1;
+	o.no_mask = 1;
+	if (locus_eldrfit_arrays(counts, NULL, n, s->L, s->E, NULL, NULL, 0,
+				 LOCUS_ELDRFIT_SCORE_NONE, &o, &res, &e) < 0) {
 		fprintf(stderr, "sigcache_evidence: fit: %s\n", e.msg);
 		return NULL;
 	}
