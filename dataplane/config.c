@@ -50,6 +50,9 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->client_inbox_slots = 64;
 	cfg->moe_layers = 48;
 	cfg->moe_experts = 128;
+	cfg->moe_top_k = 8;
+	cfg->sig_cache_bytes = 32u << 20;
+	cfg->sig_cache_block_tokens = 16;
 	cfg->max_decoders = 64;
 	cfg->max_batch_tokens = 4096;
 	cfg->table_slot_size = 4u << 20;
@@ -277,6 +280,12 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u32(p, k, v, 1, 512, &c->moe_layers);
 	if (!strcmp(k, "moe_experts"))
 		return parse_u32(p, k, v, 1, 4096, &c->moe_experts);
+	if (!strcmp(k, "moe_top_k"))
+		return parse_u32(p, k, v, 1, 64, &c->moe_top_k);
+	if (!strcmp(k, "sig_cache_bytes"))
+		return parse_u64(p, k, v, 0, 1ull << 40, &c->sig_cache_bytes);
+	if (!strcmp(k, "sig_cache_block_tokens"))
+		return parse_u32(p, k, v, 1, 255, &c->sig_cache_block_tokens);
 	if (!strcmp(k, "max_decoders"))
 		return parse_u32(p, k, v, 1, 1024, &c->max_decoders);
 	if (!strcmp(k, "max_batch_tokens"))

@@ -113,6 +113,12 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 		e->router = nr;
 		e->router_buf = nb;
 		engine_router_refresh(e);
+		{
+			uint16_t tl, te;
+
+			locus_eldr_router_shape(nr, &tl, &te);
+			engine_blocks_table(e, tl, te);
+		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
 		return;
 	}
@@ -243,6 +249,9 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 		e->pend_free[e->n_pend_free++] = e->n_pend - 1 - i;
 	if (engine_ldma_create(e) < 0)
 		goto err_free;
+	ret = engine_blocks_create(e, err);
+	if (ret < 0)
+		goto err_free;
 	e->load_period = p->tsc_hz / 1000000 *
 			 (e->rt && e->rt->load_period_us ? e->rt->load_period_us : 1000);
 	ret = engine_load_init(e, err);
@@ -302,6 +311,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->pend);
 	free(e->pend_free);
 	engine_ldma_destroy(e);
+	engine_blocks_destroy(e);
 	engine_load_fini(e);
 	free(e->cmds);
 	engine_regions_free(e);
@@ -568,6 +578,12 @@ static int poll_client(struct locus_engine *e, uint32_t slot)
 			break;
 		case LOCUS_OP_RELEASE:
 			handle_release(e, c, d);
+			break;
+		case LOCUS_OP_ROUTE_BLOCKS:
+			engine_route_blocks(e, slot, d);
+			break;
+		case LOCUS_OP_EVICT:
+			engine_evict(e, slot, d);
 			break;
 		default:
 			complete_error(e, c, d, -LOCUS_EPROTO, e->c.rej_bad_descriptor);

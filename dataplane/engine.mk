@@ -2,7 +2,7 @@
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
-	dataplane/engine_grace.c \
+	dataplane/engine_grace.c dataplane/engine_blocks.c \
 	dataplane/relay.c))
 # payload formats shared by the engine and clients
 $(eval $(call LIBRARY,wire,dataplane/dispatch.c))
@@ -11,25 +11,25 @@ $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/r
 $(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
 $(eval $(call PROGRAM,tests/test_push,tests/test_push.c tests/push_util.c,pushsrv counters shm common,cmocka))
 UNIT_TESTS += tests/test_push
-$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_node,tests/test_node.c tests/node_tables.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_node
-$(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_client_race,tests/test_client_race.c tests/node_tables.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_client_race
 # who may reach what on one node, with real file modes (drops to test uids)
-$(eval $(call PROGRAM,tests/test_isolation,tests/test_isolation.c tests/node_tables.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_isolation,tests/test_isolation.c tests/node_tables.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_isolation
-$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode,tests/test_twonode.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode
-$(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_regions,tests/test_regions.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_regions
-$(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_region_gather
-$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode_load
-$(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay
-$(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_graceset_node
-$(eval $(call PROGRAM,tests/test_graceset_ctl,tests/test_graceset_ctl.c tests/graceset_util.c tests/node_util.c tests/mini_json.c tests/test_paths.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_graceset_ctl,tests/test_graceset_ctl.c tests/graceset_util.c tests/node_util.c tests/mini_json.c tests/test_paths.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 $(BUILD)/tests/test_graceset_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_graceset_ctl

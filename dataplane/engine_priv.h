@@ -8,6 +8,7 @@
 #include "locus_engine.h"
 #include "locus_grace_plan.h"
 #include "locus_ring.h"
+#include "locus_sigcache.h"
 
 enum { OP_DISPATCH_IDX = 0, OP_COMBINE_IDX = 1 };
 
@@ -177,6 +178,19 @@ struct locus_engine {
 	uint8_t *req_body;
 	size_t req_body_max;
 
+	/*
+	 * The signature cache (engine_blocks.c), NULL when sig_cache_bytes is 0,
+	 * and the private memory a ROUTE_BLOCKS or EVICT is copied into before
+	 * it is checked: the header, hash lists and new blocks; the summed
+	 * signature routed and forwarded; the duplicate check's scratch.
+	 */
+	struct locus_sigcache *sc;
+	struct locus_sigcache_stats sc_seen;       /* stats as last mirrored into counters */
+	uint8_t *blk_req;
+	size_t blk_req_max;
+	uint16_t *blk_sum;                         /* [max_layers * max_experts] */
+	uint64_t *blk_scratch;                     /* [MAX_CACHED + MAX_NEW] (EVICT: MAX) */
+
 	/* per-destination message reservations of one batch */
 	uint32_t *res_slot;                        /* [max messages] inbox slot */
 	uint32_t *res_client;                      /* [max messages] client slot */
@@ -228,6 +242,28 @@ int engine_ldma_deliver(struct locus_engine *e, int pidx, uint32_t dst_slot, uin
 
 /* engine_route.c */
 void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+/*
+ * Route a signature whose header sh the caller copied privately (it is
+ * checked here) and whose counts are at counts (any value is valid), and
+ * deliver it: the one completion of d is posted (a remote decoder's when
+ * its send ends).
+ */
+void engine_route_signature(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
+			    const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			    size_t sig_len, uint64_t t0);
+/* Post a route's completion now and record its handling time from t0. */
+void engine_route_complete(struct locus_engine *e, struct engine_client *c,
+			   const struct locus_desc *d, uint64_t t0);
+/* Whether [off, off + len) lies in a client's stage. */
+int engine_stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len);
+
+/* engine_blocks.c: the signature cache */
+int engine_blocks_create(struct locus_engine *e, struct locus_error *err);
+void engine_blocks_destroy(struct locus_engine *e);
+/* An ELDR table of shape L x E became current: a cache of another shape is emptied. */
+void engine_blocks_table(struct locus_engine *e, uint16_t n_layers, uint16_t n_experts);
+void engine_route_blocks(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+void engine_evict(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
 void engine_router_refresh(struct locus_engine *e);
 void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now);
 

@@ -86,7 +86,7 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 	}
 }
 
-static int stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
+int engine_stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
 {
 	return off <= e->stage_size && len <= e->stage_size - off;
 }
@@ -104,17 +104,19 @@ static void decision_into(struct locus_desc *d, const struct locus_eldr_decision
 /*
  * The signature message to decoder dec: our header, the signature header
  * that was checked (the private copy sh, never the client's bytes again),
- * then the counts from the client's stage.
+ * then the counts (the client's stage for a ROUTE, the engine's sum for a
+ * ROUTE_BLOCKS).
  */
 static void write_signature(struct locus_engine *e, struct locus_msg_hdr *m,
 			    const struct locus_desc *d, uint32_t decoder,
-			    const struct locus_eldr_sig_hdr *sh, const uint8_t *sig)
+			    const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			    size_t sig_len)
 {
 	/* For signatures the header's ranks name the source node and the decoder. */
-	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, d->len, d->id, e->p.dims.node_id, decoder,
-			   e->seq[0]++);
+	locus_msg_hdr_init(m, LOCUS_MSG_SIGNATURE, (uint32_t)sig_len, d->id, e->p.dims.node_id,
+			   decoder, e->seq[0]++);
 	memcpy(m + 1, sh, sizeof(*sh));
-	memcpy((uint8_t *)(m + 1) + sizeof(*sh), sig + sizeof(*sh), d->len - sizeof(*sh));
+	memcpy((uint8_t *)(m + 1) + sizeof(*sh), counts, sig_len - sizeof(*sh));
 }
 
 /*
@@ -123,11 +125,12 @@ static void write_signature(struct locus_engine *e, struct locus_msg_hdr *m,
  */
 static void route_remote(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
 			 const struct locus_eldr_decision *dec,
-			 const struct locus_eldr_sig_hdr *sh, const uint8_t *sig, uint64_t t0)
+			 const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			 size_t sig_len, uint64_t t0)
 {
 	struct engine_client *c = &e->cl[slot];
 	int32_t node = e->dec[dec->decoder_id].node;
-	size_t len = sizeof(struct locus_msg_hdr) + d->len;
+	size_t len = sizeof(struct locus_msg_hdr) + sig_len;
 	struct locus_msg_hdr *m;
 	int idx;
 
@@ -149,7 +152,7 @@ static void route_remote(struct locus_engine *e, uint32_t slot, struct locus_des
 		engine_count(e, e->c.rej_inbox_full);
 		goto fail;
 	}
-	write_signature(e, m, d, dec->decoder_id, sh, sig);
+	write_signature(e, m, d, dec->decoder_id, sh, counts, sig_len);
 	if (engine_pending_send(e, idx, (uint32_t)node, m, len) == 0) {
 		locus_counter_add_elem(e->blk, e->c.routed, dec->decoder_id, 1);
 		locus_hist_record(e->blk, e->c.route_band, dec->n_candidates);
@@ -163,44 +166,19 @@ fail:
 	locus_hist_record(e->blk, e->c.route_ns, (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
 }
 
-void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+void engine_route_signature(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
+			    const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			    size_t sig_len, uint64_t t0)
 {
 	struct engine_client *c = &e->cl[slot], *dc;
 	struct locus_eldr_decision dec;
-	struct locus_eldr_sig_hdr sh;
 	struct locus_msg_hdr *m;
 	struct locus_desc out;
-	uint64_t t0 = e->p.now();
-	const uint8_t *sig;
 	size_t msg_len;
 	int32_t dslot;
 	int first, ret;
 
-	engine_count(e, e->c.route_requests);
-	if (!(c->roles & LOCUS_ROLE_PREFILL) || !stage_range_ok(e, d->off, d->len) ||
-	    d->off % 8) {
-		d->status = -LOCUS_EPROTO;
-		engine_count(e, e->c.rej_bad_descriptor);
-		goto complete;
-	}
-	if (!e->router) {
-		d->status = -LOCUS_ESTATE;
-		engine_count(e, e->c.rej_no_table);
-		goto complete;
-	}
-	/*
-	 * The client may rewrite its stage at any time: the header is checked
-	 * and used from a private copy; the counts are read in place (any value
-	 * is valid) when scored and when copied to the decoder.
-	 */
-	sig = c->buf + d->off;
-	if (d->len < sizeof(sh)) {
-		ret = -LOCUS_ETRUNCATED;
-	} else {
-		memcpy(&sh, sig, sizeof(sh));
-		ret = locus_eldr_route_split(e->router, &sh,
-					     (const uint16_t *)(sig + sizeof(sh)), d->len, &dec);
-	}
+	ret = locus_eldr_route_split(e->router, sh, counts, sig_len, &dec);
 	if (ret < 0) {
 		d->status = ret;
 		engine_count(e, ret == -LOCUS_ENODEST ? e->c.rej_no_decoder : e->c.rej_bad_signature);
@@ -209,11 +187,11 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	dslot = dec.decoder_id < e->p.dims.max_decoders ? e->dec[dec.decoder_id].slot : -1;
 	if (dslot < 0) {
 		/* a decoder of another node: the inter-node transport carries it */
-		route_remote(e, slot, d, &dec, &sh, sig, t0);
+		route_remote(e, slot, d, &dec, sh, counts, sig_len, t0);
 		return;
 	}
 	dc = &e->cl[dslot];
-	msg_len = sizeof(*m) + d->len;
+	msg_len = sizeof(*m) + sig_len;
 	if (engine_room(e, dc) == 0 ||
 	    (first = engine_inbox_alloc(e, dc, engine_span_for(e, msg_len))) < 0) {
 		d->status = -LOCUS_EFULL;
@@ -221,7 +199,7 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		goto complete;
 	}
 	m = (struct locus_msg_hdr *)(dc->buf + locus_clients_inbox_off(e->cv, (uint32_t)first));
-	write_signature(e, m, d, dec.decoder_id, &sh, sig);
+	write_signature(e, m, d, dec.decoder_id, sh, counts, sig_len);
 	out = (struct locus_desc){
 		.op = LOCUS_OP_SIGNATURE_IN,
 		.id = d->id,
@@ -235,7 +213,50 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	locus_hist_record(e->blk, e->c.route_band, dec.n_candidates);
 	decision_into(d, &dec);
 complete:
+	engine_route_complete(e, c, d, t0);
+}
+
+void engine_route_complete(struct locus_engine *e, struct engine_client *c,
+			   const struct locus_desc *d, uint64_t t0)
+{
 	engine_complete(e, c, d);
 	locus_hist_record(e->blk, e->c.route_ns,
 			  (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
+}
+
+void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+{
+	struct engine_client *c = &e->cl[slot];
+	struct locus_eldr_sig_hdr sh;
+	uint64_t t0 = e->p.now();
+	const uint8_t *sig;
+
+	engine_count(e, e->c.route_requests);
+	if (!(c->roles & LOCUS_ROLE_PREFILL) || !engine_stage_range_ok(e, d->off, d->len) ||
+	    d->off % 8) {
+		d->status = -LOCUS_EPROTO;
+		engine_count(e, e->c.rej_bad_descriptor);
+		goto complete;
+	}
+	if (!e->router) {
+		d->status = -LOCUS_ESTATE;
+		engine_count(e, e->c.rej_no_table);
+		goto complete;
+	}
+	if (d->len < sizeof(sh)) {
+		d->status = -LOCUS_ETRUNCATED;
+		engine_count(e, e->c.rej_bad_signature);
+		goto complete;
+	}
+	/*
+	 * The client may rewrite its stage at any time: the header is checked
+	 * and used from a private copy; the counts are read in place (any value
+	 * is valid) when scored and when copied to the decoder.
+	 */
+	sig = c->buf + d->off;
+	memcpy(&sh, sig, sizeof(sh));
+	engine_route_signature(e, slot, d, &sh, (const uint16_t *)(sig + sizeof(sh)), d->len, t0);
+	return;
+complete:
+	engine_route_complete(e, c, d, t0);
 }

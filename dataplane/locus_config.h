@@ -24,6 +24,9 @@
  *   client_inbox_slots = 64            # inbox slots (inbox_slot_size each) per client
  *   moe_layers      = 48               # largest table the data plane accepts
  *   moe_experts     = 128
+ *   moe_top_k       = 8                # experts per token per layer (bounds cached blocks)
+ *   sig_cache_bytes = 33554432         # signature cache (KV-block expert counts); 0 = off
+ *   sig_cache_block_tokens = 16        # tokens per KV block (the serving engine's block size)
  *   max_decoders    = 64               # decoder ids 0..max_decoders-1
  *   max_batch_tokens = 4096            # tokens per dispatch batch
  *   table_slot_size = 4194304          # bytes per table slot in the segment
@@ -81,6 +84,9 @@ struct locus_config {
 	uint32_t client_inbox_slots;
 	uint32_t moe_layers;
 	uint32_t moe_experts;
+	uint32_t moe_top_k;                       /* 1..64 */
+	uint64_t sig_cache_bytes;                 /* 0: no signature cache */
+	uint32_t sig_cache_block_tokens;          /* 1..255 */
 	uint32_t max_decoders;
 	uint32_t max_batch_tokens;
 	uint64_t table_slot_size;

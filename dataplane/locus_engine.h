@@ -63,6 +63,26 @@ struct locus_engine_ctr {
 	uint64_t load_decoders_stale;              /* gauge */
 	uint64_t inbox_slots_used;                 /* gauge: attached clients' inbox slots taken */
 	uint64_t requests_pending;                 /* gauge: requests waiting for sends / copies */
+	/* the signature cache (engine_blocks.c) */
+	uint64_t route_blocks_requests;            /* ROUTE_BLOCKS submitted */
+	uint64_t route_blocks_partial;             /* ... routed with a named block missing */
+	uint64_t evict_requests;                   /* EVICT submitted */
+	uint64_t rej_blocks;                       /* [reason] refused ROUTE_BLOCKS / EVICT */
+	uint64_t sc_hits, sc_misses;               /* named cached blocks found / not found */
+	uint64_t sc_inserts, sc_refreshes, sc_replaced;
+	uint64_t sc_evictions;                     /* [reason]: 0 lru, 1 explicit */
+	uint64_t sc_resets;                        /* emptied for a table of another shape */
+	uint64_t sc_entries, sc_bytes, sc_capacity; /* gauges */
+};
+
+/* Why a ROUTE_BLOCKS or EVICT was refused: the index of rejected_blocks. */
+enum locus_engine_blocks_reject {
+	LOCUS_ENGINE_BLOCKS_OFF       = 0, /* sig_cache_bytes = 0 */
+	LOCUS_ENGINE_BLOCKS_FORMAT    = 1, /* header, shape, block size, list lengths, length */
+	LOCUS_ENGINE_BLOCKS_DUPLICATE = 2, /* a hash named twice */
+	LOCUS_ENGINE_BLOCKS_COUNTS    = 3, /* counts over the block's tokens or top-k bound */
+	LOCUS_ENGINE_BLOCKS_SIGNATURE = 4, /* the tail signature's header */
+	LOCUS_ENGINE_BLOCKS_N_REASONS
 };
 
 /* Shapes the engine and its counters are sized for. */
@@ -75,6 +95,9 @@ struct locus_engine_dims {
 	uint32_t max_decoders;   /* decoder ids 0..max_decoders-1 */
 	uint32_t max_tokens;     /* tokens per dispatch batch */
 	uint32_t load_timeout_ms;
+	uint32_t top_k;          /* experts per token per layer: bounds a cached block's layers */
+	uint32_t sig_cache_block_tokens;
+	uint64_t sig_cache_bytes; /* 0: no signature cache (ROUTE_BLOCKS refused -EOPNOTSUPP) */
 };
 
 /*

@@ -56,6 +56,7 @@ struct locus_sigcache_stats {
 	uint64_t evictions[LOCUS_SIGCACHE_EVICT_N];
 	uint64_t entries, capacity;  /* entries in use, slots */
 	uint64_t bytes_used;         /* entries x entry bytes */
+	uint64_t resets;             /* emptied by locus_sigcache_reshape */
 };
 
 struct locus_sigcache;
@@ -100,6 +101,29 @@ int locus_sigcache_contains(const struct locus_sigcache *c, uint64_t hash);
 /* Drop hash: 1 if it was there, else 0. Counted as an explicit eviction. */
 int locus_sigcache_evict(struct locus_sigcache *c, uint64_t hash);
 
+/*
+ * Lay the cache out for blocks of n_layers x n_experts (at most the shape
+ * it was created for; a table of another shape was pushed) and empty it:
+ * the slots stay as many as at create, each entry's counts take the new
+ * shape's bytes. No allocation (the engine calls it in its poll loop when
+ * it adopts a table). 0, or -LOCUS_ERANGE for a larger shape (unchanged).
+ */
+int locus_sigcache_reshape(struct locus_sigcache *c, uint32_t n_layers, uint32_t n_experts,
+			   struct locus_error *err);
+
+/* The parameters in force (n_layers, n_experts as of the last reshape). */
+void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_params *out);
+
 void locus_sigcache_stats(const struct locus_sigcache *c, struct locus_sigcache_stats *out);
+
+/*
+ * sig[i] += cnt[i] for i < n, saturating at 65535: the add of
+ * locus_sigcache_add, for the caller's own blocks (a request's new ones).
+ */
+typedef void (*locus_sigcache_sum_fn)(uint16_t *sig, const uint8_t *cnt, size_t n);
+void locus_sigcache_sum(const struct locus_sigcache *c, uint16_t *sig, const uint8_t *cnt);
+
+/* The fastest sum this CPU runs (AVX2 or scalar): what create picks. */
+locus_sigcache_sum_fn locus_sigcache_sum_pick(void);
 
 #endif /* LOCUS_SIGCACHE_H */

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "locus_sigcache.h"
 #include "node_priv.h"
 
 #define TABLE_SLOTS 3
@@ -15,7 +16,7 @@ static size_t counters_block_size(const struct locus_config *c)
 {
 	/* engine vectors, the [layers][experts] load matrix, histograms, load rows by node, slack */
 	return (size_t)8 * ((size_t)c->moe_layers * c->moe_experts + 4 * c->max_decoders + 64) +
-	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096;
+	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096 + 8 * 32; /* + the signature cache's */
 }
 
 static int make_segment(struct locus_node *n, struct locus_error *err)
@@ -170,6 +171,9 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		.max_decoders = cfg->max_decoders,
 		.max_tokens = cfg->max_batch_tokens,
 		.load_timeout_ms = cfg->load_timeout_ms,
+		.top_k = cfg->moe_top_k,
+		.sig_cache_block_tokens = cfg->sig_cache_block_tokens,
+		.sig_cache_bytes = cfg->sig_cache_bytes,
 	};
 	ret = locus_engine_register_counters(n->ctrs, &ep.dims, &ep.ctr, err);
 	if (ret == 0)
@@ -184,6 +188,20 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	ep.now = now;
 	ep.remote = remote;
 	ret = locus_engine_create(&ep, &n->engine, err);
+	n->eng_blk = ep.ctr_block;
+	n->sc_resets_off = ep.ctr.sc_resets;
+	if (ret == 0 && cfg->sig_cache_bytes) {
+		struct locus_sigcache_params sp = {
+			.n_layers = cfg->moe_layers, .n_experts = cfg->moe_experts,
+			.top_k = cfg->moe_top_k, .block_tokens = cfg->sig_cache_block_tokens,
+		};
+
+		fprintf(stderr, "locusd: signature cache: %llu bytes, blocks of %u tokens, "
+			"top-%u: %llu blocks of %ux%u\n", (unsigned long long)cfg->sig_cache_bytes,
+			sp.block_tokens, sp.top_k,
+			(unsigned long long)(cfg->sig_cache_bytes / locus_sigcache_entry_bytes(&sp)),
+			sp.n_layers, sp.n_experts);
+	}
 	if (ret == 0)
 		ret = open_push(n, err);
 	if (ret == 0)

@@ -237,9 +237,23 @@ static void command_done(struct locus_node *n, uint32_t i)
 		start_renew(n, i);
 }
 
+/* The engine emptied its signature cache for a table of another shape: say so once. */
+static void log_sigcache_resets(struct locus_node *n)
+{
+	uint64_t v = __atomic_load_n(locus_ctr_word(n->eng_blk, n->sc_resets_off),
+				     __ATOMIC_RELAXED);
+
+	if (v == n->sc_resets_seen)
+		return;
+	n->sc_resets_seen = v;
+	fprintf(stderr, "locusd: signature cache emptied and laid out anew for an ELDR table of "
+		"another shape (sigcache_resets %llu)\n", (unsigned long long)v);
+}
+
 void locus_node_control(struct locus_node *n)
 {
 	locus_pushsrv_poll(n->push);
+	log_sigcache_resets(n);
 	locus_regions_poll(n->regions);
 	for (uint32_t i = 0; i < n->cfg.client_slots; i++) {
 		if (n->renew[i])

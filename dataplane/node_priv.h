@@ -28,6 +28,9 @@ struct locus_node {
 	struct locus_clients clients;  /* every slot a memfd of its own */
 	struct locus_engine *engine;
 	void *ctl_blk;
+	void *eng_blk;               /* the engine's counters block (read for the log) */
+	uint64_t sc_resets_off;      /* its sigcache_resets */
+	uint64_t sc_resets_seen;
 	uint64_t ctr_refused, ctr_reclaimed, ctr_detached;
 	uint32_t n_ranks;
 	uint32_t n_attached;

@@ -10,6 +10,7 @@
 #include <sys/random.h>
 
 #include "locus_common.h"
+#include "locus_blocks.h"
 #include "locus_eldr.h"
 #include "locus_sigcache.h"
 
@@ -24,6 +25,7 @@ struct slot {
 
 struct locus_sigcache {
 	struct locus_sigcache_params p;
+	uint32_t max_layers, max_experts; /* the shape at create: the pool's stride */
 	size_t cells;          /* L x E */
 	size_t stride;         /* bytes of counts per entry, 64-byte multiple */
 	uint32_t n_slots;
@@ -33,6 +35,7 @@ struct locus_sigcache {
 	struct slot *slot;
 	uint8_t *counts;       /* n_slots x stride */
 	uint32_t head, tail, free;
+	locus_sigcache_sum_fn sum;
 	struct locus_sigcache_stats st;
 };
 
@@ -90,6 +93,9 @@ int locus_sigcache_create(const struct locus_sigcache_params *p, struct locus_si
 	if (!c)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	c->p = *p;
+	c->sum = locus_sigcache_sum_pick();
+	c->max_layers = p->n_layers;
+	c->max_experts = p->n_experts;
 	c->cells = (size_t)p->n_layers * p->n_experts;
 	c->stride = ebytes - HDR_BYTES;
 	c->n_slots = (uint32_t)n;
@@ -127,25 +133,28 @@ void locus_sigcache_destroy(struct locus_sigcache *c)
 int locus_sigcache_counts_check(const struct locus_sigcache *c, const uint8_t *counts,
 				struct locus_error *err)
 {
-	const uint32_t E = c->p.n_experts, bound = c->p.block_tokens;
-	const uint64_t layer_bound = (uint64_t)bound * c->p.top_k;
+	return locus_blocks_counts_check(counts, c->p.n_layers, c->p.n_experts,
+					 c->p.block_tokens, c->p.top_k, err);
+}
 
-	for (uint32_t l = 0; l < c->p.n_layers; l++) {
-		const uint8_t *row = counts + (size_t)l * E;
-		uint64_t sum = 0;
-
-		for (uint32_t e = 0; e < E; e++) {
-			if (row[e] > bound)
-				return locus_error_set(err, LOCUS_ERANGE, "block counts: layer %u "
-						       "expert %u counts %u tokens, the block "
-						       "has %u", l, e, row[e], bound);
-			sum += row[e];
-		}
-		if (sum > layer_bound)
-			return locus_error_set(err, LOCUS_ERANGE, "block counts: layer %u sums to "
-					       "%llu, more than %u tokens x top-%u", l,
-					       (unsigned long long)sum, bound, c->p.top_k);
-	}
+int locus_sigcache_reshape(struct locus_sigcache *c, uint32_t n_layers, uint32_t n_experts,
+			   struct locus_error *err)
+{
+	if (!n_layers || !n_experts || n_layers > c->max_layers || n_experts > c->max_experts)
+		return locus_error_set(err, LOCUS_ERANGE, "signature cache of %ux%u cannot hold "
+				       "blocks of %ux%u", c->max_layers, c->max_experts,
+				       n_layers, n_experts);
+	c->p.n_layers = n_layers;
+	c->p.n_experts = n_experts;
+	c->cells = (size_t)n_layers * n_experts;
+	c->stride = LOCUS_ALIGN_UP(c->cells, 64);
+	memset(c->bucket, 0, ((size_t)c->mask + 1) * sizeof(*c->bucket));
+	for (uint32_t i = 0; i < c->n_slots; i++)
+		c->slot[i].next = i + 1 < c->n_slots ? i + 1 : NIL;
+	c->free = 0;
+	c->head = c->tail = NIL;
+	c->st.entries = 0;
+	c->st.resets++;
 	return 0;
 }
 
@@ -266,11 +275,7 @@ int locus_sigcache_add(struct locus_sigcache *c, uint64_t hash, uint16_t *sig)
 	lru_unlink(c, s);
 	lru_push_head(c, s);
 	cnt = c->counts + (size_t)s * c->stride;
-	for (size_t i = 0; i < c->cells; i++) {
-		uint32_t v = (uint32_t)sig[i] + cnt[i];
-
-		sig[i] = (uint16_t)(v > UINT16_MAX ? UINT16_MAX : v);
-	}
+	c->sum(sig, cnt, c->cells);
 	c->st.hits++;
 	return 1;
 }
@@ -288,6 +293,16 @@ int locus_sigcache_evict(struct locus_sigcache *c, uint64_t hash)
 		return 0;
 	remove_at(c, b, LOCUS_SIGCACHE_EVICT_EXPLICIT);
 	return 1;
+}
+
+void locus_sigcache_sum(const struct locus_sigcache *c, uint16_t *sig, const uint8_t *cnt)
+{
+	c->sum(sig, cnt, c->cells);
+}
+
+void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_params *out)
+{
+	*out = c->p;
 }
 
 void locus_sigcache_stats(const struct locus_sigcache *c, struct locus_sigcache_stats *out)

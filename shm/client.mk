@@ -1,6 +1,7 @@
 # client slots: region layout, the daemon's side and the client library.
-$(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c))
-$(eval $(call PROGRAM,tests/test_client,tests/test_client.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c \
+	shm/client_blocks.c))
+$(eval $(call PROGRAM,tests/test_client,tests/test_client.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_client
-$(eval $(call PROGRAM,tests/test_client_death,tests/test_client_death.c tests/node_util.c,node pushsrv engine wire eldr_router grace_plan formats client counters shm config common,cmocka))
+$(eval $(call PROGRAM,tests/test_client_death,tests/test_client_death.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_client_death

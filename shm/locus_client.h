@@ -37,9 +37,9 @@
  *   ACTIVE --client detach--> DETACHING --daemon drains, fresh memfd--> FREE
  *   ACTIVE whose owner died, or any other word --daemon--> the same
  *
- * Contract: every ROUTE, DISPATCH and COMBINE a client submits gets exactly
- * one completion descriptor back with the same op, id and a status (0 or
- * -LOCUS_E*). A RELEASE gets none, unless it is invalid (then one error
+ * Contract: every ROUTE, ROUTE_BLOCKS, EVICT, DISPATCH and COMBINE a client
+ * submits gets exactly one completion descriptor back with the same op, id
+ * and a status (0 or -LOCUS_E*). A RELEASE gets none, unless it is invalid (then one error
  * completion); a descriptor with an unknown op gets one error completion.
  */
 #ifndef LOCUS_CLIENT_H
@@ -77,6 +77,8 @@ enum locus_op {
 	LOCUS_OP_DISPATCH = 2,  /* dispatch the batch at off/len (GRACE) */
 	LOCUS_OP_COMBINE  = 3,  /* return expert outputs at off/len to a source rank */
 	LOCUS_OP_RELEASE  = 4,  /* inbox slot `slot` is free again */
+	LOCUS_OP_ROUTE_BLOCKS = 5, /* route the blocks request at off/len (locus_blocks.h) */
+	LOCUS_OP_EVICT    = 6,  /* drop the blocks of the evict request at off/len */
 	/* locusd -> client, besides the completions of the ops above */
 	LOCUS_OP_SIGNATURE_IN = 16, /* a routed signature landed in inbox slot `slot` */
 	LOCUS_OP_ROWS_IN      = 17, /* dispatched token rows landed in inbox slot `slot` */
@@ -97,7 +99,8 @@ struct locus_desc {
 	uint32_t count;    /* ROUTE done: band size; DISPATCH done: destination ranks */
 	uint64_t aux;      /* ROUTE done: similarity as f32 bits; DISPATCH done: rows sent */
 	uint32_t region;   /* with LOCUS_DESC_F_REGION: a registered region's id */
-	uint8_t  reserved[12];
+	uint32_t blocks;   /* ROUTE_BLOCKS done: cached blocks named and found; EVICT done: found */
+	uint8_t  reserved[8];
 };
 
 /*
@@ -110,7 +113,8 @@ struct locus_desc {
  * place (same GPU) from a region carries the flag and the id back.
  */
 enum locus_desc_flags {
-	LOCUS_DESC_F_REGION = 1u << 0,
+	LOCUS_DESC_F_REGION  = 1u << 0,
+	LOCUS_DESC_F_PARTIAL = 1u << 1, /* ROUTE_BLOCKS done: a named cached block was missing */
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_desc) == LOCUS_DESC_SIZE, "descriptor is 64 bytes");
@@ -345,6 +349,44 @@ int locus_client_release_slot(struct locus_client *c, uint32_t slot);
 
 /* Decoder load report: one-sided plain stores, read by locusd. */
 void locus_client_report_load(struct locus_client *c, uint32_t load);
+
+/* ------------------------------------------------------------------ */
+/* The signature cache: a ROUTE naming KV blocks, and EVICT.            */
+
+struct locus_blocks_route; /* locus_blocks.h */
+
+/*
+ * LOCUS_OP_ROUTE_BLOCKS (a prefiller of a prefix-cached serving engine):
+ * the request (locus_blocks.h) names the prompt's blocks that hit the KV
+ * cache, carries the new full blocks (hash + counts) and the tail's
+ * signature. locusd routes the sum of the cached blocks' counts (those it
+ * holds), the new blocks' and the tail's, exactly as a ROUTE of that
+ * signature, forwards that summed signature to the decoder (a
+ * SIGNATURE_IN like a ROUTE's: with every named block found, the bytes a
+ * ROUTE of the whole prompt delivers), and then caches the new blocks. The
+ * completion: status, peer, count and aux as a ROUTE's; `blocks` the
+ * cached blocks found; LOCUS_DESC_F_PARTIAL in flags when one or more
+ * named blocks were not cached (evicted, never inserted, a restarted
+ * locusd): the request was routed on what was known. Refusals, each
+ * counted: -EOPNOTSUPP (sig_cache_bytes = 0: no cache), -LOCUS_ESTATE (no
+ * table), the format's codes (magic, version, lengths, a block size or
+ * shape other than locusd's), -EEXIST (a hash named twice), -LOCUS_ERANGE
+ * (a count over the block's tokens, a layer over block_tokens x top-k),
+ * and a ROUTE's (no decoder, inbox full).
+ *
+ * LOCUS_OP_EVICT: the serving engine evicted these KV blocks; one
+ * completion, `blocks` = how many were cached (and are now dropped).
+ *
+ * Both helpers write the request into the stage at off (8-byte aligned)
+ * and submit it with id: 0, -LOCUS_EFULL (submit ring full: nothing
+ * submitted, the stage was written), -LOCUS_ERANGE (does not fit the stage
+ * or a list is over its cap) or -EINVAL; err says which.
+ */
+int locus_client_route_blocks(struct locus_client *c, uint64_t off,
+			      const struct locus_blocks_route *r, uint64_t id,
+			      struct locus_error *err);
+int locus_client_evict(struct locus_client *c, uint64_t off, const uint64_t *hashes, uint32_t n,
+		       uint64_t id, struct locus_error *err);
 
 /* ------------------------------------------------------------------ */
 /* Buffer regions: a rank's (GPU) memory given to locusd as a dma-buf.  */

@@ -10,8 +10,8 @@
 # `make test` builds them too and runs tests/fuzz/smoke.sh: every seed and
 # every regression input, then a few seconds of fuzzing per target.
 
-FUZZ_ALL := tblfile eldr_table grace_table graceset eldr_sig dispatch_req combine_req rows_msg \
-	engine_client peer_msg load_row regions config json trace esft eplb counters \
+FUZZ_ALL := tblfile eldr_table grace_table graceset eldr_sig blocks_req dispatch_req combine_req \
+	rows_msg engine_client peer_msg load_row regions config json trace esft eplb counters \
 	table_region segment verbs_proto node_sockets
 
 # per target: its libraries (dependants first), extra sources, pkg-config modules
@@ -24,11 +24,12 @@ FUZZ_LIBS_graceset     := grace_plan formats common
 FUZZ_SRCS_graceset     := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_eldr_sig     := eldr_router formats common
 FUZZ_SRCS_eldr_sig     := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
+FUZZ_LIBS_blocks_req   := formats common
 FUZZ_LIBS_dispatch_req := wire grace_plan formats common
 FUZZ_SRCS_dispatch_req := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_plan.c
 FUZZ_LIBS_combine_req  := wire common
 FUZZ_LIBS_rows_msg     := wire common
-FUZZ_ENGINE_LIBS       := engine wire eldr_router grace_plan formats client counters shm common
+FUZZ_ENGINE_LIBS       := engine sigcache wire eldr_router grace_plan formats client counters shm common
 FUZZ_ENGINE_SRCS       := tests/fuzz/fuzz_engine.c tests/fuzz/fuzz_engine_ops.c \
 	tests/fuzz/fuzz_tables.c
 FUZZ_LIBS_engine_client := $(FUZZ_ENGINE_LIBS)
@@ -87,7 +88,7 @@ endif
 
 # The seed generator builds with the normal tree (gcc) and writes the
 # checked-in corpora; run it after a format changes.
-FUZZ_GEN_LIBS := engine wire eldr_router grace_plan gracefit formats client counters shm trace verbs_core common
+FUZZ_GEN_LIBS := engine sigcache wire eldr_router grace_plan gracefit formats client counters shm trace verbs_core common
 $(eval $(call PROGRAM,tests/fuzz/gen_seeds,tests/fuzz/gen_seeds.c tests/fuzz/gen_seeds_sys.c \
 	tests/fuzz/gen_seeds_sets.c \
 	tests/fuzz/fuzz_tables.c \

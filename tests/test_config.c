@@ -90,6 +90,15 @@ static void test_defaults_alone(void **state)
 	assert_int_equal(c.intra_node, LOCUS_INTRA_SHM);
 	assert_string_equal(c.instance, "default");
 	assert_int_equal(c.nodes[0].ipv4, htonl(INADDR_LOOPBACK));
+	/* the signature cache: on, 32 MiB of 16-token blocks, top-8 bounds */
+	assert_int_equal(c.sig_cache_bytes, 32u << 20);
+	assert_int_equal(c.sig_cache_block_tokens, 16);
+	assert_int_equal(c.moe_top_k, 8);
+	assert_int_equal(parse("[locusd]\nsig_cache_bytes = 0\nsig_cache_block_tokens = 255\n"
+			       "moe_top_k = 6\n", &c, NULL), 0);
+	assert_int_equal(c.sig_cache_bytes, 0);
+	assert_int_equal(c.sig_cache_block_tokens, 255);
+	assert_int_equal(c.moe_top_k, 6);
 }
 
 struct bad_case {
@@ -143,6 +152,12 @@ static void test_refusals(void **state)
 		  "2 nodes need a secret_file", LOCUS_ERANGE },
 		{ "[locusd]\nintra_node = verbs\n", "intra_node = verbs needs an rdma_device",
 		  LOCUS_ERANGE },
+		{ "[locusd]\nsig_cache_block_tokens = 256\n",
+		  "t.conf:2: sig_cache_block_tokens: 256 is outside", LOCUS_ERANGE },
+		{ "[locusd]\nsig_cache_block_tokens = 0\n",
+		  "t.conf:2: sig_cache_block_tokens: 0 is outside", LOCUS_ERANGE },
+		{ "[locusd]\nmoe_top_k = 65\n", "t.conf:2: moe_top_k: 65 is outside", LOCUS_ERANGE },
+		{ "[locusd]\nsig_cache_bytes = -1\n", "t.conf:2: sig_cache_bytes:", LOCUS_EPARSE },
 	};
 	(void)state;
 

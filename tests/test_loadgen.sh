@@ -65,6 +65,24 @@ timeout 60 "${LG[@]}" --prefill-at $a --decoder-at $a,$a,$a,$a --rank-at $a,$a,$
 grep -q '^loadgen: ok$' "$tmp/1.out" || fail "no ok"
 grep -q '400 delivered to decoders, 400 verified' "$tmp/1.out" || fail "$(cat "$tmp/1.out")"
 
+# 1b. prefix-cached prompts (ROUTE_BLOCKS, a 6-block head per domain named as cached once
+#     inserted): every decoder gets exactly the whole prompt's signature, locusd found
+#     every named block and counted it
+reclaimed
+timeout 60 "${LG[@]}" --requests 400 --batches 10 --prefix-blocks 6 > "$tmp/1b.out" 2>&1 ||
+	{ cat "$tmp/1b.out"; fail "run with --prefix-blocks"; }
+grep -q '400 delivered to decoders, 400 verified' "$tmp/1b.out" || fail "$(cat "$tmp/1b.out")"
+named=$(sed -n 's/.*: \([0-9]*\) cached blocks named, \([0-9]*\) found, 0 partial routes$/\1 \2/p' \
+	"$tmp/1b.out")
+read -r n f <<<"$named"
+[ -n "$n" ] && [ "$n" = "$f" ] && [ "$n" -gt 0 ] || fail "cached blocks: $(cat "$tmp/1b.out")"
+stat=$("$B/locus-stat" -i "$inst" --prometheus)
+for kv in "sigcache_hits_total $n" "sigcache_misses_total 0" "route_blocks_requests_total 400" \
+	"route_blocks_partial_total 0"; do
+	grep -q "^locus_$kv$" <<<"$stat" || fail "locus-stat --prometheus lacks locus_$kv"
+done
+echo "test_loadgen: ROUTE_BLOCKS through locusd: $n cached blocks named and found, 400 verified"
+
 # 2. lists that do not fit are refused before anything starts
 timeout 10 "${LG[@]}" --decoder-at $a,$a > "$tmp/2.out" 2>&1
 [ $? = 2 ] || fail "a short --decoder-at list was not refused"

@@ -137,6 +137,33 @@ static void test_saturates(void **state)
 	locus_sigcache_destroy(c);
 }
 
+/* The picked sum (AVX2 where the CPU has it) against the plain loop, saturation included. */
+static void test_sum_paths(void **state)
+{
+	enum { N = 6144 + 7 };
+	static uint16_t a[N], b[N];
+	static uint8_t c[N];
+	locus_sigcache_sum_fn f = locus_sigcache_sum_pick();
+	uint32_t x = 7, sat = 0;
+	(void)state;
+
+	for (int round = 0; round < 50; round++) {
+		for (int i = 0; i < N; i++) {
+			x = x * 1103515245u + 12345u;
+			a[i] = b[i] = (uint16_t)(x >> 16) | (round % 2 ? 0xff00 : 0);
+			c[i] = (uint8_t)(x >> 5);
+		}
+		f(a + round % 3, c + round % 3, N - round % 3);
+		for (int i = round % 3; i < N; i++) {
+			uint32_t v = (uint32_t)b[i] + c[i];
+
+			assert_int_equal(a[i], v > 65535 ? 65535 : v);
+			sat += v > 65535;
+		}
+	}
+	assert_true(sat > 1000);
+}
+
 /* A reference: which of the keys 0..N-1 are in, and with which first byte. */
 #define N_KEYS 97u
 static void test_random_against_model(void **state)
@@ -283,6 +310,7 @@ int main(void)
 		cmocka_unit_test(test_counts_check),
 		cmocka_unit_test(test_lru_refresh_replace),
 		cmocka_unit_test(test_saturates),
+		cmocka_unit_test(test_sum_paths),
 		cmocka_unit_test(test_random_against_model),
 		cmocka_unit_test(test_cached_equals_whole_prompt),
 	};

@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "locus_blocks.h"
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_crc32c.h"
@@ -143,6 +144,82 @@ static void test_signatures_cross_nodes(void **state)
 	assert_int_equal(d.status, 0);
 	tu_wait_desc(dec1, &in);
 	locus_client_release_slot(dec1, in.slot);
+	locus_client_detach(dec1);
+	locus_client_detach(pre);
+	free(t);
+}
+
+/*
+ * A ROUTE_BLOCKS to a decoder of the other node: the message that crosses
+ * is the summed signature (the cached blocks' counts + the new blocks' +
+ * the tail's), byte for byte the whole prompt's, once the blocks were
+ * inserted by a first request and named as cached by a second.
+ */
+static void test_blocks_route_cross_nodes(void **state)
+{
+	struct locus_client *pre = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *dec1 = tn_attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
+	static uint8_t tail[32 + 2 * L * E] __attribute__((aligned(8)));
+	static uint8_t whole[32 + 2 * L * E] __attribute__((aligned(8)));
+	struct locus_eldr_sig_hdr *th = (void *)tail, *wh = (void *)whole;
+	uint16_t *tc = (uint16_t *)(th + 1), *wc = (uint16_t *)(wh + 1);
+	uint8_t blk[2][L * E] = { { 0 } };
+	const uint64_t hash[2] = { 0xa11ce, 0xb0b };
+	struct locus_error err = { 0 };
+	struct locus_desc d, in;
+	size_t tlen;
+	void *t = tn_eldr_table(&tlen);
+	(void)state;
+
+	tn_push_both(0, t, tlen);
+	locus_client_report_load(dec1, 2);
+	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 1; i++)
+		tu_nap();
+	assert_int_equal(tn_ctr(&N[0], "decoder_up", 1), 1);
+	*th = (struct locus_eldr_sig_hdr){ .magic = LOCUS_ELDR_SIG_MAGIC,
+					   .version = LOCUS_ELDR_SIG_VERSION, .n_layers = L,
+					   .n_experts = E, .prompt_tokens = 3 };
+	*wh = *th;
+	wh->prompt_tokens = 2 * 16 + 3;
+	for (int l = 0; l < L; l++) {
+		blk[0][l * E + 0] = 16;
+		blk[0][l * E + 3] = 9;
+		blk[1][l * E + 7] = 16;
+		tc[l * E + 3] = 3;
+		for (int e = 0; e < E; e++)
+			wc[l * E + e] = (uint16_t)(blk[0][l * E + e] + blk[1][l * E + e] +
+						   tc[l * E + e]);
+	}
+	for (int round = 0; round < 2; round++) {
+		const struct locus_msg_hdr *m;
+		struct locus_blocks_route r = {
+			.block_tokens = 16, .n_cached = round ? 2 : 0, .cached = hash,
+			.n_new = round ? 0 : 2, .new_hashes = hash, .new_counts = &blk[0][0],
+			.tail = tail,
+		};
+
+		locus_client_report_load(dec1, 2);
+		if (locus_client_route_blocks(pre, 0, &r, 900 + round, &err))
+			fail_msg("%s", err.msg);
+		tu_wait_desc(pre, &d);
+		assert_int_equal(d.op, LOCUS_OP_ROUTE_BLOCKS);
+		assert_int_equal(d.id, 900 + round);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.peer, 1);
+		assert_int_equal(d.blocks, round ? 2 : 0);
+		assert_false(d.flags & LOCUS_DESC_F_PARTIAL);
+		tu_wait_desc(dec1, &in);
+		assert_int_equal(in.op, LOCUS_OP_SIGNATURE_IN);
+		assert_int_equal(in.id, 900 + round);
+		m = locus_client_inbox(dec1, &in);
+		assert_non_null(m);
+		assert_int_equal(m->type, LOCUS_MSG_SIGNATURE);
+		assert_int_equal(m->payload_len, sizeof(whole));
+		assert_memory_equal(m + 1, whole, sizeof(whole));
+		locus_client_release_slot(dec1, in.slot);
+	}
+	assert_int_equal(tn_ctr(&N[0], "sigcache_hits", 0), 2);
+	assert_int_equal(tn_ctr(&N[0], "sigcache_inserts", 0), 2);
 	locus_client_detach(dec1);
 	locus_client_detach(pre);
 	free(t);
@@ -455,6 +532,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_signatures_cross_nodes),
+		cmocka_unit_test(test_blocks_route_cross_nodes),
 		cmocka_unit_test(test_full_remote_inbox_waits),
 		cmocka_unit_test(test_dispatch_combine_cross_nodes),
 		cmocka_unit_test(test_bad_remote_messages),

@@ -47,6 +47,8 @@ struct opts {
 	uint32_t kill_n;
 	int respawn;                     /* --respawn: a new process takes the rank over */
 	uint32_t linger_ms;              /* stay attached and idle this long at the end */
+	uint32_t prefix_blocks;          /* --prefix-blocks: a cached head of N blocks (0: ROUTE) */
+	uint32_t block_tokens;           /* --block-tokens: locusd's sig_cache_block_tokens */
 };
 
 /* Shared with the children (MAP_SHARED): each writes its own record. */
@@ -72,6 +74,7 @@ struct proc_stats {
 	uint32_t region_flags;          /* --dmabuf: enum locus_region_flags locusd gave */
 	int region_registered, region_released;
 	char region_how[16];            /* the exporter used */
+	uint64_t blocks_named, blocks_found, partial; /* prefill, --prefix-blocks */
 } __attribute__((aligned(64)));
 
 struct shared {
@@ -131,6 +134,18 @@ void own_daemon_lost(struct proc_stats *s, int ret);
 int lg_dmabuf_create(size_t len, const char **how);
 void *lg_dmabuf_map(int fd, size_t len);
 void lg_dmabuf_sync(int fd, int start);
+
+/*
+ * --prefix-blocks (loadgen_blocks.c): the domains' heads, built before the
+ * processes fork (0, or -1 with why); request r's whole prompt's signature
+ * (what its decoder must receive); its ROUTE_BLOCKS request into buf, the
+ * head named as cached once this process inserted it (inserted[domain]),
+ * *n_cached the blocks it names. Lengths, or negative.
+ */
+int lg_blocks_init(char *why, size_t len);
+long lg_whole_sig(const struct locus_trace_req *r, void *buf, size_t cap);
+long lg_blocks_req(const struct locus_trace_req *r, uint8_t *inserted, void *buf, size_t cap,
+		   uint32_t *n_cached);
 
 /* loadgen_opts.c: the command line into O (-1 when it is wrong), and its help. */
 int lg_parse_args(int argc, char **argv);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "loadgen.h"
+#include "locus_blocks.h"
 #include "locus_shm.h"
 
 void lg_usage(void)
@@ -27,7 +28,12 @@ void lg_usage(void)
 		"                                 SIGKILL right after submitting the DISPATCH of\n"
 		"                                 batch B / its N-th COMBINE; --respawn: a new\n"
 		"                                 process attaches as R and goes on)\n"
-		"         [--linger-ms N]        (at the end, stay attached and idle N ms)\n");
+		"         [--linger-ms N]        (at the end, stay attached and idle N ms)\n"
+		"         [--prefix-blocks N [--block-tokens B]]  (prefix-cached prompts: each\n"
+		"                                 request is its domain's head of N blocks of B\n"
+		"                                 tokens (16) + its own prompt, routed with\n"
+		"                                 ROUTE_BLOCKS naming the head as cached; the\n"
+		"                                 decoders check the whole prompt's signature)\n");
 }
 
 /* Split a comma list of instance names into out[]; returns the count or -1. */
@@ -91,6 +97,8 @@ int lg_parse_args(int argc, char **argv)
 		{ "kill-rank", required_argument, NULL, 'X' },
 		{ "respawn", no_argument, NULL, 'W' },
 		{ "linger-ms", required_argument, NULL, 'L' },
+		{ "prefix-blocks", required_argument, NULL, 'H' },
+		{ "block-tokens", required_argument, NULL, 'Q' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c, n;
@@ -134,6 +142,8 @@ int lg_parse_args(int argc, char **argv)
 			break;
 		case 'W': O.respawn = 1; break;
 		case 'L': O.linger_ms = (uint32_t)v; break;
+		case 'H': O.prefix_blocks = (uint32_t)v; break;
+		case 'Q': O.block_tokens = (uint32_t)v; break;
 		default: return -1;
 		}
 	}
@@ -153,6 +163,12 @@ int lg_parse_args(int argc, char **argv)
 	}
 	if (!O.batch_ms)
 		return -1;
+	if (O.block_tokens == 0 || O.block_tokens > LOCUS_BLOCKS_MAX_BLOCK_TOKENS ||
+	    O.prefix_blocks > LOCUS_BLOCKS_MAX_CACHED) {
+		fprintf(stderr, "locus-loadgen: --block-tokens 1..%u, --prefix-blocks 0..%u\n",
+			LOCUS_BLOCKS_MAX_BLOCK_TOKENS, LOCUS_BLOCKS_MAX_CACHED);
+		return -1;
+	}
 	if (!O.trace || optind != argc || O.decoders + O.ranks + O.prefills > MAX_PROCS ||
 	    O.prefills == 0 || O.tokens == 0 || O.tokens > 4096 || O.row_bytes == 0 ||
 	    O.row_bytes > 65536 || (uint64_t)O.tokens * O.row_bytes > 256 * 1024 || !O.seconds)

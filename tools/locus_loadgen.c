@@ -47,7 +47,7 @@
 
 
 struct opts O = {
-	.instance = "default", .decoders = 4, .ranks = 4, .prefills = 1, .requests = 2000,
+	.block_tokens = 16, .instance = "default", .decoders = 4, .ranks = 4, .prefills = 1, .requests = 2000,
 	.batches = 100, .tokens = 32, .row_bytes = 2048, .decode_us = 2000, .seconds = 120,
 	.batch_ms = 3000, .kill_rank = -1,
 };
@@ -156,8 +156,9 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 	struct locus_client *c = attach(O.prefill_at ? O.prefill_at : O.instance,
 					LOCUS_ROLE_PREFILL, 0, s);
 	uint64_t t_sub[OUTSTANDING] = { 0 }, id_sub[OUTSTANDING] = { 0 }, stage_size, t0 = now_ns();
-	uint8_t *stage;
+	uint8_t *stage, inserted[64] = { 0 };
 	uint32_t next = 0, inflight = 0, free_mask = (1u << OUTSTANDING) - 1;
+	const uint8_t op = O.prefix_blocks ? LOCUS_OP_ROUTE_BLOCKS : LOCUS_OP_ROUTE;
 
 	if (!c)
 		return 1;
@@ -177,10 +178,14 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			uint32_t slot = (uint32_t)__builtin_ctz(free_mask);
 			uint64_t g = (uint64_t)next * O.prefills + idx;
 			const struct locus_trace_req *r = &T->reqs[g % T->n_requests];
-			long len = locus_eldr_sig_build(stage + (size_t)slot * SIG_SLOT, SIG_SLOT,
-							T->n_layers, T->n_experts, T->k, r->prompt,
-							r->prompt_len, 0, NULL);
-			struct locus_desc q = { .op = LOCUS_OP_ROUTE, .id = route_id(g, slot),
+			uint32_t named = 0;
+			long len = O.prefix_blocks
+				? lg_blocks_req(r, inserted, stage + (size_t)slot * SIG_SLOT,
+						SIG_SLOT, &named)
+				: locus_eldr_sig_build(stage + (size_t)slot * SIG_SLOT, SIG_SLOT,
+						       T->n_layers, T->n_experts, T->k, r->prompt,
+						       r->prompt_len, 0, NULL);
+			struct locus_desc q = { .op = op, .id = route_id(g, slot),
 						.off = (uint64_t)slot * SIG_SLOT, .len = (uint32_t)len };
 
 			if (len < 0 || locus_client_submit(c, &q, 1) != 1)
@@ -191,6 +196,7 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 			inflight++;
 			next++;
 			s->submitted++;
+			s->blocks_named += named;
 		}
 		n = locus_client_poll(c, d, OUTSTANDING);
 		if (n < 0) {
@@ -200,7 +206,7 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 		for (int i = 0; i < n; i++) {
 			uint64_t slot = d[i].id & 0xff;
 
-			if (d[i].op != LOCUS_OP_ROUTE || slot >= OUTSTANDING ||
+			if (d[i].op != op || slot >= OUTSTANDING ||
 			    (free_mask & (1u << slot)) || d[i].id != id_sub[slot]) {
 				s->duplicate++;
 				continue;
@@ -216,6 +222,10 @@ static int run_prefill(uint32_t idx, struct proc_stats *s)
 					continue;
 				}
 				d[i].status = -LOCUS_EFULL;
+			}
+			if (op == LOCUS_OP_ROUTE_BLOCKS) {
+				s->blocks_found += d[i].blocks;
+				s->partial += !!(d[i].flags & LOCUS_DESC_F_PARTIAL);
 			}
 			lat_record(s, now_ns() - t_sub[slot]);
 			free_mask |= 1u << slot;
@@ -256,8 +266,9 @@ static int sig_expected(const struct locus_msg_hdr *m, uint8_t *want, size_t sig
 	if (g >= (uint64_t)O.requests * O.prefills)
 		return 0;
 	r = &T->reqs[g % T->n_requests];
-	if (locus_eldr_sig_build(want, sig_len, T->n_layers, T->n_experts, T->k, r->prompt,
-				 r->prompt_len, 0, NULL) != (long)sig_len)
+	if ((O.prefix_blocks ? lg_whole_sig(r, want, sig_len)
+			     : locus_eldr_sig_build(want, sig_len, T->n_layers, T->n_experts, T->k,
+						    r->prompt, r->prompt_len, 0, NULL)) != (long)sig_len)
 		return 0;
 	return memcmp(m + 1, want, sig_len) == 0;
 }
@@ -455,6 +466,7 @@ int main(int argc, char **argv)
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
 	uint64_t en[ERR_KINDS * MAX_PROCS];
 	uint32_t nk = 0;
+	uint64_t b_named = 0, b_found = 0, b_partial = 0;
 	uint64_t pre_t0 = UINT64_MAX, pre_t1 = 0, rk_t0 = UINT64_MAX, rk_t1 = 0;
 	int failed = 0, midway_done = 0, status;
 	uint8_t reaped[MAX_PROCS] = { 0 };
@@ -466,6 +478,10 @@ int main(int argc, char **argv)
 	if (locus_trace_load(O.trace, NULL, &T, &err) < 0) {
 		fprintf(stderr, "locus-loadgen: %s\n", err.msg);
 		return 1;
+	}
+	if (O.prefix_blocks && lg_blocks_init(err.msg, sizeof(err.msg)) < 0) {
+		fprintf(stderr, "locus-loadgen: %s\n", err.msg);
+		return 2;
 	}
 	S = mmap(NULL, sizeof(*S), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (S == MAP_FAILED)
@@ -579,6 +595,9 @@ int main(int argc, char **argv)
 			ok += s->ok;
 			errs += s->errors;
 			sig_retries += s->retries;
+			b_named += s->blocks_named;
+			b_found += s->blocks_found;
+			b_partial += s->partial;
 			for (int b = 0; b < LAT_BUCKETS; b++)
 				lat[b] += s->lat_hist[b];
 			pre_t0 = s->t_start_ns < pre_t0 ? s->t_start_ns : pre_t0;
@@ -603,6 +622,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)(comp - ok), (unsigned long long)lost,
 	       (unsigned long long)delivered, (unsigned long long)verified,
 	       (unsigned long long)sig_retries);
+	if (O.prefix_blocks)
+		printf("signature cache: ROUTE_BLOCKS with a %u-block head per domain (blocks of "
+		       "%u tokens): %llu cached blocks named, %llu found, %llu partial routes\n",
+		       O.prefix_blocks, O.block_tokens, (unsigned long long)b_named,
+		       (unsigned long long)b_found, (unsigned long long)b_partial);
 	printf("decision latency (client submit -> completion): p50 %.1f us, p99 %.1f us; "
 	       "%.0f routed requests/s\n",
 	       lat_quantile(lat, 0.5) / 1e3, lat_quantile(lat, 0.99) / 1e3,
@@ -648,8 +672,9 @@ int main(int argc, char **argv)
 			failed = 1;
 	}
 	/* what locusd's route_requests, dispatch_batches, combine_batches must say */
-	printf("requests: %llu ROUTE, %llu DISPATCH, %llu COMBINE submitted (resubmissions "
+	printf("requests: %llu %s, %llu DISPATCH, %llu COMBINE submitted (resubmissions "
 	       "after a full inbox included)\n", (unsigned long long)(sub + sig_retries),
+	       O.prefix_blocks ? "ROUTE_BLOCKS" : "ROUTE",
 	       (unsigned long long)disp, (unsigned long long)combs);
 	if (stopping())
 		printf("stopped by a signal: %llu signatures and %llu dispatch batches were sent\n",

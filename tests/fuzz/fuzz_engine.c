@@ -335,7 +335,10 @@ static int node_create(struct fe_env *env, int id)
 	ep.dims = (struct locus_engine_dims){ .node_id = (uint32_t)id, .n_nodes = FE_NODES,
 					      .gpus_per_node = FE_GPN, .max_layers = FE_L,
 					      .max_experts = FE_E, .max_decoders = FE_MAX_DEC,
-					      .max_tokens = FE_MAX_TOKENS, .load_timeout_ms = 200 };
+					      .max_tokens = FE_MAX_TOKENS, .load_timeout_ms = 200,
+					      /* a signature cache of 16 blocks: ROUTE_BLOCKS, EVICT */
+					      .top_k = 2, .sig_cache_block_tokens = 16,
+					      .sig_cache_bytes = 16 * (32 + 64) };
 	if (!pool.ctrs[id]) {
 		if (locus_counters_init(n->kmem, klen, &cp, &err) ||
 		    locus_counters_open(n->kmem, klen, 0, &pool.ctrs[id], &err) ||

@@ -28,6 +28,7 @@
 #include "locus_trace.h"
 #include "locus_verbs.h"
 #include "locus_wire.h"
+#include "locus_blocks.h"
 #include "locus_client.h"
 #include "locus_push.h"
 #include "locus_shm.h"
@@ -163,6 +164,50 @@ static void signatures(void)
 		s.n += (size_t)n;
 		snprintf(name, sizeof(name), "sig-%ux%u", sh[t].L, sh[t].E);
 		put("eldr_sig", name, s.b, s.n);
+	}
+}
+
+/* Blocks ROUTE requests for fuzz_blocks_req's shapes (its first byte picks one), an EVICT. */
+static void blocks_reqs(void)
+{
+	static const struct { uint16_t L, E, bt; } sh[] = { { 2, 8, 16 }, { 1, 4, 4 }, { 3, 16, 255 } };
+
+	for (uint8_t t = 0; t < LOCUS_ARRAY_SIZE(sh); t++) {
+		struct bs s = { .n = 0 };
+		uint64_t cached[5] = { 11, 12, 13, 14, 15 }, nh[2] = { 21, 22 };
+		uint8_t counts[2 * 3 * 16] = { 0 }, tail[256] __attribute__((aligned(8)));
+		uint16_t ids[3 * 3] = { 0 };
+		char name[32];
+		long n;
+
+		for (int i = 0; i < 2 * sh[t].L * sh[t].E; i += sh[t].E)
+			counts[i] = (uint8_t)(sh[t].bt > 4 ? 4 : sh[t].bt);
+		if (locus_eldr_sig_build(tail, sizeof(tail), sh[t].L, sh[t].E, 1, ids, 3, 0, NULL) < 0)
+			exit(1);
+		b8(&s, t);
+		n = locus_blocks_build(s.b + 8, sizeof(s.b) - 8, &(struct locus_blocks_route){
+			.block_tokens = sh[t].bt, .n_cached = 5, .cached = cached,
+			.n_new = t == 1 ? 0 : 2, .new_hashes = nh, .new_counts = counts,
+			.tail = tail }, NULL);
+		if (n < 0)
+			exit(1);
+		memmove(s.b + 1, s.b + 8, (size_t)n);
+		s.n += (size_t)n;
+		snprintf(name, sizeof(name), "route-%ux%u-bt%u", sh[t].L, sh[t].E, sh[t].bt);
+		put("blocks_req", name, s.b, s.n);
+	}
+	{
+		struct bs s = { .n = 0 };
+		uint64_t h[3] = { 1, 2, 3 };
+		long n;
+
+		b8(&s, 0x80);
+		n = locus_evict_build(s.b + 8, sizeof(s.b) - 8, h, 3, NULL);
+		if (n < 0)
+			exit(1);
+		memmove(s.b + 1, s.b + 8, (size_t)n);
+		s.n += (size_t)n;
+		put("blocks_req", "evict-3", s.b, s.n);
 	}
 }
 
@@ -651,6 +696,7 @@ int main(int argc, char **argv)
 	tables();
 	grace_sets();
 	signatures();
+	blocks_reqs();
 	requests();
 	messages();
 	configs();
