@@ -131,4 +131,19 @@ int locus_trace_load_esft(const char *dir, const char *domain, uint16_t n_layers
 			  uint16_t k, uint16_t n_experts, struct locus_trace **out,
 			  struct locus_error *err);
 
+/* The ESFT release's four domains, as its expert_scores directories name them. */
+#define LOCUS_TRACE_ESFT_DOMAINS 4
+extern const char *const locus_trace_esft_domains[LOCUS_TRACE_ESFT_DOMAINS];
+
+/*
+ * Every ESFT domain under data (<data>/esft/results/expert_scores/<domain>,
+ * 26 layers, top-6 of 64 experts) cut into windows of prompt_len + gen_len
+ * tokens: each window is one request whose first prompt_len tokens are its
+ * prompt and the rest its decoded tokens ("<sequence id>@<first token>",
+ * labelled with its domain). 0, or negative with err set (-ENOENT and the
+ * like when the data is absent).
+ */
+int locus_trace_esft_windows(const char *data, uint32_t prompt_len, uint32_t gen_len,
+			     struct locus_trace **out, struct locus_error *err);
+
 #endif /* LOCUS_TRACE_H */

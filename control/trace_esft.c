@@ -239,3 +239,77 @@ err_abort:
 	trace_builder_abort(&c.b);
 	return ret;
 }
+
+const char *const locus_trace_esft_domains[LOCUS_TRACE_ESFT_DOMAINS] = {
+	"law", "translation", "summary", "intent",
+};
+
+/* Append window w of sr (from src) to reqs/names, growing them; 0 or -ENOMEM. */
+static int add_window(struct locus_trace_req **reqs, const char ***names, uint32_t *n,
+		      uint32_t *cap, const struct locus_trace *src,
+		      const struct locus_trace_req *sr, uint32_t w, uint32_t prompt_len,
+		      uint32_t gen_len, const char *domain)
+{
+	struct locus_trace_req *r;
+
+	if (*n == *cap) {
+		uint32_t ncap = *cap ? *cap * 2 : 256;
+		void *a = realloc(*reqs, sizeof(**reqs) * ncap), *b;
+
+		if (!a)
+			return -ENOMEM;
+		*reqs = a;
+		b = realloc(*names, sizeof(**names) * ncap);
+		if (!b)
+			return -ENOMEM;
+		*names = b;
+		*cap = ncap;
+	}
+	r = &(*reqs)[*n];
+	memset(r, 0, sizeof(*r));
+	snprintf(r->id, sizeof(r->id), "%.40s@%u", sr->id, w);
+	r->prompt = locus_trace_tok(src, sr->prompt, w, 0);
+	r->prompt_len = prompt_len;
+	r->gen = locus_trace_tok(src, sr->prompt, w + prompt_len, 0);
+	r->gen_len = gen_len;
+	(*names)[(*n)++] = domain;
+	return 0;
+}
+
+int locus_trace_esft_windows(const char *data, uint32_t prompt_len, uint32_t gen_len,
+			     struct locus_trace **out, struct locus_error *err)
+{
+	struct locus_trace *src[LOCUS_TRACE_ESFT_DOMAINS] = { 0 };
+	uint32_t n = 0, cap = 0, win = prompt_len + gen_len;
+	struct locus_trace_req *reqs = NULL;
+	const char **names = NULL;
+	char dir[4096];
+	int ret = 0;
+
+	*out = NULL;
+	if (!prompt_len || win < prompt_len)
+		return locus_error_set(err, EINVAL, "ESFT windows: a prompt of %u and %u "
+				       "decoded tokens", prompt_len, gen_len);
+	for (int d = 0; d < LOCUS_TRACE_ESFT_DOMAINS && !ret; d++) {
+		const char *dom = locus_trace_esft_domains[d];
+
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data, dom);
+		ret = locus_trace_load_esft(dir, dom, 26, 6, 64, &src[d], err);
+		for (uint32_t r = 0; !ret && r < src[d]->n_requests; r++) {
+			const struct locus_trace_req *sr = &src[d]->reqs[r];
+
+			for (uint32_t w = 0; !ret && w + win <= sr->prompt_len; w += win)
+				ret = add_window(&reqs, &names, &n, &cap, src[d], sr, w,
+						 prompt_len, gen_len, dom);
+			if (ret)
+				locus_error_set(err, -ret, "ESFT windows: out of memory");
+		}
+	}
+	if (!ret)
+		ret = locus_trace_from_arrays(26, 6, 64, n, reqs, names, out, err);
+	for (int d = 0; d < LOCUS_TRACE_ESFT_DOMAINS; d++)
+		locus_trace_free(src[d]);
+	free(names);
+	free(reqs);
+	return ret;
+}

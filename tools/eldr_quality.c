@@ -69,58 +69,14 @@
 #include "eldr_replay.h"
 #include "locus_eldrfit.h"
 
-static const char *const esft_domains[] = { "law", "translation", "summary", "intent" };
 
-/* Windows of 64 tokens (32 + 32) of every ESFT domain; NULL if absent. */
+/* 64-token windows (32 prompt + 32 decoded) of every ESFT domain; NULL if absent. */
 static struct locus_trace *load_esft(const char *base)
 {
-	struct locus_trace *src[4] = { 0 }, *out = NULL;
-	struct locus_trace_req *reqs = NULL;
-	const char **names = NULL;
 	struct locus_error e = { 0 };
-	uint32_t n = 0, cap = 0;
-	char dir[4096];
+	struct locus_trace *t;
 
-	for (int d = 0; d < 4; d++) {
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", base,
-			 esft_domains[d]);
-		if (locus_trace_load_esft(dir, esft_domains[d], 26, 6, 64, &src[d], &e) < 0)
-			goto out;
-		for (uint32_t r = 0; r < src[d]->n_requests; r++) {
-			const struct locus_trace_req *sr = &src[d]->reqs[r];
-
-			for (uint32_t s = 0; s + 64 <= sr->prompt_len; s += 64) {
-				if (n == cap) {
-					void *a, *b;
-
-					cap = cap ? cap * 2 : 256;
-					a = realloc(reqs, sizeof(*reqs) * cap);
-					if (a)
-						reqs = a;
-					b = realloc(names, sizeof(*names) * cap);
-					if (b)
-						names = b;
-					if (!a || !b)
-						goto out;
-				}
-				memset(&reqs[n], 0, sizeof(reqs[n]));
-				snprintf(reqs[n].id, sizeof(reqs[n].id), "%.40s@%u", sr->id, s);
-				reqs[n].prompt = locus_trace_tok(src[d], sr->prompt, s, 0);
-				reqs[n].prompt_len = 32;
-				reqs[n].gen = locus_trace_tok(src[d], sr->prompt, s + 32, 0);
-				reqs[n].gen_len = 32;
-				names[n++] = esft_domains[d];
-			}
-		}
-	}
-	if (locus_trace_from_arrays(26, 6, 64, n, reqs, names, &out, &e) < 0)
-		out = NULL;
-out:
-	for (int d = 0; d < 4; d++)
-		locus_trace_free(src[d]);
-	free(names);
-	free(reqs);
-	return out;
+	return locus_trace_esft_windows(base, 32, 32, &t, &e) < 0 ? NULL : t;
 }
 
 static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",

@@ -43,7 +43,6 @@
 #define BT 16u
 #define MAX_DOM 8
 
-static const char *const esft_domains[] = { "law", "translation", "summary", "intent" };
 
 struct ev_req {
 	uint32_t dom;
@@ -405,8 +404,8 @@ static int load_esft(const char *base, struct ev_set *s, struct locus_trace **sr
 		uint32_t got = 0, used = 0;
 
 		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", base,
-			 esft_domains[d]);
-		if (locus_trace_load_esft(dir, esft_domains[d], 26, 6, 64, &src[d], &e) < 0) {
+			 locus_trace_esft_domains[d]);
+		if (locus_trace_load_esft(dir, locus_trace_esft_domains[d], 26, 6, 64, &src[d], &e) < 0) {
 			if (access(dir, R_OK) == 0)
 				fprintf(stderr, "sigcache_evidence: %s\n", e.msg);
 			return -1;
