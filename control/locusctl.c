@@ -143,15 +143,6 @@ void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t tot
 	fflush(stderr);
 }
 
-int locusctl_fail(const struct locus_error *err, int code)
-{
-	if (err && err->msg[0])
-		fprintf(stderr, "locusctl: %s (%s)\n", err->msg, locus_strerror(code));
-	else
-		fprintf(stderr, "locusctl: %s\n", locus_strerror(code));
-	return 1;
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {

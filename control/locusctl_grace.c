@@ -21,7 +21,8 @@
 
 #define HDR sizeof(struct locus_tbl_hdr)
 
-static int fail(const struct locus_error *err, int code)
+/* Shared by every locusctl command (declared in locusctl.h): one way to report. */
+int locusctl_fail(const struct locus_error *err, int code)
 {
 	if (err && err->msg[0])
 		fprintf(stderr, "locusctl: %s (%s)\n", err->msg, locus_strerror(code));
@@ -274,14 +275,14 @@ static int cmd_fit(const char *sub, struct args *a)
 		char *dir = strdup(a->esft);
 
 		if (!dir)
-			return fail(NULL, ENOMEM);
+			return locusctl_fail(NULL, ENOMEM);
 		rc = locus_trace_load_esft(a->esft, basename(dir), (uint16_t)a->layers,
 					   (uint16_t)a->k, a->n_experts ? a->n_experts : 64, &t,
 					   &err);
 		free(dir);
 	}
 	if (rc)
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	if (a->ep_ranks) {
 		ret = locusctl_graceset_fit(t, a->eldr_table, a->ep_ranks, &a->topo, &o, a->out);
 		goto out;
@@ -290,19 +291,19 @@ static int cmd_fit(const char *sub, struct args *a)
 	if (!rc)
 		rc = locus_gracefit_profile_add_trace(&p, t, a->use_gen, &err);
 	if (rc) {
-		ret = fail(&err, rc);
+		ret = locusctl_fail(&err, rc);
 		goto out;
 	}
 	li = calloc(p.n_layers, sizeof(*li));
 	if (!li) {
-		ret = fail(NULL, ENOMEM);
+		ret = locusctl_fail(NULL, ENOMEM);
 		goto out;
 	}
 	rc = locus_gracefit_fit(&p, &a->topo, &o, &blob, &len, li, &err);
 	if (!rc)
 		rc = locus_tbl_write_file(a->out, blob, len, &err);
 	if (rc) {
-		ret = fail(&err, rc);
+		ret = locusctl_fail(&err, rc);
 		goto out;
 	}
 	printf("grace fit: %u requests, %llu token-layers, %u layers x %u experts on %u x %u "
@@ -354,7 +355,7 @@ static int cmd_show(const char *sub, struct args *a)
 		return usage_err(sub, "show TABLE");
 	rc = load_table(a->pos[0], &buf, &pl, &plen, &err);
 	if (rc)
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	locus_grace_view_init(&v, (void *)pl, plen, NULL);
 	L = v.dims->n_layers;
 	E = v.dims->n_experts;
@@ -404,11 +405,11 @@ static int cmd_eplb_export(const char *sub, struct args *a)
 		rc = locus_gracefit_eplb_export(pl, plen, &json, &err);
 	free(buf);
 	if (rc)
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	if (a->out && !(f = fopen(a->out, "w"))) {
 		locus_error_set(&err, errno, "%s: %s", a->out, strerror(errno));
 		free(json);
-		return fail(&err, err.code);
+		return locusctl_fail(&err, err.code);
 	}
 	rc = fputs(json, f) < 0 ? -EIO : 0;
 	if (f != stdout && fclose(f))
@@ -416,7 +417,7 @@ static int cmd_eplb_export(const char *sub, struct args *a)
 	free(json);
 	if (rc) {
 		locus_error_set(&err, EIO, "writing %s failed", a->out ? a->out : "stdout");
-		return fail(&err, EIO);
+		return locusctl_fail(&err, EIO);
 	}
 	return 0;
 }
@@ -439,7 +440,7 @@ static int cmd_eplb_import(const char *sub, struct args *a)
 	free(json);
 	free(blob);
 	if (rc)
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	printf("eplb-import: %s -> %s\n", a->pos[0], a->out);
 	return 0;
 }
@@ -566,18 +567,18 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		rc = locus_grace_blob_check(cur, cur_len, &pl, &plen, &err);
 	if (rc) {
 		free(cur);
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	}
 	L = ((const struct locus_grace_dims *)pl)->n_layers;
 	E = ((const struct locus_grace_dims *)pl)->n_experts;
 	rc = live_open(&lv, a->instance, a->counter, L, E, &err);
 	if (rc) {
 		free(cur);
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	}
 	W = calloc((size_t)L * E, sizeof(*W));
 	if (!W) {
-		ret = fail(NULL, ENOMEM);
+		ret = locusctl_fail(NULL, ENOMEM);
 		goto out;
 	}
 	signal(SIGINT, on_signal);
@@ -594,7 +595,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		if (tot < 0) {
 			locus_error_set(&err, LOCUS_ERANGE, "reading counter %s failed",
 					lv.info->name);
-			ret = fail(&err, err.code);
+			ret = locusctl_fail(&err, err.code);
 			goto out;
 		}
 		if (tot == 0) {
@@ -605,7 +606,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		rc = locus_gracefit_refit_replicas(pl, plen, W, &blob, &len, &before, &after,
 						   &err);
 		if (rc) {
-			ret = fail(&err, rc);
+			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
 		if (!locus_gracefit_should_push(before, after, a->threshold)) {
@@ -620,7 +621,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 				      (uint32_t)a->timeout_ms, &res, &err);
 		if (rc < 0) {
 			free(blob);
-			ret = fail(&err, rc);
+			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
 		if (res.wait.n_refused || res.timed_out) {
@@ -634,7 +635,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		}
 		if (a->out && (rc = locus_tbl_write_file(a->out, blob, len, &err))) {
 			free(blob);
-			ret = fail(&err, rc);
+			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
 		printf("rebalance %u: %.0f tokens, skew %.3f, refit %.3f: pushed generation "

@@ -17,15 +17,6 @@
 #include "locus_trace.h"
 #include "locusctl.h"
 
-static int fail(const struct locus_error *err, int code)
-{
-	if (err && err->msg[0])
-		fprintf(stderr, "locusctl: %s (%s)\n", err->msg, locus_strerror(code));
-	else
-		fprintf(stderr, "locusctl: %s\n", locus_strerror(code));
-	return 1;
-}
-
 int locusctl_graceset_fit(const struct locus_trace *t, const char *eldr_path, uint32_t R,
 			  const struct locus_gracefit_topo *topo,
 			  const struct locus_gracefit_opts *opts, const char *out)
@@ -43,20 +34,20 @@ int locusctl_graceset_fit(const struct locus_trace *t, const char *eldr_path, ui
 	if (!rc)
 		rc = locus_eldr_blob_check(eldr, elen, &v, &err);
 	if (rc) {
-		fail(&err, rc);
+		locusctl_fail(&err, rc);
 		goto out;
 	}
 	K = v.hdr->n_decoders;
 	info = calloc(K, sizeof(*info));
 	if (!info) {
-		fail(NULL, ENOMEM);
+		locusctl_fail(NULL, ENOMEM);
 		goto out;
 	}
 	rc = locus_epgroups_fit(t, &v, NULL, &o, &set, &slen, info, &err);
 	if (!rc)
 		rc = locus_tbl_write_file(out, set, slen, &err);
 	if (rc) {
-		fail(&err, rc);
+		locusctl_fail(&err, rc);
 		goto out;
 	}
 	printf("grace fit per decoder: %u requests, %u decoders x %u EP ranks on %u x %u GPUs "
@@ -209,7 +200,7 @@ int locusctl_graceset_show(int argc, char **argv)
 		rc = locus_graceset_blob_check(buf, len, &pl, NULL, g, NULL, &err);
 	if (rc) {
 		free(buf);
-		return fail(&err, rc);
+		return locusctl_fail(&err, rc);
 	}
 	if (json)
 		show_json(path, buf, pl, g);
