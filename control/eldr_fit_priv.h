@@ -8,6 +8,21 @@
 #include "locus_eldrfit.h"
 
 /*
+ * The fit's float kernels: an AVX2 clone and a default one that run the same
+ * operations in the same order, with multiply and add never contracted into
+ * an FMA, so results are bit-identical on every CPU. GCC says so per
+ * function (optimize); clang has no such attribute and takes a pragma at the
+ * top of the function's body instead (LOCUS_FIT_NO_CONTRACT).
+ */
+#ifdef __clang__
+#define LOCUS_FIT_KERNEL __attribute__((target_clones("avx2", "default")))
+#define LOCUS_FIT_NO_CONTRACT _Pragma("clang fp contract(off)")
+#else
+#define LOCUS_FIT_KERNEL __attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+#define LOCUS_FIT_NO_CONTRACT
+#endif
+
+/*
  * Greedy layer mask over S requests: pre/target [S][L][E] counts, idf
  * [L][E]. Writes mask[L] (0/1) and the scores (definition in
  * locus_eldrfit.h). Returns 0, -EINVAL (S < 2), -ENOMEM.

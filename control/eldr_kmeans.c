@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr_fit_priv.h"
 #include "locus_eldrfit.h"
 
 #define NONE UINT32_MAX
@@ -296,9 +297,10 @@ static double uniform(uint64_t *s)
  * target has FMA and contraction is off): bit-identical results on every
  * CPU, only wider registers.
  */
-__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+LOCUS_FIT_KERNEL
 static float dotf(const float *a, const float *b, uint32_t D)
 {
+	LOCUS_FIT_NO_CONTRACT
 	float s[8] = { 0 };
 	uint32_t i = 0;
 
@@ -321,10 +323,11 @@ typedef float v8f __attribute__((vector_size(32)));
  * per block sharing their loads; the same lane order as dotf() (edges use
  * dotf itself), so a pair's value does not depend on the path taken.
  */
-__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+LOCUS_FIT_KERNEL
 static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, uint32_t K,
 			double *cost)
 {
+	LOCUS_FIT_NO_CONTRACT
 	const uint32_t D8 = D & ~7u;
 	uint32_t i0 = 0;
 

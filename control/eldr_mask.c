@@ -40,9 +40,10 @@ typedef float v8f __attribute__((vector_size(32)));
  * separate multiply and add (no FMA in either target, contraction off):
  * bit-identical results on every CPU.
  */
-__attribute__((target_clones("avx2", "default"), optimize("fp-contract=off")))
+LOCUS_FIT_KERNEL
 static void gram_acc(const float *A, uint32_t n, size_t ld, size_t off, size_t len, float *G)
 {
+	LOCUS_FIT_NO_CONTRACT
 	for (uint32_t i0 = 0; i0 < n; i0 += 2) {
 		for (uint32_t j0 = i0 & ~3u; j0 < n; j0 += 4) {
 			const float *a0 = A + (size_t)i0 * ld + off, *a1 = a0 + ld;
