@@ -53,6 +53,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->moe_top_k = 8;
 	cfg->sig_cache_bytes = 32u << 20;
 	cfg->sig_cache_block_tokens = 16;
+	cfg->sig_cache_checkpoint_blocks = 8;
 	cfg->max_decoders = 64;
 	cfg->max_batch_tokens = 4096;
 	cfg->table_slot_size = 4u << 20;
@@ -286,6 +287,8 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u64(p, k, v, 0, 1ull << 40, &c->sig_cache_bytes);
 	if (!strcmp(k, "sig_cache_block_tokens"))
 		return parse_u32(p, k, v, 1, 255, &c->sig_cache_block_tokens);
+	if (!strcmp(k, "sig_cache_checkpoint_blocks"))
+		return parse_u32(p, k, v, 0, 4096, &c->sig_cache_checkpoint_blocks);
 	if (!strcmp(k, "max_decoders"))
 		return parse_u32(p, k, v, 1, 1024, &c->max_decoders);
 	if (!strcmp(k, "max_batch_tokens"))

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * The signature cache on the engine's lcore (issue 12): ROUTE_BLOCKS sums
- * the cached blocks' counts, the new blocks' and the tail's into a private
- * signature, routes it as a ROUTE would (engine_route_signature) and caches
+ * the cached blocks' counts (from the deepest prefix checkpoint named), the
+ * new blocks' and the tail's into a private signature, routes it as a ROUTE would (engine_route_signature) and caches
  * the new blocks; EVICT drops blocks. The cache is the engine's alone (one
  * writer), allocated at create for the largest table the dims allow; a
  * table of another shape empties it in place.
@@ -20,6 +20,7 @@ int engine_blocks_create(struct locus_engine *e, struct locus_error *err)
 	struct locus_sigcache_params p = {
 		.n_layers = d->max_layers, .n_experts = d->max_experts, .top_k = d->top_k,
 		.block_tokens = d->sig_cache_block_tokens, .capacity_bytes = d->sig_cache_bytes,
+		.checkpoint_blocks = d->sig_cache_checkpoint_blocks,
 	};
 	struct locus_sigcache_stats st;
 	size_t cells = (size_t)d->max_layers * d->max_experts;
@@ -43,6 +44,7 @@ int engine_blocks_create(struct locus_engine *e, struct locus_error *err)
 		return locus_error_set(err, ENOMEM, "signature cache: out of memory");
 	locus_sigcache_stats(e->sc, &st);
 	locus_gauge_set(e->blk, e->c.sc_capacity, (int64_t)st.capacity);
+	locus_gauge_set(e->blk, e->c.sc_ckpt_capacity, (int64_t)st.ckpt_capacity);
 	return 0;
 }
 
@@ -69,6 +71,14 @@ static void sync_counters(struct locus_engine *e)
 		locus_counter_add_elem(e->blk, e->c.sc_evictions, r,
 				       st.evictions[r] - o->evictions[r]);
 	locus_counter_add(e->blk, e->c.sc_resets, st.resets - o->resets);
+	locus_counter_add(e->blk, e->c.sc_summed, st.summed - o->summed);
+	locus_counter_add(e->blk, e->c.sc_ckpt_hits, st.ckpt_hits - o->ckpt_hits);
+	locus_counter_add(e->blk, e->c.sc_ckpt_mismatch, st.ckpt_mismatch - o->ckpt_mismatch);
+	locus_counter_add(e->blk, e->c.sc_ckpt_inserts, st.ckpt_inserts - o->ckpt_inserts);
+	for (uint32_t r = 0; r < LOCUS_SIGCACHE_EVICT_N; r++)
+		locus_counter_add_elem(e->blk, e->c.sc_ckpt_evictions, r,
+				       st.ckpt_evictions[r] - o->ckpt_evictions[r]);
+	locus_gauge_set(e->blk, e->c.sc_ckpt_entries, (int64_t)st.ckpt_entries);
 	locus_gauge_set(e->blk, e->c.sc_entries, (int64_t)st.entries);
 	locus_gauge_set(e->blk, e->c.sc_bytes, (int64_t)st.bytes_used);
 	*o = st;
@@ -117,9 +127,8 @@ void engine_route_blocks(struct locus_engine *e, uint32_t slot, struct locus_des
 	struct locus_blocks_hdr *h = (struct locus_blocks_hdr *)e->blk_req;
 	struct locus_eldr_sig_hdr sh;
 	enum locus_blocks_fault fault;
+	struct locus_sigcache_prompt_sum ps;
 	uint64_t t0 = e->p.now();
-	uint32_t found = 0;
-	size_t cells;
 	uint64_t tokens;
 	int ret;
 
@@ -163,29 +172,24 @@ void engine_route_blocks(struct locus_engine *e, uint32_t slot, struct locus_des
 		refuse(e, d, ret, fault_reason[fault]);
 		goto complete;
 	}
-	/* the sum: the tail's counts, the new blocks', the cached blocks' */
-	cells = (size_t)shape.n_layers * shape.n_experts;
+	/*
+	 * The sum: the prefix's known blocks (from the deepest checkpoint named),
+	 * the new blocks (then cached), and the tail's counts, read once.
+	 */
 	memcpy(&sh, e->blk_req + lay.off_sig, sizeof(sh));
-	memcpy(e->blk_sum, c->buf + d->off + lay.off_sig + sizeof(sh), cells * 2);
-	for (uint32_t i = 0; i < lay.n_new; i++)
-		locus_sigcache_sum(e->sc, e->blk_sum, locus_blocks_new_counts(e->blk_req, &lay, i));
-	for (uint32_t i = 0; i < lay.n_cached; i++)
-		found += (uint32_t)locus_sigcache_add(e->sc, locus_blocks_cached(e->blk_req, &lay)[i],
-						      e->blk_sum);
-	tokens = (uint64_t)(found + lay.n_new) * shape.block_tokens + sh.prompt_tokens;
+	locus_sigcache_prompt_sum(e->sc, &(struct locus_sigcache_prompt){
+		.cached = locus_blocks_cached(e->blk_req, &lay), .n_cached = lay.n_cached,
+		.new_blocks = e->blk_req + lay.off_new, .new_stride = lay.new_stride,
+		.n_new = lay.n_new }, e->blk_sum, &ps);
+	locus_sigcache_sum_sig(e->sc, e->blk_sum,
+			       (const uint16_t *)(c->buf + d->off + lay.off_sig + sizeof(sh)));
+	tokens = (uint64_t)(ps.known + lay.n_new) * shape.block_tokens + sh.prompt_tokens;
 	sh.prompt_tokens = (uint32_t)LOCUS_MIN(tokens, (uint64_t)UINT32_MAX);
-	d->blocks = found;
-	if (found < lay.n_cached) {
+	d->blocks = ps.known;
+	if (ps.known < lay.n_cached) {
 		d->flags |= LOCUS_DESC_F_PARTIAL;
 		engine_count(e, e->c.route_blocks_partial);
 	}
-	/*
-	 * The serving engine holds these KV blocks whatever the route's
-	 * outcome: cache them (a full cache drops its least recently used).
-	 */
-	for (uint32_t i = 0; i < lay.n_new; i++)
-		locus_sigcache_insert(e->sc, locus_blocks_new_hash(e->blk_req, &lay, i),
-				      locus_blocks_new_counts(e->blk_req, &lay, i));
 	sync_counters(e);
 	engine_route_signature(e, slot, d, &sh, e->blk_sum, lay.sig_len, t0);
 	return;

@@ -162,6 +162,22 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_bytes },
 		{ "sigcache_capacity", "blocks the signature cache holds at most",
 		  LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_capacity },
+		{ "sigcache_blocks_summed", "cached blocks' counts added into a routed signature "
+		  "(the blocks under a prefix checkpoint are not)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->sc_summed },
+		{ "sigcache_checkpoint_hits", "ROUTE_BLOCKS summed from a prefix checkpoint",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->sc_ckpt_hits },
+		{ "sigcache_checkpoint_mismatch", "prefix checkpoints named at another block index "
+		  "than their own (hashes not chained; not used)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->sc_ckpt_mismatch },
+		{ "sigcache_checkpoint_inserts", "prefix checkpoints written", LOCUS_CTR_COUNTER, 0,
+		  0, 0, 0, 0, &o->sc_ckpt_inserts },
+		{ "sigcache_checkpoint_evictions", "prefix checkpoints dropped, by reason (0 lru, 1 "
+		  "explicit)", LOCUS_CTR_COUNTER, 1, 2, 0, "reason", 0, &o->sc_ckpt_evictions },
+		{ "sigcache_checkpoints", "prefix checkpoints in the signature cache",
+		  LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_ckpt_entries },
+		{ "sigcache_checkpoint_capacity", "prefix checkpoints the signature cache holds at "
+		  "most", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_ckpt_capacity },
 	};
 
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(defs); i++) {

@@ -27,6 +27,8 @@
  *   moe_top_k       = 8                # experts per token per layer (bounds cached blocks)
  *   sig_cache_bytes = 33554432         # signature cache (KV-block expert counts); 0 = off
  *   sig_cache_block_tokens = 16        # tokens per KV block (the serving engine's block size)
+ *   sig_cache_checkpoint_blocks = 8    # a prefix checkpoint every N blocks (chained hashes);
+ *                                      # 0 = none (a client whose hashes are not chained)
  *   max_decoders    = 64               # decoder ids 0..max_decoders-1
  *   max_batch_tokens = 4096            # tokens per dispatch batch
  *   table_slot_size = 4194304          # bytes per table slot in the segment
@@ -87,6 +89,7 @@ struct locus_config {
 	uint32_t moe_top_k;                       /* 1..64 */
 	uint64_t sig_cache_bytes;                 /* 0: no signature cache */
 	uint32_t sig_cache_block_tokens;          /* 1..255 */
+	uint32_t sig_cache_checkpoint_blocks;     /* 0..4096, 0: no prefix checkpoints */
 	uint32_t max_decoders;
 	uint32_t max_batch_tokens;
 	uint64_t table_slot_size;

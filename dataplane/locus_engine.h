@@ -73,6 +73,12 @@ struct locus_engine_ctr {
 	uint64_t sc_evictions;                     /* [reason]: 0 lru, 1 explicit */
 	uint64_t sc_resets;                        /* emptied for a table of another shape */
 	uint64_t sc_entries, sc_bytes, sc_capacity; /* gauges */
+	uint64_t sc_summed;                        /* cached blocks' counts added into a sum */
+	uint64_t sc_ckpt_hits;                     /* ROUTE_BLOCKS summed from a prefix checkpoint */
+	uint64_t sc_ckpt_mismatch;                 /* a checkpoint named at another depth (unused) */
+	uint64_t sc_ckpt_inserts;
+	uint64_t sc_ckpt_evictions;                /* [reason]: 0 lru, 1 explicit */
+	uint64_t sc_ckpt_entries, sc_ckpt_capacity; /* gauges */
 };
 
 /* Why a ROUTE_BLOCKS or EVICT was refused: the index of rejected_blocks. */
@@ -98,6 +104,7 @@ struct locus_engine_dims {
 	uint32_t top_k;          /* experts per token per layer: bounds a cached block's layers */
 	uint32_t sig_cache_block_tokens;
 	uint64_t sig_cache_bytes; /* 0: no signature cache (ROUTE_BLOCKS refused -EOPNOTSUPP) */
+	uint32_t sig_cache_checkpoint_blocks; /* a prefix checkpoint every N blocks; 0 = none */
 };
 
 /*

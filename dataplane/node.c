@@ -174,6 +174,7 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		.top_k = cfg->moe_top_k,
 		.sig_cache_block_tokens = cfg->sig_cache_block_tokens,
 		.sig_cache_bytes = cfg->sig_cache_bytes,
+		.sig_cache_checkpoint_blocks = cfg->sig_cache_checkpoint_blocks,
 	};
 	ret = locus_engine_register_counters(n->ctrs, &ep.dims, &ep.ctr, err);
 	if (ret == 0)
@@ -194,13 +195,17 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		struct locus_sigcache_params sp = {
 			.n_layers = cfg->moe_layers, .n_experts = cfg->moe_experts,
 			.top_k = cfg->moe_top_k, .block_tokens = cfg->sig_cache_block_tokens,
+			.capacity_bytes = cfg->sig_cache_bytes,
+			.checkpoint_blocks = cfg->sig_cache_checkpoint_blocks,
 		};
+		uint64_t nb, nc;
 
+		locus_sigcache_split(&sp, &nb, &nc);
 		fprintf(stderr, "locusd: signature cache: %llu bytes, blocks of %u tokens, "
-			"top-%u: %llu blocks of %ux%u\n", (unsigned long long)cfg->sig_cache_bytes,
-			sp.block_tokens, sp.top_k,
-			(unsigned long long)(cfg->sig_cache_bytes / locus_sigcache_entry_bytes(&sp)),
-			sp.n_layers, sp.n_experts);
+			"top-%u: %llu blocks of %ux%u, %llu prefix checkpoints (one per %u "
+			"blocks)\n", (unsigned long long)cfg->sig_cache_bytes, sp.block_tokens,
+			sp.top_k, (unsigned long long)nb, sp.n_layers, sp.n_experts,
+			(unsigned long long)nc, sp.checkpoint_blocks);
 	}
 	if (ret == 0)
 		ret = open_push(n, err);

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 /*
- * The signature cache (locus_sigcache.h): a pool of fixed-size entries, an
- * open-addressing hash table over them and an LRU list, all allocated at
- * create.
+ * The signature cache (locus_sigcache.h): two stores of fixed-size entries
+ * (blocks' uint8 counts, prefix checkpoints' uint16 sums), each an open-
+ * addressing hash table over a pool with its own LRU list, all allocated
+ * at create. The prompt-level sum is sigcache_route.c's.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -12,32 +13,9 @@
 #include "locus_common.h"
 #include "locus_blocks.h"
 #include "locus_eldr.h"
-#include "locus_sigcache.h"
+#include "sigcache_priv.h"
 
-#define NIL        UINT32_MAX
-#define HDR_BYTES  32u /* what an entry's header costs, counted in its bytes */
 #define MAX_SLOTS  (1u << 30)
-
-struct slot {
-	uint64_t hash;
-	uint32_t prev, next; /* LRU order (head: most recent); next links the free list */
-};
-
-struct locus_sigcache {
-	struct locus_sigcache_params p;
-	uint32_t max_layers, max_experts; /* the shape at create: the pool's stride */
-	size_t cells;          /* L x E */
-	size_t stride;         /* bytes of counts per entry, 64-byte multiple */
-	uint32_t n_slots;
-	uint32_t mask;         /* buckets - 1 */
-	uint64_t seed;         /* keys the bucket of a hash: a client cannot aim at one */
-	uint32_t *bucket;      /* slot + 1, 0 empty */
-	struct slot *slot;
-	uint8_t *counts;       /* n_slots x stride */
-	uint32_t head, tail, free;
-	locus_sigcache_sum_fn sum;
-	struct locus_sigcache_stats st;
-};
 
 static uint64_t mix(uint64_t x)
 {
@@ -49,9 +27,9 @@ static uint64_t mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-static uint32_t home(const struct locus_sigcache *c, uint64_t hash)
+static uint32_t home(const struct locus_sigcache *c, const struct sc_store *s, uint64_t hash)
 {
-	return (uint32_t)mix(hash ^ c->seed) & c->mask;
+	return (uint32_t)mix(hash ^ c->seed) & s->mask;
 }
 
 static int params_ok(const struct locus_sigcache_params *p)
@@ -59,63 +37,128 @@ static int params_ok(const struct locus_sigcache_params *p)
 	return p && p->n_layers && p->n_layers <= LOCUS_ELDR_MAX_LAYERS && p->n_experts &&
 	       p->n_experts <= LOCUS_ELDR_MAX_EXPERTS && p->top_k &&
 	       p->top_k <= LOCUS_ELDR_MAX_K && p->block_tokens &&
-	       p->block_tokens <= LOCUS_SIGCACHE_MAX_BLOCK_TOKENS;
+	       p->block_tokens <= LOCUS_SIGCACHE_MAX_BLOCK_TOKENS &&
+	       p->checkpoint_blocks <= LOCUS_SIGCACHE_MAX_CHECKPOINT_BLOCKS;
 }
 
 size_t locus_sigcache_entry_bytes(const struct locus_sigcache_params *p)
 {
 	if (!params_ok(p))
 		return 0;
-	return HDR_BYTES + LOCUS_ALIGN_UP((size_t)p->n_layers * p->n_experts, 64);
+	return SC_HDR_BYTES + LOCUS_ALIGN_UP((size_t)p->n_layers * p->n_experts, 64);
+}
+
+size_t locus_sigcache_checkpoint_bytes(const struct locus_sigcache_params *p)
+{
+	if (!params_ok(p))
+		return 0;
+	return SC_HDR_BYTES + LOCUS_ALIGN_UP((size_t)p->n_layers * p->n_experts * 2, 64);
+}
+
+/* Every slot free, every bucket empty; entries of stride bytes. */
+static void store_reset(struct sc_store *s, size_t stride)
+{
+	s->stride = stride;
+	if (s->bucket)
+		memset(s->bucket, 0, ((size_t)s->mask + 1) * sizeof(*s->bucket));
+	for (uint32_t i = 0; i < s->n_slots; i++)
+		s->slot[i].next = i + 1 < s->n_slots ? i + 1 : SC_NIL;
+	s->free = s->n_slots ? 0 : SC_NIL;
+	s->head = s->tail = SC_NIL;
+	s->entries = 0;
+}
+
+/* n slots of stride bytes and twice as many buckets (a power of two); 0 or -ENOMEM. */
+static int store_alloc(struct sc_store *s, uint64_t n, size_t stride)
+{
+	uint64_t nb = 2;
+
+	s->n_slots = (uint32_t)n;
+	if (!n) {
+		store_reset(s, stride);
+		return 0;
+	}
+	while (nb < 2 * n)
+		nb <<= 1;
+	s->mask = (uint32_t)(nb - 1);
+	s->bucket = calloc(nb, sizeof(*s->bucket));
+	s->slot = calloc(n, sizeof(*s->slot));
+	if (posix_memalign((void **)&s->data, 64, n * stride))
+		s->data = NULL;
+	if (!s->bucket || !s->slot || !s->data)
+		return -ENOMEM;
+	store_reset(s, stride);
+	return 0;
+}
+
+static void store_free(struct sc_store *s)
+{
+	free(s->data);
+	free(s->slot);
+	free(s->bucket);
+}
+
+void locus_sigcache_split(const struct locus_sigcache_params *p, uint64_t *blocks,
+			  uint64_t *checkpoints)
+{
+	size_t ebytes = locus_sigcache_entry_bytes(p), cbytes = locus_sigcache_checkpoint_bytes(p);
+
+	*blocks = *checkpoints = 0;
+	if (!ebytes)
+		return;
+	/* one checkpoint's room per C blocks': both fill at the rate requests write them */
+	if (p->checkpoint_blocks)
+		*checkpoints = p->capacity_bytes / (p->checkpoint_blocks * ebytes + cbytes);
+	*blocks = (p->capacity_bytes - *checkpoints * cbytes) / ebytes;
 }
 
 int locus_sigcache_create(const struct locus_sigcache_params *p, struct locus_sigcache **out,
 			  struct locus_error *err)
 {
-	size_t ebytes = locus_sigcache_entry_bytes(p);
+	size_t ebytes = locus_sigcache_entry_bytes(p), cbytes = locus_sigcache_checkpoint_bytes(p);
 	struct locus_sigcache *c;
-	uint64_t n, nb = 2;
+	uint64_t n, n_ck;
 
 	if (!ebytes)
 		return locus_error_set(err, LOCUS_ERANGE, "signature cache: L %u, E %u, top-k %u, "
-				       "block of %u tokens: out of range",
-				       p ? p->n_layers : 0, p ? p->n_experts : 0,
-				       p ? p->top_k : 0, p ? p->block_tokens : 0);
-	n = p->capacity_bytes / ebytes;
+				       "block of %u tokens, a checkpoint every %u blocks: out of "
+				       "range", p ? p->n_layers : 0, p ? p->n_experts : 0,
+				       p ? p->top_k : 0, p ? p->block_tokens : 0,
+				       p ? p->checkpoint_blocks : 0);
+	locus_sigcache_split(p, &n, &n_ck);
+	if (p->checkpoint_blocks && (n_ck == 0 || n_ck > MAX_SLOTS))
+		return locus_error_set(err, LOCUS_ERANGE, "signature cache of %llu bytes: room "
+				       "for %llu checkpoints of %zu bytes beside their %u blocks "
+				       "of %zu (1..%u; raise sig_cache_bytes or set "
+				       "sig_cache_checkpoint_blocks = 0)",
+				       (unsigned long long)p->capacity_bytes,
+				       (unsigned long long)n_ck, cbytes, p->checkpoint_blocks,
+				       ebytes, MAX_SLOTS);
 	if (n == 0 || n > MAX_SLOTS)
 		return locus_error_set(err, LOCUS_ERANGE, "signature cache of %llu bytes: room "
 				       "for %llu entries of %zu bytes (1..%u)",
 				       (unsigned long long)p->capacity_bytes,
 				       (unsigned long long)n, ebytes, MAX_SLOTS);
-	while (nb < 2 * n)
-		nb <<= 1;
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	c->p = *p;
 	c->sum = locus_sigcache_sum_pick();
+	c->sum16 = locus_sigcache_sum16_pick();
 	c->max_layers = p->n_layers;
 	c->max_experts = p->n_experts;
 	c->cells = (size_t)p->n_layers * p->n_experts;
-	c->stride = ebytes - HDR_BYTES;
-	c->n_slots = (uint32_t)n;
-	c->mask = (uint32_t)(nb - 1);
-	c->bucket = calloc(nb, sizeof(*c->bucket));
-	c->slot = calloc(n, sizeof(*c->slot));
-	if (posix_memalign((void **)&c->counts, 64, n * c->stride))
-		c->counts = NULL;
-	if (!c->bucket || !c->slot || !c->counts) {
+	if (store_alloc(&c->blk, n, ebytes - SC_HDR_BYTES) ||
+	    store_alloc(&c->ck, n_ck, cbytes - SC_HDR_BYTES)) {
 		locus_sigcache_destroy(c);
-		return locus_error_set(err, ENOMEM, "signature cache: %llu entries: out of memory",
-				       (unsigned long long)n);
+		return locus_error_set(err, ENOMEM, "signature cache: %llu entries, %llu "
+				       "checkpoints: out of memory", (unsigned long long)n,
+				       (unsigned long long)n_ck);
 	}
 	if (getrandom(&c->seed, sizeof(c->seed), 0) != sizeof(c->seed))
 		c->seed = (uint64_t)(uintptr_t)c ^ 0x9e3779b97f4a7c15ull; /* better than none */
-	for (uint32_t i = 0; i < c->n_slots; i++)
-		c->slot[i].next = i + 1 < c->n_slots ? i + 1 : NIL;
-	c->free = 0;
-	c->head = c->tail = NIL;
 	c->st.capacity = n;
+	c->st.ckpt_capacity = n_ck;
 	*out = c;
 	return 0;
 }
@@ -124,9 +167,8 @@ void locus_sigcache_destroy(struct locus_sigcache *c)
 {
 	if (!c)
 		return;
-	free(c->counts);
-	free(c->slot);
-	free(c->bucket);
+	store_free(&c->ck);
+	store_free(&c->blk);
 	free(c);
 }
 
@@ -147,157 +189,237 @@ int locus_sigcache_reshape(struct locus_sigcache *c, uint32_t n_layers, uint32_t
 	c->p.n_layers = n_layers;
 	c->p.n_experts = n_experts;
 	c->cells = (size_t)n_layers * n_experts;
-	c->stride = LOCUS_ALIGN_UP(c->cells, 64);
-	memset(c->bucket, 0, ((size_t)c->mask + 1) * sizeof(*c->bucket));
-	for (uint32_t i = 0; i < c->n_slots; i++)
-		c->slot[i].next = i + 1 < c->n_slots ? i + 1 : NIL;
-	c->free = 0;
-	c->head = c->tail = NIL;
-	c->st.entries = 0;
+	store_reset(&c->blk, LOCUS_ALIGN_UP(c->cells, 64));
+	store_reset(&c->ck, LOCUS_ALIGN_UP(c->cells * 2, 64));
 	c->st.resets++;
 	return 0;
 }
 
-/* The bucket holding hash, or NIL. */
-static uint32_t find(const struct locus_sigcache *c, uint64_t hash)
+uint32_t sc_find(const struct locus_sigcache *c, const struct sc_store *s, uint64_t hash)
 {
-	for (uint32_t b = home(c, hash);; b = (b + 1) & c->mask) {
-		uint32_t s = c->bucket[b];
+	if (!s->n_slots)
+		return SC_NIL;
+	for (uint32_t b = home(c, s, hash);; b = (b + 1) & s->mask) {
+		uint32_t i = s->bucket[b];
 
-		if (!s)
-			return NIL;
-		if (c->slot[s - 1].hash == hash)
+		if (!i)
+			return SC_NIL;
+		if (s->slot[i - 1].hash == hash)
 			return b;
 	}
 }
 
-static void lru_unlink(struct locus_sigcache *c, uint32_t s)
+static void lru_unlink(struct sc_store *s, uint32_t i)
 {
-	struct slot *x = &c->slot[s];
+	struct sc_slot *x = &s->slot[i];
 
-	if (x->prev != NIL)
-		c->slot[x->prev].next = x->next;
+	if (x->prev != SC_NIL)
+		s->slot[x->prev].next = x->next;
 	else
-		c->head = x->next;
-	if (x->next != NIL)
-		c->slot[x->next].prev = x->prev;
+		s->head = x->next;
+	if (x->next != SC_NIL)
+		s->slot[x->next].prev = x->prev;
 	else
-		c->tail = x->prev;
+		s->tail = x->prev;
 }
 
-static void lru_push_head(struct locus_sigcache *c, uint32_t s)
+static void lru_push_head(struct sc_store *s, uint32_t i)
 {
-	c->slot[s].prev = NIL;
-	c->slot[s].next = c->head;
-	if (c->head != NIL)
-		c->slot[c->head].prev = s;
-	c->head = s;
-	if (c->tail == NIL)
-		c->tail = s;
+	s->slot[i].prev = SC_NIL;
+	s->slot[i].next = s->head;
+	if (s->head != SC_NIL)
+		s->slot[s->head].prev = i;
+	s->head = i;
+	if (s->tail == SC_NIL)
+		s->tail = i;
+}
+
+void sc_touch(struct sc_store *s, uint32_t i)
+{
+	if (s->head == i)
+		return;
+	lru_unlink(s, i);
+	lru_push_head(s, i);
 }
 
 /* Empty bucket b, moving later entries of its probe run back (no tombstones). */
-static void bucket_delete(struct locus_sigcache *c, uint32_t b)
+static void bucket_delete(const struct locus_sigcache *c, struct sc_store *s, uint32_t b)
 {
 	uint32_t i = b, j = b;
 
-	c->bucket[i] = 0;
+	s->bucket[i] = 0;
 	for (;;) {
 		uint32_t k;
 
-		j = (j + 1) & c->mask;
-		if (!c->bucket[j])
+		j = (j + 1) & s->mask;
+		if (!s->bucket[j])
 			return;
-		k = home(c, c->slot[c->bucket[j] - 1].hash);
+		k = home(c, s, s->slot[s->bucket[j] - 1].hash);
 		/* the entry at j stays if its home lies cyclically in (i, j] */
 		if (i <= j ? (i < k && k <= j) : (i < k || k <= j))
 			continue;
-		c->bucket[i] = c->bucket[j];
-		c->bucket[j] = 0;
+		s->bucket[i] = s->bucket[j];
+		s->bucket[j] = 0;
 		i = j;
 	}
 }
 
 /* Remove the entry in bucket b; its slot goes back to the free list. */
-static void remove_at(struct locus_sigcache *c, uint32_t b, enum locus_sigcache_evict_reason why)
+static void remove_at(const struct locus_sigcache *c, struct sc_store *s, uint32_t b)
 {
-	uint32_t s = c->bucket[b] - 1;
+	uint32_t i = s->bucket[b] - 1;
 
-	bucket_delete(c, b);
-	lru_unlink(c, s);
-	c->slot[s].next = c->free;
-	c->free = s;
-	c->st.entries--;
-	c->st.evictions[why]++;
+	bucket_delete(c, s, b);
+	lru_unlink(s, i);
+	s->slot[i].next = s->free;
+	s->free = i;
+	s->entries--;
+}
+
+/*
+ * A slot for a new hash (not in s), the most recent: a free one, else the
+ * least recently used entry's (*evicted = 1). Its data is the caller's to fill.
+ */
+static uint32_t take_slot(const struct locus_sigcache *c, struct sc_store *s, uint64_t hash,
+			  int *evicted)
+{
+	uint32_t b, i;
+
+	*evicted = s->free == SC_NIL;
+	if (*evicted)
+		remove_at(c, s, sc_find(c, s, s->slot[s->tail].hash));
+	i = s->free;
+	s->free = s->slot[i].next;
+	s->slot[i].hash = hash;
+	for (b = home(c, s, hash); s->bucket[b]; b = (b + 1) & s->mask)
+		;
+	s->bucket[b] = i + 1;
+	lru_push_head(s, i);
+	s->entries++;
+	return i;
 }
 
 int locus_sigcache_insert(struct locus_sigcache *c, uint64_t hash, const uint8_t *counts)
 {
-	uint32_t b = find(c, hash), s;
+	struct sc_store *s = &c->blk;
+	uint32_t b = sc_find(c, s, hash), i;
+	int evicted;
 
-	if (b != NIL) {
-		s = c->bucket[b] - 1;
-		lru_unlink(c, s);
-		lru_push_head(c, s);
-		if (!memcmp(c->counts + (size_t)s * c->stride, counts, c->cells)) {
+	if (b != SC_NIL) {
+		i = s->bucket[b] - 1;
+		sc_touch(s, i);
+		if (!memcmp(sc_data(s, i), counts, c->cells)) {
 			c->st.refreshes++;
 			return LOCUS_SIGCACHE_REFRESHED;
 		}
-		memcpy(c->counts + (size_t)s * c->stride, counts, c->cells);
+		memcpy(sc_data(s, i), counts, c->cells);
 		c->st.replaced++;
 		return LOCUS_SIGCACHE_REPLACED;
 	}
-	if (c->free == NIL)
-		remove_at(c, find(c, c->slot[c->tail].hash), LOCUS_SIGCACHE_EVICT_LRU);
-	s = c->free;
-	c->free = c->slot[s].next;
-	c->slot[s].hash = hash;
-	memcpy(c->counts + (size_t)s * c->stride, counts, c->cells);
-	for (b = home(c, hash); c->bucket[b]; b = (b + 1) & c->mask)
-		;
-	c->bucket[b] = s + 1;
-	lru_push_head(c, s);
-	c->st.entries++;
+	i = take_slot(c, s, hash, &evicted);
+	c->st.evictions[LOCUS_SIGCACHE_EVICT_LRU] += (uint64_t)evicted;
+	memcpy(sc_data(s, i), counts, c->cells);
 	c->st.inserts++;
 	return LOCUS_SIGCACHE_INSERTED;
 }
 
-int locus_sigcache_add(struct locus_sigcache *c, uint64_t hash, uint16_t *sig)
+int locus_sigcache_touch(struct locus_sigcache *c, uint64_t hash)
 {
-	uint32_t b = find(c, hash), s;
-	const uint8_t *cnt;
+	uint32_t b = sc_find(c, &c->blk, hash);
 
-	if (b == NIL) {
+	if (b == SC_NIL) {
 		c->st.misses++;
 		return 0;
 	}
-	s = c->bucket[b] - 1;
-	lru_unlink(c, s);
-	lru_push_head(c, s);
-	cnt = c->counts + (size_t)s * c->stride;
-	c->sum(sig, cnt, c->cells);
+	sc_touch(&c->blk, c->blk.bucket[b] - 1);
 	c->st.hits++;
+	return 1;
+}
+
+int locus_sigcache_add(struct locus_sigcache *c, uint64_t hash, uint16_t *sig)
+{
+	uint32_t b = sc_find(c, &c->blk, hash), i;
+
+	if (b == SC_NIL) {
+		c->st.misses++;
+		return 0;
+	}
+	i = c->blk.bucket[b] - 1;
+	sc_touch(&c->blk, i);
+	c->sum(sig, sc_data(&c->blk, i), c->cells);
+	c->st.hits++;
+	c->st.summed++;
 	return 1;
 }
 
 int locus_sigcache_contains(const struct locus_sigcache *c, uint64_t hash)
 {
-	return find(c, hash) != NIL;
+	return sc_find(c, &c->blk, hash) != SC_NIL;
+}
+
+int locus_sigcache_checkpoint_insert(struct locus_sigcache *c, uint64_t hash, uint32_t depth,
+				     const uint16_t *sum)
+{
+	struct sc_store *s = &c->ck;
+	uint32_t b = sc_find(c, s, hash), i;
+	int evicted;
+
+	if (!s->n_slots)
+		return -EOPNOTSUPP;
+	if (b != SC_NIL) {
+		i = s->bucket[b] - 1;
+		sc_touch(s, i);
+		if (s->slot[i].depth == depth && !memcmp(sc_data(s, i), sum, c->cells * 2))
+			return LOCUS_SIGCACHE_REFRESHED;
+		s->slot[i].depth = depth;
+		memcpy(sc_data(s, i), sum, c->cells * 2);
+		c->st.ckpt_replaced++;
+		return LOCUS_SIGCACHE_REPLACED;
+	}
+	i = take_slot(c, s, hash, &evicted);
+	c->st.ckpt_evictions[LOCUS_SIGCACHE_EVICT_LRU] += (uint64_t)evicted;
+	s->slot[i].depth = depth;
+	memcpy(sc_data(s, i), sum, c->cells * 2);
+	c->st.ckpt_inserts++;
+	return LOCUS_SIGCACHE_INSERTED;
+}
+
+const uint16_t *locus_sigcache_checkpoint_find(const struct locus_sigcache *c, uint64_t hash,
+					       uint32_t depth)
+{
+	uint32_t b = sc_find(c, &c->ck, hash), i;
+
+	if (b == SC_NIL)
+		return NULL;
+	i = c->ck.bucket[b] - 1;
+	if (c->ck.slot[i].depth != depth)
+		return NULL;
+	return (const uint16_t *)sc_data(&c->ck, i);
 }
 
 int locus_sigcache_evict(struct locus_sigcache *c, uint64_t hash)
 {
-	uint32_t b = find(c, hash);
+	uint32_t b = sc_find(c, &c->blk, hash), k = sc_find(c, &c->ck, hash);
 
-	if (b == NIL)
-		return 0;
-	remove_at(c, b, LOCUS_SIGCACHE_EVICT_EXPLICIT);
-	return 1;
+	if (b != SC_NIL) {
+		remove_at(c, &c->blk, b);
+		c->st.evictions[LOCUS_SIGCACHE_EVICT_EXPLICIT]++;
+	}
+	if (k != SC_NIL) {
+		remove_at(c, &c->ck, k);
+		c->st.ckpt_evictions[LOCUS_SIGCACHE_EVICT_EXPLICIT]++;
+	}
+	return b != SC_NIL || k != SC_NIL;
 }
 
 void locus_sigcache_sum(const struct locus_sigcache *c, uint16_t *sig, const uint8_t *cnt)
 {
 	c->sum(sig, cnt, c->cells);
+}
+
+void locus_sigcache_sum_sig(const struct locus_sigcache *c, uint16_t *sig, const uint16_t *add)
+{
+	c->sum16(sig, add, c->cells);
 }
 
 void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_params *out)
@@ -308,5 +430,8 @@ void locus_sigcache_shape(const struct locus_sigcache *c, struct locus_sigcache_
 void locus_sigcache_stats(const struct locus_sigcache *c, struct locus_sigcache_stats *out)
 {
 	*out = c->st;
-	out->bytes_used = c->st.entries * (c->stride + HDR_BYTES);
+	out->entries = c->blk.entries;
+	out->ckpt_entries = c->ck.entries;
+	out->bytes_used = c->blk.entries * (c->blk.stride + SC_HDR_BYTES) +
+			  c->ck.entries * (c->ck.stride + SC_HDR_BYTES);
 }

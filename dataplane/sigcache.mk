@@ -1,5 +1,5 @@
 # the signature cache (issue 12): pure C, the engine's (engine_blocks.c)
-$(eval $(call LIBRARY,sigcache,dataplane/sigcache.c dataplane/sigcache_sum.c))
+$(eval $(call LIBRARY,sigcache,dataplane/sigcache.c dataplane/sigcache_route.c dataplane/sigcache_sum.c))
 $(eval $(call PROGRAM,tests/test_sigcache,tests/test_sigcache.c,sigcache formats trace common,cmocka))
 UNIT_TESTS += tests/test_sigcache
 # the signature cache through a whole node: ROUTE_BLOCKS, EVICT, LRU, restart, refusals

@@ -93,6 +93,7 @@ static void test_defaults_alone(void **state)
 	/* the signature cache: on, 32 MiB of 16-token blocks, top-8 bounds */
 	assert_int_equal(c.sig_cache_bytes, 32u << 20);
 	assert_int_equal(c.sig_cache_block_tokens, 16);
+	assert_int_equal(c.sig_cache_checkpoint_blocks, 8);
 	assert_int_equal(c.moe_top_k, 8);
 	assert_int_equal(parse("[locusd]\nsig_cache_bytes = 0\nsig_cache_block_tokens = 255\n"
 			       "moe_top_k = 6\n", &c, NULL), 0);
@@ -156,6 +157,8 @@ static void test_refusals(void **state)
 		  "t.conf:2: sig_cache_block_tokens: 256 is outside", LOCUS_ERANGE },
 		{ "[locusd]\nsig_cache_block_tokens = 0\n",
 		  "t.conf:2: sig_cache_block_tokens: 0 is outside", LOCUS_ERANGE },
+		{ "[locusd]\nsig_cache_checkpoint_blocks = 4097\n",
+		  "t.conf:2: sig_cache_checkpoint_blocks: 4097 is outside", LOCUS_ERANGE },
 		{ "[locusd]\nmoe_top_k = 65\n", "t.conf:2: moe_top_k: 65 is outside", LOCUS_ERANGE },
 		{ "[locusd]\nsig_cache_bytes = -1\n", "t.conf:2: sig_cache_bytes:", LOCUS_EPARSE },
 	};

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <cmocka.h>
 
 #include "locus_eldr.h"
@@ -303,6 +304,298 @@ static void test_cached_equals_whole_prompt(void **state)
 	locus_trace_free(t);
 }
 
+/* ---- prefix checkpoints ------------------------------------------------------------- */
+
+#define CK_L 2u
+#define CK_E 8u
+#define CK_CELLS (CK_L * CK_E)
+#define CK_BRANCHES 6u
+#define CK_DEPTH 20u
+
+/* A block's counts, a function of its (chained) hash: 16 tokens, top-2 per layer. */
+static void ck_counts(uint64_t h, uint8_t *c)
+{
+	memset(c, 0, CK_CELLS);
+	for (uint32_t t = 0; t < BLOCK; t++)
+		for (uint32_t l = 0; l < CK_L; l++) {
+			h = h * 6364136223846793005ull + 1442695040888963407ull;
+			c[l * CK_E + (h >> 60) % 4] += 1;
+			c[l * CK_E + 4 + (h >> 56) % 4] += 1;
+		}
+}
+
+/* A request of n_cached named + n_new new blocks of chain hash[], summed by the cache. */
+static void ck_route(struct locus_sigcache *c, const uint64_t *hash, uint32_t n_cached,
+		     uint32_t n_new, uint16_t *sum, struct locus_sigcache_prompt_sum *out)
+{
+	static uint8_t nb[CK_DEPTH * (8 + CK_CELLS)];
+
+	for (uint32_t j = 0; j < n_new; j++) {
+		memcpy(nb + j * (8 + CK_CELLS), &hash[n_cached + j], 8);
+		ck_counts(hash[n_cached + j], nb + j * (8 + CK_CELLS) + 8);
+	}
+	locus_sigcache_prompt_sum(c, &(struct locus_sigcache_prompt){
+		.cached = hash, .n_cached = n_cached, .new_blocks = nb,
+		.new_stride = 8 + CK_CELLS, .n_new = n_new }, sum, out);
+}
+
+/*
+ * A cache of ckpts checkpoints beside their ckpts x C blocks, and extra
+ * blocks more (fewer than one checkpoint's unit: the split gives them to blocks).
+ */
+static struct locus_sigcache *make_ck(uint32_t C, uint32_t ckpts, uint32_t extra)
+{
+	struct locus_sigcache_params p = { .n_layers = CK_L, .n_experts = CK_E, .top_k = 2,
+					   .block_tokens = BLOCK, .checkpoint_blocks = C };
+	struct locus_sigcache *c = NULL;
+	struct locus_error err = { 0 };
+	struct locus_sigcache_stats st;
+
+	p.capacity_bytes = ckpts * (C * locus_sigcache_entry_bytes(&p) +
+				    locus_sigcache_checkpoint_bytes(&p)) +
+			   extra * locus_sigcache_entry_bytes(&p);
+	if (locus_sigcache_create(&p, &c, &err))
+		fail_msg("create: %s", err.msg);
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.capacity, ckpts * C + extra);
+	assert_int_equal(st.ckpt_capacity, ckpts);
+	return c;
+}
+
+/* Sizes: the 48 x 128 figures of the README, the share, and too small a capacity. */
+static void test_checkpoint_params(void **state)
+{
+	struct locus_sigcache_params p = { .n_layers = 48, .n_experts = 128, .top_k = 8,
+					   .block_tokens = 16, .capacity_bytes = 32u << 20,
+					   .checkpoint_blocks = 8 };
+	struct locus_sigcache *c = NULL;
+	struct locus_error err = { 0 };
+	uint64_t nb, nc;
+	(void)state;
+
+	assert_int_equal(locus_sigcache_checkpoint_bytes(&p), 32 + 48 * 128 * 2);
+	locus_sigcache_split(&p, &nb, &nc);
+	/* 33,554,432 / (8 x 6,176 + 12,320) = 543 checkpoints; the rest in blocks */
+	assert_int_equal(nc, 543);
+	assert_int_equal(nb, (33554432 - 543 * 12320) / 6176);
+	p.capacity_bytes = 8 * 6176 + 12320 - 1;
+	assert_int_equal(locus_sigcache_create(&p, &c, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "sig_cache_checkpoint_blocks = 0"));
+	p.checkpoint_blocks = 0;
+	assert_int_equal(locus_sigcache_create(&p, &c, &err), 0);
+	assert_int_equal(locus_sigcache_checkpoint_insert(c, 1, 0, (uint16_t[6144]){ 0 }),
+			 -EOPNOTSUPP);
+	locus_sigcache_destroy(c);
+	p.checkpoint_blocks = LOCUS_SIGCACHE_MAX_CHECKPOINT_BLOCKS + 1;
+	assert_int_equal(locus_sigcache_entry_bytes(&p), 0);
+}
+
+/*
+ * Written where the whole prefix is known only; a later evicted block makes
+ * the route partial with the sum exact for what is known; EVICT drops a
+ * block's checkpoint; an earlier evicted block under a checkpoint is still
+ * known; a checkpoint at another depth is not used.
+ */
+static void test_checkpoint_rules(void **state)
+{
+	struct locus_sigcache *c = make_ck(2, 8, 0);
+	struct locus_sigcache_prompt_sum ps;
+	struct locus_sigcache_stats st;
+	uint64_t h[8];
+	uint8_t blk[8][CK_CELLS];
+	uint16_t sum[CK_CELLS], want[CK_CELLS];
+	(void)state;
+
+	for (uint32_t i = 0; i < 8; i++) {
+		h[i] = 0x1000 + i * 0x9e3779b97f4a7c15ull;
+		ck_counts(h[i], blk[i]);
+	}
+	/* 0..2 named but not cached: 3..7 new; no checkpoint from this partial prefix */
+	ck_route(c, h, 3, 5, sum, &ps);
+	assert_int_equal(ps.known, 0);
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.ckpt_entries, 0);
+	assert_null(locus_sigcache_checkpoint_find(c, h[3], 3));
+	assert_null(locus_sigcache_checkpoint_find(c, h[5], 5));
+	/* a shorter prompt of blocks 0..2, all new: the checkpoint of block 1 */
+	ck_route(c, h, 0, 3, sum, &ps);
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.ckpt_entries, 1);
+	assert_non_null(locus_sigcache_checkpoint_find(c, h[1], 1));
+	/* the whole prompt named: from checkpoint 1, blocks 2..7 summed, 3, 5, 7 written */
+	ck_route(c, h, 8, 0, sum, &ps);
+	memset(want, 0, sizeof(want));
+	for (uint32_t i = 0; i < 8; i++)
+		for (uint32_t x = 0; x < CK_CELLS; x++)
+			want[x] = (uint16_t)(want[x] + blk[i][x]);
+	assert_memory_equal(sum, want, sizeof(want));
+	assert_int_equal(ps.known, 8);
+	assert_int_equal(ps.from_checkpoint, 2);
+	assert_int_equal(ps.summed, 6);
+	assert_memory_equal(locus_sigcache_checkpoint_find(c, h[7], 7), want, sizeof(want));
+	ck_route(c, h, 8, 0, sum, &ps);
+	assert_memory_equal(sum, want, sizeof(want));
+	assert_int_equal(ps.from_checkpoint, 8);
+	assert_int_equal(ps.summed, 0);
+	/* EVICT 6 and 7 (7's checkpoint with it): from checkpoint 5, 6 and 7 missing */
+	assert_int_equal(locus_sigcache_evict(c, h[6]), 1);
+	assert_int_equal(locus_sigcache_evict(c, h[7]), 1);
+	assert_null(locus_sigcache_checkpoint_find(c, h[7], 7));
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.ckpt_evictions[LOCUS_SIGCACHE_EVICT_EXPLICIT], 1);
+	assert_int_equal(st.evictions[LOCUS_SIGCACHE_EVICT_EXPLICIT], 2);
+	ck_route(c, h, 8, 0, sum, &ps);
+	for (uint32_t x = 0; x < CK_CELLS; x++)
+		want[x] = (uint16_t)(want[x] - blk[6][x] - blk[7][x]);
+	assert_memory_equal(sum, want, sizeof(want));
+	assert_int_equal(ps.known, 6);
+	assert_int_equal(ps.from_checkpoint, 6);
+	/* an earlier block evicted under checkpoint 5: still known, a miss counted */
+	assert_int_equal(locus_sigcache_evict(c, h[0]), 1);
+	locus_sigcache_stats(c, &st);
+	ck_route(c, h, 6, 0, sum, &ps);
+	assert_memory_equal(sum, want, sizeof(want));
+	assert_int_equal(ps.known, 6);
+	assert_int_equal(ps.from_checkpoint, 6);
+	{
+		struct locus_sigcache_stats st2;
+
+		locus_sigcache_stats(c, &st2);
+		assert_int_equal(st2.misses - st.misses, 1);
+	}
+	/* h[5] stored at depth 5 named at depth 1 (hashes not chained): not used, counted */
+	{
+		uint64_t other[2] = { 0x77, h[5] };
+
+		ck_route(c, other, 2, 0, sum, &ps);
+		assert_int_equal(ps.from_checkpoint, 0);
+		assert_int_equal(ps.known, 1);
+		locus_sigcache_stats(c, &st);
+		assert_int_equal(st.ckpt_mismatch, 1);
+	}
+	locus_sigcache_destroy(c);
+}
+
+/* Checkpoints take their own LRU within their share; blocks keep theirs. */
+static void test_checkpoint_lru(void **state)
+{
+	struct locus_sigcache *c = make_ck(2, 2, 2); /* 6 blocks, 2 checkpoints */
+	struct locus_sigcache_prompt_sum ps;
+	struct locus_sigcache_stats st;
+	uint64_t a[4], b[2], d[2];
+	uint16_t sum[CK_CELLS];
+	(void)state;
+
+	for (uint32_t i = 0; i < 4; i++)
+		a[i] = 0xa0 + i;
+	b[0] = 0xb0, b[1] = 0xb1, d[0] = 0xd0, d[1] = 0xd1;
+	ck_route(c, a, 0, 4, sum, &ps); /* checkpoints a1, a3 */
+	ck_route(c, b, 0, 2, sum, &ps); /* b1: a1 (least recent) goes */
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.ckpt_entries, 2);
+	assert_int_equal(st.ckpt_evictions[LOCUS_SIGCACHE_EVICT_LRU], 1);
+	assert_int_equal(st.entries, 6);
+	assert_null(locus_sigcache_checkpoint_find(c, a[1], 1));
+	assert_non_null(locus_sigcache_checkpoint_find(c, a[3], 3));
+	/* a named again: from a3, its blocks touched; d then pushes out b's blocks and b1 */
+	ck_route(c, a, 4, 0, sum, &ps);
+	assert_int_equal(ps.from_checkpoint, 4);
+	assert_int_equal(ps.known, 4);
+	ck_route(c, d, 0, 2, sum, &ps);
+	assert_null(locus_sigcache_checkpoint_find(c, b[1], 1));
+	assert_non_null(locus_sigcache_checkpoint_find(c, a[3], 3));
+	assert_non_null(locus_sigcache_checkpoint_find(c, d[1], 1));
+	assert_false(locus_sigcache_contains(c, b[0]) || locus_sigcache_contains(c, b[1]));
+	for (uint32_t i = 0; i < 4; i++)
+		assert_true(locus_sigcache_contains(c, a[i]));
+	locus_sigcache_stats(c, &st);
+	assert_int_equal(st.entries, 6);
+	assert_int_equal(st.evictions[LOCUS_SIGCACHE_EVICT_LRU], 2);
+	assert_int_equal(st.ckpt_evictions[LOCUS_SIGCACHE_EVICT_LRU], 2);
+	assert_int_equal(st.ckpt_entries, 2);
+	assert_int_equal(st.bytes_used, 6 * (32 + 64) + 2 * (32 + 64));
+	locus_sigcache_destroy(c);
+}
+
+/*
+ * Random requests over a tree of chained prefixes, random EVICTs, both
+ * stores under LRU pressure: every sum is exactly the true counts of the
+ * blocks it says it knows (the checkpoint's prefix, the found blocks after
+ * it, the new ones), and every checkpoint left in the cache holds its
+ * prefix's true sum.
+ */
+static void test_checkpoint_random(void **state)
+{
+	static uint64_t chain[CK_BRANCHES][CK_DEPTH];
+	static uint8_t truth[CK_BRANCHES][CK_DEPTH][CK_CELLS];
+	uint32_t rng = 99, partial = 0, from_ck = 0;
+	(void)state;
+
+	for (uint32_t C = 1; C <= 5; C += 2) {
+		struct locus_sigcache *c = make_ck(C, 4, 1);
+
+		/* branches share their first blocks with branch 0 for a while */
+		for (uint32_t b = 0; b < CK_BRANCHES; b++) {
+			uint32_t split = b * 3;
+
+			for (uint32_t i = 0; i < CK_DEPTH; i++) {
+				uint64_t parent = i ? chain[b][i - 1] : 0xcbf29ce484222325ull;
+
+				chain[b][i] = i < split ? chain[0][i]
+						       : (parent ^ (b * 1000 + i)) * 0x100000001b3ull;
+				ck_counts(chain[b][i], truth[b][i]);
+			}
+		}
+		for (int it = 0; it < 20000; it++) {
+			struct locus_sigcache_prompt_sum ps;
+			uint16_t sum[CK_CELLS], want[CK_CELLS] = { 0 };
+			uint32_t b, n, nc, from = 0, known = 0;
+			int found[CK_DEPTH];
+
+			rng = rng * 1103515245u + 12345u;
+			b = (rng >> 8) % CK_BRANCHES;
+			n = 1 + (rng >> 12) % CK_DEPTH;
+			nc = (rng >> 20) % (n + 1);
+			if ((rng >> 28) % 4 == 0) {
+				locus_sigcache_evict(c, chain[b][(rng >> 4) % CK_DEPTH]);
+				continue;
+			}
+			/* what the cache holds before: the deepest usable checkpoint, the blocks */
+			for (uint32_t q = C ? nc / C : 0; q > 0 && !from; q--)
+				if (locus_sigcache_checkpoint_find(c, chain[b][q * C - 1], q * C - 1))
+					from = q * C;
+			for (uint32_t i = 0; i < nc; i++)
+				found[i] = locus_sigcache_contains(c, chain[b][i]);
+			ck_route(c, chain[b], nc, n - nc, sum, &ps);
+			for (uint32_t i = 0; i < n; i++)
+				if (i < from || i >= nc || found[i]) {
+					for (uint32_t x = 0; x < CK_CELLS; x++)
+						want[x] = (uint16_t)(want[x] + truth[b][i][x]);
+					known += i < nc;
+				}
+			assert_memory_equal(sum, want, sizeof(want));
+			assert_int_equal(ps.known, known);
+			assert_int_equal(ps.from_checkpoint, from);
+			partial += known < nc;
+			from_ck += from > 0;
+			/* every checkpoint of this branch in the cache is its prefix's true sum */
+			memset(want, 0, sizeof(want));
+			for (uint32_t i = 0; i < CK_DEPTH; i++) {
+				const uint16_t *ck = locus_sigcache_checkpoint_find(c, chain[b][i], i);
+
+				for (uint32_t x = 0; x < CK_CELLS; x++)
+					want[x] = (uint16_t)(want[x] + truth[b][i][x]);
+				if (ck)
+					assert_memory_equal(ck, want, sizeof(want));
+			}
+		}
+		locus_sigcache_destroy(c);
+	}
+	print_message("%u partial routes, %u summed from a checkpoint: every sum exact for "
+		      "what it knows, every checkpoint its prefix's sum\n", partial, from_ck);
+	assert_true(partial > 1000 && from_ck > 1000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -313,6 +606,10 @@ int main(void)
 		cmocka_unit_test(test_sum_paths),
 		cmocka_unit_test(test_random_against_model),
 		cmocka_unit_test(test_cached_equals_whole_prompt),
+		cmocka_unit_test(test_checkpoint_params),
+		cmocka_unit_test(test_checkpoint_rules),
+		cmocka_unit_test(test_checkpoint_lru),
+		cmocka_unit_test(test_checkpoint_random),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

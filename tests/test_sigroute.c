@@ -339,17 +339,31 @@ static void evict(const uint64_t *h, uint32_t n, uint64_t id, uint32_t want_foun
 
 /* ---- the tests ------------------------------------------------------------------------ */
 
+/* Block entries and checkpoints 32 MiB holds at 26 x 64 with a checkpoint every C blocks. */
+static void capacity_of(uint32_t C, uint64_t *blocks, uint64_t *ckpts)
+{
+	const uint64_t cap = 32u << 20, eb = 32 + 26 * 64, cb = 32 + 2 * 26 * 64;
+
+	*ckpts = C ? cap / (C * eb + cb) : 0;
+	*blocks = (cap - *ckpts * cb) / eb;
+}
+
 /*
  * Every request of the trace that has the tokens: routed with its domain's
- * head cached, against the whole prompt's ROUTE.
+ * head cached, against the whole prompt's ROUTE; with prefix checkpoints
+ * every C blocks (conf sets C; C 0 = none). A prompt has 7 full blocks, the
+ * head's 6 named as cached: C = 2 and 3 start every sum from the head's
+ * last checkpoint (block 5) and sum no cached block, C = 7 checkpoints each
+ * request's own block, C = 8 (the default) and 0 sum every cached block.
  */
-static void test_cached_equals_whole_prompt(void **state)
+static void whole_prompt_run(const char *conf, uint32_t C)
 {
 	static uint8_t whole[32 + 2 * 26 * 64] __attribute__((aligned(8)));
-	uint32_t seen[64] = { 0 }, routed = 0, hits = 0, by_dec[N_DEC] = { 0 };
-	(void)state;
+	uint32_t seen[64] = { 0 }, routed = 0, hits = 0, by_dec[N_DEC] = { 0 }, domains = 0;
+	uint32_t from_ckpt = C && C <= HEAD_BLOCKS ? HEAD_BLOCKS / C * C : 0;
+	uint64_t cap_blocks, cap_ckpts;
 
-	start(CONF(""), 1);
+	start(conf, 1);
 	for (uint32_t r = 0; r < tr->n_requests; r++) {
 		static struct prompt p;
 		struct locus_eldr_decision want;
@@ -381,15 +395,19 @@ static void test_cached_equals_whole_prompt(void **state)
 		assert_int_equal(d.peer, want.decoder_id);
 		assert_int_equal(d.count, want.n_candidates);
 		expect_delivery(d.peer, 2 * r + 1, whole, len);
+		domains += !seen[p.domain];
 		seen[p.domain] = 1;
 		routed++;
 		hits += cached;
 		by_dec[d.peer]++;
 	}
-	print_message("%u prompts of %u tokens (%u head blocks shared per domain): %u cached "
-		      "blocks named and found, every decision and every delivered byte equal to "
-		      "the whole prompt's ROUTE; decoders %u/%u/%u/%u\n", routed, MAX_TOK,
-		      HEAD_BLOCKS, hits, by_dec[0], by_dec[1], by_dec[2], by_dec[3]);
+	print_message("checkpoint every %u blocks: %u prompts of %u tokens (%u head blocks "
+		      "shared per domain): %u cached blocks named and found (%llu summed, %llu "
+		      "routes from a checkpoint), every decision and every delivered byte equal "
+		      "to the whole prompt's ROUTE; decoders %u/%u/%u/%u\n", C, routed, MAX_TOK,
+		      HEAD_BLOCKS, hits, (unsigned long long)ctr("sigcache_blocks_summed", 0),
+		      (unsigned long long)ctr("sigcache_checkpoint_hits", 0), by_dec[0], by_dec[1],
+		      by_dec[2], by_dec[3]);
 	assert_true(routed >= 40);
 	assert_true(by_dec[0] + by_dec[1] + by_dec[2] + by_dec[3] == routed);
 	assert_int_equal(ctr("sigcache_hits", 0), hits);
@@ -400,9 +418,42 @@ static void test_cached_equals_whole_prompt(void **state)
 	/* head blocks inserted once per domain, then refreshed; one own block per request */
 	assert_true(ctr("sigcache_inserts", 0) > 0);
 	assert_int_equal(ctr("sigcache_entries", 0), ctr("sigcache_inserts", 0));
-	assert_int_equal(ctr("sigcache_bytes", 0), ctr("sigcache_entries", 0) * (32 + 26 * 64));
-	assert_int_equal(ctr("sigcache_capacity", 0), (32u << 20) / (32 + 26 * 64));
+	/* a cached block under the checkpoint is looked up, not summed */
+	assert_int_equal(ctr("sigcache_blocks_summed", 0),
+			 hits - (uint64_t)from_ckpt * (hits / HEAD_BLOCKS));
+	assert_int_equal(ctr("sigcache_checkpoint_hits", 0), from_ckpt ? hits / HEAD_BLOCKS : 0);
+	/* the head's checkpoints once per domain; C = 7: each request's own block's */
+	assert_int_equal(ctr("sigcache_checkpoints", 0),
+			 (C ? (uint64_t)domains * (HEAD_BLOCKS / C) : 0) +
+			 (C && (HEAD_BLOCKS + 1) % C == 0 ? routed : 0));
+	assert_int_equal(ctr("sigcache_checkpoint_inserts", 0), ctr("sigcache_checkpoints", 0));
+	assert_int_equal(ctr("sigcache_checkpoint_mismatch", 0), 0);
+	assert_int_equal(ctr("sigcache_bytes", 0), ctr("sigcache_entries", 0) * (32 + 26 * 64) +
+			 ctr("sigcache_checkpoints", 0) * (32 + 2 * 26 * 64));
+	capacity_of(C, &cap_blocks, &cap_ckpts);
+	assert_int_equal(ctr("sigcache_capacity", 0), cap_blocks);
+	assert_int_equal(ctr("sigcache_checkpoint_capacity", 0), cap_ckpts);
 	stop_node();
+}
+
+static void test_cached_equals_whole_prompt(void **state)
+{
+	(void)state;
+	whole_prompt_run(CONF(""), 8); /* the default */
+}
+
+static void test_cached_equals_whole_prompt_no_checkpoints(void **state)
+{
+	(void)state;
+	whole_prompt_run(CONF("sig_cache_checkpoint_blocks = 0\n"), 0);
+}
+
+static void test_cached_equals_whole_prompt_checkpoints(void **state)
+{
+	(void)state;
+	whole_prompt_run(CONF("sig_cache_checkpoint_blocks = 2\n"), 2);
+	whole_prompt_run(CONF("sig_cache_checkpoint_blocks = 3\n"), 3);
+	whole_prompt_run(CONF("sig_cache_checkpoint_blocks = 7\n"), 7);
 }
 
 /* EVICT, a partial route, LRU at capacity, and a restart. */
@@ -417,8 +468,8 @@ static void test_evict_lru_restart(void **state)
 	uint32_t r0 = req_of(1, 0), r1 = req_of(1, r0 + 1);
 	(void)state;
 
-	/* room for 8 blocks of 26 x 64 */
-	start(CONF("sig_cache_bytes = 13568\n"), 1);
+	/* room for 8 blocks of 26 x 64 (per-block LRU: no checkpoints) */
+	start(CONF("sig_cache_bytes = 13568\nsig_cache_checkpoint_blocks = 0\n"), 1);
 	assert_int_equal(ctr("sigcache_capacity", 0), 8);
 	make_prompt(r0, &p);
 	make_prompt(r1, &q);
@@ -488,7 +539,7 @@ static void test_evict_lru_restart(void **state)
 	stop_node();
 
 	/* a restarted node: the cache is empty, routing still works (partial, counted) */
-	start(CONF("sig_cache_bytes = 13568\n"), 1);
+	start(CONF("sig_cache_bytes = 13568\nsig_cache_checkpoint_blocks = 0\n"), 1);
 	assert_int_equal(ctr("sigcache_entries", 0), 0);
 	len = sig_of(&p, HEAD_BLOCKS * BT, want, sizeof(want));
 	((struct locus_eldr_sig_hdr *)want)->prompt_tokens = BT + TAIL;
@@ -665,11 +716,98 @@ static void test_cache_off_and_reshape(void **state)
 	stop_node();
 }
 
+/* Route q with n_cached named, expecting the whole prompt's decision and bytes. */
+static void route_whole(const struct prompt *q, uint32_t n_cached, uint64_t id)
+{
+	static uint8_t whole[32 + 2 * 26 * 64] __attribute__((aligned(8)));
+	struct locus_eldr_decision want;
+	struct locus_desc d;
+	size_t len = sig_of(q, 0, whole, sizeof(whole));
+
+	assert_int_equal(locus_eldr_route(ref, whole, len, &want), 0);
+	d = route_blocks(q, n_cached, id, 0);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.blocks, n_cached);
+	assert_false(d.flags & LOCUS_DESC_F_PARTIAL);
+	assert_int_equal(d.peer, want.decoder_id);
+	expect_delivery(d.peer, id, whole, len);
+}
+
+/*
+ * Prefix checkpoints every 2 blocks through the node: the head's
+ * checkpoints (blocks 1, 3, 5) written by the first request, used by the
+ * next; EVICT of blocks 4 and 5 drops 5's checkpoint, and the route from
+ * checkpoint 3 is partial with exactly the known blocks' counts; the
+ * checkpoint comes back when the prefix is known again; a block evicted
+ * under a checkpoint is still known.
+ */
+static void test_checkpoints(void **state)
+{
+	static struct prompt p, q;
+	static uint16_t part[32 + 26 * 64];
+	struct locus_eldr_sig_hdr *sh = (void *)part;
+	struct locus_eldr_decision dd;
+	struct locus_desc d;
+	uint8_t blk[26 * 64];
+	uint64_t h[2];
+	size_t len;
+	uint32_t r0 = req_of(2, 0), r1 = req_of(2, r0 + 1);
+	(void)state;
+
+	start(CONF("sig_cache_checkpoint_blocks = 2\n"), 1);
+	make_prompt(r0, &p);
+	make_prompt(r1, &q);
+	route_whole(&p, 0, 1);
+	assert_int_equal(ctr("sigcache_checkpoints", 0), 3);
+	route_whole(&q, HEAD_BLOCKS, 2);
+	assert_int_equal(ctr("sigcache_checkpoint_hits", 0), 1);
+	assert_int_equal(ctr("sigcache_blocks_summed", 0), 0);
+
+	/* EVICT blocks 4 and 5: 5's checkpoint goes with it */
+	h[0] = p.hash[4];
+	h[1] = p.hash[5];
+	evict(h, 2, 3, 2);
+	assert_int_equal(ctr("sigcache_checkpoint_evictions", 1), 1);
+	assert_int_equal(ctr("sigcache_checkpoints", 0), 2);
+	/* from checkpoint 3: blocks 0..3 known, 4 and 5 missing, q's own block and tail */
+	len = sig_of(&q, HEAD_BLOCKS * BT, part, sizeof(part));
+	for (uint32_t b = 0; b < 4; b++) {
+		block_counts(&q, b, blk);
+		for (size_t i = 0; i < cells; i++)
+			part[16 + i] = (uint16_t)(part[16 + i] + blk[i]);
+	}
+	sh->prompt_tokens = (4 + 1) * BT + TAIL;
+	assert_int_equal(locus_eldr_route(ref, part, len, &dd), 0);
+	d = route_blocks(&q, HEAD_BLOCKS, 4, 0);
+	assert_int_equal(d.status, 0);
+	assert_int_equal(d.blocks, 4);
+	assert_true(d.flags & LOCUS_DESC_F_PARTIAL);
+	assert_int_equal(d.peer, dd.decoder_id);
+	expect_delivery(d.peer, 4, part, len);
+	assert_int_equal(ctr("route_blocks_partial", 0), 1);
+	assert_int_equal(ctr("sigcache_checkpoint_hits", 0), 2);
+	assert_int_equal(ctr("sigcache_checkpoints", 0), 2);
+
+	/* blocks 0..3 named, 4..6 new: the prefix is known, checkpoint 5 written again */
+	route_whole(&q, 4, 5);
+	assert_int_equal(ctr("sigcache_checkpoints", 0), 3);
+	/* block 0 evicted under checkpoint 5: the head is still known, a miss counted */
+	evict(p.hash, 1, 6, 1);
+	route_whole(&q, HEAD_BLOCKS, 7);
+	assert_int_equal(ctr("sigcache_misses", 0), 3);
+	assert_int_equal(ctr("sigcache_checkpoint_inserts", 0), 4);
+	assert_int_equal(ctr("sigcache_checkpoint_mismatch", 0), 0);
+	stop_node();
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cached_equals_whole_prompt),
+		cmocka_unit_test(test_cached_equals_whole_prompt_no_checkpoints),
+		cmocka_unit_test(test_cached_equals_whole_prompt_checkpoints),
 		cmocka_unit_test(test_evict_lru_restart),
+		cmocka_unit_test(test_checkpoints),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_cache_off_and_reshape),
 	};

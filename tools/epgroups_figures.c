@@ -273,7 +273,7 @@ static void score_half(const struct es_placement *pl, const struct locus_trace *
 
 static void run(const struct locus_trace *t, uint32_t K, uint32_t R, uint32_t B)
 {
-	struct locus_eldrfit_opts eo = { .n_decoders = K, .tau = 0.1f, .seed = 1 };
+	struct locus_eldrfit_opts eo;
 	struct locus_epgroups_opts o = {
 		.ranks_per_decoder = R,
 		.topo = { .n_nodes = K * R / 4, .gpus_per_node = 4, .replica_budget = BUDGET,
@@ -291,6 +291,9 @@ static void run(const struct locus_trace *t, uint32_t K, uint32_t R, uint32_t B)
 	void *blob[N_PL], *rmem;
 	size_t blen[N_PL], msz;
 
+	/* the ELDR table locusctl fit writes by default: what locusd would route with */
+	locus_eldrfit_opts_default(&eo, K);
+	eo.seed = 1;
 	half[0] = calloc(t->n_requests, sizeof(uint32_t));
 	half[1] = calloc(t->n_requests, sizeof(uint32_t));
 	dec[0] = calloc(t->n_requests, sizeof(uint32_t));

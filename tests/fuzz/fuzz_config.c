@@ -38,7 +38,8 @@ static void check_ranges(const struct locus_config *c)
 		   "a count is 0");
 	FUZZ_CHECK(isfinite(c->tau) && c->tau >= 0 && c->tau <= 2, "tau %g", (double)c->tau);
 	FUZZ_CHECK(c->moe_top_k >= 1 && c->moe_top_k <= 64 && c->sig_cache_block_tokens >= 1 &&
-		   c->sig_cache_block_tokens <= 255 && c->sig_cache_bytes <= (1ull << 40),
+		   c->sig_cache_block_tokens <= 255 && c->sig_cache_bytes <= (1ull << 40) &&
+		   c->sig_cache_checkpoint_blocks <= 4096,
 		   "signature cache keys out of range");
 	FUZZ_CHECK(c->gpus_per_node >= 1 && c->gpus_per_node <= LOCUS_CFG_MAX_GPUS,
 		   "gpus_per_node %u", c->gpus_per_node);
@@ -84,6 +85,7 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	  c->moe_experts);
 	P("moe_top_k = %u\nsig_cache_bytes = %llu\nsig_cache_block_tokens = %u\n", c->moe_top_k,
 	  (unsigned long long)c->sig_cache_bytes, c->sig_cache_block_tokens);
+	P("sig_cache_checkpoint_blocks = %u\n", c->sig_cache_checkpoint_blocks);
 	P("max_decoders = %u\nmax_batch_tokens = %u\ntable_slot_size = %llu\n", c->max_decoders,
 	  c->max_batch_tokens, (unsigned long long)c->table_slot_size);
 	P("idle_sleep_us = %u\ntau = %.9g\nload_timeout_ms = %u\nwatchdog = %s\n",

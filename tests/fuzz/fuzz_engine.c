@@ -336,9 +336,13 @@ static int node_create(struct fe_env *env, int id)
 					      .gpus_per_node = FE_GPN, .max_layers = FE_L,
 					      .max_experts = FE_E, .max_decoders = FE_MAX_DEC,
 					      .max_tokens = FE_MAX_TOKENS, .load_timeout_ms = 200,
-					      /* a signature cache of 16 blocks: ROUTE_BLOCKS, EVICT */
+					      /*
+					       * a signature cache of 16 blocks and 8 prefix
+					       * checkpoints (one per 2): ROUTE_BLOCKS, EVICT
+					       */
 					      .top_k = 2, .sig_cache_block_tokens = 16,
-					      .sig_cache_bytes = 16 * (32 + 64) };
+					      .sig_cache_bytes = 8 * (2 * (32 + 64) + 32 + 64),
+					      .sig_cache_checkpoint_blocks = 2 };
 	if (!pool.ctrs[id]) {
 		if (locus_counters_init(n->kmem, klen, &cp, &err) ||
 		    locus_counters_open(n->kmem, klen, 0, &pool.ctrs[id], &err) ||
