@@ -51,6 +51,8 @@ struct locus_eldr_router {
 	uint32_t n_feat;     /* n_masked * n_experts */
 	uint32_t n_blocks;   /* ceil(n_feat / ELDR_LANES) */
 	float tau;
+	float spill_tau;         /* the wider band of the load spill (>= tau; == tau: off) */
+	uint64_t spill_margin;   /* load difference beyond which the spill takes over */
 	enum locus_eldr_path path;
 	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;

@@ -129,6 +129,7 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	r->n_feat = M * E;
 	r->n_blocks = o.n_blocks;
 	r->tau = v.hdr->tau;
+	r->spill_tau = v.hdr->tau;
 	r->path = path;
 	switch (path) {
 	case LOCUS_ELDR_PATH_AVX512:
@@ -230,34 +231,69 @@ int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_le
 	return 0;
 }
 
-/* Band, eligibility and load rules on similarities s[]; counts the pick. */
+/* Effective load of slot s: reported + local, saturating. */
+static inline uint64_t eff_load(const struct eldr_slot *s)
+{
+	uint64_t load = s->reported + s->local;
+
+	return load < s->reported ? UINT64_MAX : load;
+}
+
+/*
+ * The least loaded eligible slot with sv >= thr, ties to the higher score,
+ * then the lower slot; *n counts the slots considered. UINT32_MAX if none.
+ */
+static uint32_t least_loaded(const struct locus_eldr_router *r, const float *sv,
+			     uint64_t allowed, float thr, uint32_t *n)
+{
+	const struct eldr_slot *slots = r->slots;
+	uint64_t best_load = UINT64_MAX;
+	uint32_t pick = UINT32_MAX;
+
+	for (uint32_t s = 0; s < r->n_decoders; s++) {
+		uint64_t load;
+
+		if (!slots[s].up || (allowed && !(slots[s].bit & allowed)) || sv[s] < thr)
+			continue;
+		(*n)++;
+		load = eff_load(&slots[s]);
+		if (pick == UINT32_MAX || load < best_load ||
+		    (load == best_load && sv[s] > sv[pick])) {
+			best_load = load;
+			pick = s;
+		}
+	}
+	return pick;
+}
+
+/*
+ * Band, eligibility and load rules on similarities s[]; counts the pick.
+ * The load spill (off unless locus_eldr_router_set_spill() widened it): when
+ * the least loaded decoder of the wider band [best - spill_tau] is lighter
+ * than the band's pick by more than spill_margin, it takes the request.
+ */
 static int choose(struct locus_eldr_router *r, const float *sv, uint64_t allowed,
 		  struct locus_eldr_decision *d)
 {
 	struct eldr_slot *slots = r->slots;
-	uint64_t best_load = UINT64_MAX;
-	float best = -INFINITY, thr;
-	uint32_t pick = UINT32_MAX, n_cand = 0;
+	float best = -INFINITY;
+	uint32_t pick, n_cand = 0, n_wide = 0;
+	uint64_t load;
 
 	for (uint32_t s = 0; s < r->n_decoders; s++)
 		if (slots[s].up && (!allowed || (slots[s].bit & allowed)) && sv[s] > best)
 			best = sv[s];
 	if (unlikely(best == -INFINITY))
 		return -LOCUS_ENODEST;
-	thr = best - r->tau;
-	for (uint32_t s = 0; s < r->n_decoders; s++) {
-		uint64_t load;
+	pick = least_loaded(r, sv, allowed, best - r->tau, &n_cand);
+	load = eff_load(&slots[pick]);
+	if (r->spill_tau > r->tau) {
+		uint32_t wide = least_loaded(r, sv, allowed, best - r->spill_tau, &n_wide);
+		uint64_t wl = eff_load(&slots[wide]);
 
-		if (!slots[s].up || (allowed && !(slots[s].bit & allowed)) || sv[s] < thr)
-			continue;
-		n_cand++;
-		load = slots[s].reported + slots[s].local;
-		if (load < slots[s].reported)
-			load = UINT64_MAX;
-		if (pick == UINT32_MAX || load < best_load ||
-		    (load == best_load && sv[s] > sv[pick])) {
-			best_load = load;
-			pick = s;
+		if (wl < load && load - wl > r->spill_margin) {
+			pick = wide;
+			load = wl;
 		}
 	}
 	slots[pick].local++;
@@ -266,7 +302,7 @@ static int choose(struct locus_eldr_router *r, const float *sv, uint64_t allowed
 	d->similarity = sv[pick];
 	d->best = best;
 	d->n_candidates = n_cand;
-	d->load = best_load;
+	d->load = load;
 	return 0;
 }
 
@@ -336,6 +372,15 @@ void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint
 		r->slots[slot].reported = load;
 		r->slots[slot].local = 0;
 	}
+}
+
+int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin)
+{
+	if (!isfinite(spill_tau) || spill_tau > 2.0f || spill_tau < r->tau)
+		return -LOCUS_ERANGE;
+	r->spill_tau = spill_tau;
+	r->spill_margin = margin;
+	return 0;
 }
 
 void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up)

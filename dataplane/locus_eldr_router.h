@@ -96,6 +96,15 @@ int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_le
 /* A load report for slot: replaces the reported load, clears local assignments. */
 void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
 
+/*
+ * The load spill (an experiment, off after build: locusd never sets it): a
+ * request whose band's least loaded decoder carries more than margin
+ * requests beyond the least loaded decoder within spill_tau of the best
+ * score goes to the latter (ties as in the band). spill_tau == the table's
+ * tau turns it off. -LOCUS_ERANGE unless tau <= spill_tau <= 2, finite.
+ */
+int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin);
+
 /* Mark slot up (1) or down (0). */
 void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up);
 

@@ -198,6 +198,59 @@ static void test_band_and_ties(void **state)
 	free_table(&f);
 }
 
+/* The load spill: off after build; on, a lighter decoder of the wider band by > margin. */
+static void test_load_spill(void **state)
+{
+	static const uint16_t c[4] = { 3, 4, 0, 0 }; /* scores 0.6, 0.8, 1.0 */
+	struct locus_eldr_decision d;
+	size_t len = locus_eldr_sig_len(2, 4);
+	uint8_t sig[64];
+	struct fixture f;
+	(void)state;
+
+	make_sig(sig, c, 0);
+	make_table(&f, 1.0f, 0.1f, LOCUS_ELDR_PATH_AUTO); /* band: d2 only */
+	/* off after build: d2 however loaded */
+	locus_eldr_router_set_load(f.r, 2, 1000);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 2);
+	assert_int_equal(locus_eldr_router_set_spill(f.r, 0.05f, 0), -LOCUS_ERANGE);
+	assert_int_equal(locus_eldr_router_set_spill(f.r, 2.5f, 0), -LOCUS_ERANGE);
+	assert_int_equal(locus_eldr_router_set_spill(f.r, NAN, 0), -LOCUS_ERANGE);
+	/* spill_tau == tau: still off */
+	assert_int_equal(locus_eldr_router_set_spill(f.r, 0.1f, 0), 0);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 2);
+	/* wider band 0.25 (d1, d2), margin 2: d2 at 2 over d1 stays, at 3 spills */
+	assert_int_equal(locus_eldr_router_set_spill(f.r, 0.25f, 2), 0);
+	locus_eldr_router_set_load(f.r, 1, 0);
+	locus_eldr_router_set_load(f.r, 2, 2);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 2);
+	assert_int_equal(d.load, 2);
+	assert_int_equal(d.n_candidates, 1);
+	/* d2 now 2 + 1 local = 3 > 0 + 2: d1 takes it, then d1 (1) vs d2 (3): no spill */
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 1);
+	assert_int_equal(d.decoder_id, 7);
+	assert_int_equal(d.load, 0);
+	assert_int_equal(d.n_candidates, 1);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 2);
+	/* d0 (0.6) is outside the wider band however idle it is */
+	locus_eldr_router_set_load(f.r, 1, 100);
+	locus_eldr_router_set_load(f.r, 2, 100);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_true(d.slot == 1 || d.slot == 2);
+	/* a down band decoder: the band is d1's (best 0.8), the wider band d0..d1 */
+	locus_eldr_router_set_up(f.r, 2, 0);
+	locus_eldr_router_set_load(f.r, 0, 0);
+	locus_eldr_router_set_load(f.r, 1, 3);
+	assert_int_equal(locus_eldr_route(f.r, sig, len, &d), 0);
+	assert_int_equal(d.slot, 0);
+	free_table(&f);
+}
+
 static void test_equal_scores_lower_slot(void **state)
 {
 	static const uint16_t zero[4] = { 0, 0, 0, 0 };
@@ -534,6 +587,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_hand_scores),
 		cmocka_unit_test(test_unmasked_layers_ignored),
 		cmocka_unit_test(test_band_and_ties),
+		cmocka_unit_test(test_load_spill),
 		cmocka_unit_test(test_equal_scores_lower_slot),
 		cmocka_unit_test(test_down_and_allowed),
 		cmocka_unit_test(test_bad_signatures_and_build),

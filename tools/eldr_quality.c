@@ -47,11 +47,14 @@
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
- *                [--decode-weight W] [--tau T] [--clairvoyant N]
+ *                [--decode-weight W] [--tau T] [--spill-tau T] [--spill-margin M]
+ *                [--clairvoyant N]
  *       (--slack .. --tau refit the ELDR, --tau auto and --no-mask rows
  *        with those options instead of locusctl fit's defaults; the --tau
  *        auto row chooses its tau from the calibration half as
- *        `locusctl fit --tau auto --tau-batch B` does; --clairvoyant N:
+ *        `locusctl fit --tau auto --tau-batch B` does; --spill-tau T
+ *        --spill-margin M: the "ELDR spill" row's load spill, default 0.2
+ *        and 1 (locus_eldr_router_set_spill); --clairvoyant N:
  *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
  *        the oracle's held-out batches improved by swaps with the decode
  *        experts known, what better batches exist at all)
@@ -80,7 +83,7 @@ static struct locus_trace *load_esft(const char *base)
 }
 
 static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",
-					      "ELDR --tau auto", "ELDR --no-mask",
+					      "ELDR --tau auto", "ELDR spill", "ELDR --no-mask",
 					      "ELDR exact (main)" };
 
 enum { NB = 3 }; /* figures per policy and replicate */
@@ -196,6 +199,15 @@ static struct {
 } variant = { -1, -1, -1, -1, -1 };
 
 /*
+ * The "ELDR spill" row's load spill (locus_eldr_router_set_spill): the
+ * wider band and the margin (--spill-tau, --spill-margin). The defaults were
+ * chosen on the calibration half's figures (20 orders): 0.2 and 1 kept the
+ * K=8 busiest decoder below the oracle's at no cost in pairs per step.
+ */
+static float spill_tau = 0.2f;
+static uint32_t spill_margin = 1;
+
+/*
  * tau for the --tau auto row: chosen by locusctl fit's procedure from the
  * calibration requests calib[n] of t alone (the held-out half is never
  * passed), replayed with this configuration's B. Prints the choice.
@@ -256,6 +268,14 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 		    locus_eldr_router_build(mem[p], msz, (uint8_t *)res.blob + 64,
 					    res.blob_len - 64, LOCUS_ELDR_PATH_AUTO, &s->r[p],
 					    e) < 0) {
+			free(size);
+			locus_eldrfit_result_free(&res);
+			return -1;
+		}
+		if (p == QPOL_ELDR_SPILL &&
+		    locus_eldr_router_set_spill(s->r[p], spill_tau > o.tau ? spill_tau : o.tau,
+						spill_margin) < 0) {
+			locus_error_set(e, LOCUS_ERANGE, "spill tau %g", (double)spill_tau);
 			free(size);
 			locus_eldrfit_result_free(&res);
 			return -1;
@@ -407,8 +427,9 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 	print_config(h, R);
 	if (clairvoyant_orders && clairvoyant(&s, &h[0], clairvoyant_orders) < 0)
 		goto out;
-	for (int i = 0; i < 2; i++) {
-		int p = i ? QPOL_ELDR_TAU : QPOL_ELDR;
+	for (int i = 0; i < 3; i++) {
+		static const int row[3] = { QPOL_ELDR, QPOL_ELDR_TAU, QPOL_ELDR_SPILL };
+		int p = row[i];
 
 		vs_oracle[i] = 100.0 * (h[0].mean.step[p] / h[0].mean.step[QPOL_DOMAIN] - 1);
 		load_over[i] = h[0].mean.load[p] - h[0].mean.load[QPOL_DOMAIN];
@@ -484,8 +505,8 @@ int main(int argc, char **argv)
 	static const uint32_t cfg[][2] = { { 4, 4 }, { 8, 4 }, { 4, 8 }, { 8, 2 } };
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
 	char root[1024], dir[1100], sample[1100];
-	uint32_t orders = 50, R = 100, bo = 4, at_least[2] = { 0 }, no_busier[2] = { 0 };
-	double vs[4][2] = { { 0 } }, lo[4][2] = { { 0 } };
+	uint32_t orders = 50, R = 100, bo = 4, at_least[3] = { 0 }, no_busier[3] = { 0 };
+	double vs[4][3] = { { 0 } }, lo[4][3] = { { 0 } };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
 	int ret = 0;
@@ -514,6 +535,15 @@ int main(int argc, char **argv)
 		} else if (a + 1 < argc && !strcmp(argv[a], "--tau")) {
 			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
 				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--spill-tau")) {
+			if (parse_float(argv[a + 1], 2, &spill_tau) < 0)
+				goto usage;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--spill-margin")) {
+			if (strcmp(argv[a + 1], "0") &&
+			    parse_count(argv[a + 1], 1000000, &spill_margin) < 0)
+				goto usage;
+			if (!strcmp(argv[a + 1], "0"))
+				spill_margin = 0;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--clairvoyant")) {
 			if (strcmp(argv[a + 1], "0") &&
 			    parse_count(argv[a + 1], 1000, &clairvoyant_orders) < 0)
@@ -553,7 +583,7 @@ int main(int argc, char **argv)
 		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, vs[c], lo[c]);
 
 		ret |= r;
-		for (int i = 0; i < 2; i++) {
+		for (int i = 0; i < 3; i++) {
 			if (r) {
 				vs[c][i] = NAN; /* not measured */
 				continue;
@@ -562,9 +592,11 @@ int main(int argc, char **argv)
 			no_busier[i] += lo[c][i] <= 0;
 		}
 	}
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
+		static const char *const name[3] = { "ELDR", "ELDR --tau auto", "ELDR spill" };
+
 		printf("%s against the oracle on held-out requests, per decode step "
-		       "(busiest decoder's load):", i ? "ELDR --tau auto" : "ELDR");
+		       "(busiest decoder's load):", name[i]);
 		for (uint32_t c = 0; c < 4; c++)
 			if (isnan(vs[c][i]))
 				printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
@@ -579,6 +611,7 @@ int main(int argc, char **argv)
 usage:
 	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
-		"[--decode-weight W] [--tau T] [--clairvoyant N]\n");
+		"[--decode-weight W] [--tau T] [--spill-tau T] [--spill-margin M] "
+		"[--clairvoyant N]\n");
 	return 2;
 }

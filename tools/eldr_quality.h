@@ -15,6 +15,7 @@ enum {
 	QPOL_DOMAIN,      /* oracle labels */
 	QPOL_ELDR,        /* locusctl fit's default fit */
 	QPOL_ELDR_TAU,    /* the same with --tau auto (chosen on the calibration half) */
+	QPOL_ELDR_SPILL,  /* the default fit routed with the router's load spill */
 	QPOL_ELDR_NOMASK, /* the same with every layer */
 	QPOL_ELDR_EXACT,  /* main's fit: exact balance, one seed, prefill only */
 	QPOL_N,
