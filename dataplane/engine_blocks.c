@@ -136,12 +136,8 @@ void engine_route_blocks(struct locus_engine *e, uint32_t slot, struct locus_des
 	engine_count(e, e->c.route_blocks_requests);
 	d->blocks = 0;
 	d->flags &= (uint8_t)~LOCUS_DESC_F_PARTIAL;
-	if (!(c->roles & LOCUS_ROLE_PREFILL) || !engine_stage_range_ok(e, d->off, d->len) ||
-	    d->off % 8) {
-		d->status = -LOCUS_EPROTO;
-		engine_count(e, e->c.rej_bad_descriptor);
+	if (engine_prefill_desc_check(e, c, d) < 0)
 		goto complete;
-	}
 	if (!e->sc) {
 		refuse(e, d, -EOPNOTSUPP, LOCUS_ENGINE_BLOCKS_OFF);
 		goto complete;
@@ -208,12 +204,8 @@ void engine_evict(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 
 	engine_count(e, e->c.evict_requests);
 	d->blocks = 0;
-	if (!(c->roles & LOCUS_ROLE_PREFILL) || !engine_stage_range_ok(e, d->off, d->len) ||
-	    d->off % 8) {
-		d->status = -LOCUS_EPROTO;
-		engine_count(e, e->c.rej_bad_descriptor);
+	if (engine_prefill_desc_check(e, c, d) < 0)
 		goto complete;
-	}
 	if (!e->sc) {
 		refuse(e, d, -EOPNOTSUPP, LOCUS_ENGINE_BLOCKS_OFF);
 		goto complete;

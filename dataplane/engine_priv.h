@@ -254,8 +254,13 @@ void engine_route_signature(struct locus_engine *e, uint32_t slot, struct locus_
 /* Post a route's completion now and record its handling time from t0. */
 void engine_route_complete(struct locus_engine *e, struct engine_client *c,
 			   const struct locus_desc *d, uint64_t t0);
-/* Whether [off, off + len) lies in a client's stage. */
-int engine_stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len);
+/*
+ * A prefill request's descriptor (ROUTE, ROUTE_BLOCKS, EVICT): the client
+ * holds the prefill role and off/len lie in its stage, 8-byte aligned. 0, or
+ * -1 with d->status = -LOCUS_EPROTO and the refusal counted.
+ */
+int engine_prefill_desc_check(struct locus_engine *e, const struct engine_client *c,
+			      struct locus_desc *d);
 
 /* engine_blocks.c: the signature cache */
 int engine_blocks_create(struct locus_engine *e, struct locus_error *err);

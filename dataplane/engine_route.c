@@ -86,9 +86,15 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 	}
 }
 
-int engine_stage_range_ok(const struct locus_engine *e, uint64_t off, uint64_t len)
+int engine_prefill_desc_check(struct locus_engine *e, const struct engine_client *c,
+			      struct locus_desc *d)
 {
-	return off <= e->stage_size && len <= e->stage_size - off;
+	if ((c->roles & LOCUS_ROLE_PREFILL) && d->off <= e->stage_size &&
+	    d->len <= e->stage_size - d->off && d->off % 8 == 0)
+		return 0;
+	d->status = -LOCUS_EPROTO;
+	engine_count(e, e->c.rej_bad_descriptor);
+	return -1;
 }
 
 static void decision_into(struct locus_desc *d, const struct locus_eldr_decision *dec)
@@ -232,12 +238,8 @@ void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 	const uint8_t *sig;
 
 	engine_count(e, e->c.route_requests);
-	if (!(c->roles & LOCUS_ROLE_PREFILL) || !engine_stage_range_ok(e, d->off, d->len) ||
-	    d->off % 8) {
-		d->status = -LOCUS_EPROTO;
-		engine_count(e, e->c.rej_bad_descriptor);
+	if (engine_prefill_desc_check(e, c, d) < 0)
 		goto complete;
-	}
 	if (!e->router) {
 		d->status = -LOCUS_ESTATE;
 		engine_count(e, e->c.rej_no_table);
