@@ -255,6 +255,12 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 			o.tau = variant.tau;
 		if (variant.restarts >= 0)
 			o.restarts = (uint32_t)variant.restarts;
+		if (p == QPOL_ELDR_TAU && n_calib < 2 * K * s->B) {
+			/* its two folds need a round each (locusctl fit refuses the same) */
+			printf("  fit %-18s skipped: %u calibration requests, tau auto needs 2 x K x "
+			       "B = %u\n", pol_name[p], n_calib, 2 * K * s->B);
+			continue;
+		}
 		if (p == QPOL_ELDR_TAU && choose_tau(t, calib, n_calib, &o, s->B, &o.tau, e) < 0)
 			return -1;
 		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
@@ -297,7 +303,7 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 	return 0;
 }
 
-static void print_config(const struct half *h, uint32_t R)
+static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 {
 	const struct half *ho = &h[0], *ca = &h[1];
 	double *tmp = malloc(sizeof(double) * R), lo, hi, lo2, hi2;
@@ -309,6 +315,10 @@ static void print_config(const struct half *h, uint32_t R)
 	for (int p = 0; p < QPOL_N; p++) {
 		char vs[40] = "", vsc[24] = "";
 
+		if (p >= QPOL_ELDR && !s->r[p]) {
+			printf("  %-18s not measured (not fitted, above)\n", pol_name[p]);
+			continue;
+		}
 		interval(ho, R, p, 0, &lo, &hi, tmp);
 		if (p >= QPOL_ELDR) {
 			interval(ho, R, p, 1, &lo2, &hi2, tmp);
@@ -328,6 +338,10 @@ static void print_config(const struct half *h, uint32_t R)
 	printf("  %-18s %-30s %-13s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
 	       "calibration", "over all rounds: held", "calibration");
 	for (int p = 0; p < QPOL_N; p++) {
+		if (p >= QPOL_ELDR && !s->r[p]) {
+			printf("  %-18s not measured\n", pol_name[p]);
+			continue;
+		}
 		interval(ho, R, p, 2, &lo, &hi, tmp);
 		printf("  %-18s %.2f [%.2f,%.2f]%-13s %-13.2f %-22.2f %.2f\n", pol_name[p],
 		       ho->mean.load[p], lo, hi, "", ca->mean.load[p], ho->mean.share[p],
@@ -424,13 +438,17 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 		fprintf(stderr, "eldr_quality: routing failed\n");
 		goto out;
 	}
-	print_config(h, R);
+	print_config(h, &s, R);
 	if (clairvoyant_orders && clairvoyant(&s, &h[0], clairvoyant_orders) < 0)
 		goto out;
 	for (int i = 0; i < 3; i++) {
 		static const int row[3] = { QPOL_ELDR, QPOL_ELDR_TAU, QPOL_ELDR_SPILL };
 		int p = row[i];
 
+		if (!s.r[p]) { /* a row not fitted: not measured */
+			vs_oracle[i] = load_over[i] = NAN;
+			continue;
+		}
 		vs_oracle[i] = 100.0 * (h[0].mean.step[p] / h[0].mean.step[QPOL_DOMAIN] - 1);
 		load_over[i] = h[0].mean.load[p] - h[0].mean.load[QPOL_DOMAIN];
 	}
@@ -584,10 +602,10 @@ int main(int argc, char **argv)
 
 		ret |= r;
 		for (int i = 0; i < 3; i++) {
-			if (r) {
+			if (r)
 				vs[c][i] = NAN; /* not measured */
+			if (isnan(vs[c][i]))
 				continue;
-			}
 			at_least[i] += vs[c][i] <= 0;
 			no_busier[i] += lo[c][i] <= 0;
 		}
