@@ -16,8 +16,10 @@ $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c control/locusctl_gracese
 $(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c tests/push_util.c,gracectl gracefit formats trace pushsrv counters shm common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_ctl
 # Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
-$(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c,gracefit grace_plan formats trace common,lapacke openblas))
+$(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c tools/grace_heldout.c tools/grace_olmoe.c,gracefit grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/grace_figures
+$(eval $(call PROGRAM,tests/test_grace_heldout,tests/test_grace_heldout.c tools/grace_heldout.c,gracefit grace_plan formats common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_heldout
 $(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace_plan formats common,lapacke openblas))
 BENCHES += tools/grace_bench
 # Per-decoder placement against one global placement on ELDR-routed held-out requests.
