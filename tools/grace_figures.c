@@ -18,6 +18,8 @@
  *                          groups (of 8 consecutive experts here)
  *   GRACE grouping only    locusctl fit --grace without replication
  *   GRACE grouping+repl.   locusctl fit --grace
+ *   EPLB at GRACE's peak   EPLB, 1 group, with as many slots on every GPU as
+ *                          GRACE's fullest GPU holds (same per-GPU memory)
  * EPLB's copies are chosen as vLLM does (flattened position mod copies),
  * GRACE's by the locus planner (a copy on the source GPU, else the node's,
  * else any, by smooth weighted round robin). Per placement: token rows off
@@ -44,21 +46,23 @@
 #include "locus_trace.h"
 
 #define N_DOM LOCUS_TRACE_ESFT_DOMAINS
-#define N_PL 5
+#define N_PL 6
 #define N_CELL 3
 #define BOOT 1000
 
-enum { PL_UNIFORM, PL_EPLB1, PL_EPLB8, PL_GROUP, PL_GRACE };
+/* fitted in this order: EPLB at GRACE's peak takes the slots of GRACE's fullest GPU */
+enum { PL_UNIFORM, PL_EPLB1, PL_EPLB8, PL_GROUP, PL_GRACE, PL_EPLBPEAK };
 static const char *const pl_name[N_PL] = {
 	"uniform contiguous", "EPLB, 1 group (vLLM)", "EPLB, 8 groups", "GRACE grouping only",
-	"GRACE grouping+repl.",
+	"GRACE grouping+repl.", "EPLB at GRACE's peak",
 };
 static const char *const cell_name[N_CELL] = { "calibration", "held-out", "domain shift" };
 
 /* The comparisons reported with intervals: a minus b. */
 static const struct {
 	int a, b;
-} cmp[] = { { PL_GRACE, PL_EPLB1 }, { PL_GRACE, PL_EPLB8 }, { PL_GROUP, PL_EPLB1 } };
+} cmp[] = { { PL_GRACE, PL_EPLB1 }, { PL_GRACE, PL_EPLB8 }, { PL_GROUP, PL_EPLB1 },
+	    { PL_GRACE, PL_EPLBPEAK } };
 #define N_CMP (sizeof(cmp) / sizeof(cmp[0]))
 
 const struct gf_topo gf_topos[GF_N_TOPOS] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
@@ -181,7 +185,31 @@ static void domain_free(struct domain *d)
 struct topo_run {
 	struct gh_score sc[N_PL][N_DOM][N_DOM][2];
 	double r, U, U0, reps;   /* GRACE's grouping ratio, affinity kept, replicas per layer */
+	double eplb_planned;     /* EPLB (1 group)'s own max/mean: each copy W / copies */
 };
+
+/* max/mean of a plan's GPU loads on W[L][E] with each copy taking W / copies. */
+static double eplb_planned_mm(const struct locus_gracefit_eplb *p, const double *W)
+{
+	uint32_t S = p->n_phys / p->n_gpus;
+	double mm = 0;
+
+	for (uint32_t l = 0; l < p->n_layers; l++) {
+		double load[LOCUS_GRACE_MAX_RANKS] = { 0 }, sum = 0, mx = 0;
+
+		for (uint32_t s = 0; s < p->n_phys; s++) {
+			size_t le = (size_t)l * p->n_experts + p->phy2log[(size_t)l * p->n_phys + s];
+
+			load[s / S] += W[le] / p->logcnt[le];
+		}
+		for (uint32_t r = 0; r < p->n_gpus; r++) {
+			sum += load[r];
+			mx = fmax(mx, load[r]);
+		}
+		mm += sum > 0 ? mx / (sum / p->n_gpus) / p->n_layers : 0;
+	}
+	return mm;
+}
 
 /* Fit every placement on domain f and score it on every half of every domain. */
 static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t f,
@@ -202,12 +230,16 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 		void *blob = NULL, *m = NULL;
 		size_t len;
 
-		if (p == PL_EPLB1 || p == PL_EPLB8) {
-			rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, gf_eplb_slots(t, E),
-							   p == PL_EPLB1 ? 1 : 8, t->nodes, N,
-							   &eplb, &err);
+		if (p == PL_EPLB1 || p == PL_EPLB8 || p == PL_EPLBPEAK) {
+			uint32_t P = p == PL_EPLBPEAK ? N * run->sc[PL_GRACE][f][0][0].slots_max :
+							gf_eplb_slots(t, E);
+
+			rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, P, p == PL_EPLB8 ? 8 : 1,
+							   t->nodes, N, &eplb, &err);
 			if (rc)
 				gf_die("EPLB", &err, rc);
+			if (p == PL_EPLB1)
+				run->eplb_planned += eplb_planned_mm(&eplb, d->prof.W) / N_DOM;
 		} else {
 			rc = locus_gracefit_fit(&d->prof, &tp, &o, &blob, &len, li, &err);
 			if (rc)
@@ -342,9 +374,10 @@ static void print_placements(int cell, struct topo_run *const *runs)
 		}
 		if (cell == 1)
 			printf("%-6s GRACE: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f), "
-			       "%.1f replicas per layer of %u allowed\n", "", runs[ti]->r,
-			       runs[ti]->U, runs[ti]->U0, runs[ti]->reps,
-			       gf_eplb_slots(t, 64) - 64);
+			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: max/mean "
+			       "%.3f as planned (each copy W / copies, calibration loads)\n", "",
+			       runs[ti]->r, runs[ti]->U, runs[ti]->U0, runs[ti]->reps,
+			       gf_eplb_slots(t, 64) - 64, "", runs[ti]->eplb_planned);
 	}
 }
 
