@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "locus_gracefit.h"
+#include "locus_tblfile.h"
 
 /* The slots of plan p's layer l that hold expert e, ascending. */
 static uint32_t slots_of(const struct locus_gracefit_eplb *p, uint32_t l, int32_t e,
@@ -193,6 +194,111 @@ static void test_invariants(void **state)
 	}
 }
 
+/* EPLB's plan as the JSON eplb-import reads (log2phy in EPLB's order). */
+static char *plan_json(const struct locus_gracefit_eplb *p)
+{
+	uint32_t L = p->n_layers, E = p->n_experts, P = p->n_phys, X = p->max_copies;
+	size_t cap = 64 + (size_t)L * (P + E * X + E) * 8, n = 0;
+	char *j = malloc(cap);
+
+	assert_non_null(j);
+	n += (size_t)sprintf(j + n, "{\"phy2log\": [");
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t s = 0; s < P; s++)
+			n += (size_t)sprintf(j + n, "%s%d%s", s ? ", " : (l ? ", [" : "["),
+					     p->phy2log[(size_t)l * P + s], s + 1 == P ? "]" : "");
+	n += (size_t)sprintf(j + n, "], \"log2phy\": [");
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < E; e++)
+			for (uint32_t i = 0; i < X; i++)
+				n += (size_t)sprintf(j + n, "%s%s%d%s%s",
+						     !i && !e ? (l ? ", [" : "[") : "",
+						     i ? ", " : (e ? ", [" : "["),
+						     p->log2phy[((size_t)l * E + e) * X + i],
+						     i + 1 == X ? "]" : "",
+						     i + 1 == X && e + 1 == E ? "]" : "");
+	n += (size_t)sprintf(j + n, "], \"logcnt\": [");
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < E; e++)
+			n += (size_t)sprintf(j + n, "%s%d%s", e ? ", " : (l ? ", [" : "["),
+					     p->logcnt[(size_t)l * E + e], e + 1 == E ? "]" : "");
+	n += (size_t)sprintf(j + n, "]}");
+	assert_true(n < cap);
+	return j;
+}
+
+/*
+ * EPLB's own plans through eplb-import: every GPU keeps exactly its P/N
+ * slots (two copies of one expert on a GPU stay two), and the table's
+ * predicted loads are EPLB's GPU sums with each copy taking W / copies.
+ * Hot experts on 4 GPUs get more copies than there are GPUs.
+ */
+static void test_plan_through_import(void **state)
+{
+	static const struct {
+		uint32_t E, P, G, M, gpus;
+	} cfg[] = { { 64, 80, 1, 1, 4 }, { 64, 80, 8, 2, 4 }, { 64, 80, 1, 2, 8 },
+		    { 64, 96, 8, 4, 32 } };
+	uint64_t x = 11;
+	(void)state;
+
+	for (size_t c = 0; c < sizeof(cfg) / sizeof(cfg[0]); c++) {
+		uint32_t E = cfg[c].E, P = cfg[c].P, L = 2, N = cfg[c].gpus, S = P / N;
+		struct locus_gracefit_topo topo = { cfg[c].M, N / cfg[c].M, 0, 0 };
+		double *W = malloc((size_t)L * E * sizeof(double));
+		struct locus_gracefit_eplb p;
+		struct locus_error err = { 0 };
+		struct locus_grace_view v;
+		const void *pl;
+		size_t len, plen;
+		void *blob = NULL;
+		char *j;
+		int dup = 0;
+
+		for (size_t i = 0; i < (size_t)L * E; i++)
+			W[i] = 1 + (double)(rng(&x) % 100) + (i % E == 3 ? 4000 : 0);
+		if (locus_gracefit_eplb_rebalance(W, L, E, P, cfg[c].G, cfg[c].M, N, &p, &err))
+			fail_msg("%s", err.msg);
+		j = plan_json(&p);
+		if (locus_gracefit_eplb_import(j, strlen(j), &topo, W, &blob, &len, &err))
+			fail_msg("config %zu: %s", c, err.msg);
+		assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+		assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+		for (uint32_t l = 0; l < L; l++) {
+			uint32_t R = v.dims->max_replicas, slots[LOCUS_GRACE_MAX_RANKS] = { 0 };
+			double want[LOCUS_GRACE_MAX_RANKS] = { 0 };
+
+			for (uint32_t s = 0; s < P; s++) {
+				size_t le = (size_t)l * E + (uint32_t)p.phy2log[(size_t)l * P + s];
+
+				want[s / S] += W[le] / p.logcnt[le];
+			}
+			for (uint32_t e = 0; e < E; e++) {
+				const uint16_t *rep = v.replica + ((size_t)l * E + e) * R;
+
+				slots[v.primary[(size_t)l * E + e]]++;
+				for (uint32_t i = 0; i < R && rep[i] != LOCUS_GRACE_NO_RANK; i++) {
+					slots[rep[i]]++;
+					dup |= rep[i] == v.primary[(size_t)l * E + e] ||
+					       (i && rep[i] == rep[i - 1]);
+				}
+			}
+			for (uint32_t r = 0; r < N; r++) {
+				assert_int_equal(slots[r], S);
+				assert_true(fabs(v.pred_load[(size_t)l * N + r] - want[r]) <
+					    1e-3 * want[r]);
+			}
+		}
+		/* the 1-node configurations put expert 3's copies twice on a GPU */
+		if (cfg[c].gpus == 4)
+			assert_true(dup);
+		free(blob);
+		free(j);
+		locus_gracefit_eplb_free(&p);
+		free(W);
+	}
+}
+
 static void test_rejects(void **state)
 {
 	double W[12] = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12 };
@@ -234,6 +340,7 @@ int main(void)
 		cmocka_unit_test(test_readme_example),
 		cmocka_unit_test(test_global_by_hand),
 		cmocka_unit_test(test_invariants),
+		cmocka_unit_test(test_plan_through_import),
 		cmocka_unit_test(test_rejects),
 	};
 
