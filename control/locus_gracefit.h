@@ -257,7 +257,8 @@ void locus_gracefit_eplb_free(struct locus_gracefit_eplb *p);
  * layers/fused_moe/router/base_router.py, eplb_map_to_physical_and_record):
  * the (token, slot) at flattened position pos = t * k + j of the batch's
  * top-k ids goes to copy pos % logcnt[e] of vllm_log2phy[layer][e].
- * gpu[n_tokens * k] gets the GPU of that physical slot.
+ * gpu[n_tokens * k] gets the GPU of that physical slot. The caller checks
+ * layer < n_layers and every id < n_experts (a scoring loop, not an input).
  */
 void locus_gracefit_eplb_dispatch(const struct locus_gracefit_eplb *p, uint32_t layer,
 				  const uint16_t *ids, uint32_t n_tokens, uint32_t k,

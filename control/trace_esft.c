@@ -75,6 +75,12 @@ static int order_by_gate(const char *w, const char *le, uint16_t *dst, size_t st
 		for (uint16_t j = 0; j < k; j++) {
 			char *end;
 
+			/* a number right here: strtod would skip a tab, an empty field */
+			if (w >= le || !((*w >= '0' && *w <= '9') || *w == '.'))
+				return locus_error_set(err, LOCUS_EPARSE,
+						       "%s:%u: gate weight %ld is not a "
+						       "non-negative number", path, line,
+						       t * k + j + 1);
 			g[j] = strtod(w, &end);
 			if (end == w || (end < le && *end != '\t') || !(g[j] >= 0) ||
 			    g[j] > 1e30)

@@ -255,8 +255,8 @@ static void test_import_too_many_copies(void **state)
 static void test_import_two_copies_one_gpu(void **state)
 {
 	static const char *j = "{\"phy2log\": [[1, 0, 3, 0, 0, 2]],\n"
-			       " \"log2phy\": [[[3, 4, 1], [0, -1, -1], [5, -1, -1], [2, -1, -1]]],\n"
-			       " \"logcnt\": [[3, 1, 1, 1]]}";
+			       " \"log2phy\": [[[3, 4, 1], [0, -1, -1], [5, -1, -1], "
+			       "[2, -1, -1]]],\n \"logcnt\": [[3, 1, 1, 1]]}";
 	static const double W[4] = { 10, 4, 3, 1 };
 	struct locus_grace_view v;
 	struct locus_error err = { 0 };

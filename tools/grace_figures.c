@@ -159,14 +159,16 @@ static void domain_load(const char *root, const char *dom, struct domain *d)
 	half_set(d->t, 0, h, &d->half[0]);
 	half_set(d->t, h, d->t->n_requests, &d->half[1]);
 	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
-	for (uint32_t r = 0; !rc && r < h; r++)
-		for (uint32_t tok = 0; !rc && tok < d->t->reqs[r].prompt_len; tok++)
+	for (uint32_t r = 0; !rc && r < h; r++) {
+		const struct locus_trace_req *q = &d->t->reqs[r];
+
+		for (uint32_t tok = 0; !rc && tok < q->prompt_len; tok++)
 			for (uint32_t l = 0; !rc && l < d->t->n_layers; l++)
 				rc = locus_gracefit_profile_add(&d->prof, l,
-								locus_trace_tok(d->t,
-										d->t->reqs[r].prompt,
+								locus_trace_tok(d->t, q->prompt,
 										tok, l),
 								1, d->t->k, &err);
+	}
 	if (rc)
 		gf_die("profile", &err, rc);
 }
@@ -198,7 +200,8 @@ static double eplb_planned_mm(const struct locus_gracefit_eplb *p, const double 
 		double load[LOCUS_GRACE_MAX_RANKS] = { 0 }, sum = 0, mx = 0;
 
 		for (uint32_t s = 0; s < p->n_phys; s++) {
-			size_t le = (size_t)l * p->n_experts + p->phy2log[(size_t)l * p->n_phys + s];
+			int32_t e = p->phy2log[(size_t)l * p->n_phys + s];
+			size_t le = (size_t)l * p->n_experts + (uint32_t)e;
 
 			load[s / S] += W[le] / p->logcnt[le];
 		}
@@ -234,8 +237,10 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 			uint32_t P = p == PL_EPLBPEAK ? N * run->sc[PL_GRACE][f][0][0].slots_max :
 							gf_eplb_slots(t, E);
 
-			rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, P, p == PL_EPLB8 ? 8 : 1,
-							   t->nodes, N, &eplb, &err);
+			uint32_t groups = p == PL_EPLB8 ? 8 : 1;
+
+			rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, P, groups, t->nodes, N,
+							   &eplb, &err);
 			if (rc)
 				gf_die("EPLB", &err, rc);
 			if (p == PL_EPLB1)
@@ -374,10 +379,11 @@ static void print_placements(int cell, struct topo_run *const *runs)
 		}
 		if (cell == 1)
 			printf("%-6s GRACE: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f), "
-			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: max/mean "
-			       "%.3f as planned (each copy W / copies, calibration loads)\n", "",
-			       runs[ti]->r, runs[ti]->U, runs[ti]->U0, runs[ti]->reps,
-			       gf_eplb_slots(t, 64) - 64, "", runs[ti]->eplb_planned);
+			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: "
+			       "max/mean %.3f as planned (each copy W / copies, calibration "
+			       "loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
+			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "",
+			       runs[ti]->eplb_planned);
 	}
 }
 
