@@ -5,7 +5,7 @@
  * with its engine lcore on another core and runs these in turn:
  *
  *   bench_dataplane route -i INST (--table T --trace J | --layers L --experts E)
- *                   [--windows 1,8,32] [--seconds S] [--cpus 0[,2,...]]
+ *                   [--windows 1,8,32] [--seconds S] [--cpus 0[,2,...]] [--no-push]
  *   bench_dataplane dispatch -i INST --trace J [--row-bytes 4096,7168]
  *                   [--tokens N] [--window W] [--seconds S] [--cpus C]
  *   bench_dataplane idle -i INST --pid P [--gaps 1,100,1000] [--repeats 20,8,3]
@@ -237,6 +237,7 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: bench_dataplane route -i INST (--table T --trace J | --layers L --experts E)\n"
 		"                 [--decoders K] [--windows 1,8,32] [--seconds S] [--cpus C[,C...]]\n"
+		"                 [--no-push]   (the table is in force already)\n"
 		"       bench_dataplane dispatch -i INST --trace J [--ranks R] [--row-bytes 4096,7168]\n"
 		"                 [--tokens N] [--window W] [--seconds S] [--cpus C]\n"
 		"       bench_dataplane idle -i INST --pid P [--worker-tid T] [--gaps 1,100,1000]\n"
@@ -258,6 +259,7 @@ int main(int argc, char **argv)
 		{ "repeats", required_argument, NULL, 'R' },
 		{ "cpu-seconds", required_argument, NULL, 'S' },
 		{ "worker-tid", required_argument, NULL, 'T' },
+		{ "no-push", no_argument, NULL, 'N' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bd_opts o = {
@@ -283,6 +285,7 @@ int main(int argc, char **argv)
 		case 'j': o.trace = optarg; break;
 		case 't': o.table = optarg; break;
 		case 'o': o.out = optarg; break;
+		case 'N': o.no_push = 1; break;
 		case 'L': bad |= parse_list(optarg, &o.layers, 1, 1, 512) != 1; break;
 		case 'E': bad |= parse_list(optarg, &o.experts, 1, 1, 4096) != 1; break;
 		case 'K': bad |= parse_list(optarg, &o.decoders, 1, 1, BD_MAX_ATT) != 1; break;

@@ -32,6 +32,7 @@ struct bd_opts {
 	const char *instance;
 	const char *trace;        /* the repository's sample: real signatures and routings */
 	const char *table;        /* route: an ELDR table file pushed before (or NULL) */
+	int no_push;              /* route: the table is in force already (the demo's) */
 	const char *out;          /* table: where to write */
 	int cpus[BD_MAX_CPUS];    /* client threads' CPUs; -1: not pinned */
 	uint32_t n_cpus;

@@ -389,11 +389,12 @@ int bd_route(const struct bd_opts *o)
 		goto out;
 	}
 	sh.sigs = make_sigs(o, v.hdr->n_layers, v.hdr->n_experts, sh.K, sh.sig_len, &sh.n_sig);
-	if (!sh.sigs || bd_push_table(o->instance, blob, len) < 0)
+	if (!sh.sigs || (!o->no_push && bd_push_table(o->instance, blob, len) < 0))
 		goto out;
 	printf("route: %zu-byte signatures (%u layers x %u experts, %s), %u decoders; the table "
-	       "pushed\n", sh.sig_len, v.hdr->n_layers, v.hdr->n_experts,
-	       o->trace ? "the trace's prompts" : "synthetic, 32 tokens x top-8", sh.K);
+	       "%s\n", sh.sig_len, v.hdr->n_layers, v.hdr->n_experts,
+	       o->trace ? "the trace's prompts" : "synthetic, 32 tokens x top-8", sh.K,
+	       o->no_push ? "in force (not pushed)" : "pushed");
 	/* the baseline first, on the first client's CPU, before any client spins */
 	if (bd_pin("route baseline (pure router in-process)", o->cpus[0]) < 0)
 		goto out;
