@@ -44,6 +44,13 @@
 #define DRAIN_MS 500
 #define DRAIN_EMPTY_POLLS 1024
 
+/*
+ * What runs without -c (make demo). Its idle policy is for a shared laptop:
+ * the engine sleeps after about 1 ms without work, up to 1 ms at a time
+ * (1 % of a core while idle; README, "Idle policy"). With one lcore only
+ * (eal_args -l N) the main lcore polls the engine between control passes
+ * and never sleeps.
+ */
 static const char embedded_default[] =
 	"[locusd]\n"
 	"instance = default\n"
