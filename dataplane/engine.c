@@ -118,6 +118,8 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 
 			locus_eldr_router_shape(nr, &tl, &te);
 			engine_blocks_table(e, tl, te);
+			locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
+			locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
 		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
 		return;
