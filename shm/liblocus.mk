@@ -54,3 +54,6 @@ install-lib: $(LIBLOCUS)
 		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(LIBLOCUS_VERSION)|' \
 		shm/locus.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/locus.pc
 	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/locus.pc
+
+# installed, linked through pkg-config by a small client, run against locusd
+EXTRA_TESTS += tests/test_liblocus.sh
