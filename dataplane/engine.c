@@ -500,6 +500,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	    e->dec[c->decoder_id].slot == (int32_t)slot) {
 		e->dec[c->decoder_id].slot = -1;
 		e->dec[c->decoder_id].up = 0;
+		/* housekeeping skips a decoder nobody serves: say it is down here */
+		locus_gauge_set_elem(e->blk, e->c.decoder_up, c->decoder_id, 0);
 	}
 	if ((c->roles & LOCUS_ROLE_RANK) && c->rank < e->n_ranks &&
 	    e->rank_slot[c->rank] == (int32_t)slot)

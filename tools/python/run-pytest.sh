@@ -1,0 +1,10 @@
+#!/bin/sh
+# The Python package's tests (tools/python/tests) under Debian's python3 and
+# pytest, against the build tree's liblocus.so and locusd ($BUILD, default
+# build). pytest's own summary line closes the output.
+set -eu
+cd "$(dirname "$0")/../.."
+export BUILD="${BUILD:-build}"
+export LOCUS_LIBRARY="$PWD/$BUILD/lib/liblocus.so.0"
+# Debian's interpreter, whatever python3 comes first in PATH (the packages are its)
+exec /usr/bin/python3 -m pytest -q -p no:cacheprovider tools/python/tests "$@"
