@@ -89,4 +89,19 @@ grep -q '^liblocus_smoke: ok$' "$tmp/smoke.out" || fail "no ok"
 # it ran the staged copy, not another one
 LD_LIBRARY_PATH=$lib ldd "$tmp/smoke" | grep -q "liblocus.so.0 => $lib/liblocus.so.0 " ||
 	fail "the client did not load the staged liblocus.so.0"
+
+# 4. the Python package as installed, over the staged library (no checkout in sight)
+py=$dest/usr/lib/python3/dist-packages
+[ -f "$py/locus/_lib.py" ] || fail "the Python package was not installed"
+(cd "$tmp" && env -u LOCUS_LIBRARY LD_LIBRARY_PATH=$lib PYTHONPATH=$py PYTHONDONTWRITEBYTECODE=1 \
+	/usr/bin/python3 -c "
+import locus, sys
+assert locus.__file__.startswith('$py/'), locus.__file__
+maps = open('/proc/self/maps').read()
+assert '$real' in maps, 'the staged liblocus.so.0 is not the one loaded'
+m = {x['name']: x for x in locus.stats('$inst')['metrics']}
+assert m['route_requests']['value'] >= 1, m['route_requests']
+print('test_liblocus: the installed Python package read route_requests =',
+      m['route_requests']['value'], 'through the staged library')
+") || fail "the installed Python package"
 echo "test_liblocus: ok"

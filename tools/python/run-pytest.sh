@@ -5,6 +5,7 @@
 set -eu
 cd "$(dirname "$0")/../.."
 export BUILD="${BUILD:-build}"
+export PYTHONDONTWRITEBYTECODE=1  # no __pycache__ in the checkout
 export LOCUS_LIBRARY="$PWD/$BUILD/lib/liblocus.so.0"
 # Debian's interpreter, whatever python3 comes first in PATH (the packages are its)
 exec /usr/bin/python3 -m pytest -q -p no:cacheprovider tools/python/tests "$@"

@@ -208,11 +208,12 @@ def _candidates():
     env = os.environ.get("LOCUS_LIBRARY")
     if env:
         return [env]
-    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))))
-    build = os.environ.get("BUILD", "build")
-    here = os.path.join(repo, build, "lib", SONAME)
-    return ([here] if os.path.exists(here) else []) + [SONAME]
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(pkg)))
+    here = os.path.join(repo, os.environ.get("BUILD", "build"), "lib", SONAME)
+    in_checkout = (os.path.join(repo, "tools", "python", "locus") == pkg and
+                   os.path.exists(os.path.join(repo, "shm", "liblocus.map")))
+    return ([here] if in_checkout and os.path.exists(here) else []) + [SONAME]
 
 
 def _load():

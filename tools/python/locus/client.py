@@ -120,6 +120,8 @@ class Client:
     """An attachment made by locus.attach(); see there."""
 
     def __init__(self, instance, *, prefill=False, decoder=None, rank=None, timeout=2.0):
+        self._c = ctypes.c_void_p()
+        self._lock = threading.RLock()
         name = _check_instance(instance)
         self.timeout = _timeout_s(timeout)
         if not isinstance(prefill, bool):
@@ -134,8 +136,6 @@ class Client:
         if not roles:
             raise ValueError("attach needs a role: prefill=True, decoder=ID and/or rank=R")
         self.instance, self.prefill, self.decoder, self.rank = instance, prefill, decoder, rank
-        self._c = ctypes.c_void_p()
-        self._lock = threading.RLock()
         req = _lib.ClientReq(roles=roles, decoder_id=decoder or 0, rank=rank or 0,
                              timeout_ms=max(1, int(self.timeout * 1000)))
         err = _lib.Error()

@@ -29,10 +29,15 @@ _REASONS = {
 }
 
 
+# errno values with two names: the one locus's documentation uses
+_PREFERRED = {_errno.EOPNOTSUPP: "EOPNOTSUPP", _errno.EAGAIN: "EAGAIN"}
+
+
 def code_name(code):
     """LOCUS_E* or the errno name of -code or code."""
     code = abs(int(code))
-    return _lib.ERROR_NAMES.get(code) or _errno.errorcode.get(code, f"error {code}")
+    return (_lib.ERROR_NAMES.get(code) or _PREFERRED.get(code) or
+            _errno.errorcode.get(code, f"error {code}"))
 
 
 class LocusError(Exception):

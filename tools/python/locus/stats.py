@@ -24,10 +24,10 @@ class Counters:
     """A read-only view of instance's counters: the segment mapped PROT_READ."""
 
     def __init__(self, instance):
-        name = _check_instance(instance)
-        self.instance = instance
         self._shm = ctypes.c_void_p()
         self._ctr = ctypes.c_void_p()
+        name = _check_instance(instance)
+        self.instance = instance
         err = _lib.Error()
         ret = lib.locus_shm_attach(name, _lib.SHM_RDONLY | _lib.SHM_ALLOW_GROUP,
                                    ctypes.byref(self._shm), ctypes.byref(err))

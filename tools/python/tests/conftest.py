@@ -41,9 +41,11 @@ def run(*args, **kw):
 
 class Daemon:
     """One locusd: instance name, its log, and a stop that always ends it."""
+    started = 0
 
     def __init__(self, name, extra="", table=None):
-        self.instance = f"{name}-{os.getpid()}"
+        Daemon.started += 1
+        self.instance = f"{name}-{os.getpid()}-{Daemon.started}"
         self.dir = os.path.join(_TMP, self.instance)
         os.makedirs(self.dir)
         self.conf = os.path.join(self.dir, "locusd.conf")
@@ -116,7 +118,7 @@ def fresh(eldr_table):
     made = []
 
     def make(extra="", table=True):
-        d = Daemon(f"f{len(made)}", extra, table=eldr_table if table else None)
+        d = Daemon("f", extra, table=eldr_table if table else None)
         made.append(d)
         return d
     yield make
@@ -148,14 +150,14 @@ def _freed(ctr):
 
 
 def close_and_wait(clients, timeout=10.0):
-    """Close clients (of one instance) and wait until locusd freed the slots
-    of those with a decoder id or a rank: it reclaims a detached slot
-    asynchronously, and the id is free again only then."""
+    """Close clients (of one instance) and wait until locusd freed their
+    slots: it reclaims a detached slot asynchronously, and the slot (its
+    decoder id, its rank) is free again only then."""
     import locus
     clients = [c for c in clients if not c.closed]
     if not clients:
         return
-    held = sum(1 for c in clients if c.decoder is not None or c.rank is not None)
+    held = len(clients)
     try:
         ctr = locus.Counters(clients[0].instance)
     except locus.LocusError:  # its locusd is gone: nothing to wait for
