@@ -279,11 +279,13 @@ class Client:
                 desc = _lib.Desc(op=op, id=rid, off=off, len=nbytes)
                 self._inflight[rid] = _Request(rid, desc, off, nbytes)
                 return rid
-            if ret != -_lib.LOCUS_EFULL or "submit ring" not in err or \
-                    time.monotonic() >= deadline:
+            # -LOCUS_EFULL: the submit ring is full (nothing went in); else a refusal
+            if ret != -_lib.LOCUS_EFULL or time.monotonic() >= deadline:
                 self._alloc.free(off, nbytes)
-                if ret == -_lib.LOCUS_EFULL and "submit ring" in err:
-                    raise LocusTimeout(errno.ETIMEDOUT, "the submit ring stayed full", what="submit")
+                if ret == -_lib.LOCUS_EFULL:
+                    raise LocusTimeout(errno.ETIMEDOUT, "the submit ring stayed full "
+                                       f"({len(self._inflight)} requests in flight)",
+                                       what="submit")
                 raise from_code(ret, err or None, what="submit")
             self._pump()
             time.sleep(_NAP_S)

@@ -173,14 +173,31 @@ def close_and_wait(clients, timeout=10.0):
 
 @pytest.fixture
 def attach():
-    """locus.attach, with every client closed (and its slot freed) after the test."""
+    """locus.attach, with every client the test made closed after it and its
+    slot freed (also those the test closed itself, e.g. with `with`)."""
     import locus
-    made = []
+    made, base = [], {}
 
     def _attach(instance, **kw):
+        if instance not in base:
+            try:
+                with locus.Counters(instance) as ctr:
+                    base[instance] = _freed(ctr)
+            except locus.LocusError:
+                base[instance] = None
         c = locus.attach(instance, **kw)
         made.append(c)
         return c
     yield _attach
-    for inst in {c.instance for c in made}:
-        close_and_wait([c for c in made if c.instance == inst])
+    for c in made:
+        c.close()
+    for inst, b in base.items():
+        n = sum(1 for c in made if c.instance == inst)
+        if b is None:
+            continue
+        try:
+            ctr = locus.Counters(inst)
+        except locus.LocusError:  # its locusd is gone
+            continue
+        with ctr:
+            wait_for(lambda: _freed(ctr) >= b + n, 10, f"locusd to free {n} slots")

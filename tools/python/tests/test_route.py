@@ -183,3 +183,41 @@ def test_route_blocks_through_the_signature_cache(daemon, trace, tmp_path, eldr_
         s3 = c.poll_signatures(timeout=2.0)
         assert s3[0].prompt_tokens == 1  # the tail alone: the block is gone
         ctr.close()
+
+
+def test_more_in_flight_than_the_ring_holds(daemon, attach, trace):
+    """1,500 requests submitted back to back: more than the 1,024-entry submit
+    ring and the decoders' 256-slot inboxes hold. submit() waits (bounded) for
+    room, full inboxes are resubmitted; every request is decided once and
+    delivered once, while two decoders drain in a thread."""
+    import threading
+    _, reqs = trace
+    ds = [attach(daemon.instance, decoder=i) for i in (0, 1)]
+    for d in ds:
+        d.report_load(0)
+    with locus.Counters(daemon.instance) as ctr:
+        wait_for(lambda: all(ctr.value("decoder_up", i) == 1 for i in (0, 1)), what="up")
+    got, stop = {}, threading.Event()
+
+    def drain():
+        while not stop.is_set():
+            for d in ds:
+                for s in d.poll_signatures(max=256, timeout=0.001):
+                    got[s.request_id] = got.get(s.request_id, 0) + 1
+    t = threading.Thread(target=drain)
+    t.start()
+    try:
+        p = attach(daemon.instance, prefill=True, timeout=30.0)
+        assert p.ring_size == 1024
+        n = 1500
+        rids = [p.submit(reqs[i % len(reqs)], allowed=[0, 1]) for i in range(n)]
+        decisions = {}
+        wait_for(lambda: decisions.update({d.request_id: d for d in p.poll()}) or
+                 len(decisions) == n, 30, "every decision")
+        wait_for(lambda: len(got) == n, 30, "every delivery")
+    finally:
+        stop.set()
+        t.join(10)
+    assert sorted(decisions) == sorted(rids)
+    assert all(d.ok and d.decoder in (0, 1) for d in decisions.values())
+    assert set(got) == set(rids) and set(got.values()) == {1}
