@@ -70,3 +70,29 @@ def test_stats_refusals():
         locus.stats("a/b")
     with pytest.raises(TypeError):
         locus.stats(None)
+
+
+def test_table_shape_gauges(fresh, attach, tmp_path):
+    """table_layers / table_experts {channel}: 0 before a table, then the shape
+    of the ELDR table and of the GRACE table pushed (what clients check)."""
+    from conftest import BIN, TRACE
+    d = fresh(table=False)
+    c = attach(d.instance, prefill=True)
+    for ch in (0, 1):
+        with pytest.raises(locus.NoTableError):
+            c.table_shape(ch)
+    grace = str(tmp_path / "g.tbl")
+    subprocess.run([os.path.join(BIN, "locusctl"), "fit", "--grace", "--trace", TRACE,
+                    "--nodes", "1", "--gpus", "4", "--capacity", "20", "--replica-budget", "4",
+                    "-o", grace], check=True, capture_output=True, timeout=60)
+    d.push(grace)
+    assert c.table_shape(1) == (26, 64)
+    with pytest.raises(locus.NoTableError):
+        c.table_shape(0)
+    from conftest import run
+    eldr = str(tmp_path / "e.tbl")
+    run(os.path.join(BIN, "locusctl"), "fit", "--trace", TRACE, "--decoders", "2", "-o", eldr)
+    d.push(eldr)
+    assert c.table_shape(0) == (26, 64)
+    m = {x["name"]: x for x in locus.stats(d.instance)["metrics"]}
+    assert m["table_layers"]["values"] == [26, 26] and m["table_experts"]["values"] == [64, 64]
