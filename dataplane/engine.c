@@ -118,6 +118,8 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 
 			locus_eldr_router_shape(nr, &tl, &te);
 			engine_blocks_table(e, tl, te);
+			locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
+			locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
 		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
 		return;
@@ -498,6 +500,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	    e->dec[c->decoder_id].slot == (int32_t)slot) {
 		e->dec[c->decoder_id].slot = -1;
 		e->dec[c->decoder_id].up = 0;
+		/* housekeeping skips a decoder nobody serves: say it is down here */
+		locus_gauge_set_elem(e->blk, e->c.decoder_up, c->decoder_id, 0);
 	}
 	if ((c->roles & LOCUS_ROLE_RANK) && c->rank < e->n_ranks &&
 	    e->rank_slot[c->rank] == (int32_t)slot)

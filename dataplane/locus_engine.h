@@ -43,6 +43,7 @@ struct locus_engine_ctr {
 	uint64_t dispatch_ns, combine_ns;          /* histograms */
 	uint64_t expert_tokens;                    /* [layers][experts] */
 	uint64_t table_generation;                 /* gauge [channel] */
+	uint64_t table_layers, table_experts;      /* gauges [channel]: the shape in use */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
 	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
 	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
@@ -74,6 +75,7 @@ struct locus_engine_ctr {
 	uint64_t sc_evictions;                     /* [reason]: 0 lru, 1 explicit */
 	uint64_t sc_resets;                        /* emptied for a table of another shape */
 	uint64_t sc_entries, sc_bytes, sc_capacity; /* gauges */
+	uint64_t sc_block_tokens;                  /* gauge: tokens per KV block, 0 = cache off */
 	uint64_t sc_summed;                        /* cached blocks' counts added into a sum */
 	uint64_t sc_ckpt_hits;                     /* ROUTE_BLOCKS summed from a prefix checkpoint */
 	uint64_t sc_ckpt_mismatch;                 /* a checkpoint named at another depth (unused) */
