@@ -1,6 +1,6 @@
 # GRACE fitting (profile, spectral grouping, replication, EPLB interop) and
 # the locusctl grace subcommands. LAPACKE/OpenBLAS via pkg-config.
-GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c \
+GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c control/grace_balance.c \
 	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c \
 	control/grace_eplb_balance.c control/grace_epgroups.c
 $(eval $(call LIBRARY,gracefit,$(GRACEFIT_SRCS)))

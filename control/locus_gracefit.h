@@ -129,6 +129,7 @@ struct locus_gracefit_layer_info {
 	uint32_t n_rep;      /* replicas per hot expert */
 	uint32_t n_hot;      /* hot experts */
 	uint32_t n_replicas; /* replicas placed (budget may cut) */
+	uint32_t n_swaps;    /* load-aware swaps after the grouping */
 };
 
 struct locus_gracefit_opts {
@@ -136,6 +137,11 @@ struct locus_gracefit_opts {
 	uint64_t seed;       /* default 1 */
 	int no_grouping;     /* contiguous placement instead (loads-only fits) */
 	int no_replication;
+	int uneven;          /* keep the grouping's uneven sizes (up to capacity) */
+	double load_tol;     /* swap primaries while peak > (1 + tol) x mean; 0: 0.3 */
+	double cost_gpu;     /* weight of a row off GPU in the swap cost; 0: 1 */
+	double cost_node;    /* extra weight of a row off node; 0: 1 */
+	double cost_peak;    /* a swap's cost per unit of peak cut must stay below; 0: no bound */
 };
 
 /*
@@ -146,6 +152,19 @@ int locus_gracefit_group_layer(const struct locus_gracefit_topo *topo, uint32_t 
 			       const double *A, const struct locus_gracefit_opts *opts,
 			       uint16_t *primary, struct locus_gracefit_layer_info *info,
 			       struct locus_error *err);
+
+/*
+ * Load-aware repair of a grouping: unless opts->uneven, move experts until
+ * every GPU holds at most ceil(E/N) primaries (EPLB's slots), each move the
+ * one losing the least tier-weighted co-activation; then, while the peak
+ * GPU load exceeds (1 + load_tol) x mean, swap an expert of the peak GPU
+ * with a lighter one, the swap losing the least affinity per unit of peak
+ * removed. W[E] are the loads; deterministic.
+ */
+int locus_gracefit_balance_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
+				 const double *A, const double *W,
+				 const struct locus_gracefit_opts *opts, uint16_t *primary,
+				 struct locus_gracefit_layer_info *info, struct locus_error *err);
 
 /*
  * Replicate one layer: replica[E][R] (ascending, NO_RANK padded) and

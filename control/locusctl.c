@@ -89,7 +89,8 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--restarts R] [--decode-weight W] [--exact-balance]\n"
 	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
 	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
-	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE\n"
+	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S]\n"
+	  "        [--no-replication] [--load-tol T] [--uneven] -o TABLE\n"
 	  "  locusctl fit --grace --trace FILE --eldr-table ELDR_TABLE --ep-ranks-per-decoder R\n"
 	  "        --nodes N --gpus G [--capacity C] [--replica-budget B] -o SET" },
 	{ "show", cmd_show, "show TABLE [--json]" },
