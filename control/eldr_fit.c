@@ -159,8 +159,7 @@ static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t 
 	if (ret < 0)
 		goto err_free;
 	ret = locus_tbl_seal(blob, sizeof(struct locus_tbl_hdr) + lay.len, LOCUS_TBL_ELDR,
-			     LOCUS_ELDR_TBL_VERSION,
-			     lay.len);
+			     locus_eldr_tbl_kind_version(h), lay.len);
 	if (ret < 0) {
 		ret = locus_error_set(err, -ret, "sealing the table failed");
 		goto err_free;
