@@ -10,6 +10,7 @@
 #include "locus_common.h"
 #include "locus_config.h"
 #include "locus_file.h"
+#include "locus_idle.h"
 
 #define CFG_MAX_FILE (1u << 20)
 #define CFG_LINE_MAX 1024
@@ -22,6 +23,8 @@ struct cfg_parser {
 	struct locus_config *cfg;
 	struct locus_error *err;
 	int nodes_seen;          /* the file lists its own nodes: drop the default */
+	unsigned line_sleep_max; /* line of idle_sleep_max_us, 0: not set */
+	unsigned line_sleep_old; /* line of idle_sleep_us (its old name), 0: not set */
 	unsigned line_of_node[LOCUS_CFG_MAX_NODES];
 };
 
@@ -57,7 +60,9 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->max_decoders = 64;
 	cfg->max_batch_tokens = 4096;
 	cfg->table_slot_size = 4u << 20;
-	cfg->idle_sleep_us = 0;
+	cfg->idle_spin_polls = LOCUS_CFG_IDLE_SPIN_POLLS;
+	cfg->idle_pause_polls = LOCUS_CFG_IDLE_PAUSE_POLLS;
+	cfg->idle_sleep_max_us = LOCUS_CFG_IDLE_SLEEP_MAX_US;
 	cfg->tau = 0.1f;
 	cfg->load_timeout_ms = 1000;
 	cfg->watchdog = 1;
@@ -203,6 +208,28 @@ static int parse_addr(struct cfg_parser *p, const char *key, const char *v,
 	return 0;
 }
 
+/*
+ * idle_sleep_max_us, or idle_sleep_us: its name before the adaptive idle
+ * policy (a fixed sleep of N us once idle), kept as an alias with the new
+ * meaning (the sleep grows from 1 us up to N). One file sets one of them.
+ */
+static int set_sleep_max(struct cfg_parser *p, const char *k, const char *v)
+{
+	int old = !strcmp(k, "idle_sleep_us");
+	unsigned *mine = old ? &p->line_sleep_old : &p->line_sleep_max;
+	unsigned other = old ? p->line_sleep_max : p->line_sleep_old;
+
+	if (other)
+		return CFG_FAIL(p, LOCUS_EPARSE,
+				"%s: idle_sleep_%s is already set on line %u (idle_sleep_us is the "
+				"old name of idle_sleep_max_us: keep one)",
+				k, old ? "max_us" : "us", other);
+	if (*mine)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s listed twice (first on line %u)", k, *mine);
+	*mine = p->line;
+	return parse_u32(p, k, v, 0, LOCUS_IDLE_MAX_SLEEP_US, &p->cfg->idle_sleep_max_us);
+}
+
 static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 {
 	struct locus_config *c = p->cfg;
@@ -295,8 +322,12 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u32(p, k, v, 1, 1u << 20, &c->max_batch_tokens);
 	if (!strcmp(k, "table_slot_size"))
 		return parse_u64(p, k, v, 4096, 1ull << 30, &c->table_slot_size);
-	if (!strcmp(k, "idle_sleep_us"))
-		return parse_u32(p, k, v, 0, 100000, &c->idle_sleep_us);
+	if (!strcmp(k, "idle_spin_polls"))
+		return parse_u32(p, k, v, 0, LOCUS_IDLE_MAX_POLLS, &c->idle_spin_polls);
+	if (!strcmp(k, "idle_pause_polls"))
+		return parse_u32(p, k, v, 0, LOCUS_IDLE_MAX_POLLS, &c->idle_pause_polls);
+	if (!strcmp(k, "idle_sleep_max_us") || !strcmp(k, "idle_sleep_us"))
+		return set_sleep_max(p, k, v);
 	if (!strcmp(k, "tau")) {
 		char *end;
 		double t;

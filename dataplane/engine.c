@@ -626,6 +626,15 @@ int locus_engine_poll(struct locus_engine *e)
 	return work;
 }
 
+void locus_engine_idle_slept(struct locus_engine *e, uint64_t ticks)
+{
+	engine_count(e, e->c.idle_sleeps);
+	/* whole seconds apart: a sleep stretched by preemption must not overflow */
+	locus_counter_add(e->blk, e->c.idle_sleep_ns,
+			  ticks / e->p.tsc_hz * 1000000000ull +
+				  ticks % e->p.tsc_hz * 1000000000ull / e->p.tsc_hz);
+}
+
 uint64_t locus_engine_table_generation(const struct locus_engine *e, unsigned ch)
 {
 	return ch < LOCUS_TABLE_N_CHANNELS ? __atomic_load_n(&e->gen[ch], __ATOMIC_ACQUIRE) : 0;

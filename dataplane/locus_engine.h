@@ -35,6 +35,7 @@
 /* Offsets of the engine's counters in every counters block. */
 struct locus_engine_ctr {
 	uint64_t poll_iterations, poll_busy;
+	uint64_t idle_sleeps, idle_sleep_ns;       /* the poll loop's idle sleeps (locusd) */
 	uint64_t clients_attached;                 /* gauge */
 	uint64_t client_protocol_errors;
 	uint64_t route_requests, routed;           /* routed: [max_decoders] */
@@ -225,6 +226,13 @@ void locus_engine_ldma_done(struct locus_engine *e, uint64_t cookie, int status)
 
 /* One poll iteration. Returns the number of descriptors handled. */
 int locus_engine_poll(struct locus_engine *e);
+
+/*
+ * The poll loop slept while idle for `ticks` of the engine's clock (as
+ * measured around the sleep): counted in idle_sleeps and idle_sleep_ns.
+ * Engine lcore only.
+ */
+void locus_engine_idle_slept(struct locus_engine *e, uint64_t ticks);
 
 enum locus_engine_cmd {
 	LOCUS_ENGINE_ATTACH = 1, /* serve the slot (state ACTIVE, request checked) */

@@ -7,7 +7,7 @@
  * sd_notify; SIGTERM drains and stops, removing the segment; SIGHUP re-reads
  * the config and applies what is safe to change while running.
  *
- *   locusd [-c CONFIG] [--check-config] [--print-cpus]
+ *   locusd [-c CONFIG] [--check-config] [--print-cpus] [--print-default]
  *
  * Without -c, locusd runs the embedded single-node default (four ranks,
  * shared-memory tiers), which is what the README's demo uses.
@@ -18,6 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <rte_cycles.h>
@@ -30,6 +32,7 @@
 
 #include "locus_config.h"
 #include "locus_engine.h"
+#include "locus_idle.h"
 #include "locus_node.h"
 #include "locus_shm.h"
 #include "locus_relay.h"
@@ -39,8 +42,15 @@
 #define MAX_EAL_ARGS 64
 #define CONTROL_PERIOD_US 1000
 #define DRAIN_MS 500
-#define IDLE_SPINS 1024
+#define DRAIN_EMPTY_POLLS 1024
 
+/*
+ * What runs without -c (make demo). Its idle policy is for a shared laptop:
+ * the engine sleeps after about 1 ms without work, up to 1 ms at a time
+ * (1 % of a core while idle; README, "Idle policy"). With one lcore only
+ * (eal_args -l N) the main lcore polls the engine between control passes
+ * and never sleeps.
+ */
 static const char embedded_default[] =
 	"[locusd]\n"
 	"instance = default\n"
@@ -50,7 +60,9 @@ static const char embedded_default[] =
 	"intra_node = shm\n"
 	"client_slots = 16\n"
 	"client_inbox_slots = 256\n"
-	"idle_sleep_us = 50\n"
+	"idle_spin_polls = 20000\n"
+	"idle_pause_polls = 0\n"
+	"idle_sleep_max_us = 1000\n"
 	"[cluster]\n"
 	"id = 1\n"
 	"gpus_per_node = 4\n"
@@ -66,7 +78,8 @@ struct locusd {
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
 	unsigned net_lcore;         /* RTE_MAX_LCORE: the network polls on the engine's lcore */
 	int net_stop;               /* set by main once the engine's lcore is done */
-	uint32_t idle_sleep_us;     /* changed by SIGHUP; read by the worker */
+	struct locus_idle_params idle; /* changed by SIGHUP (atomic per field); read by the lcores */
+	uint32_t idle_seq;          /* bumped after a change of idle */
 	int stop;                   /* set by the main lcore, read by the worker */
 	int worker_done;
 };
@@ -87,30 +100,83 @@ static uint64_t tsc_now(void)
 	return rte_rdtsc();
 }
 
-/* An idle poll loop spins a while, then sleeps idle_sleep_us if configured to. */
-static void idle_wait(struct locusd *d, unsigned *idle)
+/* Main lcore: publish a new idle policy to the poll loops. */
+static void idle_publish(struct locusd *d, const struct locus_config *c)
 {
-	uint32_t us;
-
-	if (++*idle < IDLE_SPINS) {
-		rte_pause();
-		return;
-	}
-	*idle = IDLE_SPINS;
-	us = __atomic_load_n(&d->idle_sleep_us, __ATOMIC_RELAXED);
-	if (us)
-		rte_delay_us_sleep(us);
-	else
-		rte_pause();
+	__atomic_store_n(&d->idle.spin_polls, c->idle_spin_polls, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->idle.pause_polls, c->idle_pause_polls, __ATOMIC_RELAXED);
+	__atomic_store_n(&d->idle.sleep_max_us, c->idle_sleep_max_us, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&d->idle_seq, 1, __ATOMIC_RELEASE);
 }
 
-/* The engine's poll loop: no syscalls, no locks; sleeps only when idle and configured to. */
+/* A poll loop's copy of the policy, taken again when SIGHUP changed it (*seq). */
+static void idle_refresh(struct locusd *d, struct locus_idle *s, uint32_t *seq)
+{
+	uint32_t now = __atomic_load_n(&d->idle_seq, __ATOMIC_ACQUIRE);
+	struct locus_idle_params p;
+
+	if (likely(now == *seq))
+		return;
+	*seq = now;
+	p.spin_polls = __atomic_load_n(&d->idle.spin_polls, __ATOMIC_RELAXED);
+	p.pause_polls = __atomic_load_n(&d->idle.pause_polls, __ATOMIC_RELAXED);
+	p.sleep_max_us = __atomic_load_n(&d->idle.sleep_max_us, __ATOMIC_RELAXED);
+	locus_idle_init(s, &p);
+}
+
+/*
+ * After an empty poll: spin, pause or sleep as the idle policy says
+ * (locus_idle.h). Only reached when there was nothing to do: the sleep is a
+ * syscall off the path of any request. e: count the sleep there (engine lcore).
+ */
+static void idle_step(struct locusd *d, struct locus_idle *s, uint32_t *seq,
+		      struct locus_engine *e)
+{
+	struct timespec ts;
+	uint64_t t0;
+	uint32_t us = 0;
+
+	idle_refresh(d, s, seq);
+	switch (locus_idle_next(s, &us)) {
+	case LOCUS_IDLE_SPIN:
+		return;
+	case LOCUS_IDLE_PAUSE:
+		rte_pause();
+		return;
+	case LOCUS_IDLE_SLEEP:
+		ts.tv_sec = 0;
+		ts.tv_nsec = (long)us * 1000;
+		t0 = rte_rdtsc();
+		nanosleep(&ts, NULL);
+		if (e)
+			locus_engine_idle_slept(e, rte_rdtsc() - t0);
+		return;
+	}
+}
+
+/*
+ * A poll lcore's start: its sleeps end when they say (the kernel's default
+ * timer slack, 50 us, would add that much to every wake-up), and its first
+ * copy of the idle policy.
+ */
+static void idle_start(struct locusd *d, struct locus_idle *s, uint32_t *seq)
+{
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	*seq = __atomic_load_n(&d->idle_seq, __ATOMIC_ACQUIRE) - 1; /* refresh at once */
+	idle_refresh(d, s, seq);
+}
+
+/* The engine's poll loop: no syscalls, no locks; sleeps only when idle, as configured. */
 static int worker_main(void *arg)
 {
 	struct locusd *d = arg;
 	struct locus_engine *e = locus_node_engine(d->node);
 	uint64_t drain_until = 0;
-	unsigned idle = 0;
+	struct locus_idle idle;
+	unsigned empty = 0;
+	uint32_t seq;
+
+	idle_start(d, &idle, &seq);
 
 	for (;;) {
 		int n = locus_engine_poll(e);
@@ -122,20 +188,22 @@ static int worker_main(void *arg)
 		if (d->loop)
 			n += locusd_loop_poll(d->loop, e);
 		if (likely(n)) {
-			idle = 0;
+			locus_idle_busy(&idle);
+			empty = 0;
 			continue;
 		}
 		if (unlikely(__atomic_load_n(&d->stop, __ATOMIC_ACQUIRE))) {
 			/* drain: keep answering until the rings stay empty, bounded */
 			if (!drain_until)
 				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
-			if ((++idle > IDLE_SPINS && !(d->loop && locusd_loop_inflight(d->loop)) &&
+			if ((++empty > DRAIN_EMPTY_POLLS &&
+			     !(d->loop && locusd_loop_inflight(d->loop)) &&
 			     !(d->relay && locus_relay_inflight(d->relay))) ||
 			    rte_rdtsc() > drain_until)
 				break;
 			continue;
 		}
-		idle_wait(d, &idle);
+		idle_step(d, &idle, &seq, e);
 	}
 	__atomic_store_n(&d->worker_done, 1, __ATOMIC_RELEASE);
 	return 0;
@@ -149,18 +217,20 @@ static int worker_main(void *arg)
 static int net_main(void *arg)
 {
 	struct locusd *d = arg;
-	unsigned idle = 0;
+	struct locus_idle idle;
+	uint32_t seq;
 
+	idle_start(d, &idle, &seq);
 	for (;;) {
 		int n = locusd_net_poll(d->net, rte_rdtsc()) + locus_relay_poll_net(d->relay);
 
 		if (likely(n)) {
-			idle = 0;
+			locus_idle_busy(&idle);
 			continue;
 		}
 		if (unlikely(__atomic_load_n(&d->net_stop, __ATOMIC_ACQUIRE)))
 			break;
-		idle_wait(d, &idle);
+		idle_step(d, &idle, &seq, NULL);
 	}
 	return 0;
 }
@@ -260,16 +330,20 @@ static void reload(struct locusd *d)
 		fprintf(stderr, "locusd: SIGHUP: keeping the running configuration\n");
 		return;
 	}
-	__atomic_store_n(&d->idle_sleep_us, n.idle_sleep_us, __ATOMIC_RELAXED);
-	d->cfg.idle_sleep_us = n.idle_sleep_us;
+	idle_publish(d, &n);
+	d->cfg.idle_spin_polls = n.idle_spin_polls;
+	d->cfg.idle_pause_polls = n.idle_pause_polls;
+	d->cfg.idle_sleep_max_us = n.idle_sleep_max_us;
 	d->cfg.watchdog = n.watchdog;
-	n.idle_sleep_us = d->cfg.idle_sleep_us;
-	n.watchdog = d->cfg.watchdog;
 	if (memcmp(&n, &d->cfg, sizeof(n)))
-		fprintf(stderr, "locusd: SIGHUP: applied idle_sleep_us and watchdog; other changes "
-				"need a restart\n");
+		fprintf(stderr, "locusd: SIGHUP: applied the idle policy (idle_spin_polls %u, "
+				"idle_pause_polls %u, idle_sleep_max_us %u) and watchdog; other changes "
+				"need a restart\n", n.idle_spin_polls, n.idle_pause_polls,
+			n.idle_sleep_max_us);
 	else
-		fprintf(stderr, "locusd: SIGHUP: configuration re-read\n");
+		fprintf(stderr, "locusd: SIGHUP: configuration re-read (idle_spin_polls %u, "
+				"idle_pause_polls %u, idle_sleep_max_us %u)\n", n.idle_spin_polls,
+			n.idle_pause_polls, n.idle_sleep_max_us);
 	sd_notify(0, "READY=1");
 }
 
@@ -278,11 +352,12 @@ static void reload(struct locusd *d)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: locusd [-c CONFIG] [--check-config] [--print-cpus]\n"
+		"usage: locusd [-c CONFIG] [--check-config] [--print-cpus] [--print-default]\n"
 		"  -c CONFIG        /etc/locus/<instance>.conf (default: the embedded single-node\n"
 		"                   config: instance 'default', 4 ranks, shared-memory tiers)\n"
 		"  --check-config   parse and check the config, print 'ok' or the error, exit\n"
-		"  --print-cpus     print the lcore CPU list of eal_args (systemd CPUAffinity)\n");
+		"  --print-cpus     print the lcore CPU list of eal_args (systemd CPUAffinity)\n"
+		"  --print-default  print the embedded default config (what runs without -c)\n");
 }
 
 int main(int argc, char **argv)
@@ -291,6 +366,7 @@ int main(int argc, char **argv)
 		{ "config", required_argument, NULL, 'c' },
 		{ "check-config", no_argument, NULL, 'k' },
 		{ "print-cpus", no_argument, NULL, 'p' },
+		{ "print-default", no_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -311,6 +387,9 @@ int main(int argc, char **argv)
 		case 'p':
 			cpus = 1;
 			break;
+		case 'd':
+			fputs(embedded_default, stdout);
+			return 0;
 		default:
 			usage();
 			return c == 'h' ? 0 : 2;
@@ -411,7 +490,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: buffer regions: %s\n", err.msg);
 		goto err_node;
 	}
-	D.idle_sleep_us = D.cfg.idle_sleep_us;
+	idle_publish(&D, &D.cfg);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGHUP, &sa, NULL);

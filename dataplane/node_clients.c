@@ -11,6 +11,23 @@
 
 #include "node_priv.h"
 
+/*
+ * The slot holding an id is on its way out: its client detached or died and
+ * the engine has yet to let go of it (or is doing so). An attach for the
+ * same id is told to wait (-EAGAIN, the client retries within its time-out)
+ * instead of being refused: a decoder that detaches and attaches again at
+ * once must not see "attached already". A slot still being attached (claim
+ * set) is a real conflict.
+ */
+static int owner_leaving(struct locus_node *n, int32_t slot)
+{
+	if (n->ticket[slot])
+		return n->cmd[slot] == LOCUS_ENGINE_DETACH;
+	if (n->claim[slot])
+		return 0;
+	return locus_clients_check(&n->clients, (uint32_t)slot) == LOCUS_CLIENTS_GONE;
+}
+
 /* What a request asks to be, checked against the cluster and the registry. */
 static int check_grant(struct locus_node *n, const struct locus_engine_grant *g, char *msg,
 		       size_t len)
@@ -25,6 +42,12 @@ static int check_grant(struct locus_node *n, const struct locus_engine_grant *g,
 				 n->cfg.max_decoders);
 			return -LOCUS_ERANGE;
 		}
+		if (n->decoder_owner[g->decoder_id] >= 0 &&
+		    owner_leaving(n, n->decoder_owner[g->decoder_id])) {
+			snprintf(msg, len, "decoder id %u is being released (slot %d detached)",
+				 g->decoder_id, (int)n->decoder_owner[g->decoder_id]);
+			return -EAGAIN;
+		}
 		if (n->decoder_owner[g->decoder_id] >= 0) {
 			snprintf(msg, len, "decoder id %u is attached already (slot %d)",
 				 g->decoder_id, (int)n->decoder_owner[g->decoder_id]);
@@ -37,6 +60,11 @@ static int check_grant(struct locus_node *n, const struct locus_engine_grant *g,
 				 n->cfg.node_id, n->cfg.node_id * n->cfg.gpus_per_node,
 				 (n->cfg.node_id + 1) * n->cfg.gpus_per_node - 1);
 			return -LOCUS_ERANGE;
+		}
+		if (n->rank_owner[g->rank] >= 0 && owner_leaving(n, n->rank_owner[g->rank])) {
+			snprintf(msg, len, "rank %u is being released (slot %d detached)", g->rank,
+				 (int)n->rank_owner[g->rank]);
+			return -EAGAIN;
 		}
 		if (n->rank_owner[g->rank] >= 0) {
 			snprintf(msg, len, "rank %u is attached already (slot %d)", g->rank,
@@ -124,7 +152,8 @@ static int attach_request(void *ctx, int conn, pid_t pid, const struct locus_reg
 	return 0;
 
 refused:
-	locus_counter_inc(n->ctl_blk, n->ctr_refused);
+	if (why != -EAGAIN) /* told to wait for a detach: it comes back, not a refusal */
+		locus_counter_inc(n->ctl_blk, n->ctr_refused);
 	return why;
 }
 

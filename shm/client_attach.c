@@ -101,9 +101,18 @@ static int confirm(int sock, const struct locus_client *c, uint64_t generation,
 	return 0;
 }
 
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 int locus_client_attach(const char *instance, const struct locus_client_req *req,
 			struct locus_client **out, struct locus_error *err)
 {
+	uint64_t deadline;
 	uint32_t timeout_ms;
 	struct locus_reg_rep rep;
 	struct locus_client *c;
@@ -123,13 +132,26 @@ int locus_client_attach(const char *instance, const struct locus_client_req *req
 				      instance);
 		goto err_detach;
 	}
-	sock = locus_client_reg_connect(instance, err);
-	if (sock < 0) {
-		ret = sock;
-		goto err_detach;
-	}
 	c->me = getpid();
-	ret = request_slot(sock, req, timeout_ms, &rep, &fd, err);
+	deadline = mono_ms() + timeout_ms;
+	for (uint32_t pause_ms = 1;; pause_ms = LOCUS_MIN(2 * pause_ms, 20u)) {
+		sock = locus_client_reg_connect(instance, err);
+		if (sock < 0) {
+			ret = sock;
+			goto err_detach;
+		}
+		ret = request_slot(sock, req, timeout_ms, &rep, &fd, err);
+		/*
+		 * -EAGAIN: our decoder id or rank is still held by a slot that
+		 * detached (ours a moment ago, say) and locusd has not reclaimed
+		 * yet: ask again until it has, within the time-out.
+		 */
+		if (ret != -EAGAIN || mono_ms() + pause_ms >= deadline)
+			break;
+		close(sock);
+		usleep(pause_ms * 1000u);
+		timeout_ms = (uint32_t)(deadline - mono_ms());
+	}
 	if (ret == -ECONNRESET && !locus_shm_owner_alive(c->shm))
 		/* the kernel closed a dead daemon's end: no need to wait for the time-out */
 		ret = locus_error_set(err, ENOTCONN, "locusd (pid %d) died before answering",

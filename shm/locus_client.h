@@ -301,8 +301,11 @@ struct locus_client_req {
  * -ENOENT (nothing listening), -ENOTCONN (the daemon died while we waited:
  * known as soon as the kernel closes its end), -LOCUS_EVERSION (another
  * protocol or slot layout), or the daemon's refusal (e.g. -LOCUS_ERANGE for
- * a rank outside the cluster, -EEXIST for a decoder id or rank already
- * attached). err says which.
+ * a rank outside the cluster, -EEXIST for a decoder id or rank held by a
+ * live client). An id still held by a slot whose client detached or died is
+ * waited for (the daemon answers -EAGAIN until it reclaimed the slot, and we
+ * ask again): a decoder may detach and attach again at once; -EAGAIN is
+ * returned only when the time-out ends first. err says which.
  */
 int locus_client_attach(const char *instance, const struct locus_client_req *req,
 			struct locus_client **out, struct locus_error *err);

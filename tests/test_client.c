@@ -7,6 +7,7 @@
  * sealed, delivered-payload bounds, and a freed slot renewed: a process
  * that kept its old mapping neither sees nor touches the slot's next owner.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -251,6 +252,71 @@ static void test_refused_timeout_full_not_running(void **state)
 	expect_instance = "t-no-such";
 	assert_int_equal(expect(LOCUS_ROLE_PREFILL, 0, -ENOENT, "does not exist", 50), 0);
 	expect_instance = INST;
+}
+
+/* Attach without tu_attach's retries: what a serving process sees. */
+static int attach_once(uint32_t roles, uint32_t id, unsigned timeout_ms, struct locus_client **c,
+		       struct locus_error *e)
+{
+	struct locus_client_req req = { .roles = roles, .decoder_id = id, .rank = id,
+					.timeout_ms = timeout_ms };
+
+	return locus_client_attach(INST, &req, c, e);
+}
+
+static void *release_hold(void *arg)
+{
+	(void)arg;
+	usleep(50 * 1000);
+	tu_node_hold(&T, 0);
+	return NULL;
+}
+
+/*
+ * A decoder (or rank) that detaches and attaches again with the same id at
+ * once is not refused "attached already": the attach waits out the pending
+ * detach within its time-out. Forced here: the node's control pass is held,
+ * so the detach is certainly not processed when the attach arrives. A live
+ * holder still refuses at once, and a dead one is waited out too.
+ */
+static void test_reattach_waits_for_detach(void **state)
+{
+	uint64_t refused = ctr("clients_refused", 0);
+	struct locus_client *a, *b;
+	struct locus_error e = { 0 };
+	pthread_t th;
+	pid_t pid;
+	(void)state;
+
+	for (int i = 0; i < 20; i++) { /* back to back, the control pass free to race */
+		assert_int_equal(attach_once(LOCUS_ROLE_DECODE, 3, 2000, &a, &e), 0);
+		locus_client_detach(a);
+	}
+	a = tu_attach(INST, LOCUS_ROLE_DECODE | LOCUS_ROLE_RANK, 3, 3);
+	tu_node_hold(&T, 1);
+	locus_client_detach(a);
+	assert_int_equal(pthread_create(&th, NULL, release_hold, NULL), 0);
+	if (attach_once(LOCUS_ROLE_DECODE | LOCUS_ROLE_RANK, 3, 2000, &b, &e) != 0)
+		fail_msg("re-attach after a detach: %s", e.msg);
+	pthread_join(th, NULL);
+	assert_int_equal(ctr("clients_refused", 0), refused);
+
+	/* held by a live client: refused at once, with the sentence */
+	assert_int_equal(expect(LOCUS_ROLE_DECODE, 3, -EEXIST, "decoder id 3 is attached already",
+				2000), 0);
+	locus_client_detach(b);
+
+	/* held by a client that died: waited out as well */
+	pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		tu_attach(INST, LOCUS_ROLE_RANK, 0, 2);
+		_exit(0);
+	}
+	assert_int_equal(wait_child(pid), 0);
+	if (attach_once(LOCUS_ROLE_RANK, 2, 2000, &b, &e) != 0)
+		fail_msg("attach after the holder died: %s", e.msg);
+	locus_client_detach(b);
 }
 
 /*
@@ -501,6 +567,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_slot_renewed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_refused_timeout_full_not_running, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_reattach_waits_for_detach, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_unconfirmed_dead_sealed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inbox_bounds, setup, teardown),

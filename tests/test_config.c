@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "locus_config.h"
+#include "locus_idle.h"
 
 static const char full[] =
 	"# two nodes of 8 GPUs\n"
@@ -161,6 +162,25 @@ static void test_refusals(void **state)
 		  "t.conf:2: sig_cache_checkpoint_blocks: 4097 is outside", LOCUS_ERANGE },
 		{ "[locusd]\nmoe_top_k = 65\n", "t.conf:2: moe_top_k: 65 is outside", LOCUS_ERANGE },
 		{ "[locusd]\nsig_cache_bytes = -1\n", "t.conf:2: sig_cache_bytes:", LOCUS_EPARSE },
+		/* the idle policy */
+		{ "[locusd]\nidle_spin_polls = 1000000001\n",
+		  "t.conf:2: idle_spin_polls: 1000000001 is outside [0, 1000000000]", LOCUS_ERANGE },
+		{ "[locusd]\nidle_pause_polls = -1\n", "t.conf:2: idle_pause_polls: '-1' is not",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nidle_pause_polls = 1e6\n", "t.conf:2: idle_pause_polls: '1e6' is not",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nidle_sleep_max_us = 100001\n",
+		  "t.conf:2: idle_sleep_max_us: 100001 is outside [0, 100000]", LOCUS_ERANGE },
+		{ "[locusd]\nidle_sleep_us = 200000\n",
+		  "t.conf:2: idle_sleep_us: 200000 is outside [0, 100000]", LOCUS_ERANGE },
+		{ "[locusd]\nidle_sleep_us = 50\nnode = 0\nidle_sleep_max_us = 20\n",
+		  "t.conf:4: idle_sleep_max_us: idle_sleep_us is already set on line 2 (idle_sleep_us "
+		  "is the old name of idle_sleep_max_us: keep one)", LOCUS_EPARSE },
+		{ "[locusd]\nidle_sleep_max_us = 20\nidle_sleep_us = 50\n",
+		  "t.conf:3: idle_sleep_us: idle_sleep_max_us is already set on line 2",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nidle_sleep_max_us = 20\nidle_sleep_max_us = 30\n",
+		  "t.conf:3: idle_sleep_max_us listed twice (first on line 2)", LOCUS_EPARSE },
 	};
 	(void)state;
 
@@ -173,6 +193,40 @@ static void test_refusals(void **state)
 			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
 				 -cases[i].code, e.msg, cases[i].needle);
 	}
+}
+
+/* The idle keys, the compiled-in policy, and idle_sleep_us as the old name. */
+static void test_idle_policy(void **state)
+{
+	struct locus_config c;
+	struct locus_error e = { 0 };
+	(void)state;
+
+	assert_int_equal(parse("", &c, NULL), 0);
+	assert_int_equal(c.idle_spin_polls, LOCUS_CFG_IDLE_SPIN_POLLS);
+	assert_int_equal(c.idle_pause_polls, LOCUS_CFG_IDLE_PAUSE_POLLS);
+	assert_int_equal(c.idle_sleep_max_us, LOCUS_CFG_IDLE_SLEEP_MAX_US);
+	/* the deployment default sleeps (never burns a core for ever), briefly */
+	assert_true(c.idle_sleep_max_us > 0 && c.idle_sleep_max_us <= 100);
+	assert_int_equal(parse("[locusd]\nidle_spin_polls = 0\nidle_pause_polls = 1000000000\n"
+			       "idle_sleep_max_us = 0\n", &c, &e), 0);
+	assert_int_equal(c.idle_spin_polls, 0);
+	assert_int_equal(c.idle_pause_polls, LOCUS_IDLE_MAX_POLLS);
+	assert_int_equal(c.idle_sleep_max_us, 0);
+	/* idle_sleep_us = N is idle_sleep_max_us = N; the polls keep their defaults */
+	assert_int_equal(parse("[locusd]\nidle_sleep_us = 50\n", &c, &e), 0);
+	assert_int_equal(c.idle_sleep_max_us, 50);
+	assert_int_equal(c.idle_spin_polls, LOCUS_CFG_IDLE_SPIN_POLLS);
+	assert_int_equal(parse("[locusd]\nidle_sleep_us = 0\n", &c, &e), 0);
+	assert_int_equal(c.idle_sleep_max_us, 0);
+	assert_int_equal(parse("[locusd]\nidle_sleep_max_us = 100000\n", &c, &e), 0);
+	assert_int_equal(c.idle_sleep_max_us, LOCUS_IDLE_MAX_SLEEP_US);
+	/* the deployment's example says what the compiled-in policy is */
+	if (locus_config_load("deploy/default.conf", &c, &e) != 0)
+		fail_msg("%s", e.msg);
+	assert_int_equal(c.idle_spin_polls, LOCUS_CFG_IDLE_SPIN_POLLS);
+	assert_int_equal(c.idle_pause_polls, LOCUS_CFG_IDLE_PAUSE_POLLS);
+	assert_int_equal(c.idle_sleep_max_us, LOCUS_CFG_IDLE_SLEEP_MAX_US);
 }
 
 static void test_binary_and_long_lines(void **state)
@@ -234,6 +288,7 @@ int main(void)
 		cmocka_unit_test(test_full_file),
 		cmocka_unit_test(test_defaults_alone),
 		cmocka_unit_test(test_refusals),
+		cmocka_unit_test(test_idle_policy),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_shipped_examples),

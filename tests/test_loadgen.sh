@@ -83,6 +83,25 @@ for kv in "sigcache_hits_total $n" "sigcache_misses_total 0" "route_blocks_reque
 done
 echo "test_loadgen: ROUTE_BLOCKS through locusd: $n cached blocks named and found, 400 verified"
 
+# 1c. the exposition of a daemon that has carried traffic passes Prometheus's own linter
+#     (base units, histogram series): promtool prints nothing and exits 0
+command -v promtool > /dev/null || fail "promtool missing (Debian package prometheus; tools/deps.sh)"
+lint=$(promtool check metrics <<<"$stat" 2>&1) || fail "promtool check metrics: $lint"
+[ -z "$lint" ] || fail "promtool check metrics: $lint"
+grep -q '^locus_route_seconds_count [1-9]' <<<"$stat" || fail "no locus_route_seconds_count"
+echo "test_loadgen: locus-stat --prometheus passes promtool check metrics"
+
+# 1d. /locus/info through DPDK's telemetry socket, with locus-stat (Debian ships no
+#     dpdk-telemetry.py); an unknown command and a missing instance are refused
+info=$("$B/locus-stat" -i "$inst" --telemetry /locus/info) || fail "locus-stat --telemetry /locus/info"
+grep -q "^{\"/locus/info\":{\"instance\":\"$inst\",\"node\":0," <<<"$info" || fail "telemetry: $info"
+grep -q '"eldr_generation":[1-9]' <<<"$info" || fail "telemetry: no ELDR table in $info"
+"$B/locus-stat" -i "$inst" --telemetry /locus/nope > /dev/null 2> "$tmp/tel.err"
+[ $? = 1 ] && grep -q 'no telemetry command /locus/nope' "$tmp/tel.err" || fail "unknown command: $(cat "$tmp/tel.err")"
+"$B/locus-stat" -i "$inst-absent" --telemetry /locus/info > /dev/null 2>&1
+[ $? = 2 ] || fail "telemetry of an absent instance did not exit 2"
+echo "test_loadgen: locus-stat --telemetry /locus/info: $info"
+
 # 2. lists that do not fit are refused before anything starts
 timeout 10 "${LG[@]}" --decoder-at $a,$a > "$tmp/2.out" 2>&1
 [ $? = 2 ] || fail "a short --decoder-at list was not refused"

@@ -288,16 +288,19 @@ static void test_prometheus(void **state)
 	assert_string_equal(prom_value(&d, "locus_decoder_assigned_total{decoder=\"1\"}"), "0");
 	assert_string_equal(prom_value(&d, "locus_decoder_assigned_total{decoder=\"3\"}"), "9");
 	assert_string_equal(prom_value(&d, "locus_tokens_total{layer=\"2\",expert=\"3\"}"), "23");
-	assert_string_equal(prom_type(&d, "locus_lat_ns"), "histogram");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_bucket{le=\"0\"}"), "1");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_bucket{le=\"7\"}"), "5");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_bucket{le=\"1023\"}"), "6");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_bucket{le=\"+Inf\"}"), "7");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_count"), "7");
-	assert_string_equal(prom_value(&d, "locus_lat_ns_sum"), BIG_SUM_TXT);
+	/* lat_ns is exported in base units: locus_lat_seconds, bounds and sum / 10^9 exactly */
+	assert_null(prom_type(&d, "locus_lat_ns"));
+	assert_string_equal(prom_type(&d, "locus_lat_seconds"), "histogram");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_bucket{le=\"0\"}"), "1");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_bucket{le=\"0.000000007\"}"), "5");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_bucket{le=\"0.000001023\"}"), "6");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_bucket{le=\"+Inf\"}"), "7");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_count"), "7");
+	assert_string_equal(prom_value(&d, "locus_lat_seconds_sum"), "9223372036.854776825");
 	assert_string_equal(prom_value(&d, "locus_queue_wait_count{ring=\"0\"}"), "1");
 	assert_string_equal(prom_value(&d, "locus_queue_wait_bucket{ring=\"1\",le=\"+Inf\"}"), "0");
-	assert_null(prom_value(&d, "locus_lat_ns_bucket{le=\"18446744073709551615\"}"));
+	assert_null(prom_value(&d, "locus_lat_seconds_bucket{le=\"18446744073.709551615\"}"));
+	assert_non_null(prom_value(&d, "locus_lat_seconds_bucket{le=\"4611686018.427387903\"}"));
 	/* 2 segment lines + 1 + 1 + 4 + 12 + (64 + 2) * 3 */
 	assert_int_equal(d.n_samples, 2 + 1 + 1 + 4 + 12 + 66 * 3);
 	prom_free(&d);

@@ -64,7 +64,7 @@ wait_running t-a $second "$tmp/c.log"
 sed -i 's/idle_sleep_us = 100/idle_sleep_us = 20/; s/client_slots = 4/client_slots = 5/' "$tmp/a.conf"
 kill -HUP $second
 for _ in $(seq 100); do grep -q 'SIGHUP' "$tmp/c.log" && break; sleep 0.05; done
-grep -q 'SIGHUP: applied idle_sleep_us and watchdog; other changes need a restart' "$tmp/c.log" ||
+grep -q 'SIGHUP: applied the idle policy (idle_spin_polls [0-9]*, idle_pause_polls [0-9]*, idle_sleep_max_us 20) and watchdog; other changes need a restart' "$tmp/c.log" ||
 	{ cat "$tmp/c.log"; fail "SIGHUP not handled"; }
 printf '[locusd]\nbogus = 1\n' > "$tmp/a.conf"
 kill -HUP $second

@@ -5,10 +5,10 @@
 #   tools/deps.sh check     exit 1 and name what is missing
 set -eu
 
-# Build and unit tests.
+# Build and unit tests (prometheus: promtool lints locus-stat --prometheus).
 BUILD_PKGS="build-essential pkg-config libibverbs-dev librdmacm-dev libdpdk-dev
 libnuma-dev libjemalloc-dev libcmocka-dev liblapacke-dev libopenblas-dev
-libsystemd-dev systemd procps libssl-dev"
+libsystemd-dev systemd procps libssl-dev prometheus"
 # libFuzzer targets (make fuzz, and the smoke in make test): clang and its runtime.
 FUZZ_PKGS="clang libclang-rt-14-dev"
 # Real verbs under Soft-RoCE in a qemu guest (make test-verbs, make bench-verbs).

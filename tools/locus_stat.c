@@ -29,12 +29,14 @@ struct opts {
 	unsigned long count; /* samples; 0: until killed */
 	char *const *pat;
 	int npat;
+	const char *telemetry; /* a DPDK telemetry command instead of the counters */
 };
 
 static void usage(FILE *f)
 {
 	fputs("Usage: locus-stat [-i INSTANCE] [--json | --prometheus] [--watch SECONDS [--count N]]\n"
 	      "                  [PATTERN...]\n"
+	      "       locus-stat [-i INSTANCE] --telemetry COMMAND\n"
 	      "Print the counters, gauges and histograms of a locus data plane, summed over its\n"
 	      "lcores, straight from its shared-memory segment. The segment is mapped read-only:\n"
 	      "locus-stat never writes it and never blocks the data plane.\n"
@@ -45,6 +47,8 @@ static void usage(FILE *f)
 	      "  -p, --prometheus      Prometheus text exposition format\n"
 	      "  -w, --watch SECONDS   sample every SECONDS (0.01 .. 86400) and add rates per second\n"
 	      "  -c, --count N         with --watch: stop after N samples (default: until killed)\n"
+	      "  -t, --telemetry CMD   send CMD (e.g. /locus/info, /eal/params; / lists them) to the\n"
+	      "                        instance's DPDK telemetry socket and print the JSON reply\n"
 	      "  -h, --help            this text\n"
 	      "\n"
 	      "PATTERN is an fnmatch(3) glob over entry names (e.g. 'eldr_*'); entries matching\n"
@@ -104,6 +108,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "prometheus", no_argument, NULL, 'p' },
 		{ "watch", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
+		{ "telemetry", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -114,7 +119,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->instance = env && env[0] ? env : "default";
 	o->count = 1;
-	while ((ch = getopt_long(argc, argv, "i:jpw:c:h", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "i:jpw:c:t:h", lo, NULL)) != -1) {
 		switch (ch) {
 		case 'i':
 			o->instance = optarg;
@@ -148,6 +153,9 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			}
 			have_count = 1;
 			break;
+		case 't':
+			o->telemetry = optarg;
+			break;
 		case 'h':
 			usage(stdout);
 			exit(LOCUS_STAT_EXIT_OK);
@@ -155,6 +163,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 			usage(stderr);
 			return -1;
 		}
+	}
+	if (o->telemetry && (nfmt || o->watch_s > 0 || have_count || optind < argc)) {
+		fprintf(stderr, "locus-stat: --telemetry takes no other option but --instance\n");
+		return -1;
 	}
 	if (nfmt > 1) {
 		fprintf(stderr, "locus-stat: --json and --prometheus exclude each other\n");
@@ -300,6 +312,8 @@ int main(int argc, char **argv)
 
 	if (parse_opts(argc, argv, &o) < 0)
 		return LOCUS_STAT_EXIT_USAGE;
+	if (o.telemetry)
+		return locus_stat_telemetry(o.instance, o.telemetry, stdout);
 	locus_error_clear(&err);
 	rc = locus_shm_attach(o.instance, LOCUS_SHM_RDONLY | LOCUS_SHM_ALLOW_GROUP, &shm, &err);
 	if (rc < 0) {

@@ -84,4 +84,12 @@ int locus_stat_print_json(FILE *f, const struct locus_stat_view *v,
 int locus_stat_print_prom(FILE *f, const struct locus_stat_view *v,
 			  const struct locus_stat_snap *s);
 
+/*
+ * Send command to instance's DPDK telemetry socket (EAL file prefix
+ * "locus-INSTANCE") and print the JSON reply to out. Returns an exit code:
+ * 0, NOINSTANCE when nothing listens, PERM, CORRUPT on a protocol error,
+ * USAGE for a bad or unknown command (messages on stderr).
+ */
+int locus_stat_telemetry(const char *instance, const char *command, FILE *out);
+
 #endif /* LOCUS_STAT_H */

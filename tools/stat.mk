@@ -1,5 +1,5 @@
 # locus-stat: counters, gauges and histograms from the segment (read-only).
-LOCUS_STAT_SRCS := tools/locus_stat.c tools/stat_snap.c tools/stat_fmt.c tools/stat_prom.c
+LOCUS_STAT_SRCS := tools/locus_stat.c tools/stat_snap.c tools/stat_fmt.c tools/stat_prom.c tools/stat_telemetry.c
 $(eval $(call PROGRAM,bin/locus-stat,$(LOCUS_STAT_SRCS),counters shm common,))
 BINS += bin/locus-stat
 

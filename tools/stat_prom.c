@@ -7,6 +7,10 @@
  * A log2 histogram becomes cumulative buckets at the inclusive upper bounds
  * 0, 1, 3, 7, ... 2^62 - 1, then le="+Inf" (bucket 63 is open-ended), with
  * _count equal to the +Inf bucket and _sum the sum word (mod 2^64).
+ *
+ * Prometheus wants base units: an entry named in nanoseconds or microseconds
+ * ("route_ns", "x_us") is exported in seconds ("locus_route_seconds"), its
+ * values, bucket bounds and sum divided exactly (decimal, no rounding).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -15,6 +19,43 @@
 #include <string.h>
 
 #include "locus_stat.h"
+
+/* Entry-name suffixes in a sub-second unit, with the digits a second has. */
+static const struct {
+	const char *sfx;
+	unsigned digits;
+} sub_second[] = { { "_ns", 9 }, { "_us", 6 } };
+
+/* Digits after the decimal point the entry's values take in seconds (0: as is). */
+static unsigned unit_digits(const char *name)
+{
+	size_t n = strlen(name);
+
+	for (size_t i = 0; i < sizeof(sub_second) / sizeof(sub_second[0]); i++) {
+		size_t k = strlen(sub_second[i].sfx);
+
+		if (n > k && !strcmp(name + n - k, sub_second[i].sfx))
+			return sub_second[i].digits;
+	}
+	return 0;
+}
+
+/* v / 10^digits as an exact decimal, trailing zeros dropped: 1017 ns -> 0.000001017. */
+static void scaled_u64(char *buf, size_t len, uint64_t v, unsigned digits)
+{
+	uint64_t one = 1;
+	int n;
+
+	for (unsigned i = 0; i < digits; i++)
+		one *= 10;
+	if (digits == 0 || v % one == 0) {
+		snprintf(buf, len, "%" PRIu64, v / one);
+		return;
+	}
+	n = snprintf(buf, len, "%" PRIu64 ".%0*" PRIu64, v / one, (int)digits, v % one);
+	while (n > 0 && (size_t)n < len && buf[n - 1] == '0')
+		buf[--n] = '\0';
+}
 
 /* HELP text escaping: backslash and line feed. */
 static void prom_help(FILE *f, const char *metric, const char *help)
@@ -73,21 +114,24 @@ static void sample_line(FILE *f, const char *metric, const char *suffix, const c
 		labels[0] && extra[0] ? "," : "", extra, any ? "}" : "", value);
 }
 
-static void prom_hist(FILE *f, const char *metric, const char *labels, const uint64_t *p)
+static void prom_hist(FILE *f, const char *metric, const char *labels, const uint64_t *p,
+		      unsigned digits)
 {
-	char le[48], val[32];
+	char le[64], bound[40], val[40];
 	uint64_t cum = 0;
 
 	for (unsigned i = 0; i < LOCUS_HIST_BUCKETS; i++) {
 		cum += p[LOCUS_HIST_BUCKET0 + i];
-		if (i == LOCUS_HIST_BUCKETS - 1)
+		if (i == LOCUS_HIST_BUCKETS - 1) {
 			snprintf(le, sizeof(le), "le=\"+Inf\"");
-		else
-			snprintf(le, sizeof(le), "le=\"%" PRIu64 "\"", locus_hist_bucket_le(i));
+		} else {
+			scaled_u64(bound, sizeof(bound), locus_hist_bucket_le(i), digits);
+			snprintf(le, sizeof(le), "le=\"%s\"", bound);
+		}
 		snprintf(val, sizeof(val), "%" PRIu64, cum);
 		sample_line(f, metric, "_bucket", labels, le, val);
 	}
-	snprintf(val, sizeof(val), "%" PRIu64, p[LOCUS_HIST_SUM]);
+	scaled_u64(val, sizeof(val), p[LOCUS_HIST_SUM], digits);
 	sample_line(f, metric, "_sum", labels, "", val);
 	snprintf(val, sizeof(val), "%" PRIu64, cum);
 	sample_line(f, metric, "_count", labels, "", val);
@@ -141,8 +185,10 @@ static void metric_name(char *buf, const struct locus_ctr_info *in)
 	size_t n = strlen(in->name);
 	int total = in->kind == LOCUS_CTR_COUNTER &&
 		    !(n >= 6 && strcmp(in->name + n - 6, "_total") == 0);
+	int base = unit_digits(in->name) ? 3 : 0; /* "_ns" / "_us" become "_seconds" */
 
-	snprintf(buf, PROM_NAME_MAX, "locus_%s%s", in->name, total ? "_total" : "");
+	snprintf(buf, PROM_NAME_MAX, "locus_%.*s%s%s", (int)(n - base), in->name,
+		 base ? "_seconds" : "", total ? "_total" : "");
 }
 
 /* Claim every name entry e prints; 0, or -EEXIST naming the clash in *clash. */
@@ -168,7 +214,8 @@ static int claim_names(struct name_set *ns, const struct locus_ctr_info *in, con
 static void prom_entry(FILE *f, const struct locus_stat_entry *e)
 {
 	const struct locus_ctr_info *in = e->info;
-	char metric[PROM_NAME_MAX], labels[2 * LOCUS_CTR_LABEL_MAX + 32], val[32];
+	char metric[PROM_NAME_MAX], labels[2 * LOCUS_CTR_LABEL_MAX + 32], val[40];
+	unsigned digits = unit_digits(in->name);
 
 	metric_name(metric, in);
 	prom_help(f, metric, in->help);
@@ -178,13 +225,15 @@ static void prom_entry(FILE *f, const struct locus_stat_entry *e)
 
 		elem_labels(labels, sizeof(labels), in, k);
 		if (in->kind == LOCUS_CTR_HISTOGRAM) {
-			prom_hist(f, metric, labels, p);
+			prom_hist(f, metric, labels, p, digits);
 			continue;
 		}
-		if (in->kind == LOCUS_CTR_GAUGE)
-			snprintf(val, sizeof(val), "%" PRId64, (int64_t)p[0]);
-		else
-			snprintf(val, sizeof(val), "%" PRIu64, p[0]);
+		if (in->kind == LOCUS_CTR_GAUGE && (int64_t)p[0] < 0) {
+			scaled_u64(val + 1, sizeof(val) - 1, -(uint64_t)p[0], digits);
+			val[0] = '-';
+		} else {
+			scaled_u64(val, sizeof(val), p[0], digits);
+		}
 		sample_line(f, metric, "", labels, "", val);
 	}
 }

@@ -88,8 +88,10 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	P("sig_cache_checkpoint_blocks = %u\n", c->sig_cache_checkpoint_blocks);
 	P("max_decoders = %u\nmax_batch_tokens = %u\ntable_slot_size = %llu\n", c->max_decoders,
 	  c->max_batch_tokens, (unsigned long long)c->table_slot_size);
-	P("idle_sleep_us = %u\ntau = %.9g\nload_timeout_ms = %u\nwatchdog = %s\n",
-	  c->idle_sleep_us, (double)c->tau, c->load_timeout_ms, c->watchdog ? "yes" : "no");
+	P("idle_spin_polls = %u\nidle_pause_polls = %u\nidle_sleep_max_us = %u\n",
+	  c->idle_spin_polls, c->idle_pause_polls, c->idle_sleep_max_us);
+	P("tau = %.9g\nload_timeout_ms = %u\nwatchdog = %s\n", (double)c->tau,
+	  c->load_timeout_ms, c->watchdog ? "yes" : "no");
 	P("[cluster]\nid = %llu\ngpus_per_node = %u\n", (unsigned long long)c->cluster_id,
 	  c->gpus_per_node);
 	for (uint32_t i = 0; i < c->n_nodes; i++) {
