@@ -28,7 +28,8 @@
  *                with every layer (--no-mask), and main's original fit
  *                (exact balance floor/ceil(N/K), one k-means++ seed, prefill
  *                only).
- * Figures per (K, B) and half:
+ * Figures per (K, B) and half (both halves printed side by side, each with
+ * its interval):
  *   per decode step  distinct pairs of the batch's t-th generated tokens
  *                    (what one decode step must read), averaged over steps
  *                    and decoder batches, as a ratio to round-robin, and for
@@ -321,6 +322,11 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 	return 0;
 }
 
+/*
+ * Both halves side by side, each with its [95%] interval (over random halves
+ * of that half's requests): pairs per step (x round-robin; ELDR rows also
+ * in % against the oracle), the whole batch (held-out), the load.
+ */
 static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 {
 	const struct half *ho = &h[0], *ca = &h[1];
@@ -328,10 +334,10 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 
 	if (!tmp)
 		return;
-	printf("  %-18s %-49s %-28s %s\n", "pairs per step", "held-out: x round-robin, vs oracle",
-	       "calibration", "whole batch, held-out");
+	printf("  %-18s %-49s %-44s %s\n", "pairs per step", "held-out: x round-robin, vs oracle",
+	       "calibration: the same", "whole batch, held-out");
 	for (int p = 0; p < QPOL_N; p++) {
-		char vs[40] = "", vsc[24] = "";
+		char vs[40] = "", vsc[40] = "";
 
 		if (p >= QPOL_ELDR && !s->r[p]) {
 			printf("  %-18s not measured (not fitted, above)\n", pol_name[p]);
@@ -343,17 +349,19 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 			snprintf(vs, sizeof(vs), "%+.2f%% [%+.2f,%+.2f]",
 				 100.0 * (ho->mean.step[p] / ho->mean.step[QPOL_DOMAIN] - 1), lo2,
 				 hi2);
-			snprintf(vsc, sizeof(vsc), "%+.2f%%",
-				 100.0 * (ca->mean.step[p] / ca->mean.step[QPOL_DOMAIN] - 1));
+			interval(ca, R, p, 1, &lo2, &hi2, tmp);
+			snprintf(vsc, sizeof(vsc), "%+.2f%% [%+.2f,%+.2f]",
+				 100.0 * (ca->mean.step[p] / ca->mean.step[QPOL_DOMAIN] - 1), lo2,
+				 hi2);
 		}
-		printf("  %-18s %6.1f %.3fx [%.3f,%.3f] %-22s %6.1f %.3fx %-8s %7.1f %.3fx\n",
+		printf("  %-18s %6.1f %.3fx [%.3f,%.3f] %-22s %6.1f %.3fx %-24s %7.1f %.3fx\n",
 		       pol_name[p], ho->mean.step[p], ho->mean.step[QPOL_RR] > 0 ?
 		       ho->mean.step[p] / ho->mean.step[QPOL_RR] : 0, lo, hi, vs, ca->mean.step[p],
 		       ca->mean.step[QPOL_RR] > 0 ? ca->mean.step[p] / ca->mean.step[QPOL_RR] : 0,
 		       vsc, ho->mean.whole[p], ho->mean.whole[QPOL_RR] > 0 ?
 		       ho->mean.whole[p] / ho->mean.whole[QPOL_RR] : 0);
 	}
-	printf("  %-18s %-30s %-13s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
+	printf("  %-18s %-30s %-22s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
 	       "calibration", "over all rounds: held", "calibration");
 	for (int p = 0; p < QPOL_N; p++) {
 		if (p >= QPOL_ELDR && !s->r[p]) {
@@ -361,9 +369,10 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 			continue;
 		}
 		interval(ho, R, p, 2, &lo, &hi, tmp);
-		printf("  %-18s %.2f [%.2f,%.2f]%-13s %-13.2f %-22.2f %.2f\n", pol_name[p],
-		       ho->mean.load[p], lo, hi, "", ca->mean.load[p], ho->mean.share[p],
-		       ca->mean.share[p]);
+		interval(ca, R, p, 2, &lo2, &hi2, tmp);
+		printf("  %-18s %.2f [%.2f,%.2f]%-13s %.2f [%.2f,%.2f]%-4s %-22.2f %.2f\n",
+		       pol_name[p], ho->mean.load[p], lo, hi, "", ca->mean.load[p], lo2, hi2, "",
+		       ho->mean.share[p], ca->mean.share[p]);
 	}
 	free(tmp);
 }
