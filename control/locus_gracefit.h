@@ -211,6 +211,59 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 			       const struct locus_gracefit_topo *topo, const double *W,
 			       void **blob, size_t *blob_len, struct locus_error *err);
 
+/* ---- EPLB itself (control/grace_eplb_balance.c) ------------------------ */
+
+/*
+ * A placement as DeepSeek's EPLB computes it (eplb.py, rebalance_experts),
+ * physical slot p on GPU p / (n_phys / n_gpus):
+ *   phy2log[L][P]        logical expert in slot p
+ *   log2phy[L][E][X]     EPLB's order: entry i is the expert's copy of rank
+ *                        i (0: the slot it had before replication), -1 padded
+ *   vllm_log2phy[L][E][X] the same slots ascending, as vLLM rebuilds them
+ *                        from phy2log (eplb_state.py, compute_logical_maps)
+ *   logcnt[L][E]         copies of each expert
+ */
+struct locus_gracefit_eplb {
+	uint32_t n_layers, n_experts, n_phys, n_gpus;
+	uint32_t max_copies;     /* X */
+	int hierarchical;        /* 1: hierarchical policy, 0: global */
+	int32_t *phy2log;
+	int32_t *log2phy;
+	int32_t *vllm_log2phy;
+	int32_t *logcnt;
+};
+
+/*
+ * EPLB's rebalance_experts on loads W[L][E] for n_phys physical slots,
+ * n_groups expert groups (consecutive blocks of E / n_groups experts),
+ * n_nodes nodes, n_gpus GPUs. When the nodes divide the groups, the
+ * hierarchical policy: groups packed onto nodes by load (equal group counts,
+ * heaviest first onto the lightest node), experts replicated inside each
+ * node (each extra slot to the expert with the highest load per copy), the
+ * node's slots packed onto its GPUs by load per copy (equal slot counts).
+ * Otherwise the global policy: the same with one group and one node. Needs
+ * n_phys >= E, n_gpus dividing n_phys, n_nodes dividing n_gpus, n_groups
+ * dividing E, finite non-negative loads. Free with
+ * locus_gracefit_eplb_free.
+ */
+int locus_gracefit_eplb_rebalance(const double *W, uint32_t n_layers, uint32_t n_experts,
+				  uint32_t n_phys, uint32_t n_groups, uint32_t n_nodes,
+				  uint32_t n_gpus, struct locus_gracefit_eplb *out,
+				  struct locus_error *err);
+void locus_gracefit_eplb_free(struct locus_gracefit_eplb *p);
+
+/*
+ * vLLM's choice of a copy for a batch of one rank (vllm/model_executor/
+ * layers/fused_moe/router/base_router.py, eplb_map_to_physical_and_record):
+ * the (token, slot) at flattened position pos = t * k + j of the batch's
+ * top-k ids goes to copy pos % logcnt[e] of vllm_log2phy[layer][e].
+ * gpu[n_tokens * k] gets the GPU of that physical slot. The caller checks
+ * layer < n_layers and every id < n_experts (a scoring loop, not an input).
+ */
+void locus_gracefit_eplb_dispatch(const struct locus_gracefit_eplb *p, uint32_t layer,
+				  const uint16_t *ids, uint32_t n_tokens, uint32_t k,
+				  uint16_t *gpu);
+
 /* ---- rebalance decision (pure) ----------------------------------------- */
 
 /*
