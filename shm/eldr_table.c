@@ -54,26 +54,25 @@ static int zero_bytes(const uint8_t *p, size_t n)
 
 /*
  * Every centroid maps to a slot < K and every slot owns at least one: a
- * decoder without a centroid could never be scored. O(C K) with no
- * allocation (C <= 4096, K <= 1024), so any context may validate.
+ * decoder without a centroid could never be scored. A bitmap of K <= 1024
+ * bits on the stack: no allocation, so any context may validate.
  */
 static int check_map(const struct locus_eldr_tbl_hdr *h, const uint16_t *map,
 		     struct locus_error *err)
 {
-	for (uint32_t c = 0; c < h->n_centroids; c++)
+	uint64_t owned[LOCUS_ELDR_MAX_DECODERS / 64] = { 0 };
+
+	for (uint32_t c = 0; c < h->n_centroids; c++) {
 		if (map[c] >= h->n_decoders)
 			return locus_error_set(err, LOCUS_ERANGE,
 					       "centroid %u belongs to decoder slot %u, the table has %u",
 					       c, map[c], h->n_decoders);
-	for (uint32_t d = 0; d < h->n_decoders; d++) {
-		uint32_t c = 0;
-
-		while (c < h->n_centroids && map[c] != d)
-			c++;
-		if (c == h->n_centroids)
+		owned[map[c] / 64] |= 1ull << (map[c] % 64);
+	}
+	for (uint32_t d = 0; d < h->n_decoders; d++)
+		if (!(owned[d / 64] >> (d % 64) & 1))
 			return locus_error_set(err, LOCUS_ERANGE,
 					       "decoder slot %u owns no centroid", d);
-	}
 	return 0;
 }
 
