@@ -32,13 +32,20 @@ void *engine_zalloc(size_t n)
 }
 
 /* Router bytes for the largest table the dims allow. */
+/*
+ * Router memory for the largest table this data plane takes: every layer,
+ * max_decoders decoders and up to LOCUS_ENGINE_CENTROIDS_PER_DECODER
+ * centroids each (a version 2 table with more is refused: "would not fit").
+ */
 static size_t router_max_size(const struct locus_engine_dims *d)
 {
+	uint32_t c = d->max_decoders * LOCUS_ENGINE_CENTROIDS_PER_DECODER;
 	struct locus_eldr_tbl_hdr h = {
 		.n_layers = (uint16_t)d->max_layers,
 		.n_experts = (uint16_t)d->max_experts,
 		.n_decoders = (uint16_t)d->max_decoders,
 		.n_masked = (uint16_t)d->max_layers,
+		.n_centroids = (uint16_t)(c < LOCUS_ELDR_MAX_CENTROIDS ? c : LOCUS_ELDR_MAX_CENTROIDS),
 	};
 
 	return locus_eldr_router_mem_size(&h, sizeof(h));

@@ -26,6 +26,11 @@
 #define LOCUS_TABLE_CH_ELDR  0u
 #define LOCUS_TABLE_CH_GRACE 1u
 #define LOCUS_TABLE_N_CHANNELS 2u
+/*
+ * Centroids per decoder the engine's router memory holds (a version 2 ELDR
+ * table maps several to a decoder; locusctl fit's tuning goes up to 4).
+ */
+#define LOCUS_ENGINE_CENTROIDS_PER_DECODER 4u
 
 /* Offsets of the engine's counters in every counters block. */
 struct locus_engine_ctr {
