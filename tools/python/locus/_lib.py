@@ -68,7 +68,7 @@ class Desc(Structure):
                 ("status", ctypes.c_int32), ("id", c_uint64), ("off", c_uint64),
                 ("len", c_uint32), ("slot", c_uint32), ("peer", c_uint32),
                 ("count", c_uint32), ("aux", c_uint64), ("region", c_uint32),
-                ("blocks", c_uint32), ("reserved", c_uint8 * 8)]
+                ("blocks", c_uint32), ("dests", c_uint64)]
 
 
 class ClientReq(Structure):
