@@ -497,6 +497,11 @@ struct locus_client_rows {
 int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			 struct locus_client_rows *out, struct locus_error *err);
 
+/* bindings (tools/python/locus/_lib.py) mirror these layouts */
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_dispatch_req) == 40, "dispatch helper request");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_combine_req) == 32, "combine helper request");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_rows) == 80, "rows description");
+
 /* ------------------------------------------------------------------ */
 /* The signature cache: a ROUTE naming KV blocks, and EVICT.            */
 

@@ -70,7 +70,11 @@ class Daemon:
             return f.read()
 
     def push(self, table):
-        run(os.path.join(BIN, "locusctl"), "push", "-i", self.instance, table)
+        try:
+            run(os.path.join(BIN, "locusctl"), "push", "-i", self.instance, table)
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"locusctl push failed: {e.stderr.strip()}\nlocusd's log:\n"
+                               f"{self.log_text()}") from None
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
