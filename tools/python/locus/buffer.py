@@ -244,9 +244,13 @@ class Buffer:
         r = self._out.get(key)
         if r is None:
             return
-        if d.status == -_lib.LOCUS_EFULL:
-            # the receiver's inbox was full: nothing delivered, the request is still staged
-            self._retry.append((time.monotonic() + _RETRY_S, key))
+        if d.status in (-_lib.LOCUS_EFULL, -_lib.LOCUS_EPEERDOWN):
+            # the receiver's inbox was full, or a rank is not attached yet (the ranks of a
+            # group start one by one): nothing was delivered, the request is still staged;
+            # submitted again until the wait's deadline, which then reports the status
+            r[0] = d.status
+            self._retry.append((time.monotonic() + _RETRY_S * (20 if r[0] ==
+                                -_lib.LOCUS_EPEERDOWN else 1), key))
             return
         del self._out[key]
         if r[1] is not None:
@@ -311,6 +315,14 @@ class Buffer:
         while not done():
             if self._poll() == 0:
                 if time.monotonic() >= deadline:
+                    down = sorted(k[2] if k[0] == _lib.OP_COMBINE else -1
+                                  for k, r in self._out.items()
+                                  if r[0] == -_lib.LOCUS_EPEERDOWN)
+                    if down:
+                        who = "a rank the batch needs" if down[0] < 0 else \
+                            "rank " + ", ".join(map(str, down))
+                        raise from_code(-_lib.LOCUS_EPEERDOWN, f"{who} did not attach within "
+                                        f"{self.timeout} s", what=what)
                     raise LocusTimeout(errno.ETIMEDOUT, f"{what} did not complete within "
                                        f"{self.timeout} s", what=what)
                 time.sleep(_NAP_S)

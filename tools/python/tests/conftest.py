@@ -109,6 +109,24 @@ def daemon(eldr_table):
 
 
 @pytest.fixture(scope="session")
+def grace_table():
+    """The GRACE table locusctl fits from the sample trace for 1 node x 4 GPUs."""
+    path = os.path.join(_TMP, "grace.tbl")
+    run(os.path.join(BIN, "locusctl"), "fit", "--grace", "--trace", TRACE, "--nodes", "1",
+        "--gpus", "4", "--capacity", "20", "--replica-budget", "4", "-o", path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ep_daemon(eldr_table, grace_table):
+    """locusd with both tables: 4 expert-parallel ranks (gpus_per_node 4, one node)."""
+    d = Daemon("ep", "client_slots = 8\n", table=eldr_table)
+    d.push(grace_table)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
 def bare():
     """locusd with no table, no signature cache and 4 client slots."""
     d = Daemon("bare", "client_slots = 4\nsig_cache_bytes = 0\n")

@@ -12,25 +12,9 @@ import numpy as np
 import pytest
 
 import locus
-from conftest import BIN, TRACE, Daemon, close_and_wait, run, _TMP
+from conftest import close_and_wait
 
 RANKS = 4
-
-
-@pytest.fixture(scope="module")
-def grace_table():
-    path = os.path.join(_TMP, "grace.tbl")
-    run(os.path.join(BIN, "locusctl"), "fit", "--grace", "--trace", TRACE, "--nodes", "1",
-        "--gpus", str(RANKS), "--capacity", "20", "--replica-budget", "4", "-o", path)
-    return path
-
-
-@pytest.fixture(scope="module")
-def ep_daemon(eldr_table, grace_table):
-    d = Daemon("ep", "client_slots = 8\n", table=eldr_table)
-    d.push(grace_table)
-    yield d
-    d.stop()
 
 
 @pytest.fixture
