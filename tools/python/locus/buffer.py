@@ -312,6 +312,8 @@ class Buffer:
         return self._buf[off:off + nbytes]
 
     def _wait(self, done, deadline, what):
+        # no spinning: the ranks of a group waiting here may share a core (threads, or
+        # processes on one CPU), and the rank that holds it up would be starved
         while not done():
             if self._poll() == 0:
                 if time.monotonic() >= deadline:
