@@ -24,7 +24,7 @@ from .client import Client, Decision, ReceivedSignature
 from .errors import LocusError, LocusGone, LocusTimeout, NoTableError, code_name
 from .stats import Counters, stats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = ["attach", "stats", "Buffer", "Handle", "Client", "Decision", "ReceivedSignature", "Counters",
            "LocusError", "LocusGone", "LocusTimeout", "NoTableError", "code_name"]
