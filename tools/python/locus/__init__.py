@@ -26,7 +26,8 @@ from .stats import Counters, stats
 
 __version__ = "0.2.0"
 
-__all__ = ["attach", "stats", "Buffer", "Handle", "Client", "Decision", "ReceivedSignature", "Counters",
+__all__ = ["attach", "stats", "Buffer", "Handle", "Client", "Decision", "ReceivedSignature",
+           "Counters",
            "LocusError", "LocusGone", "LocusTimeout", "NoTableError", "code_name"]
 
 

@@ -121,6 +121,9 @@ class Buffer:
         if client.rank >= num_ranks:
             raise ValueError(f"this client is rank {client.rank}, outside the group's ranks "
                              f"0..{num_ranks - 1}")
+        if getattr(client, "_buffer", None) is not None:
+            raise ValueError("this client has a Buffer already (close it first): the two "
+                             "would take each other's rows")
         self.client, self.num_ranks, self.rank = client, num_ranks, client.rank
         self.timeout = client.timeout if timeout is None else _timeout_s(timeout)
         if num_bytes is None:
@@ -149,6 +152,7 @@ class Buffer:
         self._done = {}            # (op, id, peer) -> completion desc
         self._retry = []           # [(time, key)] requests to submit again
         self._closed = False
+        client._buffer = self
 
     # ---- arrays over the stage ----------------------------------------------------
 
@@ -335,6 +339,11 @@ class Buffer:
             raise from_code(d.status, what=what)
         return d
 
+    def _abandon(self, batch):
+        """A call on batch failed: its requests are not submitted again (their stage
+        ranges still go back at their completions)."""
+        self._retry = [(t, k) for t, k in self._retry if k[1] & ~_NOTIFY != batch]
+
     def _release_held(self, key):
         for r in self._msgs.pop(key, []):
             if r.slot is not None:
@@ -418,7 +427,12 @@ class Buffer:
                                                        tokens, k, row_bytes, deadline)
                 self._notify(batch, dests, layer, deadline)
                 self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}")
-                return self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch)
+                h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch)
+                h[3]._owner = self
+                return h
+            except BaseException:
+                self._abandon(batch)
+                raise
             finally:
                 self._want.discard(want)
                 self._release_held(want)
@@ -565,6 +579,9 @@ class Buffer:
                                  f"Buffer's {self.combine_bytes} for one combine")
             if row_bytes > _lib.MAX_ROW_BYTES:
                 raise ValueError(f"a row of {row_bytes} bytes: at most {_lib.MAX_ROW_BYTES}")
+            if getattr(handle, "_owner", None) is not self:
+                raise ValueError("handle comes from another Buffer's dispatch (or was "
+                                 "made by hand): combine answers this Buffer's batches")
             if getattr(handle, "_combined", False):
                 raise ValueError(f"batch {handle.batch} was combined already")
             deadline = time.monotonic() + self.timeout
@@ -583,6 +600,9 @@ class Buffer:
                 out = self._sum(handle, raw, dtname)
                 handle._combined = True
                 return _wrap(out, dtname, as_torch)
+            except BaseException:
+                self._abandon(handle.batch)
+                raise
             finally:
                 self._want.discard(want)
                 self._release_held(want)
@@ -652,6 +672,7 @@ class Buffer:
             if self._closed:
                 return
             self._closed = True
+            self.client._buffer = None
             for key in list(self._msgs):
                 self._release_held(key)
             if not self.client.closed:

@@ -169,6 +169,7 @@ class Client:
         self._other = {}             # op -> deque of descriptors (the Buffer's)
         self._next_id = itertools.count(1)
         self._gone = None
+        self._buffer = None          # the Buffer (buffer.py) on this client, if any
 
     # ---- lifetime ---------------------------------------------------------------
 

@@ -101,7 +101,8 @@ def check_received(got, xs, idx, gates):
                         continue
                     assert ri[i, j] == idx[src][t, j]
                     assert rw[i, j] == gates[src][t, j]
-                    assert (src, t, j) not in seen, f"{(src, t, j)} reached ranks {seen[(src, t, j)]} and {r}"
+                    assert (src, t, j) not in seen, \
+                        f"{(src, t, j)} reached ranks {seen[(src, t, j)]} and {r}"
                     seen[(src, t, j)] = r
     want = {(s, t, j) for s in range(len(xs)) for t in range(len(xs[s]))
             for j in range(idx[s].shape[1])}
@@ -119,6 +120,8 @@ def test_dispatch_combine_numpy(ranks):
         rx, ri, rw, h = got[r]
         return ranks[r].combine(experts_apply(w, rx, ri, rw), h)
     outs = on_ranks(combine)
+    with pytest.raises(ValueError, match="combined already"):
+        ranks[0].combine(np.zeros((got[0][3].num_recv, 40), np.float32), got[0][3])
     for r in range(RANKS):
         assert outs[r].shape == (tokens[r], 40) and outs[r].dtype == np.float32
         np.testing.assert_allclose(outs[r], reference(w, xs[r], idx[r], gates[r]),
@@ -240,6 +243,9 @@ def test_refusals_submit_nothing(ranks):
             b.dispatch(torch.zeros((4, 8), device="meta"), ids, g, 0)
     h = locus.Handle(1, 0, 4, 2, 0, refs=np.zeros(3, dtype=[("token", "<u4"),
                                                            ("kmask", "<u4")]))
+    with pytest.raises(ValueError, match="another Buffer's dispatch"):
+        b.combine(np.zeros((3, 8), np.float32), h)
+    h._owner = b
     with pytest.raises(ValueError, match="num_recv = 3"):
         b.combine(np.zeros((2, 8), np.float32), h)
     with pytest.raises(TypeError, match="combine sums"):
@@ -273,13 +279,15 @@ def test_dispatch_waits_are_bounded(ranks):
     """A rank whose peers never dispatch gets LocusTimeout within the Buffer's timeout,
     not a hang; a peer not attached at all is locusd's refusal (LOCUS_EPEERDOWN)."""
     import time
-    b = locus.Buffer(ranks[0].client, RANKS, num_bytes=1 << 16, timeout=0.5)
+    with pytest.raises(ValueError, match="has a Buffer already"):
+        locus.Buffer(ranks[0].client, RANKS)
+    b = ranks[0]
+    b.timeout = 0.5
     t0 = time.monotonic()
     with pytest.raises(locus.LocusTimeout, match="did not complete within 0.5 s"):
         b.dispatch(np.zeros((3, 4), np.float32), np.array([[0], [1], [2]]),
                    np.ones((3, 1), np.float32), 0)
     assert time.monotonic() - t0 < 5
-    b.close()
 
 
 def test_peer_not_attached(ep_daemon, attach):
