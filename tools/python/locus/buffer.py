@@ -340,9 +340,18 @@ class Buffer:
         return d
 
     def _abandon(self, batch):
-        """A call on batch failed: its requests are not submitted again (their stage
-        ranges still go back at their completions)."""
-        self._retry = [(t, k) for t, k in self._retry if k[1] & ~_NOTIFY != batch]
+        """A call on batch failed: its requests waiting to be submitted again are dropped
+        (locusd answered them already: their stage ranges go back now); those in flight
+        give theirs back at their completions."""
+        keep = []
+        for t, k in self._retry:
+            if k[1] & ~_NOTIFY != batch:
+                keep.append((t, k))
+                continue
+            r = self._out.pop(k, None)
+            if r is not None and r[1] is not None:
+                self.client._stage_free(r[1], r[2])
+        self._retry = keep
 
     def _release_held(self, key):
         for r in self._msgs.pop(key, []):

@@ -293,6 +293,10 @@ def test_dispatch_waits_are_bounded(ranks):
 def test_peer_not_attached(ep_daemon, attach):
     r = attach(ep_daemon.instance, rank=2, timeout=0.5)
     b = locus.Buffer(r, RANKS)
-    with pytest.raises(locus.LocusError, match="LOCUS_EPEERDOWN"):
+    with pytest.raises(locus.LocusError, match="LOCUS_EPEERDOWN") as e:
         b.dispatch(np.zeros((0, 4), np.float32), np.zeros((0, 1), np.int64),
                    np.ones((0, 1), np.float32), 0)
+    assert "rank 0, 1, 3 did not attach within 0.5 s" in str(e.value)
+    # the refused notifications are not sent again and their stage ranges are back
+    assert not b._retry and not b._out
+    assert r._alloc.used == 2 * b.dispatch_bytes + 64
