@@ -34,6 +34,7 @@ from .errors import LocusError, LocusTimeout, from_code
 _NOTIFY = 1 << 63
 _GRACE = 1
 _NAP_S = 20e-6
+_SPILL_S = 2e-3           # a wait this long without a delivery copies held rows out
 _RETRY_S = 50e-6          # before submitting again a request a full inbox refused
 _NOTIFY_ROW = 64
 _ROW_DT = np.dtype([("token", "<u4"), ("kmask", "<u4")])
@@ -51,7 +52,7 @@ def _torch():
 class _Rows:
     """One rows message: views of the inbox (held) or copies (stashed)."""
     __slots__ = ("src", "chunk", "n_chunks", "top_k", "row_bytes", "refs", "experts",
-                 "gates", "rows", "slot")
+                 "gates", "rows", "slot", "nbytes")
 
 
 @dataclass
@@ -151,6 +152,10 @@ class Buffer:
         self._out = {}             # (op, id, peer) -> [desc, stage off, bytes]
         self._done = {}            # (op, id, peer) -> completion desc
         self._retry = []           # [(time, key)] requests to submit again
+        self._abandoned = set()    # batches whose call failed: nothing submitted again
+        self._slot_bytes = client.inbox_slot_size
+        self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
+        self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
         self._closed = False
         client._buffer = self
 
@@ -248,7 +253,8 @@ class Buffer:
         r = self._out.get(key)
         if r is None:
             return
-        if d.status in (-_lib.LOCUS_EFULL, -_lib.LOCUS_EPEERDOWN):
+        if d.status in (-_lib.LOCUS_EFULL, -_lib.LOCUS_EPEERDOWN) and \
+                key[1] & ~_NOTIFY not in self._abandoned:
             # the receiver's inbox was full, or a rank is not attached yet (the ranks of a
             # group start one by one): nothing was delivered, the request is still staged;
             # submitted again until the wait's deadline, which then reports the status
@@ -291,25 +297,42 @@ class Buffer:
         if m.top_k:
             r.experts = self._at(m.experts, n * m.top_k * 2).view(np.uint16).reshape(n, m.top_k)
             r.gates = self._at(m.gates, n * m.top_k * 4).view(np.float32).reshape(n, m.top_k)
-        held = key in self._want
+        # an awaited message stays in the inbox until read (no copy) while that leaves
+        # half of the inbox free: the other ranks' messages of the batch need room too
+        span = -(-d.len // self._slot_bytes) * self._slot_bytes
+        held = key in self._want and self._held_bytes + span <= self._inbox_bytes // 2
         if m.in_place and m.op == _lib.OP_ROWS_IN:
             # our own batch, left in our stage: the row of token t at rows + t * row_bytes
             tok = r.refs["token"]
             rows = self._at(m.rows, (int(tok.max()) + 1) * m.row_bytes).reshape(-1, m.row_bytes)
-            r.rows = (rows, tok) if held else (rows[tok], None)
+            r.rows = (rows, tok)
         else:
             r.rows = (self._at(m.rows, n * m.row_bytes).reshape(n, m.row_bytes), None)
-        r.slot = m.slot
+        r.slot, r.nbytes = m.slot, span
+        self._held_bytes += span
         if not held:
-            # not awaited now (another rank is ahead of us): copy out, hand the slot back
-            r.refs = r.refs.copy()
-            if m.top_k:
-                r.experts, r.gates = r.experts.copy(), r.gates.copy()
-            if not (m.in_place and m.op == _lib.OP_ROWS_IN):  # (rows[tok] is a copy)
-                r.rows = (r.rows[0].copy(), None)
-            r.slot = None
-            self.client._release_slot(m.slot)
+            # not awaited now (another rank is ahead of us), or the inbox is half taken
+            self._copy_out(r)
         self._msgs.setdefault(key, []).append(r)
+
+    def _copy_out(self, r):
+        """Copy a held message out of the inbox and hand its slot back."""
+        r.refs = r.refs.copy()
+        if r.top_k:
+            r.experts, r.gates = r.experts.copy(), r.gates.copy()
+        rows, tok = r.rows
+        r.rows = (rows[tok] if tok is not None else rows.copy(), None)
+        self.client._release_slot(r.slot)
+        self._held_bytes -= r.nbytes
+        r.slot = None
+
+    def _spill(self):
+        """Nothing arrives while we hold inbox slots: the message another rank waits to
+        deliver may need them (a credit cycle). Copy every held message out."""
+        for msgs in self._msgs.values():
+            for r in msgs:
+                if r.slot is not None:
+                    self._copy_out(r)
 
     def _at(self, addr, nbytes):
         off = addr - self._base
@@ -318,9 +341,13 @@ class Buffer:
     def _wait(self, done, deadline, what):
         # no spinning: the ranks of a group waiting here may share a core (threads, or
         # processes on one CPU), and the rank that holds it up would be starved
+        last = time.monotonic()
         while not done():
             if self._poll() == 0:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if self._held_bytes and now - last > _SPILL_S:
+                    self._spill()
+                if now >= deadline:
                     down = sorted(k[2] if k[0] == _lib.OP_COMBINE else -1
                                   for k, r in self._out.items()
                                   if r[0] == -_lib.LOCUS_EPEERDOWN)
@@ -332,6 +359,8 @@ class Buffer:
                     raise LocusTimeout(errno.ETIMEDOUT, f"{what} did not complete within "
                                        f"{self.timeout} s", what=what)
                 time.sleep(_NAP_S)
+            else:
+                last = time.monotonic()
 
     def _take_done(self, key, what):
         d = self._done.pop(key)
@@ -343,6 +372,7 @@ class Buffer:
         """A call on batch failed: its requests waiting to be submitted again are dropped
         (locusd answered them already: their stage ranges go back now); those in flight
         give theirs back at their completions."""
+        self._abandoned.add(batch)
         keep = []
         for t, k in self._retry:
             if k[1] & ~_NOTIFY != batch:
@@ -357,6 +387,7 @@ class Buffer:
         for r in self._msgs.pop(key, []):
             if r.slot is not None:
                 self.client._release_slot(r.slot)
+                self._held_bytes -= r.nbytes
 
     # ---- dispatch ---------------------------------------------------------------------
 

@@ -50,10 +50,14 @@ class Daemon:
         os.makedirs(self.dir)
         self.conf = os.path.join(self.dir, "locusd.conf")
         self.log = os.path.join(self.dir, "locusd.log")
+        base = (f"instance = {self.instance}\neal_args = -l 0-1 --no-huge --no-pci -m 64\n"
+                "idle_sleep_us = 50\nclient_inbox_slots = 256\n")
+        # a key of extra replaces the base's
+        keys = {line.split("=")[0].strip() for line in extra.splitlines() if "=" in line}
+        base = "".join(line + "\n" for line in base.splitlines()
+                       if line.split("=")[0].strip() not in keys)
         with open(self.conf, "w") as f:
-            f.write(f"[locusd]\ninstance = {self.instance}\n"
-                    "eal_args = -l 0-1 --no-huge --no-pci -m 64\nidle_sleep_us = 50\n"
-                    "client_inbox_slots = 256\n" + extra)
+            f.write("[locusd]\n" + base + extra)
         self.proc = subprocess.Popen([os.path.join(BIN, "locusd"), "-c", self.conf],
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20

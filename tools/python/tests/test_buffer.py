@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import locus
-from conftest import close_and_wait
+from conftest import close_and_wait, wait_for
 
 RANKS = 4
 
@@ -297,6 +297,36 @@ def test_peer_not_attached(ep_daemon, attach):
         b.dispatch(np.zeros((0, 4), np.float32), np.zeros((0, 1), np.int64),
                    np.ones((0, 1), np.float32), 0)
     assert "rank 0, 1, 3 did not attach within 0.5 s" in str(e.value)
-    # the refused notifications are not sent again and their stage ranges are back
-    assert not b._retry and not b._out
+    # the refused notifications are not sent again and their stage ranges come back (those
+    # still in flight at the deadline at their completions)
+    wait_for(lambda: b._poll() >= 0 and not b._out, 5, "the notifications' completions")
+    assert not b._retry
     assert r._alloc.used == 2 * b.dispatch_bytes + 64
+
+
+def test_batch_larger_than_half_the_inbox(fresh, grace_table):
+    """Every rank gets more rows in a batch than half its inbox holds: the messages
+    past that are copied out and their slots handed back at once, so the other ranks'
+    messages find room (held in the inbox, the last sources' DISPATCH would be refused
+    for a full inbox until the timeout)."""
+    d = fresh("client_slots = 8\nclient_inbox_slots = 16\ninbox_slot_size = 4096\n")
+    d.push(grace_table)
+    cs = [locus.attach(d.instance, rank=r, timeout=10) for r in range(RANKS)]
+    try:
+        bufs = [locus.Buffer(c, RANKS) for c in cs]
+        assert cs[0].inbox_slots * cs[0].inbox_slot_size == 65536
+        layers, experts = table(bufs[0])
+        # 48 tokens x 1 KiB rows x top-6 of 64 experts: each rank receives ~150 KiB
+        w, xs, idx, gates = make_layer(5, experts, 256, 256, [48] * RANKS, 6)
+        got = on_ranks(lambda r: bufs[r].dispatch(xs[r], idx[r], gates[r], layer=2))
+        check_received(got, xs, idx, gates)
+        assert all(g[0].nbytes > 65536 for g in got)
+        outs = on_ranks(lambda r: bufs[r].combine(experts_apply(w, *got[r][:3]), got[r][3]))
+        for r in range(RANKS):
+            np.testing.assert_allclose(outs[r], reference(w, xs[r], idx[r], gates[r]),
+                                       rtol=1e-4, atol=1e-4)
+        for b in bufs:
+            assert b._held_bytes == 0
+            b.close()
+    finally:
+        close_and_wait(cs)
