@@ -48,7 +48,13 @@ def bench_route(a, reqs):
     decs = [locus.attach(a.instance, decoder=i) for i in range(4)]
     for d in decs:
         d.report_load(0)
-    time.sleep(0.2)  # locusd's housekeeping takes the reports
+    with locus.Counters(a.instance) as ctr:  # locusd's housekeeping takes the reports
+        deadline = time.monotonic() + 10
+        while not all(ctr.value("decoder_up", i) == 1 for i in range(4)):
+            if time.monotonic() > deadline:
+                raise SystemExit("bench_python: the decoders are not up after 10 s")
+            time.sleep(0.01)
+    reported = time.monotonic()
     lat = []
     end = time.monotonic() + a.seconds
     warm = 200
@@ -62,9 +68,10 @@ def bench_route(a, reqs):
             lat.append(t1 - t0)
         decs[d.decoder].poll_signatures(max=64)
         i += 1
-        if i % 1000 == 0:  # reports keep the decoders up (load_timeout_ms)
+        if time.monotonic() - reported > 0.05:  # reports keep the decoders up (load_timeout_ms)
             for dc in decs:
                 dc.report_load(0)
+            reported = time.monotonic()
     lat = np.array(lat, dtype=np.float64)
     total = lat.sum() / 1e9
     layers, experts = p.table_shape()
