@@ -68,6 +68,7 @@ class Handle:
     src_slices: dict = field(default_factory=dict)
     refs: np.ndarray = None    # [num_recv] (token, kmask)
     torch: bool = False
+    num_recv_tokens_per_expert: list = None  # [E]: rows received for each expert
 
     @property
     def num_recv(self):
@@ -467,7 +468,8 @@ class Buffer:
                                                        tokens, k, row_bytes, deadline)
                 self._notify(batch, dests, layer, deadline)
                 self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}")
-                h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch)
+                h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch,
+                                 experts)
                 h[3]._owner = self
                 return h
             except BaseException:
@@ -549,7 +551,7 @@ class Buffer:
                 return False
         return True
 
-    def _gather(self, batch, layer, tokens, k, rows_sent, raw, dtname, as_torch):
+    def _gather(self, batch, layer, tokens, k, rows_sent, raw, dtname, as_torch, experts):
         msgs = sorted(self._msgs.get((_lib.OP_ROWS_IN, batch), ()),
                       key=lambda r: (r.src, r.chunk))
         n = sum(len(r.refs) for r in msgs)
@@ -585,6 +587,8 @@ class Buffer:
             h.src_slices[r.src] = (s0, c0 + m)
             at += m
         h.refs = refs
+        # what DeepEP returns as num_recv_tokens_per_expert_list
+        h.num_recv_tokens_per_expert = np.bincount(idx[idx >= 0], minlength=experts).tolist()
         if as_torch:
             torch = _torch()
             return (_wrap(recv, dtname, True), torch.from_numpy(idx), torch.from_numpy(wts), h)

@@ -115,6 +115,8 @@ def test_dispatch_combine_numpy(ranks):
     w, xs, idx, gates = make_layer(1, experts, 48, 40, tokens, 6)
     got = on_ranks(lambda r: ranks[r].dispatch(xs[r], idx[r], gates[r], layer=3))
     check_received(got, xs, idx, gates)
+    for rx, ri, rw, h in got:  # DeepEP's num_recv_tokens_per_expert_list
+        assert h.num_recv_tokens_per_expert == [int((ri == e).sum()) for e in range(experts)]
 
     def combine(r):
         rx, ri, rw, h = got[r]
