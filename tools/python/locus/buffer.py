@@ -567,8 +567,8 @@ class Buffer:
                              what="dispatch")
         recv = np.empty((n, hidden), dtype=raw.dtype)
         recv_bytes = recv.view(np.uint8).reshape(n, hidden * raw.itemsize)
-        idx = np.full((n, k), -1, dtype=np.int64)
-        wts = np.zeros((n, k), dtype=np.float32)
+        ex = np.empty((n, k), dtype=np.uint16)
+        gates = np.empty((n, k), dtype=np.float32)
         refs = np.empty(n, dtype=_ROW_DT)
         h = Handle(batch, layer, tokens, k, rows_sent, torch=as_torch)
         at = 0
@@ -579,13 +579,16 @@ class Buffer:
                 np.take(rows, by_token, axis=0, out=recv_bytes[at:at + m])
             else:
                 recv_bytes[at:at + m] = rows
-            mask = ((r.refs["kmask"][:, None] >> np.arange(k, dtype=np.uint32)) & 1).astype(bool)
-            idx[at:at + m][mask] = r.experts[mask]
-            wts[at:at + m][mask] = r.gates[mask]
+            ex[at:at + m] = r.experts
+            gates[at:at + m] = r.gates
             refs[at:at + m] = r.refs
             s0, c0 = h.src_slices.get(r.src, (at, 0))
             h.src_slices[r.src] = (s0, c0 + m)
             at += m
+        # a row's slots this rank serves (its k-slot mask) keep their id and gate
+        mask = ((refs["kmask"][:, None] >> np.arange(k, dtype=np.uint32)) & 1).astype(bool)
+        idx = np.where(mask, ex, -1).astype(np.int64, copy=False)
+        wts = np.where(mask, gates, np.float32(0))
         h.refs = refs
         # what DeepEP returns as num_recv_tokens_per_expert_list
         h.num_recv_tokens_per_expert = np.bincount(idx[idx >= 0], minlength=experts).tolist()
