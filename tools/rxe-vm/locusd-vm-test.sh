@@ -42,12 +42,24 @@ if [ $WHAT = faults ]; then
 			--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
 		{ echo "fitting the tables failed"; exit 1; }
 fi
-exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
+if [ $WHAT = bench ]; then
+	# the figures are printed beside the host's load average (the guest cannot see it)
+	make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1
+	( while :; do cat /proc/loadavg > "$RXE_VM_DIR/rw/host-loadavg.tmp" &&
+		mv "$RXE_VM_DIR/rw/host-loadavg.tmp" "$RXE_VM_DIR/rw/host-loadavg"; sleep 2; done ) &
+	LOADPID=$!
+	trap 'kill $LOADPID 2>/dev/null' EXIT
+fi
+bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
 	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
 	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${TABLES:+LV_TABLES="$TABLES"} \
 	${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \
 	${LV_ROW_BYTES:+LV_ROW_BYTES=$LV_ROW_BYTES} ${LV_BATCHES:+LV_BATCHES=$LV_BATCHES} \
 	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS} ${LV_LCORES:+LV_LCORES=$LV_LCORES} \
+	LV_OUT="$RXE_VM_DIR/rw" ${LV_PERF:+LV_PERF=$LV_PERF} ${LV_REPEATS:+LV_REPEATS=$LV_REPEATS} \
+	${LV_SECONDS:+LV_SECONDS=$LV_SECONDS} ${LV_WINDOW:+LV_WINDOW=$LV_WINDOW} \
+	${LV_NAP_US:+LV_NAP_US=$LV_NAP_US} ${LV_PLACEMENT:+LV_PLACEMENT=$LV_PLACEMENT} \
+	${LV_VARIANTS:+LV_VARIANTS="$LV_VARIANTS"} \
 	${FAULT_NETEM:+FAULT_NETEM="$FAULT_NETEM"} \
 	${FAULT_NETEM_HARSH:+FAULT_NETEM_HARSH="$FAULT_NETEM_HARSH"} \
 	${FAULT_FLAPS:+FAULT_FLAPS=$FAULT_FLAPS} ${FAULT_STEPS:+FAULT_STEPS="$FAULT_STEPS"}
