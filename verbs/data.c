@@ -287,7 +287,9 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	for (i = 0; i < k; i++) {
 		p->dstats.tx_msgs++;
 		p->dstats.tx_bytes += lens[i];
+		p->dstats.tx_signaled += (wr[i].send_flags & IBV_SEND_SIGNALED) != 0;
 	}
+	p->dstats.tx_doorbells++;
 	p->sq_posted += k;
 	p->tx_head = head;
 	return (int)k;
@@ -723,8 +725,10 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 			ep->stats.stale_cqes++;
 			continue;
 		}
+		p->dstats.cqes++;
 		handle_wc(p, &wc[i]);
 	}
+	ep->cq_bursts += n > 0;
 	if (unlikely(ep->n_draining)) {
 		uint64_t now = locus_verbs_now_ns();
 

@@ -126,6 +126,7 @@ struct locus_verbs_ep {
 	uint32_t cq_events;             /* CQ events to acknowledge */
 	uint64_t idle_since_ns;         /* first empty poll with credits pending, 0: busy */
 	uint32_t n_draining;            /* peers in CLOSING not yet drained */
+	uint64_t cq_bursts;             /* polls that found completions */
 	/* ctl, but stats.stale_cqes: data */
 	struct locus_verbs_ep_stats stats;
 	uint64_t hello_refused;         /* data: hellos refused (auth_refused[HELLO]) */
