@@ -158,7 +158,7 @@ static void data_observe(struct locus_verbs_peer *p, uint64_t w)
 			break;
 		p->dstate = LOCUS_LINK_CLOSING;
 		p->dreason = locus_verbs_link_reason_of(w);
-		p->drain_since_ns = locus_verbs_now_ns();
+		p->drain_since_ns = locus_verbs_data_now_ns(p->ep);
 		p->ep->n_draining++;
 		data_try_finish(p, p->drain_since_ns);
 		break;
@@ -687,7 +687,7 @@ static void watch_stalls(struct locus_verbs_ep *ep)
 			continue;
 		}
 		if (!now)
-			now = locus_verbs_now_ns();
+			now = locus_verbs_data_now_ns(ep);
 		if (!p->watch_ns || p->watch_done != p->sq_done) {
 			p->watch_done = p->sq_done;
 			p->watch_ns = now;
@@ -730,7 +730,7 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 	}
 	ep->cq_bursts += n > 0;
 	if (unlikely(ep->n_draining)) {
-		uint64_t now = locus_verbs_now_ns();
+		uint64_t now = locus_verbs_data_now_ns(ep);
 
 		for (uint32_t j = 0; j < ep->n_peers; j++)
 			data_try_finish(ep->peers[j], now);
@@ -747,7 +747,7 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 	if (n > 0) {
 		ep->idle_since_ns = 0;
 	} else if (locus_verbs_credits_pending(ep)) {
-		uint64_t now = locus_verbs_now_ns();
+		uint64_t now = locus_verbs_data_now_ns(ep);
 
 		if (!ep->idle_since_ns)
 			ep->idle_since_ns = now;
