@@ -229,7 +229,7 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 {
 	struct backlog *b = &n->bl[node];
 
-	while (b->head != b->tail && n->up[node]) {
+	while (b->head != b->tail && n->up[node] && !locus_verbs_post_blocked(n->peer[node])) {
 		struct locus_verbs_msg m[POST_BURST];
 		unsigned k = 0;
 		int posted;

@@ -205,6 +205,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	uint64_t released, head = p->tx_head, max;
 	uint64_t lens[32];
 	unsigned i, k = 0, ns = 0;
+	uint8_t blocked = 0;
 	int rc;
 
 	if (unlikely(p->dstate != LOCUS_LINK_UP))
@@ -229,11 +230,15 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		used = locus_verbs_place(&p->rring, head, slots, &idx);
 		if (used > locus_verbs_credits(&p->rring, head, released)) {
 			p->dstats.credit_stalls++;
+			blocked = BLOCKED_CREDITS;
+			p->blocked_released = released;
 			break;
 		}
 		/* keep 2 WRs for credit returns, which must never wait behind messages */
 		if (sq_room(p) <= k + 2) {
 			p->dstats.sq_stalls++;
+			blocked = BLOCKED_SQ;
+			p->blocked_done = p->sq_done;
 			break;
 		}
 		sge[ns].addr = (uintptr_t)m->buf;
@@ -263,6 +268,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		ns += nsge;
 		k++;
 	}
+	p->blocked = blocked;
 	if (k == 0)
 		return 0;
 	/* the last WR of a batch is always signalled: nothing waits on a later post */
@@ -293,6 +299,18 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	p->sq_posted += k;
 	p->tx_head = head;
 	return (int)k;
+}
+
+bool locus_verbs_post_blocked(const struct locus_verbs_peer *p)
+{
+	switch (p->blocked) {
+	case BLOCKED_CREDITS:
+		return p->dstate == LOCUS_LINK_UP && *p->credit_in == p->blocked_released;
+	case BLOCKED_SQ:
+		return p->dstate == LOCUS_LINK_UP && p->sq_done == p->blocked_done;
+	default:
+		return false;
+	}
 }
 
 int locus_verbs_post_credit(struct locus_verbs_peer *p)
@@ -482,6 +500,7 @@ int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen)
 	p->rx_head = p->rx_released = p->rx_credit_sent = 0;
 	p->recv_to_post = 0;
 	p->credit_pending = false;
+	p->blocked = 0;
 	p->held_head = p->held_n = 0;
 	p->area_busy = false;
 	*p->credit_in = 0;

@@ -534,6 +534,15 @@ struct locus_verbs_msg {
 };
 int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *msgs, unsigned n);
 
+/*
+ * Data path: would the message that stopped p's last post (for lack of
+ * credits or send queue room) still find none? True until the peer returned
+ * credits or a send completed since. A caller that posts in order (the
+ * oldest message first) checks it instead of building its list again on
+ * every poll.
+ */
+bool locus_verbs_post_blocked(const struct locus_verbs_peer *p);
+
 /* Data path: poll the CQ once (burst of up to 32). Returns completions handled or negative. */
 int locus_verbs_poll(struct locus_verbs_ep *ep);
 

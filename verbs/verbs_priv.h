@@ -74,6 +74,9 @@ struct locus_verbs_peer {
 	uint64_t tx_head;            /* cumulative slots consumed there */
 	uint64_t sq_posted, sq_done; /* WR sequence numbers */
 	uint32_t unsignaled;
+	uint8_t blocked;             /* why the last post stopped: BLOCKED_*, 0: it did not */
+	uint64_t blocked_released;   /* BLOCKED_CREDITS: the peer's released count then */
+	uint64_t blocked_done;       /* BLOCKED_SQ: sq_done then */
 	/* conn: rx from our inbox */
 	struct locus_verbs_ring lring;
 	uint64_t rx_head;            /* cumulative slots of the next message */
@@ -104,6 +107,7 @@ struct locus_verbs_peer {
 } __locus_cache_aligned;
 
 #define HELD_DONE 0x80000000u
+enum { BLOCKED_CREDITS = 1, BLOCKED_SQ = 2 };
 
 struct locus_verbs_ep {
 	/* const */
