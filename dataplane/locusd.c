@@ -222,7 +222,10 @@ static int net_main(void *arg)
 
 	idle_start(d, &idle, &seq);
 	for (;;) {
-		int n = locusd_net_poll(d->net, rte_rdtsc()) + locus_relay_poll_net(d->relay);
+		/* the engine's sends first: this iteration's poll posts them, in one list */
+		int n = locus_relay_poll_net(d->relay);
+
+		n += locusd_net_poll(d->net, rte_rdtsc());
 
 		if (likely(n)) {
 			locus_idle_busy(&idle);

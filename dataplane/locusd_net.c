@@ -250,7 +250,12 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 	}
 }
 
-/* Queue a message (header buf, then n_sg gathered segments) and post what credits allow. */
+/*
+ * Queue a message (header buf, then n_sg gathered segments). It is posted by
+ * the next locusd_net_poll() of this lcore with every other message queued
+ * since, as one list behind one doorbell: on Soft-RoCE each doorbell is a
+ * system call that runs the device's send path in it.
+ */
 static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, uint64_t cookie,
 		   const struct locus_engine_sge *sg, uint32_t n_sg)
 {
@@ -276,7 +281,6 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 		r->sg[j] = (struct locus_verbs_sge){ .addr = sg[j].addr, .len = sg[j].len,
 						     .lkey = sg[j].lkey };
 	b->idx[b->tail++ % BACKLOG] = idx;
-	flush_backlog(n, node);
 	return 0;
 }
 
