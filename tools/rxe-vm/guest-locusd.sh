@@ -26,6 +26,7 @@ set -u
 ROOT=${LV_ROOT:?}
 B=${LV_BUILD:-$ROOT/build}/bin
 WHAT=${LV_WHAT:-test}
+LOCUSD_BIN=${LV_LOCUSD:-} # another locusd build to run (the default: $B/locusd)
 cd "$ROOT" || exit 1
 T0=$SECONDS
 say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
@@ -218,6 +219,13 @@ say "   n1 (intra_node = verbs): $lm intra-node messages, $lb row bytes moved by
 r23=$(( $(ctr n0 routed 'decoder="2"') + $(ctr n0 routed 'decoder="3"') ))
 say "   signatures routed by n0 to decoders 2,3 on n1: $r23; veth vx TX $((VX1 - VX0)) bytes"
 [ "$r23" -gt 0 ] || fail "no signature crossed to n1"
+# messages handed over together leave together: the messages one engine poll queued
+# for a peer (a batch's rows for both remote ranks, combines) are posted as one list
+# behind one doorbell (n1: one worker, no relay, so the count does not depend on timing)
+m=$(ctr n1 verbs_tx_msgs); d=$(ctr n1 verbs_tx_doorbells)
+say "   n1 posted $m messages in $d doorbells"
+[ "$d" -gt 0 ] && [ $((m * 10)) -ge $((d * 13)) ] ||
+	fail "n1: $m messages in $d doorbells (fewer than 1.3 per doorbell)"
 # decoder loads cross as one-sided writes of load rows, not as messages
 for n in 0 1; do
 	o=$((1 - n))
