@@ -9,9 +9,10 @@
  * QP creation and destruction, redials: locusd_net_control every control
  * period). Peers going up or down are counted on the worker and logged by
  * the main lcore. With one lcore, both run there. Message buffers come from a DPDK mempool whose memory is
- * registered with the endpoint's PD once; a message that finds no credits
- * waits in the peer's backlog and is posted, in order and in batches, as
- * credits return. Every message handed over completes exactly once: by its
+ * registered with the endpoint's PD once; every message waits in its peer's
+ * backlog until the next poll posts it, in order, with the others queued
+ * since (one list, one doorbell), as far as credits go; the rest waits there
+ * for credits. Every message handed over completes exactly once: by its
  * RDMA completion, or with -LOCUS_EPEERDOWN when its peer goes down before
  * it was posted.
  */
