@@ -101,7 +101,8 @@ $(patsubst %.c,$(BUILD)/%.o,$(1)): PKG_CFLAGS += $$(call pkg_cflags,$(2))
 endef
 
 include $(sort $(wildcard shm/*.mk dataplane/*.mk control/*.mk verbs/*.mk \
-                          tools/*.mk tools/rxe-vm/*.mk tests/*.mk deploy/*.mk))
+                          tools/*.mk tools/rxe-vm/*.mk tools/python/*.mk tests/*.mk \
+                          deploy/*.mk))
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)

@@ -14,7 +14,7 @@
 #include "eldr_fit_priv.h"
 
 /* sum over points of x_i . c_assign(i), fixed order */
-static double objective(const float *x, uint32_t n, uint32_t D, const float *cen,
+double eldr_objective(const float *x, uint32_t n, uint32_t D, const float *cen,
 			const uint32_t *assign)
 {
 	double obj = 0;
@@ -51,8 +51,8 @@ static double penalty(uint32_t n, uint32_t K, double lambda, const uint32_t *a, 
  * decode tokens). Returns the rows (malloc'd, n x (D + L*E)) or NULL on
  * ENOMEM; *any is set when some request has decode tokens.
  */
-static float *joint_rows(const float *x, uint32_t n, uint32_t D, const uint16_t *decode,
-			 uint16_t L, uint16_t E, float w, int *any)
+float *eldr_joint_rows(const float *x, uint32_t n, uint32_t D, const uint16_t *decode,
+		       uint16_t L, uint16_t E, float w, int *any)
 {
 	const size_t LE = (size_t)L * E, DJ = D + LE;
 	float *z = malloc(sizeof(float) * n * DJ), *didf = malloc(sizeof(float) * LE);
@@ -94,7 +94,7 @@ err:
 }
 
 /* cen[k] = normalize(sum of the members' x); a vanishing mean: uniform unit vector. */
-static void prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
+void eldr_prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
 			      const uint32_t *assign, float *cen, double *acc)
 {
 	for (uint32_t k = 0; k < K; k++) {
@@ -132,7 +132,7 @@ int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n,
 	res->size_hi = hi;
 	res->decode_clustered = 0;
 	if (decode && o->decode_weight > 0) {
-		z = joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
+		z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
 		if (!z)
 			return -ENOMEM;
 		if (any) {
@@ -157,7 +157,7 @@ int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n,
 						   R == 1 ? o->progress : NULL, o->progress_arg);
 		if (ret < 0)
 			goto out;
-		obj = objective(v, n, DV, c, a) - penalty(n, K, o->balance_price, a, size);
+		obj = eldr_objective(v, n, DV, c, a) - penalty(n, K, o->balance_price, a, size);
 		if (obj > best) { /* strictly: the first restart wins ties */
 			best = obj;
 			res->iterations = (uint32_t)ret;
@@ -171,8 +171,8 @@ int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n,
 			o->progress(o->progress_arg, "kmeans", r + 1, R);
 	}
 	if (v != x)
-		prefill_centroids(x, n, D, K, res->assign, cen, acc);
-	res->objective = objective(x, n, D, cen, res->assign);
+		eldr_prefill_centroids(x, n, D, K, res->assign, cen, acc);
+	res->objective = eldr_objective(x, n, D, cen, res->assign);
 	ret = 0;
 out:
 	free(size);

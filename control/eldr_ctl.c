@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-/* locusctl fit / show / push for ELDR tables. */
+/* locusctl show / push for ELDR tables (fit: eldr_ctl_fit.c), the shared number parsers. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -18,7 +18,7 @@
 #include "locus_trace.h"
 #include "locusctl.h"
 
-static int parse_u64(const char *s, uint64_t max, uint64_t *v)
+int locusctl_parse_u64(const char *s, uint64_t max, uint64_t *v)
 {
 	char *end;
 	unsigned long long x;
@@ -33,8 +33,7 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *v)
 	return 0;
 }
 
-/* A finite float in [min, max], the whole string. */
-static int parse_float(const char *s, float min, float max, float *v)
+int locusctl_parse_float(const char *s, float min, float max, float *v)
 {
 	char *end;
 	float x;
@@ -45,325 +44,6 @@ static int parse_float(const char *s, float min, float max, float *v)
 		return -1;
 	*v = x;
 	return 0;
-}
-
-/* "0,1,5": comma-separated u32 ids, no empty or stray fields. */
-static int parse_ids(const char *s, uint32_t **out, uint32_t *n)
-{
-	uint32_t cap = 16, cnt = 0, *ids = malloc(cap * sizeof(*ids));
-	const char *p = s;
-
-	if (!ids || !*s)
-		goto err;
-	for (;;) {
-		const char *comma = strchr(p, ',');
-		size_t len = comma ? (size_t)(comma - p) : strlen(p);
-		char field[24];
-		uint64_t v;
-
-		if (!len || len >= sizeof(field))
-			goto err;
-		memcpy(field, p, len);
-		field[len] = '\0';
-		if (parse_u64(field, UINT32_MAX, &v) < 0)
-			goto err;
-		if (cnt == cap) {
-			uint32_t *n2 = realloc(ids, 2 * cap * sizeof(*ids));
-
-			if (!n2)
-				goto err;
-			ids = n2;
-			cap *= 2;
-		}
-		ids[cnt++] = (uint32_t)v;
-		if (!comma)
-			break;
-		p = comma + 1;
-	}
-	*out = ids;
-	*n = cnt;
-	return 0;
-err:
-	free(ids);
-	return -1;
-}
-
-/* Share of requests whose cluster's majority domain is their own. */
-static double domain_purity(const struct locus_trace *t, const struct locus_eldrfit_result *r,
-			    uint32_t K)
-{
-	uint32_t *cnt = calloc((size_t)K * t->n_domains, sizeof(*cnt)), agree = 0;
-
-	if (!cnt)
-		return NAN;
-	for (uint32_t i = 0; i < r->n_used; i++)
-		cnt[(size_t)r->assign[i] * t->n_domains + t->reqs[r->req_index[i]].domain]++;
-	for (uint32_t k = 0; k < K; k++) {
-		uint32_t best = 0;
-
-		for (uint32_t d = 0; d < t->n_domains; d++)
-			if (cnt[(size_t)k * t->n_domains + d] > best)
-				best = cnt[(size_t)k * t->n_domains + d];
-		agree += best;
-	}
-	free(cnt);
-	return (double)agree / r->n_used;
-}
-
-static const char *score_kind_name(enum locus_eldrfit_score_kind k)
-{
-	return k == LOCUS_ELDRFIT_SCORE_DECODE ? "decode expert overlap" :
-	       k == LOCUS_ELDRFIT_SCORE_SPLIT_HALF ? "split-half prompt proxy" : "none";
-}
-
-/* Cluster sizes against their bounds, and how the clustering ran. */
-static void print_balance(const struct locus_eldrfit_opts *o, const struct locus_eldrfit_result *r)
-{
-	uint32_t *size = calloc(o->n_decoders, sizeof(*size)), mn = UINT32_MAX, mx = 0;
-
-	if (!size)
-		return;
-	for (uint32_t i = 0; i < r->n_used; i++)
-		size[r->assign[i]]++;
-	for (uint32_t k = 0; k < o->n_decoders; k++) {
-		mn = size[k] < mn ? size[k] : mn;
-		mx = size[k] > mx ? size[k] : mx;
-	}
-	printf("clusters of %u..%u requests (bounds %u..%u: slack %.2f, balance price %.2f); "
-	       "best of %u k-means++ seeds (seed %" PRIu64 "); %s\n", mn, mx, r->size_lo,
-	       r->size_hi, (double)o->slack, (double)o->balance_price,
-	       o->restarts ? o->restarts : 1, r->seed,
-	       r->decode_clustered ? "clustered on prefill and decode expert use" :
-	       "clustered on prefill signatures");
-	free(size);
-}
-
-/* What --tau auto measured and why it chose its tau. */
-static void print_tau(const struct locus_eldrfit_tau_result *r, uint32_t K, uint32_t B,
-		      int bound_given)
-{
-	printf("tau auto: calibration split in two parts (%u / %u requests), each fitted and "
-	       "the other replayed by the router in rounds of K=%u x B=%u, mean of both folds\n",
-	       r->n_part[0], r->n_part[1], K, B);
-	printf("  %-6s %-16s %s\n", "tau", "pairs per step", "busiest decoder (no cap)");
-	for (uint32_t g = 0; g < r->n_grid; g++)
-		printf("  %-6.3f %-16.2f %.3f%s%s\n", (double)r->pt[g].tau, r->pt[g].pairs,
-		       r->pt[g].load, r->pt[g].load > r->bound ? "  over the bound" : "",
-		       g == r->chosen ? "  <- chosen" : "");
-	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
-	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);
-	if (r->feasible)
-		printf("tau auto: tau %.3f, the fewest pairs per step with the busiest decoder "
-		       "within %.3f (%s)\n", (double)r->tau, r->bound,
-		       bound_given ? "--tau-load-bound" : "the exact-balance fit's");
-	else
-		printf("tau auto: no tau kept the busiest decoder within %.3f; tau %.3f, the "
-		       "least loaded\n", r->bound, (double)r->tau);
-}
-
-int locusctl_eldr_fit(int argc, char **argv)
-{
-	static const struct option lo[] = {
-		{ "trace", required_argument, NULL, 't' },
-		{ "decoders", required_argument, NULL, 'k' },
-		{ "decoder-ids", required_argument, NULL, 'd' },
-		{ "tau", required_argument, NULL, 'T' },
-		{ "seed", required_argument, NULL, 's' },
-		{ "no-mask", no_argument, NULL, 'n' },
-		{ "max-iter", required_argument, NULL, 'm' },
-		{ "n-experts", required_argument, NULL, 'E' },
-		{ "mask-sample", required_argument, NULL, 'S' },
-		{ "slack", required_argument, NULL, 'L' },
-		{ "balance-price", required_argument, NULL, 'P' },
-		{ "restarts", required_argument, NULL, 'R' },
-		{ "decode-weight", required_argument, NULL, 'W' },
-		{ "tau-batch", required_argument, NULL, 'B' },
-		{ "tau-load-bound", required_argument, NULL, 'U' },
-		{ "exact-balance", no_argument, NULL, 'X' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "eldr", no_argument, NULL, 'e' },
-		{ "output", required_argument, NULL, 'o' },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct locus_eldrfit_opts o;
-	struct locus_eldrfit_tau_opts tauo = { .replay = eldr_replay_router };
-	struct locus_eldrfit_tau_result taur;
-	struct locus_trace_opts to = { 0 };
-	struct locus_eldrfit_result res;
-	struct locus_trace *t = NULL;
-	struct locus_error err = { 0 };
-	const char *trace = NULL, *out = NULL;
-	uint32_t *ids = NULL, n_ids = 0;
-	int c, ret, quiet = 0, tau_auto = 0;
-	uint64_t v;
-
-	locus_eldrfit_opts_default(&o, 0);
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "o:q", lo, NULL)) != -1) {
-		switch (c) {
-		case 't':
-			trace = optarg;
-			break;
-		case 'k':
-			if (parse_u64(optarg, LOCUS_ELDR_MAX_DECODERS, &v) < 0 || !v)
-				goto bad_value;
-			o.n_decoders = (uint32_t)v;
-			break;
-		case 'd':
-			free(ids);
-			ids = NULL;
-			if (parse_ids(optarg, &ids, &n_ids) < 0)
-				goto bad_value;
-			break;
-		case 'T':
-			tau_auto = !strcmp(optarg, "auto");
-			if (!tau_auto && parse_float(optarg, 0, 2, &o.tau) < 0)
-				goto bad_value;
-			break;
-		case 'B':
-			if (parse_u64(optarg, 100000, &v) < 0 || !v)
-				goto bad_value;
-			tauo.batch = (uint32_t)v;
-			break;
-		case 'U':
-			if (parse_float(optarg, 1, 1000, &tauo.load_bound) < 0)
-				goto bad_value;
-			break;
-		case 's':
-			if (parse_u64(optarg, UINT64_MAX, &o.seed) < 0)
-				goto bad_value;
-			break;
-		case 'n':
-			o.no_mask = 1;
-			break;
-		case 'm':
-			if (parse_u64(optarg, 100000, &v) < 0 || !v)
-				goto bad_value;
-			o.max_iter = (uint32_t)v;
-			break;
-		case 'E':
-			if (parse_u64(optarg, LOCUS_ELDR_MAX_EXPERTS, &v) < 0 || !v)
-				goto bad_value;
-			to.n_experts = (uint32_t)v;
-			break;
-		case 'S':
-			if (parse_u64(optarg, 100000, &v) < 0 || v < 2)
-				goto bad_value;
-			o.mask_sample = (uint32_t)v;
-			break;
-		case 'L':
-			if (parse_float(optarg, 0, 1, &o.slack) < 0)
-				goto bad_value;
-			break;
-		case 'P':
-			if (parse_float(optarg, 0, 100, &o.balance_price) < 0)
-				goto bad_value;
-			break;
-		case 'R':
-			if (parse_u64(optarg, 1000, &v) < 0 || !v)
-				goto bad_value;
-			o.restarts = (uint32_t)v;
-			break;
-		case 'W':
-			if (parse_float(optarg, 0, 100, &o.decode_weight) < 0)
-				goto bad_value;
-			break;
-		case 'X': /* the original fit: exact balance, one seed, prefill only */
-			o.slack = 0;
-			o.balance_price = 0;
-			o.restarts = 1;
-			o.decode_weight = 0;
-			break;
-		case 'q':
-			quiet = 1;
-			break;
-		case 'e': /* the default kind of fit, named explicitly */
-			break;
-		case 'o':
-			out = optarg;
-			break;
-		default:
-			goto usage;
-		}
-	}
-	if (optind != argc || !trace || !out || !o.n_decoders)
-		goto usage;
-	if (ids && n_ids != o.n_decoders) {
-		fprintf(stderr, "locusctl: --decoder-ids has %u ids, --decoders is %u\n", n_ids,
-			o.n_decoders);
-		free(ids);
-		return 2;
-	}
-	o.decoder_ids = ids;
-	if (!quiet)
-		o.progress = locusctl_progress;
-	ret = locus_trace_load(trace, &to, &t, &err);
-	if (ret < 0)
-		goto fail;
-	if ((tauo.batch || tauo.load_bound > 0) && !tau_auto) {
-		fprintf(stderr, "locusctl fit: --tau-batch and --tau-load-bound go with "
-			"--tau auto\n");
-		goto fail_usage;
-	}
-	if (tau_auto) {
-		ret = locus_eldrfit_tau_choose(t, NULL, 0, &o, &tauo, &taur, &err);
-		if (ret < 0)
-			goto fail;
-		print_tau(&taur, o.n_decoders, tauo.batch ? tauo.batch :
-			  LOCUS_ELDRFIT_TAU_BATCH_DEFAULT, tauo.load_bound > 0);
-		o.tau = taur.tau;
-	}
-	ret = locus_eldrfit_trace(t, &o, &res, &err);
-	if (ret < 0)
-		goto fail;
-	ret = locus_tbl_write_file(out, res.blob, res.blob_len, &err);
-	if (ret < 0) {
-		locus_eldrfit_result_free(&res);
-		goto fail;
-	}
-	printf("fitted %u requests (L=%u E=%u k=%u) into K=%u decoders: %u/%u layers masked, "
-	       "%u k-means iterations%s\n", res.n_used, t->n_layers, t->n_experts, t->k,
-	       o.n_decoders, res.n_masked, t->n_layers, res.iterations,
-	       res.converged ? " (converged)" : " (cap reached)");
-	if (res.score_kind != LOCUS_ELDRFIT_SCORE_NONE)
-		printf("mask score (%s): %.4f with the mask, %.4f with every layer\n",
-		       score_kind_name(res.score_kind), res.mask_score, res.full_score);
-	printf("mean similarity to own centroid: %.4f\n", res.objective / res.n_used);
-	print_balance(&o, &res);
-	if (t->n_domains > 2 || (t->n_domains == 2 && t->domains[1][0]))
-		printf("domain purity (majority domain share per cluster): %.3f\n",
-		       domain_purity(t, &res, o.n_decoders));
-	printf("wrote %s (%zu bytes)\n", out, res.blob_len);
-	locus_eldrfit_result_free(&res);
-	locus_trace_free(t);
-	free(ids);
-	return 0;
-
-fail:
-	locus_trace_free(t);
-	free(ids);
-	return locusctl_fail(&err, ret);
-fail_usage:
-	locus_trace_free(t);
-	free(ids);
-	return 2;
-bad_value:
-	fprintf(stderr, "locusctl fit: bad value '%s' for --%s\n", optarg,
-		c == 'k' ? "decoders" : c == 'd' ? "decoder-ids" : c == 'T' ? "tau" :
-		c == 'B' ? "tau-batch" : c == 'U' ? "tau-load-bound" :
-		c == 's' ? "seed" : c == 'm' ? "max-iter" : c == 'E' ? "n-experts" :
-		c == 'L' ? "slack" : c == 'P' ? "balance-price" : c == 'R' ? "restarts" :
-		c == 'W' ? "decode-weight" : "mask-sample");
-	free(ids);
-	return 2;
-usage:
-	fprintf(stderr, "usage: locusctl fit --trace FILE --decoders K [--decoder-ids 0,1,..] "
-		"[--tau 0.1|auto] [--tau-batch 4] [--tau-load-bound X] [--seed N] [--no-mask] "
-		"[--max-iter N] [--n-experts E] "
-		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 8] "
-		"[--decode-weight 1] [--exact-balance] [--quiet] -o TABLE\n");
-	free(ids);
-	return 2;
 }
 
 static void fmt_time(uint64_t ns, char *buf, size_t len)
@@ -400,7 +80,24 @@ static void show_human(const char *path, const struct locus_tbl_hdr *th,
 	printf("\n  decoder ids:");
 	for (uint32_t d = 0; d < h->n_decoders; d++)
 		printf(" %u", v->decoder_ids[d]);
-	printf("\n  fit: %u calibration requests, seed %" PRIu64 ", %u iterations, "
+	printf("\n  centroids: %u", v->n_centroids);
+	if (v->centroid_slot) {
+		printf(" (decoder id of each:");
+		for (uint32_t c = 0; c < v->n_centroids; c++)
+			printf(" %u", v->decoder_ids[v->centroid_slot[c]]);
+		printf(")");
+	} else {
+		printf(" (one per decoder)");
+	}
+	printf("\n  overflow: %s\n", h->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD ?
+	       "spread (a request whose band is down goes to the least loaded decoder up)" :
+	       "nearest (the band of the best decoder up)");
+	if (h->spill_tau != 0.0f)
+		printf("  load spill: within %g of the best, beyond a margin of %u requests\n",
+		       (double)h->spill_tau, h->spill_margin);
+	else
+		printf("  load spill: off\n");
+	printf("  fit: %u calibration requests, seed %" PRIu64 ", %u iterations, "
 	       "mask score %.4f (every layer %.4f)\n", h->n_calib, h->seed, h->iterations,
 	       (double)h->mask_score, (double)h->full_score);
 	printf("  idf range [%.4f, %.4f]\n", (double)lo, (double)hi);
@@ -431,7 +128,14 @@ static void show_json(const char *path, const struct locus_tbl_hdr *th,
 	printf("],\"decoder_ids\":[");
 	for (uint32_t d = 0; d < h->n_decoders; d++)
 		printf(d ? ",%u" : "%u", v->decoder_ids[d]);
-	printf("],\"n_calib\":%u,\"seed\":%" PRIu64 ",\"iterations\":%u,"
+	printf("],\"n_centroids\":%u,\"centroid_decoder_ids\":[", v->n_centroids);
+	for (uint32_t c = 0; c < v->n_centroids; c++)
+		printf(c ? ",%u" : "%u",
+		       v->decoder_ids[v->centroid_slot ? v->centroid_slot[c] : c]);
+	printf("],\"overflow\":\"%s\",\"spill_tau\":%.9g,\"spill_margin\":%u",
+	       h->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD ? "spread" : "nearest",
+	       (double)h->spill_tau, h->spill_margin);
+	printf(",\"n_calib\":%u,\"seed\":%" PRIu64 ",\"iterations\":%u,"
 	       "\"mask_score\":%.9g,\"full_score\":%.9g}\n", h->n_calib, h->seed, h->iterations,
 	       (double)h->mask_score, (double)h->full_score);
 }
@@ -525,7 +229,7 @@ int locusctl_push(int argc, char **argv)
 		if (!strcmp(argv[i], "-i") && i + 1 < argc)
 			inst = argv[++i];
 		else if (!strcmp(argv[i], "--timeout-ms") && i + 1 < argc) {
-			if (parse_u64(argv[++i], 3600000, &timeout_ms) < 0)
+			if (locusctl_parse_u64(argv[++i], 3600000, &timeout_ms) < 0)
 				goto usage;
 		} else if (!path && argv[i][0] != '-')
 			path = argv[i];

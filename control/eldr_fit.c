@@ -100,6 +100,20 @@ static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L
 				       (double)o->slack);
 	if (!isfinite(o->tau) || o->tau < 0.0f || o->tau > 2.0f)
 		return locus_error_set(err, LOCUS_ERANGE, "tau %g outside [0, 2]", (double)o->tau);
+	if (o->spill_tau != 0.0f &&
+	    (!isfinite(o->spill_tau) || !(o->spill_tau > o->tau) || o->spill_tau > 2.0f))
+		return locus_error_set(err, LOCUS_ERANGE, "spill tau %g outside (tau %g, 2]",
+				       (double)o->spill_tau, (double)o->tau);
+	if (o->spill_tau == 0.0f && o->spill_margin)
+		return locus_error_set(err, LOCUS_ERANGE, "a spill margin without a spill tau");
+	if (o->centroids_per_decoder > LOCUS_ELDRFIT_MAX_CENTROIDS_PER_DECODER ||
+	    (uint64_t)o->n_decoders * (o->centroids_per_decoder ? o->centroids_per_decoder : 1) >
+	    LOCUS_ELDR_MAX_CENTROIDS)
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "%u centroids per decoder (at most %u, and K x that at most %u)",
+				       o->centroids_per_decoder,
+				       LOCUS_ELDRFIT_MAX_CENTROIDS_PER_DECODER,
+				       LOCUS_ELDR_MAX_CENTROIDS);
 	if (o->decoder_ids) {
 		for (uint32_t d = 0; d < o->n_decoders; d++)
 			for (uint32_t e = 0; e < d; e++)
@@ -111,38 +125,50 @@ static int check_opts(const struct locus_eldrfit_opts *o, uint32_t n, uint16_t L
 	return 0;
 }
 
+/*
+ * The sealed table: C centroids cen[C][M * E] over the mask, slot[C] their
+ * decoders (NULL with C = K: centroid d is decoder d's, version 1's layout),
+ * the options' tau, load spill and overflow rule; sealed as the oldest
+ * version that holds it (locus_eldr_tbl_kind_version).
+ */
 static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t E, uint32_t n,
 		       const uint8_t *mask, uint32_t M, const float *idf, const float *cen,
-		       struct locus_eldrfit_result *res, struct locus_error *err)
+		       const uint16_t *slot, uint32_t C, struct locus_eldrfit_result *res,
+		       struct locus_error *err)
 {
 	struct locus_eldr_tbl_layout lay;
 	struct locus_eldr_tbl_hdr *h;
-	uint32_t *ids, K = o->n_decoders;
+	uint32_t *ids, K = o->n_decoders, TC = slot ? C : 0;
 	uint8_t *tmask, *blob;
+	uint16_t *tmap;
 	float *tidf, *tcen;
 	int ret;
 
-	ret = locus_eldr_tbl_layout(L, E, K, &lay);
+	ret = locus_eldr_tbl_layout_mapped(L, E, K, TC, &lay);
 	if (ret < 0)
-		return locus_error_set(err, -ret, "table for L=%u E=%u K=%u too large", L, E, K);
+		return locus_error_set(err, -ret, "table for L=%u E=%u K=%u C=%u too large", L, E,
+				       K, TC);
 	blob = calloc(1, sizeof(struct locus_tbl_hdr) + lay.len);
 	if (!blob)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	h = (struct locus_eldr_tbl_hdr *)(blob + sizeof(struct locus_tbl_hdr));
-	ret = locus_eldr_tbl_init(h, lay.len, L, E, (uint16_t)K, o->tau, &ids, &tmask, &tidf,
-				  &tcen);
+	ret = locus_eldr_tbl_init_mapped(h, lay.len, L, E, (uint16_t)K, (uint16_t)TC, o->tau, &ids,
+					 &tmap, &tmask, &tidf, &tcen);
 	if (ret < 0) {
 		ret = locus_error_set(err, -ret, "table init failed");
 		goto err_free;
 	}
-	for (uint32_t d = 0; d < K; d++) {
+	for (uint32_t d = 0; d < K; d++)
+		ids[d] = o->decoder_ids ? o->decoder_ids[d] : d;
+	for (uint32_t k = 0; k < C; k++) {
 		size_t c = 0;
 
-		ids[d] = o->decoder_ids ? o->decoder_ids[d] : d;
+		if (tmap)
+			tmap[k] = slot[k];
 		for (uint32_t l = 0; l < L; l++) {
 			if (!mask[l])
 				continue;
-			memcpy(tcen + ((size_t)d * L + l) * E, cen + ((size_t)d * M + c) * E,
+			memcpy(tcen + ((size_t)k * L + l) * E, cen + ((size_t)k * M + c) * E,
 			       sizeof(float) * E);
 			c++;
 		}
@@ -155,12 +181,15 @@ static int write_table(const struct locus_eldrfit_opts *o, uint16_t L, uint16_t 
 	h->mask_score = res->mask_score;
 	h->full_score = res->full_score;
 	h->iterations = res->iterations;
+	h->spill_tau = o->spill_tau;
+	h->spill_margin = o->spill_tau != 0.0f ? o->spill_margin : 0;
+	h->flags = o->overflow_spread ? LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD : 0;
 	ret = locus_eldr_tbl_validate(h, lay.len, NULL, err);
 	if (ret < 0)
 		goto err_free;
+	res->n_centroids = C;
 	ret = locus_tbl_seal(blob, sizeof(struct locus_tbl_hdr) + lay.len, LOCUS_TBL_ELDR,
-			     LOCUS_ELDR_TBL_VERSION,
-			     lay.len);
+			     locus_eldr_tbl_kind_version(h), lay.len);
 	if (ret < 0) {
 		ret = locus_error_set(err, -ret, "sealing the table failed");
 		goto err_free;
@@ -182,8 +211,9 @@ int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32
 {
 	const size_t LE = (size_t)L * E;
 	uint8_t *mask = NULL;
-	float *idf = NULL, *x = NULL, *cen = NULL;
-	uint32_t M = 0, K, D, nn;
+	float *idf = NULL, *x = NULL, *cen = NULL, *sub = NULL;
+	uint16_t *slot = NULL;
+	uint32_t M = 0, K, D, nn, C;
 	int ret;
 
 	memset(res, 0, sizeof(*res));
@@ -240,9 +270,23 @@ int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32
 	}
 	res->n_used = n;
 	res->n_masked = M;
-	ret = write_table(o, L, E, n, mask, M, idf, cen, res, err);
+	C = K;
+	if (o->centroids_per_decoder > 1) {
+		sub = malloc(sizeof(float) * (size_t)K * o->centroids_per_decoder * D);
+		slot = malloc(sizeof(uint16_t) * K * o->centroids_per_decoder);
+		ret = sub && slot ? eldr_subcentroids(o, x, n, D, decode, L, E, res->assign, cen,
+						      sub, slot, &C) : -ENOMEM;
+		if (ret < 0) {
+			ret = locus_error_set(err, -ret, "sub-centroids: %s", locus_strerror(ret));
+			goto err_free;
+		}
+	}
+	ret = write_table(o, L, E, n, mask, M, idf, C > K ? sub : cen, C > K ? slot : NULL, C,
+			  res, err);
 	if (ret < 0)
 		goto err_free;
+	free(slot);
+	free(sub);
 	free(cen);
 	free(x);
 	free(idf);
@@ -250,6 +294,8 @@ int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32
 	return 0;
 
 err_free:
+	free(slot);
+	free(sub);
 	free(cen);
 	free(x);
 	free(idf);

@@ -47,4 +47,40 @@ int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n,
 		 const uint16_t *decode, uint16_t L, uint16_t E, float *cen,
 		 struct locus_eldrfit_result *res);
 
+/* sum over rows of x_i . c[assign(i)] (fixed order). */
+double eldr_objective(const float *x, uint32_t n, uint32_t D, const float *cen,
+		      const uint32_t *assign);
+
+/*
+ * The rows the decode-aware clustering sees: z_i = [x_i ; w y_i] normalised,
+ * y_i the request's decode counts weighted by their own idf, unit (0 for a
+ * request without decode tokens). malloc'd n x (D + L*E), or NULL on
+ * ENOMEM; *any is set when some request has decode tokens.
+ */
+float *eldr_joint_rows(const float *x, uint32_t n, uint32_t D, const uint16_t *decode,
+		       uint16_t L, uint16_t E, float w, int *any);
+
+/*
+ * cen[k] = normalize(sum of x over the rows assigned k), for k < K; a
+ * vanishing mean gives the uniform unit vector. acc: D doubles of scratch.
+ */
+void eldr_prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
+			    const uint32_t *assign, float *cen, double *acc);
+
+/*
+ * Sub-centroids (o->centroids_per_decoder = m > 1): the members of each
+ * decoder's cluster (assign[n], slots 0..K-1) are split into min(m, members)
+ * sub-clusters by bounded spherical k-means (sizes within the slack
+ * LOCUS_ELDRFIT_SUB_SLACK of equal, no price, o->restarts seeds, the best
+ * objective kept) on the rows the clustering saw (the decode-aware rows
+ * when decode is given and o->decode_weight > 0, else x), each centroid the
+ * normalised mean of its members' x. A cluster with fewer than two members
+ * keeps its centroid cen_k[k]. Writes cen[C][D] (room for K * m rows),
+ * slot[C] (the decoder slot of each, slots in order) and *C.
+ * Returns 0, -EINVAL, -ENOMEM.
+ */
+int eldr_subcentroids(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
+		      const uint16_t *decode, uint16_t L, uint16_t E, const uint32_t *assign,
+		      const float *cen_k, float *cen, uint16_t *slot, uint32_t *C);
+
 #endif /* LOCUS_ELDR_FIT_PRIV_H */

@@ -15,7 +15,7 @@
 int locus_epgroups_assign(const struct locus_eldr_tbl_view *v, const struct locus_trace *t,
 			  uint32_t *assign, struct locus_error *err)
 {
-	uint32_t L, E, K;
+	uint32_t L, E;
 	size_t le;
 	uint16_t *counts;
 	double *x;
@@ -25,7 +25,6 @@ int locus_epgroups_assign(const struct locus_eldr_tbl_view *v, const struct locu
 		return locus_error_set(err, EINVAL, "assign: bad arguments");
 	L = v->hdr->n_layers;
 	E = v->hdr->n_experts;
-	K = v->hdr->n_decoders;
 	if (t->n_layers != L || t->n_experts != E)
 		return locus_error_set(err, LOCUS_ERANGE, "trace is %u layers x %u experts, the "
 				       "ELDR table %u x %u", t->n_layers, t->n_experts, L, E);
@@ -48,15 +47,15 @@ int locus_epgroups_assign(const struct locus_eldr_tbl_view *v, const struct locu
 		for (size_t j = 0; j < le; j++)
 			x[j] = v->layer_mask[j / E] ? (double)counts[j] * v->idf[j] : 0.0;
 		assign[i] = 0;
-		for (uint32_t k = 0; k < K; k++) {
+		for (uint32_t k = 0; k < v->n_centroids; k++) {
 			const float *c = v->centroids + k * le;
 			double s = 0;
 
 			for (size_t j = 0; j < le; j++)
 				s += x[j] * c[j];
-			if (s > best) {
+			if (s > best) { /* a decoder scores its best centroid */
 				best = s;
-				assign[i] = k;
+				assign[i] = v->centroid_slot ? v->centroid_slot[k] : k;
 			}
 		}
 	}

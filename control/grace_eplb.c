@@ -10,7 +10,10 @@
  *
  * locus has a primary per expert; EPLB does not. Export lists the primary's
  * slot first in log2phy; import takes log2phy[l][e][0] as the primary (for
- * EPLB's own output, that is the lowest slot).
+ * EPLB's own output, the slot the expert had before replication) and every
+ * other copy as a replica on its slot's rank, also where that rank already
+ * holds a copy: EPLB may put two copies of one expert on one GPU, and they
+ * stay two slots.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -283,6 +286,7 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 	d.n_experts = E;
 	d.n_nodes = topo->n_nodes;
 	d.gpus_per_node = topo->gpus_per_node;
+	/* at least a fit's R; more when an expert has more copies than ranks */
 	d.max_replicas = LOCUS_MIN(N - 1, LOCUS_GRACE_MAX_REPLICAS);
 	d.capacity = LOCUS_MAX(topo->capacity, 1u);
 	d.replica_budget = topo->replica_budget;
@@ -351,17 +355,33 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 						     (long long)n, (long long)occ);
 				goto out;
 			}
+			if (n - 1 > LOCUS_GRACE_MAX_REPLICAS) {
+				/* a table holds a primary and R <= 63 copies besides */
+				rc = locus_error_set(err, LOCUS_ERANGE,
+						     "layer %u expert %u has %lld copies: a GRACE "
+						     "table holds at most %u (a primary and %u "
+						     "replicas)", l, e, (long long)n,
+						     LOCUS_GRACE_MAX_REPLICAS + 1,
+						     LOCUS_GRACE_MAX_REPLICAS);
+				goto out;
+			}
+			d.max_replicas = LOCUS_MAX(d.max_replicas, (uint32_t)n - 1);
+			/* every copy is a slot: a second one on a GPU is a replica there */
 			npri[ph[0] / S]++;
 			for (int64_t i = 1; i < n; i++)
-				if (ph[i] / S != ph[0] / S)
-					nrep[ph[i] / S]++;
+				nrep[ph[i] / S]++;
 		}
 		for (uint32_t r = 0; r < N; r++) {
 			d.capacity = LOCUS_MAX(d.capacity, npri[r]);
 			d.replica_budget = LOCUS_MAX(d.replica_budget, nrep[r]);
 		}
 	}
-	d.replica_budget = LOCUS_MIN(d.replica_budget, E);
+	if (d.replica_budget > E) {
+		/* dims bound a GPU's replicas by E; only many slots per GPU get here */
+		rc = locus_error_set(err, LOCUS_ERANGE, "a rank holds %u replicas, more than "
+				     "the %u experts a GRACE table allows", d.replica_budget, E);
+		goto out;
+	}
 	rc = locus_grace_dims_check(&d, err);
 	if (rc)
 		goto out;
@@ -382,27 +402,18 @@ int locus_gracefit_eplb_import(const char *json, size_t len,
 			v.primary[(size_t)l * E + e] = (uint16_t)pr;
 			for (uint32_t i = 0; i < d.max_replicas; i++)
 				rep[i] = LOCUS_GRACE_NO_RANK;
-			/* ranks of the other copies, ascending, duplicates merged */
-			for (uint32_t r = 0; r < N; r++) {
-				int has = 0;
+			/*
+			 * the ranks of the other copies, ascending, one entry per
+			 * copy: two copies on one GPU stay two slots (and take two
+			 * shares of the expert's tokens), as EPLB placed them
+			 */
+			for (uint32_t i = 1; i < X && ph[i] != -1; i++) {
+				uint16_t r = (uint16_t)(ph[i] / S);
+				uint32_t j = c++;
 
-				if (r == pr)
-					continue;
-				for (uint32_t i = 1; i < X && ph[i] != -1; i++)
-					has |= (uint32_t)(ph[i] / S) == r;
-				if (!has)
-					continue;
-				if (c == d.max_replicas) {
-					/* a table holds R copies besides the primary */
-					rc = locus_error_set(err, LOCUS_ERANGE,
-							     "layer %u expert %u has copies on "
-							     "more than %u ranks besides its "
-							     "primary: a GRACE table holds at most "
-							     "%u", l, e, d.max_replicas,
-							     d.max_replicas);
-					goto out;
-				}
-				rep[c++] = (uint16_t)r;
+				for (; j > 0 && rep[j - 1] > r; j--)
+					rep[j] = rep[j - 1];
+				rep[j] = r;
 			}
 			v.expert_load[(size_t)l * E + e] = W ? (float)W[(size_t)l * E + e] : 1.0f;
 		}

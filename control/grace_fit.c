@@ -106,6 +106,12 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 						opts, pri, &li, err);
 		if (rc)
 			goto err_free;
+		if (!opts->no_grouping && N > 1) {
+			rc = locus_gracefit_balance_layer(&t, E, p->A + (size_t)l * E * E, W,
+							  opts, pri, &li, err);
+			if (rc)
+				goto err_free;
+		}
 		rc = locus_gracefit_replicate_layer(&t, E, W, pri, d.max_replicas, rep, pred,
 						    &li, err);
 		if (rc)

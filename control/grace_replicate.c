@@ -30,47 +30,47 @@ double locus_gracefit_predict(const struct locus_grace_dims *d, const double *W,
 	return sum > 0 ? mx / (sum / N) : 1.0;
 }
 
-struct hot {
-	uint32_t e;
-	double w;
-};
-
-static int hot_cmp(const void *a, const void *b)
+/* Copies of e so far (primary included) and whether rank r holds one. */
+static uint32_t n_copies(const uint16_t *rep, uint32_t R)
 {
-	const struct hot *x = a, *y = b;
+	uint32_t c = 1;
 
-	if (x->w != y->w)
-		return x->w < y->w ? 1 : -1;
-	return x->e < y->e ? -1 : (x->e > y->e);
+	while (c - 1 < R && rep[c - 1] != LOCUS_GRACE_NO_RANK)
+		c++;
+	return c;
 }
 
-/* The n GPUs with the least predicted load that may take a copy of e. */
-static uint32_t pick_targets(const double *pred, uint32_t N, uint32_t primary,
-			     const uint32_t *used, uint32_t budget, uint32_t n, uint16_t *out)
+static int holds(const uint16_t *rep, uint32_t R, uint32_t primary, uint32_t r)
 {
-	uint32_t c = 0;
+	if (r == primary)
+		return 1;
+	for (uint32_t i = 0; i < R && rep[i] != LOCUS_GRACE_NO_RANK; i++)
+		if (rep[i] == r)
+			return 1;
+	return 0;
+}
+
+/*
+ * Least-loaded rank with a free slot that does not hold e, the primary's
+ * node first when a rank there ends below lim; UINT32_MAX if none below lim.
+ */
+static uint32_t pick_target(const struct locus_gracefit_topo *t, const double *pred,
+			    const uint32_t *used, const uint16_t *rep, uint32_t R,
+			    uint32_t primary, double share, double lim)
+{
+	uint32_t N = t->n_nodes * t->gpus_per_node, gpn = t->gpus_per_node;
+	uint32_t best[2] = { UINT32_MAX, UINT32_MAX };
 
 	for (uint32_t r = 0; r < N; r++) {
-		uint32_t j;
+		int tier = r / gpn != primary / gpn;
 
-		if (r == primary || used[r] >= budget)
+		if (used[r] >= t->replica_budget || holds(rep, R, primary, r) ||
+		    pred[r] + share >= lim)
 			continue;
-		/* insertion into a sorted list of at most n entries */
-		for (j = c; j > 0; j--) {
-			double pj = pred[out[j - 1]];
-
-			if (pj < pred[r] || (pj == pred[r] && out[j - 1] < r))
-				break;
-			if (j < n)
-				out[j] = out[j - 1];
-		}
-		if (j < n) {
-			out[j] = (uint16_t)r;
-			if (c < n)
-				c++;
-		}
+		if (best[tier] == UINT32_MAX || pred[r] < pred[best[tier]])
+			best[tier] = r;
 	}
-	return c;
+	return best[0] != UINT32_MAX ? best[0] : best[1];
 }
 
 static int u16_cmp(const void *a, const void *b)
@@ -78,15 +78,73 @@ static int u16_cmp(const void *a, const void *b)
 	return (int)*(const uint16_t *)a - (int)*(const uint16_t *)b;
 }
 
+/*
+ * One copy that lowers a rank at the top: the heaviest rank that can shed
+ * load gives its expert with the most load per copy a copy on a rank that
+ * stays below it. Returns 0 when no copy lowers any rank's load.
+ */
+static int add_copy(const struct locus_gracefit_topo *t, uint32_t E, const double *W,
+		    const uint16_t *primary, uint32_t R, uint16_t *replica, double *pred,
+		    uint32_t *used)
+{
+	uint32_t N = t->n_nodes * t->gpus_per_node, order[LOCUS_GRACE_MAX_RANKS];
+
+	for (uint32_t r = 0; r < N; r++)
+		order[r] = r;
+	for (uint32_t i = 1; i < N; i++) {
+		uint32_t v = order[i], j = i;
+
+		while (j > 0 && pred[order[j - 1]] < pred[v]) {
+			order[j] = order[j - 1];
+			j--;
+		}
+		order[j] = v;
+	}
+	for (uint32_t k = 0; k < N; k++) {
+		uint32_t g = order[k], be = UINT32_MAX, bt = 0;
+		double bw = 0;
+
+		for (uint32_t e = 0; e < E; e++) {
+			uint16_t *rep = replica + (size_t)e * R;
+			uint32_t c = n_copies(rep, R), h;
+			double per = W[e] / c;
+
+			if (c > R || per <= bw || !holds(rep, R, primary[e], g))
+				continue;
+			h = pick_target(t, pred, used, rep, R, primary[e], W[e] / (c + 1),
+					pred[g]);
+			if (h == UINT32_MAX)
+				continue;
+			be = e;
+			bw = per;
+			bt = h;
+		}
+		if (be != UINT32_MAX) {
+			uint16_t *rep = replica + (size_t)be * R;
+			uint32_t c = n_copies(rep, R);
+			double d = W[be] / c - W[be] / (c + 1);
+
+			pred[primary[be]] -= d;
+			for (uint32_t i = 0; i + 1 < c; i++)
+				pred[rep[i]] -= d;
+			rep[c - 1] = (uint16_t)bt;
+			pred[bt] += W[be] / (c + 1);
+			used[bt]++;
+			qsort(rep, c, sizeof(*rep), u16_cmp);
+			return 1;
+		}
+	}
+	return 0;
+}
+
 int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *t, uint32_t E,
 				   const double *W, const uint16_t *primary, uint32_t R,
 				   uint16_t *replica, float *pred_out,
 				   struct locus_gracefit_layer_info *info, struct locus_error *err)
 {
-	uint32_t N, gmax = 0, n_rep, n_hot = 0, placed = 0;
-	double *pred = NULL, sum = 0, thr, acc = 0;
+	uint32_t N, gmax = 0, placed = 0;
+	double *pred = NULL, sum = 0;
 	uint32_t *used = NULL;
-	struct hot *hot = NULL;
 	int rc = 0;
 
 	if (!t || !W || !primary || !replica || !pred_out)
@@ -105,8 +163,7 @@ int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *t, uint32_t
 		replica[i] = LOCUS_GRACE_NO_RANK;
 	pred = calloc(N, sizeof(*pred));
 	used = calloc(N, sizeof(*used));
-	hot = calloc(E, sizeof(*hot));
-	if (!pred || !used || !hot) {
+	if (!pred || !used) {
 		rc = locus_error_set(err, ENOMEM, "replication: out of memory");
 		goto out;
 	}
@@ -124,42 +181,15 @@ int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *t, uint32_t
 	}
 	if (sum <= 0 || N == 1 || R == 0 || t->replica_budget == 0)
 		goto done;
-	/* rho = W_max / mean; n_rep = min(max(1, floor(rho)), N - 1) */
-	n_rep = (uint32_t)floor(pred[gmax] / (sum / N));
-	n_rep = LOCUS_MIN(LOCUS_MAX(1u, n_rep), N - 1);
-	n_rep = LOCUS_MIN(n_rep, R);
-	thr = pred[gmax] * n_rep / (1.0 + n_rep);
-	for (uint32_t e = 0; e < E; e++)
-		if (primary[e] == gmax && W[e] > 0)
-			hot[n_hot++] = (struct hot){ .e = e, .w = W[e] };
-	qsort(hot, n_hot, sizeof(*hot), hot_cmp);
-	for (uint32_t i = 0; i < n_hot; i++) {
-		if (acc >= thr) {
-			n_hot = i;
-			break;
-		}
-		acc += hot[i].w;
-	}
-	for (uint32_t i = 0; i < n_hot; i++) {
-		uint32_t e = hot[i].e;
-		uint16_t *rep = replica + (size_t)e * R;
-		uint32_t c = pick_targets(pred, N, primary[e], used, t->replica_budget, n_rep, rep);
-		double share;
-
-		if (c == 0)
-			continue;
-		share = W[e] / (1.0 + c);
-		pred[primary[e]] -= W[e] - share;
-		for (uint32_t j = 0; j < c; j++) {
-			pred[rep[j]] += share;
-			used[rep[j]]++;
-		}
-		qsort(rep, c, sizeof(*rep), u16_cmp);
-		placed += c;
-	}
+	while (add_copy(t, E, W, primary, R, replica, pred, used))
+		placed++;
 	if (info) {
-		info->n_rep = n_rep;
-		info->n_hot = n_hot;
+		for (uint32_t e = 0; e < E; e++) {
+			uint32_t c = n_copies(replica + (size_t)e * R, R);
+
+			info->n_rep = LOCUS_MAX(info->n_rep, c - 1);
+			info->n_hot += c > 1;
+		}
 	}
 done:
 	if (info) {
@@ -173,7 +203,6 @@ done:
 	for (uint32_t r = 0; r < N; r++)
 		pred_out[r] = (float)fmax(pred[r], 0.0);
 out:
-	free(hot);
 	free(used);
 	free(pred);
 	return rc;

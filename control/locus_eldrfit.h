@@ -47,6 +47,8 @@
 #define LOCUS_ELDRFIT_BALANCE_PRICE_DEFAULT 2.0f
 #define LOCUS_ELDRFIT_RESTARTS_DEFAULT      8u
 #define LOCUS_ELDRFIT_DECODE_WEIGHT_DEFAULT 1.0f
+#define LOCUS_ELDRFIT_MAX_CENTROIDS_PER_DECODER 16u
+#define LOCUS_ELDRFIT_SUB_SLACK             0.5f /* balance slack of the sub-clusters */
 
 /*
  * Bound on requests x layers x experts a fit accepts: the fit holds the
@@ -94,6 +96,16 @@ struct locus_eldrfit_opts {
 	 * centroids are always the members' mean prefill signatures.
 	 */
 	float decode_weight;
+	/*
+	 * Centroids per decoder m (0 or 1: one): each decoder's cluster split
+	 * into min(m, members) sub-clusters (eldr_subcent.c), all of them that
+	 * decoder's in the table (a version 2 table with a centroid map).
+	 */
+	uint32_t centroids_per_decoder;
+	/* The table's load spill: spill_tau 0 = off (margin then 0), else (tau, 2]. */
+	float spill_tau;
+	uint32_t spill_margin;
+	int overflow_spread;         /* the table's LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD */
 	uint32_t mask_sample;        /* requests scored by the mask search; 0: 512 */
 	uint32_t mask_neighbours;    /* nn of the score; 0: 8 */
 	locus_eldrfit_progress_fn progress; /* may be NULL */
@@ -116,12 +128,14 @@ struct locus_eldrfit_result {
 	uint64_t seed;           /* k-means++ seed of the restart kept */
 	uint32_t size_lo, size_hi; /* cluster size bounds the slack gave */
 	int decode_clustered;    /* the clustering saw decode expert use */
+	uint32_t n_centroids;    /* centroids in the table (K with one per decoder) */
 };
 
 /*
  * Fit an ELDR table from a calibration trace. Requests are used in trace
- * order. Errors: K = 0 or K > requests, bad decoder ids, tau out of range,
- * shapes beyond locus_eldr.h limits (-LOCUS_ERANGE), -ENOMEM.
+ * order. Errors: K = 0 or K > requests, bad decoder ids, tau, spill or
+ * centroids per decoder out of range, shapes beyond locus_eldr.h limits
+ * (-LOCUS_ERANGE), -ENOMEM.
  */
 int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
 			struct locus_eldrfit_result *res, struct locus_error *err);
@@ -208,8 +222,10 @@ struct locus_eldrfit_tau_result {
 
 /*
  * Choose the fit's tau from calibration requests calib[n_calib] of t (NULL:
- * every request) and nothing else: the calibration requests are split
- * alternately into two parts; for each part, the fit (options o, tau
+ * every request) and nothing else: locus_eldrfit_tune() over the grid of
+ * taus with o's other choices fixed (its balance price, centroids per
+ * decoder and overflow rule; no load spill): the calibration requests are
+ * split alternately into two parts; for each part, the fit (options o, tau
  * irrelevant) runs on that part and the other part is replayed (to->replay)
  * at every tau of the grid; pairs and load are averaged over both folds.
  * The choice is the tau with the fewest pairs per step among those whose
@@ -223,6 +239,92 @@ int locus_eldrfit_tau_choose(const struct locus_trace *t, const uint32_t *calib,
 			     uint32_t n_calib, const struct locus_eldrfit_opts *o,
 			     const struct locus_eldrfit_tau_opts *to,
 			     struct locus_eldrfit_tau_result *tr, struct locus_error *err);
+
+/* ---- the routing choices made from the calibration data (locusctl fit's default) ---- */
+
+#define LOCUS_ELDRFIT_TUNE_LIST_MAX 32
+
+/* One point of the search: fit choices, then routing choices written into the table. */
+struct locus_eldrfit_tune_point {
+	float balance_price;
+	uint32_t centroids_per_decoder;
+	float tau;
+	float spill_tau;         /* 0: no load spill */
+	uint32_t spill_margin;   /* 0 with no spill */
+	int overflow_spread;
+	double pairs, load;      /* replayed, mean over the folds */
+};
+
+/* Choices locus_eldrfit_tune takes from the fit's options instead of searching. */
+#define LOCUS_ELDRFIT_FIX_TAU    0x1u  /* o->tau */
+#define LOCUS_ELDRFIT_FIX_PRICE  0x2u  /* o->balance_price */
+#define LOCUS_ELDRFIT_FIX_CPD    0x4u  /* o->centroids_per_decoder */
+#define LOCUS_ELDRFIT_FIX_SPILL  0x8u  /* o->spill_tau and o->spill_margin (0: no spill) */
+#define LOCUS_ELDRFIT_FIX_SPREAD 0x10u /* o->overflow_spread */
+
+/*
+ * The search space and the replay. Each list: NULL (and n 0) for its
+ * default, or up to LOCUS_ELDRFIT_TUNE_LIST_MAX values; a list of one value,
+ * or a bit of fixed, fixes that choice (fixed wins over a list).
+ */
+struct locus_eldrfit_tune_opts {
+	uint32_t fixed;          /* LOCUS_ELDRFIT_FIX_* */
+	uint32_t batch;          /* B of the replay; 0: LOCUS_ELDRFIT_TAU_BATCH_DEFAULT */
+	uint32_t orders;         /* 0: LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT */
+	float load_bound;        /* as locus_eldrfit_tau_opts' (0: the exact-balance fit's load) */
+	locus_eldrfit_replay_fn replay;
+	void *replay_arg;
+	const float *taus;       /* ascending in [0, 2]; default 0, 0.05, 0.1, 0.15, 0.2 */
+	uint32_t n_taus;
+	/* 0 (no spill) or in (0, 2], a spill only where wider than tau; default 0, 0.2, 0.3, 0.5 */
+	const float *spill_taus;
+	uint32_t n_spill_taus;
+	const uint32_t *spill_margins; /* >= 1; default 1, 2 */
+	uint32_t n_spill_margins;
+	const uint32_t *centroids_per_decoder; /* 1..LOCUS_ELDRFIT_MAX_CENTROIDS_PER_DECODER; default 1, 2, 3, 4 */
+	uint32_t n_centroids_per_decoder;
+	const float *balance_prices; /* [0, 100]; default 0 and o->balance_price */
+	uint32_t n_balance_prices;
+	const int *overflow_spread;  /* 0 or 1; default both */
+	uint32_t n_overflow_spread;
+};
+
+struct locus_eldrfit_tune_result {
+	struct locus_eldrfit_tune_point *pt; /* malloc'd [n_pt], in search order */
+	uint32_t n_pt;
+	uint32_t chosen;         /* index in pt[] */
+	int feasible;            /* some point met the bound (else the least loaded was taken) */
+	double bound;            /* the load bound applied */
+	double ref_pairs, ref_load; /* the exact-balance fit at the default tau, same folds */
+	uint32_t n_part[2];      /* calibration requests in each fold's part */
+};
+
+/*
+ * Choose the fit's balance price and centroids per decoder and the table's
+ * tau, load spill and overflow rule from calibration requests calib[n_calib]
+ * of t (NULL: every request) and nothing else: the calibration requests
+ * are split alternately into two parts; for each part and each (price,
+ * centroids per decoder) the fit (options o otherwise) runs on that part,
+ * and the other part is replayed (to->replay) with every routing point
+ * (tau x overflow rule x {no spill, spill_tau > tau x margin}) written into
+ * that table; pairs and load are averaged over both folds. The choice is
+ * the point with the fewest pairs per decode step among those whose load
+ * is within the bound (ties: the lower load, then the later point); none
+ * within it: the least loaded. The caller then fits every calibration
+ * request with locus_eldrfit_tune_apply(). Needs decode tokens
+ * (routed_experts) and at least K * B requests in each part. Returns 0 or a
+ * negative code with err set (-LOCUS_ERANGE for an unusable list, batch or
+ * trace); tr is then empty.
+ */
+int locus_eldrfit_tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n_calib,
+		       const struct locus_eldrfit_opts *o, const struct locus_eldrfit_tune_opts *to,
+		       struct locus_eldrfit_tune_result *tr, struct locus_error *err);
+
+/* o's balance price, centroids per decoder, tau, spill and overflow rule set to p's. */
+void locus_eldrfit_tune_apply(const struct locus_eldrfit_tune_point *p,
+			      struct locus_eldrfit_opts *o);
+
+void locus_eldrfit_tune_result_free(struct locus_eldrfit_tune_result *tr);
 
 /* ---- building blocks (exposed for tests and benchmarks) ---- */
 

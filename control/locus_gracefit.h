@@ -129,6 +129,7 @@ struct locus_gracefit_layer_info {
 	uint32_t n_rep;      /* replicas per hot expert */
 	uint32_t n_hot;      /* hot experts */
 	uint32_t n_replicas; /* replicas placed (budget may cut) */
+	uint32_t n_swaps;    /* load-aware swaps after the grouping */
 };
 
 struct locus_gracefit_opts {
@@ -136,6 +137,11 @@ struct locus_gracefit_opts {
 	uint64_t seed;       /* default 1 */
 	int no_grouping;     /* contiguous placement instead (loads-only fits) */
 	int no_replication;
+	int uneven;          /* keep the grouping's uneven sizes (up to capacity) */
+	double load_tol;     /* swap primaries while peak > (1 + tol) x mean; 0: 0.3 */
+	double cost_gpu;     /* weight of a row off GPU in the swap cost; 0: 1 */
+	double cost_node;    /* extra weight of a row off node; 0: 1 */
+	double cost_peak;    /* a swap's cost per unit of peak cut must stay below; 0: no bound */
 };
 
 /*
@@ -146,6 +152,19 @@ int locus_gracefit_group_layer(const struct locus_gracefit_topo *topo, uint32_t 
 			       const double *A, const struct locus_gracefit_opts *opts,
 			       uint16_t *primary, struct locus_gracefit_layer_info *info,
 			       struct locus_error *err);
+
+/*
+ * Load-aware repair of a grouping: unless opts->uneven, move experts until
+ * every GPU holds at most ceil(E/N) primaries (EPLB's slots), each move the
+ * one losing the least tier-weighted co-activation; then, while the peak
+ * GPU load exceeds (1 + load_tol) x mean, swap an expert of the peak GPU
+ * with a lighter one, the swap losing the least affinity per unit of peak
+ * removed. W[E] are the loads; deterministic.
+ */
+int locus_gracefit_balance_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
+				 const double *A, const double *W,
+				 const struct locus_gracefit_opts *opts, uint16_t *primary,
+				 struct locus_gracefit_layer_info *info, struct locus_error *err);
 
 /*
  * Replicate one layer: replica[E][R] (ascending, NO_RANK padded) and
@@ -210,6 +229,59 @@ int locus_gracefit_eplb_export(const void *payload, size_t payload_len, char **j
 int locus_gracefit_eplb_import(const char *json, size_t len,
 			       const struct locus_gracefit_topo *topo, const double *W,
 			       void **blob, size_t *blob_len, struct locus_error *err);
+
+/* ---- EPLB itself (control/grace_eplb_balance.c) ------------------------ */
+
+/*
+ * A placement as DeepSeek's EPLB computes it (eplb.py, rebalance_experts),
+ * physical slot p on GPU p / (n_phys / n_gpus):
+ *   phy2log[L][P]        logical expert in slot p
+ *   log2phy[L][E][X]     EPLB's order: entry i is the expert's copy of rank
+ *                        i (0: the slot it had before replication), -1 padded
+ *   vllm_log2phy[L][E][X] the same slots ascending, as vLLM rebuilds them
+ *                        from phy2log (eplb_state.py, compute_logical_maps)
+ *   logcnt[L][E]         copies of each expert
+ */
+struct locus_gracefit_eplb {
+	uint32_t n_layers, n_experts, n_phys, n_gpus;
+	uint32_t max_copies;     /* X */
+	int hierarchical;        /* 1: hierarchical policy, 0: global */
+	int32_t *phy2log;
+	int32_t *log2phy;
+	int32_t *vllm_log2phy;
+	int32_t *logcnt;
+};
+
+/*
+ * EPLB's rebalance_experts on loads W[L][E] for n_phys physical slots,
+ * n_groups expert groups (consecutive blocks of E / n_groups experts),
+ * n_nodes nodes, n_gpus GPUs. When the nodes divide the groups, the
+ * hierarchical policy: groups packed onto nodes by load (equal group counts,
+ * heaviest first onto the lightest node), experts replicated inside each
+ * node (each extra slot to the expert with the highest load per copy), the
+ * node's slots packed onto its GPUs by load per copy (equal slot counts).
+ * Otherwise the global policy: the same with one group and one node. Needs
+ * n_phys >= E, n_gpus dividing n_phys, n_nodes dividing n_gpus, n_groups
+ * dividing E, finite non-negative loads. Free with
+ * locus_gracefit_eplb_free.
+ */
+int locus_gracefit_eplb_rebalance(const double *W, uint32_t n_layers, uint32_t n_experts,
+				  uint32_t n_phys, uint32_t n_groups, uint32_t n_nodes,
+				  uint32_t n_gpus, struct locus_gracefit_eplb *out,
+				  struct locus_error *err);
+void locus_gracefit_eplb_free(struct locus_gracefit_eplb *p);
+
+/*
+ * vLLM's choice of a copy for a batch of one rank (vllm/model_executor/
+ * layers/fused_moe/router/base_router.py, eplb_map_to_physical_and_record):
+ * the (token, slot) at flattened position pos = t * k + j of the batch's
+ * top-k ids goes to copy pos % logcnt[e] of vllm_log2phy[layer][e].
+ * gpu[n_tokens * k] gets the GPU of that physical slot. The caller checks
+ * layer < n_layers and every id < n_experts (a scoring loop, not an input).
+ */
+void locus_gracefit_eplb_dispatch(const struct locus_gracefit_eplb *p, uint32_t layer,
+				  const uint16_t *ids, uint32_t n_tokens, uint32_t k,
+				  uint16_t *gpu);
 
 /* ---- rebalance decision (pure) ----------------------------------------- */
 

@@ -131,6 +131,17 @@ int locus_trace_load_esft(const char *dir, const char *domain, uint16_t n_layers
 			  uint16_t k, uint16_t n_experts, struct locus_trace **out,
 			  struct locus_error *err);
 
+/*
+ * The same with flags: LOCUS_TRACE_ESFT_GATE_ORDER puts each token's k ids
+ * in descending order of their gate weights (ties keep the file's order),
+ * as a top-k kernel such as vLLM's emits them; the release stores them in
+ * another order. Without it, the file's order.
+ */
+#define LOCUS_TRACE_ESFT_GATE_ORDER 1u
+int locus_trace_load_esft_flags(const char *dir, const char *domain, uint16_t n_layers,
+				uint16_t k, uint16_t n_experts, unsigned flags,
+				struct locus_trace **out, struct locus_error *err);
+
 /* The ESFT release's four domains, as its expert_scores directories name them. */
 #define LOCUS_TRACE_ESFT_DOMAINS 4
 extern const char *const locus_trace_esft_domains[LOCUS_TRACE_ESFT_DOMAINS];

@@ -84,12 +84,14 @@ static int cmd_show(int argc, char **argv)
 /* One line per subcommand; add a subcommand by adding an entry. */
 static const struct locusctl_cmd cmds[] = {
 	{ "fit", cmd_fit,
-	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tau 0.1|auto] [--seed N]\n"
-	  "        [--tau-batch B] [--tau-load-bound X] [--slack S] [--balance-price P]\n"
-	  "        [--restarts R] [--decode-weight W] [--exact-balance]\n"
-	  "        [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
+	  "fit --trace FILE --decoders K [--decoder-ids 0,1,..] [--tune auto|off]\n"
+	  "        [--tau-batch B] [--tau-load-bound X] [--tau 0.1|auto] [--centroids-per-decoder M]\n"
+	  "        [--spill-tau T [--spill-margin N]] [--overflow spread|nearest] [--seed N]\n"
+	  "        [--slack S] [--balance-price P] [--restarts R] [--decode-weight W]\n"
+	  "        [--exact-balance] [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
 	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
-	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S] -o TABLE\n"
+	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S]\n"
+	  "        [--no-replication] [--load-tol T] [--uneven] -o TABLE\n"
 	  "  locusctl fit --grace --trace FILE --eldr-table ELDR_TABLE --ep-ranks-per-decoder R\n"
 	  "        --nodes N --gpus G [--capacity C] [--replica-budget B] -o SET" },
 	{ "show", cmd_show, "show TABLE [--json]" },

@@ -19,7 +19,7 @@ struct locusctl_cmd {
 	const char *usage;
 };
 
-/* ELDR (control/eldr_ctl.c) */
+/* ELDR (control/eldr_ctl_fit.c: fit; control/eldr_ctl.c: show, push) */
 int locusctl_eldr_fit(int argc, char **argv);
 int locusctl_eldr_show(int argc, char **argv);
 /*
@@ -76,6 +76,11 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
  * otherwise one plain line per stage and per 10% step. arg is unused.
  */
 void locusctl_progress(void *arg, const char *stage, uint32_t done, uint32_t total);
+
+/* A decimal u64 <= max, the whole string (no sign): 0 or -1 (eldr_ctl.c). */
+int locusctl_parse_u64(const char *s, uint64_t max, uint64_t *v);
+/* A finite float in [min, max], the whole string: 0 or -1. */
+int locusctl_parse_float(const char *s, float min, float max, float *v);
 
 /* "locusctl: <msg>" on stderr from an error report; returns 1. */
 int locusctl_fail(const struct locus_error *err, int code);

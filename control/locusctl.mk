@@ -5,8 +5,8 @@ $(BUILD)/control/%.o: INCLUDES = -Ishm -Icontrol
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c))
 $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c \
-	control/eldr_cluster.c control/eldr_tau.c))
-$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/locusctl_history.c tools/eldr_replay.c tools/eldr_quality_sim.c,eldrfit eldr_router gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
+	control/eldr_cluster.c control/eldr_subcent.c control/eldr_tau.c control/eldr_tune.c))
+$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/eldr_ctl_fit.c control/locusctl_history.c tools/eldr_replay.c tools/eldr_quality_sim.c,eldrfit eldr_router gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 BINS += bin/esft2jsonl
@@ -15,6 +15,8 @@ UNIT_TESTS += tests/test_eldr_fit
 $(eval $(call PROGRAM,tests/test_eldr_balance,tests/test_eldr_balance.c tests/test_paths.c,eldrfit formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_balance
 $(eval $(call PROGRAM,tests/test_eldr_tau,tests/test_eldr_tau.c tests/test_paths.c,eldrfit formats trace common,cmocka))
+$(eval $(call PROGRAM,tests/test_eldr_tune,tests/test_eldr_tune.c tests/test_paths.c,eldrfit formats trace common,cmocka))
+UNIT_TESTS += tests/test_eldr_tune
 UNIT_TESTS += tests/test_eldr_tau
 $(eval $(call PROGRAM,tests/test_eldr_trace,tests/test_eldr_trace.c,trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_trace

@@ -114,6 +114,7 @@ static int read_text(const char *path, char **buf, size_t *len, struct locus_err
 enum {
 	OPT_GRACE = 256, OPT_TRACE, OPT_USE_GEN, OPT_ESFT, OPT_LAYERS, OPT_K, OPT_NODES,
 	OPT_GPUS, OPT_CAPACITY, OPT_BUDGET, OPT_NEXPERTS, OPT_R, OPT_SEED, OPT_NOREP,
+	OPT_LOADTOL, OPT_UNEVEN,
 	OPT_TABLE, OPT_INTERVAL, OPT_COUNT, OPT_THRESHOLD, OPT_COUNTER, OPT_TIMEOUT,
 	OPT_EP_RANKS, OPT_ELDR_TABLE,
 };
@@ -133,6 +134,8 @@ static const struct option long_opts[] = {
 	{ "r", required_argument, NULL, OPT_R },
 	{ "seed", required_argument, NULL, OPT_SEED },
 	{ "no-replication", no_argument, NULL, OPT_NOREP },
+	{ "load-tol", required_argument, NULL, OPT_LOADTOL },
+	{ "uneven", no_argument, NULL, OPT_UNEVEN },
 	{ "table", required_argument, NULL, OPT_TABLE },
 	{ "interval", required_argument, NULL, OPT_INTERVAL },
 	{ "count", required_argument, NULL, OPT_COUNT },
@@ -149,7 +152,8 @@ static const struct option long_opts[] = {
 
 struct args {
 	const char *trace, *esft, *out, *table, *instance, *counter, *eldr_table;
-	int grace, use_gen, no_rep;
+	int grace, use_gen, no_rep, uneven;
+	double load_tol;
 	uint32_t layers, k, n_experts, count, timeout_ms, seed, ep_ranks;
 	struct locus_gracefit_topo topo;
 	double r, interval, threshold;
@@ -199,6 +203,8 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 		case OPT_R: bad = parse_dbl(optarg, 0, 1, &a->r); break;
 		case OPT_SEED: bad = parse_u32(optarg, 0, UINT32_MAX, &a->seed); break;
 		case OPT_NOREP: a->no_rep = 1; break;
+		case OPT_LOADTOL: bad = parse_dbl(optarg, 0, 100, &a->load_tol); break;
+		case OPT_UNEVEN: a->uneven = 1; break;
 		case OPT_TABLE: a->table = optarg; break;
 		case OPT_INTERVAL: bad = parse_dbl(optarg, 0.001, 86400, &a->interval); break;
 		case OPT_COUNT: bad = parse_u32(optarg, 0, UINT32_MAX, &a->count); break;
@@ -249,7 +255,8 @@ static int cmd_fit(const char *sub, struct args *a)
 	struct locus_trace *t = NULL;
 	struct locus_gracefit_profile p = { 0 };
 	struct locus_gracefit_opts o = { .r = a->r, .seed = a->seed,
-					 .no_replication = a->no_rep };
+					 .no_replication = a->no_rep,
+					 .load_tol = a->load_tol, .uneven = a->uneven };
 	struct locus_gracefit_layer_info *li = NULL;
 	void *blob = NULL;
 	size_t len = 0;

@@ -5,10 +5,17 @@
  *
  *   fit --grace (--trace FILE [--use-gen] | --esft DIR [--layers 26 --k 6])
  *       --nodes N --gpus G [--capacity C] [--replica-budget B] [--n-experts E]
- *       [--r R] [--seed S] [--no-replication] -o TABLE
+ *       [--r R] [--seed S] [--no-replication] [--load-tol T] [--uneven]
+ *       -o TABLE                       --load-tol: swap primaries by load
+ *                                      while the peak GPU is above (1 + T) x
+ *                                      mean (default 0.3; larger keeps more
+ *                                      co-activated experts together);
+ *                                      --uneven: allow more than ceil(E/N)
+ *                                      primaries on a GPU (up to capacity)
  *   fit --grace (--trace FILE | --esft DIR) --eldr-table ELDR_TABLE
  *       --ep-ranks-per-decoder R --nodes N --gpus G [--capacity C]
- *       [--replica-budget B] [--r R] [--seed S] [--no-replication] -o SET
+ *       [--replica-budget B] [--r R] [--seed S] [--no-replication]
+ *       [--load-tol T] [--uneven] -o SET
  *                                      one placement per decoder's EP group
  *                                      (control/locus_grace_epgroups.h), in
  *                                      a placement set (shm/locus_graceset.h)

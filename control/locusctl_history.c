@@ -224,6 +224,46 @@ static double cosine(const float *a, const float *b, size_t n)
 	return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
 }
 
+/* Centroid i of slot k (in table order), or NULL past its last. */
+static const float *slot_centroid(const struct locus_eldr_tbl_view *v, uint32_t k, uint32_t i,
+				  size_t le)
+{
+	for (uint32_t c = 0; c < v->n_centroids; c++)
+		if ((v->centroid_slot ? v->centroid_slot[c] : c) == k && !i--)
+			return v->centroids + c * le;
+	return NULL;
+}
+
+/* Decoder id's centroids in a (slot ka) and b (slot kb): 1 when they differ (printed). */
+static int diff_centroids(const struct locus_eldr_tbl_view *va, uint32_t ka,
+			  const struct locus_eldr_tbl_view *vb, uint32_t kb, size_t le, uint32_t id)
+{
+	uint32_t na = 0, nb = 0;
+	double worst = 1.0;
+	int same = 1;
+
+	while (slot_centroid(va, ka, na, le))
+		na++;
+	while (slot_centroid(vb, kb, nb, le))
+		nb++;
+	if (na != nb) {
+		printf("decoder %u: %u -> %u centroids\n", id, na, nb);
+		return 1;
+	}
+	for (uint32_t i = 0; i < na; i++) {
+		const float *ca = slot_centroid(va, ka, i, le), *cb = slot_centroid(vb, kb, i, le);
+
+		worst = fmin(worst, cosine(ca, cb, le));
+		same &= !memcmp(ca, cb, le * sizeof(float));
+	}
+	if (worst < 1.0 - 1e-6 || !same) {
+		printf(na == 1 ? "decoder %u: centroid cosine %.4f\n" :
+		       "decoder %u: centroid cosine %.4f (the lowest of its %u)\n", id, worst, na);
+		return 1;
+	}
+	return 0;
+}
+
 static int diff_eldr(const void *a, size_t alen, const void *b, size_t blen)
 {
 	struct locus_eldr_tbl_view va, vb;
@@ -261,6 +301,17 @@ static int diff_eldr(const void *a, size_t alen, const void *b, size_t blen)
 			differ = 1;
 		}
 	}
+	if (ha->spill_tau != hb->spill_tau || ha->spill_margin != hb->spill_margin) {
+		printf("load spill: %g/%u -> %g/%u (0: off)\n", (double)ha->spill_tau,
+		       ha->spill_margin, (double)hb->spill_tau, hb->spill_margin);
+		differ = 1;
+	}
+	if (ha->flags != hb->flags) {
+		printf("overflow: %s -> %s\n",
+		       ha->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD ? "spread" : "nearest",
+		       hb->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD ? "spread" : "nearest");
+		differ = 1;
+	}
 	for (uint32_t k = 0; k < ha->n_decoders; k++) {
 		uint32_t id = va.decoder_ids[k], j;
 
@@ -271,15 +322,7 @@ static int diff_eldr(const void *a, size_t alen, const void *b, size_t blen)
 			differ = 1;
 			continue;
 		}
-		{
-			double c = cosine(va.centroids + k * le, vb.centroids + j * le, le);
-
-			if (c < 1.0 - 1e-6 || memcmp(va.centroids + k * le, vb.centroids + j * le,
-						     le * sizeof(float))) {
-				printf("decoder %u: centroid cosine %.4f\n", id, c);
-				differ = 1;
-			}
-		}
+		differ |= diff_centroids(&va, k, &vb, j, le, id);
 	}
 	for (uint32_t j = 0; j < hb->n_decoders; j++) {
 		uint32_t k;

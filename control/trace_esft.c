@@ -58,6 +58,54 @@ static long parse_ids(const char *p, const char *le, const char **weights, uint1
 	return n;
 }
 
+/*
+ * Reorder each token's k ids (dst, tokens stride_tok apart) by descending
+ * gate weight, the order a top-k kernel emits them in (ties keep the file's
+ * order); weights are the n tab-separated numbers from w to le.
+ */
+static int order_by_gate(const char *w, const char *le, uint16_t *dst, size_t stride_tok,
+			 uint16_t k, long n, const char *path, uint32_t line,
+			 struct locus_error *err)
+{
+	double g[LOCUS_TRACE_MAX_K];
+
+	for (long t = 0; t < n / k; t++) {
+		uint16_t *ids = dst + (size_t)t * stride_tok;
+
+		for (uint16_t j = 0; j < k; j++) {
+			char *end;
+
+			/* a number right here: strtod would skip a tab, an empty field */
+			if (w >= le || !((*w >= '0' && *w <= '9') || *w == '.'))
+				return locus_error_set(err, LOCUS_EPARSE,
+						       "%s:%u: gate weight %ld is not a "
+						       "non-negative number", path, line,
+						       t * k + j + 1);
+			g[j] = strtod(w, &end);
+			if (end == w || (end < le && *end != '\t') || !(g[j] >= 0) ||
+			    g[j] > 1e30)
+				return locus_error_set(err, LOCUS_EPARSE,
+						       "%s:%u: gate weight %ld is not a "
+						       "non-negative number", path, line,
+						       t * k + j + 1);
+			w = end < le ? end + 1 : end;
+		}
+		for (uint16_t j = 1; j < k; j++) {
+			double gj = g[j];
+			uint16_t id = ids[j];
+			int i = j - 1;
+
+			for (; i >= 0 && g[i] < gj; i--) {
+				g[i + 1] = g[i];
+				ids[i + 1] = ids[i];
+			}
+			g[i + 1] = gj;
+			ids[i + 1] = id;
+		}
+	}
+	return 0;
+}
+
 static long count_fields(const char *p, const char *le)
 {
 	long n = p < le ? 1 : 0;
@@ -81,6 +129,7 @@ struct esft_ctx {
 	struct esft_seq *seqs;
 	uint32_t n_seqs, cap_seqs;
 	uint16_t n_layers, k, n_experts;
+	int gate_order;
 	const char *path;
 	struct locus_error *err;
 };
@@ -156,6 +205,10 @@ static int scan_layer(struct esft_ctx *c, const char *buf, size_t len, uint16_t 
 			return locus_error_set(c->err, LOCUS_EPARSE,
 					       "%s:%u: %ld tokens, layer 1 has %u",
 					       c->path, line, n / c->k, c->seqs[line - 1].tokens);
+		} else if (c->gate_order) {
+			ret = order_by_gate(w, le, dst, per_tok, c->k, n, c->path, line, c->err);
+			if (ret < 0)
+				return ret;
 		}
 	}
 	if (fill && line != c->n_seqs)
@@ -169,6 +222,13 @@ static int scan_layer(struct esft_ctx *c, const char *buf, size_t len, uint16_t 
 int locus_trace_load_esft(const char *dir, const char *domain, uint16_t n_layers,
 			  uint16_t k, uint16_t n_experts, struct locus_trace **out,
 			  struct locus_error *err)
+{
+	return locus_trace_load_esft_flags(dir, domain, n_layers, k, n_experts, 0, out, err);
+}
+
+int locus_trace_load_esft_flags(const char *dir, const char *domain, uint16_t n_layers,
+				uint16_t k, uint16_t n_experts, unsigned flags,
+				struct locus_trace **out, struct locus_error *err)
 {
 	struct locus_trace_opts o = { .n_experts = n_experts };
 	struct esft_ctx c;
@@ -185,6 +245,7 @@ int locus_trace_load_esft(const char *dir, const char *domain, uint16_t n_layers
 	c.n_layers = n_layers;
 	c.k = k;
 	c.n_experts = n_experts;
+	c.gate_order = !!(flags & LOCUS_TRACE_ESFT_GATE_ORDER);
 	c.path = path;
 	c.err = err;
 	ret = trace_builder_init(&c.b, &o);

@@ -3,6 +3,8 @@
 $(eval $(call LIBRARY,eldr_router,dataplane/eldr_router.c dataplane/eldr_kernels.c))
 $(eval $(call PROGRAM,tests/test_eldr_route,tests/test_eldr_route.c tests/test_paths.c,eldrfit eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_route
+$(eval $(call PROGRAM,tests/test_eldr_route_v2,tests/test_eldr_route_v2.c,eldr_router formats common,cmocka))
+UNIT_TESTS += tests/test_eldr_route_v2
 $(eval $(call PROGRAM,tests/test_eldr_quality,tests/test_eldr_quality.c tools/eldr_quality_sim.c tools/eldr_replay.c,eldrfit eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_quality
 $(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr_router formats common,))

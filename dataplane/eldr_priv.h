@@ -47,12 +47,14 @@ struct eldr_slot {
 
 struct locus_eldr_router {
 	uint32_t n_layers, n_experts, n_decoders, n_masked;
-	uint32_t k_pad;      /* n_decoders rounded up to ELDR_GROUP */
+	uint32_t n_cent;     /* centroids scored: the table's n_centroids, or n_decoders */
+	uint32_t k_pad;      /* n_cent rounded up to ELDR_GROUP */
 	uint32_t n_feat;     /* n_masked * n_experts */
 	uint32_t n_blocks;   /* ceil(n_feat / ELDR_LANES) */
 	float tau;
 	float spill_tau;         /* the wider band of the load spill (>= tau; == tau: off) */
 	uint64_t spill_margin;   /* load difference beyond which the spill takes over */
+	int spread;              /* LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD */
 	enum locus_eldr_path path;
 	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;
@@ -64,10 +66,18 @@ struct locus_eldr_router {
 	 * idf * centroid, masked layers only, packed for streaming:
 	 * cw[((g * n_blocks + b) * ELDR_GROUP + c) * 16 + lane] is centroid
 	 * g * 4 + c, feature b * 16 + lane (0 for padding and pad centroids).
+	 * The kernels score centroids (k_pad of them), never decoders.
 	 */
 	const float *cw;
 	float *x;                /* scratch [ELDR_BATCH][n_blocks * 16], padding stays 0 */
-	float *dots;             /* scratch [ELDR_BATCH][k_pad] */
+	float *dots;             /* scratch [ELDR_BATCH][k_pad]: similarity per centroid */
+	/*
+	 * Centroid c's decoder slot (NULL: centroid c is slot c's, and the
+	 * centroid similarities are the decoders'), and then the decoders'
+	 * similarities, scratch [ELDR_BATCH][n_decoders].
+	 */
+	const uint16_t *cent_slot;
+	float *sv;
 	struct eldr_slot *slots; /* [n_decoders] */
 } __locus_cache_aligned;
 

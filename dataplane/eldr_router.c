@@ -10,20 +10,25 @@
 #include "eldr_priv.h"
 
 struct router_layout {
-	size_t off_slots, off_layers, off_idf, off_cw, off_x, off_dots, size;
+	size_t off_slots, off_layers, off_idf, off_cw, off_x, off_dots, off_map, off_sv, size;
 	uint32_t k_pad, n_blocks;
 };
 
-static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t M,
+/*
+ * Memory of a router for L x E, K decoders, C centroids (0: one per
+ * decoder, no map nor decoder scratch), M masked layers.
+ */
+static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t C, uint32_t M,
 			 struct router_layout *o)
 {
 	size_t off = LOCUS_ALIGN_UP(sizeof(struct locus_eldr_router), (size_t)LOCUS_CACHE_LINE);
 	size_t feat;
 
 	if (!L || !E || !K || !M || M > L || L > LOCUS_ELDR_MAX_LAYERS ||
-	    E > LOCUS_ELDR_MAX_EXPERTS || K > LOCUS_ELDR_MAX_DECODERS)
+	    E > LOCUS_ELDR_MAX_EXPERTS || K > LOCUS_ELDR_MAX_DECODERS ||
+	    (C && (C < K || C > LOCUS_ELDR_MAX_CENTROIDS)))
 		return -LOCUS_ERANGE;
-	o->k_pad = (uint32_t)LOCUS_ALIGN_UP(K, ELDR_GROUP);
+	o->k_pad = (uint32_t)LOCUS_ALIGN_UP(C ? C : K, ELDR_GROUP);
 	o->n_blocks = (uint32_t)(((size_t)M * E + ELDR_LANES - 1) / ELDR_LANES);
 	feat = (size_t)o->n_blocks * ELDR_LANES;
 	o->off_slots = off;
@@ -38,6 +43,12 @@ static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t M,
 	off = LOCUS_ALIGN_UP(off + 4 * feat * ELDR_BATCH, (size_t)LOCUS_CACHE_LINE);
 	o->off_dots = off;
 	off = LOCUS_ALIGN_UP(off + 4 * (size_t)o->k_pad * ELDR_BATCH, (size_t)LOCUS_CACHE_LINE);
+	o->off_map = off;
+	if (C)
+		off = LOCUS_ALIGN_UP(off + 2 * (size_t)C, (size_t)LOCUS_CACHE_LINE);
+	o->off_sv = off;
+	if (C)
+		off = LOCUS_ALIGN_UP(off + 4 * (size_t)K * ELDR_BATCH, (size_t)LOCUS_CACHE_LINE);
 	o->size = off;
 	return 0;
 }
@@ -80,7 +91,8 @@ size_t locus_eldr_router_mem_size(const void *payload, size_t len)
 
 	if (!payload || len < sizeof(*h))
 		return 0;
-	if (router_layout(h->n_layers, h->n_experts, h->n_decoders, h->n_masked, &o) < 0)
+	if (router_layout(h->n_layers, h->n_experts, h->n_decoders, h->n_centroids, h->n_masked,
+			  &o) < 0)
 		return 0;
 	return o.size;
 }
@@ -95,7 +107,7 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	uint8_t *base = mem;
 	uint16_t *layers;
 	float *idf, *cw;
-	uint32_t L, E, K, M, m;
+	uint32_t L, E, K, C, M, m;
 	int ret;
 
 	ret = locus_eldr_tbl_validate(payload, len, &v, err);
@@ -104,8 +116,9 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	L = v.hdr->n_layers;
 	E = v.hdr->n_experts;
 	K = v.hdr->n_decoders;
+	C = v.n_centroids;
 	M = v.hdr->n_masked;
-	ret = router_layout(L, E, K, M, &o);
+	ret = router_layout(L, E, K, v.hdr->n_centroids, M, &o);
 	if (ret < 0)
 		return locus_error_set(err, -ret, "router shape out of range");
 	if (!mem || (uintptr_t)mem % LOCUS_CACHE_LINE)
@@ -124,12 +137,16 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	r->n_layers = L;
 	r->n_experts = E;
 	r->n_decoders = K;
+	r->n_cent = C;
 	r->n_masked = M;
 	r->k_pad = o.k_pad;
 	r->n_feat = M * E;
 	r->n_blocks = o.n_blocks;
 	r->tau = v.hdr->tau;
-	r->spill_tau = v.hdr->tau;
+	/* the table's load spill (validated: off, or within (tau, 2]) */
+	r->spill_tau = v.hdr->spill_tau > v.hdr->tau ? v.hdr->spill_tau : v.hdr->tau;
+	r->spill_margin = v.hdr->spill_margin;
+	r->spread = !!(v.hdr->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD);
 	r->path = path;
 	switch (path) {
 	case LOCUS_ELDR_PATH_AVX512:
@@ -160,14 +177,24 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 	r->cw = cw;
 	r->x = (float *)(base + o.off_x);
 	r->dots = (float *)(base + o.off_dots);
+	if (v.centroid_slot) {
+		uint16_t *map = (uint16_t *)(base + o.off_map);
+
+		memcpy(map, v.centroid_slot, sizeof(*map) * C);
+		r->cent_slot = map;
+		r->sv = (float *)(base + o.off_sv);
+	} else {
+		r->cent_slot = NULL;
+		r->sv = r->dots; /* one centroid per decoder: the same numbers */
+	}
 	for (uint32_t l = 0, i = 0; l < L; l++)
 		if (v.layer_mask[l])
 			layers[i++] = (uint16_t)l;
 	for (m = 0; m < M; m++)
 		memcpy(idf + (size_t)m * E, v.idf + (size_t)layers[m] * E, 4 * (size_t)E);
-	for (uint32_t d = 0; d < K; d++) {
-		const float *c = v.centroids + (size_t)d * L * E;
-		uint32_t g = d / ELDR_GROUP, cl = d % ELDR_GROUP;
+	for (uint32_t k = 0; k < C; k++) {
+		const float *c = v.centroids + (size_t)k * L * E;
+		uint32_t g = k / ELDR_GROUP, cl = k % ELDR_GROUP;
 
 		for (uint32_t f = 0; f < r->n_feat; f++) {
 			uint32_t b = f / ELDR_LANES, lane = f % ELDR_LANES;
@@ -176,6 +203,8 @@ int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size
 			cw[(((size_t)g * o.n_blocks + b) * ELDR_GROUP + cl) * ELDR_LANES + lane] =
 				idf[f] * c[src];
 		}
+	}
+	for (uint32_t d = 0; d < K; d++) {
 		r->slots[d].decoder_id = v.decoder_ids[d];
 		r->slots[d].bit = v.decoder_ids[d] < 64 ? 1ull << v.decoder_ids[d] : 0;
 		r->slots[d].up = 1;
@@ -194,22 +223,40 @@ static inline float *dots_buf(const struct locus_eldr_router *r, uint32_t i)
 	return r->dots + (size_t)i * r->k_pad;
 }
 
+/* Row i of the decoders' similarities (the centroids' row when unmapped). */
+static inline float *sv_buf(const struct locus_eldr_router *r, uint32_t i)
+{
+	return r->cent_slot ? r->sv + (size_t)i * r->n_decoders : dots_buf(r, i);
+}
+
 /* Masked counts of a checked signature into scratch row i; returns the norm^2. */
 static inline float load_x(struct locus_eldr_router *r, const uint16_t *counts, uint32_t i)
 {
 	return r->loadnorm(r, counts, x_buf(r, i));
 }
 
-/* dots row i (raw dot products) into similarities. */
+/*
+ * dots row i (raw dot products) into the centroids' similarities, then, with
+ * a centroid map, each decoder's: the best of its centroids' (in centroid
+ * order; every slot owns one, the validator checked).
+ */
 static void finish(struct locus_eldr_router *r, uint32_t i, float norm2)
 {
-	float inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f, *dots = dots_buf(r, i);
+	float inv = norm2 > 0.0f ? 1.0f / sqrtf(norm2) : 0.0f, *dots = dots_buf(r, i), *sv;
 
+	for (uint32_t c = 0; c < r->n_cent; c++)
+		dots[c] *= inv;
+	if (!r->cent_slot)
+		return;
+	sv = sv_buf(r, i);
 	for (uint32_t d = 0; d < r->n_decoders; d++)
-		dots[d] *= inv;
+		sv[d] = -INFINITY;
+	for (uint32_t c = 0; c < r->n_cent; c++)
+		if (dots[c] > sv[r->cent_slot[c]])
+			sv[r->cent_slot[c]] = dots[c];
 }
 
-/* Similarities into dots row 0; the signature is already checked. */
+/* Decoder similarities into row 0; the signature is already checked. */
 static void score(struct locus_eldr_router *r, const uint16_t *counts)
 {
 	float norm2 = load_x(r, counts, 0);
@@ -227,7 +274,7 @@ int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_le
 	if (ret < 0)
 		return ret;
 	score(r, locus_eldr_sig_counts(sig));
-	memcpy(scores, dots_buf(r, 0), sizeof(float) * r->n_decoders);
+	memcpy(scores, sv_buf(r, 0), sizeof(float) * r->n_decoders);
 	return 0;
 }
 
@@ -267,29 +314,42 @@ static uint32_t least_loaded(const struct locus_eldr_router *r, const float *sv,
 }
 
 /*
- * Band, eligibility and load rules on similarities s[]; counts the pick.
- * The load spill (off unless locus_eldr_router_set_spill() widened it): when
- * the least loaded decoder of the wider band [best - spill_tau] is lighter
- * than the band's pick by more than spill_margin, it takes the request.
+ * Band, eligibility and load rules on decoder similarities sv[]; counts the
+ * pick. The band is [anchor - tau]: anchor is the best eligible (up,
+ * allowed) score, or with the overflow spread the best allowed score up or
+ * not, and then a request none of whose band is up goes to the least loaded
+ * eligible decoder. The load spill (off unless the table or
+ * locus_eldr_router_set_spill() widened it): when the least loaded decoder
+ * of the wider band [anchor - spill_tau] is lighter than the band's pick by
+ * more than spill_margin, it takes the request.
  */
 static int choose(struct locus_eldr_router *r, const float *sv, uint64_t allowed,
 		  struct locus_eldr_decision *d)
 {
 	struct eldr_slot *slots = r->slots;
-	float best = -INFINITY;
+	float best = -INFINITY, anchor = -INFINITY;
 	uint32_t pick, n_cand = 0, n_wide = 0;
 	uint64_t load;
 
-	for (uint32_t s = 0; s < r->n_decoders; s++)
-		if (slots[s].up && (!allowed || (slots[s].bit & allowed)) && sv[s] > best)
+	for (uint32_t s = 0; s < r->n_decoders; s++) {
+		if (allowed && !(slots[s].bit & allowed))
+			continue;
+		if (slots[s].up && sv[s] > best)
 			best = sv[s];
+		if (sv[s] > anchor)
+			anchor = sv[s];
+	}
 	if (unlikely(best == -INFINITY))
 		return -LOCUS_ENODEST;
-	pick = least_loaded(r, sv, allowed, best - r->tau, &n_cand);
+	if (!r->spread)
+		anchor = best;
+	pick = least_loaded(r, sv, allowed, anchor - r->tau, &n_cand);
+	if (pick == UINT32_MAX) /* spread: the band is down, every eligible decoder is */
+		pick = least_loaded(r, sv, allowed, -INFINITY, &n_cand);
 	load = eff_load(&slots[pick]);
 	if (r->spill_tau > r->tau) {
-		uint32_t wide = least_loaded(r, sv, allowed, best - r->spill_tau, &n_wide);
-		uint64_t wl = eff_load(&slots[wide]);
+		uint32_t wide = least_loaded(r, sv, allowed, anchor - r->spill_tau, &n_wide);
+		uint64_t wl = wide == UINT32_MAX ? load : eff_load(&slots[wide]);
 
 		if (wl < load && load - wl > r->spill_margin) {
 			pick = wide;
@@ -323,7 +383,7 @@ int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_
 	if (unlikely(ret < 0))
 		return ret;
 	score(r, counts);
-	return choose(r, dots_buf(r, 0), hdr->allowed_decoders, d);
+	return choose(r, sv_buf(r, 0), hdr->allowed_decoders, d);
 }
 
 uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
@@ -359,7 +419,7 @@ uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *
 			const struct locus_eldr_sig_hdr *h = sigs[idx[j]];
 
 			finish(r, j, norm2[j]);
-			rc[idx[j]] = choose(r, ds[j], h->allowed_decoders, &d[idx[j]]);
+			rc[idx[j]] = choose(r, sv_buf(r, j), h->allowed_decoders, &d[idx[j]]);
 			ok += rc[idx[j]] == 0;
 		}
 	}

@@ -32,13 +32,20 @@ void *engine_zalloc(size_t n)
 }
 
 /* Router bytes for the largest table the dims allow. */
+/*
+ * Router memory for the largest table this data plane takes: every layer,
+ * max_decoders decoders and up to LOCUS_ENGINE_CENTROIDS_PER_DECODER
+ * centroids each (a version 2 table with more is refused: "would not fit").
+ */
 static size_t router_max_size(const struct locus_engine_dims *d)
 {
+	uint32_t c = d->max_decoders * LOCUS_ENGINE_CENTROIDS_PER_DECODER;
 	struct locus_eldr_tbl_hdr h = {
 		.n_layers = (uint16_t)d->max_layers,
 		.n_experts = (uint16_t)d->max_experts,
 		.n_decoders = (uint16_t)d->max_decoders,
 		.n_masked = (uint16_t)d->max_layers,
+		.n_centroids = (uint16_t)(c < LOCUS_ELDR_MAX_CENTROIDS ? c : LOCUS_ELDR_MAX_CENTROIDS),
 	};
 
 	return locus_eldr_router_mem_size(&h, sizeof(h));
@@ -118,6 +125,8 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 
 			locus_eldr_router_shape(nr, &tl, &te);
 			engine_blocks_table(e, tl, te);
+			locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
+			locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
 		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
 		return;
@@ -498,6 +507,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	    e->dec[c->decoder_id].slot == (int32_t)slot) {
 		e->dec[c->decoder_id].slot = -1;
 		e->dec[c->decoder_id].up = 0;
+		/* housekeeping skips a decoder nobody serves: say it is down here */
+		locus_gauge_set_elem(e->blk, e->c.decoder_up, c->decoder_id, 0);
 	}
 	if ((c->roles & LOCUS_ROLE_RANK) && c->rank < e->n_ranks &&
 	    e->rank_slot[c->rank] == (int32_t)slot)

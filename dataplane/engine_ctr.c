@@ -80,6 +80,12 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		{ "table_generation", "table generation in use, by channel (0 eldr, 1 grace)",
 		  LOCUS_CTR_GAUGE, 1, LOCUS_TABLE_N_CHANNELS, 0, "channel", 0,
 		  &o->table_generation },
+		{ "table_layers", "MoE layers of the table in use, by channel (0: none yet); "
+		  "clients check their requests' shape against it", LOCUS_CTR_GAUGE, 1,
+		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_layers },
+		{ "table_experts", "experts per layer of the table in use, by channel (0: none "
+		  "yet)", LOCUS_CTR_GAUGE, 1, LOCUS_TABLE_N_CHANNELS, 0, "channel", 0,
+		  &o->table_experts },
 		{ "table_adopted", "tables adopted, by channel", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_adopted },
 		{ "table_rejected", "tables refused by validation, by channel", LOCUS_CTR_COUNTER, 1,
@@ -166,6 +172,9 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_bytes },
 		{ "sigcache_capacity", "blocks the signature cache holds at most",
 		  LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->sc_capacity },
+		{ "sigcache_block_tokens", "tokens per KV block a ROUTE_BLOCKS must use "
+		  "(sig_cache_block_tokens; 0: the cache is off)", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0,
+		  &o->sc_block_tokens },
 		{ "sigcache_blocks_summed", "cached blocks' counts added into a routed signature "
 		  "(the blocks under a prefix checkpoint are not)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
 		  &o->sc_summed },

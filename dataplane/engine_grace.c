@@ -218,7 +218,8 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 	struct engine_placement *pl = &e->pl[e->pl_buf ^ 1];
 	const struct locus_tbl_hdr *h = t;
 	size_t map_off = 0, st_off = 0;
-	const void *payload;
+	struct locus_grace_dims dims;
+	const void *payload, *first_group = NULL;
 	size_t plen;
 
 	if (locus_tbl_check(t, len, 0, &payload, &plen, NULL) < 0)
@@ -241,6 +242,8 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 			if (build_group(e, pl, i, g[i].payload, g[i].payload_len, gen, &map_off,
 					&st_off) < 0)
 				return -LOCUS_ERANGE;
+			if (i == 0)
+				first_group = g[i].payload;
 			for (uint32_t r = x->first_rank; r < x->first_rank + x->n_ranks; r++)
 				pl->group_of_rank[r] = (uint16_t)i;
 		}
@@ -250,5 +253,9 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 	e->pl_buf ^= 1;
 	e->place = pl;
 	locus_gauge_set(e->blk, e->c.grace_groups, (int64_t)pl->n_groups);
+	/* every group has the node's shape (validate_set): group 0's dims say it */
+	memcpy(&dims, pl->is_set ? first_group : payload, sizeof(dims));
+	locus_gauge_set_elem(e->blk, e->c.table_layers, LOCUS_TABLE_CH_GRACE, dims.n_layers);
+	locus_gauge_set_elem(e->blk, e->c.table_experts, LOCUS_TABLE_CH_GRACE, dims.n_experts);
 	return 0;
 }

@@ -47,21 +47,28 @@ size_t locus_eldr_router_mem_size(const void *payload, size_t len);
 /*
  * Build a router in mem (64-byte aligned, mem_len >= mem_size) from a
  * payload, which is validated first: centroids are pre-multiplied by idf and
- * packed for the chosen kernel, only masked layers kept. Every decoder
- * starts up with load 0. The router does not point into the payload. -ENOTSUP
- * if path is not supported by this CPU.
+ * packed for the chosen kernel, only masked layers kept; the table's
+ * centroid map, load spill and overflow rule are taken as they are. Every
+ * decoder starts up with load 0. The router does not point into the
+ * payload. -ENOTSUP if path is not supported by this CPU.
  */
 int locus_eldr_router_build(void *mem, size_t mem_len, const void *payload, size_t len,
 			    enum locus_eldr_path path, struct locus_eldr_router **out,
 			    struct locus_error *err);
 
 /*
- * Route one signature payload: score against every centroid, take the
- * eligible decoders (up, allowed by the signature's mask) whose score is
- * within tau of the best eligible score, choose the lowest effective load
- * (reported load + assignments made here since that report), ties to the
- * higher score, then the lower slot. Counts the assignment. Returns 0, or
- * -LOCUS_ENODEST (no eligible decoder), or the signature check's code.
+ * Route one signature payload: score against every centroid (a decoder's
+ * score is its centroid's, or the best of its centroids' when the table
+ * maps several to it), take the eligible decoders (up, allowed by the
+ * signature's mask) whose score is within tau of the best eligible score,
+ * choose the lowest effective load (reported load + assignments made here
+ * since that report), ties to the higher score, then the lower slot.
+ * With the table's LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD the band is measured
+ * from the best allowed decoder, up or not, and a request with no decoder
+ * of its band up takes the least loaded eligible decoder (n_candidates then
+ * counts every eligible decoder). Then the load spill, when set (the
+ * table's, or locus_eldr_router_set_spill). Counts the assignment. Returns
+ * 0, or -LOCUS_ENODEST (no eligible decoder), or the signature check's code.
  * An all-zero signature (over the masked layers) scores 0 everywhere.
  * No allocation, no syscalls, no locks.
  */
@@ -89,7 +96,10 @@ uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *
 				const size_t *lens, uint32_t n, struct locus_eldr_decision *d,
 				int *rc);
 
-/* Scores only (tests, tools): scores[K]. Returns 0 or the check's code. */
+/*
+ * Scores only (tests, tools): scores[K], each decoder's (the best of its
+ * centroids' with a centroid map). Returns 0 or the check's code.
+ */
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     float *scores);
 
@@ -97,11 +107,11 @@ int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_le
 void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
 
 /*
- * The load spill (an experiment, off after build: locusd never sets it): a
- * request whose band's least loaded decoder carries more than margin
- * requests beyond the least loaded decoder within spill_tau of the best
- * score goes to the latter (ties as in the band). spill_tau == the table's
- * tau turns it off. -LOCUS_ERANGE unless tau <= spill_tau <= 2, finite.
+ * Override the table's load spill (tests, tools; locusd routes with the
+ * table's): a request whose band's least loaded decoder carries more than
+ * margin requests beyond the least loaded decoder within spill_tau of the
+ * best score goes to the latter (ties as in the band). spill_tau == the
+ * table's tau turns it off. -LOCUS_ERANGE unless tau <= spill_tau <= 2, finite.
  */
 int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin);
 

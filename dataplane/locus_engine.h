@@ -26,6 +26,11 @@
 #define LOCUS_TABLE_CH_ELDR  0u
 #define LOCUS_TABLE_CH_GRACE 1u
 #define LOCUS_TABLE_N_CHANNELS 2u
+/*
+ * Centroids per decoder the engine's router memory holds (a version 2 ELDR
+ * table maps several to a decoder; locusctl fit's tuning goes up to 4).
+ */
+#define LOCUS_ENGINE_CENTROIDS_PER_DECODER 4u
 
 /* Offsets of the engine's counters in every counters block. */
 struct locus_engine_ctr {
@@ -43,6 +48,7 @@ struct locus_engine_ctr {
 	uint64_t dispatch_ns, combine_ns;          /* histograms */
 	uint64_t expert_tokens;                    /* [layers][experts] */
 	uint64_t table_generation;                 /* gauge [channel] */
+	uint64_t table_layers, table_experts;      /* gauges [channel]: the shape in use */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
 	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
 	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
@@ -74,6 +80,7 @@ struct locus_engine_ctr {
 	uint64_t sc_evictions;                     /* [reason]: 0 lru, 1 explicit */
 	uint64_t sc_resets;                        /* emptied for a table of another shape */
 	uint64_t sc_entries, sc_bytes, sc_capacity; /* gauges */
+	uint64_t sc_block_tokens;                  /* gauge: tokens per KV block, 0 = cache off */
 	uint64_t sc_summed;                        /* cached blocks' counts added into a sum */
 	uint64_t sc_ckpt_hits;                     /* ROUTE_BLOCKS summed from a prefix checkpoint */
 	uint64_t sc_ckpt_mismatch;                 /* a checkpoint named at another depth (unused) */

@@ -1,5 +1,5 @@
 # client slots: region layout, the daemon's side and the client library.
-$(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c \
+$(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c shm/client_route.c \
 	shm/client_blocks.c))
 $(eval $(call PROGRAM,tests/test_client,tests/test_client.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_client

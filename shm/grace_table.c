@@ -42,11 +42,10 @@ int locus_grace_dims_check(const struct locus_grace_dims *d, struct locus_error 
 	if (n_ranks > LOCUS_GRACE_MAX_RANKS)
 		return locus_error_set(err, LOCUS_ERANGE, "%llu ranks exceed the limit %u",
 				       (unsigned long long)n_ranks, LOCUS_GRACE_MAX_RANKS);
-	if (d->max_replicas > LOCUS_GRACE_MAX_REPLICAS || d->max_replicas >= n_ranks)
-		return locus_error_set(err, LOCUS_ERANGE,
-				       "max_replicas %u must be < ranks (%llu) and <= %u",
-				       d->max_replicas, (unsigned long long)n_ranks,
-				       LOCUS_GRACE_MAX_REPLICAS);
+	/* R may reach the ranks: a GPU may hold several copies of one expert */
+	if (d->max_replicas > LOCUS_GRACE_MAX_REPLICAS)
+		return locus_error_set(err, LOCUS_ERANGE, "max_replicas %u must be <= %u",
+				       d->max_replicas, LOCUS_GRACE_MAX_REPLICAS);
 	if (d->capacity == 0 || (uint64_t)d->capacity * n_ranks < d->n_experts)
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "capacity %u x %llu ranks cannot hold %u experts",
@@ -157,11 +156,8 @@ static int validate_layer(const struct locus_grace_view *v, uint32_t l, uint32_t
 						       "layer %u expert %u: replica on rank %u, but "
 						       "the topology has %u GPUs (%u nodes x %u)",
 						       l, e, r, N, d->n_nodes, d->gpus_per_node);
-			if (r == p)
-				return locus_error_set(err, LOCUS_ERANGE,
-						       "layer %u expert %u: replica on its own "
-						       "primary rank %u", l, e, r);
-			if (i > 0 && r <= prev)
+			/* a rank again, or the primary's: one more copy on that GPU */
+			if (i > 0 && r < prev)
 				return locus_error_set(err, LOCUS_ERANGE,
 						       "layer %u expert %u: replica ranks not "
 						       "ascending (%u after %u)", l, e, r, prev);

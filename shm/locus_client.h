@@ -362,6 +362,61 @@ int locus_client_release_slot(struct locus_client *c, uint32_t slot);
 void locus_client_report_load(struct locus_client *c, uint32_t load);
 
 /* ------------------------------------------------------------------ */
+/* ELDR routing: a prefiller's ROUTE, a decoder's SIGNATURE_IN.          */
+
+struct locus_eldr_sig_hdr; /* locus_eldr.h */
+
+/* A prompt's routed experts, as vLLM / SGLang return them. */
+struct locus_client_route_req {
+	uint16_t n_layers;         /* MoE layers: the ELDR table's L */
+	uint16_t n_experts;        /* the table's E: every id must be below it */
+	uint16_t k;                /* experts per token per layer */
+	uint32_t n_tokens;         /* prompt tokens */
+	const uint16_t *ids;       /* [n_tokens][n_layers][k] */
+	uint64_t allowed_decoders; /* bit i: decoder id i may take it; 0 = any */
+};
+
+/*
+ * LOCUS_OP_ROUTE: build the prompt's signature (locus_eldr_sig_build) into
+ * the stage at off (8-byte aligned) and submit it with id. 0, -LOCUS_ERANGE
+ * (an id >= n_experts, a shape out of range, or the signature does not fit
+ * the stage from off: nothing submitted), -LOCUS_EFULL (submit ring full:
+ * the stage was written, nothing submitted) or -EINVAL; err says which.
+ * The completion carries the decision: peer = decoder id, count = band
+ * size, aux = similarity as f32 bits; status -LOCUS_ENODEST (no eligible
+ * decoder up), -LOCUS_ESTATE (no table), -LOCUS_EFULL (the decoder's inbox
+ * is full: submit again), or the signature check's code (a shape other
+ * than the table's).
+ */
+int locus_client_route(struct locus_client *c, uint64_t off,
+		       const struct locus_client_route_req *r, uint64_t id,
+		       struct locus_error *err);
+
+/* A routed signature delivered to a decoder, read in place in its inbox. */
+struct locus_client_signature {
+	uint64_t id;               /* the prefiller's ROUTE / ROUTE_BLOCKS id */
+	uint32_t slot;             /* the inbox slot to release when done */
+	uint32_t src_node;         /* the node that routed it */
+	uint32_t decoder_id;       /* ours */
+	uint16_t n_layers, n_experts;
+	uint32_t prompt_tokens;
+	uint64_t allowed_decoders;
+	const struct locus_eldr_sig_hdr *sig; /* the whole signature payload */
+	size_t sig_len;
+	const uint16_t *counts;    /* [n_layers][n_experts] */
+};
+
+/*
+ * Check a LOCUS_OP_SIGNATURE_IN descriptor d from locus_client_poll (the
+ * inbox range, the message and signature headers) and describe it in out.
+ * The pointers stay valid until the slot is released
+ * (locus_client_release_slot(c, out->slot)). 0, or -EINVAL (another op),
+ * -LOCUS_ERANGE / -LOCUS_EPROTO (not a signature in our inbox); err says.
+ */
+int locus_client_signature_in(struct locus_client *c, const struct locus_desc *d,
+			      struct locus_client_signature *out, struct locus_error *err);
+
+/* ------------------------------------------------------------------ */
 /* The signature cache: a ROUTE naming KV blocks, and EVICT.            */
 
 struct locus_blocks_route; /* locus_blocks.h */

@@ -12,16 +12,24 @@
  * counts[l][e] = prompt tokens whose top-k at MoE layer l includes expert e,
  * saturating at 65535 (an id repeated in one token's top-k counts once).
  *
- * Table (kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION), sealed
- * with locus_tblfile.h; the payload is
+ * Table (kind LOCUS_TBL_ELDR, kind_version 1 or 2), sealed with
+ * locus_tblfile.h; the payload is
  *   struct locus_eldr_tbl_hdr (64 bytes)
  *   uint32_t decoder_ids[K]            at layout.off_ids
+ *   uint16_t centroid_slot[C]          at layout.off_map (only when n_centroids = C > 0)
  *   uint8_t  layer_mask[L]  (0 or 1)   at layout.off_mask
  *   float    idf[L][E]                 at layout.off_idf
- *   float    centroids[K][L][E]        at layout.off_centroids
+ *   float    centroids[C or K][L][E]   at layout.off_centroids
  * each section starting on a 64-byte boundary, zero padding between them.
  * A centroid is unit-norm over the masked layers and zero elsewhere; a
- * signature x = normalize(counts * idf over masked layers); s_d = x . c_d.
+ * signature x = normalize(counts * idf over masked layers); s_c = x . c_c.
+ * With n_centroids = 0 (version 1's layout) centroid d is decoder slot d's;
+ * otherwise centroid c belongs to decoder slot centroid_slot[c], every slot
+ * owns at least one, and a decoder's score is the best of its centroids'.
+ * Version 2 adds n_centroids, the centroid map, flags and the load spill
+ * (spill_tau, spill_margin); a version 1 table has them all zero, and a
+ * table that uses none of them is written as version 1
+ * (locus_eldr_tbl_kind_version), which builds that only read version 1 accept.
  */
 #ifndef LOCUS_ELDR_H
 #define LOCUS_ELDR_H
@@ -34,10 +42,12 @@
 
 #define LOCUS_ELDR_SIG_MAGIC    0x47495345u /* "ESIG" */
 #define LOCUS_ELDR_SIG_VERSION  1u
-#define LOCUS_ELDR_TBL_VERSION  1u
+#define LOCUS_ELDR_TBL_VERSION  2u      /* the newest table layout this build reads */
+#define LOCUS_ELDR_TBL_VERSION_MIN 1u   /* the oldest */
 #define LOCUS_ELDR_MAX_LAYERS   1024u
 #define LOCUS_ELDR_MAX_EXPERTS  4096u
 #define LOCUS_ELDR_MAX_DECODERS 1024u
+#define LOCUS_ELDR_MAX_CENTROIDS 4096u  /* n_centroids of a version 2 table */
 #define LOCUS_ELDR_MAX_K        64u     /* top-k per token per layer */
 #define LOCUS_ELDR_TAU_DEFAULT  0.1f
 #define LOCUS_ELDR_NORM_TOL     1e-3f   /* |centroid norm - 1| allowed */
@@ -111,6 +121,17 @@ long locus_eldr_sig_build(void *buf, size_t cap, uint16_t n_layers, uint16_t n_e
 
 /* ---- table payload ---- */
 
+/*
+ * Table flag (version 2): the band is measured from the best decoder the
+ * signature allows whether it is up or not, and a request none of whose
+ * band is up (its own decoders are down, or full in eldr_quality's rounds)
+ * goes to the least loaded decoder up instead of the band around the best
+ * decoder still up: a decoder's overflow is spread by load, not piled onto
+ * its nearest neighbour.
+ */
+#define LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD 0x1u
+#define LOCUS_ELDR_TBL_FLAGS_KNOWN       0x1u
+
 struct locus_eldr_tbl_hdr {
 	uint16_t n_layers;         /* L */
 	uint16_t n_experts;        /* E */
@@ -122,36 +143,58 @@ struct locus_eldr_tbl_hdr {
 	float    mask_score;       /* calibration score of the mask (information) */
 	float    full_score;       /* same score with every layer (information) */
 	uint32_t iterations;       /* k-means iterations run (information) */
-	uint32_t flags;            /* 0 */
-	uint8_t  reserved[24];     /* 0 */
+	uint32_t flags;            /* LOCUS_ELDR_TBL_F_* (version 2), else 0 */
+	uint16_t n_centroids;      /* 0: one centroid per decoder; else K..MAX_CENTROIDS (version 2) */
+	uint16_t reserved0;        /* 0 */
+	/*
+	 * Load spill (version 2; locus_eldr_router_set_spill): 0 = off, else in
+	 * (tau, 2]: the band's pick gives way to the least loaded decoder within
+	 * spill_tau of the best when it carries more than spill_margin requests
+	 * more. spill_margin is 0 when the spill is off.
+	 */
+	float    spill_tau;
+	uint32_t spill_margin;
+	uint8_t  reserved[12];     /* 0 */
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_eldr_tbl_hdr) == 64, "ELDR table header is 64 bytes");
 
 struct locus_eldr_tbl_layout {
-	size_t off_ids, off_mask, off_idf, off_centroids;
+	size_t off_ids, off_map, off_mask, off_idf, off_centroids;
 	size_t len; /* exact payload length */
 };
 
-/* Offsets for L, E, K; -LOCUS_ERANGE if any is 0 or above its maximum. */
+/* Offsets for L, E, K (one centroid per decoder); -LOCUS_ERANGE if any is 0 or above its maximum. */
 int locus_eldr_tbl_layout(uint32_t n_layers, uint32_t n_experts, uint32_t n_decoders,
 			  struct locus_eldr_tbl_layout *out);
+
+/*
+ * The same with n_centroids C: 0 is locus_eldr_tbl_layout(); else the
+ * centroid map section and C centroids (-LOCUS_ERANGE unless
+ * K <= C <= LOCUS_ELDR_MAX_CENTROIDS).
+ */
+int locus_eldr_tbl_layout_mapped(uint32_t n_layers, uint32_t n_experts, uint32_t n_decoders,
+				 uint32_t n_centroids, struct locus_eldr_tbl_layout *out);
 
 /* Pointers into a validated payload. */
 struct locus_eldr_tbl_view {
 	const struct locus_eldr_tbl_hdr *hdr;
 	const uint32_t *decoder_ids;  /* [K] */
+	const uint16_t *centroid_slot; /* [n_centroids] decoder slot of each centroid; NULL: centroid d is slot d's */
+	uint32_t n_centroids;         /* centroids in the table: hdr->n_centroids, or K when that is 0 */
 	const uint8_t *layer_mask;    /* [L] */
 	const float *idf;             /* [L][E] */
-	const float *centroids;       /* [K][L][E] */
+	const float *centroids;       /* [n_centroids][L][E] */
 };
 
 /*
  * Validate an ELDR payload (the part after the sealed-blob header): sizes,
- * exact length, flags/reserved zero, tau, mask bytes 0/1 and its count, at
+ * exact length, unknown flags and reserved bytes zero, tau, the load spill
+ * (off: all bits 0 and margin 0; else within (tau, 2]), mask bytes 0/1 and its count, at
  * least one masked layer, idf in (0, LOCUS_ELDR_IDF_MAX], centroids finite, zero outside
  * the mask and of norm 1 +- LOCUS_ELDR_NORM_TOL inside it, decoder ids
- * unique. Used by locusctl show, the table channel and the router build.
+ * unique, every centroid mapped to a slot < K and every slot owning one.
+ * Used by locusctl show, the table channel and the router build.
  * view may be NULL. The payload must be 4-byte aligned.
  */
 int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_tbl_view *view,
@@ -161,11 +204,17 @@ int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_t
 #define LOCUS_ELDR_TABLE_CHANNEL 0u
 
 /*
+ * The kind_version a payload is sealed with: 1 when it uses none of version
+ * 2's fields (n_centroids, flags, spill), else 2.
+ */
+uint32_t locus_eldr_tbl_kind_version(const struct locus_eldr_tbl_hdr *h);
+
+/*
  * Check a whole sealed blob (locus_tblfile.h header + payload): locus_tbl_check
- * with kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION, then
- * locus_eldr_tbl_validate. On success *payload / *payload_len (may be NULL)
- * point into blob. The signature matches the table channel's validate
- * callback (arg unused), so locusd passes it as is.
+ * with kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION_MIN ..
+ * LOCUS_ELDR_TBL_VERSION (a version 1 table carrying version 2 fields is
+ * refused), then locus_eldr_tbl_validate. The signature matches the table
+ * channel's validate callback (arg unused), so locusd passes it as is.
  */
 int locus_eldr_blob_check(const void *blob, size_t len, struct locus_eldr_tbl_view *view,
 			  struct locus_error *err);
@@ -180,5 +229,15 @@ int locus_eldr_table_validate_cb(const void *blob, size_t len, void *arg,
 int locus_eldr_tbl_init(void *buf, size_t len, uint16_t n_layers, uint16_t n_experts,
 			uint16_t n_decoders, float tau, uint32_t **ids, uint8_t **mask,
 			float **idf, float **centroids);
+
+/*
+ * The same for n_centroids C (locus_eldr_tbl_layout_mapped): also writes
+ * the header's n_centroids and returns the centroid map (*map, NULL when C
+ * is 0), which the caller fills.
+ */
+int locus_eldr_tbl_init_mapped(void *buf, size_t len, uint16_t n_layers, uint16_t n_experts,
+			       uint16_t n_decoders, uint16_t n_centroids, float tau,
+			       uint32_t **ids, uint16_t **map, uint8_t **mask, float **idf,
+			       float **centroids);
 
 #endif /* LOCUS_ELDR_H */

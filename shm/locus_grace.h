@@ -23,7 +23,11 @@
  *   struct locus_grace_dims                       32 bytes
  *   u16 primary[L][E]                             rank holding the expert
  *   u16 replica[L][E][R]                          extra copies, ascending,
- *                                                 LOCUS_GRACE_NO_RANK padded
+ *                                                 LOCUS_GRACE_NO_RANK padded;
+ *                                                 a rank may repeat or be the
+ *                                                 primary's (EPLB puts two
+ *                                                 copies on one GPU): each
+ *                                                 entry is one more copy there
  *   (zero padding to a multiple of 4 bytes)
  *   f32 expert_load[L][E]                         profiled load W[e]
  *   f32 pred_load[L][N]                           predicted load W' per rank
@@ -79,7 +83,7 @@ struct locus_grace_view {
 };
 
 /*
- * Check dims alone (ranges, capacity x ranks >= E, R < ranks, reserved 0).
+ * Check dims alone (ranges, capacity x ranks >= E, R <= 63, reserved 0).
  * Returns 0 or -LOCUS_ERANGE with a message naming the field.
  */
 int locus_grace_dims_check(const struct locus_grace_dims *d, struct locus_error *err);
@@ -96,10 +100,11 @@ int locus_grace_view_init(struct locus_grace_view *v, void *payload, size_t len,
 
 /*
  * Check every array of a view: a rank >= N (primary or replica: "the
- * topology has no such GPU"), an expert with no primary, a replica on its
- * own primary or twice, replica lists not ascending or with holes, more
- * primaries than capacity or replicas than the budget on one GPU, NaN,
- * infinite or negative loads. Returns 0 or the first problem as -LOCUS_E*.
+ * topology has no such GPU"), an expert with no primary, replica lists
+ * descending somewhere or with holes (a repeated rank, or the primary's, is
+ * one more copy on that GPU), more primaries than capacity or replicas than
+ * the budget on one GPU, NaN, infinite or negative loads. Returns 0 or the
+ * first problem as -LOCUS_E*.
  */
 int locus_grace_validate(const struct locus_grace_view *v, struct locus_error *err);
 

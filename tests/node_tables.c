@@ -61,6 +61,55 @@ void *eldr_table(float tau, int nan_centroid, size_t *len)
 }
 
 /*
+ * Version 2 ELDR table over L x E: decoder 0 owns two centroids (expert 0
+ * with a little of 3, and expert 5), decoder 1 one (expert 7 with a little
+ * of 3); the overflow spread and a load spill of 0.3, margin 1.
+ */
+void *eldr_table_v2(float tau, size_t *len)
+{
+	static const uint16_t slot[3] = { 0, 1, 0 };
+	static const int lead[3] = { 0, 7, 5 };
+	struct locus_eldr_tbl_layout lay;
+	struct locus_eldr_tbl_hdr *h;
+	uint32_t *ids;
+	uint16_t *map;
+	uint8_t *mask, *blob;
+	float *idf, *cen;
+
+	assert_int_equal(locus_eldr_tbl_layout_mapped(L, E, 2, 3, &lay), 0);
+	blob = calloc(1, 64 + lay.len);
+	assert_non_null(blob);
+	h = (struct locus_eldr_tbl_hdr *)(blob + 64);
+	assert_int_equal(locus_eldr_tbl_init_mapped(h, lay.len, L, E, 2, 3, tau, &ids, &map, &mask,
+						    &idf, &cen), 0);
+	ids[0] = 0;
+	ids[1] = 1;
+	for (int c = 0; c < 3; c++) {
+		float w3 = c < 2 ? 0.3f : 0.0f;
+		double n = sqrt((0.81 + (double)w3 * w3) * L);
+
+		map[c] = slot[c];
+		for (int l = 0; l < L; l++) {
+			cen[c * L * E + l * E + lead[c]] = (float)(0.9 / n);
+			cen[c * L * E + l * E + 3] = (float)(w3 / n);
+		}
+	}
+	for (int l = 0; l < L; l++) {
+		mask[l] = 1;
+		for (int e = 0; e < E; e++)
+			idf[l * E + e] = 1.0f;
+	}
+	h->n_masked = L;
+	h->flags = LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD;
+	h->spill_tau = 0.3f;
+	h->spill_margin = 1;
+	assert_int_equal(locus_eldr_tbl_kind_version(h), 2);
+	assert_int_equal(locus_tbl_seal(blob, 64 + lay.len, LOCUS_TBL_ELDR, 2, lay.len), 0);
+	*len = 64 + lay.len;
+	return blob;
+}
+
+/*
  * GRACE table, 1 node x 4 GPUs, E = 8: expert e on rank e / 2; the hot
  * expert 5 (rank 2) has a replica on rank 0.
  */

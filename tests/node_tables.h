@@ -18,6 +18,13 @@
  */
 void *eldr_table(float tau, int nan_centroid, size_t *len);
 
+/*
+ * Version 2 (locus_eldr.h): decoder 0 owns centroids on expert 0 (with a
+ * little of 3) and on expert 5, decoder 1 one on expert 7 (with a little
+ * of 3); overflow spread, load spill 0.3 with margin 1.
+ */
+void *eldr_table_v2(float tau, size_t *len);
+
 /* GRACE table, 1 node x 4 GPUs: expert e on rank primary_of(e); expert 5 also on rank 0. */
 uint16_t primary_of(int e);
 void *grace_table(size_t *len);

@@ -21,6 +21,7 @@
 
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
+#include "locus_tblfile.h"
 #include "locus_trace.h"
 #include "test_paths.h"
 
@@ -435,6 +436,104 @@ static void test_sample_default_fit_purity(void **state)
 	locus_trace_free(t);
 }
 
+/*
+ * Centroids per decoder: two decoder clusters, each of two sub-modes. With
+ * 2 per decoder the table maps two centroids to each decoder, each the mean
+ * of one sub-mode's prefill vectors; with 1 (or 0) it is the fit of one
+ * centroid per decoder, byte for byte; the limits are checked.
+ */
+static void test_centroids_per_decoder(void **state)
+{
+	enum { L = 1, E = 16, N = 48 };
+	uint16_t pre[N * E];
+	struct locus_eldrfit_opts o = { .n_decoders = 2, .tau = 0.1f, .no_mask = 1,
+					.restarts = 2, .slack = 0.5f };
+	struct locus_eldrfit_result r0, r1, r2;
+	struct locus_eldr_tbl_view v0, v1, v2;
+	struct locus_error e = { 0 };
+	uint32_t seed = 3;
+	float idf[E], x[E];
+	const uint8_t all[L] = { 1 };
+	(void)state;
+
+	/* request i: sub-mode i % 4 (0, 1: decoder cluster A; 2, 3: B), plus noise */
+	for (uint32_t i = 0; i < N; i++)
+		for (uint32_t f = 0; f < E; f++) {
+			uint32_t m = i % 4, group = f / 8, half = (f / 4) % 2;
+
+			pre[i * E + f] = (uint16_t)(group != m / 2 ? lcg(&seed) % 2 :
+						    half == m % 2 ? 6 + lcg(&seed) % 2 : 2);
+		}
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r0, &e), 0);
+	o.centroids_per_decoder = 1;
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r1, &e), 0);
+	o.centroids_per_decoder = 2;
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e), 0);
+	assert_int_equal(locus_eldr_tbl_validate((uint8_t *)r0.blob + 64, r0.blob_len - 64, &v0, &e),
+			 0);
+	assert_int_equal(locus_eldr_tbl_validate((uint8_t *)r1.blob + 64, r1.blob_len - 64, &v1, &e),
+			 0);
+	assert_int_equal(locus_eldr_tbl_validate((uint8_t *)r2.blob + 64, r2.blob_len - 64, &v2, &e),
+			 0);
+	/* 1 per decoder is the fit of before: same payload but the creation time */
+	assert_int_equal(r0.blob_len, r1.blob_len);
+	assert_memory_equal((uint8_t *)r0.blob + 64, (uint8_t *)r1.blob + 64, r0.blob_len - 64);
+	assert_null(v1.centroid_slot);
+	assert_int_equal(r1.n_centroids, 2);
+	assert_int_equal(((const struct locus_tbl_hdr *)r1.blob)->kind_version, 1);
+	/* the decoder clusters are A and B */
+	for (uint32_t i = 0; i < N; i++)
+		assert_int_equal(r2.assign[i], r2.assign[(i % 4) / 2 * 2]);
+	assert_int_equal(r2.n_centroids, 4);
+	assert_int_equal(v2.n_centroids, 4);
+	assert_non_null(v2.centroid_slot);
+	assert_int_equal(((const struct locus_tbl_hdr *)r2.blob)->kind_version, 2);
+	locus_eldrfit_idf(pre, N, E, idf);
+	for (uint32_t m = 0; m < 4; m++) {
+		uint32_t slot = r2.assign[m], owners = 0;
+		double acc[E] = { 0 }, nn = 0, best = -1;
+
+		for (uint32_t i = m; i < N; i += 4) {
+			locus_eldrfit_vector(pre + i * E, L, E, idf, all, x);
+			for (uint32_t f = 0; f < E; f++)
+				acc[f] += x[f];
+		}
+		for (uint32_t f = 0; f < E; f++)
+			nn += acc[f] * acc[f];
+		for (uint32_t c = 0; c < 4; c++) {
+			double dot = 0;
+
+			if (v2.centroid_slot[c] != slot)
+				continue;
+			owners++;
+			for (uint32_t f = 0; f < E; f++)
+				dot += v2.centroids[c * E + f] * acc[f] / sqrt(nn);
+			best = fmax(best, dot);
+		}
+		assert_int_equal(owners, 2);
+		print_message("sub-mode %u: its decoder's best centroid at cosine %.6f\n", m, best);
+		assert_true(best > 0.9999); /* the sub-mode's own mean */
+	}
+	locus_eldrfit_result_free(&r2);
+	/* the most per decoder (clusters of 24 members): 32 centroids; one more is refused */
+	o.centroids_per_decoder = 16;
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e), 0);
+	assert_int_equal(r2.n_centroids, 32);
+	o.centroids_per_decoder = 17;
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e),
+			 -LOCUS_ERANGE);
+	o.centroids_per_decoder = 0;
+	o.spill_tau = 0.05f; /* not wider than tau */
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e),
+			 -LOCUS_ERANGE);
+	o.spill_tau = 0;
+	o.spill_margin = 1; /* a margin without a spill */
+	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e),
+			 -LOCUS_ERANGE);
+	locus_eldrfit_result_free(&r1);
+	locus_eldrfit_result_free(&r0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -445,6 +544,7 @@ int main(int argc, char **argv)
 		cmocka_unit_test(test_restarts_keep_best_seed),
 		cmocka_unit_test(test_decode_aware_clustering),
 		cmocka_unit_test(test_defaults_and_range_checks),
+		cmocka_unit_test(test_centroids_per_decoder),
 		cmocka_unit_test(test_sample_default_fit_purity),
 	};
 

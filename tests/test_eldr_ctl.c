@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <errno.h>
 #include <libgen.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,22 +79,52 @@ static void write_file(const char *path, const void *data, size_t len)
 	assert_int_equal(fclose(f), 0);
 }
 
+/* The number after key in text (a float), or NAN. */
+static double num_after(const char *text, const char *key)
+{
+	const char *p = strstr(text, key);
+	double v;
+
+	return p && sscanf(p + strlen(key), "%lf", &v) == 1 ? v : NAN;
+}
+
 static void test_fit_and_show(void **state)
 {
-	char tbl[4200];
+	char tbl[4200], fitout[sizeof(out)], key[64];
 	struct locus_error e = { 0 };
 	struct tj j;
+	unsigned ver, cen;
 	(void)state;
 
 	snprintf(tbl, sizeof(tbl), "%s/k4.tbl", tmpdir);
+	/* the default: the tuning chooses, the table and show say what it chose */
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --decoder-ids 10,11,12,13 --seed 7 -o %s",
 			     sample(), tbl), 0);
 	assert_non_null(strstr(out, "fitted 96 requests (L=26 E=64 k=6) into K=4 decoders"));
 	assert_non_null(strstr(out, "mask score (decode expert overlap)"));
+	assert_non_null(strstr(out, "tune: calibration split in two parts (48 / 48 requests)"));
+	assert_non_null(strstr(out, "rounds of K=4 x B=4"));
+	assert_non_null(strstr(out, "<- chosen"));
+	assert_non_null(strstr(out, "tune: the fewest pairs per step with the busiest decoder "
+				    "within"));
+	memcpy(fitout, out, sizeof(out));
+	assert_non_null(strstr(fitout, "routing: tau "));
+	assert_int_equal(sscanf(strstr(fitout, "routing: tau "), "routing: tau %*f, %u centroids",
+				&cen), 1);
+	assert_int_equal(sscanf(strstr(fitout, "table version "), "table version %u", &ver), 1);
 	assert_int_equal(ctl("show %s", tbl), 0);
-	assert_non_null(strstr(out, "ELDR table v1"));
+	snprintf(key, sizeof(key), "ELDR table v%u", ver);
+	assert_non_null(strstr(out, key));
 	assert_non_null(strstr(out, "decoders K=4"));
 	assert_non_null(strstr(out, "decoder ids: 10 11 12 13"));
+	snprintf(key, sizeof(key), "centroids: %u ", cen);
+	assert_non_null(strstr(out, key));
+	assert_true(fabs(num_after(out, "tau=") - num_after(fitout, "routing: tau ")) < 1e-6);
+	assert_true(!strstr(fitout, "overflow spread by load") ==
+		    !strstr(out, "overflow: spread"));
+	assert_true(!strstr(fitout, "no load spill") == !!strstr(out, "load spill: within"));
+	assert_true(ver == 2 || (cen == 4 && strstr(out, "load spill: off") &&
+				 strstr(out, "overflow: nearest")));
 	assert_int_equal(ctl("show %s --json", tbl), 0);
 	/* one valid JSON object on one line */
 	tj_init(&j, out, strlen(out), "show --json", 1, &e);
@@ -101,23 +132,114 @@ static void test_fit_and_show(void **state)
 	assert_int_equal(tj_peek(&j), -1);
 	assert_non_null(strstr(out, "\"n_decoders\":4"));
 	assert_non_null(strstr(out, "\"decoder_ids\":[10,11,12,13]"));
+	assert_true(num_after(out, "\"n_centroids\":") == cen);
+	/* --tune off: tau 0.1, one centroid per decoder, nearest, no spill: version 1 */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --quiet -o %s", sample(), tbl),
+			 0);
+	assert_null(strstr(out, "tune:"));
+	assert_non_null(strstr(out, "routing: tau 0.1, 4 centroids (one per decoder), overflow "
+				    "to the nearest up, no load spill"));
+	assert_int_equal(ctl("show %s", tbl), 0);
+	assert_non_null(strstr(out, "ELDR table v1"));
+	assert_non_null(strstr(out, "centroids: 4 (one per decoder)"));
+	/* each choice given: written as given */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --decoder-ids 10,11,12,13 --tune off "
+			     "--centroids-per-decoder 3 --spill-tau 0.3 --spill-margin 2 "
+			     "--overflow spread --quiet -o %s", sample(), tbl), 0);
+	assert_non_null(strstr(out, "12 centroids (several per decoder), overflow spread by load, "
+				    "load spill within 0.3 beyond a margin of 2"));
+	assert_int_equal(ctl("show %s", tbl), 0);
+	assert_non_null(strstr(out, "ELDR table v2"));
+	assert_non_null(strstr(out, "centroids: 12 (decoder id of each: 10 10 10 11 11 11 12 12 12 "
+				    "13 13 13)"));
+	assert_non_null(strstr(out, "overflow: spread"));
+	assert_non_null(strstr(out, "load spill: within 0.3 of the best, beyond a margin of 2"));
+	assert_int_equal(ctl("show %s --json", tbl), 0);
+	assert_non_null(strstr(out, "\"centroid_decoder_ids\":[10,10,10,11,11,11,12,12,12,13,13,"
+				    "13],\"overflow\":\"spread\",\"spill_tau\":0.300000012,"
+				    "\"spill_margin\":2"));
 	/* --eldr names the default kind of fit explicitly; --no-mask keeps 26 layers */
 	assert_int_equal(ctl("fit --eldr --trace %s --decoders 2 --no-mask --quiet -o %s", sample(),
 			     tbl), 0);
 	assert_non_null(strstr(out, "26/26 layers masked"));
-	/* the default balance and clustering, printed; --exact-balance is the original fit */
-	assert_int_equal(ctl("fit --trace %s --decoders 4 --quiet -o %s", sample(), tbl), 0);
+	/* the fixed balance and clustering, printed; --exact-balance is the original fit */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --quiet -o %s", sample(), tbl),
+			 0);
 	assert_non_null(strstr(out, "(bounds 12..36: slack 0.50, balance price 2.00); best of 8 "
 				    "k-means++ seeds"));
 	assert_non_null(strstr(out, "clustered on prefill and decode expert use"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --exact-balance --quiet -o %s", sample(),
 			     tbl), 0);
+	assert_null(strstr(out, "tune:"));
 	assert_non_null(strstr(out, "clusters of 24..24 requests (bounds 24..24: slack 0.00, "
 				    "balance price 0.00); best of 1 k-means++ seeds"));
 	assert_non_null(strstr(out, "clustered on prefill signatures"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --slack 0.2 --balance-price 0 --restarts 3 "
-			     "--decode-weight 0 --quiet -o %s", sample(), tbl), 0);
+			     "--decode-weight 0 --tune off --quiet -o %s", sample(), tbl), 0);
 	assert_non_null(strstr(out, "(bounds 20..28: slack 0.20, balance price 0.00); best of 3"));
+	/* diff says what version 2 changed: per decoder centroids, spill, overflow */
+	{
+		char a[4200], b[4200];
+
+		snprintf(a, sizeof(a), "%s/d1.tbl", tmpdir);
+		snprintf(b, sizeof(b), "%s/d2.tbl", tmpdir);
+		assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --quiet -o %s",
+				     sample(), a), 0);
+		assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --centroids-per-decoder 2 "
+				     "--spill-tau 0.3 --overflow spread --quiet -o %s", sample(), b),
+				 0);
+		assert_int_equal(ctl("diff %s %s", a, b), 1);
+		assert_non_null(strstr(out, "load spill: 0/0 -> 0.3/1 (0: off)"));
+		assert_non_null(strstr(out, "overflow: nearest -> spread"));
+		assert_non_null(strstr(out, "decoder 3: 1 -> 2 centroids"));
+		assert_int_equal(ctl("diff %s %s", b, b), 0);
+	}
+	/* a given balance price is kept by the tuning (the rest still chosen) */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --balance-price 1.5 --quiet -o %s",
+			     sample(), tbl), 0);
+	assert_non_null(strstr(out, "tune: calibration split"));
+	assert_non_null(strstr(out, "balance price 1.50)"));
+}
+
+/* The tuning's and the new options' refusals, and the trace it cannot use. */
+static void test_tune_refusals(void **state)
+{
+	char tbl[4200];
+	(void)state;
+
+	snprintf(tbl, sizeof(tbl), "%s/r.tbl", tmpdir);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune maybe -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value 'maybe' for --tune"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --overflow far -o %s", sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value 'far' for --overflow"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --centroids-per-decoder 0 -o %s", sample(),
+			     tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --centroids-per-decoder 17 -o %s",
+			     sample(), tbl), 2);
+	assert_non_null(strstr(out, "bad value '17' for --centroids-per-decoder"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --spill-margin 2 -o %s", sample(), tbl),
+			 2);
+	assert_non_null(strstr(out, "--spill-margin goes with --spill-tau"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --spill-tau 0 --spill-margin 2 -o %s",
+			     sample(), tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --spill-tau 3 -o %s", sample(), tbl), 2);
+	/* a spill not wider than the band: the fit refuses it */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --spill-tau 0.05 -o %s",
+			     sample(), tbl), 1);
+	assert_non_null(strstr(out, "spill tau 0.05 outside (tau 0.1, 2]"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --exact-balance --tune auto -o %s",
+			     sample(), tbl), 2);
+	assert_non_null(strstr(out, "--exact-balance is the original fit"));
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tune auto -o %s", sample(),
+			     tbl), 2);
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --tau-batch 4 -o %s", sample(),
+			     tbl), 2);
+	assert_non_null(strstr(out, "go with the tuning"));
+	/* too few requests for two rounds of K x B: the fixed defaults, said so */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau-batch 13 --quiet -o %s", sample(),
+			     tbl), 0);
+	assert_non_null(strstr(out, "tune: not run (fewer than 2 x K x B calibration requests)"));
+	assert_non_null(strstr(out, "routing: tau 0.1, 4 centroids (one per decoder)"));
 }
 
 /*
@@ -160,10 +282,12 @@ static void test_tau_auto(void **state)
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-load-bound 0.5 -o %s",
 			     sample(), tbl), 2);
 	assert_non_null(strstr(out, "bad value '0.5' for --tau-load-bound"));
-	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau-batch 4 -o %s", sample(), tbl), 2);
-	assert_non_null(strstr(out, "go with --tau auto"));
-	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau 0.2 --tau-load-bound 2 -o %s",
-			     sample(), tbl), 2);
+	/* a given tau is kept by the tuning, which chooses the rest within the bound */
+	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau 0.2 --tau-load-bound 2 --quiet "
+			     "-o %s", sample(), tbl), 0);
+	assert_non_null(strstr(out, "within 2.000 (--tau-load-bound)"));
+	assert_int_equal(ctl("show %s", tbl), 0);
+	assert_non_null(strstr(out, "tau=0.2"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-batch 13 -o %s", sample(),
 			     tbl), 1);
 	assert_non_null(strstr(out, "at least 2 x K x B = 104 calibration requests"));
@@ -174,6 +298,7 @@ static void test_tau_auto(void **state)
 			4 + i % 3);
 	assert_int_equal(fclose(f), 0);
 	assert_int_equal(ctl("fit --trace %s --decoders 2 --quiet -o %s", nodec, tbl), 0);
+	assert_non_null(strstr(out, "tune: not run (the trace has no routed_experts"));
 	assert_int_equal(ctl("fit --trace %s --decoders 2 --tau auto --tau-batch 2 -o %s", nodec,
 			     tbl), 1);
 	assert_non_null(strstr(out, "no routed_experts"));
@@ -352,7 +477,8 @@ static void test_push_into_segment(void **state)
 		free(gfile);
 	}
 	/* a table too large for the channel's slots is refused by the writer */
-	assert_int_equal(ctl("fit --trace %s --decoders 8 --quiet -o %s", sample(), tbl), 0);
+	assert_int_equal(ctl("fit --trace %s --decoders 8 --tune off --centroids-per-decoder 4 "
+			     "--quiet -o %s", sample(), tbl), 0);
 	assert_int_equal(ctl("push -i %s %s --timeout-ms 200", inst, tbl), 1);
 	print_message("too large for the slot: %s", out);
 	assert_non_null(strstr(out, "locusctl: "));
@@ -366,6 +492,7 @@ int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fit_and_show),
+		cmocka_unit_test(test_tune_refusals),
 		cmocka_unit_test(test_bad_input),
 		cmocka_unit_test(test_tau_auto),
 		cmocka_unit_test(test_push_into_segment),

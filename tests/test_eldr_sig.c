@@ -229,9 +229,15 @@ static void test_table_rejections(void **state)
 	t.cen[0] = 0.5f;
 	assert_true(tbl_check(&t, -LOCUS_ERANGE, "norm"));
 	t.cen[0] = 1.0f;
-	h->flags = 1;
-	assert_true(tbl_check(&t, -LOCUS_ERANGE, "reserved"));
+	h->flags = 2; /* not a known flag */
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "flags 0x2 unknown"));
 	h->flags = 0;
+	h->reserved0 = 1;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "reserved"));
+	h->reserved0 = 0;
+	h->reserved[11] = 1;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "reserved"));
+	h->reserved[11] = 0;
 	h->n_decoders = 0; /* K = 0 */
 	assert_true(tbl_check(&t, -LOCUS_ERANGE, "K=0"));
 	h->n_decoders = 2;
@@ -289,6 +295,124 @@ static void test_blob_check(void **state)
 	free(t.blob);
 }
 
+/* L=2, E=2, K=2, C=3 (centroid map {0, 1, 0}), layer 0 masked: version 2's fields. */
+static void tbl_make_mapped(struct tbl *t, uint16_t **map)
+{
+	struct locus_eldr_tbl_layout lay;
+	struct locus_eldr_tbl_hdr *h;
+
+	assert_int_equal(locus_eldr_tbl_layout_mapped(2, 2, 2, 3, &lay), 0);
+	t->len = lay.len;
+	t->blob = calloc(1, 64 + lay.len);
+	assert_non_null(t->blob);
+	t->payload = t->blob + 64;
+	assert_int_equal(locus_eldr_tbl_init_mapped(t->payload, lay.len, 2, 2, 2, 3, 0.1f, &t->ids,
+						    map, &t->mask, &t->idf, &t->cen), 0);
+	h = (void *)t->payload;
+	h->n_masked = 1;
+	t->ids[0] = 10;
+	t->ids[1] = 11;
+	t->mask[0] = 1;
+	for (int i = 0; i < 4; i++)
+		t->idf[i] = 1.0f;
+	t->cen[0] = 1.0f;     /* c0 (1, 0) -> slot 0 */
+	t->cen[4 + 1] = 1.0f; /* c1 (0, 1) -> slot 1 */
+	t->cen[8] = 0.6f;     /* c2 (0.6, 0.8) -> slot 0 */
+	t->cen[8 + 1] = 0.8f;
+	(*map)[0] = 0;
+	(*map)[1] = 1;
+	(*map)[2] = 0;
+}
+
+static void test_table_v2(void **state)
+{
+	struct locus_eldr_tbl_layout lay, lay1;
+	struct locus_eldr_tbl_view v;
+	struct locus_eldr_tbl_hdr *h;
+	struct locus_error e = { 0 };
+	uint16_t *map;
+	struct tbl t;
+	(void)state;
+
+	/* the map section sits between ids and mask; C = 0 is version 1's layout */
+	assert_int_equal(locus_eldr_tbl_layout_mapped(2, 2, 2, 0, &lay), 0);
+	assert_int_equal(locus_eldr_tbl_layout(2, 2, 2, &lay1), 0);
+	assert_memory_equal(&lay, &lay1, sizeof(lay));
+	assert_int_equal(locus_eldr_tbl_layout_mapped(2, 2, 2, 1, &lay), -LOCUS_ERANGE); /* C < K */
+	assert_int_equal(locus_eldr_tbl_layout_mapped(2, 2, 2, LOCUS_ELDR_MAX_CENTROIDS + 1, &lay),
+			 -LOCUS_ERANGE);
+	tbl_make_mapped(&t, &map);
+	h = (void *)t.payload;
+	assert_int_equal(locus_eldr_tbl_validate(t.payload, t.len, &v, &e), 0);
+	assert_int_equal(v.n_centroids, 3);
+	assert_ptr_equal(v.centroid_slot, map);
+	assert_int_equal(((const uint8_t *)v.centroid_slot - t.payload) % 64, 0);
+	assert_int_equal(v.centroid_slot[2], 0);
+	assert_int_equal(locus_eldr_tbl_kind_version(h), 2);
+	/* map refusals */
+	map[2] = 2;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "centroid 2 belongs to decoder slot 2"));
+	map[2] = 0;
+	map[1] = 0;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "decoder slot 1 owns no centroid"));
+	map[1] = 1;
+	h->n_centroids = 1;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "C=1 out of range"));
+	h->n_centroids = 4; /* one more than the payload holds */
+	assert_true(tbl_check(&t, -LOCUS_ETRUNCATED, "needs"));
+	h->n_centroids = 3;
+	t.cen[8] = 0.5f; /* the third centroid is checked too */
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "centroid 2 has norm"));
+	t.cen[8] = 0.6f;
+	/* the load spill */
+	h->spill_margin = 2;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "spill margin 2 with the spill off"));
+	h->spill_tau = 0.3f;
+	assert_true(tbl_check(&t, 0, NULL));
+	h->spill_tau = 0.1f; /* not wider than tau */
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "spill_tau"));
+	h->spill_tau = 2.5f;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "spill_tau"));
+	h->spill_tau = NAN;
+	assert_true(tbl_check(&t, -LOCUS_ENAN, "spill_tau"));
+	h->spill_tau = -0.0f; /* not "off": its sign bit is set */
+	h->spill_margin = 0;
+	assert_true(tbl_check(&t, -LOCUS_ERANGE, "spill_tau"));
+	h->spill_tau = 0.0f;
+	/* flags: the overflow spread is known, others are not */
+	h->flags = LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD;
+	assert_true(tbl_check(&t, 0, NULL));
+	h->flags = 0;
+	/* sealed as version 2: accepted; as version 1: refused, it uses version 2's fields */
+	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, 2, t.len), 0);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), 0);
+	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, 1, t.len), 0);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), -LOCUS_EVERSION);
+	assert_non_null(strstr(e.msg, "sealed as version 1 uses version 2 fields"));
+	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, 3, t.len), 0);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), -LOCUS_EVERSION);
+	assert_non_null(strstr(e.msg, "version 3, this build reads 1..2"));
+	free(t.blob);
+	/* one centroid per decoder: version 1 unless a spill or a flag is set */
+	tbl_make(&t);
+	h = (void *)t.payload;
+	assert_int_equal(locus_eldr_tbl_kind_version(h), 1);
+	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, 1, t.len), 0);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, &v, &e), 0);
+	assert_int_equal(v.n_centroids, 2);
+	assert_null(v.centroid_slot);
+	h->spill_tau = 0.2f;
+	h->spill_margin = 1;
+	assert_int_equal(locus_eldr_tbl_kind_version(h), 2);
+	assert_int_equal(locus_tbl_seal(t.blob, 64 + t.len, LOCUS_TBL_ELDR, 1, t.len), 0);
+	assert_int_equal(locus_eldr_blob_check(t.blob, 64 + t.len, NULL, &e), -LOCUS_EVERSION);
+	h->spill_tau = 0.0f;
+	h->spill_margin = 0;
+	h->flags = LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD;
+	assert_int_equal(locus_eldr_tbl_kind_version(h), 2);
+	free(t.blob);
+}
+
 /* Random damage to a valid payload: validation rejects or accepts, never crashes. */
 static void test_table_mutations(void **state)
 {
@@ -334,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_table_valid_and_layout),
 		cmocka_unit_test(test_table_rejections),
 		cmocka_unit_test(test_blob_check),
+		cmocka_unit_test(test_table_v2),
 		cmocka_unit_test(test_table_mutations),
 	};
 

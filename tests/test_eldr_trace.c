@@ -461,6 +461,28 @@ static void test_esft_reader(void **state)
 	write_layer(dir, 1, "");
 	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), -LOCUS_EPARSE);
 	assert_non_null(strstr(e.msg, "no sequences"));
+	/* gate order: each token's ids by descending weight, ties in file order */
+	write_layer(dir, 1, "1\t2\t3\t4\t\t0.2\t0.8\t0.5\t0.5\n5\t6\t\t0.25\t0.75\n");
+	write_layer(dir, 2, "7\t0\t1\t2\t\t0.9\t0.1\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft_flags(dir, "law", 2, 2, 8,
+						     LOCUS_TRACE_ESFT_GATE_ORDER, &t, &e), 0);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 0)[0], 2);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 0)[1], 1);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 1, 0)[0], 3);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 1, 0)[1], 4);
+	assert_int_equal(locus_trace_tok(t, t->reqs[1].prompt, 0, 0)[0], 6);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 1)[0], 7);
+	assert_int_equal(locus_trace_tok(t, t->reqs[1].prompt, 0, 1)[0], 3);
+	locus_trace_free(t);
+	/* the file's order without the flag */
+	assert_int_equal(locus_trace_load_esft(dir, "law", 2, 2, 8, &t, &e), 0);
+	assert_int_equal(locus_trace_tok(t, t->reqs[0].prompt, 0, 0)[0], 1);
+	locus_trace_free(t);
+	write_layer(dir, 2, "7\t0\t1\t2\t\t0.9\tx\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");
+	assert_int_equal(locus_trace_load_esft_flags(dir, "law", 2, 2, 8,
+						     LOCUS_TRACE_ESFT_GATE_ORDER, &t, &e),
+			 -LOCUS_EPARSE);
+	assert_non_null(strstr(e.msg, "expert_weights_2.txt:1: gate weight 2 is not"));
 	/* a missing layer file */
 	write_layer(dir, 1, "1\t2\t3\t4\t\t0.5\t0.5\t0.5\t0.5\n5\t6\t\t0.5\t0.5\n");
 	write_layer(dir, 2, "7\t0\t1\t2\t\t0.5\t0.5\t0.5\t0.5\n3\t4\t\t0.5\t0.5\n");

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <math.h>
 #include <cmocka.h>
 
 #include "locus_gracefit.h"
@@ -237,8 +238,57 @@ static void test_import_too_many_copies(void **state)
 	blob = NULL;
 	assert_int_equal(import(j, &t, &blob, &v, &err), -LOCUS_ERANGE);
 	assert_null(blob);
-	assert_non_null(strstr(err.msg, "layer 0 expert 0 has copies on more than 63 ranks"));
+	assert_non_null(strstr(err.msg, "layer 0 expert 0 has 65 copies: a GRACE table holds "
+			       "at most 64"));
 	free(j);
+}
+
+/*
+ * EPLB's global policy puts two copies of one expert on one GPU (loads 10 4
+ * 3 1 on 6 slots of 2 GPUs, worked by hand in test_eplb_balance): GPU 0
+ * holds experts 1 0 3, GPU 1 holds 0 0 2. Both copies on GPU 1 stay slots:
+ * expert 0's primary is its first listed slot (3, GPU 1), its replicas GPU 0
+ * and GPU 1 again, and the predicted loads are EPLB's own GPU sums (4 + 10/3
+ * + 1 and 2 x 10/3 + 3). Merged, GPU 1 would hold 2 slots and get half of
+ * expert 0 instead of two thirds.
+ */
+static void test_import_two_copies_one_gpu(void **state)
+{
+	static const char *j = "{\"phy2log\": [[1, 0, 3, 0, 0, 2]],\n"
+			       " \"log2phy\": [[[3, 4, 1], [0, -1, -1], [5, -1, -1], "
+			       "[2, -1, -1]]],\n \"logcnt\": [[3, 1, 1, 1]]}";
+	static const double W[4] = { 10, 4, 3, 1 };
+	struct locus_grace_view v;
+	struct locus_error err = { 0 };
+	const void *pl;
+	void *blob = NULL;
+	size_t len, plen;
+	char *json = NULL;
+	(void)state;
+
+	if (locus_gracefit_eplb_import(j, strlen(j), &t12, W, &blob, &len, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(v.dims->max_replicas, 2);
+	assert_int_equal(v.dims->capacity, 2);
+	assert_int_equal(v.dims->replica_budget, 1);
+	assert_int_equal(v.primary[0], 1);
+	assert_int_equal(v.replica[0], 0);
+	assert_int_equal(v.replica[1], 1);
+	assert_int_equal(v.primary[1], 0);
+	assert_int_equal(v.replica[2], NR);
+	assert_int_equal(v.primary[2], 1);
+	assert_int_equal(v.primary[3], 0);
+	assert_true(fabs(v.pred_load[0] - (4 + 10.0 / 3 + 1)) < 1e-5);
+	assert_true(fabs(v.pred_load[1] - (20.0 / 3 + 3)) < 1e-5);
+	/* and out again: three slots per GPU, expert 0 twice on GPU 1 */
+	if (locus_gracefit_eplb_export(pl, plen, &json, &err))
+		fail_msg("%s", err.msg);
+	assert_non_null(strstr(json, "\"logcnt\": [[3, 1, 1, 1]]"));
+	assert_non_null(strstr(json, "\"phy2log\": [[1, 3, 0, 0, 2, 0]]"));
+	free(json);
+	free(blob);
 }
 
 /* Every strict prefix of a valid document and a few byte flips are refused cleanly. */
@@ -357,6 +407,7 @@ int main(void)
 		cmocka_unit_test(test_export_pads_with_hottest),
 		cmocka_unit_test(test_import_rejects),
 		cmocka_unit_test(test_import_too_many_copies),
+		cmocka_unit_test(test_import_two_copies_one_gpu),
 		cmocka_unit_test(test_import_truncated_and_flipped),
 		cmocka_unit_test(test_round_trip_fitted),
 	};

@@ -52,84 +52,66 @@ static void test_knee_known_curve(void **state)
 
 static const struct locus_gracefit_topo topo14 = { 1, 4, 4, 2 };
 
-static void test_replication_single_hot(void **state)
+static void test_replication_fills_budget(void **state)
 {
-	/* W_g = [60, 10, 10, 20], mean 25, rho 2.4 -> n_rep 2, threshold 40 */
+	/* W_g = [60, 10, 10, 20], budget 1 copy per GPU (4 in all), by hand:
+	 * 0 (40) -> 1: [40, 30, 10, 20]; 0 (20 per copy) -> 2: [33.3, 23.3, 23.3, 20];
+	 * on GPU 0, 1 (20 a copy) beats 0 (13.3): 1 -> 3: [23.3, 23.3, 23.3, 30];
+	 * GPU 3's heaviest per copy that fits GPU 0 (the one free slot): 6 -> 0 */
 	const double W[8] = { 40, 20, 5, 5, 5, 5, 10, 10 };
 	const uint16_t pri[8] = { 0, 0, 1, 1, 2, 2, 3, 3 };
+	struct locus_gracefit_topo t = { 1, 4, 4, 1 };
 	uint16_t rep[8 * 3];
 	float pred[4];
 	struct locus_gracefit_layer_info li = { 0 };
 	(void)state;
 
-	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 8, W, pri, 3, rep, pred, &li,
-							NULL), 0);
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, pri, 3, rep, pred, &li, NULL),
+			 0);
 	assert_true(fabs(li.rho - 2.4) < EPS);
+	assert_int_equal(li.n_replicas, 4); /* the whole budget */
+	assert_int_equal(li.n_hot, 3);
 	assert_int_equal(li.n_rep, 2);
-	assert_int_equal(li.n_hot, 1);
-	assert_int_equal(li.n_replicas, 2);
-	/* expert 0 copied to the two least-loaded GPUs, 1 and 2 (tie: lower rank) */
 	assert_int_equal(rep[0], 1);
 	assert_int_equal(rep[1], 2);
 	assert_int_equal(rep[2], NR);
-	for (int e = 1; e < 8; e++)
-		for (int i = 0; i < 3; i++)
-			assert_int_equal(rep[e * 3 + i], NR);
-	/* W' = W - W_removed + W_received: 40 split in three */
-	assert_true(fabs(pred[0] - (60 - 80.0 / 3)) < EPS);
-	assert_true(fabs(pred[1] - (10 + 40.0 / 3)) < EPS);
-	assert_true(fabs(pred[2] - (10 + 40.0 / 3)) < EPS);
-	assert_true(fabs(pred[3] - 20) < EPS);
-	assert_true(fabs(li.rho_after - (100.0 / 3) / 25) < EPS);
-}
-
-static void test_replication_until_threshold_and_budget(void **state)
-{
-	/* rank 0: 30, 20, 10 (=60); ranks 1..3: 10 each. mean 22.5, n_rep 2,
-	 * threshold 40: 30 (sum 30 < 40), 20 (sum 50) are hot, 10 is not */
-	const double W[6] = { 30, 20, 10, 10, 10, 10 };
-	const uint16_t pri[6] = { 0, 0, 0, 1, 2, 3 };
-	uint16_t rep[6 * 3];
-	float pred[4];
-	struct locus_gracefit_layer_info li = { 0 };
-	struct locus_gracefit_topo t = topo14;
-	(void)state;
-
-	t.capacity = 3;
-	assert_int_equal(locus_gracefit_replicate_layer(&t, 6, W, pri, 3, rep, pred, &li, NULL),
-			 0);
-	assert_int_equal(li.n_rep, 2);
-	assert_int_equal(li.n_hot, 2);
-	/* 30 -> ranks 1, 2 (10 each); then W' = [40, 20, 20, 10]: 20 -> 3, 1 */
-	assert_int_equal(rep[0], 1);
-	assert_int_equal(rep[1], 2);
-	assert_int_equal(rep[3], 1);
-	assert_int_equal(rep[4], 3);
-	assert_int_equal(rep[6], NR);
-	assert_true(fabs(pred[0] - (60 - 20 - 40.0 / 3)) < EPS);
-	assert_true(fabs(pred[1] - (10 + 10 + 20.0 / 3)) < EPS);
-	assert_true(fabs(pred[2] - 20) < EPS);
-	assert_true(fabs(pred[3] - (10 + 20.0 / 3)) < EPS);
-
-	/* budget 1 per GPU: 30 takes ranks 1 and 2, 20 only rank 3 */
-	t.replica_budget = 1;
-	assert_int_equal(locus_gracefit_replicate_layer(&t, 6, W, pri, 3, rep, pred, &li, NULL),
-			 0);
-	assert_int_equal(rep[0], 1);
-	assert_int_equal(rep[1], 2);
 	assert_int_equal(rep[3], 3);
 	assert_int_equal(rep[4], NR);
-	assert_int_equal(li.n_replicas, 3);
-	assert_true(fabs(pred[0] - (60 - 20 - 10)) < EPS);
-	assert_true(fabs(pred[3] - 20) < EPS);
+	assert_int_equal(rep[6 * 3], 0);
+	assert_int_equal(rep[6 * 3 + 1], NR);
+	for (int e = 2; e < 8; e++)
+		if (e != 6)
+			assert_int_equal(rep[e * 3], NR);
+	assert_true(fabs(pred[0] - (40.0 / 3 + 10 + 5)) < EPS);
+	assert_true(fabs(pred[1] - (10 + 40.0 / 3)) < EPS);
+	assert_true(fabs(pred[2] - (10 + 40.0 / 3)) < EPS);
+	assert_true(fabs(pred[3] - (10 + 5 + 10)) < EPS);
+	assert_true(fabs(li.rho_after - (85.0 / 3) / 25) < EPS);
+
+	/* a budget of 2 a GPU: more copies (while one still lowers a GPU), a
+	 * lower peak, never more than 2 on a GPU */
+	t.replica_budget = 2;
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, pri, 3, rep, pred, &li, NULL),
+			 0);
+	assert_true(li.n_replicas > 4 && li.n_replicas <= 8);
+	assert_true(li.rho_after < (85.0 / 3) / 25);
+	{
+		uint32_t per[4] = { 0 };
+
+		for (int i = 0; i < 8 * 3; i++)
+			if (rep[i] != NR)
+				per[rep[i]]++;
+		for (int r = 0; r < 4; r++)
+			assert_true(per[r] <= 2);
+	}
 }
 
-static void test_replication_n_rep_bounds(void **state)
+static void test_replication_bounds(void **state)
 {
 	const uint16_t pri2[2] = { 0, 1 };
 	const double W2[2] = { 100, 0 };
-	const double Wb[4] = { 12, 10, 9, 9 };
 	const uint16_t prib[4] = { 0, 1, 2, 3 };
+	const double Wb[4] = { 10, 10, 10, 10 };
 	struct locus_gracefit_topo t = { 1, 2, 1, 1 };
 	uint16_t rep[4 * 3];
 	float pred[4];
@@ -137,20 +119,17 @@ static void test_replication_n_rep_bounds(void **state)
 	double Wz[4] = { 0 };
 	(void)state;
 
-	/* rho = 2 on 2 GPUs: n_rep = min(2, N - 1) = 1 */
+	/* one copy fits in the table (R = 1): 100 split in two, then nothing */
 	assert_int_equal(locus_gracefit_replicate_layer(&t, 2, W2, pri2, 1, rep, pred, &li, NULL),
 			 0);
 	assert_true(fabs(li.rho - 2) < EPS);
-	assert_int_equal(li.n_rep, 1);
+	assert_int_equal(li.n_replicas, 1);
 	assert_int_equal(rep[0], 1);
 	assert_true(fabs(pred[0] - 50) < EPS && fabs(pred[1] - 50) < EPS);
-	/* rho = 12/10 < 2: n_rep = max(1, 1) = 1; threshold 6: only expert 0 */
+	/* balanced already: no copy lowers any GPU, none is placed */
 	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wb, prib, 3, rep, pred, &li,
 							NULL), 0);
-	assert_int_equal(li.n_rep, 1);
-	assert_int_equal(li.n_hot, 1);
-	assert_int_equal(rep[0], 2); /* ranks 2 and 3 tie at 9: lower rank */
-	assert_int_equal(rep[1], NR);
+	assert_int_equal(li.n_replicas, 0);
 	/* no load: nothing to replicate, no NaN */
 	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
 							NULL), 0);
@@ -159,6 +138,54 @@ static void test_replication_n_rep_bounds(void **state)
 	Wz[2] = NAN;
 	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
 							NULL), -LOCUS_ENAN);
+}
+
+static void test_balance_hand(void **state)
+{
+	/* two co-activated pairs {0, 1} and {2, 3}, weakly 0-2 */
+	double A[16] = { 0 };
+	const double Wh[4] = { 10, 10, 1, 1 }, W1[4] = { 1, 1, 1, 1 };
+	struct locus_gracefit_topo t = { 1, 2, 3, 1 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 1, .load_tol = 0.05 };
+	struct locus_gracefit_layer_info li = { 0 };
+	uint16_t pri[4] = { 0, 0, 1, 1 };
+	(void)state;
+
+	A[0 * 4 + 1] = A[1 * 4 + 0] = 5;
+	A[2 * 4 + 3] = A[3 * 4 + 2] = 5;
+	A[0 * 4 + 2] = A[2 * 4 + 0] = 0.1;
+	/* affinity alone keeps the pairs: loads [20, 2]; one swap gives [11, 11] */
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, Wh, &o, pri, &li, NULL), 0);
+	assert_int_equal(li.n_swaps, 1);
+	assert_int_equal(pri[0] + pri[1], 1);
+	assert_int_equal(pri[2] + pri[3], 1);
+	assert_int_equal(pri[0] == 0 ? 0 : 1, pri[0]);
+	assert_true(pri[0] != pri[1]);
+	/* a tolerance above the peak (20 <= 2 x 11): no swap */
+	pri[0] = pri[1] = 0;
+	pri[2] = pri[3] = 1;
+	o.load_tol = 1.0;
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, Wh, &o, pri, &li, NULL), 0);
+	assert_int_equal(li.n_swaps, 0);
+	assert_int_equal(pri[0], 0);
+	assert_int_equal(pri[1], 0);
+	/* three primaries on GPU 0 (capacity 3 allows it): equal slots move the
+	 * cheapest, expert 2 (0.1 to lose, 5 to gain with 3) */
+	uint16_t p3[4] = { 0, 0, 0, 1 };
+
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, W1, &o, p3, &li, NULL), 0);
+	assert_int_equal(p3[0], 0);
+	assert_int_equal(p3[1], 0);
+	assert_int_equal(p3[2], 1);
+	assert_int_equal(p3[3], 1);
+	/* --uneven keeps them */
+	uint16_t p4[4] = { 0, 0, 0, 1 };
+
+	o.uneven = 1;
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, W1, &o, p4, &li, NULL), 0);
+	assert_int_equal(p4[2], 0);
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, NULL, &o, p4, &li, NULL),
+			 -EINVAL);
 }
 
 static void test_repair_sizes_hand(void **state)
@@ -552,9 +579,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_knee_known_curve),
-		cmocka_unit_test(test_replication_single_hot),
-		cmocka_unit_test(test_replication_until_threshold_and_budget),
-		cmocka_unit_test(test_replication_n_rep_bounds),
+		cmocka_unit_test(test_replication_fills_budget),
+		cmocka_unit_test(test_replication_bounds),
+		cmocka_unit_test(test_balance_hand),
 		cmocka_unit_test(test_repair_sizes_hand),
 		cmocka_unit_test(test_spectral_planted),
 		cmocka_unit_test(test_grouping_bounds_random),

@@ -114,21 +114,58 @@ static void test_replica_on_missing_gpu(void **state)
 	expect_reject(&f, LOCUS_ERANGE, "replica on rank 9, but the topology has 4 GPUs");
 }
 
+/* The planner map of f's expert 4: copies, their ranks and SWRR weights. */
+static void map_expert4(struct fixture *f, uint32_t n, const uint16_t *ranks,
+			const uint16_t *weights)
+{
+	struct locus_error err = { 0 };
+	size_t msz = locus_grace_map_size(f->v.dims);
+	void *mem = NULL;
+	const struct locus_grace_map *m;
+	uint32_t S = 1 + f->v.dims->max_replicas;
+
+	assert_int_equal(posix_memalign(&mem, 64, msz), 0);
+	if (locus_grace_map_build(mem, msz, f->buf, f->len, 1, &err))
+		fail_msg("%s", err.msg);
+	m = mem;
+	assert_int_equal(locus_grace_map_ncopies(m)[4], n);
+	assert_memory_equal(locus_grace_map_ranks(m) + 4 * S, ranks, n * sizeof(uint16_t));
+	assert_memory_equal(locus_grace_map_weights(m) + 4 * S, weights, n * sizeof(uint16_t));
+	free(mem);
+}
+
+/*
+ * A second copy on the primary's GPU, or a rank listed twice, is one more
+ * copy there (EPLB places two copies of one expert on one GPU): accepted,
+ * within the replica budget, and the map gives that GPU one slot per copy.
+ */
 static void test_replica_on_primary_and_order(void **state)
 {
+	static const uint16_t on_primary[3] = { 2, 2, 3 }, w_on_primary[3] = { 16, 16, 64 };
+	static const uint16_t twice[3] = { 2, 3, 3 }, w_twice[3] = { 16, 64, 64 };
+	struct locus_error err = { 0 };
 	struct fixture f;
 	(void)state;
 
 	make_table(&f);
 	f.v.replica[4 * 2 + 0] = 2;
-	expect_reject(&f, LOCUS_ERANGE, "own primary");
-	make_table(&f);
-	f.v.replica[4 * 2 + 0] = 3;
-	f.v.replica[4 * 2 + 1] = 1;
-	expect_reject(&f, LOCUS_ERANGE, "not ascending");
+	assert_int_equal(locus_grace_validate(&f.v, &err), 0);
+	map_expert4(&f, 3, on_primary, w_on_primary);
+	free(f.buf);
 	make_table(&f);
 	f.v.replica[4 * 2 + 0] = 3;
 	f.v.replica[4 * 2 + 1] = 3;
+	expect_reject(&f, LOCUS_ERANGE, "rank 3 holds more than its replica budget of 1");
+	make_table(&f);
+	f.v.dims->replica_budget = 2;
+	f.v.replica[4 * 2 + 0] = 3;
+	f.v.replica[4 * 2 + 1] = 3;
+	assert_int_equal(locus_grace_validate(&f.v, &err), 0);
+	map_expert4(&f, 3, twice, w_twice);
+	free(f.buf);
+	make_table(&f);
+	f.v.replica[4 * 2 + 0] = 3;
+	f.v.replica[4 * 2 + 1] = 1;
 	expect_reject(&f, LOCUS_ERANGE, "not ascending");
 	make_table(&f);
 	f.v.replica[4 * 2 + 0] = NR;
@@ -186,8 +223,11 @@ static void test_dims_and_size(void **state)
 	assert_int_equal(locus_grace_view_init(&v, f.buf, f.len, &err), -LOCUS_ERANGE);
 	assert_non_null(strstr(err.msg, "cannot hold 8 experts"));
 	d->capacity = 3;
-	d->max_replicas = 4; /* >= 4 ranks */
+	d->max_replicas = 64; /* a primary and 63 copies at most */
 	assert_int_equal(locus_grace_view_init(&v, f.buf, f.len, &err), -LOCUS_ERANGE);
+	assert_non_null(strstr(err.msg, "max_replicas 64 must be <= 63"));
+	d->max_replicas = 4; /* as many as the ranks: several copies on one GPU */
+	assert_int_equal(locus_grace_dims_check(d, &err), 0);
 	d->max_replicas = 2;
 	d->reserved = 1;
 	assert_int_equal(locus_grace_view_init(&v, f.buf, f.len, &err), -LOCUS_ERANGE);

@@ -74,7 +74,7 @@ kill -0 $second || fail "a bad config on SIGHUP stopped locusd"
 
 # 4. push history: diff and rollback against the running instance
 trace=tests/data/calib_sample.jsonl
-"$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e1.tbl" >/dev/null 2>&1
+"$B/locusctl" fit --trace $trace --decoders 4 --seed 1 --tau 0.1 -o "$tmp/e1.tbl" >/dev/null 2>&1
 "$B/locusctl" fit --trace $trace --decoders 4 --seed 9 --tau 0.2 -o "$tmp/e2.tbl" >/dev/null 2>&1
 "$B/locusctl" push -i t-a "$tmp/e1.tbl" >/dev/null
 "$B/locusctl" push -i t-a "$tmp/e2.tbl" >/dev/null

@@ -215,6 +215,48 @@ static int teardown(void **state)
 
 /* ---- signature routing ----------------------------------------------------------- */
 
+/* A version 2 table (centroid map, spread, spill) in locusd routes as the pure router. */
+static void route_v2(struct locus_client *pre, struct locus_client *dec[2])
+{
+	static uint8_t mem[1 << 16] __attribute__((aligned(64)));
+	struct locus_eldr_router *ref;
+	struct locus_desc d, in;
+	size_t tlen;
+	void *tbl = eldr_table_v2(0.1f, &tlen);
+	int refused, on0 = 0;
+
+	assert_true(push(0, tbl, tlen, &refused) == 2);
+	assert_false(refused);
+	assert_int_equal(locus_eldr_router_build(mem, sizeof(mem), (uint8_t *)tbl + 64, tlen - 64,
+						 LOCUS_ELDR_PATH_SCALAR, &ref, NULL), 0);
+	locus_eldr_router_set_load(ref, 0, 3); /* as reported */
+	locus_eldr_router_set_load(ref, 1, 1);
+	for (int i = 0; i < 12; i++) {
+		int w5 = i % 2 ? 9 : 0, w7 = i % 2 ? 0 : 9;
+		size_t len = put_signature(pre, 0, 0, 0, w7);
+		uint16_t *counts = (uint16_t *)(locus_client_stage(pre, NULL) +
+						sizeof(struct locus_eldr_sig_hdr));
+		struct locus_eldr_decision want;
+
+		for (int l = 0; l < L; l++)
+			counts[l * E + 5] = (uint16_t)w5;
+
+		assert_int_equal(locus_eldr_route(ref, locus_client_stage(pre, NULL), len, &want),
+				 0);
+		d = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 500 + i, .len = (uint32_t)len };
+		assert_int_equal(locus_client_submit(pre, &d, 1), 1);
+		tu_wait_desc(pre, &d);
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.peer, want.decoder_id);
+		assert_int_equal(d.count, want.n_candidates);
+		on0 += w5 && d.peer == 0;
+		tu_wait_desc(dec[d.peer], &in);
+		assert_int_equal(locus_client_release_slot(dec[d.peer], in.slot), 0);
+	}
+	assert_true(on0 > 0); /* expert 5's requests reach decoder 0 */
+	free(tbl);
+}
+
 static void test_route_matches_pure_router(void **state)
 {
 	struct locus_client *pre = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
@@ -291,6 +333,7 @@ static void test_route_matches_pure_router(void **state)
 	assert_int_equal(submitted, completed);
 	assert_int_equal(ctr_("routed", 0) + ctr_("routed", 1), 40);
 	assert_true(ctr_("routed", 0) > 0 && ctr_("routed", 1) > 0);
+	route_v2(pre, dec);
 
 	/* malformed: bad magic, wrong role, unknown op, out-of-stage offset */
 	{

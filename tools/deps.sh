@@ -15,7 +15,12 @@ FUZZ_PKGS="clang libclang-rt-14-dev"
 VM_PKGS="qemu-system-x86 busybox-static cpio kmod ibverbs-utils ibverbs-providers
 rdmacm-utils perftest iproute2 dash coreutils tcpdump"
 
-PKGS="$BUILD_PKGS $FUZZ_PKGS $VM_PKGS"
+# The Python package (tools/python): Debian's interpreter, numpy, pytest, and torch
+# (CPU build) for the tensor entry points; their tests skip what torch would check
+# when it is absent.
+PY_PKGS="python3 python3-numpy python3-pytest python3-torch"
+
+PKGS="$BUILD_PKGS $FUZZ_PKGS $VM_PKGS $PY_PKGS"
 
 missing() {
 	out=""

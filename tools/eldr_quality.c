@@ -17,13 +17,19 @@
  *                request goes to the least-filled decoder of its domain with
  *                room, else to the least-filled decoder with room;
  *   ELDR         the router (the table's band tau, least loaded with the
- *                herding guard); a decoder whose batch is full is marked down
- *                for the rest of the round. Three tables: what `locusctl fit`
- *                produces by default (bounded balance with slack, restarts,
- *                decode-aware clustering), the same with every layer
- *                (--no-mask), and main's original fit (exact balance
- *                floor/ceil(N/K), one k-means++ seed, prefill only).
- * Figures per (K, B) and half:
+ *                herding guard, the table's overflow rule and load spill); a
+ *                decoder whose batch is full is marked down for the rest of
+ *                the round. Four tables: what `locusctl fit --tau-batch B`
+ *                produces by default (its balance price, centroids per
+ *                decoder, tau, overflow rule and load spill chosen on the
+ *                calibration half alone by two-fold replay, eldr_tune.c),
+ *                "ELDR fixed" (`--tune off`: tau 0.1, one centroid per
+ *                decoder, no spill: the default before the tuning), the same
+ *                with every layer (--no-mask), and main's original fit
+ *                (exact balance floor/ceil(N/K), one k-means++ seed, prefill
+ *                only).
+ * Figures per (K, B) and half (both halves printed side by side, each with
+ * its interval):
  *   per decode step  distinct pairs of the batch's t-th generated tokens
  *                    (what one decode step must read), averaged over steps
  *                    and decoder batches, as a ratio to round-robin, and for
@@ -47,14 +53,12 @@
  *
  *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
- *                [--decode-weight W] [--tau T] [--spill-tau T] [--spill-margin M]
+ *                [--decode-weight W] [--tau T] [--centroids-per-decoder M]
+ *                [--spill-tau T] [--spill-margin M] [--overflow spread|nearest]
  *                [--clairvoyant N]
- *       (--slack .. --tau refit the ELDR, --tau auto and --no-mask rows
- *        with those options instead of locusctl fit's defaults; the --tau
- *        auto row chooses its tau from the calibration half as
- *        `locusctl fit --tau auto --tau-batch B` does; --spill-tau T
- *        --spill-margin M: the "ELDR spill" row's load spill, default 0.2
- *        and 1 (locus_eldr_router_set_spill); --clairvoyant N:
+ *       (--slack .. --overflow refit the ELDR rows with those options, as
+ *        the same options of `locusctl fit` do: in the tuned row each one
+ *        fixes that choice and the rest is still chosen; --clairvoyant N:
  *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
  *        the oracle's held-out batches improved by swaps with the decode
  *        experts known, what better batches exist at all)
@@ -83,7 +87,7 @@ static struct locus_trace *load_esft(const char *base)
 }
 
 static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",
-					      "ELDR --tau auto", "ELDR spill", "ELDR --no-mask",
+					      "ELDR fixed", "ELDR --no-mask",
 					      "ELDR exact (main)" };
 
 enum { NB = 3 }; /* figures per policy and replicate */
@@ -189,45 +193,81 @@ out:
 }
 
 /*
- * Options of the "ELDR" and "ELDR --no-mask" fits beyond the defaults
- * (--slack, --balance-price, --restarts, --decode-weight, --tau; < 0: the
- * default), to measure a variant against the oracle and main's fit.
+ * Options of the ELDR fits beyond the defaults (--slack, --balance-price,
+ * --restarts, --decode-weight, --tau, --centroids-per-decoder, --spill-tau,
+ * --spill-margin, --overflow; < 0: the default), to measure a variant
+ * against the oracle and main's fit. In the tuned row each fixes its choice.
  */
 static struct {
-	float slack, price, weight, tau;
-	int32_t restarts;
-} variant = { -1, -1, -1, -1, -1 };
+	float slack, price, weight, tau, spill_tau;
+	int32_t restarts, cpd, spill_margin, spread;
+} variant = { -1, -1, -1, -1, -1, -1, -1, -1, -1 };
 
-/*
- * The "ELDR spill" row's load spill (locus_eldr_router_set_spill): the
- * wider band and the margin (--spill-tau, --spill-margin). The defaults were
- * chosen on the calibration half's figures (20 orders): 0.2 and 1 kept the
- * K=8 busiest decoder below the oracle's at no cost in pairs per step.
- */
-static float spill_tau = 0.2f;
-static uint32_t spill_margin = 1;
-
-/*
- * tau for the --tau auto row: chosen by locusctl fit's procedure from the
- * calibration requests calib[n] of t alone (the held-out half is never
- * passed), replayed with this configuration's B. Prints the choice.
- */
-static int choose_tau(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
-		      const struct locus_eldrfit_opts *o, uint32_t B, float *tau,
-		      struct locus_error *e)
+/* o with the variant's options; the fixed rows' defaults otherwise. */
+static void apply_variant(struct locus_eldrfit_opts *o)
 {
-	struct locus_eldrfit_tau_opts to = { .batch = B, .replay = eldr_replay_router };
-	struct locus_eldrfit_tau_result r;
+	if (variant.slack >= 0)
+		o->slack = variant.slack;
+	if (variant.price >= 0)
+		o->balance_price = variant.price;
+	if (variant.weight >= 0)
+		o->decode_weight = variant.weight;
+	if (variant.tau >= 0)
+		o->tau = variant.tau;
+	if (variant.restarts >= 0)
+		o->restarts = (uint32_t)variant.restarts;
+	if (variant.cpd >= 0)
+		o->centroids_per_decoder = (uint32_t)variant.cpd;
+	if (variant.spill_tau >= 0) { /* 0: no spill, and no margin */
+		o->spill_tau = variant.spill_tau;
+		o->spill_margin = variant.spill_tau == 0.0f ? 0 :
+				  variant.spill_margin >= 0 ? (uint32_t)variant.spill_margin : 1;
+	}
+	if (variant.spread >= 0)
+		o->overflow_spread = variant.spread;
+}
 
-	if (locus_eldrfit_tau_choose(t, calib, n, o, &to, &r, e) < 0)
+/*
+ * The "ELDR" row's choices, as `locusctl fit --tau-batch B` makes them:
+ * locus_eldrfit_tune on the calibration requests calib[n] of t alone (the
+ * held-out half is never passed), the variant's options fixed. Sets o and
+ * prints the choice. A half too small to tune keeps the fixed defaults, as
+ * locusctl fit falls back.
+ */
+static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
+		struct locus_eldrfit_opts *o, uint32_t B, struct locus_error *e)
+{
+	struct locus_eldrfit_tune_opts to = { .batch = B, .replay = eldr_replay_router };
+	struct locus_eldrfit_tune_result r;
+	const struct locus_eldrfit_tune_point *c;
+	char spill[40];
+
+	if (n < 2 * o->n_decoders * B) {
+		printf("  tune skipped: %u calibration requests, the tuning needs 2 x K x B = %u "
+		       "(the fixed defaults fitted)\n", n, 2 * o->n_decoders * B);
+		return 0;
+	}
+	to.fixed = (variant.tau >= 0 ? LOCUS_ELDRFIT_FIX_TAU : 0) |
+		   (variant.price >= 0 ? LOCUS_ELDRFIT_FIX_PRICE : 0) |
+		   (variant.cpd >= 0 ? LOCUS_ELDRFIT_FIX_CPD : 0) |
+		   (variant.spill_tau >= 0 ? LOCUS_ELDRFIT_FIX_SPILL : 0) |
+		   (variant.spread >= 0 ? LOCUS_ELDRFIT_FIX_SPREAD : 0);
+	if (locus_eldrfit_tune(t, calib, n, o, &to, &r, e) < 0)
 		return -1;
-	printf("  tau auto (calibration half, 2 folds of %u/%u):", r.n_part[0], r.n_part[1]);
-	for (uint32_t g = 0; g < r.n_grid; g++)
-		printf(" %.3g:%.1f/%.2f%s", (double)r.pt[g].tau, r.pt[g].pairs, r.pt[g].load,
-		       g == r.chosen ? "*" : "");
-	printf("; bound %.2f (exact balance: %.1f/%.2f) -> tau %.3g\n", r.bound, r.ref_pairs,
-	       r.ref_load, (double)r.tau);
-	*tau = r.tau;
+	c = &r.pt[r.chosen];
+	if (c->spill_tau != 0.0f)
+		snprintf(spill, sizeof(spill), "spill tau %.3g margin %u", (double)c->spill_tau,
+			 c->spill_margin);
+	else
+		snprintf(spill, sizeof(spill), "no spill");
+	printf("  tune (calibration half, 2 folds of %u/%u, %u points): balance price %.3g, %u "
+	       "centroid(s) per decoder, tau %.3g, overflow %s, %s: %.1f pairs / load %.2f; "
+	       "bound %.2f (exact balance %.1f/%.2f)%s\n", r.n_part[0], r.n_part[1], r.n_pt,
+	       (double)c->balance_price, c->centroids_per_decoder, (double)c->tau,
+	       c->overflow_spread ? "spread" : "nearest", spill, c->pairs, c->load, r.bound,
+	       r.ref_pairs, r.ref_load, r.feasible ? "" : ", none within it: the least loaded");
+	locus_eldrfit_tune_apply(c, o);
+	locus_eldrfit_tune_result_free(&r);
 	return 0;
 }
 
@@ -245,23 +285,8 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 		locus_eldrfit_opts_default(&o, K);
 		if (p == QPOL_ELDR_NOMASK)
 			o.no_mask = 1;
-		if (variant.slack >= 0)
-			o.slack = variant.slack;
-		if (variant.price >= 0)
-			o.balance_price = variant.price;
-		if (variant.weight >= 0)
-			o.decode_weight = variant.weight;
-		if (variant.tau >= 0)
-			o.tau = variant.tau;
-		if (variant.restarts >= 0)
-			o.restarts = (uint32_t)variant.restarts;
-		if (p == QPOL_ELDR_TAU && n_calib < 2 * K * s->B) {
-			/* its two folds need a round each (locusctl fit refuses the same) */
-			printf("  fit %-18s skipped: %u calibration requests, tau auto needs 2 x K x "
-			       "B = %u\n", pol_name[p], n_calib, 2 * K * s->B);
-			continue;
-		}
-		if (p == QPOL_ELDR_TAU && choose_tau(t, calib, n_calib, &o, s->B, &o.tau, e) < 0)
+		apply_variant(&o);
+		if (p == QPOL_ELDR && tune(t, calib, n_calib, &o, s->B, e) < 0)
 			return -1;
 		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
 			o = (struct locus_eldrfit_opts){ .n_decoders = K, .tau = 0.1f, .seed = 1 };
@@ -278,14 +303,6 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 			locus_eldrfit_result_free(&res);
 			return -1;
 		}
-		if (p == QPOL_ELDR_SPILL &&
-		    locus_eldr_router_set_spill(s->r[p], spill_tau > o.tau ? spill_tau : o.tau,
-						spill_margin) < 0) {
-			locus_error_set(e, LOCUS_ERANGE, "spill tau %g", (double)spill_tau);
-			free(size);
-			locus_eldrfit_result_free(&res);
-			return -1;
-		}
 		for (uint32_t i = 0; i < res.n_used; i++)
 			size[res.assign[i]]++;
 		for (uint32_t k = 0; k < K; k++) {
@@ -293,16 +310,23 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 			mx = size[k] > mx ? size[k] : mx;
 		}
 		printf("  fit %-18s clusters of %u..%u calibration requests (bounds %u..%u), "
-		       "%u/%u layers, seed %llu of %u, %s\n", pol_name[p], mn, mx, res.size_lo,
-		       res.size_hi, res.n_masked, calt->n_layers, (unsigned long long)res.seed,
-		       o.restarts ? o.restarts : 1,
-		       res.decode_clustered ? "decode-aware" : "prefill only");
+		       "%u/%u layers, seed %llu of %u, %s, %u centroids, tau %.3g%s\n", pol_name[p],
+		       mn, mx, res.size_lo, res.size_hi, res.n_masked, calt->n_layers,
+		       (unsigned long long)res.seed, o.restarts ? o.restarts : 1,
+		       res.decode_clustered ? "decode-aware" : "prefill only", res.n_centroids,
+		       (double)o.tau, o.spill_tau != 0.0f ? ", spill" :
+		       o.overflow_spread ? ", spread" : "");
 		free(size);
 		locus_eldrfit_result_free(&res);
 	}
 	return 0;
 }
 
+/*
+ * Both halves side by side, each with its [95%] interval (over random halves
+ * of that half's requests): pairs per step (x round-robin; ELDR rows also
+ * in % against the oracle), the whole batch (held-out), the load.
+ */
 static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 {
 	const struct half *ho = &h[0], *ca = &h[1];
@@ -310,10 +334,10 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 
 	if (!tmp)
 		return;
-	printf("  %-18s %-49s %-28s %s\n", "pairs per step", "held-out: x round-robin, vs oracle",
-	       "calibration", "whole batch, held-out");
+	printf("  %-18s %-49s %-44s %s\n", "pairs per step", "held-out: x round-robin, vs oracle",
+	       "calibration: the same", "whole batch, held-out");
 	for (int p = 0; p < QPOL_N; p++) {
-		char vs[40] = "", vsc[24] = "";
+		char vs[40] = "", vsc[40] = "";
 
 		if (p >= QPOL_ELDR && !s->r[p]) {
 			printf("  %-18s not measured (not fitted, above)\n", pol_name[p]);
@@ -325,17 +349,19 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 			snprintf(vs, sizeof(vs), "%+.2f%% [%+.2f,%+.2f]",
 				 100.0 * (ho->mean.step[p] / ho->mean.step[QPOL_DOMAIN] - 1), lo2,
 				 hi2);
-			snprintf(vsc, sizeof(vsc), "%+.2f%%",
-				 100.0 * (ca->mean.step[p] / ca->mean.step[QPOL_DOMAIN] - 1));
+			interval(ca, R, p, 1, &lo2, &hi2, tmp);
+			snprintf(vsc, sizeof(vsc), "%+.2f%% [%+.2f,%+.2f]",
+				 100.0 * (ca->mean.step[p] / ca->mean.step[QPOL_DOMAIN] - 1), lo2,
+				 hi2);
 		}
-		printf("  %-18s %6.1f %.3fx [%.3f,%.3f] %-22s %6.1f %.3fx %-8s %7.1f %.3fx\n",
+		printf("  %-18s %6.1f %.3fx [%.3f,%.3f] %-22s %6.1f %.3fx %-24s %7.1f %.3fx\n",
 		       pol_name[p], ho->mean.step[p], ho->mean.step[QPOL_RR] > 0 ?
 		       ho->mean.step[p] / ho->mean.step[QPOL_RR] : 0, lo, hi, vs, ca->mean.step[p],
 		       ca->mean.step[QPOL_RR] > 0 ? ca->mean.step[p] / ca->mean.step[QPOL_RR] : 0,
 		       vsc, ho->mean.whole[p], ho->mean.whole[QPOL_RR] > 0 ?
 		       ho->mean.whole[p] / ho->mean.whole[QPOL_RR] : 0);
 	}
-	printf("  %-18s %-30s %-13s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
+	printf("  %-18s %-30s %-22s %-22s %s\n", "load, no cap", "max/mean per round: held-out",
 	       "calibration", "over all rounds: held", "calibration");
 	for (int p = 0; p < QPOL_N; p++) {
 		if (p >= QPOL_ELDR && !s->r[p]) {
@@ -343,9 +369,10 @@ static void print_config(const struct half *h, const struct qsim *s, uint32_t R)
 			continue;
 		}
 		interval(ho, R, p, 2, &lo, &hi, tmp);
-		printf("  %-18s %.2f [%.2f,%.2f]%-13s %-13.2f %-22.2f %.2f\n", pol_name[p],
-		       ho->mean.load[p], lo, hi, "", ca->mean.load[p], ho->mean.share[p],
-		       ca->mean.share[p]);
+		interval(ca, R, p, 2, &lo2, &hi2, tmp);
+		printf("  %-18s %.2f [%.2f,%.2f]%-13s %.2f [%.2f,%.2f]%-4s %-22.2f %.2f\n",
+		       pol_name[p], ho->mean.load[p], lo, hi, "", ca->mean.load[p], lo2, hi2, "",
+		       ho->mean.share[p], ca->mean.share[p]);
 	}
 	free(tmp);
 }
@@ -441,8 +468,8 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 	print_config(h, &s, R);
 	if (clairvoyant_orders && clairvoyant(&s, &h[0], clairvoyant_orders) < 0)
 		goto out;
-	for (int i = 0; i < 3; i++) {
-		static const int row[3] = { QPOL_ELDR, QPOL_ELDR_TAU, QPOL_ELDR_SPILL };
+	for (int i = 0; i < 2; i++) {
+		static const int row[2] = { QPOL_ELDR, QPOL_ELDR_FIXED };
 		int p = row[i];
 
 		if (!s.r[p]) { /* a row not fitted: not measured */
@@ -523,8 +550,8 @@ int main(int argc, char **argv)
 	static const uint32_t cfg[][2] = { { 4, 4 }, { 8, 4 }, { 4, 8 }, { 8, 2 } };
 	const char *data = getenv("LOCUS_DATA_DIR"), *trace = NULL;
 	char root[1024], dir[1100], sample[1100];
-	uint32_t orders = 50, R = 100, bo = 4, at_least[3] = { 0 }, no_busier[3] = { 0 };
-	double vs[4][3] = { { 0 } }, lo[4][3] = { { 0 } };
+	uint32_t orders = 50, R = 100, bo = 4, at_least[2] = { 0 }, no_busier[2] = { 0 };
+	double vs[4][2] = { { 0 } }, lo[4][2] = { { 0 } };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
 	int ret = 0;
@@ -554,14 +581,24 @@ int main(int argc, char **argv)
 			if (parse_float(argv[a + 1], 2, &variant.tau) < 0)
 				goto usage;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--spill-tau")) {
-			if (parse_float(argv[a + 1], 2, &spill_tau) < 0)
+			if (parse_float(argv[a + 1], 2, &variant.spill_tau) < 0)
 				goto usage;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--spill-margin")) {
-			if (strcmp(argv[a + 1], "0") &&
-			    parse_count(argv[a + 1], 1000000, &spill_margin) < 0)
+			uint32_t m;
+
+			if (parse_count(argv[a + 1], 1000000, &m) < 0)
 				goto usage;
-			if (!strcmp(argv[a + 1], "0"))
-				spill_margin = 0;
+			variant.spill_margin = (int32_t)m;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--centroids-per-decoder")) {
+			uint32_t m;
+
+			if (parse_count(argv[a + 1], LOCUS_ELDRFIT_MAX_CENTROIDS_PER_DECODER, &m) < 0)
+				goto usage;
+			variant.cpd = (int32_t)m;
+		} else if (a + 1 < argc && !strcmp(argv[a], "--overflow")) {
+			if (strcmp(argv[a + 1], "spread") && strcmp(argv[a + 1], "nearest"))
+				goto usage;
+			variant.spread = !strcmp(argv[a + 1], "spread");
 		} else if (a + 1 < argc && !strcmp(argv[a], "--clairvoyant")) {
 			if (strcmp(argv[a + 1], "0") &&
 			    parse_count(argv[a + 1], 1000, &clairvoyant_orders) < 0)
@@ -601,7 +638,7 @@ int main(int argc, char **argv)
 		int r = run(t, cfg[c][0], cfg[c][1], orders, R, bo, vs[c], lo[c]);
 
 		ret |= r;
-		for (int i = 0; i < 3; i++) {
+		for (int i = 0; i < 2; i++) {
 			if (r)
 				vs[c][i] = NAN; /* not measured */
 			if (isnan(vs[c][i]))
@@ -610,8 +647,8 @@ int main(int argc, char **argv)
 			no_busier[i] += lo[c][i] <= 0;
 		}
 	}
-	for (int i = 0; i < 3; i++) {
-		static const char *const name[3] = { "ELDR", "ELDR --tau auto", "ELDR spill" };
+	for (int i = 0; i < 2; i++) {
+		static const char *const name[2] = { "ELDR", "ELDR fixed" };
 
 		printf("%s against the oracle on held-out requests, per decode step "
 		       "(busiest decoder's load):", name[i]);
@@ -619,7 +656,7 @@ int main(int argc, char **argv)
 			if (isnan(vs[c][i]))
 				printf(" K=%u B=%u n/a", cfg[c][0], cfg[c][1]);
 			else
-				printf(" K=%u B=%u %+.2f%% (%+.2f)", cfg[c][0], cfg[c][1],
+				printf(" K=%u B=%u %+.2f%% (%+.3f)", cfg[c][0], cfg[c][1],
 				       vs[c][i], lo[c][i]);
 		printf("; reads no more than the oracle at %u of 4, no busier at %u of 4\n",
 		       at_least[i], no_busier[i]);
@@ -629,7 +666,7 @@ int main(int argc, char **argv)
 usage:
 	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
-		"[--decode-weight W] [--tau T] [--spill-tau T] [--spill-margin M] "
-		"[--clairvoyant N]\n");
+		"[--decode-weight W] [--tau T] [--centroids-per-decoder M] [--spill-tau T] "
+		"[--spill-margin M] [--overflow spread|nearest] [--clairvoyant N]\n");
 	return 2;
 }

@@ -13,9 +13,8 @@
 enum {
 	QPOL_RR,          /* request i of a round -> decoder i mod K */
 	QPOL_DOMAIN,      /* oracle labels */
-	QPOL_ELDR,        /* locusctl fit's default fit */
-	QPOL_ELDR_TAU,    /* the same with --tau auto (chosen on the calibration half) */
-	QPOL_ELDR_SPILL,  /* the default fit routed with the router's load spill */
+	QPOL_ELDR,        /* locusctl fit's default: tuned on the calibration half (eldr_tune.c) */
+	QPOL_ELDR_FIXED,  /* --tune off: tau 0.1, one centroid per decoder, no spill */
 	QPOL_ELDR_NOMASK, /* the same with every layer */
 	QPOL_ELDR_EXACT,  /* main's fit: exact balance, one seed, prefill only */
 	QPOL_N,

@@ -291,7 +291,7 @@ static void run(const struct locus_trace *t, uint32_t K, uint32_t R, uint32_t B)
 	void *blob[N_PL], *rmem;
 	size_t blen[N_PL], msz;
 
-	/* the ELDR table locusctl fit writes by default: what locusd would route with */
+	/* the ELDR table locusctl fit --tune off writes (the fixed defaults) */
 	locus_eldrfit_opts_default(&eo, K);
 	eo.seed = 1;
 	half[0] = calloc(t->n_requests, sizeof(uint32_t));

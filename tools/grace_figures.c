@@ -1,28 +1,36 @@
 // SPDX-License-Identifier: MIT
 /*
- * GRACE figures on real routing data (../shared/data, or $LOCUS_DATA_DIR).
+ * GRACE against EPLB on real routing data (../shared/data, or
+ * $LOCUS_DATA_DIR), on tokens the placements were not fitted on.
  *
- * ESFT (per-token top-6 of 64 experts, 26 layers, 4 domains): each domain's
- * even-numbered sequences calibrate, the odd ones are evaluated, so nothing
- * is scored on the data it was fitted on. Evaluated token i sits on source
- * rank i mod N (data-parallel ranks). For every topology and placement:
- *   pairs@GPU / pairs@node  fraction of (token, expert) pairs served on the
- *                           token's own GPU / own node
- *   rows/tok node, remote   token rows sent to another GPU of the node / to
- *                           another node (a row goes once per destination)
- *   max/mean                GPU load (pairs served) max over mean, averaged
- *                           over layers
- * Placements: uniform contiguous; EPLB-style greedy packing (hottest expert
- * first onto the least-loaded GPU, equal expert counts); GRACE grouping
- * only; grouping + replication routed by weighted round robin over all
- * copies (no locality); + TAR (the locus planner: local copy first).
+ * ESFT (per-token top-6 of 64 experts, 26 layers, 4 domains; each token's
+ * experts in descending gate weight, the order vLLM's top-k emits): every
+ * placement is fitted per domain on the first half of its sequences and
+ * scored on that half (calibration), on the second half (held-out), and on
+ * the other three domains whole (domain shift). Token t of a scored set sits
+ * on source GPU t mod N; each (source GPU, layer) is one batch. Placements,
+ * at the same redundant slots (grace_figures.h):
+ *   uniform contiguous     E/N consecutive experts per GPU
+ *   EPLB, 1 group          DeepSeek's EPLB as vLLM calls it for this model
+ *                          (num_groups = its n_group = 1: the global policy,
+ *                          hierarchical with one group on one node)
+ *   EPLB, 8 groups         EPLB's hierarchical policy with DeepSeek-V3's 8
+ *                          groups (of 8 consecutive experts here)
+ *   GRACE grouping only    locusctl fit --grace without replication
+ *   GRACE grouping+repl.   locusctl fit --grace
+ *   EPLB at GRACE's peak   EPLB, 1 group, with as many slots on every GPU as
+ *                          GRACE's fullest GPU holds (same per-GPU memory)
+ * EPLB's copies are chosen as vLLM does (flattened position mod copies),
+ * GRACE's by the locus planner (a copy on the source GPU, else the node's,
+ * else any, by smooth weighted round robin). Per placement: token rows off
+ * the source GPU and to other nodes per token-layer (one row per distinct
+ * destination GPU), per-layer max/mean and CV (std/mean) of the pairs each
+ * GPU serves over the scored set, averaged over layers and fitted domains;
+ * slots/GPU is the fullest GPU's expert copies. Then GRACE minus EPLB,
+ * paired, with 95 % bootstrap intervals over sequences (resampled within
+ * each domain's half).
  *
- * OLMoE (loads only, 3 layers, 6 domains): there is no co-activation, so
- * only the balance columns: uniform, greedy, uniform + replication, fitted
- * on c4 and evaluated on every domain (a replicated expert's load split by
- * the planner's round-robin weights).
- *
- * Capacity per GPU: ceil(E/N) * 3/2; replica budget: max(1, ceil(E/N)/4).
+ * OLMoE (loads only): grace_olmoe.c.
  */
 #include <errno.h>
 #include <math.h>
@@ -31,80 +39,63 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "grace_figures.h"
+#include "grace_heldout.h"
 #include "locus_grace_plan.h"
-#include "locus_gracefit.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
 
-#define HDR sizeof(struct locus_tbl_hdr)
-#define N_STRAT 5
+#define N_DOM LOCUS_TRACE_ESFT_DOMAINS
+#define N_PL 6
+#define N_CELL 3
+#define BOOT 1000
 
-static const char *const strat_name[N_STRAT] = {
-	"uniform contiguous", "EPLB greedy packing", "grouping only",
-	"grouping+replication", "  + TAR (locus)",
+/* fitted in this order: EPLB at GRACE's peak takes the slots of GRACE's fullest GPU */
+enum { PL_UNIFORM, PL_EPLB1, PL_EPLB8, PL_GROUP, PL_GRACE, PL_EPLBPEAK };
+static const char *const pl_name[N_PL] = {
+	"uniform contiguous", "EPLB, 1 group (vLLM)", "EPLB, 8 groups", "GRACE grouping only",
+	"GRACE grouping+repl.", "EPLB at GRACE's peak",
 };
+static const char *const cell_name[N_CELL] = { "calibration", "held-out", "domain shift" };
 
-struct topo {
-	uint32_t nodes, gpus;
-};
+/* The comparisons reported with intervals: a minus b. */
+static const struct {
+	int a, b;
+} cmp[] = { { PL_GRACE, PL_EPLB1 }, { PL_GRACE, PL_EPLB8 }, { PL_GROUP, PL_EPLB1 },
+	    { PL_GRACE, PL_EPLBPEAK } };
+#define N_CMP (sizeof(cmp) / sizeof(cmp[0]))
 
-static const struct topo topos[] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
+const struct gf_topo gf_topos[GF_N_TOPOS] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
 
-struct score {
-	double pairs, gpu, node, rows_node, rows_remote, tokens, mm;
-	uint32_t layers;
-};
-
-static void die(const char *what, const struct locus_error *err, int rc)
+void gf_die(const char *what, const struct locus_error *err, int rc)
 {
 	fprintf(stderr, "grace_figures: %s: %s (%s)\n", what, err ? err->msg : "",
 		locus_strerror(rc));
 	exit(1);
 }
 
-static struct locus_gracefit_topo mk_topo(const struct topo *t, uint32_t E)
+static uint32_t per_gpu_budget(const struct gf_topo *t, uint32_t E)
+{
+	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
+
+	return LOCUS_MAX(1u, m / 4);
+}
+
+struct locus_gracefit_topo gf_grace_topo(const struct gf_topo *t, uint32_t E)
 {
 	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
 
 	return (struct locus_gracefit_topo){ .n_nodes = t->nodes, .gpus_per_node = t->gpus,
 					     .capacity = (m * 3 + 1) / 2,
-					     .replica_budget = LOCUS_MAX(1u, m / 4) };
+					     .replica_budget = per_gpu_budget(t, E) };
 }
 
-/* EPLB-style balanced packing: equal counts, hottest first, least load. */
-static void greedy_pack(const double *W, uint32_t E, uint32_t N, uint16_t *primary)
+uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E)
 {
-	uint32_t per = (E + N - 1) / N, *cnt = calloc(N, sizeof(*cnt)), *ord = malloc(E * 4);
-	double *load = calloc(N, sizeof(*load));
-
-	for (uint32_t e = 0; e < E; e++)
-		ord[e] = e;
-	for (uint32_t i = 1; i < E; i++) {
-		uint32_t v = ord[i], j = i;
-
-		while (j > 0 && W[ord[j - 1]] < W[v]) {
-			ord[j] = ord[j - 1];
-			j--;
-		}
-		ord[j] = v;
-	}
-	for (uint32_t i = 0; i < E; i++) {
-		uint32_t best = N;
-
-		for (uint32_t r = 0; r < N; r++)
-			if (cnt[r] < per && (best == N || load[r] < load[best]))
-				best = r;
-		primary[ord[i]] = (uint16_t)best;
-		cnt[best]++;
-		load[best] += W[ord[i]];
-	}
-	free(cnt);
-	free(ord);
-	free(load);
+	return E + t->nodes * t->gpus * per_gpu_budget(t, E);
 }
 
-/* The planner map of a sealed blob (built, checked). */
-static void *to_map(const void *blob, size_t len)
+void *gf_map(const void *blob, size_t len)
 {
 	struct locus_error err = { 0 };
 	const void *pl;
@@ -113,400 +104,387 @@ static void *to_map(const void *blob, size_t len)
 	int rc = locus_grace_blob_check(blob, len, &pl, &plen, &err);
 
 	if (rc)
-		die("table check", &err, rc);
+		gf_die("table check", &err, rc);
 	msz = locus_grace_map_size(pl);
 	if (posix_memalign(&m, 64, msz))
-		die("map", NULL, ENOMEM);
+		gf_die("map", NULL, -ENOMEM);
 	rc = locus_grace_map_build(m, msz, pl, plen, 1, &err);
 	if (rc)
-		die("map build", &err, rc);
+		gf_die("map build", &err, rc);
 	return m;
 }
 
-/* Replace a blob's primaries (no replicas) and recompute W'. */
-static void set_primaries(void *blob, size_t len, const double *W, const uint16_t *pri_all)
-{
-	struct locus_grace_view v;
-	double pred[LOCUS_GRACE_MAX_RANKS];
-	uint32_t L, E, N, R;
-
-	locus_grace_view_init(&v, (uint8_t *)blob + HDR, len - HDR, NULL);
-	L = v.dims->n_layers;
-	E = v.dims->n_experts;
-	N = locus_grace_n_ranks(v.dims);
-	R = v.dims->max_replicas;
-	memcpy(v.primary, pri_all, (size_t)L * E * sizeof(uint16_t));
-	for (size_t i = 0; i < (size_t)L * E * R; i++)
-		v.replica[i] = LOCUS_GRACE_NO_RANK;
-	for (uint32_t l = 0; l < L; l++) {
-		locus_gracefit_predict(v.dims, W + (size_t)l * E, v.primary + (size_t)l * E, NULL,
-				       pred);
-		for (uint32_t r = 0; r < N; r++)
-			v.pred_load[(size_t)l * N + r] = (float)pred[r];
-	}
-	locus_tbl_seal(blob, len, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION, len - HDR);
-}
-
-/*
- * Score one batch of tokens from source src whose destinations are in dst
- * ([n][k]): pair locality, rows per tier (one per distinct destination),
- * load per rank.
- */
-static void score_batch(const uint16_t *dst, uint32_t n, uint32_t k, uint32_t src,
-			uint32_t gpn, double *load, struct score *s)
-{
-	for (uint32_t t = 0; t < n; t++) {
-		const uint16_t *d = dst + (size_t)t * k;
-
-		for (uint32_t j = 0; j < k; j++) {
-			enum locus_grace_tier tier = locus_grace_tier_of(src, d[j], gpn);
-			int first = 1;
-
-			load[d[j]] += 1;
-			s->pairs += 1;
-			s->gpu += tier == LOCUS_GRACE_TIER_GPU;
-			s->node += tier != LOCUS_GRACE_TIER_REMOTE;
-			for (uint32_t q = 0; q < j; q++)
-				first &= d[q] != d[j];
-			if (first) {
-				s->rows_node += tier == LOCUS_GRACE_TIER_NODE;
-				s->rows_remote += tier == LOCUS_GRACE_TIER_REMOTE;
-			}
-		}
-	}
-	s->tokens += n;
-}
-
-static void add_layer_balance(const double *load, uint32_t N, struct score *s)
-{
-	double sum = 0, mx = 0;
-
-	for (uint32_t r = 0; r < N; r++) {
-		sum += load[r];
-		mx = fmax(mx, load[r]);
-	}
-	if (sum > 0) {
-		s->mm += mx / (sum / N);
-		s->layers++;
-	}
-}
-
-struct evalset {
-	uint32_t L, k, E, n_tok;
-	uint16_t *ids; /* [L][n_tok][k] */
+/* One ESFT domain: its two halves and the profile of the first. */
+struct domain {
+	struct locus_trace *t;
+	struct gh_set half[2];
+	struct locus_gracefit_profile prof;
 };
 
-/* Weighted round robin over all copies, ignoring locality (the WRR baseline). */
-static uint16_t wrr_all(const struct locus_grace_map *m, int32_t *cur, uint32_t l, uint32_t e)
+static void half_set(const struct locus_trace *t, uint32_t from, uint32_t to, struct gh_set *s)
 {
-	size_t le = (size_t)l * m->dims.n_experts + e;
-	const uint16_t *rk = locus_grace_map_ranks(m) + le * m->n_slots;
-	const uint16_t *w = locus_grace_map_weights(m) + le * m->n_slots;
-	int32_t *c = cur + le * m->n_slots, tot = 0;
-	uint32_t n = locus_grace_map_ncopies(m)[le], best = 0;
+	uint32_t at = 0;
 
-	for (uint32_t i = 0; i < n; i++) {
-		c[i] += w[i];
-		tot += w[i];
-		if (c[i] > c[best])
-			best = i;
-	}
-	c[best] -= tot;
-	return rk[best];
+	s->L = t->n_layers;
+	s->k = t->k;
+	s->n_seq = to - from;
+	s->tok0 = calloc(s->n_seq + 1, sizeof(uint32_t));
+	for (uint32_t r = from; r < to; r++)
+		s->tok0[r - from + 1] = s->tok0[r - from] + t->reqs[r].prompt_len;
+	s->n_tok = s->tok0[s->n_seq];
+	s->ids = malloc((size_t)s->L * s->n_tok * s->k * sizeof(uint16_t));
+	if (!s->tok0 || !s->ids)
+		gf_die("sets", NULL, -ENOMEM);
+	for (uint32_t r = from; r < to; r++)
+		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++, at++)
+			for (uint32_t l = 0; l < s->L; l++)
+				memcpy(s->ids + ((size_t)l * s->n_tok + at) * s->k,
+				       locus_trace_tok(t, t->reqs[r].prompt, tok, l),
+				       s->k * sizeof(uint16_t));
 }
 
-static void evaluate(const struct locus_grace_map *m, const struct evalset *ev, int tar,
-		     struct score *s)
+static void domain_load(const char *root, const char *dom, struct domain *d)
 {
-	uint32_t N = m->n_ranks, gpn = m->dims.gpus_per_node, k = ev->k;
-	uint32_t max_tok = ev->n_tok / N + 1;
-	size_t pm = locus_grace_plan_mem_size(max_tok, k, N);
-	size_t ssz = locus_grace_plan_state_size(&m->dims);
-	struct locus_grace_plan plan;
-	void *pmem = malloc(pm), **st = calloc(m->dims.n_nodes, sizeof(void *));
-	uint16_t *ids = malloc((size_t)max_tok * k * 2), *dst = malloc((size_t)max_tok * k * 2);
-	int32_t *cur = calloc((size_t)m->dims.n_layers * m->dims.n_experts * m->n_slots, 4);
-	double *load = calloc(N, sizeof(double));
 	struct locus_error err = { 0 };
-
-	locus_grace_plan_init(&plan, pmem, pm, max_tok, k, N);
-	for (uint32_t nd = 0; nd < m->dims.n_nodes; nd++) {
-		if (posix_memalign(&st[nd], 64, ssz))
-			die("state", NULL, ENOMEM);
-		locus_grace_plan_state_init(st[nd], ssz, m, nd, NULL);
-	}
-	for (uint32_t l = 0; l < ev->L; l++) {
-		memset(load, 0, N * sizeof(double));
-		for (uint32_t src = 0; src < N; src++) {
-			uint32_t n = 0;
-
-			for (uint32_t t = src; t < ev->n_tok; t += N, n++)
-				memcpy(ids + (size_t)n * k, ev->ids + ((size_t)l * ev->n_tok + t) * k,
-				       k * 2);
-			if (!n)
-				continue;
-			if (tar) {
-				struct locus_grace_batch b = { .layer = l, .src_rank = src,
-							       .n_tokens = n, .top_k = k,
-							       .experts = ids };
-				int rc = locus_grace_plan_batch(st[src / gpn], m, &b, &plan, &err);
-
-				if (rc < 0)
-					die("plan", &err, rc);
-				for (size_t i = 0; i < (size_t)n * k; i++)
-					dst[i] = plan.slots[i].rank;
-			} else {
-				for (size_t i = 0; i < (size_t)n * k; i++)
-					dst[i] = wrr_all(m, cur, l, ids[i]);
-			}
-			score_batch(dst, n, k, src, gpn, load, s);
-		}
-		add_layer_balance(load, N, s);
-	}
-	for (uint32_t nd = 0; nd < m->dims.n_nodes; nd++)
-		free(st[nd]);
-	free(st);
-	free(pmem);
-	free(ids);
-	free(dst);
-	free(cur);
-	free(load);
-}
-
-static void esft_domain(const char *root, const char *dom, struct score sc[][N_STRAT],
-			double *r_sum, double *u_sum, double *u0_sum)
-{
-	char dir[512];
-	struct locus_trace *t = NULL;
-	struct locus_gracefit_profile p;
-	struct locus_error err = { 0 };
-	struct evalset ev = { 0 };
+	char dir[4200];
+	uint32_t h;
 	int rc;
 
 	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", root, dom);
-	rc = locus_trace_load_esft(dir, dom, 26, 6, 64, &t, &err);
+	rc = locus_trace_load_esft_flags(dir, dom, 26, 6, 64, LOCUS_TRACE_ESFT_GATE_ORDER, &d->t,
+					 &err);
 	if (rc)
-		die(dir, &err, rc);
-	ev.L = t->n_layers;
-	ev.k = t->k;
-	ev.E = t->n_experts;
-	rc = locus_gracefit_profile_init(&p, ev.L, ev.E, 1, &err);
+		gf_die(dir, &err, rc);
+	h = d->t->n_requests / 2;
+	half_set(d->t, 0, h, &d->half[0]);
+	half_set(d->t, h, d->t->n_requests, &d->half[1]);
+	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
+	for (uint32_t r = 0; !rc && r < h; r++) {
+		const struct locus_trace_req *q = &d->t->reqs[r];
+
+		for (uint32_t tok = 0; !rc && tok < q->prompt_len; tok++)
+			for (uint32_t l = 0; !rc && l < d->t->n_layers; l++)
+				rc = locus_gracefit_profile_add(&d->prof, l,
+								locus_trace_tok(d->t, q->prompt,
+										tok, l),
+								1, d->t->k, &err);
+	}
 	if (rc)
-		die("profile", &err, rc);
-	for (uint32_t r = 0; r < t->n_requests; r++)
-		if (r % 2)
-			ev.n_tok += t->reqs[r].prompt_len;
-	ev.ids = malloc((size_t)ev.L * ev.n_tok * ev.k * 2);
-	for (uint32_t l = 0; l < ev.L; l++) {
-		uint32_t at = 0;
-
-		for (uint32_t r = 0; r < t->n_requests; r++) {
-			const struct locus_trace_req *q = &t->reqs[r];
-
-			for (uint32_t tok = 0; tok < q->prompt_len; tok++) {
-				const uint16_t *x = locus_trace_tok(t, q->prompt, tok, l);
-
-				if (r % 2 == 0) {
-					rc = locus_gracefit_profile_add(&p, l, x, 1, ev.k, &err);
-					if (rc)
-						die("profile", &err, rc);
-				} else {
-					memcpy(ev.ids + ((size_t)l * ev.n_tok + at++) * ev.k, x,
-					       ev.k * 2);
-				}
-			}
-		}
-	}
-	for (size_t ti = 0; ti < LOCUS_ARRAY_SIZE(topos); ti++) {
-		struct locus_gracefit_topo tp = mk_topo(&topos[ti], ev.E);
-		struct locus_gracefit_opts o[N_STRAT] = {
-			{ .r = -1, .seed = 1, .no_grouping = 1, .no_replication = 1 },
-			{ .r = -1, .seed = 1, .no_grouping = 1, .no_replication = 1 },
-			{ .r = -1, .seed = 1, .no_replication = 1 },
-			{ .r = -1, .seed = 1 },
-			{ .r = -1, .seed = 1 },
-		};
-		struct locus_gracefit_layer_info *li = calloc(ev.L, sizeof(*li));
-		uint32_t N = topos[ti].nodes * topos[ti].gpus;
-
-		for (int s = 0; s < N_STRAT; s++) {
-			void *blob = NULL, *m;
-			size_t len;
-
-			rc = locus_gracefit_fit(&p, &tp, &o[s], &blob, &len, li, &err);
-			if (rc)
-				die("fit", &err, rc);
-			if (s == 1) {
-				uint16_t *pri = malloc((size_t)ev.L * ev.E * 2);
-
-				for (uint32_t l = 0; l < ev.L; l++)
-					greedy_pack(p.W + (size_t)l * ev.E, ev.E, N,
-						    pri + (size_t)l * ev.E);
-				set_primaries(blob, len, p.W, pri);
-				free(pri);
-			}
-			if (s == 3) {
-				for (uint32_t l = 0; l < ev.L; l++) {
-					r_sum[ti] += li[l].r / ev.L;
-					u_sum[ti] += li[l].U / ev.L;
-					u0_sum[ti] += li[l].U_uniform / ev.L;
-				}
-			}
-			m = to_map(blob, len);
-			evaluate(m, &ev, s == 4, &sc[ti][s]);
-			free(m);
-			free(blob);
-		}
-		free(li);
-	}
-	free(ev.ids);
-	locus_gracefit_profile_free(&p);
-	locus_trace_free(t);
+		gf_die("profile", &err, rc);
 }
 
-/* ---- OLMoE loads ------------------------------------------------------- */
-
-#define OL_DOMS 6
-#define OL_LAYERS 3
-static const char *const ol_dom[OL_DOMS] = { "arxiv", "book", "c4", "github", "tulu",
-					     "wikipedia" };
-
-static int olmoe_load(const char *root, double W[OL_DOMS][OL_LAYERS][64])
+static void domain_free(struct domain *d)
 {
-	char path[512], line[256];
-	FILE *f;
-	int n = 0;
-
-	snprintf(path, sizeof(path), "%s/olmoe/expert_counts.csv", root);
-	f = fopen(path, "r");
-	if (!f) {
-		fprintf(stderr, "grace_figures: %s: %s\n", path, strerror(errno));
-		return -1;
+	for (int h = 0; h < 2; h++) {
+		free(d->half[h].tok0);
+		free(d->half[h].ids);
 	}
-	memset(W, 0, sizeof(double) * OL_DOMS * OL_LAYERS * 64);
-	while (fgets(line, sizeof(line), f)) {
-		char md[32], model[64], dom[32], sel[16];
-		int layer, e, li = -1, di = -1;
-		long long cnt;
+	locus_gracefit_profile_free(&d->prof);
+	locus_trace_free(d->t);
+}
 
-		if (sscanf(line, "%31[^,],%63[^,],%31[^,],%15[^,],%d,%d,%lld", md, model, dom,
-			   sel, &layer, &e, &cnt) != 7)
-			continue; /* the header line */
-		if (strcmp(md, "olmoe") || strcmp(sel, "topk"))
+/* One topology's scores: [placement][fitted domain][scored domain][half]. */
+struct topo_run {
+	struct gh_score sc[N_PL][N_DOM][N_DOM][2];
+	double r, U, U0, reps;   /* GRACE's grouping ratio, affinity kept, replicas per layer */
+	double eplb_planned;     /* EPLB (1 group)'s own max/mean: each copy W / copies */
+};
+
+/* max/mean of a plan's GPU loads on W[L][E] with each copy taking W / copies. */
+static double eplb_planned_mm(const struct locus_gracefit_eplb *p, const double *W)
+{
+	uint32_t S = p->n_phys / p->n_gpus;
+	double mm = 0;
+
+	for (uint32_t l = 0; l < p->n_layers; l++) {
+		double load[LOCUS_GRACE_MAX_RANKS] = { 0 }, sum = 0, mx = 0;
+
+		for (uint32_t s = 0; s < p->n_phys; s++) {
+			int32_t e = p->phy2log[(size_t)l * p->n_phys + s];
+			size_t le = (size_t)l * p->n_experts + (uint32_t)e;
+
+			load[s / S] += W[le] / p->logcnt[le];
+		}
+		for (uint32_t r = 0; r < p->n_gpus; r++) {
+			sum += load[r];
+			mx = fmax(mx, load[r]);
+		}
+		mm += sum > 0 ? mx / (sum / p->n_gpus) / p->n_layers : 0;
+	}
+	return mm;
+}
+
+/* Fit every placement on domain f and score it on every half of every domain. */
+static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t f,
+			  struct topo_run *run)
+{
+	const struct domain *d = &dom[f];
+	uint32_t L = d->prof.n_layers, E = d->prof.n_experts, N = t->nodes * t->gpus;
+	struct locus_gracefit_topo tp = gf_grace_topo(t, E);
+	struct locus_gracefit_layer_info *li = calloc(L, sizeof(*li));
+	struct locus_error err = { 0 };
+	int rc;
+
+	for (int p = 0; p < N_PL; p++) {
+		struct locus_gracefit_opts o = { .r = -1, .seed = 1,
+						 .no_grouping = p == PL_UNIFORM,
+						 .no_replication = p != PL_GRACE };
+		struct locus_gracefit_eplb eplb;
+		void *blob = NULL, *m = NULL;
+		size_t len;
+
+		if (p == PL_EPLB1 || p == PL_EPLB8 || p == PL_EPLBPEAK) {
+			uint32_t P = p == PL_EPLBPEAK ? N * run->sc[PL_GRACE][f][0][0].slots_max :
+							gf_eplb_slots(t, E);
+
+			uint32_t groups = p == PL_EPLB8 ? 8 : 1;
+
+			rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, P, groups, t->nodes, N,
+							   &eplb, &err);
+			if (rc)
+				gf_die("EPLB", &err, rc);
+			if (p == PL_EPLB1)
+				run->eplb_planned += eplb_planned_mm(&eplb, d->prof.W) / N_DOM;
+		} else {
+			rc = locus_gracefit_fit(&d->prof, &tp, &o, &blob, &len, li, &err);
+			if (rc)
+				gf_die("fit", &err, rc);
+			m = gf_map(blob, len);
+		}
+		for (uint32_t e = 0; p == PL_GRACE && e < L; e++) {
+			run->r += li[e].r / (L * N_DOM);
+			run->U += li[e].U / (L * N_DOM);
+			run->U0 += li[e].U_uniform / (L * N_DOM);
+			run->reps += (double)li[e].n_replicas / (L * N_DOM);
+		}
+		for (uint32_t x = 0; x < N_DOM; x++)
+			for (int h = 0; h < 2; h++) {
+				struct gh_score *s = &run->sc[p][f][x][h];
+
+				if (m)
+					gh_score_grace(m, &dom[x].half[h], s);
+				else
+					gh_score_eplb(&eplb, t->gpus, &dom[x].half[h], s);
+			}
+		if (!m)
+			locus_gracefit_eplb_free(&eplb);
+		free(m);
+		free(blob);
+	}
+	free(li);
+}
+
+/* The units of a cell for placement p, with draw counts cnt (NULL: once each). */
+static size_t cell_units(const struct topo_run *run, int p, int cell,
+			 const uint32_t *const cnt[N_DOM][2], struct gh_unit *u)
+{
+	size_t n = 0;
+
+	for (uint32_t f = 0; f < N_DOM; f++) {
+		if (cell < 2) {
+			u[n++] = (struct gh_unit){ .sc = { &run->sc[p][f][f][cell] },
+						   .cnt = { cnt ? cnt[f][cell] : NULL }, .n = 1 };
 			continue;
-		for (int i = 0; i < OL_DOMS; i++)
-			if (!strcmp(dom, ol_dom[i]))
-				di = i;
-		li = layer == 0 ? 0 : layer == 7 ? 1 : layer == 15 ? 2 : -1;
-		if (di < 0 || li < 0 || e < 0 || e >= 64 || cnt < 0) {
-			fprintf(stderr, "grace_figures: %s: unexpected row: %s", path, line);
-			fclose(f);
-			return -1;
 		}
-		W[di][li][e] = (double)cnt;
-		n++;
+		for (uint32_t x = 0; x < N_DOM; x++)
+			if (x != f)
+				u[n++] = (struct gh_unit){
+					.sc = { &run->sc[p][f][x][0], &run->sc[p][f][x][1] },
+					.cnt = { cnt ? cnt[x][0] : NULL, cnt ? cnt[x][1] : NULL },
+					.n = 2 };
 	}
-	fclose(f);
-	if (n != OL_DOMS * OL_LAYERS * 64) {
-		fprintf(stderr, "grace_figures: %s: %d OLMoE top-k rows, expected %d\n", path, n,
-			OL_DOMS * OL_LAYERS * 64);
-		return -1;
-	}
-	return 0;
+	return n;
 }
 
-/* max/mean GPU load with each expert's load split by the SWRR weights. */
-static double olmoe_mm(const struct locus_grace_map *m, uint32_t l, const double *W)
+static void cell_metrics(const struct topo_run *run, int p, int cell,
+			 const uint32_t *const cnt[N_DOM][2], struct gh_metrics *m)
 {
-	uint32_t E = m->dims.n_experts, N = m->n_ranks;
-	double load[LOCUS_GRACE_MAX_RANKS] = { 0 }, sum = 0, mx = 0;
+	struct gh_unit u[N_DOM * N_DOM];
+	size_t n = cell_units(run, p, cell, cnt, u);
 
-	for (uint32_t e = 0; e < E; e++) {
-		size_t le = (size_t)l * E + e;
-		const uint16_t *rk = locus_grace_map_ranks(m) + le * m->n_slots;
-		const uint16_t *w = locus_grace_map_weights(m) + le * m->n_slots;
-		uint32_t n = locus_grace_map_ncopies(m)[le];
-		double tw = 0;
-
-		for (uint32_t i = 0; i < n; i++)
-			tw += w[i];
-		for (uint32_t i = 0; i < n; i++)
-			load[rk[i]] += W[e] * w[i] / tw;
-	}
-	for (uint32_t r = 0; r < N; r++) {
-		sum += load[r];
-		mx = fmax(mx, load[r]);
-	}
-	return mx / (sum / N);
+	gh_metrics(u, n, m);
 }
 
-static void olmoe_figures(const char *root)
+/* Paired differences over resamples: [cell][comparison][metric][resample]. */
+struct boot {
+	double d[N_CELL][N_CMP][4][BOOT];
+};
+
+static double rel(double a, double b)
 {
-	static double W[OL_DOMS][OL_LAYERS][64];
-	const int calib = 2; /* c4 */
+	return b > 0 ? a / b - 1 : NAN;
+}
 
-	if (olmoe_load(root, W))
-		exit(1);
-	printf("\nOLMoE-1B-7B top-8 loads (layers 0, 7, 15; 64 experts): fitted on c4, "
-	       "max/mean GPU load\nevaluated on each of the 6 domains (loads only: no "
-	       "grouping, no locality columns)\n");
-	printf("%-6s %-22s %9s %9s %9s\n", "topo", "placement", "c4 (fit)", "mean", "worst");
-	for (size_t ti = 0; ti < LOCUS_ARRAY_SIZE(topos); ti++) {
-		struct locus_gracefit_topo tp = mk_topo(&topos[ti], 64);
-		struct locus_gracefit_profile p;
-		struct locus_error err = { 0 };
-		static const char *const nm[3] = { "uniform contiguous", "EPLB greedy packing",
-						   "uniform+replication" };
-		int rc = locus_gracefit_profile_init(&p, OL_LAYERS, 64, 0, &err);
+static void bootstrap(const struct topo_run *run, const struct domain *dom, struct boot *bt)
+{
+	uint32_t *cnt[N_DOM][2];
+	uint64_t seed = 20260601;
 
-		if (rc)
-			die("profile", &err, rc);
-		memcpy(p.W, W[calib], sizeof(W[calib]));
-		for (int s = 0; s < 3; s++) {
-			struct locus_gracefit_opts o = { .r = -1, .seed = 1, .no_grouping = 1,
-							 .no_replication = s != 2 };
-			void *blob = NULL, *m;
-			size_t len;
-			double mean = 0, worst = 0, self = 0;
+	for (uint32_t x = 0; x < N_DOM; x++)
+		for (int h = 0; h < 2; h++)
+			cnt[x][h] = calloc(dom[x].half[h].n_seq, sizeof(uint32_t));
+	for (uint32_t b = 0; b < BOOT; b++) {
+		for (uint32_t x = 0; x < N_DOM; x++)
+			for (int h = 0; h < 2; h++) {
+				uint32_t n = dom[x].half[h].n_seq;
 
-			rc = locus_gracefit_fit(&p, &tp, &o, &blob, &len, NULL, &err);
-			if (rc)
-				die("fit", &err, rc);
-			if (s == 1) {
-				uint16_t pri[OL_LAYERS * 64];
-
-				for (int l = 0; l < OL_LAYERS; l++)
-					greedy_pack(W[calib][l], 64, tp.n_nodes * tp.gpus_per_node,
-						    pri + l * 64);
-				set_primaries(blob, len, p.W, pri);
+				memset(cnt[x][h], 0, n * sizeof(uint32_t));
+				for (uint32_t i = 0; i < n; i++)
+					cnt[x][h][gh_draw(&seed, n)]++;
 			}
-			m = to_map(blob, len);
-			for (int d = 0; d < OL_DOMS; d++) {
-				double mm = 0;
+		for (int c = 0; c < N_CELL; c++) {
+			struct gh_metrics m[N_PL];
 
-				for (int l = 0; l < OL_LAYERS; l++)
-					mm += olmoe_mm(m, l, W[d][l]) / OL_LAYERS;
-				mean += mm / OL_DOMS;
-				worst = fmax(worst, mm);
-				if (d == calib)
-					self = mm;
+			for (int p = 0; p < N_PL; p++)
+				if (p != PL_UNIFORM)
+					cell_metrics(run, p, c, (const uint32_t *const(*)[2])cnt,
+						     &m[p]);
+			for (size_t k = 0; k < N_CMP; k++) {
+				const struct gh_metrics *a = &m[cmp[k].a], *z = &m[cmp[k].b];
+
+				bt->d[c][k][0][b] = rel(a->rows_gpu, z->rows_gpu);
+				bt->d[c][k][1][b] = rel(a->rows_node, z->rows_node);
+				bt->d[c][k][2][b] = a->mm - z->mm;
+				bt->d[c][k][3][b] = a->cv - z->cv;
 			}
-			printf("%ux%-4u %-22s %9.3f %9.3f %9.3f\n", topos[ti].nodes, topos[ti].gpus,
-			       nm[s], self, mean, worst);
-			free(m);
-			free(blob);
 		}
-		locus_gracefit_profile_free(&p);
 	}
+	for (uint32_t x = 0; x < N_DOM; x++)
+		for (int h = 0; h < 2; h++)
+			free(cnt[x][h]);
+}
+
+static void print_placements(int cell, struct topo_run *const *runs)
+{
+	printf("\n%s%s\n", cell_name[cell],
+	       cell == 0 ? ": scored on the fitted half (the first half of each domain's "
+			   "sequences)" :
+	       cell == 1 ? ": fitted on the first half, scored on the second" :
+			   ": fitted on one domain's first half, scored on the other three "
+			   "domains");
+	printf("%-6s %-22s %9s %13s %15s %9s %7s\n", "topo", "placement", "slots/GPU",
+	       "rows off GPU", "rows off node", "max/mean", "CV");
+	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
+		const struct gf_topo *t = &gf_topos[ti];
+
+		for (int p = 0; p < N_PL; p++) {
+			struct gh_metrics m;
+			uint32_t slots = 0;
+
+			cell_metrics(runs[ti], p, cell, NULL, &m);
+			for (uint32_t f = 0; f < N_DOM; f++)
+				slots = LOCUS_MAX(slots, runs[ti]->sc[p][f][0][0].slots_max);
+			printf("%ux%-4u %-22s %9u %13.3f %15.3f %9.3f %7.3f\n", t->nodes, t->gpus,
+			       pl_name[p], slots, m.rows_gpu, m.rows_node, m.mm, m.cv);
+		}
+		if (cell == 1)
+			printf("%-6s GRACE: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f), "
+			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: "
+			       "max/mean %.3f as planned (each copy W / copies, calibration "
+			       "loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
+			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "",
+			       runs[ti]->eplb_planned);
+	}
+}
+
+static void print_interval(double point, double *x, int pct)
+{
+	double lo, hi;
+
+	if (isnan(point)) {
+		printf(" %24s", "n/a (one node)");
+		return;
+	}
+	gh_interval(x, BOOT, &lo, &hi);
+	if (pct)
+		printf(" %+6.1f%% [%+6.1f, %+6.1f]", 100 * point, 100 * lo, 100 * hi);
+	else
+		printf(" %+7.3f [%+.3f, %+.3f]", point, lo, hi);
+}
+
+/*
+ * The issue's goal, judged on the intervals: rows off the GPU at least 20 %
+ * fewer (the interval's upper end at or below -20 %) and max/mean not
+ * shown worse (the interval's lower end at or below 0).
+ */
+static void print_comparisons(struct topo_run *const *runs, struct boot *const *bts)
+{
+	printf("\nGRACE minus EPLB, paired: rows as relative change, max/mean and CV as "
+	       "differences,\n[95%% bootstrap intervals over sequences, %d resamples within "
+	       "each domain's half];\ngoal: rows off GPU <= -20%% (upper end) and max/mean not "
+	       "worse (lower end <= 0)\n", BOOT);
+	printf("%-6s %-12s %-7s %24s %24s %24s %24s  %s\n", "topo", "scored on", "a - b",
+	       "rows off GPU", "rows off node", "max/mean", "CV", "goal");
+	for (size_t k = 0; k < N_CMP; k++)
+		printf("%-19s %-7c %s - %s\n", k ? "" : "comparisons:", (int)('A' + k),
+		       pl_name[cmp[k].a], pl_name[cmp[k].b]);
+	for (int c = 0; c < N_CELL; c++)
+		for (size_t ti = 0; ti < GF_N_TOPOS; ti++)
+			for (size_t k = 0; k < N_CMP; k++) {
+				struct gh_metrics a, z;
+				double v[4], lo, hi, mlo, mhi, tmp[BOOT];
+
+				cell_metrics(runs[ti], cmp[k].a, c, NULL, &a);
+				cell_metrics(runs[ti], cmp[k].b, c, NULL, &z);
+				v[0] = rel(a.rows_gpu, z.rows_gpu);
+				v[1] = rel(a.rows_node, z.rows_node);
+				v[2] = a.mm - z.mm;
+				v[3] = a.cv - z.cv;
+				printf("%ux%-4u %-12s %-7c", gf_topos[ti].nodes, gf_topos[ti].gpus,
+				       cell_name[c], (int)('A' + k));
+				for (int x = 0; x < 4; x++)
+					print_interval(v[x], bts[ti]->d[c][k][x], x < 2);
+				memcpy(tmp, bts[ti]->d[c][k][0], sizeof(tmp));
+				gh_interval(tmp, BOOT, &lo, &hi);
+				memcpy(tmp, bts[ti]->d[c][k][2], sizeof(tmp));
+				gh_interval(tmp, BOOT, &mlo, &mhi);
+				printf("  %s\n", hi <= -0.20 && mlo <= 0 ? "met" : "not met");
+			}
+}
+
+static void esft_figures(const char *root)
+{
+	static struct domain dom[N_DOM];
+	struct topo_run *runs[GF_N_TOPOS];
+	struct boot *bts[GF_N_TOPOS];
+
+	for (uint32_t d = 0; d < N_DOM; d++)
+		domain_load(root, locus_trace_esft_domains[d], &dom[d]);
+	printf("ESFT-vanilla-lite (DeepSeek-V2-Lite routing: 64 experts, top-6, 26 layers), "
+	       "4 domains;\nper domain fitted on the first half of its sequences; token t on "
+	       "source GPU t mod N.\nSame memory: N x max(1, ceil(E/N)/4) redundant slots per "
+	       "layer for EPLB (E + that physical\nslots) and GRACE (that replica budget; at "
+	       "most ceil(E/N)*3/2 primaries per GPU).\nEPLB copies chosen as vLLM does, "
+	       "GRACE's by the locus planner. Rows per token-layer.\n");
+	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
+		runs[ti] = calloc(1, sizeof(*runs[ti]));
+		bts[ti] = malloc(sizeof(*bts[ti]));
+		if (!runs[ti] || !bts[ti])
+			gf_die("runs", NULL, -ENOMEM);
+		for (uint32_t f = 0; f < N_DOM; f++)
+			fit_and_score(&gf_topos[ti], dom, f, runs[ti]);
+		bootstrap(runs[ti], dom, bts[ti]);
+	}
+	for (int c = 0; c < N_CELL; c++)
+		print_placements(c, runs);
+	print_comparisons(runs, bts);
+	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
+		for (int p = 0; p < N_PL; p++)
+			for (uint32_t f = 0; f < N_DOM; f++)
+				for (uint32_t x = 0; x < N_DOM; x++)
+					for (int h = 0; h < 2; h++)
+						gh_score_free(&runs[ti]->sc[p][f][x][h]);
+		free(runs[ti]);
+		free(bts[ti]);
+	}
+	for (uint32_t d = 0; d < N_DOM; d++)
+		domain_free(&dom[d]);
 }
 
 int main(void)
 {
-	static const char *const doms[] = { "law", "translation", "summary", "intent" };
-	static struct score sc[LOCUS_ARRAY_SIZE(topos)][N_STRAT];
-	double r[4] = { 0 }, u[4] = { 0 }, u0[4] = { 0 };
 	const char *root = getenv("LOCUS_DATA_DIR");
-	static char def[4096], esft[4200];
+	static char def[4096], path[4200];
 
 	if (!root) {
 		/* <repo>/build/tools/grace_figures -> <repo>/../shared/data */
@@ -527,38 +505,16 @@ int main(void)
 		}
 	}
 	/* absent data is a skip (a fresh clone has none); data present but broken fails */
-	snprintf(esft, sizeof(esft), "%s/esft/results/expert_scores", root);
-	if (access(esft, F_OK) < 0 && errno == ENOENT) {
+	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
+	if (access(path, F_OK) < 0 && errno == ENOENT)
 		printf("grace_figures: ESFT data absent (%s): skipped; the figures need the "
-		       "traces of ../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", esft);
-		return 0;
-	}
-	for (size_t d = 0; d < LOCUS_ARRAY_SIZE(doms); d++)
-		esft_domain(root, doms[d], sc, r, u, u0);
-	printf("ESFT-vanilla-lite (DeepSeek-V2-Lite routing, 64 experts, top-6, 26 layers), "
-	       "4 domains pooled;\nfitted on even sequences, scored on odd ones; token i on "
-	       "source rank i mod N\n");
-	printf("%-6s %-22s %9s %10s %9s %9s %9s %12s\n", "topo", "placement", "pairs@GPU",
-	       "pairs@node", "rows/tok", "rows/tok", "max/mean", "remote rows");
-	printf("%-6s %-22s %9s %10s %9s %9s %9s %12s\n", "", "", "", "", "node", "remote", "",
-	       "vs uniform");
-	for (size_t ti = 0; ti < LOCUS_ARRAY_SIZE(topos); ti++) {
-		for (int s = 0; s < N_STRAT; s++) {
-			struct score *x = &sc[ti][s], *b = &sc[ti][0];
-
-			printf("%ux%-4u %-22s %9.3f %10.3f %9.3f %9.3f %9.3f %12.3f\n",
-			       topos[ti].nodes, topos[ti].gpus, strat_name[s], x->gpu / x->pairs,
-			       x->node / x->pairs, x->rows_node / x->tokens,
-			       x->rows_remote / x->tokens, x->mm / x->layers,
-			       b->rows_remote > 0 ? x->rows_remote / b->rows_remote : 1.0);
-		}
-		printf("%-6s grouping: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f)\n",
-		       "", r[ti] / 4, u[ti] / 4, u0[ti] / 4);
-	}
-	snprintf(esft, sizeof(esft), "%s/olmoe/expert_counts.csv", root);
-	if (access(esft, F_OK) < 0 && errno == ENOENT)
-		printf("grace_figures: OLMoE data absent (%s): its figures skipped\n", esft);
+		       "traces of ../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", path);
 	else
-		olmoe_figures(root);
+		esft_figures(root);
+	snprintf(path, sizeof(path), "%s/olmoe/expert_counts.csv", root);
+	if (access(path, F_OK) < 0 && errno == ENOENT)
+		printf("grace_figures: OLMoE data absent (%s): its figures skipped\n", path);
+	else
+		gf_olmoe_figures(root);
 	return 0;
 }

@@ -1,7 +1,8 @@
 #!/bin/bash
 # Run test programs and print one closing line: "N passed, N failed".
-# cmocka binaries are counted by their own per-test results; any other
-# program (a shell test, the VM harness) counts as one test by exit status.
+# cmocka binaries and pytest runs are counted by their own per-test results;
+# any other program (a shell test, the VM harness) counts as one test by exit
+# status.
 # Each program gets a bound (TEST_TIMEOUT seconds, default 600): nothing hangs.
 set -u
 timeout_s=${TEST_TIMEOUT:-600}
@@ -16,8 +17,18 @@ for t in "$@"; do
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]\+\) test(s)\./\1/p' "$log" | awk '{s+=$1} END {print s+0}')
 	f=$(sed -n 's/^\[  FAILED  \] \([0-9]\+\) test(s).*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
 	runs=$(grep -c '^\[==========\] .* test(s) run\.' "$log")
+	# pytest's closing line: "12 passed, 1 skipped in 3.2s" (errors count as failures)
+	py=$(grep -E '^=* *[0-9]+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$log" | tail -1)
 	rm -f "$log"
-	if [ "$runs" -gt 0 ]; then
+	if [ -n "$py" ]; then
+		p=$(grep -oE '[0-9]+ passed' <<<"$py" | awk '{s+=$1} END {print s+0}')
+		f=$(grep -oE '[0-9]+ (failed|errors?)' <<<"$py" | awk '{s+=$1} END {print s+0}')
+		passed=$((passed + p))
+		failed=$((failed + f))
+		if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then
+			failed=$((failed + 1))
+		fi
+	elif [ "$runs" -gt 0 ]; then
 		passed=$((passed + p))
 		failed=$((failed + f))
 		# A crash after cmocka's summary or a non-zero exit without a

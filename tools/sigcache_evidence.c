@@ -21,7 +21,7 @@
  * held-out requests in a fixed arrival order, each decoder filled with B;
  * distinct (layer, expert) pairs per decode step of a batch, and over the
  * whole batch, mean over batches (fewer is better), ratio to round-robin.
- * Tables: locus_eldrfit_arrays with locusctl fit's options on the
+ * Tables: locus_eldrfit_arrays with locusctl fit --tune off's options on the
  * calibration half's signatures of the same kind (every layer, no mask
  * search, no decode use), tau 0.1.
  *

@@ -23,50 +23,63 @@ struct locus_eldr_router *fe_router(const void *payload, size_t len, enum locus_
 	return r;
 }
 
+/* Slot s is allowed by the signature's mask. */
+static int allowed_slot(const struct locus_eldr_tbl_view *v, const struct locus_eldr_sig_hdr *h,
+			uint32_t s)
+{
+	uint32_t id = v->decoder_ids[s];
+
+	return !h->allowed_decoders || (id < 64 && (h->allowed_decoders >> id & 1));
+}
+
 void fe_check_decision(const struct locus_eldr_tbl_view *v, const void *sig, int rc,
 		       const struct locus_eldr_decision *d, const float *scores, const uint8_t *up)
 {
 	const struct locus_eldr_sig_hdr *h = sig;
-	uint32_t K = v->hdr->n_decoders, n_cand = 0;
-	float best = -INFINITY, tau = v->hdr->tau;
-	int any = 0;
+	const struct locus_eldr_tbl_hdr *th = v->hdr;
+	uint32_t K = th->n_decoders, n_cand = 0, n_elig = 0;
+	float best = -INFINITY, anchor = -INFINITY, tau = th->tau;
+	float wide = th->spill_tau > tau ? th->spill_tau : tau;
+	int spread = !!(th->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD);
 
 	for (uint32_t s = 0; s < K; s++) {
-		uint32_t id = v->decoder_ids[s];
-		int ok = up[s] &&
-			 (!h->allowed_decoders || (id < 64 && (h->allowed_decoders >> id & 1)));
-
 		FUZZ_CHECK(isfinite(scores[s]) && fabsf(scores[s]) <= 1.001f, "score %g of slot %u",
 			   (double)scores[s], s);
-		if (ok) {
-			any = 1;
+		if (!allowed_slot(v, h, s))
+			continue;
+		if (scores[s] > anchor)
+			anchor = scores[s];
+		if (up[s]) {
+			n_elig++;
 			if (scores[s] > best)
 				best = scores[s];
 		}
 	}
-	if (!any) {
+	if (!n_elig) {
 		FUZZ_CHECK(rc == -LOCUS_ENODEST, "no eligible decoder, route returned %d", rc);
 		return;
 	}
+	if (!spread)
+		anchor = best;
 	FUZZ_CHECK(rc == 0, "an eligible decoder exists, route returned %d", rc);
 	FUZZ_CHECK(d->slot < K && d->decoder_id == v->decoder_ids[d->slot],
 		   "decision slot %u decoder %u", d->slot, d->decoder_id);
 	FUZZ_CHECK(up[d->slot], "routed to a decoder that is down");
-	FUZZ_CHECK(!h->allowed_decoders ||
-		   (d->decoder_id < 64 && (h->allowed_decoders >> d->decoder_id & 1)),
-		   "decoder %u is outside the signature's mask 0x%llx", d->decoder_id,
-		   (unsigned long long)h->allowed_decoders);
+	FUZZ_CHECK(allowed_slot(v, h, d->slot), "decoder %u is outside the signature's mask 0x%llx",
+		   d->decoder_id, (unsigned long long)h->allowed_decoders);
 	FUZZ_CHECK(d->similarity == scores[d->slot] && d->best == best,
 		   "decision scores %g/%g, router scores %g/%g", (double)d->similarity,
 		   (double)d->best, (double)scores[d->slot], (double)best);
-	FUZZ_CHECK(d->similarity >= best - tau, "chosen %g outside the band %g - %g",
-		   (double)d->similarity, (double)best, (double)tau);
-	for (uint32_t s = 0; s < K; s++) {
-		uint32_t id = v->decoder_ids[s];
-
-		n_cand += up[s] && scores[s] >= best - tau &&
-			  (!h->allowed_decoders || (id < 64 && (h->allowed_decoders >> id & 1)));
+	for (uint32_t s = 0; s < K; s++)
+		n_cand += up[s] && scores[s] >= anchor - tau && allowed_slot(v, h, s);
+	if (!n_cand) {
+		FUZZ_CHECK(spread, "no decoder up in the band without the overflow spread");
+		FUZZ_CHECK(d->n_candidates == n_elig, "%u candidates reported, %u eligible",
+			   d->n_candidates, n_elig);
+		return;
 	}
+	FUZZ_CHECK(d->similarity >= anchor - wide, "chosen %g outside the band %g - %g",
+		   (double)d->similarity, (double)anchor, (double)wide);
 	FUZZ_CHECK(d->n_candidates == n_cand, "%u candidates reported, %u in the band",
 		   d->n_candidates, n_cand);
 }

@@ -2,8 +2,9 @@
 /*
  * Routing checks shared by the ELDR fuzz targets: a decision against the
  * promises of locus_eldr_router.h (a decoder of the table, allowed by the
- * signature's mask, inside the band of the best eligible score), and the
- * same signatures routed one by one and as a batch.
+ * signature's mask, inside the band, or with the table's overflow spread
+ * any eligible decoder when the band has none up, or inside the table's
+ * spill band), and the same signatures routed one by one and as a batch.
  */
 #ifndef LOCUS_FUZZ_ELDR_COMMON_H
 #define LOCUS_FUZZ_ELDR_COMMON_H
@@ -19,7 +20,8 @@ struct locus_eldr_router *fe_router(const void *payload, size_t len, enum locus_
 
 /*
  * Check decision d (route returned rc) for sig against the router's table
- * view v; tau the table's band. scores: the router's scores for sig.
+ * view v (its tau, spill and flags). scores: the router's decoder scores
+ * for sig; up: each slot's state.
  */
 void fe_check_decision(const struct locus_eldr_tbl_view *v, const void *sig, int rc,
 		       const struct locus_eldr_decision *d, const float *scores, const uint8_t *up);

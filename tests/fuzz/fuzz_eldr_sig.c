@@ -13,12 +13,13 @@
 #include "fuzz_tables.h"
 
 struct shape {
-	uint16_t L, E, K;
+	uint16_t L, E, K, C; /* C > 0: a version 2 table with a map, the spill and the spread */
 	uint32_t id0;
 };
 
 static const struct shape shapes[] = {
-	{ 2, 8, 4, 0 }, { 3, 16, 8, 60 }, { 1, 4, 2, 1000 }, { 4, 64, 3, 5 },
+	{ 2, 8, 4, 0, 0 }, { 3, 16, 8, 0, 60 }, { 1, 4, 2, 0, 1000 }, { 4, 64, 3, 0, 5 },
+	{ 2, 8, 3, 7, 2 },
 };
 
 #define N_SHAPES LOCUS_ARRAY_SIZE(shapes)
@@ -37,7 +38,10 @@ static void setup(void)
 	for (size_t i = 0; i < N_SHAPES; i++) {
 		const struct shape *s = &shapes[i];
 
-		T[i].payload = ft_eldr_payload(s->L, s->E, s->K, s->id0, 0.1f, &T[i].len);
+		T[i].payload = s->C ? ft_eldr_payload_mapped(s->L, s->E, s->K, s->C, s->id0, 0.1f,
+							     0.3f, 1, LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD,
+							     &T[i].len) :
+			       ft_eldr_payload(s->L, s->E, s->K, s->id0, 0.1f, &T[i].len);
 		if (!T[i].payload || locus_eldr_tbl_validate(T[i].payload, T[i].len, &T[i].v, NULL))
 			abort();
 		for (int j = 0; j < 2; j++)

@@ -4,7 +4,10 @@
  * has its own target) and checked by locus_eldr_blob_check, what the table
  * channel, `locusctl show` and the router build run. What validates must
  * agree with locus_eldr_tbl_validate, keep the header's promises (unique
- * decoder ids, mask count, section pointers inside the payload), and build
+ * decoder ids, mask count, section pointers inside the payload, every
+ * centroid mapped to a slot that exists and every slot owning one, the
+ * spill off or wider than tau, known flags; sealed as version 1 only when
+ * it uses no version 2 field), and build
  * a router on every path this CPU has; the routers then route signatures
  * within the promises of locus_eldr_router.h, score alike across paths, and a
  * batch decides as the same signatures routed one by one.
@@ -22,12 +25,32 @@ static void check_view(const struct locus_eldr_tbl_view *v, const void *payload,
 {
 	const uint8_t *b = payload, *end = b + len;
 	uint32_t L = v->hdr->n_layers, E = v->hdr->n_experts, K = v->hdr->n_decoders, m = 0;
+	uint32_t C = v->n_centroids;
 
 	FUZZ_CHECK((const void *)v->hdr == payload, "view header");
 	FUZZ_CHECK((const uint8_t *)(v->decoder_ids + K) <= end &&
 		   v->layer_mask + L <= end && (const uint8_t *)(v->idf + (size_t)L * E) <= end &&
-		   (const uint8_t *)(v->centroids + (size_t)K * L * E) <= end &&
+		   (const uint8_t *)(v->centroids + (size_t)C * L * E) <= end &&
 		   (const uint8_t *)v->decoder_ids >= b, "a section outside the payload");
+	FUZZ_CHECK(v->hdr->n_centroids ? C == v->hdr->n_centroids && C >= K && v->centroid_slot &&
+		   (const uint8_t *)(v->centroid_slot + C) <= end :
+		   C == K && !v->centroid_slot, "centroid count %u, K %u, header %u", C, K,
+		   v->hdr->n_centroids);
+	for (uint32_t d = 0; v->centroid_slot && d < K; d++) {
+		uint32_t owned = 0;
+
+		for (uint32_t c = 0; c < C; c++) {
+			FUZZ_CHECK(v->centroid_slot[c] < K, "centroid %u of slot %u", c,
+				   v->centroid_slot[c]);
+			owned += v->centroid_slot[c] == d;
+		}
+		FUZZ_CHECK(owned, "slot %u owns no centroid", d);
+	}
+	FUZZ_CHECK(!(v->hdr->flags & ~LOCUS_ELDR_TBL_FLAGS_KNOWN), "flags 0x%x", v->hdr->flags);
+	FUZZ_CHECK(v->hdr->spill_tau == 0.0f ? !v->hdr->spill_margin :
+		   v->hdr->spill_tau > v->hdr->tau && v->hdr->spill_tau <= 2.0f,
+		   "spill %g/%u with tau %g", (double)v->hdr->spill_tau, v->hdr->spill_margin,
+		   (double)v->hdr->tau);
 	for (uint32_t l = 0; l < L; l++)
 		m += v->layer_mask[l];
 	FUZZ_CHECK(m == v->hdr->n_masked && m >= 1, "mask count");
@@ -126,6 +149,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   "the table channel's callback disagrees with the blob check");
 	ret2 = locus_eldr_tbl_validate(payload, size, &v2, NULL);
 	FUZZ_CHECK(ret == ret2, "blob check %d, payload validate %d", ret, ret2);
+	if (ret == 0) {
+		/* sealed as version 1: the same verdict unless it uses version 2's fields */
+		size_t l1;
+		void *b1 = ft_seal(LOCUS_TBL_ELDR, 1, data, size, &l1);
+		int r1 = b1 ? locus_eldr_blob_check(b1, l1, NULL, NULL) : 0;
+
+		FUZZ_CHECK(!b1 || r1 == (locus_eldr_tbl_kind_version(payload) == 1 ? 0 :
+					 -LOCUS_EVERSION),
+			   "sealed as version 1: %d (the payload needs version %u)", r1,
+			   locus_eldr_tbl_kind_version(payload));
+		free(b1);
+	}
 	if (ret < 0) {
 		FUZZ_CHECK(err.msg[0], "refusal %d without a message", ret);
 		FUZZ_CHECK(!locus_eldr_router_mem_size(payload, size) ||

@@ -7,7 +7,10 @@
  * expert_weights_<l>.txt in a private directory. Contract: an accepted
  * import has the shape asked for, every request named "<domain>-<i>" with
  * the domain's label and no decode tokens, the shape rules of
- * locus_trace.h, and it round-trips through the JSONL writer.
+ * locus_trace.h, and it round-trips through the JSONL writer. With
+ * LOCUS_TRACE_ESFT_GATE_ORDER, an accepted import is the same import with
+ * each token's ids permuted (by gate weight), and it is refused only where
+ * the plain import is refused too or the weights do not parse.
  */
 #include <fcntl.h>
 #include <unistd.h>
@@ -39,12 +42,38 @@ static void put_file(int l, const uint8_t *p, size_t n)
 	close(fd);
 }
 
+/* b is a with every token's k ids in some other order. */
+static void check_permuted(const struct locus_trace *a, const struct locus_trace *b)
+{
+	FUZZ_CHECK(a->n_requests == b->n_requests, "gate order: %u requests, plain %u",
+		   b->n_requests, a->n_requests);
+	for (uint32_t r = 0; r < a->n_requests; r++) {
+		FUZZ_CHECK(a->reqs[r].prompt_len == b->reqs[r].prompt_len, "request %u length", r);
+		for (uint32_t t = 0; t < a->reqs[r].prompt_len; t++)
+			for (uint32_t l = 0; l < a->n_layers; l++) {
+				const uint16_t *x = locus_trace_tok(a, a->reqs[r].prompt, t, l);
+				const uint16_t *y = locus_trace_tok(b, b->reqs[r].prompt, t, l);
+
+				for (uint32_t j = 0; j < a->k; j++) {
+					uint32_t nx = 0, ny = 0;
+
+					for (uint32_t q = 0; q < a->k; q++) {
+						nx += x[q] == x[j];
+						ny += y[q] == x[j];
+					}
+					FUZZ_CHECK(nx == ny, "request %u token %u layer %u: gate "
+						   "order is not a permutation", r, t, l);
+				}
+			}
+	}
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	struct fuzz_in in = { data, size };
 	uint16_t L = 1 + fin_u8(&in) % 3, k = 1 + fin_u8(&in) % 4, E = 1 + fin_u8(&in) % 64;
 	struct locus_trace *t = NULL, *t2 = NULL;
-	struct locus_error err = { 0 };
+	struct locus_error err = { 0 }, gerr = { 0 };
 	int ret;
 
 	if (!dir[0]) {
@@ -61,7 +90,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		in.p += n;
 		in.n -= n;
 	}
+	ret = locus_trace_load_esft_flags(dir, "law", L, k, E, LOCUS_TRACE_ESFT_GATE_ORDER, &t2,
+					  &gerr);
+	if (ret < 0)
+		FUZZ_CHECK(gerr.msg[0], "gate-order refusal %d without a message", ret);
 	ret = locus_trace_load_esft(dir, "law", L, k, E, &t, &err);
+	FUZZ_CHECK(!t2 || ret == 0, "the gate-order import took what the plain one refuses");
+	FUZZ_CHECK(t2 || ret < 0 || strstr(gerr.msg, "gate weight"),
+		   "the gate-order import refused an input the plain one takes: %s", gerr.msg);
+	if (t2)
+		check_permuted(t, t2);
+	locus_trace_free(t2);
+	t2 = NULL;
 	if (ret < 0) {
 		FUZZ_CHECK(err.msg[0], "refusal %d without a message", ret);
 		goto out;

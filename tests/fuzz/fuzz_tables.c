@@ -7,32 +7,44 @@
 #include "locus_eldr.h"
 #include "locus_tblfile.h"
 
-void *ft_eldr_payload(uint16_t L, uint16_t E, uint16_t K, uint32_t id0, float tau, size_t *len)
+void *ft_eldr_payload_mapped(uint16_t L, uint16_t E, uint16_t K, uint16_t C, uint32_t id0,
+			     float tau, float spill_tau, uint32_t spill_margin, uint32_t flags,
+			     size_t *len)
 {
 	struct locus_eldr_tbl_layout lay;
+	struct locus_eldr_tbl_hdr *h;
 	uint32_t *ids;
+	uint16_t *map;
 	uint8_t *mask, *p;
 	float *idf, *cen;
 
-	if (locus_eldr_tbl_layout(L, E, K, &lay) < 0)
+	if (locus_eldr_tbl_layout_mapped(L, E, K, C, &lay) < 0)
 		return NULL;
 	p = calloc(1, lay.len);
-	if (!p || locus_eldr_tbl_init(p, lay.len, L, E, K, tau, &ids, &mask, &idf, &cen) < 0) {
+	if (!p || locus_eldr_tbl_init_mapped(p, lay.len, L, E, K, C, tau, &ids, &map, &mask, &idf,
+					     &cen) < 0) {
 		free(p);
 		return NULL;
 	}
+	h = (struct locus_eldr_tbl_hdr *)p;
+	h->spill_tau = spill_tau;
+	h->spill_margin = spill_margin;
+	h->flags = flags;
 	for (uint32_t l = 0; l < L; l++) {
 		mask[l] = 1;
 		for (uint32_t e = 0; e < E; e++)
 			idf[(size_t)l * E + e] = 1.0f;
 	}
-	((struct locus_eldr_tbl_hdr *)p)->n_masked = L;
-	for (uint32_t k = 0; k < K; k++) {
+	h->n_masked = L;
+	for (uint32_t k = 0; k < K; k++)
+		ids[k] = id0 + k;
+	for (uint32_t k = 0; k < (C ? C : K); k++) {
 		float *c = cen + (size_t)k * L * E;
 		uint32_t a = (k * 3) % E, b = (a + 1) % E;
 		double w = E > 1 ? 1.0 / sqrt(1.25 * L) : 1.0 / sqrt((double)L);
 
-		ids[k] = id0 + k;
+		if (map)
+			map[k] = (uint16_t)(k % K);
 		for (uint32_t l = 0; l < L; l++) {
 			c[(size_t)l * E + a] = (float)w;
 			if (E > 1)
@@ -41,6 +53,11 @@ void *ft_eldr_payload(uint16_t L, uint16_t E, uint16_t K, uint32_t id0, float ta
 	}
 	*len = lay.len;
 	return p;
+}
+
+void *ft_eldr_payload(uint16_t L, uint16_t E, uint16_t K, uint32_t id0, float tau, size_t *len)
+{
+	return ft_eldr_payload_mapped(L, E, K, 0, id0, tau, 0.0f, 0, 0, len);
 }
 
 void *ft_grace_payload(uint32_t L, uint32_t E, uint32_t nodes, uint32_t gpn, uint32_t R,
@@ -110,7 +127,7 @@ void *ft_eldr_blob(uint16_t L, uint16_t E, uint16_t K, uint32_t id0, size_t *len
 
 	if (!p)
 		return NULL;
-	b = ft_seal(LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION, p, plen, len);
+	b = ft_seal(LOCUS_TBL_ELDR, locus_eldr_tbl_kind_version(p), p, plen, len);
 	free(p);
 	return b;
 }

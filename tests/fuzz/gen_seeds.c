@@ -97,6 +97,10 @@ static void tables(void)
 	static const struct { uint16_t L, E, K; uint32_t id0; } el[] = {
 		{ 2, 8, 4, 0 }, { 1, 4, 1, 0 }, { 3, 16, 8, 60 }, { 2, 8, 2, 7 },
 	};
+	static const struct { uint16_t L, E, K, C; float spill; uint32_t flags; } el2[] = {
+		{ 2, 8, 2, 5, 0.3f, LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD }, { 1, 4, 1, 3, 0, 0 },
+		{ 3, 16, 4, 4, 0.5f, 0 }, { 2, 8, 3, 0, 0, LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD },
+	};
 	static const struct { uint32_t L, E, nodes, gpn, R; } gr[] = {
 		{ 2, 8, 1, 4, 1 }, { 2, 8, 2, 2, 2 }, { 1, 4, 1, 1, 0 }, { 3, 16, 4, 2, 3 },
 	};
@@ -109,7 +113,19 @@ static void tables(void)
 				    &len);
 		snprintf(name, sizeof(name), "eldr-%ux%ux%u", el[i].L, el[i].E, el[i].K);
 		put("eldr_table", name, p, len);
-		b = ft_seal(LOCUS_TBL_ELDR, LOCUS_ELDR_TBL_VERSION, p, len, &blen);
+		b = ft_seal(LOCUS_TBL_ELDR, locus_eldr_tbl_kind_version(p), p, len, &blen);
+		put_tbl(name, (uint8_t)i, b, blen);
+		free(p);
+		free(b);
+	}
+	/* version 2: centroid maps, the load spill, the overflow spread */
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(el2); i++) {
+		p = ft_eldr_payload_mapped(el2[i].L, el2[i].E, el2[i].K, el2[i].C, 0, 0.1f,
+					   el2[i].spill, el2[i].spill ? 2 : 0, el2[i].flags, &len);
+		snprintf(name, sizeof(name), "eldr2-%ux%ux%u-c%u", el2[i].L, el2[i].E, el2[i].K,
+			 el2[i].C);
+		put("eldr_table", name, p, len);
+		b = ft_seal(LOCUS_TBL_ELDR, locus_eldr_tbl_kind_version(p), p, len, &blen);
 		put_tbl(name, (uint8_t)i, b, blen);
 		free(p);
 		free(b);

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What the parts of the grace_figures tool share: the topologies, the
+ * memory rule that gives EPLB and GRACE the same redundant slots, and the
+ * planner map of a sealed table.
+ */
+#ifndef GRACE_FIGURES_H
+#define GRACE_FIGURES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_gracefit.h"
+
+struct gf_topo {
+	uint32_t nodes, gpus;   /* nodes x GPUs per node */
+};
+
+#define GF_N_TOPOS 4
+extern const struct gf_topo gf_topos[GF_N_TOPOS];
+
+/*
+ * The memory rule: b = max(1, ceil(E/N) / 4) redundant slots per GPU, N x b
+ * per layer, for both. GRACE: replica budget b per GPU, at most
+ * ceil(E/N) * 3/2 primaries per GPU (its grouping is non-uniform).
+ * EPLB: E + N x b physical slots, (E + N x b) / N on every GPU.
+ */
+struct locus_gracefit_topo gf_grace_topo(const struct gf_topo *t, uint32_t E);
+uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E);
+
+/* The planner map of a sealed GRACE blob (built, checked; exits on error). */
+void *gf_map(const void *blob, size_t len);
+
+void gf_die(const char *what, const struct locus_error *err, int rc);
+
+/* OLMoE's per-domain loads (grace_olmoe.c). */
+void gf_olmoe_figures(const char *root);
+
+#endif /* GRACE_FIGURES_H */

@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Scoring placements per sequence for the grace_figures tool, so that
+ * sequences add up and can be resampled (bootstrap): each placement routes
+ * the same tokens from the same source GPUs, one batch per (source GPU,
+ * layer); per sequence it records the token rows sent off the source GPU
+ * and to other nodes (one row per distinct destination GPU, as locus and
+ * DeepEP send them) and the (token, expert) pairs each GPU serves per layer.
+ */
+#ifndef GRACE_HELDOUT_H
+#define GRACE_HELDOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_grace_plan.h"
+#include "locus_gracefit.h"
+
+/* Sequences to score: token t of the set is on source GPU t mod N. */
+struct gh_set {
+	uint32_t L, k, n_seq, n_tok;
+	uint32_t *tok0;   /* [n_seq + 1]: sequence s is tokens tok0[s] .. tok0[s+1]-1 */
+	uint16_t *ids;    /* [L][n_tok][k] */
+};
+
+/* Per-sequence contributions under one placement. */
+struct gh_score {
+	uint32_t n_seq, L, N;
+	double *rows_gpu;    /* [n_seq] rows sent off the source GPU */
+	double *rows_node;   /* [n_seq] rows sent to another node */
+	double *tl;          /* [n_seq] token-layers */
+	double *load;        /* [n_seq][L][N] pairs served per GPU */
+	uint32_t slots_max;  /* experts (copies) on the fullest GPU of any layer */
+};
+
+/* The locus planner over a GRACE map (TAR: a copy on the source GPU, else
+ * the node's, else any, by smooth weighted round robin). */
+void gh_score_grace(const struct locus_grace_map *m, const struct gh_set *s,
+		    struct gh_score *out);
+
+/* EPLB's placement under vLLM's dispatch (locus_gracefit_eplb_dispatch). */
+void gh_score_eplb(const struct locus_gracefit_eplb *p, uint32_t gpus_per_node,
+		   const struct gh_set *s, struct gh_score *out);
+
+void gh_score_free(struct gh_score *c);
+
+/*
+ * A unit of balance: the scores (up to 2: both halves of a domain) whose
+ * loads add up under one placement; cnt[i] (NULL: every sequence once)
+ * says how often each sequence is drawn.
+ */
+struct gh_unit {
+	const struct gh_score *sc[2];
+	const uint32_t *cnt[2];
+	uint32_t n;
+};
+
+struct gh_metrics {
+	double rows_gpu;   /* rows off the source GPU per token-layer */
+	double rows_node;  /* rows to other nodes per token-layer */
+	double mm;         /* max/mean of the GPUs' loads, mean over units and layers */
+	double cv;         /* std/mean of the same loads, likewise */
+};
+
+/* Metrics over units u[0..n-1] (loads summed inside a unit). */
+void gh_metrics(const struct gh_unit *u, size_t n, struct gh_metrics *m);
+
+/* The 2.5 and 97.5 percentiles of x[0..n-1] (sorted in place). */
+void gh_interval(double *x, size_t n, double *lo, double *hi);
+
+/* A uniform draw in [0, n) from state *x (splitmix64). */
+uint32_t gh_draw(uint64_t *x, uint32_t n);
+
+#endif /* GRACE_HELDOUT_H */
