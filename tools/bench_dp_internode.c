@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * bench_dataplane internode: locusd's inter-node byte rate, from one client
- * thread holding ranks on two locusd nodes (tools/rxe-vm/guest-locusd.sh runs
+ * thread holding ranks on two locusd nodes (tools/rxe-vm/guest-bench.sh runs
  * it against ib_write_bw on the same devices in the same run).
  *
  * The sending ranks (on the first node) keep `window` DISPATCH batches each
@@ -15,7 +15,10 @@
  *
  * The figure: bytes of the rows messages the receivers got (headers
  * included: what crossed) from the first submit of the timed phase to the
- * last arrival, once everything drained.
+ * last arrival, once everything drained. --region puts the senders' rows in
+ * dma-bufs registered with their locusd (gathered zero-copy where the device
+ * registers them); --nap-us sleeps after a poll round that found nothing, so
+ * that a client sharing a CPU with locusd leaves it to locusd and the device.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -166,7 +169,9 @@ static void rows_in(struct ictx *x, struct irank *dst, const struct locus_desc *
 			}
 		}
 	}
-	locus_client_release_slot(dst->a.c, d->slot);
+	/* the submit ring holds every release: a rank has fewer inbox slots than ring entries */
+	if (locus_client_release_slot(dst->a.c, d->slot) != 0 && !x->bad++)
+		fprintf(stderr, "bench_dataplane: rank %u: release refused\n", dst->rank);
 }
 
 /*
