@@ -61,7 +61,7 @@ ctr() {
 			(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
 }
 push() { "$B/locusctl" push -i $inst "$1" > "$tmp/push.out" 2>&1 || { cat "$tmp/push.out"; fail "push $1"; }; }
-in_force() { "$B/locusctl" diff -i $inst "$1" 2>/dev/null | grep -qx 'tables are equal'; }
+in_force() { "$B/locusctl" diff -i $inst "$1" 2>/dev/null | grep -x 'tables are equal' >/dev/null; }
 
 "$B/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e1.tbl" > /dev/null 2>&1 &&
 	"$B/locusctl" fit --trace $trace --decoders 4 --seed 9 --tau 0.2 -o "$tmp/e2.tbl" \

@@ -51,8 +51,8 @@ missing=$(comm -23 <(echo "$want") <(echo "$have"))
 [ -z "$extra" ] || fail "exported but not in shm/liblocus.map: $(echo $extra)"
 [ -z "$missing" ] || fail "in shm/liblocus.map but not exported: $(echo $missing)"
 n=$(echo "$have" | wc -l)
-nm -D --defined-only "$real" | grep -v ' A ' | grep -qv '@@LOCUS_0$' &&
-	fail "an export without the LOCUS_0 version"
+dyn=$(nm -D --defined-only "$real") || fail "nm -D"
+grep -v ' A ' <<<"$dyn" | grep -qv '@@LOCUS_0$' && fail "an export without the LOCUS_0 version"
 echo "test_liblocus: $n symbols exported, each in shm/liblocus.map (version LOCUS_0)"
 
 # 3. a client built by pkg-config against the staged tree
@@ -61,7 +61,8 @@ flags=$(pkg-config --cflags --libs locus) || fail "pkg-config locus"
 [ "$(pkg-config --modversion locus)" = "${real##*liblocus.so.}" ] || fail "locus.pc's version"
 cc -std=gnu11 -Wall -Wextra -Werror -o "$tmp/smoke" tests/liblocus_smoke.c $flags ||
 	fail "compiling against the installed headers: cc ... $flags"
-readelf -d "$tmp/smoke" | grep -q 'NEEDED.*\[liblocus.so.0\]' || fail "the client does not need liblocus.so.0"
+needed=$(readelf -d "$tmp/smoke") || fail "readelf -d"
+grep -q 'NEEDED.*\[liblocus.so.0\]' <<<"$needed" || fail "the client does not need liblocus.so.0"
 
 trace=tests/data/calib_sample.jsonl
 "$B/bin/locusctl" fit --trace $trace --decoders 4 --seed 1 -o "$tmp/e.tbl" >/dev/null 2>&1 ||
@@ -87,8 +88,11 @@ LD_LIBRARY_PATH=$lib timeout 30 "$tmp/smoke" "$inst" $shape > "$tmp/smoke.out" 2
 cat "$tmp/smoke.out"
 grep -q '^liblocus_smoke: ok$' "$tmp/smoke.out" || fail "no ok"
 # it ran the staged copy, not another one
-LD_LIBRARY_PATH=$lib ldd "$tmp/smoke" | grep -q "liblocus.so.0 => $lib/liblocus.so.0 " ||
-	fail "the client did not load the staged liblocus.so.0"
+# (ldd's output is taken whole: grep -q closing the pipe early would make
+# ldd die of SIGPIPE, and pipefail would fail a correct run)
+deps=$(LD_LIBRARY_PATH=$lib ldd "$tmp/smoke") || fail "ldd on the client"
+grep -q "liblocus.so.0 => $lib/liblocus.so.0 " <<<"$deps" ||
+	fail "the client did not load the staged liblocus.so.0: $deps"
 
 # 4. the Python package as installed, over the staged library (no checkout in sight)
 py=$dest/usr/lib/python3/dist-packages

@@ -57,7 +57,7 @@ wait "$first" 2>/dev/null || true
 second=$!
 pids+=($second)
 wait_running t-a $second "$tmp/c.log"
-"$B/locus-stat" -i t-a --json | tr -d ' \n' | grep -q "\"owner_pid\":$second," ||
+"$B/locus-stat" -i t-a --json | tr -d ' \n' | grep "\"owner_pid\":$second," >/dev/null ||
 	fail "restarted locusd does not own the segment"
 
 # 3. SIGHUP re-reads the config: the safe key is applied, others named
@@ -80,18 +80,18 @@ trace=tests/data/calib_sample.jsonl
 "$B/locusctl" push -i t-a "$tmp/e2.tbl" >/dev/null
 [ -s "$LOCUS_STATE_DIR/t-a/eldr-1.tbl" ] && [ -s "$LOCUS_STATE_DIR/t-a/eldr-2.tbl" ] ||
 	fail "push history not kept"
-"$B/locusctl" diff "$tmp/e1.tbl" "$tmp/e1.tbl" | grep -qx 'tables are equal' || fail "diff of equal tables"
+"$B/locusctl" diff "$tmp/e1.tbl" "$tmp/e1.tbl" | grep -x 'tables are equal' >/dev/null || fail "diff of equal tables"
 set +e
 out=$("$B/locusctl" diff "$tmp/e1.tbl" "$tmp/e2.tbl"); rc=$?
 set -e
 [ $rc -eq 1 ] || fail "diff of different tables exited $rc"
 echo "$out" | grep -q '^tau: 0.1 -> 0.2$' || fail "diff: $out"
-"$B/locusctl" diff -i t-a "$tmp/e2.tbl" | grep -qx 'tables are equal' || fail "diff -i: running table"
-"$B/locusctl" rollback -i t-a | grep -q 'back from generation 2 to the table of generation 1' ||
+"$B/locusctl" diff -i t-a "$tmp/e2.tbl" | grep -x 'tables are equal' >/dev/null || fail "diff -i: running table"
+"$B/locusctl" rollback -i t-a | grep 'back from generation 2 to the table of generation 1' >/dev/null ||
 	fail "rollback"
-"$B/locus-stat" -i t-a --json 'table_generation' | tr -d ' \n' | grep -q '"values":\[3,0\]' ||
+"$B/locus-stat" -i t-a --json 'table_generation' | tr -d ' \n' | grep '"values":\[3,0\]' >/dev/null ||
 	fail "rollback did not publish generation 3"
-"$B/locusctl" diff -i t-a "$tmp/e1.tbl" | grep -qx 'tables are equal' || fail "rolled back table differs"
+"$B/locusctl" diff -i t-a "$tmp/e1.tbl" | grep -x 'tables are equal' >/dev/null || fail "rolled back table differs"
 if "$B/locusctl" rollback -i t-a --to 42 2>"$tmp/rb.err"; then fail "rollback to a missing generation"; fi
 grep -q 'no kept eldr table of t-a with generation 42' "$tmp/rb.err" || fail "$(cat "$tmp/rb.err")"
 
