@@ -67,7 +67,11 @@ class Daemon:
                 raise RuntimeError(f"locusd did not start: {self.log_text()}")
             time.sleep(0.05)
         if table:
-            self.push(table)
+            try:
+                self.push(table)
+            except BaseException:
+                self.stop()  # the fixture never got it: nobody else would end it
+                raise
 
     def log_text(self):
         with open(self.log) as f:
