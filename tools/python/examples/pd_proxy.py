@@ -32,7 +32,14 @@ of .npy bytes, np.load(io.BytesIO(base64.b64decode(s))), shape (num_tokens -
 1, num_layers, num_experts_per_tok), i.e. [prompt_len, L, k] for a prefill of
 max_tokens 1; releases that return the response-level prompt_routed_experts
 as nested lists (chat completions of vLLM 0.21: [prompt_len, L, k]) are read
-too. With prefix caching, vLLM returns the routing of the tokens it ran.
+too. Prefix caching: vLLM keeps the routings beside the KV slots, so a local
+prefix-cache hit still returns the whole prompt's routing (the routing
+capture supports prefix caching, vllm-project/vllm#28284; the slot indexing
+is described in #39568, which also warns that KV loaded from elsewhere, as
+in P/D transfer or offload, can come with a stale routing). The opt-in
+--enable-omit-prefix-routed-experts (#57966, open as of 2026-12) returns
+only the tokens after the cached prefix: that is the case the client's
+cached_blocks / new_blocks (the signature cache) are for.
 
 By default the proxy also stands in for the decode servers' side of locus:
 it attaches as decoder i for each decode server, reports as its load the
