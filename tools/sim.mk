@@ -3,3 +3,4 @@
 $(eval $(call LIBRARY,sim,tools/sim.c tools/sim_preset.c))
 $(eval $(call PROGRAM,tests/test_sim,tests/test_sim.c,sim eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_sim
+EXTRA_TESTS += tests/test_simulate.sh
