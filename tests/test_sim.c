@@ -14,7 +14,9 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "eldr_quality.h"
 #include "locus_sim.h"
+#include "test_paths.h"
 
 /* Steps in milliseconds: 1 ms fixed, 1 ms per distinct expert, no KV read. */
 static const struct locus_sim_hw ms_hw = {
@@ -508,7 +510,60 @@ static void test_presets(void **state)
 	assert_float_equal(locus_sim_gpu_find("mi300x")->hbm_bytes_per_s, 5.3e12, 0);
 }
 
-int main(void)
+/*
+ * On the repository's sample (96 requests, 7 generated tokens each), K=4
+ * decoders of B=24 all at t=0 under rr hold the batches eldr_quality's rr
+ * forms from one round of K x B (decoder d: requests d, d+4, ..), and
+ * every batch decodes its 7 steps together: the distinct pairs per step
+ * are eldr_quality's (tools/eldr_quality_sim.c, its own counting).
+ */
+static void test_pairs_equal_eldr_quality(void **state)
+{
+	struct locus_trace *t = NULL;
+	struct locus_error e = { 0 };
+	struct locus_sim_arrival *arr;
+	struct locus_sim_result r;
+	struct qsim q = { 0 };
+	struct qfig f;
+	struct locus_sim_cfg c;
+	uint32_t *seq;
+
+	(void)state;
+	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(t->n_requests, 96);
+	arr = calloc(96, sizeof(*arr));
+	seq = calloc(96, sizeof(*seq));
+	assert_non_null(arr);
+	assert_non_null(seq);
+	for (uint32_t i = 0; i < 96; i++) {
+		assert_int_equal(t->reqs[i].gen_len, 7);
+		arr[i] = (struct locus_sim_arrival){ .t = 0, .req = i, .gen_len = 7 };
+		seq[i] = i;
+	}
+	c = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = 96, .n_decoders = 4, .batch_cap = 24,
+				    .hw = ms_hw, .policy = LOCUS_SIM_RR };
+	run(&c, &r);
+	assert_int_equal(r.steps, 4 * 7);
+	q = (struct qsim){ .t = t, .K = 4, .B = 24, .only = 1u << QPOL_RR };
+	q.seen = calloc((size_t)t->n_layers * t->n_experts, sizeof(*q.seen));
+	q.batch = calloc(4 * 24, sizeof(*q.batch));
+	q.fill = calloc(4, sizeof(*q.fill));
+	q.total = calloc((size_t)QPOL_N * 4, sizeof(*q.total));
+	assert_true(q.seen && q.batch && q.fill && q.total);
+	assert_int_equal(qsim_run(&q, seq, 96, 0, &f), 1);
+	assert_true(f.step[QPOL_RR] > 0);
+	assert_float_equal((double)r.pairs / r.steps, f.step[QPOL_RR], 1e-9);
+	free(q.total);
+	free(q.fill);
+	free(q.batch);
+	free(q.seen);
+	locus_sim_result_free(&r);
+	free(seq);
+	free(arr);
+	locus_trace_free(t);
+}
+
+int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_requests_share_a_step),
@@ -523,7 +578,10 @@ int main(void)
 		cmocka_unit_test(test_eldr_is_the_router),
 		cmocka_unit_test(test_eldr_tau_one_is_least_loaded),
 		cmocka_unit_test(test_presets),
+		cmocka_unit_test(test_pairs_equal_eldr_quality),
 	};
 
+	(void)argc;
+	locus_test_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
