@@ -135,12 +135,24 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 		const char *a = optarg;
 
 		switch (c) {
-		case O_TRACE: o->trace = a; break;
-		case O_TABLE: o->table = a; break;
-		case O_MODEL: o->model = a; break;
-		case O_GPU: o->gpu = a; break;
-		case O_JSON: o->json = 1; break;
-		case O_ALLOW: o->allow_shape = 1; break;
+		case O_TRACE:
+			o->trace = a;
+			break;
+		case O_TABLE:
+			o->table = a;
+			break;
+		case O_MODEL:
+			o->model = a;
+			break;
+		case O_GPU:
+			o->gpu = a;
+			break;
+		case O_JSON:
+			o->json = 1;
+			break;
+		case O_ALLOW:
+			o->allow_shape = 1;
+			break;
 		case O_TAU:
 			if (parse_taus(a, o))
 				return usage_err("--tau '%s': want up to 16 comma-separated taus in [0, 2]", a);
@@ -232,11 +244,11 @@ static int step_model(const struct sim_opts *o, const struct locus_trace *t,
 	const struct locus_sim_gpu *pg = locus_sim_gpu_find(o->gpu);
 	struct locus_sim_model m;
 
-	if (!pm)
-		return usage_err("--model '%s': want one of " "qwen3-30b-a3b|deepseek-v2-lite",
-				 o->model);
-	if (!pg)
-		return usage_err("--gpu '%s': want one of h100-sxm|mi300x", o->gpu);
+	if (!pm || !pg) {
+		fprintf(stderr, "locusctl simulate: --%s '%s': want one of %s\n", pm ? "gpu" : "model",
+			pm ? o->gpu : o->model, pm ? locus_sim_gpu_names() : locus_sim_model_names());
+		return 2;
+	}
 	m = *pm;
 	if ((t->n_layers != m.moe_layers || t->n_experts != m.n_experts || t->k != m.top_k) &&
 	    !o->allow_shape) {
