@@ -60,7 +60,7 @@ assert run["step_model"]["hbm_bytes_per_s"] == 3.35e12
 print("json: %d policies" % len(labels))
 EOF
 
-# overrides reach the step model: 1 GB/s and a fixed 1 ms step
+# overrides reach the step model: 1 GB/s and a fixed 1 ms step (an unknown option is refused)
 "$B/locusctl" simulate --trace "$trace" --decoders 2 --policies rr --hbm-gbps 1 --fixed-us 1000 \
 	--expert-bytes-check 2>/dev/null && fail "an unknown option was accepted"
 "$B/locusctl" simulate --trace "$trace" --decoders 2 --policies rr --hbm-gbps 1 --fixed-us 1000 \
@@ -97,6 +97,10 @@ expect 1 'short.tbl' --trace "$trace" --decoders 4 --table "$tmp/short.tbl"
 sed 's/"domain":"[a-z]*",//' "$trace" >"$tmp/nodomain.jsonl"
 expect 1 'domain needs a trace with domain labels' --trace "$tmp/nodomain.jsonl" --decoders 4 \
 	--policies domain
+sed 's/,"routed_experts":.*}$/}/' "$trace" >"$tmp/nogen.jsonl"
+expect 1 "request 'law-0@0' has no generated tokens" --trace "$tmp/nogen.jsonl" --decoders 4
+expect 1 "request 'law-0@0' has no routed_experts" --trace "$tmp/nogen.jsonl" --decoders 4 \
+	--gen-len 8
 # with the shape check waived, Qwen3's costs price this trace's routings
 "$B/locusctl" simulate --trace "$trace" --decoders 4 --model qwen3-30b-a3b --gpu mi300x \
 	--allow-shape-mismatch --policies jsq >/dev/null || fail "--allow-shape-mismatch"
