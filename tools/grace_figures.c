@@ -442,6 +442,70 @@ static void print_comparisons(struct topo_run *const *runs, struct boot *const *
 			}
 }
 
+/*
+ * The traffic/balance front of GRACE's fit on held-out tokens: --load-tol
+ * swept from tight to no load swaps at all (the grouping's own traffic with
+ * replication after it), each point fitted per domain on the first half and
+ * scored on the second; EPLB (1 group) beside it. A point is on the front
+ * when no other point of the sweep has both fewer rows off the GPU and a
+ * lower max/mean.
+ */
+static const double pareto_tol[] = { 0.05, 0.1, 0.2, 0.3, 0.5, 1, 1e9 };
+#define N_TOL (sizeof(pareto_tol) / sizeof(pareto_tol[0]))
+
+static void pareto(const struct gf_topo *t, struct domain *dom, const struct topo_run *run)
+{
+	struct gh_metrics pt[N_TOL], ep;
+	uint32_t E = dom[0].prof.n_experts;
+	struct locus_gracefit_topo tp = gf_grace_topo(t, E);
+	struct locus_error err = { 0 };
+
+	cell_metrics(run, PL_EPLB1, 1, NULL, &ep);
+	for (size_t i = 0; i < N_TOL; i++) {
+		struct gh_score sc[N_DOM];
+		struct gh_unit u[N_DOM];
+
+		for (uint32_t f = 0; f < N_DOM; f++) {
+			struct locus_gracefit_opts o = { .r = -1, .seed = 1,
+							 .load_tol = pareto_tol[i] };
+			void *blob = NULL, *m;
+			size_t len;
+			int rc = locus_gracefit_fit(&dom[f].prof, &tp, &o, &blob, &len, NULL,
+						    &err);
+
+			if (rc)
+				gf_die("fit", &err, rc);
+			m = gf_map(blob, len);
+			gh_score_grace(m, &dom[f].half[1], &sc[f]);
+			u[f] = (struct gh_unit){ .sc = { &sc[f] }, .n = 1 };
+			free(m);
+			free(blob);
+		}
+		gh_metrics(u, N_DOM, &pt[i]);
+		for (uint32_t f = 0; f < N_DOM; f++)
+			gh_score_free(&sc[f]);
+	}
+	for (size_t i = 0; i < N_TOL; i++) {
+		int front = 1;
+		double dr = rel(pt[i].rows_gpu, ep.rows_gpu), dm = pt[i].mm - ep.mm;
+
+		for (size_t j = 0; j < N_TOL; j++)
+			front &= !(j != i && pt[j].rows_gpu <= pt[i].rows_gpu &&
+				   pt[j].mm <= pt[i].mm &&
+				   (pt[j].rows_gpu < pt[i].rows_gpu || pt[j].mm < pt[i].mm));
+		if (pareto_tol[i] < 1e6)
+			printf("%ux%-4u %9.2f%c", t->nodes, t->gpus, pareto_tol[i],
+			       pareto_tol[i] == 0.3 ? '*' : ' ');
+		else
+			printf("%ux%-4u %10s", t->nodes, t->gpus, "no swaps");
+		printf(" %13.3f %+8.1f%% %15.3f %9.3f %+9.3f  %-5s %s\n", pt[i].rows_gpu,
+		       100 * dr, pt[i].rows_node, pt[i].mm, dm, front ? "yes" : "no",
+		       dr <= -0.20 && dm <= 0 ? "goal met (point estimates)" : "");
+	}
+	printf("%ux%-4u %10s %13.3f %9s %15.3f %9.3f\n", t->nodes, t->gpus, "EPLB", ep.rows_gpu,
+	       "", ep.rows_node, ep.mm);
+}
+
 static void esft_figures(const char *root)
 {
 	static struct domain dom[N_DOM];
@@ -468,6 +532,14 @@ static void esft_figures(const char *root)
 	for (int c = 0; c < N_CELL; c++)
 		print_placements(c, runs);
 	print_comparisons(runs, bts);
+	printf("\nThe traffic/balance front, held-out: GRACE grouping+repl. at --load-tol T "
+	       "(* the default;\n'no swaps': the grouping's traffic, replication only), EPLB "
+	       "(1 group) below each;\nfront: no other T has both fewer rows off the GPU and a "
+	       "lower max/mean\n");
+	printf("%-6s %10s %13s %9s %15s %9s %9s  %s\n", "topo", "load-tol", "rows off GPU",
+	       "vs EPLB", "rows off node", "max/mean", "vs EPLB", "front");
+	for (size_t ti = 0; ti < GF_N_TOPOS; ti++)
+		pareto(&gf_topos[ti], dom, runs[ti]);
 	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
 		for (int p = 0; p < N_PL; p++)
 			for (uint32_t f = 0; f < N_DOM; f++)
