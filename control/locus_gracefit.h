@@ -129,7 +129,7 @@ struct locus_gracefit_layer_info {
 	uint32_t n_rep;      /* replicas per hot expert */
 	uint32_t n_hot;      /* hot experts */
 	uint32_t n_replicas; /* replicas placed (budget may cut) */
-	uint32_t n_swaps;    /* load-aware swaps after the grouping */
+	uint32_t n_swaps;    /* swaps after the grouping (load, then affinity) */
 };
 
 struct locus_gracefit_opts {
@@ -159,7 +159,9 @@ int locus_gracefit_group_layer(const struct locus_gracefit_topo *topo, uint32_t 
  * one losing the least tier-weighted co-activation; then, while the peak
  * GPU load exceeds (1 + load_tol) x mean, swap an expert of the peak GPU
  * with a lighter one, the swap losing the least affinity per unit of peak
- * removed. W[E] are the loads; deterministic.
+ * removed; last, swaps that gain tier-weighted co-activation while no GPU
+ * ends above the peak so reached and the sum of squared GPU loads does not
+ * grow. W[E] are the loads; deterministic.
  */
 int locus_gracefit_balance_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
 				 const double *A, const double *W,

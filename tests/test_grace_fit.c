@@ -188,6 +188,55 @@ static void test_balance_hand(void **state)
 			 -EINVAL);
 }
 
+/*
+ * After the load swaps, pairwise swaps regain co-activation the grouping
+ * left split, and only when the GPU loads' spread does not widen.
+ */
+static void test_balance_refine(void **state)
+{
+	double A[16] = { 0 };
+	const double W1[4] = { 1, 1, 1, 1 };
+	struct locus_gracefit_topo t = { 1, 2, 2, 1 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 1 };
+	struct locus_gracefit_layer_info li = { 0 };
+	uint16_t pri[4] = { 0, 1, 0, 1 };
+	(void)state;
+
+	/* pairs {0, 1} and {2, 3} placed across: equal loads, one swap joins them */
+	A[0 * 4 + 1] = A[1 * 4 + 0] = 5;
+	A[2 * 4 + 3] = A[3 * 4 + 2] = 5;
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, W1, &o, pri, &li, NULL), 0);
+	assert_int_equal(li.n_swaps, 1);
+	assert_int_equal(pri[0], pri[1]);
+	assert_int_equal(pri[2], pri[3]);
+	assert_true(pri[0] != pri[2]);
+	/* 0 and 3 co-activated, expert 4 alone sets the peak (10): joining 0
+	 * and 3 gives GPU loads [4, 2] against [3, 3], below the peak but a
+	 * wider spread, so nothing moves */
+	{
+		double A5[25] = { 0 };
+		const double W5[5] = { 2, 1, 1, 2, 10 };
+		struct locus_gracefit_topo t3 = { 1, 3, 2, 1 };
+		uint16_t p5[5] = { 0, 0, 1, 1, 2 };
+
+		A5[0 * 5 + 3] = A5[3 * 5 + 0] = 5;
+		o.load_tol = 10;
+		assert_int_equal(locus_gracefit_balance_layer(&t3, 5, A5, W5, &o, p5, &li, NULL),
+				 0);
+		assert_int_equal(li.n_swaps, 0);
+		assert_int_equal(p5[0], 0);
+		assert_int_equal(p5[1], 0);
+		assert_int_equal(p5[3], 1);
+		/* equal loads there: the same join is taken */
+		const double W6[5] = { 1, 1, 1, 1, 10 };
+
+		assert_int_equal(locus_gracefit_balance_layer(&t3, 5, A5, W6, &o, p5, &li, NULL),
+				 0);
+		assert_int_equal(li.n_swaps, 1);
+		assert_int_equal(p5[0], p5[3]);
+	}
+}
+
 static void test_repair_sizes_hand(void **state)
 {
 	/* items 0,1 bound tightly, 2,3 loosely, all in cluster 0; hi = 2 each */
@@ -582,6 +631,7 @@ int main(void)
 		cmocka_unit_test(test_replication_fills_budget),
 		cmocka_unit_test(test_replication_bounds),
 		cmocka_unit_test(test_balance_hand),
+		cmocka_unit_test(test_balance_refine),
 		cmocka_unit_test(test_repair_sizes_hand),
 		cmocka_unit_test(test_spectral_planted),
 		cmocka_unit_test(test_grouping_bounds_random),
