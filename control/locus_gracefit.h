@@ -310,4 +310,56 @@ static inline int locus_gracefit_should_push(double rho_now, double rho_new, dou
 	return (rho_now - rho_new) / rho_now > threshold;
 }
 
+/* ---- online rebalance (control/grace_rebalance.c, pure) ---------------- */
+
+/*
+ * The loads of the last size intervals, an interval age k old weighted by
+ * decay^k (EPLB's practice: a window of iterations; decay 1 weighs them
+ * alike).
+ */
+struct locus_gracefit_window {
+	uint32_t n_layers, n_experts;
+	uint32_t size, n, head;   /* intervals kept, filled, newest slot */
+	double decay;             /* in (0, 1] */
+	double *ring;             /* [size][L][E] */
+};
+
+int locus_gracefit_window_init(struct locus_gracefit_window *w, uint32_t n_layers,
+			       uint32_t n_experts, uint32_t size, double decay,
+			       struct locus_error *err);
+void locus_gracefit_window_free(struct locus_gracefit_window *w);
+/* Add the newest interval's loads W[L][E]; the oldest falls out when full. */
+void locus_gracefit_window_add(struct locus_gracefit_window *w, const double *W);
+/* W[L][E] = sum over kept intervals of decay^age x loads; returns the total. */
+double locus_gracefit_window_loads(const struct locus_gracefit_window *w, double *W);
+
+/*
+ * Copies of layer `layer` that next places on a GPU where cur has none of
+ * that expert (primary or replica): the weights a push must move. Both
+ * views have the same dimensions.
+ */
+uint32_t locus_gracefit_moves_layer(const struct locus_grace_view *cur,
+				    const struct locus_grace_view *next, uint32_t layer);
+
+struct locus_gracefit_rebalance {
+	double rho_now;          /* predicted skew of the table in use, these loads */
+	double rho_full;         /* a refit of every layer, no move budget */
+	double rho_after;        /* the pushed plan: the layers chosen in the budget */
+	uint32_t moves_full;     /* copies the full refit moves */
+	uint32_t moves;          /* copies the plan moves (<= max_moves) */
+	uint32_t layers_changed; /* layers that take the refit */
+};
+
+/*
+ * Refit replication on payload's grouping with loads W[L][E] (skew = mean
+ * over layers of the predicted max/mean), then keep the refit only for the
+ * layers it improves, best gain per moved copy first (a layer that moves
+ * nothing first), while the moves fit max_moves (UINT32_MAX: no bound);
+ * every other layer keeps its copies, its predicted loads taken on W.
+ * Writes a sealed blob and the figures into *rep.
+ */
+int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const double *W,
+				  uint32_t max_moves, void **blob, size_t *blob_len,
+				  struct locus_gracefit_rebalance *rep, struct locus_error *err);
+
 #endif /* LOCUS_GRACEFIT_H */

@@ -104,6 +104,7 @@ static const struct locusctl_cmd cmds[] = {
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
+	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"
 	  "        [--counter NAME] [--timeout-ms N] [-o TABLE]   (GRACE)" },
 };
 
