@@ -506,6 +506,97 @@ static void pareto(const struct gf_topo *t, struct domain *dom, const struct top
 	       "", ep.rows_node, ep.mm);
 }
 
+/* Pearson correlation of x[0..n-1] and y[0..n-1] (0 when one is constant). */
+static double corr(const double *x, const double *y, uint32_t n)
+{
+	double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		mx += x[i] / n;
+		my += y[i] / n;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		sxy += (x[i] - mx) * (y[i] - my);
+		sxx += (x[i] - mx) * (x[i] - mx);
+		syy += (y[i] - my) * (y[i] - my);
+	}
+	return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0;
+}
+
+/* Loads W[L][E] of requests [from, to) of a domain's trace. */
+static void window_loads(const struct locus_trace *t, uint32_t from, uint32_t to, double *W)
+{
+	uint32_t E = t->n_experts;
+
+	memset(W, 0, (size_t)t->n_layers * E * sizeof(double));
+	for (uint32_t r = from; r < to; r++)
+		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++)
+			for (uint32_t l = 0; l < t->n_layers; l++) {
+				const uint16_t *id = locus_trace_tok(t, t->reqs[r].prompt, tok, l);
+
+				for (uint32_t j = 0; j < t->k; j++)
+					W[(size_t)l * E + id[j]] += 1;
+			}
+}
+
+/*
+ * How stable per-expert loads are, the measure a shrinkage toward the mean
+ * would be fitted on: per domain, the correlation of each layer's E loads
+ * between the quarters of the calibration half (mean over the 6 pairs),
+ * between the two halves, and between the calibration half and each other
+ * domain whole (the domain-shift cell's loads).
+ */
+static void load_stability(struct domain *dom)
+{
+	uint32_t L = dom[0].t->n_layers, E = dom[0].t->n_experts;
+	double *q[4], *h[N_DOM][3]; /* halves and whole */
+
+	printf("\nLoad stability: correlation of a layer's %u expert loads, mean over layers\n"
+	       "%-12s %22s %22s %22s\n", E, "domain", "calibration quarters",
+	       "calibration/held-out", "other domains");
+	for (int i = 0; i < 4; i++)
+		if (!(q[i] = malloc((size_t)L * E * sizeof(double))))
+			gf_die("stability", NULL, -ENOMEM);
+	for (uint32_t d = 0; d < N_DOM; d++)
+		for (int x = 0; x < 3; x++)
+			if (!(h[d][x] = malloc((size_t)L * E * sizeof(double))))
+				gf_die("stability", NULL, -ENOMEM);
+	for (uint32_t d = 0; d < N_DOM; d++) {
+		uint32_t n = dom[d].t->n_requests / 2;
+
+		window_loads(dom[d].t, 0, n, h[d][0]);
+		window_loads(dom[d].t, n, dom[d].t->n_requests, h[d][1]);
+		for (size_t i = 0; i < (size_t)L * E; i++)
+			h[d][2][i] = h[d][0][i] + h[d][1][i];
+	}
+	for (uint32_t d = 0; d < N_DOM; d++) {
+		const struct locus_trace *t = dom[d].t;
+		uint32_t n = t->n_requests / 2;
+		double cq = 0, ch = 0, co = 0;
+
+		for (uint32_t i = 0; i < 4; i++)
+			window_loads(t, n * i / 4, n * (i + 1) / 4, q[i]);
+		for (uint32_t l = 0; l < L; l++) {
+			size_t o = (size_t)l * E;
+
+			for (int a = 0; a < 4; a++)
+				for (int b = a + 1; b < 4; b++)
+					cq += corr(q[a] + o, q[b] + o, E) / (6.0 * L);
+			ch += corr(h[d][0] + o, h[d][1] + o, E) / L;
+			for (uint32_t x = 0; x < N_DOM; x++)
+				if (x != d)
+					co += corr(h[d][0] + o, h[x][2] + o, E) /
+					      ((N_DOM - 1.0) * L);
+		}
+		printf("%-12s %22.3f %22.3f %22.3f\n", locus_trace_esft_domains[d], cq, ch, co);
+	}
+	for (int i = 0; i < 4; i++)
+		free(q[i]);
+	for (uint32_t d = 0; d < N_DOM; d++)
+		for (int x = 0; x < 3; x++)
+			free(h[d][x]);
+}
+
 static void esft_figures(const char *root)
 {
 	static struct domain dom[N_DOM];
@@ -540,6 +631,7 @@ static void esft_figures(const char *root)
 	       "vs EPLB", "rows off node", "max/mean", "vs EPLB", "front");
 	for (size_t ti = 0; ti < GF_N_TOPOS; ti++)
 		pareto(&gf_topos[ti], dom, runs[ti]);
+	load_stability(dom);
 	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
 		for (int p = 0; p < N_PL; p++)
 			for (uint32_t f = 0; f < N_DOM; f++)
