@@ -117,6 +117,7 @@ enum {
 	OPT_LOADTOL, OPT_UNEVEN,
 	OPT_TABLE, OPT_INTERVAL, OPT_COUNT, OPT_THRESHOLD, OPT_COUNTER, OPT_TIMEOUT,
 	OPT_EP_RANKS, OPT_ELDR_TABLE, OPT_WINDOW, OPT_DECAY, OPT_EVERY, OPT_MAX_MOVES,
+	OPT_NO_FALLBACK, OPT_PEAK_WEIGHT, OPT_COST_GPU, OPT_COST_NODE,
 };
 
 static const struct option long_opts[] = {
@@ -144,6 +145,10 @@ static const struct option long_opts[] = {
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
 	{ "ep-ranks-per-decoder", required_argument, NULL, OPT_EP_RANKS },
 	{ "eldr-table", required_argument, NULL, OPT_ELDR_TABLE },
+	{ "no-fallback", no_argument, NULL, OPT_NO_FALLBACK },
+	{ "peak-weight", required_argument, NULL, OPT_PEAK_WEIGHT },
+	{ "cost-gpu", required_argument, NULL, OPT_COST_GPU },
+	{ "cost-node", required_argument, NULL, OPT_COST_NODE },
 	{ "window", required_argument, NULL, OPT_WINDOW },
 	{ "decay", required_argument, NULL, OPT_DECAY },
 	{ "every", required_argument, NULL, OPT_EVERY },
@@ -156,8 +161,8 @@ static const struct option long_opts[] = {
 
 struct args {
 	const char *trace, *esft, *out, *table, *instance, *counter, *eldr_table;
-	int grace, use_gen, no_rep, uneven;
-	double load_tol;
+	int grace, use_gen, no_rep, uneven, no_fallback;
+	double load_tol, peak_weight, cost_gpu, cost_node;
 	uint32_t layers, k, n_experts, count, timeout_ms, seed, ep_ranks;
 	uint32_t window, every, max_moves;
 	struct locus_gracefit_topo topo;
@@ -220,6 +225,10 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 		case OPT_THRESHOLD: bad = parse_dbl(optarg, 0, 1, &a->threshold); break;
 		case OPT_COUNTER: a->counter = optarg; break;
 		case OPT_TIMEOUT: bad = parse_u32(optarg, 0, 3600000, &a->timeout_ms); break;
+		case OPT_NO_FALLBACK: a->no_fallback = 1; break;
+		case OPT_PEAK_WEIGHT: bad = parse_dbl(optarg, 1e-9, 1e6, &a->peak_weight); break;
+		case OPT_COST_GPU: bad = parse_dbl(optarg, 1e-9, 1e6, &a->cost_gpu); break;
+		case OPT_COST_NODE: bad = parse_dbl(optarg, 1e-9, 1e6, &a->cost_node); break;
 		case OPT_WINDOW: bad = parse_u32(optarg, 1, 65536, &a->window); break;
 		case OPT_EVERY: bad = parse_u32(optarg, 1, 1000000, &a->every); break;
 		case OPT_MAX_MOVES: bad = parse_u32(optarg, 0, UINT32_MAX - 1, &a->max_moves); break;
@@ -264,6 +273,8 @@ static double layer_rho(const float *pred, uint32_t N)
 
 /* ---- fit ---------------------------------------------------------------- */
 
+#define FIT_KEEP 65536u /* tokens per layer kept for the layer objective */
+
 static int cmd_fit(const char *sub, struct args *a)
 {
 	struct locus_error err = { 0 };
@@ -271,8 +282,11 @@ static int cmd_fit(const char *sub, struct args *a)
 	struct locus_gracefit_profile p = { 0 };
 	struct locus_gracefit_opts o = { .r = a->r, .seed = a->seed,
 					 .no_replication = a->no_rep,
-					 .load_tol = a->load_tol, .uneven = a->uneven };
+					 .load_tol = a->load_tol, .uneven = a->uneven,
+					 .no_fallback = a->no_fallback, .w_peak = a->peak_weight,
+					 .cost_gpu = a->cost_gpu, .cost_node = a->cost_node };
 	struct locus_gracefit_layer_info *li = NULL;
+	uint32_t fell = 0;
 	void *blob = NULL;
 	size_t len = 0;
 	int rc, ret = 1;
@@ -310,6 +324,9 @@ static int cmd_fit(const char *sub, struct args *a)
 		goto out;
 	}
 	rc = locus_gracefit_profile_init(&p, t->n_layers, t->n_experts, 1, &err);
+	/* the first FIT_KEEP tokens of each layer score the layer objective */
+	if (!rc && !a->no_fallback)
+		rc = locus_gracefit_profile_keep_tokens(&p, t->k, FIT_KEEP, &err);
 	if (!rc)
 		rc = locus_gracefit_profile_add_trace(&p, t, a->use_gen, &err);
 	if (rc) {
@@ -331,11 +348,19 @@ static int cmd_fit(const char *sub, struct args *a)
 	printf("grace fit: %u requests, %llu token-layers, %u layers x %u experts on %u x %u "
 	       "GPUs -> %s\n", t->n_requests, (unsigned long long)p.n_tokens, p.n_layers,
 	       p.n_experts, a->topo.n_nodes, a->topo.gpus_per_node, a->out);
-	printf("layer      r  U(r)  U(0)  skew  ->  skew'  n_rep hot replicas\n");
-	for (uint32_t l = 0; l < p.n_layers; l++)
-		printf("%5u  %5.3f %5.3f %5.3f %5.2f  -> %5.2f  %5u %3u %8u\n", l, li[l].r,
-		       li[l].U, li[l].U_uniform, li[l].rho, li[l].rho_after, li[l].n_rep,
-		       li[l].n_hot, li[l].n_replicas);
+	printf("layer      r  U(r)  U(0)  skew  ->  skew'  n_rep hot replicas  cost grouped "
+	       "packed\n");
+	for (uint32_t l = 0; l < p.n_layers; l++) {
+		printf("%5u  %5.3f %5.3f %5.3f %5.2f  -> %5.2f  %5u %3u %8u  %12.3f %6.3f%s\n", l,
+		       li[l].r, li[l].U, li[l].U_uniform, li[l].rho, li[l].rho_after,
+		       li[l].n_rep, li[l].n_hot, li[l].n_replicas, li[l].cost_grouped,
+		       li[l].cost_packed, li[l].fallback ? "  packed (EPLB's packing)" : "");
+		fell += li[l].fallback;
+	}
+	printf("%u of %u layers fell back to EPLB's packing (objective: %g x k x (skew - 1) "
+	       "+ %g x rows off GPU + %g x rows off node%s)\n", fell, p.n_layers,
+	       a->peak_weight > 0 ? a->peak_weight : 1, a->cost_gpu > 0 ? a->cost_gpu : 1,
+	       a->cost_node > 0 ? a->cost_node : 1, a->no_fallback ? "; --no-fallback" : "");
 	ret = 0;
 out:
 	free(blob);

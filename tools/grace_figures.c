@@ -159,6 +159,8 @@ static void domain_load(const char *root, const char *dom, struct domain *d)
 	half_set(d->t, 0, h, &d->half[0]);
 	half_set(d->t, h, d->t->n_requests, &d->half[1]);
 	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
+	if (!rc)
+		rc = locus_gracefit_profile_keep_tokens(&d->prof, d->t->k, d->half[0].n_tok, &err);
 	for (uint32_t r = 0; !rc && r < h; r++) {
 		const struct locus_trace_req *q = &d->t->reqs[r];
 
@@ -187,6 +189,7 @@ static void domain_free(struct domain *d)
 struct topo_run {
 	struct gh_score sc[N_PL][N_DOM][N_DOM][2];
 	double r, U, U0, reps;   /* GRACE's grouping ratio, affinity kept, replicas per layer */
+	uint32_t fallbacks;      /* GRACE's layers that took EPLB's packing, over the 4 fits */
 	double eplb_planned;     /* EPLB (1 group)'s own max/mean: each copy W / copies */
 };
 
@@ -228,7 +231,8 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 	for (int p = 0; p < N_PL; p++) {
 		struct locus_gracefit_opts o = { .r = -1, .seed = 1,
 						 .no_grouping = p == PL_UNIFORM,
-						 .no_replication = p != PL_GRACE };
+						 .no_replication = p != PL_GRACE,
+						 .no_fallback = p == PL_GROUP };
 		struct locus_gracefit_eplb eplb;
 		void *blob = NULL, *m = NULL;
 		size_t len;
@@ -256,6 +260,7 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 			run->U += li[e].U / (L * N_DOM);
 			run->U0 += li[e].U_uniform / (L * N_DOM);
 			run->reps += (double)li[e].n_replicas / (L * N_DOM);
+			run->fallbacks += li[e].fallback;
 		}
 		for (uint32_t x = 0; x < N_DOM; x++)
 			for (int h = 0; h < 2; h++) {
@@ -379,11 +384,12 @@ static void print_placements(int cell, struct topo_run *const *runs)
 		}
 		if (cell == 1)
 			printf("%-6s GRACE: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f), "
-			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: "
-			       "max/mean %.3f as planned (each copy W / copies, calibration "
-			       "loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
-			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "",
-			       runs[ti]->eplb_planned);
+			       "%.1f replicas per layer of %u allowed,\n%-6s %u of %u layers "
+			       "fell back to EPLB's packing (the layer objective)\n%-6s EPLB, 1 "
+			       "group: max/mean %.3f as planned (each copy W / copies, "
+			       "calibration loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
+			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "", runs[ti]->fallbacks,
+			       26 * N_DOM, "", runs[ti]->eplb_planned);
 	}
 }
 
