@@ -183,7 +183,6 @@ static uint32_t refine(struct bal *b, double lim)
 			for (uint32_t x = a + 1; x < E; x++) {
 				uint32_t h = b->pri[x];
 				double axy = b->A[(size_t)a * E + x], gain;
-
 				double d = b->W[a] - b->W[x];
 
 				/* no GPU above lim, and the loads' spread not wider */
