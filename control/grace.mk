@@ -2,11 +2,14 @@
 # the locusctl grace subcommands. LAPACKE/OpenBLAS via pkg-config.
 GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c control/grace_balance.c \
 	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c \
-	control/grace_eplb_balance.c control/grace_epgroups.c
+	control/grace_eplb_balance.c control/grace_epgroups.c control/grace_rebalance.c \
+	control/grace_objective.c
 $(eval $(call LIBRARY,gracefit,$(GRACEFIT_SRCS)))
 $(eval $(call USES_PKG,$(GRACEFIT_SRCS),lapacke))
 $(eval $(call PROGRAM,tests/test_grace_fit,tests/test_grace_fit.c,gracefit grace_plan formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_fit
+$(eval $(call PROGRAM,tests/test_grace_rebalance,tests/test_grace_rebalance.c,gracefit formats common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_rebalance
 $(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_eplb
 $(eval $(call PROGRAM,tests/test_eplb_balance,tests/test_eplb_balance.c,gracefit formats common,cmocka lapacke openblas))
