@@ -16,8 +16,8 @@
  * multiply-add into accumulator lane i; the 16 lanes are then summed in
  * the fixed tree of eldr_reduce16() (i += i+8, i += i+4, i += i+2,
  * 0 += 1). The scalar kernel does exactly that with fmaf(); AVX2 holds the
- * 16 lanes in two registers, AVX-512 in one. The signature's norm uses
- * this arithmetic on both paths (it needs idf per feature).
+ * 16 lanes in two registers, AVX-512 in one. The integer paths' norm (it
+ * needs idf per feature) is float too, in 4 chains (eldr_qnorm_scalar()).
  */
 #ifndef LOCUS_ELDR_PRIV_H
 #define LOCUS_ELDR_PRIV_H
@@ -32,6 +32,7 @@
 #define ELDR_BATCH 4u  /* widest batched kernel (signatures per centroid pass) */
 #define ELDR_QLANES 32u  /* u16 features per block of the integer kernels */
 #define ELDR_QMAX 32767  /* largest |q| of a quantised centroid element */
+#define ELDR_NCHAINS 4u  /* the integer paths' norm: independent accumulator chains */
 
 struct locus_eldr_router;
 
@@ -48,9 +49,12 @@ typedef void (*eldr_dots_fn)(const struct locus_eldr_router *r, const float *x, 
 /* the same for batch_width signatures at once */
 typedef void (*eldr_dots_batch_fn)(const struct locus_eldr_router *r, const float *const *x,
 				   float **dots);
-/* norm^2 of private masked counts xq (float arithmetic); *maxc = largest count */
-typedef float (*eldr_qnorm_fn)(const struct locus_eldr_router *r, const uint16_t *xq,
-			       uint32_t *maxc);
+/*
+ * The masked layers of counts (read once each) into private xq; returns
+ * their norm^2 (float arithmetic), *maxc = largest count.
+ */
+typedef float (*eldr_qload_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
+			       uint16_t *xq, uint32_t *maxc);
 /*
  * Software prefetch of the next batch's counts into L2 while a kernel
  * computes: per_step of the n line addresses at each block step.
@@ -89,7 +93,7 @@ struct locus_eldr_router {
 	enum locus_eldr_path path;
 	int f32;                 /* the float arithmetic (LOCUS_ELDR_PATH_F32) */
 	uint32_t n_qblocks;      /* ceil(n_feat / ELDR_QLANES) */
-	eldr_qnorm_fn qnorm;
+	eldr_qload_fn qload;
 	eldr_qdots_fn qdots;
 	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;
@@ -156,6 +160,12 @@ static inline uint32_t eldr_qchunk(uint32_t maxc, uint32_t per_block)
 float eldr_qnorm_scalar(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
 float eldr_qnorm_avx2(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
 float eldr_qnorm_avx512(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
+float eldr_qload_scalar(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc);
+float eldr_qload_avx2(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+		      uint32_t *maxc);
+float eldr_qload_avx512(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc);
 void eldr_qdots_scalar(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
 		       uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
 void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,

@@ -29,27 +29,50 @@ static inline const int16_t *qgroup(const struct locus_eldr_router *r, uint32_t 
 }
 
 /*
- * Norm^2 in the float arithmetic of eldr_norm_scalar(), from the private
- * counts; the padding of xq and idf is 0.
+ * Norm^2 from the private counts (the padding of xq and idf is 0), in the
+ * integer paths' float order: block b of 16 lanes accumulates with fused
+ * multiply-adds into chain b % 4 (four independent chains, not one
+ * latency-bound chain), lane-wise (c0 + c1) + (c2 + c3), then
+ * eldr_reduce16(). Every integer path follows it: the same bits.
  */
 float eldr_qnorm_scalar(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc)
 {
-	float acc[ELDR_LANES];
+	float acc[ELDR_NCHAINS][ELDR_LANES], sum[ELDR_LANES];
 	uint32_t m = 0;
 
-	for (unsigned i = 0; i < ELDR_LANES; i++)
-		acc[i] = 0.0f;
+	for (unsigned c = 0; c < ELDR_NCHAINS; c++)
+		for (unsigned i = 0; i < ELDR_LANES; i++)
+			acc[c][i] = 0.0f;
 	for (uint32_t b = 0; b < r->n_blocks; b++) {
 		for (unsigned i = 0; i < ELDR_LANES; i++) {
 			uint16_t c = xq[b * ELDR_LANES + i];
 			float t = (float)c * r->idf[b * ELDR_LANES + i];
 
-			acc[i] = fmaf(t, t, acc[i]);
+			acc[b % ELDR_NCHAINS][i] = fmaf(t, t, acc[b % ELDR_NCHAINS][i]);
 			m = c > m ? c : m;
 		}
 	}
+	for (unsigned i = 0; i < ELDR_LANES; i++)
+		sum[i] = (acc[0][i] + acc[1][i]) + (acc[2][i] + acc[3][i]);
 	*maxc = m;
-	return eldr_reduce16(acc);
+	return eldr_reduce16(sum);
+}
+
+/* The masked layers of counts into xq (read once each); padding stays 0. */
+static inline void copy_masked(const struct locus_eldr_router *r, const uint16_t *counts,
+			       uint16_t *xq)
+{
+	const uint32_t E = r->n_experts;
+
+	for (uint32_t m = 0; m < r->n_masked; m++)
+		memcpy(xq + (size_t)m * E, counts + (size_t)r->layers[m] * E, 2 * (size_t)E);
+}
+
+float eldr_qload_scalar(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc)
+{
+	copy_masked(r, counts, xq);
+	return eldr_qnorm_scalar(r, xq, maxc);
 }
 
 /* Exact in int64 for any counts: the reference and the fallback of the SIMD kernels. */
@@ -97,27 +120,87 @@ static inline float reduce_avx2(__m256 lo, __m256 hi)
 }
 
 __attribute__((target("avx2,fma")))
+/* Block b's 16 lanes as two halves: t^2 added into (lo, hi); the max of its counts into mx. */
+__attribute__((target("avx2,fma")))
+static inline void qnorm_block_avx2(const struct locus_eldr_router *r, const uint16_t *xq,
+				    uint32_t b, __m256 *lo, __m256 *hi, __m128i *mx)
+{
+	__m128i vl = _mm_load_si128((const __m128i *)(xq + b * 16));
+	__m128i vh = _mm_load_si128((const __m128i *)(xq + b * 16 + 8));
+	__m256 tl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(vl)),
+				  _mm256_load_ps(r->idf + b * 16));
+	__m256 th = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(vh)),
+				  _mm256_load_ps(r->idf + b * 16 + 8));
+
+	*mx = _mm_max_epu16(*mx, _mm_max_epu16(vl, vh));
+	*lo = _mm256_fmadd_ps(tl, tl, *lo);
+	*hi = _mm256_fmadd_ps(th, th, *hi);
+}
+
+__attribute__((target("avx2,fma")))
 float eldr_qnorm_avx2(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc)
 {
-	__m256 nlo = _mm256_setzero_ps(), nhi = _mm256_setzero_ps();
+	__m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
+	       h3 = l0;
 	__m128i mx = _mm_setzero_si128();
+	const uint32_t nb = r->n_blocks;
+	uint32_t b = 0;
 
-	for (uint32_t b = 0; b < r->n_blocks; b++) {
-		__m128i vl = _mm_load_si128((const __m128i *)(xq + b * 16));
-		__m128i vh = _mm_load_si128((const __m128i *)(xq + b * 16 + 8));
-		__m256 tl = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(vl)),
-					  _mm256_load_ps(r->idf + b * 16));
-		__m256 th = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(vh)),
-					  _mm256_load_ps(r->idf + b * 16 + 8));
-
-		mx = _mm_max_epu16(mx, _mm_max_epu16(vl, vh));
-		nlo = _mm256_fmadd_ps(tl, tl, nlo);
-		nhi = _mm256_fmadd_ps(th, th, nhi);
+	for (; b + ELDR_NCHAINS <= nb; b += ELDR_NCHAINS) {
+		qnorm_block_avx2(r, xq, b, &l0, &h0, &mx);
+		qnorm_block_avx2(r, xq, b + 1, &l1, &h1, &mx);
+		qnorm_block_avx2(r, xq, b + 2, &l2, &h2, &mx);
+		qnorm_block_avx2(r, xq, b + 3, &l3, &h3, &mx);
 	}
+	if (b < nb)
+		qnorm_block_avx2(r, xq, b, &l0, &h0, &mx);
+	if (b + 1 < nb)
+		qnorm_block_avx2(r, xq, b + 1, &l1, &h1, &mx);
+	if (b + 2 < nb)
+		qnorm_block_avx2(r, xq, b + 2, &l2, &h2, &mx);
 	/* horizontal max of 8 u16: minpos on the complement */
 	*maxc = 0xffffu - (uint32_t)_mm_extract_epi16(
 				  _mm_minpos_epu16(_mm_xor_si128(mx, _mm_set1_epi16(-1))), 0);
-	return reduce_avx2(nlo, nhi);
+	return reduce_avx2(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)),
+			   _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)));
+}
+
+/*
+ * Copy and norm in one pass when a layer is whole groups of 4 blocks (E a
+ * multiple of 64: the chains line up with layers); else copy, then norm.
+ * The same arithmetic either way.
+ */
+__attribute__((target("avx2,fma")))
+float eldr_qload_avx2(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+		      uint32_t *maxc)
+{
+	const uint32_t E = r->n_experts;
+	__m256 l0 = _mm256_setzero_ps(), h0 = l0, l1 = l0, h1 = l0, l2 = l0, h2 = l0, l3 = l0,
+	       h3 = l0;
+	__m128i mx = _mm_setzero_si128();
+	uint32_t b = 0;
+
+	if (E % 64) {
+		copy_masked(r, counts, xq);
+		return eldr_qnorm_avx2(r, xq, maxc);
+	}
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+
+		for (uint32_t e = 0; e < E; e += 64, src += 64, b += 4) {
+			for (unsigned i = 0; i < 8; i++)
+				_mm_store_si128((__m128i *)(xq + b * 16) + i,
+						_mm_loadu_si128((const __m128i *)src + i));
+			qnorm_block_avx2(r, xq, b, &l0, &h0, &mx);
+			qnorm_block_avx2(r, xq, b + 1, &l1, &h1, &mx);
+			qnorm_block_avx2(r, xq, b + 2, &l2, &h2, &mx);
+			qnorm_block_avx2(r, xq, b + 3, &l3, &h3, &mx);
+		}
+	}
+	*maxc = 0xffffu - (uint32_t)_mm_extract_epi16(
+				  _mm_minpos_epu16(_mm_xor_si128(mx, _mm_set1_epi16(-1))), 0);
+	return reduce_avx2(_mm256_add_ps(_mm256_add_ps(l0, l1), _mm256_add_ps(l2, l3)),
+			   _mm256_add_ps(_mm256_add_ps(h0, h1), _mm256_add_ps(h2, h3)));
 }
 
 __attribute__((target("avx2,fma")))
@@ -200,20 +283,73 @@ void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *x
 }
 
 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+/* Block b: t^2 added into n, the max of its counts into mx. */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+static inline void qnorm_block_avx512(const struct locus_eldr_router *r, const uint16_t *xq,
+				      uint32_t b, __m512 *n, __m256i *mx)
+{
+	__m256i v = _mm256_load_si256((const __m256i *)(xq + b * 16));
+	__m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(v)),
+				 _mm512_load_ps(r->idf + b * 16));
+
+	*mx = _mm256_max_epu16(*mx, v);
+	*n = _mm512_fmadd_ps(t, t, *n);
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 float eldr_qnorm_avx512(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc)
 {
-	__m512 n = _mm512_setzero_ps();
+	__m512 n0 = _mm512_setzero_ps(), n1 = n0, n2 = n0, n3 = n0, n;
 	__m256i mx = _mm256_setzero_si256();
+	const uint32_t nb = r->n_blocks;
+	uint32_t b = 0;
 
-	for (uint32_t b = 0; b < r->n_blocks; b++) {
-		__m256i v = _mm256_load_si256((const __m256i *)(xq + b * 16));
-		__m512 t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(v)),
-					 _mm512_load_ps(r->idf + b * 16));
+	for (; b + ELDR_NCHAINS <= nb; b += ELDR_NCHAINS) {
+		qnorm_block_avx512(r, xq, b, &n0, &mx);
+		qnorm_block_avx512(r, xq, b + 1, &n1, &mx);
+		qnorm_block_avx512(r, xq, b + 2, &n2, &mx);
+		qnorm_block_avx512(r, xq, b + 3, &n3, &mx);
+	}
+	if (b < nb)
+		qnorm_block_avx512(r, xq, b, &n0, &mx);
+	if (b + 1 < nb)
+		qnorm_block_avx512(r, xq, b + 1, &n1, &mx);
+	if (b + 2 < nb)
+		qnorm_block_avx512(r, xq, b + 2, &n2, &mx);
+	*maxc = _mm512_reduce_max_epu32(_mm512_cvtepu16_epi32(mx));
+	n = _mm512_add_ps(_mm512_add_ps(n0, n1), _mm512_add_ps(n2, n3));
+	return reduce_avx2(_mm512_castps512_ps256(n),
+			   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(n), 1)));
+}
 
-		mx = _mm256_max_epu16(mx, v);
-		n = _mm512_fmadd_ps(t, t, n);
+/* Copy and norm in one pass, as eldr_qload_avx2(). */
+__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+float eldr_qload_avx512(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc)
+{
+	const uint32_t E = r->n_experts;
+	__m512 n0 = _mm512_setzero_ps(), n1 = n0, n2 = n0, n3 = n0, n;
+	__m256i mx = _mm256_setzero_si256();
+	uint32_t b = 0;
+
+	if (E % 64) {
+		copy_masked(r, counts, xq);
+		return eldr_qnorm_avx512(r, xq, maxc);
+	}
+	for (uint32_t m = 0; m < r->n_masked; m++) {
+		const uint16_t *src = counts + (size_t)r->layers[m] * E;
+
+		for (uint32_t e = 0; e < E; e += 64, src += 64, b += 4) {
+			_mm512_store_si512(xq + b * 16, _mm512_loadu_si512(src));
+			_mm512_store_si512(xq + b * 16 + 32, _mm512_loadu_si512(src + 32));
+			qnorm_block_avx512(r, xq, b, &n0, &mx);
+			qnorm_block_avx512(r, xq, b + 1, &n1, &mx);
+			qnorm_block_avx512(r, xq, b + 2, &n2, &mx);
+			qnorm_block_avx512(r, xq, b + 3, &n3, &mx);
+		}
 	}
 	*maxc = _mm512_reduce_max_epu32(_mm512_cvtepu16_epi32(mx));
+	n = _mm512_add_ps(_mm512_add_ps(n0, n1), _mm512_add_ps(n2, n3));
 	return reduce_avx2(_mm512_castps512_ps256(n),
 			   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(n), 1)));
 }

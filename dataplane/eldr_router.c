@@ -131,7 +131,7 @@ static void set_kernels(struct locus_eldr_router *r, enum locus_eldr_path path)
 		r->loadnorm = eldr_loadnorm_avx512;
 		r->dots_one = eldr_dots_avx512;
 		r->dots_batch = eldr_dots_avx512_x4;
-		r->qnorm = eldr_qnorm_avx512;
+		r->qload = eldr_qload_avx512;
 		r->qdots = eldr_qdots_avx512;
 		r->batch_width = 4;
 		break;
@@ -139,7 +139,7 @@ static void set_kernels(struct locus_eldr_router *r, enum locus_eldr_path path)
 		r->loadnorm = eldr_loadnorm_avx2;
 		r->dots_one = eldr_dots_avx2;
 		r->dots_batch = eldr_dots_avx2_x2;
-		r->qnorm = eldr_qnorm_avx2;
+		r->qload = eldr_qload_avx2;
 		r->qdots = eldr_qdots_avx2;
 		r->batch_width = 2;
 		break;
@@ -147,7 +147,7 @@ static void set_kernels(struct locus_eldr_router *r, enum locus_eldr_path path)
 		r->loadnorm = eldr_loadnorm_scalar;
 		r->dots_one = eldr_dots_scalar;
 		r->dots_batch = NULL;
-		r->qnorm = eldr_qnorm_scalar;
+		r->qload = eldr_qload_scalar;
 		r->qdots = eldr_qdots_scalar;
 		r->batch_width = 1;
 		break;
@@ -335,19 +335,6 @@ static inline float *sv_buf(const struct locus_eldr_router *r, uint32_t i)
 }
 
 /*
- * The masked counts of a checked signature, read once each (they may lie
- * in memory a client writes), into the integer path's private row i.
- */
-static inline void load_xq(const struct locus_eldr_router *r, const uint16_t *counts, uint32_t i)
-{
-	const uint32_t E = r->n_experts;
-	uint16_t *xq = xq_buf(r, i);
-
-	for (uint32_t m = 0; m < r->n_masked; m++)
-		memcpy(xq + (size_t)m * E, counts + (size_t)r->layers[m] * E, 2 * (size_t)E);
-}
-
-/*
  * The centroids' similarities of row i (dots_buf: raw dot products on the
  * float path; the integer path's exact sums in qdot), then, with a
  * centroid map, each decoder's: the best of its centroids' (in centroid
@@ -409,10 +396,9 @@ static void score_rows(struct locus_eldr_router *r, const uint16_t *const *count
 		for (j = 0; j < m; j++) {
 			uint32_t mc;
 
-			load_xq(r, counts[j], j);
 			xs[j] = xq_buf(r, j);
 			qd[j] = r->qdot + (size_t)j * r->k_pad;
-			norm2[j] = r->qnorm(r, xs[j], &mc);
+			norm2[j] = r->qload(r, counts[j], xq_buf(r, j), &mc);
 			maxc = mc > maxc ? mc : maxc;
 		}
 		r->qdots(r, xs, m, maxc, qd, pf);
