@@ -281,6 +281,14 @@ enum locus_clients_event {
  */
 int locus_clients_check(struct locus_clients *v, uint32_t slot);
 
+/*
+ * The same look without /proc (no system call): GONE only when the slot's
+ * state word says the client left (detached, or broke it). A daemon calls it
+ * every pass and locus_clients_check(), which also sees a client that died,
+ * less often.
+ */
+int locus_clients_check_state(struct locus_clients *v, uint32_t slot);
+
 /* ------------------------------------------------------------------ */
 /* Client side: the library a serving worker links.                     */
 
