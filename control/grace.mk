@@ -23,8 +23,11 @@ $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c tools/grace_held
 BENCHES += tools/grace_figures
 $(eval $(call PROGRAM,tests/test_grace_heldout,tests/test_grace_heldout.c tools/grace_heldout.c,gracefit grace_plan formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_heldout
-$(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace_plan formats common,lapacke openblas))
+$(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c tools/grace_plan_ref.c,gracefit grace_plan formats common,lapacke openblas))
 BENCHES += tools/grace_bench
+# The planner against the planner of earlier builds (the same plans) on real routings.
+$(eval $(call PROGRAM,tests/test_grace_plan_ref,tests/test_grace_plan_ref.c tools/grace_plan_ref.c tests/test_paths.c,gracefit grace_plan formats trace common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_plan_ref
 # Per-decoder placement against one global placement on ELDR-routed held-out requests.
 $(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/epgroups_figures
