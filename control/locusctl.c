@@ -103,6 +103,15 @@ static const struct locusctl_cmd cmds[] = {
 	{ "eplb-export", grace_other, "eplb-export TABLE [-o FILE.json]   (GRACE)" },
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
+	{ "simulate", locusctl_simulate,
+	  "simulate --trace FILE --decoders K [--table ELDR_TABLE [--tau T1,T2,..]]\n"
+	  "        [--model qwen3-30b-a3b|deepseek-v2-lite] [--gpu h100-sxm|mi300x]\n"
+	  "        [--rate R (requests/s, Poisson; 0: all at once)] [--order trace|shuffle]\n"
+	  "        [--requests N] [--gen-len N] [--batch-cap B] [--seed S]\n"
+	  "        [--policies random,rr,jsq,p2c,domain,eldr] [--json]\n"
+	  "        [--hidden H] [--moe-intermediate I] [--dtype-bytes B] [--hbm-gbps G]\n"
+	  "        [--fixed-us F | --overhead-us O] [--kv-bytes-per-token KV]\n"
+	  "        [--allow-shape-mismatch]" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"

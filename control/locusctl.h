@@ -72,6 +72,12 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
 		       uint64_t seed, double *pairs, double *load, struct locus_error *err);
 
 /*
+ * locusctl simulate (tools/sim_ctl.c): the trace-driven serving simulation,
+ * which links the data plane's pure-C router as the replay above does.
+ */
+int locusctl_simulate(int argc, char **argv);
+
+/*
  * Progress callback for long fits: a redrawn bar when stderr is a terminal,
  * otherwise one plain line per stage and per 10% step. arg is unused.
  */

@@ -1,0 +1,467 @@
+// SPDX-License-Identifier: MIT
+/*
+ * locusctl simulate: the trace, the table and the presets read and checked,
+ * every policy run on the same arrivals (locus_sim_run), the report printed.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_eldr.h"
+#include "locus_tblfile.h"
+#include "locusctl.h"
+#include "sim_ctl.h"
+
+struct sim_opts {
+	const char *trace, *table, *model, *gpu;
+	uint64_t decoders, batch_cap, requests, gen_len, seed;
+	double rate;
+	int shuffle, json, allow_shape, policies_given;
+	unsigned policies;            /* 1u << policy */
+	float taus[SIM_MAX_TAUS];
+	uint32_t n_taus;
+	/* overrides; NAN / 0 = the preset's */
+	uint64_t hidden, moe_inter, dtype_bytes;
+	double hbm_gbps, fixed_us, overhead_us, kv_bytes;
+};
+
+static int usage_err(const char *fmt, const char *arg)
+{
+	fprintf(stderr, "locusctl simulate: ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n  (locusctl --help for the usage)\n");
+	return 2;
+}
+
+/* A finite double in [min, max], the whole string. */
+static int parse_double(const char *s, double min, double max, double *v)
+{
+	char *end;
+	double x;
+
+	errno = 0;
+	x = strtod(s, &end);
+	if (errno || !*s || *end || !isfinite(x) || x < min || x > max)
+		return -1;
+	*v = x;
+	return 0;
+}
+
+/* "0.05,0.1": up to SIM_MAX_TAUS taus in [0, 2]. */
+static int parse_taus(const char *s, struct sim_opts *o)
+{
+	char buf[512], *save = NULL, *tok;
+
+	if (strlen(s) >= sizeof(buf) || !*s || s[strlen(s) - 1] == ',' || strstr(s, ",,") ||
+	    s[0] == ',')
+		return -1;
+	strcpy(buf, s);
+	o->n_taus = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		if (o->n_taus == SIM_MAX_TAUS || locusctl_parse_float(tok, 0, 2, &o->taus[o->n_taus]))
+			return -1;
+		o->n_taus++;
+	}
+	return 0;
+}
+
+/* "jsq,eldr": policy names. */
+static int parse_policies(const char *s, struct sim_opts *o)
+{
+	char buf[256], *save = NULL, *tok;
+
+	if (strlen(s) >= sizeof(buf) || !*s || s[strlen(s) - 1] == ',' || strstr(s, ",,") ||
+	    s[0] == ',')
+		return -1;
+	strcpy(buf, s);
+	o->policies = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int p = locus_sim_policy_parse(tok);
+
+		if (p < 0)
+			return -1;
+		o->policies |= 1u << p;
+	}
+	o->policies_given = 1;
+	return 0;
+}
+
+enum {
+	O_TRACE = 256, O_TABLE, O_TAU, O_DECODERS, O_MODEL, O_GPU, O_RATE, O_ORDER, O_REQUESTS,
+	O_GEN, O_CAP, O_SEED, O_POLICIES, O_JSON, O_HIDDEN, O_INTER, O_DTYPE, O_HBM, O_FIXED,
+	O_OVERHEAD, O_KV, O_ALLOW,
+};
+
+static const struct option sim_lo[] = {
+	{ "trace", required_argument, NULL, O_TRACE },
+	{ "table", required_argument, NULL, O_TABLE },
+	{ "tau", required_argument, NULL, O_TAU },
+	{ "decoders", required_argument, NULL, O_DECODERS },
+	{ "model", required_argument, NULL, O_MODEL },
+	{ "gpu", required_argument, NULL, O_GPU },
+	{ "rate", required_argument, NULL, O_RATE },
+	{ "order", required_argument, NULL, O_ORDER },
+	{ "requests", required_argument, NULL, O_REQUESTS },
+	{ "gen-len", required_argument, NULL, O_GEN },
+	{ "batch-cap", required_argument, NULL, O_CAP },
+	{ "seed", required_argument, NULL, O_SEED },
+	{ "policies", required_argument, NULL, O_POLICIES },
+	{ "json", no_argument, NULL, O_JSON },
+	{ "hidden", required_argument, NULL, O_HIDDEN },
+	{ "moe-intermediate", required_argument, NULL, O_INTER },
+	{ "dtype-bytes", required_argument, NULL, O_DTYPE },
+	{ "hbm-gbps", required_argument, NULL, O_HBM },
+	{ "fixed-us", required_argument, NULL, O_FIXED },
+	{ "overhead-us", required_argument, NULL, O_OVERHEAD },
+	{ "kv-bytes-per-token", required_argument, NULL, O_KV },
+	{ "allow-shape-mismatch", no_argument, NULL, O_ALLOW },
+	{ NULL, 0, NULL, 0 },
+};
+
+/* Options into o: 0, or an exit status (2) after a message. */
+static int parse_opts(int argc, char **argv, struct sim_opts *o)
+{
+	int c;
+
+	*o = (struct sim_opts){ .model = "deepseek-v2-lite", .gpu = "h100-sxm", .batch_cap = 32,
+				.seed = 1, .hbm_gbps = NAN, .fixed_us = NAN, .overhead_us = 0,
+				.kv_bytes = NAN };
+	optind = 1;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", sim_lo, NULL)) != -1) {
+		const char *a = optarg;
+
+		switch (c) {
+		case O_TRACE:
+			o->trace = a;
+			break;
+		case O_TABLE:
+			o->table = a;
+			break;
+		case O_MODEL:
+			o->model = a;
+			break;
+		case O_GPU:
+			o->gpu = a;
+			break;
+		case O_JSON:
+			o->json = 1;
+			break;
+		case O_ALLOW:
+			o->allow_shape = 1;
+			break;
+		case O_TAU:
+			if (parse_taus(a, o))
+				return usage_err("--tau '%s': want up to 16 comma-separated taus in [0, 2]", a);
+			break;
+		case O_POLICIES:
+			if (parse_policies(a, o))
+				return usage_err("--policies '%s': want names among random, rr, jsq, p2c, "
+						 "domain, eldr", a);
+			break;
+		case O_DECODERS:
+			if (locusctl_parse_u64(a, 65535, &o->decoders) || !o->decoders)
+				return usage_err("--decoders '%s': want 1..65535", a);
+			break;
+		case O_CAP:
+			if (locusctl_parse_u64(a, 1u << 20, &o->batch_cap) || !o->batch_cap)
+				return usage_err("--batch-cap '%s': want 1..1048576", a);
+			break;
+		case O_REQUESTS:
+			if (locusctl_parse_u64(a, 10000000, &o->requests) || !o->requests)
+				return usage_err("--requests '%s': want 1..10000000", a);
+			break;
+		case O_GEN:
+			if (locusctl_parse_u64(a, 1000000, &o->gen_len) || !o->gen_len)
+				return usage_err("--gen-len '%s': want 1..1000000 tokens", a);
+			break;
+		case O_SEED:
+			if (locusctl_parse_u64(a, UINT64_MAX, &o->seed))
+				return usage_err("--seed '%s': want a decimal u64", a);
+			break;
+		case O_RATE:
+			if (parse_double(a, 0, 1e9, &o->rate))
+				return usage_err("--rate '%s': want requests/s in [0, 1e9] (0: all at once)", a);
+			break;
+		case O_ORDER:
+			if (strcmp(a, "trace") && strcmp(a, "shuffle"))
+				return usage_err("--order '%s': want trace or shuffle", a);
+			o->shuffle = !strcmp(a, "shuffle");
+			break;
+		case O_HIDDEN:
+			if (locusctl_parse_u64(a, 1u << 20, &o->hidden) || !o->hidden)
+				return usage_err("--hidden '%s': want 1..1048576", a);
+			break;
+		case O_INTER:
+			if (locusctl_parse_u64(a, 1u << 20, &o->moe_inter) || !o->moe_inter)
+				return usage_err("--moe-intermediate '%s': want 1..1048576", a);
+			break;
+		case O_DTYPE:
+			if (locusctl_parse_u64(a, 8, &o->dtype_bytes) || !o->dtype_bytes)
+				return usage_err("--dtype-bytes '%s': want 1..8", a);
+			break;
+		case O_HBM:
+			if (parse_double(a, 1e-3, 1e6, &o->hbm_gbps))
+				return usage_err("--hbm-gbps '%s': want GB/s in [0.001, 1e6]", a);
+			break;
+		case O_FIXED:
+			if (parse_double(a, 0, 1e9, &o->fixed_us))
+				return usage_err("--fixed-us '%s': want microseconds in [0, 1e9]", a);
+			break;
+		case O_OVERHEAD:
+			if (parse_double(a, 0, 1e9, &o->overhead_us))
+				return usage_err("--overhead-us '%s': want microseconds in [0, 1e9]", a);
+			break;
+		case O_KV:
+			if (parse_double(a, 0, 1e12, &o->kv_bytes))
+				return usage_err("--kv-bytes-per-token '%s': want bytes in [0, 1e12]", a);
+			break;
+		default:
+			return usage_err("unknown or incomplete option '%s'", argv[optind - 1]);
+		}
+	}
+	if (optind < argc)
+		return usage_err("unexpected argument '%s'", argv[optind]);
+	if (!o->trace)
+		return usage_err("%s", "--trace FILE is required");
+	if (!o->decoders)
+		return usage_err("%s", "--decoders K is required");
+	if (o->n_taus && !o->table)
+		return usage_err("%s", "--tau needs --table (the ELDR table whose tau it replaces)");
+	if (o->policies_given && (o->policies & 1u << LOCUS_SIM_ELDR) && !o->table)
+		return usage_err("%s", "policy eldr needs --table TABLE (locusctl fit)");
+	return 0;
+}
+
+/* The step model from the presets and overrides; 0 or an exit status. */
+static int step_model(const struct sim_opts *o, const struct locus_trace *t,
+		      struct sim_setup *su)
+{
+	const struct locus_sim_model *pm = locus_sim_model_find(o->model);
+	const struct locus_sim_gpu *pg = locus_sim_gpu_find(o->gpu);
+	struct locus_sim_model m;
+
+	if (!pm || !pg) {
+		fprintf(stderr, "locusctl simulate: --%s '%s': want one of %s\n", pm ? "gpu" : "model",
+			pm ? o->gpu : o->model, pm ? locus_sim_gpu_names() : locus_sim_model_names());
+		return 2;
+	}
+	m = *pm;
+	if ((t->n_layers != m.moe_layers || t->n_experts != m.n_experts || t->k != m.top_k) &&
+	    !o->allow_shape) {
+		fprintf(stderr, "locusctl simulate: the trace is %u MoE layers x %u experts, top-%u; "
+			"model %s is %u x %u, top-%u: simulate with a trace of that model (or "
+			"--allow-shape-mismatch to price this trace's routings at %s's costs)\n",
+			t->n_layers, t->n_experts, t->k, m.name, m.moe_layers, m.n_experts, m.top_k,
+			m.name);
+		return 1;
+	}
+	if (o->hidden)
+		m.hidden = (uint32_t)o->hidden;
+	if (o->moe_inter)
+		m.moe_intermediate = (uint32_t)o->moe_inter;
+	if (o->dtype_bytes)
+		m.dtype_bytes = (uint32_t)o->dtype_bytes;
+	su->hw.expert_bytes = locus_sim_expert_bytes(&m);
+	su->hw.hbm_bytes_per_s = isnan(o->hbm_gbps) ? pg->hbm_bytes_per_s : o->hbm_gbps * 1e9;
+	su->hw.kv_bytes_per_token = isnan(o->kv_bytes) ? m.kv_bytes_per_token : o->kv_bytes;
+	su->dense_bytes = m.dense_bytes;
+	su->overhead_s = o->overhead_us * 1e-6;
+	su->hw.fixed_s = isnan(o->fixed_us) ? m.dense_bytes / su->hw.hbm_bytes_per_s +
+					      su->overhead_s : o->fixed_us * 1e-6;
+	return 0;
+}
+
+/* A router for the table at tau (the table's own when tau is NAN), in *mem. */
+static int build_router(const void *payload, size_t len, float tau, void **mem,
+			struct locus_eldr_router **r, struct locus_error *err)
+{
+	struct locus_eldr_tbl_hdr *h;
+	void *copy = aligned_alloc(64, LOCUS_ALIGN_UP(len, 64));
+	size_t msz = locus_eldr_router_mem_size(payload, len);
+	int ret;
+
+	*mem = NULL;
+	if (!copy)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	memcpy(copy, payload, len);
+	h = copy;
+	if (!isnan(tau)) {
+		if (h->spill_tau != 0.0f && !(h->spill_tau > tau)) {
+			/* a band at least as wide as the spill's leaves it nothing to do */
+			fprintf(stderr, "locusctl simulate: tau %g: the table's load spill (within "
+				"%g) is off at this tau\n", (double)tau, (double)h->spill_tau);
+			h->spill_tau = 0;
+			h->spill_margin = 0;
+		}
+		h->tau = tau;
+	}
+	*mem = msz ? aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64)) : NULL;
+	if (!*mem) {
+		ret = locus_error_set(err, msz ? ENOMEM : LOCUS_ERANGE,
+				      msz ? "out of memory" : "the table's shape is invalid");
+		goto out;
+	}
+	ret = locus_eldr_router_build(*mem, msz, copy, len, LOCUS_ELDR_PATH_AUTO, r, err);
+out:
+	free(copy);
+	return ret;
+}
+
+/* One run into row. 0 or an exit status (the error printed). */
+static int run_one(struct locus_sim_cfg *cfg, struct locus_sim_result *res, struct sim_row *row)
+{
+	struct locus_error err = { 0 };
+	double *tmp = malloc(sizeof(*tmp) * cfg->n);
+	int ret;
+
+	if (!tmp)
+		return locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+	ret = locus_sim_run(cfg, res, &err);
+	if (ret == 0)
+		ret = locus_sim_summarize(res, &row->s) ? -ENOMEM : 0;
+	if (ret < 0) {
+		free(tmp);
+		return locusctl_fail(&err, ret);
+	}
+	memcpy(tmp, res->tpot, sizeof(*tmp) * cfg->n);
+	locus_sim_percentile(tmp, cfg->n, 100); /* sorts */
+	for (int q = 0; q < SIM_QUANTILES; q++)
+		row->tpot_q[q] = q ? locus_sim_percentile(tmp, cfg->n, q) : tmp[0];
+	row->policy = cfg->policy;
+	free(tmp);
+	return 0;
+}
+
+/* Prompt signatures of every trace request, as a prefiller builds them. */
+static int build_sigs(const struct locus_trace *t, uint8_t **out, size_t *slen,
+		      struct locus_error *err)
+{
+	*slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
+	*out = malloc(*slen * t->n_requests);
+	if (!*out)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < t->n_requests; i++) {
+		long n = locus_eldr_sig_build(*out + *slen * i, *slen, t->n_layers, t->n_experts,
+					      t->k, t->reqs[i].prompt, t->reqs[i].prompt_len, 0, err);
+
+		if (n < 0)
+			return (int)n;
+	}
+	return 0;
+}
+
+int locusctl_simulate(int argc, char **argv)
+{
+	struct sim_opts o;
+	struct sim_setup su = { 0 };
+	struct locus_error err = { 0 };
+	struct locus_trace *t = NULL;
+	struct locus_sim_arrival *arr = NULL;
+	struct locus_sim_result res = { 0 };
+	struct sim_row rows[LOCUS_SIM_N_POLICIES + SIM_MAX_TAUS];
+	struct locus_sim_cfg cfg;
+	uint8_t *sigs = NULL;
+	void *tbl = NULL, *rmem = NULL;
+	const void *payload = NULL;
+	size_t tlen = 0, plen = 0, slen = 0;
+	uint32_t nrows = 0, n;
+	int ret = parse_opts(argc, argv, &o);
+
+	if (ret)
+		return ret;
+	ret = locus_trace_load(o.trace, NULL, &t, &err);
+	if (ret < 0) {
+		ret = locusctl_fail(&err, ret);
+		goto out;
+	}
+	ret = step_model(&o, t, &su);
+	if (ret)
+		goto out;
+	if (!o.policies_given) {
+		o.policies = (1u << LOCUS_SIM_RANDOM) | (1u << LOCUS_SIM_RR) | (1u << LOCUS_SIM_JSQ) |
+			     (1u << LOCUS_SIM_P2C) | (o.table ? 1u << LOCUS_SIM_ELDR : 0) |
+			     (t->n_domains > 1 ? 1u << LOCUS_SIM_DOMAIN : 0);
+	} else if ((o.policies & 1u << LOCUS_SIM_DOMAIN) && t->n_domains < 2) {
+		fprintf(stderr, "locusctl simulate: policy domain needs a trace with domain labels\n");
+		ret = 1;
+		goto out;
+	}
+	if (o.table) {
+		ret = locus_tbl_read_file(o.table, LOCUS_TBL_ELDR, &tbl, &tlen, &err);
+		if (ret == 0)
+			ret = locus_tbl_check(tbl, tlen, LOCUS_TBL_ELDR, &payload, &plen, &err);
+		if (ret == 0)
+			ret = locus_eldr_tbl_validate(payload, plen, NULL, &err);
+		if (ret == 0)
+			ret = build_sigs(t, &sigs, &slen, &err);
+		if (ret < 0) {
+			ret = locusctl_fail(&err, ret);
+			goto out;
+		}
+	}
+	n = o.requests ? (uint32_t)o.requests : t->n_requests;
+	arr = malloc(sizeof(*arr) * n);
+	if (!arr || locus_sim_result_alloc(&res, n, (uint32_t)o.decoders)) {
+		ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+		goto out;
+	}
+	ret = locus_sim_arrivals(t, n, o.rate, o.shuffle, (uint32_t)o.gen_len, o.seed, arr, &err);
+	if (ret < 0) {
+		ret = locusctl_fail(&err, ret);
+		goto out;
+	}
+	cfg = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = n,
+				      .n_decoders = (uint32_t)o.decoders,
+				      .batch_cap = (uint32_t)o.batch_cap, .hw = su.hw,
+				      .seed = o.seed, .sigs = sigs, .slen = slen };
+	for (int p = 0; p < LOCUS_SIM_N_POLICIES; p++) {
+		uint32_t ntau = p == LOCUS_SIM_ELDR ? (o.n_taus ? o.n_taus : 1) : 1;
+
+		if (!(o.policies & 1u << p))
+			continue;
+		for (uint32_t i = 0; i < ntau; i++) {
+			float tau = o.n_taus ? o.taus[i] : NAN;
+
+			cfg.policy = p;
+			cfg.router = NULL;
+			if (p == LOCUS_SIM_ELDR) {
+				free(rmem);
+				ret = build_router(payload, plen, tau, &rmem, &cfg.router, &err);
+				if (ret < 0) {
+					ret = locusctl_fail(&err, ret);
+					goto out;
+				}
+				rows[nrows].tau = isnan(tau) ?
+					((const struct locus_eldr_tbl_hdr *)payload)->tau : tau;
+			}
+			ret = run_one(&cfg, &res, &rows[nrows]);
+			if (ret)
+				goto out;
+			nrows++;
+		}
+	}
+	su = (struct sim_setup){ .trace = o.trace, .table = o.table, .model = o.model,
+				 .gpu = o.gpu, .n_trace = t->n_requests, .n_requests = n,
+				 .n_decoders = (uint32_t)o.decoders,
+				 .batch_cap = (uint32_t)o.batch_cap, .gen_len = (uint32_t)o.gen_len,
+				 .n_layers = t->n_layers, .n_experts = t->n_experts, .k = t->k,
+				 .rate = o.rate, .shuffle = o.shuffle, .seed = o.seed, .hw = su.hw,
+				 .dense_bytes = su.dense_bytes, .overhead_s = su.overhead_s };
+	if (o.json)
+		sim_report_json(stdout, &su, rows, nrows);
+	else
+		sim_report_table(stdout, &su, rows, nrows);
+	ret = fflush(stdout) ? 1 : 0;
+out:
+	free(rmem);
+	locus_sim_result_free(&res);
+	free(arr);
+	free(sigs);
+	free(tbl);
+	locus_trace_free(t);
+	return ret;
+}

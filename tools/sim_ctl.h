@@ -1,0 +1,40 @@
+/* SPDX-License-Identifier: MIT */
+/* locusctl simulate: the command line (sim_ctl.c) and its report (sim_report.c). */
+#ifndef SIM_CTL_H
+#define SIM_CTL_H
+
+#include <stdio.h>
+
+#include "locus_sim.h"
+
+#define SIM_MAX_TAUS    16
+#define SIM_QUANTILES   101  /* TPOT at 0, 1, .., 100 % for the CDF plot */
+
+/* One policy's run (ELDR: one per tau). */
+struct sim_row {
+	enum locus_sim_policy policy;
+	float tau;                     /* ELDR only */
+	struct locus_sim_summary s;
+	double tpot_q[SIM_QUANTILES];  /* seconds */
+};
+
+/* What the report names besides the rows. */
+struct sim_setup {
+	const char *trace, *table, *model, *gpu;
+	uint32_t n_trace, n_requests, n_decoders, batch_cap, gen_len;
+	uint16_t n_layers, n_experts, k;
+	double rate;                   /* 0: every request at t = 0 */
+	int shuffle;
+	uint64_t seed;
+	struct locus_sim_hw hw;
+	double dense_bytes, overhead_s;
+};
+
+/* The table operators read (times in ms). */
+void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
+		      uint32_t n);
+/* The same as one JSON object (times in ms), the plot script's input. */
+void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
+		     uint32_t n);
+
+#endif /* SIM_CTL_H */

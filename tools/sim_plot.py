@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""Plots of `locusctl simulate --json` runs (Debian's python3-matplotlib).
+
+    tools/sim_plot.py RUN.json [RUN2.json ...] -o DIR
+
+Writes, and names on stdout:
+  DIR/tpot_cdf.svg          TPOT CDF of every policy of the first run
+  DIR/tpot_vs_tau.svg       ELDR median and p99 TPOT against tau (first run), the best
+                            load balancer's (lowest of random/rr/jsq/p2c, per metric) as lines
+  DIR/gain_vs_decoders.svg  with runs at several decoder counts: the median and p99 TPOT
+                            change of ELDR at its best median tau against the best load
+                            balancer of each
+"""
+import argparse
+import json
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+BALANCERS = ("random", "rr", "jsq", "p2c")
+
+
+def load(path):
+    with open(path, encoding="utf-8") as f:
+        run = json.load(f)
+    if not isinstance(run, dict) or not isinstance(run.get("policies"), list) or not run["policies"]:
+        raise ValueError(f"{path}: not a locusctl simulate --json run (no policies)")
+    for p in run["policies"]:
+        q = p.get("tpot_quantiles_ms")
+        if not isinstance(q, list) or len(q) != 101:
+            raise ValueError(f"{path}: policy {p.get('label')!r} has no 101 TPOT quantiles")
+    return run
+
+
+def best_balancer(run, metric="p50"):
+    """The load balancer with the lowest TPOT at metric (each metric its own best)."""
+    lbs = [p for p in run["policies"] if p["policy"] in BALANCERS]
+    return min(lbs, key=lambda p: p["tpot_ms"][metric]) if lbs else None
+
+
+def title(run):
+    return (f"{run['model']} on {run['gpu']}, {run['decoders']} decoders x {run['batch_cap']}, "
+            f"{run['rate']:g} req/s")
+
+
+def plot_cdf(run, out):
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    frac = [q / 100 for q in range(101)]
+    for p in run["policies"]:
+        ax.plot(p["tpot_quantiles_ms"], frac, label=p["label"],
+                linestyle="-" if p["policy"] == "eldr" else "--")
+    ax.set_xlabel("TPOT (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(title(run), fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
+def plot_tau(run, out):
+    eldr = sorted((p for p in run["policies"] if p["policy"] == "eldr"), key=lambda p: p["tau"])
+    if not eldr:
+        return False
+    taus = [p["tau"] for p in eldr]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(taus, [p["tpot_ms"]["p50"] for p in eldr], "o-", label="ELDR median")
+    ax.plot(taus, [p["tpot_ms"]["p99"] for p in eldr], "s-", label="ELDR p99")
+    lb50, lb99 = best_balancer(run, "p50"), best_balancer(run, "p99")
+    if lb50:
+        ax.axhline(lb50["tpot_ms"]["p50"], color="C0", linestyle=":",
+                   label=f"{lb50['label']} median")
+        ax.axhline(lb99["tpot_ms"]["p99"], color="C1", linestyle=":", label=f"{lb99['label']} p99")
+    ax.set_xlabel("tau")
+    ax.set_ylabel("TPOT (ms)")
+    ax.set_title(title(run), fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def gain(run):
+    """ELDR at its best median tau against the best balancer of each metric, in %."""
+    eldr = [p for p in run["policies"] if p["policy"] == "eldr"]
+    if not best_balancer(run) or not eldr:
+        return None
+    best = min(eldr, key=lambda p: p["tpot_ms"]["p50"])
+    return tuple(100 * (best["tpot_ms"][k] / best_balancer(run, k)["tpot_ms"][k] - 1)
+                 for k in ("p50", "p99"))
+
+
+def plot_gain(runs, out):
+    pts = sorted((r["decoders"], gain(r)) for r in runs if gain(r))
+    if len({k for k, _ in pts}) < 2:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot([k for k, _ in pts], [g[0] for _, g in pts], "o-", label="median TPOT")
+    ax.plot([k for k, _ in pts], [g[1] for _, g in pts], "s-", label="p99 TPOT")
+    ax.axhline(0, color="grey", linewidth=0.8)
+    ax.set_xlabel("decoders")
+    ax.set_ylabel("ELDR (best tau) vs best load balancer (%)")
+    ax.set_title(f"{runs[0]['model']} on {runs[0]['gpu']}", fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+    return True
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", help="locusctl simulate --json output files")
+    ap.add_argument("-o", "--out", required=True, help="directory for the SVG files")
+    a = ap.parse_args()
+    try:
+        runs = [load(p) for p in a.runs]
+    except (OSError, ValueError, KeyError) as e:
+        print(f"sim_plot: {e}", file=sys.stderr)
+        return 1
+    os.makedirs(a.out, exist_ok=True)
+    made = []
+    path = os.path.join(a.out, "tpot_cdf.svg")
+    plot_cdf(runs[0], path)
+    made.append(path)
+    path = os.path.join(a.out, "tpot_vs_tau.svg")
+    if plot_tau(runs[0], path):
+        made.append(path)
+    path = os.path.join(a.out, "gain_vs_decoders.svg")
+    if plot_gain(runs, path):
+        made.append(path)
+    for m in made:
+        print(f"wrote {m}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: MIT
+/* locusctl simulate's report: a table for people, JSON for the plot script. */
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "sim_ctl.h"
+
+static void row_label(const struct sim_row *r, char *buf, size_t len)
+{
+	if (r->policy == LOCUS_SIM_ELDR)
+		snprintf(buf, len, "eldr tau=%g", (double)r->tau);
+	else
+		snprintf(buf, len, "%s", locus_sim_policy_name(r->policy));
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; s && *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
+		      uint32_t n)
+{
+	fprintf(f, "simulate: %u requests (%u in the trace, %s order), %u decoders x batch "
+		"cap %u, model %s on %s\n", su->n_requests, su->n_trace,
+		su->shuffle ? "shuffled" : "trace", su->n_decoders, su->batch_cap, su->model,
+		su->gpu);
+	if (su->rate > 0)
+		fprintf(f, "  arrivals: Poisson, %g requests/s, seed %" PRIu64 "\n", su->rate,
+			su->seed);
+	else
+		fprintf(f, "  arrivals: all at t=0, seed %" PRIu64 "\n", su->seed);
+	fprintf(f, "  step = %.4f ms fixed + distinct experts x %.0f B + context tokens x %.0f B, "
+		"at %.4g GB/s\n", su->hw.fixed_s * 1e3, su->hw.expert_bytes,
+		su->hw.kv_bytes_per_token, su->hw.hbm_bytes_per_s / 1e9);
+	fprintf(f, "%-14s %9s %9s %9s %9s %9s %9s %8s %6s %8s %6s %6s %9s\n", "policy",
+		"tpot_p50", "tpot_p90", "tpot_p99", "queue_avg", "queue_p50", "queue_p99",
+		"pairs/st", "batch", "step_ms", "skewN", "skewB", "tok/s");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct locus_sim_summary *s = &rows[i].s;
+		char label[32];
+
+		row_label(&rows[i], label, sizeof(label));
+		fprintf(f, "%-14s %9.4f %9.4f %9.4f %9.3f %9.3f %9.3f %8.1f %6.2f %8.4f %6.3f "
+			"%6.3f %9.0f\n", label, s->tpot_p50 * 1e3, s->tpot_p90 * 1e3,
+			s->tpot_p99 * 1e3, s->queue_mean * 1e3, s->queue_p50 * 1e3,
+			s->queue_p99 * 1e3, s->pairs_per_step, s->batch_mean, s->step_mean * 1e3,
+			s->skew_assigned, s->skew_batch, s->tokens_per_s);
+	}
+	fprintf(f, "  times in ms; pairs/st: distinct (layer, expert) pairs a step reads; batch: "
+		"requests per step;\n  skewN: max/mean requests per decoder; skewB: max/mean "
+		"batch occupancy over time\n");
+}
+
+void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
+		     uint32_t n)
+{
+	fprintf(f, "{\"trace\":");
+	json_str(f, su->trace);
+	fprintf(f, ",\"table\":");
+	if (su->table)
+		json_str(f, su->table);
+	else
+		fprintf(f, "null");
+	fprintf(f, ",\"model\":");
+	json_str(f, su->model);
+	fprintf(f, ",\"gpu\":");
+	json_str(f, su->gpu);
+	fprintf(f, ",\"trace_requests\":%u,\"requests\":%u,\"decoders\":%u,\"batch_cap\":%u,"
+		"\"gen_len\":%u,\"n_layers\":%u,\"n_experts\":%u,\"k\":%u,\"rate\":%.17g,"
+		"\"order\":\"%s\",\"seed\":%" PRIu64 ",", su->n_trace, su->n_requests,
+		su->n_decoders, su->batch_cap, su->gen_len, su->n_layers, su->n_experts, su->k,
+		su->rate, su->shuffle ? "shuffle" : "trace", su->seed);
+	fprintf(f, "\"step_model\":{\"fixed_ms\":%.17g,\"dense_bytes\":%.17g,\"overhead_ms\":%.17g,"
+		"\"expert_bytes\":%.17g,\"kv_bytes_per_token\":%.17g,\"hbm_bytes_per_s\":%.17g},",
+		su->hw.fixed_s * 1e3, su->dense_bytes, su->overhead_s * 1e3, su->hw.expert_bytes,
+		su->hw.kv_bytes_per_token, su->hw.hbm_bytes_per_s);
+	fprintf(f, "\"policies\":[");
+	for (uint32_t i = 0; i < n; i++) {
+		const struct locus_sim_summary *s = &rows[i].s;
+		char label[32];
+
+		row_label(&rows[i], label, sizeof(label));
+		fprintf(f, "%s{\"label\":\"%s\",\"policy\":\"%s\",", i ? "," : "", label,
+			locus_sim_policy_name(rows[i].policy));
+		if (rows[i].policy == LOCUS_SIM_ELDR)
+			fprintf(f, "\"tau\":%.9g,", (double)rows[i].tau);
+		fprintf(f, "\"tpot_ms\":{\"p50\":%.17g,\"p90\":%.17g,\"p99\":%.17g},"
+			"\"queue_ms\":{\"mean\":%.17g,\"p50\":%.17g,\"p99\":%.17g},"
+			"\"pairs_per_step\":%.17g,\"batch_mean\":%.17g,\"step_ms\":%.17g,"
+			"\"skew_assigned\":%.17g,\"skew_batch\":%.17g,\"tokens_per_s\":%.17g,"
+			"\"tpot_quantiles_ms\":[", s->tpot_p50 * 1e3, s->tpot_p90 * 1e3,
+			s->tpot_p99 * 1e3, s->queue_mean * 1e3, s->queue_p50 * 1e3,
+			s->queue_p99 * 1e3, s->pairs_per_step, s->batch_mean, s->step_mean * 1e3,
+			s->skew_assigned, s->skew_batch, s->tokens_per_s);
+		for (int q = 0; q < SIM_QUANTILES; q++)
+			fprintf(f, "%s%.17g", q ? "," : "", rows[i].tpot_q[q] * 1e3);
+		fprintf(f, "]}");
+	}
+	fprintf(f, "]}\n");
+}
