@@ -2,7 +2,7 @@
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
-	dataplane/engine_grace.c dataplane/engine_blocks.c \
+	dataplane/engine_grace.c dataplane/engine_blocks.c dataplane/engine_cross.c \
 	dataplane/relay.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
 # the control socket's server: table pushes from the control group
