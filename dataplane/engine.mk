@@ -24,6 +24,8 @@ $(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/
 UNIT_TESTS += tests/test_region_gather
 $(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode_load
+$(eval $(call PROGRAM,tests/test_engines,tests/test_engines.c tests/node_tables.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_engines
 $(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay
 $(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
