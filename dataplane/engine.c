@@ -692,4 +692,3 @@ uint64_t locus_engine_table_generation(const struct locus_engine *e, unsigned ch
 {
 	return ch < LOCUS_TABLE_N_CHANNELS ? __atomic_load_n(&e->gen[ch], __ATOMIC_ACQUIRE) : 0;
 }
-
