@@ -46,8 +46,8 @@ struct locus_stat_view {
 	uint32_t n_blocks;
 	uint32_t n_entries;      /* in the directory, selected or not */
 	double interval_s;       /* since the previous sample; 0: no rates */
-	int block;               /* >= 0: one lcore block's values (--by-lcore), -1: sums */
-	const char *role;        /* with block: "engine K" or "main" */
+	int block;               /* with role: the lcore block whose values these are */
+	const char *role;        /* "engine K" or "main" (--by-lcore); NULL: sums */
 };
 
 /*
