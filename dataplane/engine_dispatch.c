@@ -129,7 +129,8 @@ static int target_of(struct locus_engine *e, uint32_t src_slot, uint32_t src_ran
 		     struct dest_plan *dp)
 {
 	uint32_t gpn = e->p.dims.gpus_per_node;
-	uint64_t cap = (uint64_t)e->inbox_slots * e->inbox_slot_size;
+	/* a message fits our share of the receiver's inbox (all of it: one engine) */
+	uint64_t cap = (uint64_t)(e->share_hi - e->share_lo) * e->inbox_slot_size;
 
 	dp->tier = locus_grace_tier_of(src_rank, rank, gpn);
 	dp->in_place = dp->tier == LOCUS_GRACE_TIER_GPU;

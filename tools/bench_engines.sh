@@ -85,7 +85,7 @@ run_layout two-shared 2 "--lcores 0@0,1@1,2@1"
 run_layout two-split 2 "--lcores 0@0,1@0,2@1"
 
 # routes/s of window W from a route run's output, dispatch rows/s
-rate() { awk -v w="$2" '$0 ~ "window " w "[^0-9]" { for (i = 1; i <= NF; i++) if ($i == "routes/s" || $i == "routes/s,") print $(i - 1) }' "$1" | head -1; }
+rate() { awk -v w="$2" '$0 ~ "window +" w ":" { for (i = 1; i <= NF; i++) if ($i == "routes/s" || $i == "routes/s,") print $(i - 1) }' "$1" | head -1; }
 drate() { awk '/^dispatch 4096 B rows/ { for (i = 1; i <= NF; i++) if ($i == "rows/s") { print $(i - 1); exit } }' "$1"; }
 echo
 echo "engine lcores 1 -> 2 (ratio to one engine on CPU 1; same run, load average $(cut -d' ' -f1-3 /proc/loadavg) after):"
