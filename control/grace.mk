@@ -2,11 +2,14 @@
 # the locusctl grace subcommands. LAPACKE/OpenBLAS via pkg-config.
 GRACEFIT_SRCS := control/grace_profile.c control/grace_spectral.c control/grace_group.c control/grace_balance.c \
 	control/grace_replicate.c control/grace_fit.c control/grace_eplb.c \
-	control/grace_eplb_balance.c control/grace_epgroups.c
+	control/grace_eplb_balance.c control/grace_epgroups.c control/grace_rebalance.c \
+	control/grace_objective.c
 $(eval $(call LIBRARY,gracefit,$(GRACEFIT_SRCS)))
 $(eval $(call USES_PKG,$(GRACEFIT_SRCS),lapacke))
 $(eval $(call PROGRAM,tests/test_grace_fit,tests/test_grace_fit.c,gracefit grace_plan formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_fit
+$(eval $(call PROGRAM,tests/test_grace_rebalance,tests/test_grace_rebalance.c,gracefit formats common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_rebalance
 $(eval $(call PROGRAM,tests/test_grace_eplb,tests/test_grace_eplb.c,gracefit formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_eplb
 $(eval $(call PROGRAM,tests/test_eplb_balance,tests/test_eplb_balance.c,gracefit formats common,cmocka lapacke openblas))
@@ -20,8 +23,11 @@ $(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c tools/grace_held
 BENCHES += tools/grace_figures
 $(eval $(call PROGRAM,tests/test_grace_heldout,tests/test_grace_heldout.c tools/grace_heldout.c,gracefit grace_plan formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_heldout
-$(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c,gracefit grace_plan formats common,lapacke openblas))
+$(eval $(call PROGRAM,tools/grace_bench,tools/grace_bench.c tools/grace_plan_ref.c,gracefit grace_plan formats common,lapacke openblas))
 BENCHES += tools/grace_bench
+# The planner against the planner of earlier builds (the same plans) on real routings.
+$(eval $(call PROGRAM,tests/test_grace_plan_ref,tests/test_grace_plan_ref.c tools/grace_plan_ref.c tests/test_paths.c,gracefit grace_plan formats trace common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_plan_ref
 # Per-decoder placement against one global placement on ELDR-routed held-out requests.
 $(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/epgroups_figures

@@ -60,6 +60,49 @@ static int seal(void *blob, size_t len, const struct locus_grace_view *v,
 	return locus_tbl_seal(blob, len, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION, len - HDR);
 }
 
+/*
+ * Score layer l's grouped placement (pri, rep, pred, li) against EPLB's
+ * packing with the same replication (into the alt_* scratch), and keep the
+ * cheaper by the layer objective; ties keep the grouping.
+ */
+static int fall_back(const struct locus_gracefit_topo *t, const struct locus_gracefit_profile *p,
+		     uint32_t l, const struct locus_gracefit_opts *o, uint32_t R, uint16_t *pri,
+		     uint16_t *rep, float *pred, uint16_t *alt_pri, uint16_t *alt_rep,
+		     float *alt_pred, struct locus_gracefit_layer_info *li,
+		     struct locus_error *err)
+{
+	struct locus_gracefit_layer_info ai = *li;
+	uint32_t E = p->n_experts, N = t->n_nodes * t->gpus_per_node;
+	const double *W = p->W + (size_t)l * E;
+	double cg, cp;
+	int rc;
+
+	locus_gracefit_pack_layer(t, E, W, alt_pri);
+	rc = locus_gracefit_replicate_layer(t, E, W, alt_pri, R, alt_rep, alt_pred, &ai, err);
+	if (rc)
+		return rc;
+	cg = locus_gracefit_layer_cost(t, p, l, pri, li->rho_after, o, NULL, NULL);
+	cp = locus_gracefit_layer_cost(t, p, l, alt_pri, ai.rho_after, o, NULL, NULL);
+	li->cost_grouped = cg;
+	li->cost_packed = cp;
+	li->cost = cg;
+	if (!(cp < cg))
+		return 0;
+	memcpy(pri, alt_pri, E * sizeof(*pri));
+	memcpy(rep, alt_rep, (size_t)E * R * sizeof(*rep));
+	memcpy(pred, alt_pred, N * sizeof(*pred));
+	ai.fallback = 1;
+	ai.cost = cp;
+	ai.cost_grouped = cg;
+	ai.cost_packed = cp;
+	ai.r = li->r;
+	ai.U = li->U;
+	ai.S = li->S;
+	ai.U_uniform = li->U_uniform;
+	*li = ai;
+	return 0;
+}
+
 int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 		       const struct locus_gracefit_topo *topo,
 		       const struct locus_gracefit_opts *opts, void **blob, size_t *blob_len,
@@ -69,6 +112,8 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 	struct locus_gracefit_topo t;
 	struct locus_grace_dims d;
 	struct locus_grace_view v;
+	uint16_t *alt_pri = NULL, *alt_rep = NULL;
+	float *alt_pred = NULL;
 	uint32_t E, N;
 	int rc;
 
@@ -95,6 +140,15 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 	rc = alloc_blob(&d, blob, blob_len, &v, err);
 	if (rc)
 		return rc;
+	if (!opts->no_grouping && !opts->no_fallback && p->tok && N > 1) {
+		alt_pri = calloc(E, sizeof(*alt_pri));
+		alt_rep = calloc((size_t)E * (d.max_replicas + 1), sizeof(*alt_rep));
+		alt_pred = calloc(N, sizeof(*alt_pred));
+		if (!alt_pri || !alt_rep || !alt_pred) {
+			rc = locus_error_set(err, ENOMEM, "fit: out of memory");
+			goto err_free;
+		}
+	}
 	for (uint32_t l = 0; l < d.n_layers; l++) {
 		struct locus_gracefit_layer_info li = { 0 };
 		const double *W = p->W + (size_t)l * E;
@@ -116,6 +170,12 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 						    &li, err);
 		if (rc)
 			goto err_free;
+		if (alt_pri) {
+			rc = fall_back(&t, p, l, opts, d.max_replicas, pri, rep, pred, alt_pri,
+				       alt_rep, alt_pred, &li, err);
+			if (rc)
+				goto err_free;
+		}
 		for (uint32_t e = 0; e < E; e++)
 			v.expert_load[(size_t)l * E + e] = (float)W[e];
 		if (info)
@@ -124,9 +184,15 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 	rc = seal(*blob, *blob_len, &v, err);
 	if (rc)
 		goto err_free;
+	free(alt_pred);
+	free(alt_rep);
+	free(alt_pri);
 	return 0;
 
 err_free:
+	free(alt_pred);
+	free(alt_rep);
+	free(alt_pri);
 	free(*blob);
 	*blob = NULL;
 	*blob_len = 0;

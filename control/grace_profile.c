@@ -46,8 +46,12 @@ void locus_gracefit_profile_free(struct locus_gracefit_profile *p)
 		return;
 	free(p->W);
 	free(p->A);
+	free(p->tok);
+	free(p->tok_n);
 	p->W = NULL;
 	p->A = NULL;
+	p->tok = NULL;
+	p->tok_n = NULL;
 }
 
 static int check_ids(const struct locus_gracefit_profile *p, const uint16_t *ids,
@@ -103,6 +107,14 @@ int locus_gracefit_profile_add(struct locus_gracefit_profile *p, uint32_t layer,
 				A[(size_t)x[q] * E + x[j]] += 1;
 			}
 		}
+	}
+	if (p->tok && k == p->tok_k) {
+		uint64_t room = p->tok_cap - p->tok_n[layer];
+		size_t n = n_tokens < room ? n_tokens : (size_t)room;
+
+		memcpy(p->tok + ((size_t)layer * p->tok_cap + p->tok_n[layer]) * k, ids,
+		       n * k * sizeof(uint16_t));
+		p->tok_n[layer] += n;
 	}
 	p->n_tokens += n_tokens;
 	return 0;

@@ -57,12 +57,25 @@ struct locus_gracefit_profile {
 	uint64_t n_tokens;       /* token-layer rows added */
 	double *W;               /* [L][E] */
 	double *A;               /* [L][E][E] symmetric, zero diagonal; NULL: loads only */
+	/* tokens kept for the per-layer objective (keep_tokens; NULL: none):
+	 * tok[L][tok_cap][tok_k], tok_n[l] kept at layer l (the first tok_cap) */
+	uint16_t *tok;
+	uint64_t *tok_n;
+	uint64_t tok_cap;
+	uint32_t tok_k;
 };
 
 /* Allocate a zeroed profile; with_affinity 0 gives loads only. */
 int locus_gracefit_profile_init(struct locus_gracefit_profile *p, uint32_t n_layers,
 				uint32_t n_experts, int with_affinity, struct locus_error *err);
 void locus_gracefit_profile_free(struct locus_gracefit_profile *p);
+
+/*
+ * Keep up to cap tokens of top-k per layer as they are added, so that the
+ * fit can score each layer's traffic on them (the per-layer objective).
+ */
+int locus_gracefit_profile_keep_tokens(struct locus_gracefit_profile *p, uint32_t k,
+				       uint64_t cap, struct locus_error *err);
 
 /*
  * Add n_tokens tokens of one layer (ids [n_tokens][k]). An id >= E or the
@@ -129,7 +142,11 @@ struct locus_gracefit_layer_info {
 	uint32_t n_rep;      /* replicas per hot expert */
 	uint32_t n_hot;      /* hot experts */
 	uint32_t n_replicas; /* replicas placed (budget may cut) */
-	uint32_t n_swaps;    /* load-aware swaps after the grouping */
+	uint32_t n_swaps;    /* swaps after the grouping (load, then affinity) */
+	int fallback;        /* 1: the layer took EPLB's packing (objective below) */
+	double cost;         /* the objective of the placement kept */
+	double cost_grouped; /* and of the grouping's, when both were scored */
+	double cost_packed;  /* and of the packing's */
 };
 
 struct locus_gracefit_opts {
@@ -142,7 +159,33 @@ struct locus_gracefit_opts {
 	double cost_gpu;     /* weight of a row off GPU in the swap cost; 0: 1 */
 	double cost_node;    /* extra weight of a row off node; 0: 1 */
 	double cost_peak;    /* a swap's cost per unit of peak cut must stay below; 0: no bound */
+	double w_peak;       /* objective: weight of k x (predicted max/mean - 1); 0: 1 */
+	int no_fallback;     /* keep the grouping on every layer, whatever the objective */
 };
+
+/*
+ * The objective of one layer's placement, lower is better:
+ *   w_peak x k x (rho - 1) + cost_gpu x rows_gpu + cost_node x rows_node
+ * rho the predicted max/mean after replication; rows_gpu / rows_node the
+ * token rows a kept token of that layer sends off its GPU / to other nodes
+ * by the primaries (distinct destination GPUs, the source uniform over the
+ * GPUs: 1 - 1/N of them off it, 1 - 1/nodes off its node; copies are not
+ * counted). With no kept tokens the rows are 0. rows_gpu/rows_node (may be
+ * NULL) get the rows.
+ */
+double locus_gracefit_layer_cost(const struct locus_gracefit_topo *t,
+				 const struct locus_gracefit_profile *p, uint32_t layer,
+				 const uint16_t *primary, double rho,
+				 const struct locus_gracefit_opts *o, double *rows_gpu,
+				 double *rows_node);
+
+/*
+ * EPLB's balanced packing of primaries (eplb.py, balanced_packing): the
+ * heaviest expert first onto the lightest GPU holding fewer than ceil(E/N)
+ * (ties: lowest expert, lowest rank). The layer a fit falls back to.
+ */
+void locus_gracefit_pack_layer(const struct locus_gracefit_topo *t, uint32_t E,
+			       const double *W, uint16_t *primary);
 
 /*
  * Group one layer: primary[E] gets each expert's rank. A (E x E) may be
@@ -159,7 +202,9 @@ int locus_gracefit_group_layer(const struct locus_gracefit_topo *topo, uint32_t 
  * one losing the least tier-weighted co-activation; then, while the peak
  * GPU load exceeds (1 + load_tol) x mean, swap an expert of the peak GPU
  * with a lighter one, the swap losing the least affinity per unit of peak
- * removed. W[E] are the loads; deterministic.
+ * removed; last, swaps that gain tier-weighted co-activation while no GPU
+ * ends above the peak so reached and the sum of squared GPU loads does not
+ * grow. W[E] are the loads; deterministic.
  */
 int locus_gracefit_balance_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
 				 const double *A, const double *W,
@@ -190,6 +235,9 @@ int locus_gracefit_dims(const struct locus_gracefit_topo *topo, uint32_t n_layer
 /*
  * Whole fit: every layer grouped (unless no_grouping) and replicated (unless
  * no_replication) into a sealed blob (*blob malloc'd: header + payload).
+ * When the profile kept tokens (and not no_fallback), each grouped layer is
+ * scored against EPLB's packing with the same replication by the objective
+ * above, and takes the packing when that costs less (info[l].fallback).
  * info (may be NULL) gets n_layers entries.
  */
 int locus_gracefit_fit(const struct locus_gracefit_profile *p,
@@ -307,5 +355,57 @@ static inline int locus_gracefit_should_push(double rho_now, double rho_new, dou
 		return 0;
 	return (rho_now - rho_new) / rho_now > threshold;
 }
+
+/* ---- online rebalance (control/grace_rebalance.c, pure) ---------------- */
+
+/*
+ * The loads of the last size intervals, an interval age k old weighted by
+ * decay^k (EPLB's practice: a window of iterations; decay 1 weighs them
+ * alike).
+ */
+struct locus_gracefit_window {
+	uint32_t n_layers, n_experts;
+	uint32_t size, n, head;   /* intervals kept, filled, newest slot */
+	double decay;             /* in (0, 1] */
+	double *ring;             /* [size][L][E] */
+};
+
+int locus_gracefit_window_init(struct locus_gracefit_window *w, uint32_t n_layers,
+			       uint32_t n_experts, uint32_t size, double decay,
+			       struct locus_error *err);
+void locus_gracefit_window_free(struct locus_gracefit_window *w);
+/* Add the newest interval's loads W[L][E]; the oldest falls out when full. */
+void locus_gracefit_window_add(struct locus_gracefit_window *w, const double *W);
+/* W[L][E] = sum over kept intervals of decay^age x loads; returns the total. */
+double locus_gracefit_window_loads(const struct locus_gracefit_window *w, double *W);
+
+/*
+ * Copies of layer `layer` that next places on a GPU where cur has none of
+ * that expert (primary or replica): the weights a push must move. Both
+ * views have the same dimensions.
+ */
+uint32_t locus_gracefit_moves_layer(const struct locus_grace_view *cur,
+				    const struct locus_grace_view *next, uint32_t layer);
+
+struct locus_gracefit_rebalance {
+	double rho_now;          /* predicted skew of the table in use, these loads */
+	double rho_full;         /* a refit of every layer, no move budget */
+	double rho_after;        /* the pushed plan: the layers chosen in the budget */
+	uint32_t moves_full;     /* copies the full refit moves */
+	uint32_t moves;          /* copies the plan moves (<= max_moves) */
+	uint32_t layers_changed; /* layers that take the refit */
+};
+
+/*
+ * Refit replication on payload's grouping with loads W[L][E] (skew = mean
+ * over layers of the predicted max/mean), then keep the refit only for the
+ * layers it improves, best gain per moved copy first (a layer that moves
+ * nothing first), while the moves fit max_moves (UINT32_MAX: no bound);
+ * every other layer keeps its copies, its predicted loads taken on W.
+ * Writes a sealed blob and the figures into *rep.
+ */
+int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const double *W,
+				  uint32_t max_moves, void **blob, size_t *blob_len,
+				  struct locus_gracefit_rebalance *rep, struct locus_error *err);
 
 #endif /* LOCUS_GRACEFIT_H */

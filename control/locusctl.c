@@ -91,7 +91,8 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--exact-balance] [--no-mask] [--max-iter N] [--n-experts E] -o TABLE\n"
 	  "  locusctl fit --grace (--trace FILE [--use-gen] | --esft DIR) --nodes N --gpus G\n"
 	  "        [--capacity C] [--replica-budget B] [--r R] [--seed S]\n"
-	  "        [--no-replication] [--load-tol T] [--uneven] -o TABLE\n"
+	  "        [--no-replication] [--load-tol T] [--uneven] [--no-fallback]\n"
+	  "        [--peak-weight W] [--cost-gpu C] [--cost-node C] -o TABLE\n"
 	  "  locusctl fit --grace --trace FILE --eldr-table ELDR_TABLE --ep-ranks-per-decoder R\n"
 	  "        --nodes N --gpus G [--capacity C] [--replica-budget B] -o SET" },
 	{ "show", cmd_show, "show TABLE [--json]" },
@@ -104,6 +105,7 @@ static const struct locusctl_cmd cmds[] = {
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
+	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"
 	  "        [--counter NAME] [--timeout-ms N] [-o TABLE]   (GRACE)" },
 };
 

@@ -116,7 +116,8 @@ enum {
 	OPT_GPUS, OPT_CAPACITY, OPT_BUDGET, OPT_NEXPERTS, OPT_R, OPT_SEED, OPT_NOREP,
 	OPT_LOADTOL, OPT_UNEVEN,
 	OPT_TABLE, OPT_INTERVAL, OPT_COUNT, OPT_THRESHOLD, OPT_COUNTER, OPT_TIMEOUT,
-	OPT_EP_RANKS, OPT_ELDR_TABLE,
+	OPT_EP_RANKS, OPT_ELDR_TABLE, OPT_WINDOW, OPT_DECAY, OPT_EVERY, OPT_MAX_MOVES,
+	OPT_NO_FALLBACK, OPT_PEAK_WEIGHT, OPT_COST_GPU, OPT_COST_NODE,
 };
 
 static const struct option long_opts[] = {
@@ -144,6 +145,14 @@ static const struct option long_opts[] = {
 	{ "timeout-ms", required_argument, NULL, OPT_TIMEOUT },
 	{ "ep-ranks-per-decoder", required_argument, NULL, OPT_EP_RANKS },
 	{ "eldr-table", required_argument, NULL, OPT_ELDR_TABLE },
+	{ "no-fallback", no_argument, NULL, OPT_NO_FALLBACK },
+	{ "peak-weight", required_argument, NULL, OPT_PEAK_WEIGHT },
+	{ "cost-gpu", required_argument, NULL, OPT_COST_GPU },
+	{ "cost-node", required_argument, NULL, OPT_COST_NODE },
+	{ "window", required_argument, NULL, OPT_WINDOW },
+	{ "decay", required_argument, NULL, OPT_DECAY },
+	{ "every", required_argument, NULL, OPT_EVERY },
+	{ "max-moves", required_argument, NULL, OPT_MAX_MOVES },
 	{ "instance", required_argument, NULL, 'i' },
 	{ "output", required_argument, NULL, 'o' },
 	{ "help", no_argument, NULL, 'h' },
@@ -152,11 +161,12 @@ static const struct option long_opts[] = {
 
 struct args {
 	const char *trace, *esft, *out, *table, *instance, *counter, *eldr_table;
-	int grace, use_gen, no_rep, uneven;
-	double load_tol;
+	int grace, use_gen, no_rep, uneven, no_fallback;
+	double load_tol, peak_weight, cost_gpu, cost_node;
 	uint32_t layers, k, n_experts, count, timeout_ms, seed, ep_ranks;
+	uint32_t window, every, max_moves;
 	struct locus_gracefit_topo topo;
-	double r, interval, threshold;
+	double r, interval, threshold, decay;
 	int n_pos;
 	const char *pos[4];
 };
@@ -173,6 +183,10 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 	a->threshold = 0.05;
 	a->timeout_ms = 2000;
 	a->interval = -1;
+	a->window = 1;
+	a->every = 1;
+	a->decay = 1;
+	a->max_moves = UINT32_MAX;
 	optind = 0; /* GNU getopt: reinitialise (callable more than once) */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "i:o:h", long_opts, NULL)) != -1) {
@@ -211,6 +225,16 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 		case OPT_THRESHOLD: bad = parse_dbl(optarg, 0, 1, &a->threshold); break;
 		case OPT_COUNTER: a->counter = optarg; break;
 		case OPT_TIMEOUT: bad = parse_u32(optarg, 0, 3600000, &a->timeout_ms); break;
+		case OPT_NO_FALLBACK: a->no_fallback = 1; break;
+		case OPT_PEAK_WEIGHT: bad = parse_dbl(optarg, 1e-9, 1e6, &a->peak_weight); break;
+		case OPT_COST_GPU: bad = parse_dbl(optarg, 1e-9, 1e6, &a->cost_gpu); break;
+		case OPT_COST_NODE: bad = parse_dbl(optarg, 1e-9, 1e6, &a->cost_node); break;
+		case OPT_WINDOW: bad = parse_u32(optarg, 1, 65536, &a->window); break;
+		case OPT_EVERY: bad = parse_u32(optarg, 1, 1000000, &a->every); break;
+		case OPT_MAX_MOVES: bad = parse_u32(optarg, 0, UINT32_MAX - 1, &a->max_moves); break;
+		case OPT_DECAY:
+			bad = parse_dbl(optarg, 1e-9, 1, &a->decay);
+			break;
 		case OPT_EP_RANKS:
 			bad = parse_u32(optarg, 1, LOCUS_GRACE_MAX_RANKS, &a->ep_ranks);
 			break;
@@ -249,6 +273,8 @@ static double layer_rho(const float *pred, uint32_t N)
 
 /* ---- fit ---------------------------------------------------------------- */
 
+#define FIT_KEEP 65536u /* tokens per layer kept for the layer objective */
+
 static int cmd_fit(const char *sub, struct args *a)
 {
 	struct locus_error err = { 0 };
@@ -256,8 +282,11 @@ static int cmd_fit(const char *sub, struct args *a)
 	struct locus_gracefit_profile p = { 0 };
 	struct locus_gracefit_opts o = { .r = a->r, .seed = a->seed,
 					 .no_replication = a->no_rep,
-					 .load_tol = a->load_tol, .uneven = a->uneven };
+					 .load_tol = a->load_tol, .uneven = a->uneven,
+					 .no_fallback = a->no_fallback, .w_peak = a->peak_weight,
+					 .cost_gpu = a->cost_gpu, .cost_node = a->cost_node };
 	struct locus_gracefit_layer_info *li = NULL;
+	uint32_t fell = 0;
 	void *blob = NULL;
 	size_t len = 0;
 	int rc, ret = 1;
@@ -295,6 +324,9 @@ static int cmd_fit(const char *sub, struct args *a)
 		goto out;
 	}
 	rc = locus_gracefit_profile_init(&p, t->n_layers, t->n_experts, 1, &err);
+	/* the first FIT_KEEP tokens of each layer score the layer objective */
+	if (!rc && !a->no_fallback)
+		rc = locus_gracefit_profile_keep_tokens(&p, t->k, FIT_KEEP, &err);
 	if (!rc)
 		rc = locus_gracefit_profile_add_trace(&p, t, a->use_gen, &err);
 	if (rc) {
@@ -316,11 +348,19 @@ static int cmd_fit(const char *sub, struct args *a)
 	printf("grace fit: %u requests, %llu token-layers, %u layers x %u experts on %u x %u "
 	       "GPUs -> %s\n", t->n_requests, (unsigned long long)p.n_tokens, p.n_layers,
 	       p.n_experts, a->topo.n_nodes, a->topo.gpus_per_node, a->out);
-	printf("layer      r  U(r)  U(0)  skew  ->  skew'  n_rep hot replicas\n");
-	for (uint32_t l = 0; l < p.n_layers; l++)
-		printf("%5u  %5.3f %5.3f %5.3f %5.2f  -> %5.2f  %5u %3u %8u\n", l, li[l].r,
-		       li[l].U, li[l].U_uniform, li[l].rho, li[l].rho_after, li[l].n_rep,
-		       li[l].n_hot, li[l].n_replicas);
+	printf("layer      r  U(r)  U(0)  skew  ->  skew'  n_rep hot replicas  cost grouped "
+	       "packed\n");
+	for (uint32_t l = 0; l < p.n_layers; l++) {
+		printf("%5u  %5.3f %5.3f %5.3f %5.2f  -> %5.2f  %5u %3u %8u  %12.3f %6.3f%s\n", l,
+		       li[l].r, li[l].U, li[l].U_uniform, li[l].rho, li[l].rho_after,
+		       li[l].n_rep, li[l].n_hot, li[l].n_replicas, li[l].cost_grouped,
+		       li[l].cost_packed, li[l].fallback ? "  packed (EPLB's packing)" : "");
+		fell += li[l].fallback;
+	}
+	printf("%u of %u layers fell back to EPLB's packing (objective: %g x k x (skew - 1) "
+	       "+ %g x rows off GPU + %g x rows off node%s)\n", fell, p.n_layers,
+	       a->peak_weight > 0 ? a->peak_weight : 1, a->cost_gpu > 0 ? a->cost_gpu : 1,
+	       a->cost_node > 0 ? a->cost_node : 1, a->no_fallback ? "; --no-fallback" : "");
 	ret = 0;
 out:
 	free(blob);
@@ -556,8 +596,22 @@ static void sleep_s(double s)
 		;
 }
 
+/* One refit round's line: the gain the plan predicts against the copies it moves. */
+static void print_plan(uint32_t round, double tot, uint32_t n_win,
+		       const struct locus_gracefit_rebalance *rp, uint32_t max_moves)
+{
+	printf("rebalance %u: %.0f tokens in the window (%u intervals), skew %.3f, refit %.3f "
+	       "(%.3f with every layer, %u moves): gain %.3f for %u moves", round, tot, n_win,
+	       rp->rho_now, rp->rho_after, rp->rho_full, rp->moves_full,
+	       rp->rho_now - rp->rho_after, rp->moves);
+	if (max_moves != UINT32_MAX)
+		printf(" of %u allowed", max_moves);
+	printf(", %u layers", rp->layers_changed);
+}
+
 static int cmd_rebalance(const char *sub, struct args *a)
 {
+	struct locus_gracefit_window win = { 0 };
 	struct locus_error err = { 0 };
 	struct live lv;
 	void *cur = NULL;
@@ -578,8 +632,14 @@ static int cmd_rebalance(const char *sub, struct args *a)
 	}
 	L = ((const struct locus_grace_dims *)pl)->n_layers;
 	E = ((const struct locus_grace_dims *)pl)->n_experts;
+	rc = locus_gracefit_window_init(&win, L, E, a->window, a->decay, &err);
+	if (rc) {
+		free(cur);
+		return locusctl_fail(&err, rc);
+	}
 	rc = live_open(&lv, a->instance, a->counter, L, E, &err);
 	if (rc) {
+		locus_gracefit_window_free(&win);
 		free(cur);
 		return locusctl_fail(&err, rc);
 	}
@@ -592,34 +652,37 @@ static int cmd_rebalance(const char *sub, struct args *a)
 	signal(SIGTERM, on_signal);
 	stop_flag = 0;
 	for (uint32_t round = 1; !stop_flag && (a->count == 0 || round <= a->count); round++) {
+		struct locus_gracefit_rebalance rp;
 		struct locus_push_result res;
-		double before, after, tot;
+		double tot;
 		void *blob = NULL;
 		size_t len;
 
 		sleep_s(a->interval);
-		tot = live_loads(&lv, L, E, W);
-		if (tot < 0) {
+		if (live_loads(&lv, L, E, W) < 0) {
 			locus_error_set(&err, LOCUS_ERANGE, "reading counter %s failed",
 					lv.info->name);
 			ret = locusctl_fail(&err, err.code);
 			goto out;
 		}
+		locus_gracefit_window_add(&win, W);
+		if (round % a->every)
+			continue; /* sampled; refit every --every intervals */
+		tot = locus_gracefit_window_loads(&win, W);
 		if (tot == 0) {
-			printf("rebalance %u: no tokens counted this interval\n", round);
+			printf("rebalance %u: no tokens counted in the window\n", round);
 			fflush(stdout);
 			continue;
 		}
-		rc = locus_gracefit_refit_replicas(pl, plen, W, &blob, &len, &before, &after,
+		rc = locus_gracefit_rebalance_plan(pl, plen, W, a->max_moves, &blob, &len, &rp,
 						   &err);
 		if (rc) {
 			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
-		if (!locus_gracefit_should_push(before, after, a->threshold)) {
-			printf("rebalance %u: %.0f tokens, skew %.3f, refit %.3f: below the "
-			       "%.1f%% threshold, kept\n", round, tot, before, after,
-			       a->threshold * 100);
+		print_plan(round, tot, win.n, &rp, a->max_moves);
+		if (!locus_gracefit_should_push(rp.rho_now, rp.rho_after, a->threshold)) {
+			printf(": below the %.1f%% threshold, kept\n", a->threshold * 100);
 			fflush(stdout);
 			free(blob);
 			continue;
@@ -627,11 +690,14 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		rc = locus_push_table(a->instance, LOCUS_GRACE_TABLE_CHANNEL, blob, len,
 				      (uint32_t)a->timeout_ms, &res, &err);
 		if (rc < 0) {
+			printf("\n");
 			free(blob);
 			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
 		if (res.wait.n_refused || res.timed_out) {
+			printf("\n");
+			fflush(stdout);
 			fprintf(stderr, "locusctl: rebalance %u: generation %llu %s%s; the table "
 				"in use stays the base of the next round\n", round,
 				(unsigned long long)res.generation,
@@ -641,12 +707,12 @@ static int cmd_rebalance(const char *sub, struct args *a)
 			continue;
 		}
 		if (a->out && (rc = locus_tbl_write_file(a->out, blob, len, &err))) {
+			printf("\n");
 			free(blob);
 			ret = locusctl_fail(&err, rc);
 			goto out;
 		}
-		printf("rebalance %u: %.0f tokens, skew %.3f, refit %.3f: pushed generation "
-		       "%llu\n", round, tot, before, after, (unsigned long long)res.generation);
+		printf(": pushed generation %llu\n", (unsigned long long)res.generation);
 		fflush(stdout);
 		free(cur);
 		cur = blob;
@@ -656,6 +722,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 out:
 	free(W);
 	live_close(&lv);
+	locus_gracefit_window_free(&win);
 	free(cur);
 	return ret;
 }

@@ -24,14 +24,20 @@
  *   eplb-import FILE.json --nodes N --gpus G [--capacity C]
  *       [--replica-budget B] -o TABLE
  *   rebalance -i INSTANCE --table TABLE --interval S [--count N]
- *       [--threshold 0.05] [--counter NAME] [--timeout-ms N] [-o TABLE]
+ *       [--threshold 0.05] [--window N] [--decay D] [--every N]
+ *       [--max-moves M] [--counter NAME] [--timeout-ms N] [-o TABLE]
  *
  * rebalance reads the live per-(layer, expert) token counters of a running
  * locusd (counter NAME; default "grace_expert_tokens", else the engine's "expert_tokens";
- * shape [layers >= L][experts >= E]), takes each interval's increase as the
- * loads, refits replication on TABLE's grouping and pushes the refit to the
- * GRACE table channel only when the predicted skew improves by more than the
- * threshold (relative). The pushed table becomes the base of the next round.
+ * shape [layers >= L][experts >= E]) every interval, keeps the last
+ * --window intervals' increases (default 1), an interval k old weighted by
+ * --decay^k (default 1), and every --every intervals (default 1) refits
+ * replication on TABLE's grouping with those loads, keeping the refit only
+ * for the layers it improves, best gain per moved copy first, within
+ * --max-moves copies a push may load onto GPUs (default no bound); it prints
+ * the predicted gain against the moves and pushes to the GRACE table channel
+ * only when the predicted skew improves by more than the threshold
+ * (relative). The pushed table becomes the base of the next round.
  *
  * Returns a process exit code: 0 success, 1 failure (message on stderr),
  * 2 usage error.

@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * Scoring kernels. One arithmetic (eldr_priv.h), three instruction sets,
- * chosen at run time; only the functions carry target attributes, so the
- * file builds without -march and runs on any x86-64.
+ * The float scoring kernels: path LOCUS_ELDR_PATH_F32, the router of
+ * earlier builds kept as the reference of tests and benchmarks (the
+ * routing paths are eldr_qkernels.c's). One arithmetic (eldr_priv.h),
+ * three instruction sets, the widest the CPU runs; only the functions
+ * carry target attributes, so the file builds without -march and runs on
+ * any x86-64.
  */
 #include <math.h>
 #include <immintrin.h>

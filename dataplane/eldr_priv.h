@@ -2,12 +2,22 @@
 /*
  * Router internals shared by the selection code and the scoring kernels.
  *
- * Every kernel computes bit-identical results by following one canonical
- * arithmetic: features are processed in blocks of 16 lanes; lane i of a
- * block accumulates with a fused multiply-add into accumulator lane i; the
- * 16 lanes are then summed in the fixed tree of eldr_reduce16() (i += i+8,
- * i += i+4, i += i+2, 0 += 1). The scalar kernel does exactly that with
- * fmaf(); AVX2 holds the 16 lanes in two registers, AVX-512 in one.
+ * Two arithmetics. The integer one (the routing paths scalar, avx2,
+ * avx512): each centroid (idf folded in) is quantised once, at build, to
+ * int16 with its own scale (|q| <= ELDR_QMAX at its largest element), and
+ * a signature's dot product with it is the exact integer sum of count x q,
+ * which every kernel computes exactly (int32 lanes flushed into int64
+ * before they can overflow, see eldr_qchunk()): exact integers do not
+ * depend on the order of the sum, so every path gives the same bits.
+ *
+ * The float one (LOCUS_ELDR_PATH_F32, the router of earlier builds, kept
+ * as the reference of tests and benchmarks): features are processed in
+ * blocks of 16 lanes; lane i of a block accumulates with a fused
+ * multiply-add into accumulator lane i; the 16 lanes are then summed in
+ * the fixed tree of eldr_reduce16() (i += i+8, i += i+4, i += i+2,
+ * 0 += 1). The scalar kernel does exactly that with fmaf(); AVX2 holds the
+ * 16 lanes in two registers, AVX-512 in one. The integer paths' norm (it
+ * needs idf per feature) is float too, in 4 chains (eldr_qnorm_scalar()).
  */
 #ifndef LOCUS_ELDR_PRIV_H
 #define LOCUS_ELDR_PRIV_H
@@ -20,6 +30,9 @@
 #define ELDR_LANES 16u /* canonical accumulator width */
 #define ELDR_GROUP 4u  /* centroids scored together, packed side by side */
 #define ELDR_BATCH 4u  /* widest batched kernel (signatures per centroid pass) */
+#define ELDR_QLANES 32u  /* u16 features per block of the integer kernels */
+#define ELDR_QMAX 32767  /* largest |q| of a quantised centroid element */
+#define ELDR_NCHAINS 4u  /* the integer paths' norm: independent accumulator chains */
 
 struct locus_eldr_router;
 
@@ -36,6 +49,28 @@ typedef void (*eldr_dots_fn)(const struct locus_eldr_router *r, const float *x, 
 /* the same for batch_width signatures at once */
 typedef void (*eldr_dots_batch_fn)(const struct locus_eldr_router *r, const float *const *x,
 				   float **dots);
+/*
+ * The masked layers of counts (read once each) into private xq; returns
+ * their norm^2 (float arithmetic), *maxc = largest count.
+ */
+typedef float (*eldr_qload_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
+			       uint16_t *xq, uint32_t *maxc);
+/*
+ * Software prefetch of the next batch's counts into L2 while a kernel
+ * computes: per_step of the n line addresses at each block step.
+ */
+struct eldr_prefetch {
+	const uint8_t *const *addr;
+	uint32_t n, per_step;
+};
+
+/*
+ * dots[s][k_pad] = exact sum of xq[s] x q_c for n (1..batch_width)
+ * signatures whose counts are all <= maxc; pf (NULL: none) is stepped.
+ */
+typedef void (*eldr_qdots_fn)(const struct locus_eldr_router *r, const uint16_t *const *xq,
+			      uint32_t n, uint32_t maxc, int64_t *const *dots,
+			      struct eldr_prefetch *pf);
 
 struct eldr_slot {
 	uint64_t reported;   /* last load report */
@@ -56,6 +91,10 @@ struct locus_eldr_router {
 	uint64_t spill_margin;   /* load difference beyond which the spill takes over */
 	int spread;              /* LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD */
 	enum locus_eldr_path path;
+	int f32;                 /* the float arithmetic (LOCUS_ELDR_PATH_F32) */
+	uint32_t n_qblocks;      /* ceil(n_feat / ELDR_QLANES) */
+	eldr_qload_fn qload;
+	eldr_qdots_fn qdots;
 	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;
 	eldr_dots_batch_fn dots_batch;
@@ -69,7 +108,19 @@ struct locus_eldr_router {
 	 * The kernels score centroids (k_pad of them), never decoders.
 	 */
 	const float *cw;
+	/*
+	 * The integer path's centroids instead of cw (same memory):
+	 * q[((g * n_qblocks + b) * ELDR_GROUP + c) * 32 + lane], and
+	 * qscale[c] = centroid c's element / q (its largest |element| / QMAX).
+	 */
+	const int16_t *q;
+	const double *qscale;    /* [k_pad] */
 	float *x;                /* scratch [ELDR_BATCH][n_blocks * 16], padding stays 0 */
+	uint16_t *xq;            /* integer path's scratch (x's memory), [ELDR_BATCH][n_qblocks * 32] */
+	int64_t *qdot;           /* scratch [ELDR_BATCH][k_pad] */
+	const uint32_t *line_off; /* [n_lines]: 64-byte lines of the masked counts */
+	uint32_t n_lines;
+	const uint8_t **pf_addr;  /* scratch [ELDR_BATCH][n_lines]: the next batch's lines */
 	float *dots;             /* scratch [ELDR_BATCH][k_pad]: similarity per centroid */
 	/*
 	 * Centroid c's decoder slot (NULL: centroid c is slot c's, and the
@@ -91,6 +142,36 @@ static inline float eldr_reduce16(float a[ELDR_LANES])
 		a[i] += a[i + 2];
 	return a[0] + a[1];
 }
+
+/*
+ * 32-feature blocks a kernel may sum in int32 lanes, each lane taking
+ * per_block products per block, before flushing them into int64: every
+ * product is at most maxc x QMAX in magnitude. 0: not even one block (the
+ * kernel falls back to eldr_qdots_scalar, exact in int64 throughout).
+ */
+static inline uint32_t eldr_qchunk(uint32_t maxc, uint32_t per_block)
+{
+	uint64_t prod = (uint64_t)maxc * ELDR_QMAX * per_block;
+
+	return prod ? (uint32_t)LOCUS_MIN((uint64_t)INT32_MAX / prod, (uint64_t)UINT32_MAX)
+		    : UINT32_MAX;
+}
+
+float eldr_qnorm_scalar(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
+float eldr_qnorm_avx2(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
+float eldr_qnorm_avx512(const struct locus_eldr_router *r, const uint16_t *xq, uint32_t *maxc);
+float eldr_qload_scalar(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc);
+float eldr_qload_avx2(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+		      uint32_t *maxc);
+float eldr_qload_avx512(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
+			uint32_t *maxc);
+void eldr_qdots_scalar(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
+		       uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
+void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
+		     uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
+void eldr_qdots_avx512(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
+		       uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
 
 void eldr_load_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
 void eldr_load_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x);

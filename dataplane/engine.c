@@ -623,10 +623,15 @@ static int poll_client(struct locus_engine *e, uint32_t slot)
 	c->cpl_reserved = (uint32_t)n;
 	for (int64_t i = 0; i < n; i++) {
 		struct locus_desc *d = &in[i];
+		int64_t run;
 
 		switch (d->op) {
 		case LOCUS_OP_ROUTE:
-			engine_route(e, slot, d);
+			/* a run of ROUTEs is scored in one pass over the centroids */
+			for (run = 1; i + run < n && in[i + run].op == LOCUS_OP_ROUTE; run++)
+				;
+			engine_route_burst(e, slot, d, (uint32_t)run);
+			i += run - 1;
 			break;
 		case LOCUS_OP_DISPATCH:
 			engine_dispatch(e, slot, d);

@@ -481,6 +481,10 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		goto out;
 	}
 	d->count = (uint32_t)nd;
+	d->dests = 0;
+	for (int i = 0; i < nd; i++)
+		if (p->dest[i] < 64)
+			d->dests |= 1ull << p->dest[i];
 	if (any_remote) {
 		pidx = engine_pending_get(e, slot, d, t0, e->c.dispatch_ns);
 		if (src.rg)

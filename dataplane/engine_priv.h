@@ -251,7 +251,12 @@ int engine_ldma_deliver(struct locus_engine *e, int pidx, uint32_t dst_slot, uin
 			uint32_t n_src, const struct locus_desc *d);
 
 /* engine_route.c */
-void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d);
+/*
+ * n (<= LOCUS_ENGINE_BURST) consecutive ROUTE descriptors of one client:
+ * checked, scored together (locus_eldr_route_split_batch: the decisions of
+ * one call each, in order), delivered and completed in submission order.
+ */
+void engine_route_burst(struct locus_engine *e, uint32_t slot, struct locus_desc *d, uint32_t n);
 /*
  * Route a signature whose header sh the caller copied privately (it is
  * checked here) and whose counts are at counts (any value is valid), and

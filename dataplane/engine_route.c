@@ -178,19 +178,24 @@ fail:
 	locus_hist_record(e->blk, e->c.route_ns, (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
 }
 
-void engine_route_signature(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
-			    const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
-			    size_t sig_len, uint64_t t0)
+/*
+ * Deliver a routed signature (ret: the router's result, dec its decision)
+ * to its decoder and post d's one completion (a remote decoder's when its
+ * send ends).
+ */
+static void route_deliver(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
+			  const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			  size_t sig_len, int ret, const struct locus_eldr_decision *decision,
+			  uint64_t t0)
 {
 	struct engine_client *c = &e->cl[slot], *dc;
-	struct locus_eldr_decision dec;
+	const struct locus_eldr_decision dec = *decision;
 	struct locus_msg_hdr *m;
 	struct locus_desc out;
 	size_t msg_len;
 	int32_t dslot;
-	int first, ret;
+	int first;
 
-	ret = locus_eldr_route_split(e->router, sh, counts, sig_len, &dec);
 	if (ret < 0) {
 		d->status = ret;
 		engine_count(e, ret == -LOCUS_ENODEST ? e->c.rej_no_decoder : e->c.rej_bad_signature);
@@ -228,6 +233,16 @@ complete:
 	engine_route_complete(e, c, d, t0);
 }
 
+void engine_route_signature(struct locus_engine *e, uint32_t slot, struct locus_desc *d,
+			    const struct locus_eldr_sig_hdr *sh, const uint16_t *counts,
+			    size_t sig_len, uint64_t t0)
+{
+	struct locus_eldr_decision dec;
+	int ret = locus_eldr_route_split(e->router, sh, counts, sig_len, &dec);
+
+	route_deliver(e, slot, d, sh, counts, sig_len, ret, &dec, t0);
+}
+
 void engine_route_complete(struct locus_engine *e, struct engine_client *c,
 			   const struct locus_desc *d, uint64_t t0)
 {
@@ -236,35 +251,68 @@ void engine_route_complete(struct locus_engine *e, struct engine_client *c,
 			  (e->p.now() - t0) * 1000000000ull / e->p.tsc_hz);
 }
 
-void engine_route(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
+/*
+ * A ROUTE descriptor's checks before the router: prefill role and stage
+ * bounds, a table, room for a signature header. 0, or -1 with d->status
+ * set and the refusal counted.
+ */
+static int route_precheck(struct locus_engine *e, const struct engine_client *c,
+			  struct locus_desc *d)
 {
-	struct engine_client *c = &e->cl[slot];
-	struct locus_eldr_sig_hdr sh;
-	uint64_t t0 = e->p.now();
-	const uint8_t *sig;
-
 	engine_count(e, e->c.route_requests);
 	if (engine_prefill_desc_check(e, c, d) < 0)
-		goto complete;
+		return -1;
 	if (!e->router) {
 		d->status = -LOCUS_ESTATE;
 		engine_count(e, e->c.rej_no_table);
-		goto complete;
+		return -1;
 	}
-	if (d->len < sizeof(sh)) {
+	if (d->len < sizeof(struct locus_eldr_sig_hdr)) {
 		d->status = -LOCUS_ETRUNCATED;
 		engine_count(e, e->c.rej_bad_signature);
-		goto complete;
+		return -1;
 	}
+	return 0;
+}
+
+void engine_route_burst(struct locus_engine *e, uint32_t slot, struct locus_desc *d, uint32_t n)
+{
+	struct engine_client *c = &e->cl[slot];
+	struct locus_eldr_sig_hdr sh[LOCUS_ENGINE_BURST];
+	const uint16_t *counts[LOCUS_ENGINE_BURST];
+	struct locus_eldr_decision dec[LOCUS_ENGINE_BURST];
+	size_t lens[LOCUS_ENGINE_BURST];
+	int rc[LOCUS_ENGINE_BURST];
+	int8_t ok[LOCUS_ENGINE_BURST];
+	uint64_t t0 = e->p.now();
+	uint32_t m = 0, j = 0;
+
+	n = LOCUS_MIN(n, (uint32_t)LOCUS_ENGINE_BURST);
 	/*
-	 * The client may rewrite its stage at any time: the header is checked
+	 * The client may rewrite its stage at any time: each header is checked
 	 * and used from a private copy; the counts are read in place (any value
 	 * is valid) when scored and when copied to the decoder.
 	 */
-	sig = c->buf + d->off;
-	memcpy(&sh, sig, sizeof(sh));
-	engine_route_signature(e, slot, d, &sh, (const uint16_t *)(sig + sizeof(sh)), d->len, t0);
-	return;
-complete:
-	engine_route_complete(e, c, d, t0);
+	for (uint32_t i = 0; i < n; i++) {
+		const uint8_t *sig;
+
+		ok[i] = route_precheck(e, c, &d[i]) == 0;
+		if (!ok[i])
+			continue;
+		sig = c->buf + d[i].off;
+		memcpy(&sh[m], sig, sizeof(sh[m]));
+		counts[m] = (const uint16_t *)(sig + sizeof(sh[m]));
+		lens[m++] = d[i].len;
+	}
+	if (m)
+		locus_eldr_route_split_batch(e->router, sh, counts, lens, m, dec, rc);
+	/* completions in submission order */
+	for (uint32_t i = 0; i < n; i++) {
+		if (!ok[i]) {
+			engine_route_complete(e, c, &d[i], t0);
+			continue;
+		}
+		route_deliver(e, slot, &d[i], &sh[j], counts[j], lens[j], rc[j], &dec[j], t0);
+		j++;
+	}
 }

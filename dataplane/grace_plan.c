@@ -50,7 +50,8 @@ size_t locus_grace_plan_mem_size(uint32_t max_tokens, uint32_t max_k, uint32_t n
 
 	return n_ranks * sizeof(uint16_t) + 8 + (n_ranks + 1) * sizeof(uint32_t) +
 	       slots * (2 * sizeof(uint32_t) + sizeof(struct locus_grace_slot)) +
-	       2 * (size_t)n_ranks * sizeof(uint32_t) + 64;
+	       2 * (size_t)n_ranks * sizeof(uint32_t) +
+	       LOCUS_GRACE_MAX_EXPERTS * sizeof(struct locus_grace_eroute) + 64;
 }
 
 int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
@@ -69,6 +70,9 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	p->max_k = max_k;
 	p->n_ranks = n_ranks;
 	c = (uint8_t *)LOCUS_ALIGN_UP((uintptr_t)mem, (uintptr_t)8);
+	p->eroute = (struct locus_grace_eroute *)c; /* stamps 0: p->seq starts at 1 */
+	memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
+	c += LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute);
 	p->slots = (struct locus_grace_slot *)c;
 	c += slots * sizeof(struct locus_grace_slot);
 	p->rows = (uint32_t *)c;
@@ -110,22 +114,116 @@ static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, ui
 	return best;
 }
 
-static inline uint32_t resolve(int32_t *cur, const uint16_t *ranks, const uint16_t *w,
-			       uint32_t n, uint32_t src, uint32_t gpn)
+/*
+ * How expert e (copies ranks[0..n-1]) resolves from src: the copy on src,
+ * the only copy, or SWRR over the copies on src's node, else over all. The
+ * same for every pair of a batch, made once per batch on first use.
+ */
+static inline void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks, uint32_t n,
+			       uint32_t src, uint32_t gpn, uint32_t seq)
 {
-	uint64_t local = 0, all;
+	uint64_t local = 0;
 	uint32_t src_node = src / gpn;
 
-	if (likely(n == 1))
-		return ranks[0];
+	er->stamp = seq;
+	er->cand = 0;
+	if (likely(n == 1)) {
+		er->fixed = ranks[0];
+		return;
+	}
 	for (uint32_t i = 0; i < n; i++) {
-		if (ranks[i] == src)
-			return src;
+		if (ranks[i] == src) {
+			er->fixed = (int32_t)src;
+			return;
+		}
 		if (ranks[i] / gpn == src_node)
 			local |= 1ull << i;
 	}
-	all = (n == 64) ? ~0ull : (1ull << n) - 1;
-	return ranks[swrr_pick(cur, w, n, local ? local : all)];
+	er->fixed = -1;
+	er->cand = local ? local : (n == 64) ? ~0ull : (1ull << n) - 1;
+}
+
+/* Largest of n ids (0 for none), four independent maxima per step. */
+static uint16_t max_u16(const uint16_t *v, size_t n)
+{
+	uint16_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+	size_t i = 0;
+
+	for (; i + 4 <= n; i += 4) {
+		m0 = v[i] > m0 ? v[i] : m0;
+		m1 = v[i + 1] > m1 ? v[i + 1] : m1;
+		m2 = v[i + 2] > m2 ? v[i + 2] : m2;
+		m3 = v[i + 3] > m3 ? v[i + 3] : m3;
+	}
+	for (; i < n; i++)
+		m0 = v[i] > m0 ? v[i] : m0;
+	m0 = m1 > m0 ? m1 : m0;
+	m2 = m3 > m2 ? m3 : m2;
+	return m2 > m0 ? m2 : m0;
+}
+
+/*
+ * Pass 1: destination of every slot, row position per (token, dest). Rows
+ * of a destination are handed out in token order, so a token sending a
+ * second slot to d finds its row as d's latest. The arrays are locals so
+ * the stores through them do not make the compiler reload p's fields.
+ */
+static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_batch *b,
+			const uint8_t *ncp, const uint16_t *rk, const uint16_t *wt, int32_t *cur,
+			uint32_t S, uint32_t src, uint32_t gpn)
+{
+	struct locus_grace_eroute *const eroute = p->eroute;
+	uint32_t *const last = p->first; /* last token (+1) sent to each rank */
+	uint32_t *const count = p->count;
+	const uint32_t seq = p->seq, k = b->top_k, n_tokens = b->n_tokens;
+	const uint16_t *ex = b->experts;
+	struct locus_grace_slot *sl = p->slots;
+
+	for (uint32_t t = 0; t < n_tokens; t++, ex += k, sl += k) {
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t e = ex[j], d, rep;
+			struct locus_grace_eroute *er = &eroute[e];
+
+			if (unlikely(er->stamp != seq))
+				eroute_make(er, rk + (size_t)e * S, ncp[e], src, gpn, seq);
+			if (likely(er->fixed >= 0))
+				d = (uint32_t)er->fixed;
+			else
+				d = rk[(size_t)e * S + swrr_pick(cur + (size_t)e * S,
+								 wt + (size_t)e * S, ncp[e],
+								 er->cand)];
+			/* branch-free: whether a slot repeats a rank is data */
+			rep = last[d] == t + 1;
+			sl[j].rank = (uint16_t)d;
+			sl[j].row = count[d] - rep;
+			sl[j].pad = (uint16_t)rep; /* marks a repeat during planning */
+			count[d] += !rep;
+			last[d] = t + 1;
+		}
+	}
+}
+
+/*
+ * Pass 2: rows and masks at first[rank] + row, from the slots of pass 1,
+ * branch-free: a repeat's row is its token's, so rows[at] = t either way,
+ * and its mask adds to the row's.
+ */
+static void plan_fill(struct locus_grace_plan *p, uint32_t n_tokens, uint32_t k)
+{
+	const uint32_t *const first = p->first;
+	uint32_t *const rows = p->rows, *const kmask = p->kmask;
+	struct locus_grace_slot *sl = p->slots;
+
+	for (uint32_t t = 0; t < n_tokens; t++, sl += k) {
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t at = first[sl[j].rank] + sl[j].row;
+			uint32_t keep = 0u - (uint32_t)sl[j].pad;
+
+			kmask[at] = (kmask[at] & keep) | 1u << j;
+			rows[at] = t;
+			sl[j].pad = 0;
+		}
+	}
 }
 
 static int check_batch(const struct locus_grace_plan_state *st, const struct locus_grace_map *m,
@@ -153,8 +251,10 @@ static int check_batch(const struct locus_grace_plan_state *st, const struct loc
 				       p->n_ranks, m->n_ranks);
 	if (n && !b->experts)
 		return locus_error_set(err, EINVAL, "batch without expert ids");
+	if (likely(max_u16(b->experts, n) < m->dims.n_experts))
+		return 0;
 	for (size_t i = 0; i < n; i++)
-		if (unlikely(b->experts[i] >= m->dims.n_experts))
+		if (b->experts[i] >= m->dims.n_experts)
 			return locus_error_set(err, LOCUS_ERANGE,
 					       "token %zu slot %zu: expert id %u >= E=%u",
 					       i / b->top_k, i % b->top_k, b->experts[i],
@@ -202,30 +302,18 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	cur = st->cur + (size_t)b->layer * E * S;
 	p->gates = b->gates;
 	memset(p->count, 0, N * sizeof(uint32_t));
-
-	/* pass 1: destination of every slot, row position per (token, dest) */
-	for (uint32_t t = 0; t < b->n_tokens; t++) {
-		const uint16_t *ex = b->experts + (size_t)t * k;
-		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
-
-		for (uint32_t j = 0; j < k; j++) {
-			uint32_t e = ex[j], d, prev;
-
-			d = resolve(cur + (size_t)e * S, rk + (size_t)e * S, wt + (size_t)e * S,
-				    ncp[e], src, gpn);
-			sl[j].rank = (uint16_t)d;
-			sl[j].pad = 0;
-			for (prev = 0; prev < j; prev++)
-				if (sl[prev].rank == d)
-					break;
-			if (prev < j) {
-				sl[j].row = sl[prev].row;
-				sl[j].pad = 1; /* marks a repeat during planning */
-			} else {
-				sl[j].row = p->count[d]++;
-			}
-		}
+	memset(p->first, 0, N * sizeof(uint32_t)); /* pass 1: last token (+1) sent to r */
+	if (unlikely(++p->seq == 0)) {
+		memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
+		p->seq = 1;
 	}
+
+	/*
+	 * pass 1: destination of every slot, row position per (token, dest).
+	 * Rows of a destination are handed out in token order, so a token
+	 * sending a second slot to d finds its row as d's latest.
+	 */
+	plan_assign(p, b, ncp, rk, wt, cur, S, src, gpn);
 
 	/* destinations in tier order: own GPU, own node, other nodes */
 	for (uint32_t tier = 0; tier < LOCUS_GRACE_N_TIERS; tier++) {
@@ -244,21 +332,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	p->dest_start[nd] = pos;
 
 	/* pass 2: fill rows and masks; rows of a destination stay in token order */
-	for (uint32_t t = 0; t < b->n_tokens; t++) {
-		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
-
-		for (uint32_t j = 0; j < k; j++) {
-			uint32_t at = p->first[sl[j].rank] + sl[j].row;
-
-			if (sl[j].pad) {
-				sl[j].pad = 0;
-				p->kmask[at] |= 1u << j;
-				continue;
-			}
-			p->rows[at] = t;
-			p->kmask[at] = 1u << j;
-		}
-	}
+	plan_fill(p, b->n_tokens, k);
 	p->n_dest = nd;
 	p->n_rows = pos;
 	return (int)nd;

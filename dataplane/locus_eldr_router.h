@@ -14,12 +14,26 @@
 #include "locus_eldr.h"
 #include "locus_err.h"
 
+/*
+ * Scoring paths. SCALAR, AVX2 and AVX512 share one arithmetic and give the
+ * same bits: centroids quantised once to int16 (their own scale each),
+ * exact integer dot products with the u16 counts. A score differs from the
+ * exact cosine by at most (sum of the masked counts) x (the centroid's
+ * largest |idf x element|) / (2 x 32767) / (the signature's idf norm),
+ * plus float rounding (~1e-6). F32 is the float arithmetic of earlier
+ * builds (float fused multiply-adds in a fixed order, the widest float ISA
+ * the CPU runs), kept as the reference of tests and benchmarks.
+ */
 enum locus_eldr_path {
 	LOCUS_ELDR_PATH_AUTO = 0,  /* best the CPU supports */
 	LOCUS_ELDR_PATH_SCALAR,
-	LOCUS_ELDR_PATH_AVX2,      /* AVX2 + FMA */
-	LOCUS_ELDR_PATH_AVX512,    /* AVX-512F */
+	LOCUS_ELDR_PATH_AVX2,      /* AVX2 + FMA: vpmaddwd */
+	LOCUS_ELDR_PATH_AVX512,    /* AVX-512F/BW + VNNI: vpdpwssd */
+	LOCUS_ELDR_PATH_F32,       /* the float reference */
 };
+
+/* Signatures one batch call checks at a time (any n is accepted). */
+#define LOCUS_ELDR_MAX_BATCH 64
 
 struct locus_eldr_decision {
 	uint32_t slot;         /* index in the table's decoder list */
@@ -32,10 +46,10 @@ struct locus_eldr_decision {
 
 struct locus_eldr_router; /* one per routing lcore, in caller memory */
 
-/* Name of a path ("scalar", "avx2", "avx512"). */
+/* Name of a path ("scalar", "avx2", "avx512", "f32"). */
 const char *locus_eldr_path_name(enum locus_eldr_path p);
 
-/* Whether this CPU runs path p (AUTO and SCALAR: always). */
+/* Whether this CPU runs path p (AUTO, SCALAR and F32: always). */
 int locus_eldr_path_supported(enum locus_eldr_path p);
 
 /*
@@ -95,6 +109,16 @@ int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_
 uint32_t locus_eldr_route_batch(struct locus_eldr_router *r, const void *const *sigs,
 				const size_t *lens, uint32_t n, struct locus_eldr_decision *d,
 				int *rc);
+
+/*
+ * locus_eldr_route_batch() for signatures whose headers the caller copied
+ * (hdrs[i], private) and whose counts[i] may lie in shared memory, as
+ * locus_eldr_route_split(): the same decisions as n calls of it, in order.
+ */
+uint32_t locus_eldr_route_split_batch(struct locus_eldr_router *r,
+				      const struct locus_eldr_sig_hdr *hdrs,
+				      const uint16_t *const *counts, const size_t *lens,
+				      uint32_t n, struct locus_eldr_decision *d, int *rc);
 
 /*
  * Scores only (tests, tools): scores[K], each decoder's (the best of its

@@ -128,6 +128,15 @@ struct locus_grace_plan {
 	struct locus_grace_slot *slots;  /* [max_tokens * max_k] */
 	uint32_t *count;                 /* [n_ranks] scratch */
 	uint32_t *first;                 /* [n_ranks] scratch */
+	struct locus_grace_eroute *eroute; /* [LOCUS_GRACE_MAX_EXPERTS] scratch */
+	uint32_t seq;                    /* batches planned: eroute's stamp */
+};
+
+/* How an expert resolves from one batch's source (planner scratch). */
+struct locus_grace_eroute {
+	uint64_t cand;   /* SWRR candidates (copy bits) when fixed < 0 */
+	uint32_t stamp;  /* plan seq this entry was made for */
+	int32_t fixed;   /* the rank every pair goes to, or -1 */
 };
 
 /* Bytes for a plan's arrays (excluding the struct). */

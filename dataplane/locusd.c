@@ -268,7 +268,10 @@ static int net_main(void *arg)
 
 	idle_start(d, &idle, &seq);
 	for (;;) {
-		int n = locusd_net_poll(d->net, rte_rdtsc()) + locus_relay_poll_net(d->relay);
+		/* the engine's sends first: this iteration's poll posts them, in one list */
+		int n = locus_relay_poll_net(d->relay);
+
+		n += locusd_net_poll(d->net, rte_rdtsc());
 
 		if (likely(n)) {
 			locus_idle_busy(&idle);
@@ -584,13 +587,20 @@ int main(int argc, char **argv)
 		if (D.net)
 			locusd_net_control(D.net);
 		if (D.worker_lcore >= RTE_MAX_LCORE) {
-			for (int i = 0; i < 64; i++) {
+			/*
+			 * One lcore: poll for a control period between control passes
+			 * (each makes system calls: the sockets, rdma_cm), not for a
+			 * fixed 64 polls, which made them the poll loop's own
+			 */
+			uint64_t until = rte_rdtsc() + hz / 1000000 * CONTROL_PERIOD_US;
+
+			do {
 				locus_engine_poll(locus_node_engine(D.node));
 				if (D.net)
 					locusd_net_poll(D.net, rte_rdtsc());
 				if (D.loop)
 					locusd_loop_poll(D.loop, locus_node_engine(D.node));
-			}
+			} while (rte_rdtsc() < until && !got_term);
 		} else if (__atomic_load_n(&D.worker_done, __ATOMIC_ACQUIRE)) {
 			fprintf(stderr, "locusd: worker lcore stopped\n");
 			break;

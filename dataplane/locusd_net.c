@@ -9,9 +9,10 @@
  * QP creation and destruction, redials: locusd_net_control every control
  * period). Peers going up or down are counted on the worker and logged by
  * the main lcore. With one lcore, both run there. Message buffers come from a DPDK mempool whose memory is
- * registered with the endpoint's PD once; a message that finds no credits
- * waits in the peer's backlog and is posted, in order and in batches, as
- * credits return. Every message handed over completes exactly once: by its
+ * registered with the endpoint's PD once; every message waits in its peer's
+ * backlog until the next poll posts it, in order, with the others queued
+ * since (one list, one doorbell), as far as credits go; the rest waits there
+ * for credits. Every message handed over completes exactly once: by its
  * RDMA completion, or with -LOCUS_EPEERDOWN when its peer goes down before
  * it was posted.
  */
@@ -229,7 +230,7 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 {
 	struct backlog *b = &n->bl[node];
 
-	while (b->head != b->tail && n->up[node]) {
+	while (b->head != b->tail && n->up[node] && !locus_verbs_post_blocked(n->peer[node])) {
 		struct locus_verbs_msg m[POST_BURST];
 		unsigned k = 0;
 		int posted;
@@ -250,7 +251,12 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 	}
 }
 
-/* Queue a message (header buf, then n_sg gathered segments) and post what credits allow. */
+/*
+ * Queue a message (header buf, then n_sg gathered segments). It is posted by
+ * the next locusd_net_poll() of this lcore with every other message queued
+ * since, as one list behind one doorbell: on Soft-RoCE each doorbell is a
+ * system call that runs the device's send path in it.
+ */
 static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, uint64_t cookie,
 		   const struct locus_engine_sge *sg, uint32_t n_sg)
 {
@@ -276,7 +282,6 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 		r->sg[j] = (struct locus_verbs_sge){ .addr = sg[j].addr, .len = sg[j].len,
 						     .lkey = sg[j].lkey };
 	b->idx[b->tail++ % BACKLOG] = idx;
-	flush_backlog(n, node);
 	return 0;
 }
 

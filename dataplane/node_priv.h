@@ -55,8 +55,12 @@ struct locus_node {
 	int (*renew_hook)(void *ctx, uint32_t slot);
 	void *renew_ctx;
 	struct locus_regions *regions; /* the registration socket */
+	uint64_t next_liveness_ns;     /* CLOCK_MONOTONIC_COARSE: next /proc look at clients */
 	struct locus_regions_attach_ops attach_ops;
 };
+
+/* A dead client (no detach) is noticed within this, plus a control period. */
+#define NODE_LIVENESS_NS (20ull * 1000000ull)
 
 /* node_clients.c: the registration socket's attach ops, for node.c to open it with. */
 void node_clients_init(struct locus_node *n);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -397,7 +398,11 @@ static int peer_groups(int fd, gid_t *groups)
 static void accept_some(struct locus_pushsrv *s)
 {
 	static gid_t groups[MAX_GROUPS];
+	struct pollfd pfd = { .fd = s->lfd, .events = POLLIN };
 
+	/* accept4 on an empty backlog still makes and frees a socket and a file */
+	if (poll(&pfd, 1, 0) != 1)
+		return;
 	for (int k = 0; k < ACCEPT_PER_PASS; k++) {
 		struct ucred cr;
 		socklen_t cl = sizeof(cr);

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,6 +571,11 @@ void locus_regions_setup(struct locus_regions *rs)
 
 static void accept_some(struct locus_regions *rs)
 {
+	struct pollfd pfd = { .fd = rs->lfd, .events = POLLIN };
+
+	/* accept4 on an empty backlog still makes and frees a socket and a file */
+	if (poll(&pfd, 1, 0) != 1)
+		return;
 	for (int k = 0; k < ACCEPT_PER_PASS; k++) {
 		struct ucred cr;
 		socklen_t cl = sizeof(cr);

@@ -318,6 +318,15 @@ void locus_clients_release(struct locus_clients *v, uint32_t slot)
 			 __ATOMIC_RELEASE);
 }
 
+int locus_clients_check_state(struct locus_clients *v, uint32_t slot)
+{
+	if (slot >= v->p.n_slots)
+		return LOCUS_CLIENTS_IDLE;
+	return locus_client_state_of(__atomic_load_n(&locus_clients_ctl(v, slot)->state_pid,
+						     __ATOMIC_ACQUIRE)) == LOCUS_CLIENT_ACTIVE
+		       ? LOCUS_CLIENTS_IDLE : LOCUS_CLIENTS_GONE;
+}
+
 int locus_clients_check(struct locus_clients *v, uint32_t slot)
 {
 	struct locus_client_ctl *ctl;

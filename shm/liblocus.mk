@@ -6,9 +6,10 @@
 # exported. The static libraries stay for locusd and the tests. Sanitizer
 # and fuzz builds have no shared library.
 LIBLOCUS_MAJOR   := 0
-LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).1.0
+LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).2.0
 LIBLOCUS_SONAME  := liblocus.so.$(LIBLOCUS_MAJOR)
 LIBLOCUS_SRCS    := shm/client_attach.c shm/client_route.c shm/client_blocks.c \
+	shm/client_dispatch.c \
 	shm/client_region.c shm/clients.c shm/segment.c shm/proc.c shm/seqpkt.c \
 	shm/counters.c shm/eldr_sig.c shm/eldr_table.c shm/blocks.c shm/grace_table.c \
 	shm/grace_set.c shm/dispatch.c shm/tblfile.c shm/file.c shm/crc32c.c shm/err.c \

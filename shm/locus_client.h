@@ -100,7 +100,7 @@ struct locus_desc {
 	uint64_t aux;      /* ROUTE done: similarity as f32 bits; DISPATCH done: rows sent */
 	uint32_t region;   /* with LOCUS_DESC_F_REGION: a registered region's id */
 	uint32_t blocks;   /* ROUTE_BLOCKS done: cached blocks named and found; EVICT done: found */
-	uint8_t  reserved[8];
+	uint64_t dests;    /* DISPATCH done: bit r set when rank r (< 64) was sent rows */
 };
 
 /*
@@ -281,6 +281,14 @@ enum locus_clients_event {
  */
 int locus_clients_check(struct locus_clients *v, uint32_t slot);
 
+/*
+ * The same look without /proc (no system call): GONE only when the slot's
+ * state word says the client left (detached, or broke it). A daemon calls it
+ * every pass and locus_clients_check(), which also sees a client that died,
+ * less often.
+ */
+int locus_clients_check_state(struct locus_clients *v, uint32_t slot);
+
 /* ------------------------------------------------------------------ */
 /* Client side: the library a serving worker links.                     */
 
@@ -407,6 +415,100 @@ struct locus_client_signature {
  */
 int locus_client_signature_in(struct locus_client *c, const struct locus_desc *d,
 			      struct locus_client_signature *out, struct locus_error *err);
+
+/* ------------------------------------------------------------------ */
+/* Expert parallelism: a rank's DISPATCH and COMBINE, ROWS_IN/RESULTS_IN. */
+
+struct locus_row_ref; /* locus_dispatch.h */
+
+/* A batch of token rows to dispatch at one MoE layer (GRACE). */
+struct locus_client_dispatch_req {
+	uint16_t layer;
+	uint16_t top_k;            /* 1..LOCUS_MAX_TOPK */
+	uint32_t n_tokens;         /* >= 1 */
+	uint32_t row_bytes;        /* bytes of one token row, 1..LOCUS_MAX_ROW_BYTES */
+	uint32_t n_experts;        /* the GRACE table's E: every id below it (0: not checked) */
+	uint64_t rows_off;         /* the rows in the stage, 64-byte aligned: token t at
+				    * rows_off + t * row_bytes */
+	const uint16_t *experts;   /* [n_tokens][top_k] */
+	const float *gates;        /* [n_tokens][top_k], finite: carried to the experts */
+};
+
+/*
+ * LOCUS_OP_DISPATCH: write the request (locus_dispatch.h: header, expert
+ * ids, gates) into the stage at off (8-byte aligned), check it as locusd
+ * will (the rows inside the stage and clear of the request) and submit it
+ * with id = batch_id. 0, -LOCUS_ERANGE / -LOCUS_ENAN (a shape, an id >=
+ * n_experts, a gate not finite, a range outside the stage: nothing
+ * submitted), -LOCUS_EFULL (submit ring full: the stage was written,
+ * nothing submitted) or -EINVAL; err says which. The stage range and the
+ * rows must stay untouched until the completion (status 0, count =
+ * destination ranks, aux = rows sent, dests = their mask; or -LOCUS_EFULL
+ * when a destination's inbox had no room: nothing was delivered, submit
+ * again), and the rows until our own ROWS_IN was read (same GPU: in place).
+ */
+int locus_client_dispatch(struct locus_client *c, uint64_t off,
+			  const struct locus_client_dispatch_req *r, uint64_t batch_id,
+			  struct locus_error *err);
+
+/* Expert outputs going back to the rank that dispatched their tokens. */
+struct locus_client_combine_req {
+	uint16_t layer;
+	uint32_t dst_rank;         /* the source rank of the rows answered */
+	uint32_t n_rows;           /* >= 1 */
+	uint32_t row_bytes;
+	uint64_t rows_off;         /* output row j at rows_off + j * row_bytes (stage, 64-aligned) */
+	const struct locus_row_ref *refs; /* [n_rows]: the (token, k slots) each row answers */
+};
+
+/*
+ * LOCUS_OP_COMBINE: write the request (header, refs) into the stage at off
+ * (8-byte aligned), check it and submit it with id = batch_id (the id of
+ * the dispatch answered). Returns as locus_client_dispatch. The stage
+ * range and rows stay untouched until the completion; -LOCUS_EFULL there
+ * means the destination's inbox had no room: submit again.
+ */
+int locus_client_combine(struct locus_client *c, uint64_t off,
+			 const struct locus_client_combine_req *r, uint64_t batch_id,
+			 struct locus_error *err);
+
+/* Rows delivered to a rank (ROWS_IN) or back to their source (RESULTS_IN). */
+struct locus_client_rows {
+	uint8_t  op;               /* LOCUS_OP_ROWS_IN or LOCUS_OP_RESULTS_IN */
+	uint8_t  in_place;         /* the rows stayed in our own stage (same GPU) */
+	uint16_t layer;
+	uint16_t top_k;            /* ROWS_IN: experts and gates per row; RESULTS_IN: 0 */
+	uint16_t chunk, n_chunks;  /* this message among those the sender's batch sent us */
+	uint32_t slot;             /* the inbox slot to release when done */
+	uint32_t src_rank;         /* who sent it */
+	uint32_t n_rows;
+	uint32_t row_bytes;
+	uint64_t batch_id;
+	const struct locus_row_ref *refs; /* [n_rows] */
+	const uint16_t *experts;   /* ROWS_IN: [n_rows][top_k] the tokens' expert ids */
+	const float *gates;        /* ROWS_IN: [n_rows][top_k] their gates */
+	const uint8_t *rows;       /* row j at rows + j * row_bytes, except in place ROWS_IN:
+				    * row j at rows + refs[j].token * row_bytes (our batch);
+				    * NULL when in place in a registered region (not mapped
+				    * by the library) */
+	uint64_t rows_off;         /* where the rows are: message, stage or region offset */
+};
+
+/*
+ * Check a ROWS_IN / RESULTS_IN descriptor d from locus_client_poll (the
+ * inbox range, the rows message: locus_rows_msg_check; rows in place must
+ * lie in our stage and come from our own rank) and describe it in out.
+ * The pointers stay valid until out->slot is released. 0, or -EINVAL
+ * (another op), -LOCUS_ERANGE / -LOCUS_EPROTO (not a rows message in our
+ * inbox); err says which. The slot must be released either way.
+ */
+int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
+			 struct locus_client_rows *out, struct locus_error *err);
+
+/* bindings (tools/python/locus/_lib.py) mirror these layouts */
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_dispatch_req) == 40, "dispatch helper request");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_combine_req) == 32, "combine helper request");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_rows) == 80, "rows description");
 
 /* ------------------------------------------------------------------ */
 /* The signature cache: a ROUTE naming KV blocks, and EVICT.            */

@@ -14,11 +14,13 @@
 #include <string.h>
 #include <errno.h>
 #include <pthread.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <cmocka.h>
 
 #include "locus_counters.h"
 #include "locus_grace.h"
+#include "locus_gracefit.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
@@ -163,6 +165,72 @@ static void *bump(void *arg)
 	return NULL;
 }
 
+/* Read a whole small file into buf (NUL-terminated). */
+static void slurp(const char *file, char *buf, size_t n)
+{
+	FILE *f = fopen(file, "r");
+	size_t got;
+
+	assert_non_null(f);
+	got = fread(buf, 1, n - 1, f);
+	buf[got] = '\0';
+	fclose(f);
+}
+
+/*
+ * Refit every 3rd interval from a window of 3 with decay 0.5, at most one
+ * copy moved: one refit line (round 3) naming the budget, and a pushed
+ * table (if any) moves at most one copy from the base.
+ */
+static void budget_run(const char *inst, const char *tbl)
+{
+	char log[128], out[128], text[4096];
+	struct locus_error err = { 0 };
+	void *a = NULL, *b = NULL;
+	size_t alen, blen;
+	int saved, fd;
+
+	path(log, sizeof(log), "budget.log");
+	path(out, sizeof(out), "budget.tbl");
+	fflush(stdout);
+	saved = dup(1);
+	fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+	assert_true(saved >= 0 && fd >= 0);
+	dup2(fd, 1);
+	close(fd);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.03",
+			     "--count", "3", "--window", "3", "--decay", "0.5", "--every", "3",
+			     "--max-moves", "1", "-o", out, NULL), 0);
+	fflush(stdout);
+	dup2(saved, 1);
+	close(saved);
+	slurp(log, text, sizeof(text));
+	fputs(text, stdout);
+	assert_null(strstr(text, "rebalance 1:"));
+	assert_null(strstr(text, "rebalance 2:"));
+	assert_non_null(strstr(text, "rebalance 3: "));
+	assert_non_null(strstr(text, "(3 intervals)"));
+	assert_non_null(strstr(text, "of 1 allowed"));
+	if (access(out, F_OK) == 0) {
+		struct locus_grace_view va, vb;
+		const void *pa, *pb;
+		size_t la, lb;
+		uint32_t moves = 0;
+
+		assert_int_equal(locus_tbl_read_file(tbl, LOCUS_TBL_GRACE, &a, &alen, &err), 0);
+		assert_int_equal(locus_tbl_read_file(out, LOCUS_TBL_GRACE, &b, &blen, &err), 0);
+		assert_int_equal(locus_grace_blob_check(a, alen, &pa, &la, &err), 0);
+		assert_int_equal(locus_grace_blob_check(b, blen, &pb, &lb, &err), 0);
+		assert_int_equal(locus_grace_view_init(&va, (void *)pa, la, &err), 0);
+		assert_int_equal(locus_grace_view_init(&vb, (void *)pb, lb, &err), 0);
+		for (uint32_t l = 0; l < va.dims->n_layers; l++)
+			moves += locus_gracefit_moves_layer(&va, &vb, l);
+		assert_true(moves <= 1);
+		free(a);
+		free(b);
+	}
+}
+
 static void test_rebalance_pushes(void **state)
 {
 	char inst[48], tbl[128], out[128];
@@ -214,7 +282,18 @@ static void test_rebalance_pushes(void **state)
 	assert_int_equal(run("rebalance", "-i", "no-such-instance", "--table", tbl,
 			     "--interval", "0.02", "--count", "1", NULL), 1);
 
+	/* window, decay, every and move budget: refused out of range */
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--window", "0", NULL), 2);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--decay", "0", NULL), 2);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--decay", "1.5", NULL), 2);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--every", "0", NULL), 2);
+
 	assert_int_equal(pthread_create(&th, NULL, bump, &w), 0);
+	budget_run(inst, tbl);
 	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.05",
 			     "--count", "2", "-o", out, NULL), 0);
 	w.stop = 1;

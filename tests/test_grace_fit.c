@@ -188,6 +188,117 @@ static void test_balance_hand(void **state)
 			 -EINVAL);
 }
 
+/*
+ * After the load swaps, pairwise swaps regain co-activation the grouping
+ * left split, and only when the GPU loads' spread does not widen.
+ */
+static void test_balance_refine(void **state)
+{
+	double A[16] = { 0 };
+	const double W1[4] = { 1, 1, 1, 1 };
+	struct locus_gracefit_topo t = { 1, 2, 2, 1 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 1 };
+	struct locus_gracefit_layer_info li = { 0 };
+	uint16_t pri[4] = { 0, 1, 0, 1 };
+	(void)state;
+
+	/* pairs {0, 1} and {2, 3} placed across: equal loads, one swap joins them */
+	A[0 * 4 + 1] = A[1 * 4 + 0] = 5;
+	A[2 * 4 + 3] = A[3 * 4 + 2] = 5;
+	assert_int_equal(locus_gracefit_balance_layer(&t, 4, A, W1, &o, pri, &li, NULL), 0);
+	assert_int_equal(li.n_swaps, 1);
+	assert_int_equal(pri[0], pri[1]);
+	assert_int_equal(pri[2], pri[3]);
+	assert_true(pri[0] != pri[2]);
+	/* 0 and 3 co-activated, expert 4 alone sets the peak (10): joining 0
+	 * and 3 gives GPU loads [4, 2] against [3, 3], below the peak but a
+	 * wider spread, so nothing moves */
+	{
+		double A5[25] = { 0 };
+		const double W5[5] = { 2, 1, 1, 2, 10 };
+		struct locus_gracefit_topo t3 = { 1, 3, 2, 1 };
+		uint16_t p5[5] = { 0, 0, 1, 1, 2 };
+
+		A5[0 * 5 + 3] = A5[3 * 5 + 0] = 5;
+		o.load_tol = 10;
+		assert_int_equal(locus_gracefit_balance_layer(&t3, 5, A5, W5, &o, p5, &li, NULL),
+				 0);
+		assert_int_equal(li.n_swaps, 0);
+		assert_int_equal(p5[0], 0);
+		assert_int_equal(p5[1], 0);
+		assert_int_equal(p5[3], 1);
+		/* equal loads there: the same join is taken */
+		const double W6[5] = { 1, 1, 1, 1, 10 };
+
+		assert_int_equal(locus_gracefit_balance_layer(&t3, 5, A5, W6, &o, p5, &li, NULL),
+				 0);
+		assert_int_equal(li.n_swaps, 1);
+		assert_int_equal(p5[0], p5[3]);
+	}
+}
+
+/*
+ * The layer objective and the fallback to EPLB's packing. 1 node x 2 GPUs,
+ * 4 experts, top-2, no replicas: 90 tokens choose {0, 1}, 10 choose {2, 3}.
+ * Grouped ({0, 1} | {2, 3}, kept by a load tolerance of 10): loads 180 | 20,
+ * max/mean 1.8, each token on 1 GPU, off its source with probability 1/2:
+ * cost 1 x 2 x 0.8 + 0.5 = 2.1. Packed (0 -> GPU 0, 1 -> 1, 2 -> 0, 3 -> 1):
+ * 100 | 100, every token on both GPUs: 0 + 1 = 1. The packing wins at peak
+ * weight 1; at 0.1 the grouping does (0.16 + 0.5 = 0.66 < 1).
+ */
+static void test_fallback(void **state)
+{
+	struct locus_gracefit_topo t = { .n_nodes = 1, .gpus_per_node = 2, .capacity = 2 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 1, .load_tol = 10,
+					 .no_replication = 1 };
+	struct locus_gracefit_layer_info li;
+	struct locus_gracefit_profile p;
+	struct locus_grace_view v;
+	struct locus_error err = { 0 };
+	const uint16_t hot[2] = { 0, 1 }, cold[2] = { 2, 3 };
+	const void *pl;
+	size_t len, plen;
+	void *blob;
+	(void)state;
+
+	assert_int_equal(locus_gracefit_profile_init(&p, 1, 4, 1, &err), 0);
+	assert_int_equal(locus_gracefit_profile_keep_tokens(&p, 2, 100, &err), 0);
+	for (int i = 0; i < 100; i++)
+		assert_int_equal(locus_gracefit_profile_add(&p, 0, i < 90 ? hot : cold, 1, 2,
+							    &err), 0);
+	assert_int_equal(p.tok_n[0], 100);
+	assert_int_equal(locus_gracefit_fit(&p, &t, &o, &blob, &len, &li, &err), 0);
+	assert_true(fabs(li.cost_grouped - 2.1) < 1e-9);
+	assert_true(fabs(li.cost_packed - 1.0) < 1e-9);
+	assert_int_equal(li.fallback, 1);
+	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(v.primary[0], 0);
+	assert_int_equal(v.primary[1], 1);
+	assert_int_equal(v.primary[2], 0);
+	assert_int_equal(v.primary[3], 1);
+	free(blob);
+	/* the peak weighs less: the grouping stays */
+	o.w_peak = 0.1;
+	assert_int_equal(locus_gracefit_fit(&p, &t, &o, &blob, &len, &li, &err), 0);
+	assert_true(fabs(li.cost_grouped - 0.66) < 1e-9);
+	assert_int_equal(li.fallback, 0);
+	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(v.primary[0], v.primary[1]);
+	free(blob);
+	/* no_fallback keeps the grouping whatever the objective */
+	o.w_peak = 0;
+	o.no_fallback = 1;
+	assert_int_equal(locus_gracefit_fit(&p, &t, &o, &blob, &len, &li, &err), 0);
+	assert_int_equal(li.fallback, 0);
+	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
+	assert_int_equal(locus_grace_view_init(&v, (void *)pl, plen, &err), 0);
+	assert_int_equal(v.primary[0], v.primary[1]);
+	free(blob);
+	locus_gracefit_profile_free(&p);
+}
+
 static void test_repair_sizes_hand(void **state)
 {
 	/* items 0,1 bound tightly, 2,3 loosely, all in cluster 0; hi = 2 each */
@@ -582,6 +693,8 @@ int main(void)
 		cmocka_unit_test(test_replication_fills_budget),
 		cmocka_unit_test(test_replication_bounds),
 		cmocka_unit_test(test_balance_hand),
+		cmocka_unit_test(test_balance_refine),
+		cmocka_unit_test(test_fallback),
 		cmocka_unit_test(test_repair_sizes_hand),
 		cmocka_unit_test(test_spectral_planted),
 		cmocka_unit_test(test_grouping_bounds_random),

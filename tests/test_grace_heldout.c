@@ -146,12 +146,91 @@ static void test_interval_and_draw(void **state)
 		assert_true(hits[i] > 850 && hits[i] < 1150);
 }
 
+/*
+ * A paired bootstrap of max/mean must cover its own point estimate.
+ * Placement A serves sequence q wholly on GPU q mod 2: balanced on the
+ * sample (max/mean 1), and a resample of n sequences draws c ~ Bin(n, 1/2)
+ * of them on GPU 0, max/mean max(c, n-c)/(n/2) > 1 unless c = n/2 (a
+ * chance of about 1.8 % at n = 2000, below the 2.5 % of the lower end).
+ * Placement B puts 3 of every sequence's 4 pairs on GPU 0: 1.5 on any
+ * resample. A - B is -0.5 on the sample; every resample's difference is
+ * above it but about 1 in 50, so the plain percentiles exclude -0.5.
+ */
+static void test_interval_covers_point(void **state)
+{
+	enum { NS = 2000, NB = 1000 };
+	static double rows[NS], tl[NS], la[NS * 2], lb[NS * 2], d[NB], tmp[NB];
+	static uint32_t cnt[NS];
+	struct gh_score a = { .n_seq = NS, .L = 1, .N = 2, .rows_gpu = rows, .rows_node = rows,
+			      .tl = tl, .load = la };
+	struct gh_score b = a;
+	struct gh_unit ua = { .sc = { &a }, .n = 1 }, ub = { .sc = { &b }, .n = 1 };
+	struct gh_metrics ma, mb;
+	uint64_t seed = 7;
+	double point, lo, hi, above = 0;
+	(void)state;
+
+	b.load = lb;
+	for (uint32_t q = 0; q < NS; q++) {
+		tl[q] = 1;
+		la[q * 2 + q % 2] = 4;
+		lb[q * 2] = 3;
+		lb[q * 2 + 1] = 1;
+	}
+	gh_metrics(&ua, 1, &ma);
+	gh_metrics(&ub, 1, &mb);
+	point = ma.mm - mb.mm;
+	assert_true(fabs(point + 0.5) < 1e-12);
+	ua.cnt[0] = ub.cnt[0] = cnt;
+	for (uint32_t i = 0; i < NB; i++) {
+		memset(cnt, 0, sizeof(cnt));
+		for (uint32_t q = 0; q < NS; q++)
+			cnt[gh_draw(&seed, NS)]++;
+		gh_metrics(&ua, 1, &ma);
+		gh_metrics(&ub, 1, &mb);
+		d[i] = ma.mm - mb.mm;
+		above += d[i] > point + 1e-12;
+	}
+	/* the case is what it says: resamples sit above the point */
+	assert_true(above > 0.95 * NB);
+	memcpy(tmp, d, sizeof(d));
+	gh_interval(tmp, NB, &lo, &hi);
+	assert_true(lo > point);
+	memcpy(tmp, d, sizeof(d));
+	gh_interval_bc(point, tmp, NB, &lo, &hi);
+	assert_true(lo < point && point < hi);
+	/* and about as wide as the percentiles: the same spread, shifted */
+	memcpy(tmp, d, sizeof(d));
+	{
+		double plo, phi;
+
+		gh_interval(tmp, NB, &plo, &phi);
+		assert_true(fabs((hi - lo) - (phi - plo)) < 1e-12);
+	}
+}
+
+/* Replicates centred on the point: the bias is 0, the interval the percentiles. */
+static void test_interval_no_bias(void **state)
+{
+	double x[1001], y[1001], lo, hi, plo, phi;
+	(void)state;
+
+	for (int i = 0; i <= 1000; i++)
+		x[i] = y[i] = (i - 500) * 0.001 + 2.0;
+	gh_interval(y, 1001, &plo, &phi);
+	gh_interval_bc(2.0, x, 1001, &lo, &hi);
+	assert_true(fabs(lo - plo) < 1e-9 && fabs(hi - phi) < 1e-9);
+	assert_true(fabs(lo - 1.525) < 1e-9 && fabs(hi - 2.475) < 1e-9);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_eplb_vllm),
 		cmocka_unit_test(test_grace_planner),
 		cmocka_unit_test(test_interval_and_draw),
+		cmocka_unit_test(test_interval_covers_point),
+		cmocka_unit_test(test_interval_no_bias),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -274,6 +274,51 @@ static void route_v2(struct locus_client *pre, struct locus_client *dec[2])
 	free(tbl);
 }
 
+/*
+ * A burst of ROUTEs in one submission (scored together by the engine,
+ * locus_eldr_route_split_batch): completions in submission order, each the
+ * pure router's decision one by one, a bad signature and an out-of-stage
+ * descriptor among them refused in place.
+ */
+static void route_burst(struct locus_client *pre, struct locus_client *dec[2],
+			struct locus_eldr_router *ref)
+{
+	struct locus_desc burst[10], d, in;
+	struct locus_eldr_decision want[10];
+	uint8_t *stage = locus_client_stage(pre, NULL);
+	uint64_t bad_before = ctr_("rejected_bad_signature", 0);
+
+	for (int i = 0; i < 10; i++) {
+		uint64_t off = (uint64_t)i * 4096;
+		size_t len = put_signature(pre, off, i % 3 ? 9 : 2, i % 4, i % 3 ? 1 : 9);
+
+		burst[i] = (struct locus_desc){ .op = LOCUS_OP_ROUTE, .id = 700 + i, .off = off,
+						.len = (uint32_t)len };
+		if (i == 3)
+			stage[off] ^= 0xff; /* bad magic */
+		if (i == 6)
+			burst[i].off = 1ull << 40;
+		if (i != 3 && i != 6)
+			assert_int_equal(locus_eldr_route(ref, stage + off, len, &want[i]), 0);
+	}
+	assert_int_equal(locus_client_submit(pre, burst, 10), 10);
+	for (int i = 0; i < 10; i++) {
+		tu_wait_desc(pre, &d);
+		assert_int_equal(d.id, 700 + i);
+		if (i == 3 || i == 6) {
+			assert_true(d.status < 0);
+			continue;
+		}
+		assert_int_equal(d.status, 0);
+		assert_int_equal(d.peer, want[i].decoder_id);
+		assert_int_equal(d.count, want[i].n_candidates);
+		tu_wait_desc(dec[d.peer], &in);
+		assert_int_equal(in.id, 700 + i);
+		assert_int_equal(locus_client_release_slot(dec[d.peer], in.slot), 0);
+	}
+	assert_int_equal(ctr_("rejected_bad_signature", 0), bad_before + 1);
+}
+
 static void test_route_matches_pure_router(void **state)
 {
 	struct locus_client *pre = tu_attach(INST, LOCUS_ROLE_PREFILL, 0, 0);
@@ -350,6 +395,7 @@ static void test_route_matches_pure_router(void **state)
 	assert_int_equal(submitted, completed);
 	assert_int_equal(ctr_("routed", 0) + ctr_("routed", 1), 40);
 	assert_true(ctr_("routed", 0) > 0 && ctr_("routed", 1) > 0);
+	route_burst(pre, dec, ref);
 	route_v2(pre, dec);
 
 	/* malformed: bad magic, wrong role, unknown op, out-of-stage offset */
@@ -363,6 +409,7 @@ static void test_route_matches_pure_router(void **state)
 			{ .op = LOCUS_OP_DISPATCH, .id = 903 },
 		};
 		uint64_t before = ctr_("rejected_bad_descriptor", 0);
+		uint64_t bad_sig = ctr_("rejected_bad_signature", 0);
 
 		stage[0] ^= 0xff; /* magic */
 		assert_int_equal(locus_client_submit(pre, bad, 4), 4);
@@ -371,7 +418,7 @@ static void test_route_matches_pure_router(void **state)
 			assert_int_equal(d.id, 900 + i);
 			assert_true(d.status < 0);
 		}
-		assert_int_equal(ctr_("rejected_bad_signature", 0), 1);
+		assert_int_equal(ctr_("rejected_bad_signature", 0), bad_sig + 1);
 		assert_int_equal(ctr_("rejected_bad_descriptor", 0), before + 3);
 	}
 

@@ -11,6 +11,11 @@
  *   bench_dataplane idle -i INST --pid P [--gaps 1,100,1000] [--repeats 20,8,3]
  *                   [--cpu-seconds S] [--cpus C]
  *   bench_dataplane table -o FILE --layers L --experts E [--decoders K]
+ *   bench_dataplane internode --rank-at I0,I0,I1,I1 --send-ranks 0,1 --trace J
+ *                   [--row-bytes B] [--tokens N] [--window W] [--warmup S]
+ *                   [--seconds S] [--cpus C] [--region] [--nap-us U]
+ *   bench_dataplane grace-table -o FILE (--layers L --experts E | --trace J)
+ *                   --nodes N --gpus G --on-node K
  *
  * Figures are printed, never asserted; every delivery is counted and the
  * first ones are checked byte for byte before the timing starts.
@@ -61,8 +66,9 @@ int bd_pin(const char *who, int cpu)
 
 int bd_attach(struct bd_att *a, const char *instance, uint32_t roles, uint32_t id)
 {
+	/* generous: in the Soft-RoCE guest (TCG) three threads spin beside locusd's main lcore */
 	struct locus_client_req req = { .roles = roles, .decoder_id = id, .rank = id,
-					.timeout_ms = 5000 };
+					.timeout_ms = 30000 };
 	struct locus_error err = { 0 };
 	uint64_t until = bd_now_ns() + 3000000000ull;
 	int ret;
@@ -242,7 +248,12 @@ static void usage(void)
 		"                 [--tokens N] [--window W] [--seconds S] [--cpus C]\n"
 		"       bench_dataplane idle -i INST --pid P [--worker-tid T] [--gaps 1,100,1000]\n"
 		"                 [--repeats 20,8,3] [--cpu-seconds S] [--cpus C]\n"
-		"       bench_dataplane table -o FILE --layers L --experts E [--decoders K]\n");
+		"       bench_dataplane table -o FILE --layers L --experts E [--decoders K]\n"
+		"       bench_dataplane internode --rank-at I0,I0,I1,I1 --send-ranks 0,1 --trace J\n"
+		"                 [--row-bytes B] [--tokens N] [--window W] [--warmup S]\n"
+		"                 [--seconds S] [--cpus C] [--region] [--nap-us U]\n"
+		"       bench_dataplane grace-table -o FILE (--layers L --experts E | --trace J)\n"
+		"                 --nodes N --gpus G --on-node K\n");
 }
 
 int main(int argc, char **argv)
@@ -260,6 +271,12 @@ int main(int argc, char **argv)
 		{ "cpu-seconds", required_argument, NULL, 'S' },
 		{ "worker-tid", required_argument, NULL, 'T' },
 		{ "no-push", no_argument, NULL, 'N' },
+		{ "rank-at", required_argument, NULL, 'A' },
+		{ "send-ranks", required_argument, NULL, 'X' },
+		{ "warmup", required_argument, NULL, 'U' },
+		{ "nodes", required_argument, NULL, 'D' }, { "gpus", required_argument, NULL, 'G' },
+		{ "on-node", required_argument, NULL, 'O' },
+		{ "region", no_argument, NULL, 'Y' }, { "nap-us", required_argument, NULL, 'Z' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bd_opts o = {
@@ -267,7 +284,7 @@ int main(int argc, char **argv)
 		.row_bytes = { 4096, 7168 }, .n_row_bytes = 2, .ranks = 4, .tokens = 32,
 		.dwindow = 4, .seconds = 1.0, .cpus = { 0 }, .n_cpus = 1,
 		.gaps_ms = { 1, 100, 1000 }, .repeats = { 20, 8, 3 }, .n_gaps = 3,
-		.cpu_seconds = 3.0,
+		.cpu_seconds = 3.0, .warmup = 1.0,
 	};
 	uint32_t cpus[BD_MAX_CPUS], reps[8], one;
 	const char *cmd;
@@ -330,6 +347,27 @@ int main(int argc, char **argv)
 			o.n_gaps = n > 0 ? (uint32_t)n : 0;
 			break;
 		case 'R': n_reps = parse_list(optarg, reps, 8, 1, 1000); bad |= n_reps < 1; break;
+		case 'A':
+			o.n_rank_at = 0;
+			for (char *save = NULL, *t = strtok_r(optarg, ",", &save); t;
+			     t = strtok_r(NULL, ",", &save))
+				if (o.n_rank_at < BD_MAX_ATT)
+					o.rank_at[o.n_rank_at++] = t;
+				else
+					bad = 1;
+			break;
+		case 'X':
+			n = parse_list(optarg, cpus, BD_MAX_ATT, 0, BD_MAX_ATT - 1);
+			bad |= n < 1;
+			for (int i = 0; i < n; i++)
+				o.send_mask |= 1u << cpus[i];
+			break;
+		case 'U': o.warmup = atof(optarg); bad |= !(o.warmup > 0 && o.warmup <= 60); break;
+		case 'D': bad |= parse_list(optarg, &o.nodes, 1, 1, 64) != 1; break;
+		case 'G': bad |= parse_list(optarg, &o.gpus, 1, 1, 64) != 1; break;
+		case 'O': bad |= parse_list(optarg, &o.on_node, 1, 0, 63) != 1; break;
+		case 'Y': o.region = 1; break;
+		case 'Z': bad |= parse_list(optarg, &o.nap_us, 1, 0, 100000) != 1; break;
 		default: usage(); return c == 'h' ? 0 : 2;
 		}
 	}
@@ -363,6 +401,23 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return bd_idle(&o);
+	}
+	if (!strcmp(cmd, "internode")) {
+		if (!o.trace || o.n_rank_at < 2 || !o.send_mask ||
+		    o.send_mask >> o.n_rank_at) {
+			fprintf(stderr, "bench_dataplane internode: --trace, --rank-at (two ranks or "
+					"more), --send-ranks among them\n");
+			return 2;
+		}
+		return bd_internode(&o);
+	}
+	if (!strcmp(cmd, "grace-table")) {
+		if (!o.out || !(o.trace || (o.layers && o.experts)) || !o.nodes || !o.gpus) {
+			fprintf(stderr, "bench_dataplane grace-table: -o, --layers and --experts (or "
+					"--trace), --nodes, --gpus\n");
+			return 2;
+		}
+		return bd_grace_table(&o);
 	}
 	if (!strcmp(cmd, "table")) {
 		if (!o.out || !o.layers || !o.experts) {

@@ -5,7 +5,8 @@
  * (prefill + every decoder, or every rank of the node) and polls them all,
  * never sleeping while it waits. The daemon's engine lcore spins on another
  * core. Shared by its parts: bench_dp.c (command line, pinning, tables),
- * bench_dp_route.c, bench_dp_dispatch.c, bench_dp_idle.c.
+ * bench_dp_route.c, bench_dp_dispatch.c, bench_dp_idle.c, bench_dp_internode.c
+ * (ranks on two nodes, every row crossing: the Soft-RoCE guest's benchmark).
  */
 #ifndef BENCH_DP_H
 #define BENCH_DP_H
@@ -45,6 +46,13 @@ struct bd_opts {
 	uint32_t gaps_ms[8], n_gaps, repeats[8];
 	double cpu_seconds;       /* idle: CPU sampled over this long */
 	int worker_tid;           /* idle: locusd's engine lcore thread, 0: find it */
+	const char *rank_at[BD_MAX_ATT]; /* internode: rank r's instance */
+	uint32_t n_rank_at;
+	uint32_t send_mask;       /* internode: the ranks that dispatch (bit r) */
+	double warmup;            /* internode: seconds of checked traffic first */
+	int region;               /* internode: the senders' rows in registered dma-bufs */
+	uint32_t nap_us;          /* internode: sleep this long after a poll found nothing */
+	uint32_t nodes, gpus, on_node; /* grace-table: topology, the node holding every expert */
 };
 
 static inline uint64_t bd_now_ns(void)
@@ -81,6 +89,8 @@ int bd_route(const struct bd_opts *o);
 int bd_dispatch(const struct bd_opts *o);
 int bd_idle(const struct bd_opts *o);
 int bd_table(const struct bd_opts *o);
+int bd_internode(const struct bd_opts *o);
+int bd_grace_table(const struct bd_opts *o);
 int bd_push_table(const char *instance, const void *blob, size_t len);
 
 /* A sealed synthetic ELDR table of K decoders over L x E (bench_dp.c), malloc'd, or NULL. */

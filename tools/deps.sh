@@ -17,8 +17,8 @@ rdmacm-utils perftest iproute2 dash coreutils tcpdump"
 
 # The Python package (tools/python): Debian's interpreter, numpy, pytest, and torch
 # (CPU build) for the tensor entry points; their tests skip what torch would check
-# when it is absent.
-PY_PKGS="python3 python3-numpy python3-pytest python3-torch"
+# when it is absent; aiohttp for the PD-disaggregation proxy example (examples/pd_proxy.py).
+PY_PKGS="python3 python3-numpy python3-pytest python3-torch python3-aiohttp"
 
 PKGS="$BUILD_PKGS $FUZZ_PKGS $VM_PKGS $PY_PKGS"
 

@@ -2,26 +2,32 @@
 /*
  * ELDR benchmarks (figures printed, never asserted):
  *  1. routing decisions/s on one core, L=48 E=128, K=16 and K=64, mask of
- *     12 layers and no mask, per kernel path, against a naive scalar
- *     double loop (double precision, table layout as stored) and against
- *     merely reading the 12 KiB of each signature, in the same run;
+ *     12 layers and no mask, per kernel path (the integer paths, and the
+ *     float kernels of earlier builds, "f32", as the previous kernel),
+ *     against a naive scalar double loop (double precision, table layout
+ *     as stored) and against merely reading the 12 KiB of each signature,
+ *     in the same run;
  *  2. fit time for N=1,000 synthetic signatures of 48 x 128, K=16, against
  *     plain (unbalanced) Lloyd iterations on the same vectors.
  * Signatures come from a pool larger than the last-level cache, so every
  * decision reads its 12 KiB from memory as a router's inbox would.
  */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 
 #define L 48
 #define E 128
-#define POOL 4096 /* signatures: 4096 x 12 KiB = 48 MiB */
+#define POOL_MAX 4096 /* signatures: 4096 x 12 KiB = 48 MiB */
+
+static uint32_t POOL = POOL_MAX; /* --pool: fewer, to see the kernels with cache-hot signatures */
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
@@ -38,6 +44,19 @@ static double now(void)
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/*
+ * This thread's CPU time: the routing figures are per core-second the
+ * benchmark actually ran, so time the scheduler gave other processes on a
+ * shared machine is not counted against any variant.
+ */
+static double cpu_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -127,7 +146,7 @@ static double run_slice(struct variant *v, const struct locus_eldr_tbl_view *tv,
 {
 	static uint64_t load[64];
 	static uint32_t cursor;
-	double t0 = now(), dt;
+	double t0 = cpu_now(), dt;
 	uint32_t n = 0;
 
 	do {
@@ -173,52 +192,62 @@ static double run_slice(struct variant *v, const struct locus_eldr_tbl_view *tv,
 			if (v->r && (n & 255) < 16)
 				locus_eldr_router_set_load(v->r, d[0].slot, n & 7);
 		}
-		dt = now() - t0;
+		dt = cpu_now() - t0;
 	} while (dt < slice);
 	return n / dt;
 }
 
-static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask)
+#define N_PATHS 4
+
+static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask, int rounds)
 {
-	static const enum locus_eldr_path paths[] = { LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2,
-						      LOCUS_ELDR_PATH_AVX512 };
+	static const enum locus_eldr_path paths[N_PATHS] = {
+		LOCUS_ELDR_PATH_F32, LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2,
+		LOCUS_ELDR_PATH_AVX512
+	};
 	struct locus_eldr_tbl_view tv;
-	struct variant v[8];
+	struct variant v[2 + 2 * N_PATHS];
 	size_t len, msz;
 	uint8_t *tbl = make_table(K, n_mask, &len);
-	void *mem[3] = { 0 };
-	int nv = 0;
+	void *mem[N_PATHS] = { 0 };
+	int nv = 0, prev1 = -1, prevb = -1;
 
 	locus_eldr_tbl_validate(tbl, len, &tv, NULL);
 	v[nv++] = (struct variant){ "read 12 KiB", 0, NULL, 0 };
 	v[nv++] = (struct variant){ "naive double loop", 1, NULL, 0 };
 	msz = locus_eldr_router_mem_size(tbl, len);
-	for (size_t p = 0; p < 3; p++) {
+	for (size_t p = 0; p < N_PATHS; p++) {
 		struct locus_eldr_router *r;
 
 		mem[p] = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
 		if (!locus_eldr_path_supported(paths[p]) ||
 		    locus_eldr_router_build(mem[p], msz, tbl, len, paths[p], &r, NULL))
 			continue;
+		if (paths[p] == LOCUS_ELDR_PATH_F32)
+			prev1 = nv;
 		v[nv++] = (struct variant){ locus_eldr_path_name(paths[p]), 2, r, 0 };
+		if (paths[p] == LOCUS_ELDR_PATH_F32)
+			prevb = nv;
 		if (paths[p] != LOCUS_ELDR_PATH_SCALAR)
 			v[nv++] = (struct variant){ locus_eldr_path_name(paths[p]), 3, r, 0 };
 	}
 	/* interleaved slices, best of each: the machine is shared */
-	for (int round = 0; round < 6; round++)
+	for (int round = 0; round < rounds; round++)
 		for (int i = 0; i < nv; i++) {
 			double rate = run_slice(&v[i], &tv, pool, slen, 0.03);
 
 			if (rate > v[i].best)
 				v[i].best = rate;
 		}
-	printf("K=%-3u mask=%2d/%d layers\n", K, n_mask >= L ? L : n_mask, L);
+	printf("K=%-3u mask=%2d/%d layers (per CPU-second, best of %d slices of 30 ms each)\n", K,
+	       n_mask >= L ? L : n_mask, L, rounds);
 	for (int i = 0; i < nv; i++)
-		printf("  %-18s %-6s %10.0f /s  = %6.2fx naive, %5.2fx read-only\n",
-		       v[i].kind < 2 ? v[i].name : v[i].name,
+		printf("  %-18s %-6s %10.0f /s  = %6.2fx naive, %5.2fx read-only, %5.2fx f32 single, "
+		       "%5.2fx f32 batch\n", v[i].name,
 		       v[i].kind == 3 ? "batch" : v[i].kind == 2 ? "single" : "", v[i].best,
-		       v[i].best / v[1].best, v[i].best / v[0].best);
-	for (size_t p = 0; p < 3; p++)
+		       v[i].best / v[1].best, v[i].best / v[0].best, v[i].best / v[prev1].best,
+		       v[i].best / v[prevb].best);
+	for (size_t p = 0; p < N_PATHS; p++)
 		free(mem[p]);
 	free(tbl);
 }
@@ -389,11 +418,35 @@ static void bench_assign(uint32_t n, uint32_t K)
 	free(cost);
 }
 
-int main(void)
+/*
+ * eldr_bench [--route-only] [--rounds N] [--pool S]: --route-only runs the
+ * routing figures alone (K=16 every layer first), N interleaved slices per
+ * variant (default 6), a pool of S signatures (default 4096, 48 MiB: from
+ * memory; 16 keeps them in cache, the kernels' compute alone).
+ */
+int main(int argc, char **argv)
 {
 	size_t slen = locus_eldr_sig_len(L, E);
-	uint8_t *pool = aligned_alloc(64, slen * POOL);
+	uint8_t *pool = aligned_alloc(64, slen * POOL_MAX);
+	int route_only = 0, rounds = 6;
+	cpu_set_t cpus;
 
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--route-only")) {
+			route_only = 1;
+		} else if (!strcmp(argv[i], "--pool") && i + 1 < argc) {
+			POOL = (uint32_t)atoi(argv[++i]);
+			if (POOL < 16 || POOL > POOL_MAX)
+				POOL = POOL_MAX;
+		} else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+			rounds = atoi(argv[++i]);
+			if (rounds < 1 || rounds > 1000)
+				rounds = 6;
+		} else {
+			fprintf(stderr, "usage: eldr_bench [--route-only] [--rounds N] [--pool 16..4096]\n");
+			return 2;
+		}
+	}
 	if (!pool)
 		return 1;
 	for (uint32_t i = 0; i < POOL; i++) {
@@ -413,13 +466,21 @@ int main(void)
 	}
 	printf("ELDR routing, one core, L=%d E=%d, pool of %d signatures (%zu MiB)\n", L, E, POOL,
 	       slen * POOL >> 20);
-	bench_route(pool, slen, 16, L);
-	bench_route(pool, slen, 16, 12);
-	bench_route(pool, slen, 64, L);
-	bench_route(pool, slen, 64, 12);
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+		printf("ran on cpu %d, allowed %d of %ld online cpus (pin with taskset -c N)\n",
+		       sched_getcpu(), CPU_COUNT(&cpus), sysconf(_SC_NPROCESSORS_ONLN));
+	printf("paths: avx2 %s, avx512 (VNNI) %s; f32 = the float kernels of earlier builds\n",
+	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
+	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
+	bench_route(pool, slen, 16, L, rounds);
+	bench_route(pool, slen, 16, 12, rounds);
+	bench_route(pool, slen, 64, L, rounds);
+	bench_route(pool, slen, 64, 12, rounds);
 	if (sink == 42)
 		printf("\n");
 	free(pool);
+	if (route_only)
+		return 0;
 	bench_fit();
 	bench_assign(1000, 16);
 	bench_assign(1000, 64);

@@ -5,17 +5,27 @@
  *     GPUs from a synthetic skewed profile, beside EPLB-style greedy packing
  *     of the same loads in the same run;
  *  2. planned (token, expert) pairs per second on one core, 4096 tokens x
- *     top-8 per batch on that table, locus planner beside a naive planner
- *     (per-pair random weighted replica choice, malloc and qsort to group
- *     rows by destination) in the same run.
+ *     top-8 per batch on that table, locus planner beside the planner of
+ *     earlier builds (tools/grace_plan_ref.c: the same plans) and a naive
+ *     planner (per-pair random weighted replica choice, malloc and qsort to
+ *     group rows by destination) in the same run, per CPU-second of the
+ *     benchmark thread (the machine may be shared), best of interleaved
+ *     slices.
+ *
+ * grace_bench [--blob PATH] [--rounds N]: --blob reads the fitted table
+ * from PATH when it exists (the fit is skipped; it takes ~20 s), else fits
+ * and writes it there; N slices of 0.1 s per planner (default 8).
  */
 #include <errno.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "grace_plan_ref.h"
 #include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
@@ -63,6 +73,14 @@ static void gen_token(uint16_t *ids, const double *cdf)
 		if (!dup)
 			ids[n++] = (uint16_t)e;
 	}
+}
+
+static double cpu_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static void greedy(const double *W, uint16_t *pri)
@@ -140,20 +158,95 @@ static uint32_t naive_plan(const struct locus_grace_map *m, uint32_t layer, cons
 	return out;
 }
 
-int main(void)
+/* The fitted table from path (0), or -1 when absent or unreadable. */
+static int read_blob(const char *path, void **blob, size_t *len)
+{
+	FILE *f = path ? fopen(path, "rb") : NULL;
+	long n;
+
+	if (!f)
+		return -1;
+	if (fseek(f, 0, SEEK_END) || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) ||
+	    !(*blob = malloc((size_t)n)) || fread(*blob, 1, (size_t)n, f) != (size_t)n) {
+		fclose(f);
+		return -1;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return 0;
+}
+
+struct planner {
+	const char *name;
+	int kind; /* 0 locus, 1 earlier builds' (reference), 2 naive */
+	void *st;
+	double best, rows;
+};
+
+/* One slice of about `slice` CPU-seconds of planner v; pairs per CPU-second. */
+static double plan_slice(struct planner *v, const void *map, struct locus_grace_plan *plan,
+			 uint16_t (*batch)[T_ * K_], double slice, int *rc, struct locus_error *err)
+{
+	static uint32_t iter;
+	double t0 = cpu_s(), el, pairs = 0;
+	uint64_t rows = 0, n = 0;
+
+	do {
+		uint32_t layer = iter % L_;
+
+		if (v->kind == 2) {
+			rows += naive_plan(map, layer, batch[iter % 16]);
+		} else {
+			struct locus_grace_batch b = { .layer = layer, .src_rank = iter % GPN,
+						       .n_tokens = T_, .top_k = K_,
+						       .experts = batch[iter % 16] };
+
+			*rc = v->kind ? grace_plan_ref_batch(v->st, map, &b, plan, err) :
+					locus_grace_plan_batch(v->st, map, &b, plan, err);
+			if (*rc < 0)
+				return 0;
+			rows += plan->n_rows;
+		}
+		iter++;
+		n++;
+		pairs += (double)T_ * K_;
+		el = cpu_s() - t0;
+	} while (el < slice);
+	v->rows = (double)rows / n;
+	return pairs / el;
+}
+
+int main(int argc, char **argv)
 {
 	struct locus_gracefit_profile p;
 	struct locus_gracefit_topo topo = { NODES, GPN, 6, 1 };
 	struct locus_error err = { 0 };
 	static uint16_t batch[16][T_ * K_];
-	double cdf[16], z = 0, t0, t_prof, t_fit, t_greedy;
+	double cdf[16], z = 0, t0, t_prof, t_fit = 0, t_greedy;
 	uint16_t pri[E_];
-	void *blob = NULL, *map = NULL, *st = NULL, *pm;
+	void *blob = NULL, *map = NULL, *st[2] = { NULL, NULL }, *pm;
+	const char *blob_path = NULL;
 	const void *pl;
 	size_t len, plen, msz, ssz, pmsz;
 	struct locus_grace_plan plan;
-	int rc;
+	struct planner v[3] = { { "locus (TAR + SWRR)", 0, NULL, 0, 0 },
+				{ "earlier builds' planner", 1, NULL, 0, 0 },
+				{ "naive planner", 2, NULL, 0, 0 } };
+	int rc, rounds = 8, have_blob;
+	cpu_set_t cpus;
 
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--blob") && i + 1 < argc) {
+			blob_path = argv[++i];
+		} else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+			rounds = atoi(argv[++i]);
+			if (rounds < 1 || rounds > 1000)
+				rounds = 8;
+		} else {
+			fprintf(stderr, "usage: grace_bench [--blob PATH] [--rounds N]\n");
+			return 2;
+		}
+	}
 	for (int g = 0; g < 16; g++)
 		z += cdf[g] = 1.0 / pow(g + 1, 1.1);
 	for (int g = 0; g < 16; g++)
@@ -171,11 +264,20 @@ int main(void)
 			locus_gracefit_profile_add(&p, l, ids, 1, K_, NULL);
 		}
 	t_prof = now_s() - t0;
-	t0 = now_s();
-	rc = locus_gracefit_fit(&p, &topo, NULL, &blob, &len, NULL, &err);
-	t_fit = now_s() - t0;
-	if (rc)
-		goto fail;
+	have_blob = read_blob(blob_path, &blob, &len) == 0;
+	if (!have_blob) {
+		t0 = now_s();
+		rc = locus_gracefit_fit(&p, &topo, NULL, &blob, &len, NULL, &err);
+		t_fit = now_s() - t0;
+		if (rc)
+			goto fail;
+		if (blob_path) {
+			FILE *f = fopen(blob_path, "wb");
+
+			if (!f || fwrite(blob, 1, len, f) != len || fclose(f))
+				fprintf(stderr, "grace_bench: cannot write %s\n", blob_path);
+		}
+	}
 	t0 = now_s();
 	for (int rep = 0; rep < 10; rep++)
 		for (uint32_t l = 0; l < L_; l++)
@@ -183,9 +285,14 @@ int main(void)
 	t_greedy = (now_s() - t0) / 10;
 	printf("fit: %d layers x %d experts on %dx%d GPUs (profile of %d tokens x top-%d per "
 	       "layer built in %.3f s)\n", L_, E_, NODES, GPN, T_, K_, t_prof);
-	printf("  grouping + replication fit   %8.3f s\n", t_fit);
-	printf("  EPLB-style greedy packing    %8.5f s   (fit / greedy = %.0fx)\n", t_greedy,
-	       t_fit / t_greedy);
+	if (have_blob)
+		printf("  grouping + replication fit   (table read from %s)\n", blob_path);
+	else
+		printf("  grouping + replication fit   %8.3f s\n", t_fit);
+	printf("  EPLB-style greedy packing    %8.5f s", t_greedy);
+	if (!have_blob)
+		printf("   (fit / greedy = %.0fx)", t_fit / t_greedy);
+	printf("\n");
 
 	/* 2. planner */
 	if ((rc = locus_grace_blob_check(blob, len, &pl, &plen, &err)))
@@ -194,53 +301,43 @@ int main(void)
 	ssz = locus_grace_plan_state_size(pl);
 	pmsz = locus_grace_plan_mem_size(T_, K_, N_);
 	pm = malloc(pmsz);
-	if (posix_memalign(&map, 64, msz) || posix_memalign(&st, 64, ssz) || !pm) {
+	if (posix_memalign(&map, 64, msz) || posix_memalign(&st[0], 64, ssz) ||
+	    posix_memalign(&st[1], 64, ssz) || !pm) {
 		rc = -ENOMEM;
 		goto fail;
 	}
 	if ((rc = locus_grace_map_build(map, msz, pl, plen, 1, &err)) ||
-	    (rc = locus_grace_plan_state_init(st, ssz, map, 0, &err)) ||
+	    (rc = locus_grace_plan_state_init(st[0], ssz, map, 0, &err)) ||
+	    (rc = locus_grace_plan_state_init(st[1], ssz, map, 0, &err)) ||
 	    (rc = locus_grace_plan_init(&plan, pm, pmsz, T_, K_, N_)))
 		goto fail;
+	v[0].st = st[0];
+	v[1].st = st[1];
 	for (int b = 0; b < 16; b++)
 		for (uint32_t t = 0; t < T_; t++)
 			gen_token(batch[b] + t * K_, cdf);
-	for (int pass = 0; pass < 2; pass++) {
-		double pairs = 0, el;
-		uint64_t sink = 0;
-		int iters = pass ? 40 : 400;
+	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
+		printf("planner: ran on cpu %d, allowed %d of %ld online cpus (pin with taskset -c N); "
+		       "per CPU-second, best of %d slices of 0.1 s\n", sched_getcpu(),
+		       CPU_COUNT(&cpus), sysconf(_SC_NPROCESSORS_ONLN), rounds);
+	for (int round = 0; round < rounds; round++)
+		for (int i = 0; i < 3; i++) {
+			double r;
 
-		t0 = now_s();
-		for (int i = 0; i < iters; i++) {
-			uint32_t layer = (uint32_t)i % L_;
-
-			if (pass) {
-				sink += naive_plan(map, layer, batch[i % 16]);
-			} else {
-				struct locus_grace_batch b = { .layer = layer,
-							       .src_rank = (uint32_t)i % GPN,
-							       .n_tokens = T_, .top_k = K_,
-							       .experts = batch[i % 16] };
-
-				rc = locus_grace_plan_batch(st, map, &b, &plan, &err);
-				if (rc < 0)
-					goto fail;
-				sink += plan.n_rows;
-			}
-			pairs += (double)T_ * K_;
+			if (i == 2 && round > 0)
+				continue; /* the naive planner once: 10x slower */
+			r = plan_slice(&v[i], map, &plan, batch, 0.1, &rc, &err);
+			if (rc < 0)
+				goto fail;
+			v[i].best = r > v[i].best ? r : v[i].best;
 		}
-		el = now_s() - t0;
-		printf("%s %10.2f M pairs/s  (%d batches of %d x top-%d, %.1f rows/batch)\n",
-		       pass ? "  naive planner              " :
-			      "planner: locus (TAR + SWRR)  ",
-		       pairs / el / 1e6, iters, T_, K_, (double)sink / iters);
-		if (!pass)
-			z = pairs / el;
-		else
-			printf("  locus / naive = %.1fx\n", z / (pairs / el));
-	}
+	for (int i = 0; i < 3; i++)
+		printf("  %-26s %8.2f M pairs/s  (batches of %d x top-%d, %.1f rows/batch)  "
+		       "= %.2fx earlier builds', %.1fx naive\n", v[i].name, v[i].best / 1e6, T_, K_,
+		       v[i].rows, v[i].best / v[1].best, v[i].best / v[2].best);
 	free(pm);
-	free(st);
+	free(st[0]);
+	free(st[1]);
 	free(map);
 	free(blob);
 	locus_gracefit_profile_free(&p);

@@ -159,6 +159,8 @@ static void domain_load(const char *root, const char *dom, struct domain *d)
 	half_set(d->t, 0, h, &d->half[0]);
 	half_set(d->t, h, d->t->n_requests, &d->half[1]);
 	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
+	if (!rc)
+		rc = locus_gracefit_profile_keep_tokens(&d->prof, d->t->k, d->half[0].n_tok, &err);
 	for (uint32_t r = 0; !rc && r < h; r++) {
 		const struct locus_trace_req *q = &d->t->reqs[r];
 
@@ -187,6 +189,7 @@ static void domain_free(struct domain *d)
 struct topo_run {
 	struct gh_score sc[N_PL][N_DOM][N_DOM][2];
 	double r, U, U0, reps;   /* GRACE's grouping ratio, affinity kept, replicas per layer */
+	uint32_t fallbacks;      /* GRACE's layers that took EPLB's packing, over the 4 fits */
 	double eplb_planned;     /* EPLB (1 group)'s own max/mean: each copy W / copies */
 };
 
@@ -228,7 +231,8 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 	for (int p = 0; p < N_PL; p++) {
 		struct locus_gracefit_opts o = { .r = -1, .seed = 1,
 						 .no_grouping = p == PL_UNIFORM,
-						 .no_replication = p != PL_GRACE };
+						 .no_replication = p != PL_GRACE,
+						 .no_fallback = p == PL_GROUP };
 		struct locus_gracefit_eplb eplb;
 		void *blob = NULL, *m = NULL;
 		size_t len;
@@ -256,6 +260,7 @@ static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t 
 			run->U += li[e].U / (L * N_DOM);
 			run->U0 += li[e].U_uniform / (L * N_DOM);
 			run->reps += (double)li[e].n_replicas / (L * N_DOM);
+			run->fallbacks += li[e].fallback;
 		}
 		for (uint32_t x = 0; x < N_DOM; x++)
 			for (int h = 0; h < 2; h++) {
@@ -379,11 +384,12 @@ static void print_placements(int cell, struct topo_run *const *runs)
 		}
 		if (cell == 1)
 			printf("%-6s GRACE: mean r %.3f, intra-GPU affinity U(r) %.3f (U(0) %.3f), "
-			       "%.1f replicas per layer of %u allowed\n%-6s EPLB, 1 group: "
-			       "max/mean %.3f as planned (each copy W / copies, calibration "
-			       "loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
-			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "",
-			       runs[ti]->eplb_planned);
+			       "%.1f replicas per layer of %u allowed,\n%-6s %u of %u layers "
+			       "fell back to EPLB's packing (the layer objective)\n%-6s EPLB, 1 "
+			       "group: max/mean %.3f as planned (each copy W / copies, "
+			       "calibration loads)\n", "", runs[ti]->r, runs[ti]->U, runs[ti]->U0,
+			       runs[ti]->reps, gf_eplb_slots(t, 64) - 64, "", runs[ti]->fallbacks,
+			       26 * N_DOM, "", runs[ti]->eplb_planned);
 	}
 }
 
@@ -395,7 +401,7 @@ static void print_interval(double point, double *x, int pct)
 		printf(" %24s", "n/a (one node)");
 		return;
 	}
-	gh_interval(x, BOOT, &lo, &hi);
+	gh_interval_bc(point, x, BOOT, &lo, &hi);
 	if (pct)
 		printf(" %+6.1f%% [%+6.1f, %+6.1f]", 100 * point, 100 * lo, 100 * hi);
 	else
@@ -411,7 +417,7 @@ static void print_comparisons(struct topo_run *const *runs, struct boot *const *
 {
 	printf("\nGRACE minus EPLB, paired: rows as relative change, max/mean and CV as "
 	       "differences,\n[95%% bootstrap intervals over sequences, %d resamples within "
-	       "each domain's half];\ngoal: rows off GPU <= -20%% (upper end) and max/mean not "
+	       "each domain's half,\npercentiles shifted by the bootstrap's bias];\ngoal: rows off GPU <= -20%% (upper end) and max/mean not "
 	       "worse (lower end <= 0)\n", BOOT);
 	printf("%-6s %-12s %-7s %24s %24s %24s %24s  %s\n", "topo", "scored on", "a - b",
 	       "rows off GPU", "rows off node", "max/mean", "CV", "goal");
@@ -435,11 +441,166 @@ static void print_comparisons(struct topo_run *const *runs, struct boot *const *
 				for (int x = 0; x < 4; x++)
 					print_interval(v[x], bts[ti]->d[c][k][x], x < 2);
 				memcpy(tmp, bts[ti]->d[c][k][0], sizeof(tmp));
-				gh_interval(tmp, BOOT, &lo, &hi);
+				gh_interval_bc(v[0], tmp, BOOT, &lo, &hi);
 				memcpy(tmp, bts[ti]->d[c][k][2], sizeof(tmp));
-				gh_interval(tmp, BOOT, &mlo, &mhi);
+				gh_interval_bc(v[2], tmp, BOOT, &mlo, &mhi);
 				printf("  %s\n", hi <= -0.20 && mlo <= 0 ? "met" : "not met");
 			}
+}
+
+/*
+ * The traffic/balance front of GRACE's fit on held-out tokens: --load-tol
+ * swept from tight to no load swaps at all (the grouping's own traffic with
+ * replication after it), each point fitted per domain on the first half and
+ * scored on the second; EPLB (1 group) beside it. A point is on the front
+ * when no other point of the sweep has both fewer rows off the GPU and a
+ * lower max/mean.
+ */
+static const double pareto_tol[] = { 0.05, 0.1, 0.2, 0.3, 0.5, 1, 1e9 };
+#define N_TOL (sizeof(pareto_tol) / sizeof(pareto_tol[0]))
+
+static void pareto(const struct gf_topo *t, struct domain *dom, const struct topo_run *run)
+{
+	struct gh_metrics pt[N_TOL], ep;
+	uint32_t E = dom[0].prof.n_experts;
+	struct locus_gracefit_topo tp = gf_grace_topo(t, E);
+	struct locus_error err = { 0 };
+
+	cell_metrics(run, PL_EPLB1, 1, NULL, &ep);
+	for (size_t i = 0; i < N_TOL; i++) {
+		struct gh_score sc[N_DOM];
+		struct gh_unit u[N_DOM];
+
+		for (uint32_t f = 0; f < N_DOM; f++) {
+			struct locus_gracefit_opts o = { .r = -1, .seed = 1,
+							 .load_tol = pareto_tol[i] };
+			void *blob = NULL, *m;
+			size_t len;
+			int rc = locus_gracefit_fit(&dom[f].prof, &tp, &o, &blob, &len, NULL,
+						    &err);
+
+			if (rc)
+				gf_die("fit", &err, rc);
+			m = gf_map(blob, len);
+			gh_score_grace(m, &dom[f].half[1], &sc[f]);
+			u[f] = (struct gh_unit){ .sc = { &sc[f] }, .n = 1 };
+			free(m);
+			free(blob);
+		}
+		gh_metrics(u, N_DOM, &pt[i]);
+		for (uint32_t f = 0; f < N_DOM; f++)
+			gh_score_free(&sc[f]);
+	}
+	for (size_t i = 0; i < N_TOL; i++) {
+		int front = 1;
+		double dr = rel(pt[i].rows_gpu, ep.rows_gpu), dm = pt[i].mm - ep.mm;
+
+		for (size_t j = 0; j < N_TOL; j++)
+			front &= !(j != i && pt[j].rows_gpu <= pt[i].rows_gpu &&
+				   pt[j].mm <= pt[i].mm &&
+				   (pt[j].rows_gpu < pt[i].rows_gpu || pt[j].mm < pt[i].mm));
+		if (pareto_tol[i] < 1e6)
+			printf("%ux%-4u %9.2f%c", t->nodes, t->gpus, pareto_tol[i],
+			       pareto_tol[i] == 0.3 ? '*' : ' ');
+		else
+			printf("%ux%-4u %10s", t->nodes, t->gpus, "no swaps");
+		printf(" %13.3f %+8.1f%% %15.3f %9.3f %+9.3f  %-5s %s\n", pt[i].rows_gpu,
+		       100 * dr, pt[i].rows_node, pt[i].mm, dm, front ? "yes" : "no",
+		       dr <= -0.20 && dm <= 0 ? "goal met (point estimates)" : "");
+	}
+	printf("%ux%-4u %10s %13.3f %9s %15.3f %9.3f\n", t->nodes, t->gpus, "EPLB", ep.rows_gpu,
+	       "", ep.rows_node, ep.mm);
+}
+
+/* Pearson correlation of x[0..n-1] and y[0..n-1] (0 when one is constant). */
+static double corr(const double *x, const double *y, uint32_t n)
+{
+	double mx = 0, my = 0, sxy = 0, sxx = 0, syy = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		mx += x[i] / n;
+		my += y[i] / n;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		sxy += (x[i] - mx) * (y[i] - my);
+		sxx += (x[i] - mx) * (x[i] - mx);
+		syy += (y[i] - my) * (y[i] - my);
+	}
+	return sxx > 0 && syy > 0 ? sxy / sqrt(sxx * syy) : 0;
+}
+
+/* Loads W[L][E] of requests [from, to) of a domain's trace. */
+static void window_loads(const struct locus_trace *t, uint32_t from, uint32_t to, double *W)
+{
+	uint32_t E = t->n_experts;
+
+	memset(W, 0, (size_t)t->n_layers * E * sizeof(double));
+	for (uint32_t r = from; r < to; r++)
+		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++)
+			for (uint32_t l = 0; l < t->n_layers; l++) {
+				const uint16_t *id = locus_trace_tok(t, t->reqs[r].prompt, tok, l);
+
+				for (uint32_t j = 0; j < t->k; j++)
+					W[(size_t)l * E + id[j]] += 1;
+			}
+}
+
+/*
+ * How stable per-expert loads are, the measure a shrinkage toward the mean
+ * would be fitted on: per domain, the correlation of each layer's E loads
+ * between the quarters of the calibration half (mean over the 6 pairs),
+ * between the two halves, and between the calibration half and each other
+ * domain whole (the domain-shift cell's loads).
+ */
+static void load_stability(struct domain *dom)
+{
+	uint32_t L = dom[0].t->n_layers, E = dom[0].t->n_experts;
+	double *q[4], *h[N_DOM][3]; /* halves and whole */
+
+	printf("\nLoad stability: correlation of a layer's %u expert loads, mean over layers\n"
+	       "%-12s %22s %22s %22s\n", E, "domain", "calibration quarters",
+	       "calibration/held-out", "other domains");
+	for (int i = 0; i < 4; i++)
+		if (!(q[i] = malloc((size_t)L * E * sizeof(double))))
+			gf_die("stability", NULL, -ENOMEM);
+	for (uint32_t d = 0; d < N_DOM; d++)
+		for (int x = 0; x < 3; x++)
+			if (!(h[d][x] = malloc((size_t)L * E * sizeof(double))))
+				gf_die("stability", NULL, -ENOMEM);
+	for (uint32_t d = 0; d < N_DOM; d++) {
+		uint32_t n = dom[d].t->n_requests / 2;
+
+		window_loads(dom[d].t, 0, n, h[d][0]);
+		window_loads(dom[d].t, n, dom[d].t->n_requests, h[d][1]);
+		for (size_t i = 0; i < (size_t)L * E; i++)
+			h[d][2][i] = h[d][0][i] + h[d][1][i];
+	}
+	for (uint32_t d = 0; d < N_DOM; d++) {
+		const struct locus_trace *t = dom[d].t;
+		uint32_t n = t->n_requests / 2;
+		double cq = 0, ch = 0, co = 0;
+
+		for (uint32_t i = 0; i < 4; i++)
+			window_loads(t, n * i / 4, n * (i + 1) / 4, q[i]);
+		for (uint32_t l = 0; l < L; l++) {
+			size_t o = (size_t)l * E;
+
+			for (int a = 0; a < 4; a++)
+				for (int b = a + 1; b < 4; b++)
+					cq += corr(q[a] + o, q[b] + o, E) / (6.0 * L);
+			ch += corr(h[d][0] + o, h[d][1] + o, E) / L;
+			for (uint32_t x = 0; x < N_DOM; x++)
+				if (x != d)
+					co += corr(h[d][0] + o, h[x][2] + o, E) /
+					      ((N_DOM - 1.0) * L);
+		}
+		printf("%-12s %22.3f %22.3f %22.3f\n", locus_trace_esft_domains[d], cq, ch, co);
+	}
+	for (int i = 0; i < 4; i++)
+		free(q[i]);
+	for (uint32_t d = 0; d < N_DOM; d++)
+		for (int x = 0; x < 3; x++)
+			free(h[d][x]);
 }
 
 static void esft_figures(const char *root)
@@ -468,6 +629,15 @@ static void esft_figures(const char *root)
 	for (int c = 0; c < N_CELL; c++)
 		print_placements(c, runs);
 	print_comparisons(runs, bts);
+	printf("\nThe traffic/balance front, held-out: GRACE grouping+repl. at --load-tol T "
+	       "(* the default;\n'no swaps': the grouping's traffic, replication only), EPLB "
+	       "(1 group) below each;\nfront: no other T has both fewer rows off the GPU and a "
+	       "lower max/mean\n");
+	printf("%-6s %10s %13s %9s %15s %9s %9s  %s\n", "topo", "load-tol", "rows off GPU",
+	       "vs EPLB", "rows off node", "max/mean", "vs EPLB", "front");
+	for (size_t ti = 0; ti < GF_N_TOPOS; ti++)
+		pareto(&gf_topos[ti], dom, runs[ti]);
+	load_stability(dom);
 	for (size_t ti = 0; ti < GF_N_TOPOS; ti++) {
 		for (int p = 0; p < N_PL; p++)
 			for (uint32_t f = 0; f < N_DOM; f++)

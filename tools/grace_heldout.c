@@ -240,6 +240,17 @@ void gh_interval(double *x, size_t n, double *lo, double *hi)
 	*hi = x[(size_t)ceil(0.975 * (double)(n - 1))];
 }
 
+void gh_interval_bc(double point, double *x, size_t n, double *lo, double *hi)
+{
+	double mean = 0;
+
+	for (size_t i = 0; i < n; i++)
+		mean += x[i] / (double)n;
+	gh_interval(x, n, lo, hi);
+	*lo -= mean - point;
+	*hi -= mean - point;
+}
+
 uint32_t gh_draw(uint64_t *x, uint32_t n)
 {
 	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);

@@ -68,6 +68,17 @@ void gh_metrics(const struct gh_unit *u, size_t n, struct gh_metrics *m);
 /* The 2.5 and 97.5 percentiles of x[0..n-1] (sorted in place). */
 void gh_interval(double *x, size_t n, double *lo, double *hi);
 
+/*
+ * The 95 % interval of a statistic whose value on the sample is point, from
+ * its bootstrap replicates x[0..n-1] (sorted in place): the percentiles of
+ * x shifted by the bootstrap's bias, mean(x) - point. max/mean is a max over
+ * GPUs of sums over sequences: a resample's loads are noisier than the
+ * sample's and their max higher, most for a placement fitted to balance
+ * exactly those loads, so the plain percentiles lie above the point and
+ * can exclude it (e.g. -0.040 [-0.034, -0.017]).
+ */
+void gh_interval_bc(double point, double *x, size_t n, double *lo, double *hi);
+
 /* A uniform draw in [0, n) from state *x (splitmix64). */
 uint32_t gh_draw(uint64_t *x, uint32_t n);
 

@@ -77,11 +77,14 @@ struct proc_stats {
 	uint64_t blocks_named, blocks_found, partial; /* prefill, --prefix-blocks */
 } __attribute__((aligned(64)));
 
+#define ATTACH_TIMEOUT_MS 5000u /* every attach of locus-loadgen's processes */
+
 struct shared {
 	int done;             /* parent -> decoders and ranks: stop */
 	int stop;             /* SIGTERM / SIGINT: submit nothing new, finish what is sent */
 	uint32_t ranks_up;    /* ranks attached: none dispatches before all are */
 	uint32_t ranks_failed; /* ranks that could not attach: the others give up */
+	uint32_t decoders_up;  /* decoders attached and reporting: prefills start after them */
 	uint64_t routed_total;
 	struct proc_stats st[MAX_PROCS];
 };

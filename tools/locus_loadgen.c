@@ -110,7 +110,7 @@ struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 			    struct proc_stats *s)
 {
 	struct locus_client_req req = { .roles = roles, .decoder_id = id, .rank = id,
-					.timeout_ms = 5000 };
+					.timeout_ms = ATTACH_TIMEOUT_MS };
 	struct locus_client *c;
 	struct locus_error e;
 
@@ -288,6 +288,7 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 		return 1;
 	}
 	locus_client_report_load(c, 0);
+	__atomic_fetch_add(&S->decoders_up, 1, __ATOMIC_RELEASE);
 	while (!__atomic_load_n(&S->done, __ATOMIC_ACQUIRE)) {
 		struct locus_desc d[32];
 		uint64_t now = now_ns();
@@ -500,7 +501,24 @@ int main(int argc, char **argv)
 	r0 = np;
 	for (uint32_t i = 0; i < O.ranks; i++, np++)
 		pids[np] = spawn(run_rank, i, &S->st[np]);
-	nap_us(200000); /* decoders attach and report before traffic starts */
+	/*
+	 * Traffic starts once every decoder is attached (locusd processed its
+	 * attach: it is routable) and reported, or failed to attach (its record
+	 * says so). A fixed nap here was too short on a loaded machine: the first
+	 * requests found no decoder. Bounded by twice the attach timeout. Then
+	 * 200 ms more, for decoders on other nodes, whose loads reach this node
+	 * by the load rows.
+	 */
+	for (uint64_t t_end = now_ns() + 2 * ATTACH_TIMEOUT_MS * 1000000ull; now_ns() < t_end;) {
+		uint32_t failed_dec = 0;
+
+		for (uint32_t i = d0; i < d0 + O.decoders; i++)
+			failed_dec += __atomic_load_n(&S->st[i].failed, __ATOMIC_RELAXED) != 0;
+		if (__atomic_load_n(&S->decoders_up, __ATOMIC_ACQUIRE) + failed_dec >= O.decoders)
+			break;
+		nap_us(1000);
+	}
+	nap_us(200000);
 	p0 = np;
 	for (uint32_t i = 0; i < O.prefills; i++, np++)
 		pids[np] = spawn(run_prefill, i, &S->st[np]);

@@ -131,9 +131,14 @@ echo "soak: $samples samples over $((SECONDS - t0)) s; anonymous RSS $first_anon
 	fail "anonymous RSS grew by $((last_anon - first_anon)) kB"
 [ "$idle_used" = 0 ] && [ "$idle_pend" = 0 ] || fail "inbox slots or requests left while idle"
 
-# the accounts, after every client left
+# the accounts, after every client left: locusd processes the detaches in its
+# control pass, after the processes ended (waited for, bounded, 10 s)
 f=$tmp/end.prom
-"$B/locus-stat" -i $inst -p > "$f" 2>/dev/null
+for _ in $(seq 200); do
+	"$B/locus-stat" -i $inst -p > "$f" 2>/dev/null
+	[ "$(ctr clients_attached '' "$f")" = 0 ] && break
+	sleep 0.05
+done
 read -r n_route n_disp n_comb <<< "$(sed -n 's/^requests: \([0-9]*\) ROUTE, \([0-9]*\) DISPATCH, \([0-9]*\) COMBINE.*/\1 \2 \3/p' "$tmp/lg.out")"
 sig_retry=$(sed -n 's/^signatures: .* \([0-9]*\) inbox-full retries$/\1/p' "$tmp/lg.out")
 rank_retry=$(sed -n 's/^dispatch: .*, \([0-9]*\) inbox-full retries (dispatch, combine).*/\1/p' "$tmp/lg.out")

@@ -17,9 +17,9 @@
 
 enum {
 	C_TX_MSGS, C_TX_BYTES, C_RX_MSGS, C_RX_BYTES, C_CREDIT_STALLS, C_SQ_STALLS,
-	C_CREDIT_WRITES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
+	C_CREDIT_WRITES, C_TX_DOORBELLS, C_TX_SIGNALED, C_CQES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
 	C_PROTO_ERRORS, C_STALLS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
-	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS,
+	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS, C_CQ_BURSTS,
 	C_N
 };
 
@@ -38,6 +38,12 @@ static const struct {
 			  LOCUS_CTR_COUNTER, 1 },
 	[C_CREDIT_WRITES] = { "credit_writes", "credit returns written to the peer",
 			      LOCUS_CTR_COUNTER, 1 },
+	[C_TX_DOORBELLS] = { "tx_doorbells", "send queue doorbells (ibv_post_send) that carried "
+			     "messages", LOCUS_CTR_COUNTER, 1 },
+	[C_TX_SIGNALED] = { "tx_signaled", "messages posted with a completion asked for",
+			    LOCUS_CTR_COUNTER, 1 },
+	[C_CQES] = { "cqes", "completions of the peer's sends and receives polled",
+		     LOCUS_CTR_COUNTER, 1 },
 	[C_TX_FAILED] = { "tx_failed", "messages completed with an error", LOCUS_CTR_COUNTER, 1 },
 	[C_CONNECTS] = { "connects", "connections established", LOCUS_CTR_COUNTER, 1 },
 	[C_RECONNECTS] = { "reconnects", "connections re-established after a loss",
@@ -59,6 +65,8 @@ static const struct {
 				LOCUS_CTR_COUNTER, 0 },
 	[C_PEER_REJECTS] = { "peer_rejects", "connection requests refused: unknown node or bad data",
 			     LOCUS_CTR_COUNTER, 0 },
+	[C_CQ_BURSTS] = { "cq_bursts", "completion queue polls that found completions",
+			  LOCUS_CTR_COUNTER, 0 },
 };
 
 struct locus_verbs_ctrs {
@@ -153,6 +161,9 @@ static void put_stats(void *blk, const struct locus_verbs_ctrs *x, uint32_t i,
 	put(blk, x, C_CREDIT_STALLS, i, st->credit_stalls);
 	put(blk, x, C_SQ_STALLS, i, st->sq_stalls);
 	put(blk, x, C_CREDIT_WRITES, i, st->credit_writes);
+	put(blk, x, C_TX_DOORBELLS, i, st->tx_doorbells);
+	put(blk, x, C_TX_SIGNALED, i, st->tx_signaled);
+	put(blk, x, C_CQES, i, st->cqes);
 	put(blk, x, C_TX_FAILED, i, st->tx_failed);
 	put(blk, x, C_CONNECTS, i, st->connects);
 	put(blk, x, C_RECONNECTS, i, st->reconnects);
@@ -173,6 +184,7 @@ void locus_verbs_counters_sync_data(struct locus_verbs_ep *ep)
 	for (uint32_t i = 0; i < ep->n_peers; i++)
 		put_stats(x->dblock, x, i, &ep->peers[i]->dstats, NULL);
 	put(x->dblock, x, C_AUTH_REFUSED, LOCUS_VERBS_AUTH_HELLO, ep->hello_refused);
+	put(x->dblock, x, C_CQ_BURSTS, 0, ep->cq_bursts);
 }
 
 void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
@@ -194,6 +206,8 @@ void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
 		    (r == LOCUS_VERBS_AUTH_HELLO && x->dblock == x->cblock ? ep->hello_refused : 0));
 	put(x->cblock, x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
 	put(x->cblock, x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
+	if (x->dblock == x->cblock)
+		put(x->cblock, x, C_CQ_BURSTS, 0, ep->cq_bursts);
 }
 
 void locus_verbs_counters_sync(struct locus_verbs_ep *ep)

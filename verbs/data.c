@@ -158,7 +158,7 @@ static void data_observe(struct locus_verbs_peer *p, uint64_t w)
 			break;
 		p->dstate = LOCUS_LINK_CLOSING;
 		p->dreason = locus_verbs_link_reason_of(w);
-		p->drain_since_ns = locus_verbs_now_ns();
+		p->drain_since_ns = locus_verbs_data_now_ns(p->ep);
 		p->ep->n_draining++;
 		data_try_finish(p, p->drain_since_ns);
 		break;
@@ -205,6 +205,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	uint64_t released, head = p->tx_head, max;
 	uint64_t lens[32];
 	unsigned i, k = 0, ns = 0;
+	uint8_t blocked = 0;
 	int rc;
 
 	if (unlikely(p->dstate != LOCUS_LINK_UP))
@@ -229,11 +230,15 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		used = locus_verbs_place(&p->rring, head, slots, &idx);
 		if (used > locus_verbs_credits(&p->rring, head, released)) {
 			p->dstats.credit_stalls++;
+			blocked = BLOCKED_CREDITS;
+			p->blocked_released = released;
 			break;
 		}
 		/* keep 2 WRs for credit returns, which must never wait behind messages */
 		if (sq_room(p) <= k + 2) {
 			p->dstats.sq_stalls++;
+			blocked = BLOCKED_SQ;
+			p->blocked_done = p->sq_done;
 			break;
 		}
 		sge[ns].addr = (uintptr_t)m->buf;
@@ -263,6 +268,7 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 		ns += nsge;
 		k++;
 	}
+	p->blocked = blocked;
 	if (k == 0)
 		return 0;
 	/* the last WR of a batch is always signalled: nothing waits on a later post */
@@ -287,10 +293,24 @@ int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *m
 	for (i = 0; i < k; i++) {
 		p->dstats.tx_msgs++;
 		p->dstats.tx_bytes += lens[i];
+		p->dstats.tx_signaled += (wr[i].send_flags & IBV_SEND_SIGNALED) != 0;
 	}
+	p->dstats.tx_doorbells++;
 	p->sq_posted += k;
 	p->tx_head = head;
 	return (int)k;
+}
+
+bool locus_verbs_post_blocked(const struct locus_verbs_peer *p)
+{
+	switch (p->blocked) {
+	case BLOCKED_CREDITS:
+		return p->dstate == LOCUS_LINK_UP && *p->credit_in == p->blocked_released;
+	case BLOCKED_SQ:
+		return p->dstate == LOCUS_LINK_UP && p->sq_done == p->blocked_done;
+	default:
+		return false;
+	}
 }
 
 int locus_verbs_post_credit(struct locus_verbs_peer *p)
@@ -480,6 +500,7 @@ int locus_verbs_peer_arm(struct locus_verbs_peer *p, uint16_t gen)
 	p->rx_head = p->rx_released = p->rx_credit_sent = 0;
 	p->recv_to_post = 0;
 	p->credit_pending = false;
+	p->blocked = 0;
 	p->held_head = p->held_n = 0;
 	p->area_busy = false;
 	*p->credit_in = 0;
@@ -685,7 +706,7 @@ static void watch_stalls(struct locus_verbs_ep *ep)
 			continue;
 		}
 		if (!now)
-			now = locus_verbs_now_ns();
+			now = locus_verbs_data_now_ns(ep);
 		if (!p->watch_ns || p->watch_done != p->sq_done) {
 			p->watch_done = p->sq_done;
 			p->watch_ns = now;
@@ -723,10 +744,12 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 			ep->stats.stale_cqes++;
 			continue;
 		}
+		p->dstats.cqes++;
 		handle_wc(p, &wc[i]);
 	}
+	ep->cq_bursts += n > 0;
 	if (unlikely(ep->n_draining)) {
-		uint64_t now = locus_verbs_now_ns();
+		uint64_t now = locus_verbs_data_now_ns(ep);
 
 		for (uint32_t j = 0; j < ep->n_peers; j++)
 			data_try_finish(ep->peers[j], now);
@@ -743,7 +766,7 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 	if (n > 0) {
 		ep->idle_since_ns = 0;
 	} else if (locus_verbs_credits_pending(ep)) {
-		uint64_t now = locus_verbs_now_ns();
+		uint64_t now = locus_verbs_data_now_ns(ep);
 
 		if (!ep->idle_since_ns)
 			ep->idle_since_ns = now;

@@ -23,6 +23,23 @@ uint64_t locus_verbs_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+uint64_t locus_verbs_tsc_mult(void)
+{
+#if defined(__x86_64__)
+	struct timespec d = { .tv_nsec = 2000000 };
+	uint64_t t0 = locus_verbs_now_ns(), c0 = __builtin_ia32_rdtsc(), t1, c1;
+
+	nanosleep(&d, NULL);
+	t1 = locus_verbs_now_ns();
+	c1 = __builtin_ia32_rdtsc();
+	if (c1 <= c0 || t1 <= t0)
+		return 0;
+	return (uint64_t)(((unsigned __int128)(t1 - t0) << 32) / (c1 - c0));
+#else
+	return 0;
+#endif
+}
+
 void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 {
 	if (!p->proto_version)
@@ -118,6 +135,7 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 		goto err_free;
 	ep->credit_idle_ns = (uint64_t)ep->prm.credit_idle_us * 1000u;
 	ep->stall_ns = (uint64_t)ep->prm.stall_ms * 1000000ull;
+	ep->tsc_mult = locus_verbs_tsc_mult();
 	ep->peers = calloc(ep->prm.max_peers, sizeof(*ep->peers));
 	if (!ep->peers) {
 		rc = locus_error_set(err, ENOMEM, "out of memory");

@@ -396,6 +396,9 @@ struct locus_verbs_stats {
 	uint64_t credit_stalls;       /* post refused for lack of inbox credits */
 	uint64_t sq_stalls;           /* post refused for lack of send queue room */
 	uint64_t credit_writes;
+	uint64_t tx_doorbells;        /* ibv_post_send calls that carried messages */
+	uint64_t tx_signaled;         /* messages posted with a completion asked for */
+	uint64_t cqes;                /* completions of this peer's work polled */
 	uint64_t tx_failed;           /* messages completed with an error */
 	uint64_t connects, reconnects, disconnects;
 	uint64_t rejects_sent, rejects_received;
@@ -531,6 +534,15 @@ struct locus_verbs_msg {
 };
 int locus_verbs_post(struct locus_verbs_peer *p, const struct locus_verbs_msg *msgs, unsigned n);
 
+/*
+ * Data path: would the message that stopped p's last post (for lack of
+ * credits or send queue room) still find none? True until the peer returned
+ * credits or a send completed since. A caller that posts in order (the
+ * oldest message first) checks it instead of building its list again on
+ * every poll.
+ */
+bool locus_verbs_post_blocked(const struct locus_verbs_peer *p);
+
 /* Data path: poll the CQ once (burst of up to 32). Returns completions handled or negative. */
 int locus_verbs_poll(struct locus_verbs_ep *ep);
 
@@ -604,12 +616,12 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
 /*
  * Export the statistics to a counter directory (locus_counters.h): entries
  * <prefix>_tx_msgs, _tx_bytes, _rx_msgs, _rx_bytes, _credit_stalls,
- * _sq_stalls, _credit_writes, _tx_failed, _connects, _reconnects,
- * _disconnects, _rejects_received, _proto_errors, _peer_node, _peer_up
- * (vectors by "peer", the index in declaration order, max_peers long),
- * _cq_errors ("peer" x "status", the ibv_wc_status), _auth_refused (by
- * "reason", enum locus_verbs_auth_reason) and the scalars _version_rejects,
- * _peer_rejects. The values land in block
+ * _sq_stalls, _credit_writes, _tx_doorbells, _tx_signaled, _cqes, _tx_failed,
+ * _connects, _reconnects, _disconnects, _rejects_received, _proto_errors,
+ * _peer_node, _peer_up (vectors by "peer", the index in declaration order,
+ * max_peers long), _cq_errors ("peer" x "status", the ibv_wc_status),
+ * _auth_refused (by "reason", enum locus_verbs_auth_reason) and the scalars
+ * _version_rejects, _peer_rejects, _cq_bursts. The values land in block
  * data_lcore (what the data path counts, connects and refused hellos too;
  * that thread must own the block) and ctl_lcore (disconnects, rejects, the
  * other refusals, peer_up; the control thread's block; the same block when

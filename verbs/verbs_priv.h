@@ -74,6 +74,9 @@ struct locus_verbs_peer {
 	uint64_t tx_head;            /* cumulative slots consumed there */
 	uint64_t sq_posted, sq_done; /* WR sequence numbers */
 	uint32_t unsignaled;
+	uint8_t blocked;             /* why the last post stopped: BLOCKED_*, 0: it did not */
+	uint64_t blocked_released;   /* BLOCKED_CREDITS: the peer's released count then */
+	uint64_t blocked_done;       /* BLOCKED_SQ: sq_done then */
 	/* conn: rx from our inbox */
 	struct locus_verbs_ring lring;
 	uint64_t rx_head;            /* cumulative slots of the next message */
@@ -104,6 +107,7 @@ struct locus_verbs_peer {
 } __locus_cache_aligned;
 
 #define HELD_DONE 0x80000000u
+enum { BLOCKED_CREDITS = 1, BLOCKED_SQ = 2 };
 
 struct locus_verbs_ep {
 	/* const */
@@ -121,11 +125,13 @@ struct locus_verbs_ep {
 	uint32_t n_peers;
 	uint64_t credit_idle_ns;
 	uint64_t stall_ns;              /* prm.stall_ms */
+	uint64_t tsc_mult;              /* ns per TSC tick << 32 (0: no TSC), for data_now_ns */
 	uint32_t max_inline;            /* set by ctl at the first QP, relaxed atomics */
 	/* data */
 	uint32_t cq_events;             /* CQ events to acknowledge */
 	uint64_t idle_since_ns;         /* first empty poll with credits pending, 0: busy */
 	uint32_t n_draining;            /* peers in CLOSING not yet drained */
+	uint64_t cq_bursts;             /* polls that found completions */
 	/* ctl, but stats.stale_cqes: data */
 	struct locus_verbs_ep_stats stats;
 	uint64_t hello_refused;         /* data: hellos refused (auth_refused[HELLO]) */
@@ -134,6 +140,26 @@ struct locus_verbs_ep {
 };
 
 uint64_t locus_verbs_now_ns(void);
+
+/* ns per TSC tick << 32, calibrated against CLOCK_MONOTONIC (2 ms); 0 without a TSC. */
+uint64_t locus_verbs_tsc_mult(void);
+
+/*
+ * The data path's clock: the TSC scaled to ns, so that an empty poll makes
+ * no system call (clock_gettime is one wherever the kernel's clocksource has
+ * no vDSO read: HPET, as in a TCG guest, where it cost the network lcore a
+ * quarter of its time). Its values are compared only with each other (the
+ * stall, drain and credit-idle bounds of the data side), never with
+ * locus_verbs_now_ns().
+ */
+static inline uint64_t locus_verbs_data_now_ns(const struct locus_verbs_ep *ep)
+{
+#if defined(__x86_64__)
+	if (likely(ep->tsc_mult))
+		return (uint64_t)(((unsigned __int128)__builtin_ia32_rdtsc() * ep->tsc_mult) >> 32);
+#endif
+	return locus_verbs_now_ns();
+}
 
 /* ---- data side (data.c) ---- */
 /* Fresh ring state + RECVs posted on p->qp for connection gen (ctl, link IDLE). */

@@ -221,6 +221,72 @@ static void test_loopback_credit_wrap(void **state)
 	vt_node_fini(&a);
 }
 
+struct blocked_wait {
+	struct vt_node *a, *b;
+	int want;      /* what locus_verbs_post_blocked(b) must say */
+};
+
+static bool blocked_is(void *arg)
+{
+	struct blocked_wait *w = arg;
+
+	return locus_verbs_post_blocked(w->b->peer) == w->want;
+}
+
+/*
+ * locus_verbs_post_blocked(): true from a post stopped for credits until the
+ * receiver gave slots back (and not before, however long the sender polls);
+ * a list of messages is one doorbell (verbs_tx_doorbells), its last one
+ * signalled.
+ */
+static void test_post_blocked(void **state)
+{
+	static const uint32_t sizes[] = { 4096 };
+	struct vt_node a, b, *nodes[] = { &a, &b };
+	struct blocked_wait w = { .a = &a, .b = &b };
+	const struct locus_verbs_stats *st;
+	uint64_t doorbells, msgs, signaled;
+	int rc;
+
+	(void)state;
+	pair_up(&a, &b, DEV_LO, DEV_LO, 7480, tune_small_ring, tune_small_ring);
+	assert_true(vt_wait_up(nodes, 2, 10000));
+	assert_int_equal(vt_node_txbufs(&b, 32, 4096, 64), 0);
+	a.rx_sizes = sizes;
+	a.rx_nsizes = 1;
+	a.rx_hold = true; /* nothing goes back until we say so */
+	assert_false(locus_verbs_post_blocked(b.peer));
+	st = locus_verbs_peer_stats(b.peer);
+	doorbells = st->tx_doorbells;
+	msgs = st->tx_msgs;
+	signaled = st->tx_signaled;
+	/* 5 one-slot messages in one list: one doorbell */
+	assert_int_equal(vt_send(&b, sizes, 1, 5, 5), 5);
+	st = locus_verbs_peer_stats(b.peer);
+	assert_int_equal(st->tx_msgs - msgs, 5);
+	assert_int_equal(st->tx_doorbells - doorbells, 1);
+	assert_int_equal(st->tx_signaled - signaled, 1); /* the list's last */
+	assert_false(locus_verbs_post_blocked(b.peer));
+	/* the rest of the 16-slot ring, then a post that finds no credits */
+	assert_int_equal(vt_send(&b, sizes, 1, 11, 16), 11);
+	assert_int_equal(vt_send(&b, sizes, 1, 1, 17), 0);
+	assert_true(locus_verbs_post_blocked(b.peer));
+	/* polling (every completion, the idle credit flush) changes nothing while a holds them */
+	w.want = 0;
+	assert_false(vt_pump(nodes, 2, blocked_is, &w, 1500));
+	assert_true(locus_verbs_post_blocked(b.peer));
+	assert_int_equal(vt_send(&b, sizes, 1, 1, 17), 0);
+	/* a gives one back: the credit write reaches b, the block ends, the post goes */
+	assert_int_equal(a.rx_held, 16);
+	assert_int_equal(vt_release_held(&a, 1), 0);
+	assert_true(vt_pump(nodes, 2, blocked_is, &w, 10000));
+	assert_int_equal(vt_send(&b, sizes, 1, 1, 17), 1);
+	rc = vt_release_held(&a, a.rx_held);
+	assert_int_equal(rc, 0);
+	vt_node_fini(&b);
+	vt_node_fini(&a);
+}
+
 static void test_veth_both_directions(void **state)
 {
 	static const uint32_t sizes[] = { 12288, 4096, 64, 65536, 14336, 1, 8 };
@@ -776,6 +842,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_loopback_sizes),
 		cmocka_unit_test(test_loopback_credit_wrap),
+		cmocka_unit_test(test_post_blocked),
 		cmocka_unit_test(test_veth_both_directions),
 		cmocka_unit_test(test_area_writes),
 		cmocka_unit_test(test_wrong_secret),

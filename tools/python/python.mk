@@ -16,3 +16,4 @@ INSTALL_EXTRA += install-python
 install-python:
 	install -d $(DESTDIR)$(PYTHONDIR)/locus
 	install -m 0644 tools/python/locus/*.py $(DESTDIR)$(PYTHONDIR)/locus/
+BENCH_SCRIPTS += tools/python/bench.sh

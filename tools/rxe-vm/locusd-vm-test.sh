@@ -15,9 +15,13 @@
 # Builds what is missing (binaries with make; kernel + initramfs cached in
 # $BUILD/rxe-vm, shared with verbs-vm-test.sh), prints the guest's output and
 # exits with the guest's status (124 when qemu hits its hard timeout).
-# The benchmark's shape: LV_TOKENS (64 per batch), LV_ROW_BYTES (4096),
-# LV_BATCHES (40 per rank); both: LV_INBOX_SLOTS (client_inbox_slots, 256),
-# LV_LCORES (locusd's eal -l, 0-1: worker + main lcore).
+# The benchmark (guest-bench.sh): LV_REPEATS (3 pairs), LV_SECONDS (6 per locusd
+# phase), LV_TOKENS (64 per batch), LV_ROW_BYTES (4096), LV_WINDOW (4 batches per
+# rank), LV_NAP_US (100), LV_PLACEMENT (split, device, lcores), LV_VARIANTS
+# ("label=locusd-path:placement ..."), LV_PERF (seconds profiled); it writes the
+# host's load average into the guest's folder every 2 s. Both: LV_INBOX_SLOTS
+# (client_inbox_slots, 256). The test: LV_LCORES (locusd's eal -l), LV_LOCUSD (another
+# locusd build to run).
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
@@ -42,12 +46,24 @@ if [ $WHAT = faults ]; then
 			--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
 		{ echo "fitting the tables failed"; exit 1; }
 fi
-exec bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
+if [ $WHAT = bench ]; then
+	# the figures are printed beside the host's load average (the guest cannot see it)
+	make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1
+	( while :; do cat /proc/loadavg > "$RXE_VM_DIR/rw/host-loadavg.tmp" &&
+		mv "$RXE_VM_DIR/rw/host-loadavg.tmp" "$RXE_VM_DIR/rw/host-loadavg"; sleep 2; done ) &
+	LOADPID=$!
+	trap 'kill $LOADPID 2>/dev/null' EXIT
+fi
+bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
 	-c "$ROOT/tools/rxe-vm/guest-locusd.sh" -w "$RXE_VM_DIR/rw" \
 	LV_ROOT="$ROOT" LV_BUILD="$BUILD" LV_WHAT=$WHAT ${TABLES:+LV_TABLES="$TABLES"} \
 	${LV_TOKENS:+LV_TOKENS=$LV_TOKENS} \
-	${LV_ROW_BYTES:+LV_ROW_BYTES=$LV_ROW_BYTES} ${LV_BATCHES:+LV_BATCHES=$LV_BATCHES} \
+	${LV_ROW_BYTES:+LV_ROW_BYTES=$LV_ROW_BYTES} \
 	${LV_INBOX_SLOTS:+LV_INBOX_SLOTS=$LV_INBOX_SLOTS} ${LV_LCORES:+LV_LCORES=$LV_LCORES} \
+	LV_OUT="$RXE_VM_DIR/rw" ${LV_PERF:+LV_PERF=$LV_PERF} ${LV_REPEATS:+LV_REPEATS=$LV_REPEATS} \
+	${LV_SECONDS:+LV_SECONDS=$LV_SECONDS} ${LV_WINDOW:+LV_WINDOW=$LV_WINDOW} \
+	${LV_NAP_US:+LV_NAP_US=$LV_NAP_US} ${LV_PLACEMENT:+LV_PLACEMENT=$LV_PLACEMENT} \
+	${LV_VARIANTS:+LV_VARIANTS="$LV_VARIANTS"} ${LV_LOCUSD:+LV_LOCUSD=$LV_LOCUSD} \
 	${FAULT_NETEM:+FAULT_NETEM="$FAULT_NETEM"} \
 	${FAULT_NETEM_HARSH:+FAULT_NETEM_HARSH="$FAULT_NETEM_HARSH"} \
 	${FAULT_FLAPS:+FAULT_FLAPS=$FAULT_FLAPS} ${FAULT_STEPS:+FAULT_STEPS="$FAULT_STEPS"}

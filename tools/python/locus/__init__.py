@@ -14,14 +14,20 @@ required, torch optional: tensor arguments are numpy arrays or CPU tensors).
         s.request_id, s.counts, s.prompt_tokens
 
     locus.stats("default")             # what locus-stat --json prints
+
+    ep = locus.Buffer(locus.attach("default", rank=r), num_ranks=4)
+    recv_x, recv_idx, recv_w, handle = ep.dispatch(x, topk_idx, topk_weights, layer)
+    out = ep.combine(expert_outputs, handle)   # DeepEP's Buffer.dispatch / combine
 """
+from .buffer import Buffer, Handle
 from .client import Client, Decision, ReceivedSignature
 from .errors import LocusError, LocusGone, LocusTimeout, NoTableError, code_name
 from .stats import Counters, stats
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
-__all__ = ["attach", "stats", "Client", "Decision", "ReceivedSignature", "Counters",
+__all__ = ["attach", "stats", "Buffer", "Handle", "Client", "Decision", "ReceivedSignature",
+           "Counters",
            "LocusError", "LocusGone", "LocusTimeout", "NoTableError", "code_name"]
 
 

@@ -68,7 +68,7 @@ class Desc(Structure):
                 ("status", ctypes.c_int32), ("id", c_uint64), ("off", c_uint64),
                 ("len", c_uint32), ("slot", c_uint32), ("peer", c_uint32),
                 ("count", c_uint32), ("aux", c_uint64), ("region", c_uint32),
-                ("blocks", c_uint32), ("reserved", c_uint8 * 8)]
+                ("blocks", c_uint32), ("dests", c_uint64)]
 
 
 class ClientReq(Structure):
@@ -138,9 +138,30 @@ class RowsHdr(Structure):
                 ("batch_id", c_uint64)]
 
 
+class ClientDispatchReq(Structure):
+    _fields_ = [("layer", c_uint16), ("top_k", c_uint16), ("n_tokens", c_uint32),
+                ("row_bytes", c_uint32), ("n_experts", c_uint32), ("rows_off", c_uint64),
+                ("experts", c_void_p), ("gates", c_void_p)]
+
+
+class ClientCombineReq(Structure):
+    _fields_ = [("layer", c_uint16), ("dst_rank", c_uint32), ("n_rows", c_uint32),
+                ("row_bytes", c_uint32), ("rows_off", c_uint64), ("refs", c_void_p)]
+
+
+class ClientRows(Structure):
+    _fields_ = [("op", c_uint8), ("in_place", c_uint8), ("layer", c_uint16),
+                ("top_k", c_uint16), ("chunk", c_uint16), ("n_chunks", c_uint16),
+                ("slot", c_uint32), ("src_rank", c_uint32), ("n_rows", c_uint32),
+                ("row_bytes", c_uint32), ("batch_id", c_uint64), ("refs", c_void_p),
+                ("experts", c_void_p), ("gates", c_void_p), ("rows", c_void_p),
+                ("rows_off", c_uint64)]
+
+
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 40, RowRef: 8,
-          Error: 4 + ERRMSG_MAX, ClientReq: 16}
+          Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
+          ClientRows: 80}
 
 _P = c_void_p
 _PROTOS = {
@@ -160,6 +181,11 @@ _PROTOS = {
     "locus_client_route_blocks": (c_int, [_P, c_uint64, POINTER(BlocksRoute), c_uint64,
                                           POINTER(Error)]),
     "locus_client_evict": (c_int, [_P, c_uint64, _P, c_uint32, c_uint64, POINTER(Error)]),
+    "locus_client_dispatch": (c_int, [_P, c_uint64, POINTER(ClientDispatchReq), c_uint64,
+                                      POINTER(Error)]),
+    "locus_client_combine": (c_int, [_P, c_uint64, POINTER(ClientCombineReq), c_uint64,
+                                     POINTER(Error)]),
+    "locus_client_rows_in": (c_int, [_P, POINTER(Desc), POINTER(ClientRows), POINTER(Error)]),
     "locus_client_register_dmabuf": (c_int, [_P, c_int, c_uint64, c_uint64, c_uint32,
                                              POINTER(c_uint32), POINTER(c_uint32),
                                              POINTER(Error)]),

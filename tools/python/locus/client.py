@@ -27,6 +27,7 @@ from .stats import Counters, _check_instance
 
 _POLL_BURST = 64
 _NAP_S = 20e-6             # between empty polls while waiting
+_SPIN_S = 200e-6           # polls without a nap at the start of a wait
 _FULL_RETRY_S = 50e-6      # before submitting a request whose decoder's inbox was full
 _ELDR, _GRACE = 0, 1       # table channels
 
@@ -168,6 +169,7 @@ class Client:
         self._other = {}             # op -> deque of descriptors (the Buffer's)
         self._next_id = itertools.count(1)
         self._gone = None
+        self._buffer = None          # the Buffer (buffer.py) on this client, if any
 
     # ---- lifetime ---------------------------------------------------------------
 
@@ -438,13 +440,17 @@ class Client:
         return len(self._inflight)
 
     def _wait(self, rid, deadline):
+        spin_until = time.monotonic() + _SPIN_S
         while rid not in self._done:
             self._live()
             if rid not in self._inflight:
                 raise ValueError(f"request {rid} is not in flight on this client (its "
                                  "decision may have been returned by poll())")
             if self._pump() == 0:
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now < spin_until:
+                    continue  # an answer within microseconds is the common case
+                if now >= deadline:
                     raise LocusTimeout(errno.ETIMEDOUT, f"request {rid} got no completion within the "
                                        "timeout; it stays in flight (poll() or wait() later)",
                                        what="wait")

@@ -82,18 +82,30 @@ class Counters:
 
     def value(self, name, elem=0):
         """Element elem of counter name (a gauge as a signed value); None if absent."""
-        idx = self._index.get(name)
-        if idx is None:
+        ent = self._index.get(name)
+        if ent is None:
             idx = lib.locus_counters_find(self._ctr, name.encode())
             if idx < 0:
                 self.refresh()
                 idx = lib.locus_counters_find(self._ctr, name.encode())
                 if idx < 0:
                     return None
-            self._index[name] = idx
-        info, w = self.entry_words(idx)
-        v = w[elem * info.elem_words]
-        return v - (1 << 64) if info.kind == _lib.CTR_GAUGE and v >= 1 << 63 else v
+            info = lib.locus_counters_info(self._ctr, idx).contents
+            n = info.n_elems * info.elem_words
+            # (index, words, kind, a buffer of the entry's size): a route reads the table's
+            # shape through here on every call, so nothing is looked up or copied twice
+            ent = (idx, n, info.elem_words, info.kind,
+                   self._words if n <= len(self._words) else (ctypes.c_uint64 * n)(),
+                   info.name.decode())
+            self._index[name] = ent
+        idx, n, ew, kind, buf, cname = ent
+        if not 0 <= elem * ew < n:
+            raise IndexError(f"counter {cname} has {n // ew} elements, not {elem + 1}")
+        ret = lib.locus_counters_sum(self._ctr, idx, buf, len(buf))
+        if ret < 0:
+            raise from_code(ret, what=f"counter {cname}")
+        v = buf[elem * ew]
+        return v - (1 << 64) if kind == _lib.CTR_GAUGE and v >= 1 << 63 else v
 
     def snapshot(self):
         """The dict locus-stat --json prints."""

@@ -50,10 +50,14 @@ class Daemon:
         os.makedirs(self.dir)
         self.conf = os.path.join(self.dir, "locusd.conf")
         self.log = os.path.join(self.dir, "locusd.log")
+        base = (f"instance = {self.instance}\neal_args = -l 0-1 --no-huge --no-pci -m 64\n"
+                "idle_sleep_us = 50\nclient_inbox_slots = 256\n")
+        # a key of extra replaces the base's
+        keys = {line.split("=")[0].strip() for line in extra.splitlines() if "=" in line}
+        base = "".join(line + "\n" for line in base.splitlines()
+                       if line.split("=")[0].strip() not in keys)
         with open(self.conf, "w") as f:
-            f.write(f"[locusd]\ninstance = {self.instance}\n"
-                    "eal_args = -l 0-1 --no-huge --no-pci -m 64\nidle_sleep_us = 50\n"
-                    "client_inbox_slots = 256\n" + extra)
+            f.write("[locusd]\n" + base + extra)
         self.proc = subprocess.Popen([os.path.join(BIN, "locusd"), "-c", self.conf],
                                      stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
@@ -63,14 +67,22 @@ class Daemon:
                 raise RuntimeError(f"locusd did not start: {self.log_text()}")
             time.sleep(0.05)
         if table:
-            self.push(table)
+            try:
+                self.push(table)
+            except BaseException:
+                self.stop()  # the fixture never got it: nobody else would end it
+                raise
 
     def log_text(self):
         with open(self.log) as f:
             return f.read()
 
     def push(self, table):
-        run(os.path.join(BIN, "locusctl"), "push", "-i", self.instance, table)
+        try:
+            run(os.path.join(BIN, "locusctl"), "push", "-i", self.instance, table)
+        except subprocess.CalledProcessError as e:
+            raise RuntimeError(f"locusctl push failed: {e.stderr.strip()}\nlocusd's log:\n"
+                               f"{self.log_text()}") from None
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -100,6 +112,24 @@ def daemon(eldr_table):
     """locusd with the fitted table and its signature cache; decoders stay up
     between load reports for a minute (decisions depend on the reports only)."""
     d = Daemon("py", "load_timeout_ms = 60000\n", table=eldr_table)
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="session")
+def grace_table():
+    """The GRACE table locusctl fits from the sample trace for 1 node x 4 GPUs."""
+    path = os.path.join(_TMP, "grace.tbl")
+    run(os.path.join(BIN, "locusctl"), "fit", "--grace", "--trace", TRACE, "--nodes", "1",
+        "--gpus", "4", "--capacity", "20", "--replica-budget", "4", "-o", path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def ep_daemon(eldr_table, grace_table):
+    """locusd with both tables: 4 expert-parallel ranks (gpus_per_node 4, one node)."""
+    d = Daemon("ep", "client_slots = 8\n", table=eldr_table)
+    d.push(grace_table)
     yield d
     d.stop()
 

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The dispatch planner as it was before the planner of issue 15 (the
+ * reference of tests/test_grace_plan_ref and the previous planner of
+ * tools/grace_bench): the same contract as locus_grace_plan_batch(), the
+ * plans the current planner must reproduce exactly. Kept verbatim; do not
+ * optimise it.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "grace_plan_ref.h"
+
+/*
+ * Smooth weighted round robin (the nginx scheme) over the copies whose bit
+ * is set in cand: every candidate gains its weight, the largest current
+ * value wins and pays back the candidates' total. Over any total-weight
+ * cycle each candidate is chosen exactly weight times, evenly interleaved.
+ */
+static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, uint64_t cand)
+{
+	int32_t total = 0, best_v = INT32_MIN;
+	uint32_t best = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		if (!(cand >> i & 1))
+			continue;
+		cur[i] += w[i];
+		total += w[i];
+		if (cur[i] > best_v) {
+			best_v = cur[i];
+			best = i;
+		}
+	}
+	cur[best] -= total;
+	return best;
+}
+
+static inline uint32_t resolve(int32_t *cur, const uint16_t *ranks, const uint16_t *w,
+			       uint32_t n, uint32_t src, uint32_t gpn)
+{
+	uint64_t local = 0, all;
+	uint32_t src_node = src / gpn;
+
+	if (likely(n == 1))
+		return ranks[0];
+	for (uint32_t i = 0; i < n; i++) {
+		if (ranks[i] == src)
+			return src;
+		if (ranks[i] / gpn == src_node)
+			local |= 1ull << i;
+	}
+	all = (n == 64) ? ~0ull : (1ull << n) - 1;
+	return ranks[swrr_pick(cur, w, n, local ? local : all)];
+}
+
+static int check_batch(const struct locus_grace_plan_state *st, const struct locus_grace_map *m,
+		       const struct locus_grace_batch *b, const struct locus_grace_plan *p,
+		       struct locus_error *err)
+{
+	size_t n = (size_t)b->n_tokens * b->top_k;
+
+	if (b->layer >= m->dims.n_layers)
+		return locus_error_set(err, LOCUS_ERANGE, "layer %u >= %u layers", b->layer,
+				       m->dims.n_layers);
+	if (b->src_rank >= m->n_ranks)
+		return locus_error_set(err, LOCUS_ERANGE, "source rank %u >= %u ranks",
+				       b->src_rank, m->n_ranks);
+	if (b->src_rank / m->dims.gpus_per_node != st->node)
+		return locus_error_set(err, LOCUS_ERANGE,
+				       "source rank %u is not on this lcore's node %u",
+				       b->src_rank, st->node);
+	if (b->top_k == 0 || b->top_k > p->max_k || b->n_tokens > p->max_tokens)
+		return locus_error_set(err, LOCUS_EFULL,
+				       "batch of %u tokens x top-%u exceeds the plan (%u x %u)",
+				       b->n_tokens, b->top_k, p->max_tokens, p->max_k);
+	if (p->n_ranks < m->n_ranks)
+		return locus_error_set(err, LOCUS_EFULL, "plan sized for %u ranks, map has %u",
+				       p->n_ranks, m->n_ranks);
+	if (n && !b->experts)
+		return locus_error_set(err, EINVAL, "batch without expert ids");
+	for (size_t i = 0; i < n; i++)
+		if (unlikely(b->experts[i] >= m->dims.n_experts))
+			return locus_error_set(err, LOCUS_ERANGE,
+					       "token %zu slot %zu: expert id %u >= E=%u",
+					       i / b->top_k, i % b->top_k, b->experts[i],
+					       m->dims.n_experts);
+	return 0;
+}
+
+int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_grace_map *m,
+			 const struct locus_grace_batch *b, struct locus_grace_plan *p,
+			 struct locus_error *err)
+{
+	uint32_t E, S, N, gpn, k, src, nd = 0, pos = 0;
+	const uint8_t *ncp;
+	const uint16_t *rk, *wt;
+	int32_t *cur;
+	int rc;
+
+	if (!st || !m || !b || !p)
+		return locus_error_set(err, EINVAL, "null planner argument");
+	p->n_dest = 0;
+	p->n_rows = 0;
+	memset(p->tier_start, 0, sizeof(p->tier_start));
+	rc = check_batch(st, m, b, p, err);
+	if (rc)
+		return rc;
+	E = m->dims.n_experts;
+	S = m->n_slots;
+	N = m->n_ranks;
+	gpn = m->dims.gpus_per_node;
+	k = b->top_k;
+	src = b->src_rank;
+	if (unlikely(st->generation != m->generation)) {
+		size_t need = (size_t)m->dims.n_layers * E * S;
+
+		if (need > st->n_cur)
+			return locus_error_set(err, LOCUS_EFULL,
+					       "plan state holds %u counters, map needs %zu",
+					       st->n_cur, need);
+		memset(st->cur, 0, need * sizeof(int32_t));
+		st->generation = m->generation;
+	}
+	ncp = locus_grace_map_ncopies(m) + (size_t)b->layer * E;
+	rk = locus_grace_map_ranks(m) + (size_t)b->layer * E * S;
+	wt = locus_grace_map_weights(m) + (size_t)b->layer * E * S;
+	cur = st->cur + (size_t)b->layer * E * S;
+	p->gates = b->gates;
+	memset(p->count, 0, N * sizeof(uint32_t));
+
+	/* pass 1: destination of every slot, row position per (token, dest) */
+	for (uint32_t t = 0; t < b->n_tokens; t++) {
+		const uint16_t *ex = b->experts + (size_t)t * k;
+		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
+
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t e = ex[j], d, prev;
+
+			d = resolve(cur + (size_t)e * S, rk + (size_t)e * S, wt + (size_t)e * S,
+				    ncp[e], src, gpn);
+			sl[j].rank = (uint16_t)d;
+			sl[j].pad = 0;
+			for (prev = 0; prev < j; prev++)
+				if (sl[prev].rank == d)
+					break;
+			if (prev < j) {
+				sl[j].row = sl[prev].row;
+				sl[j].pad = 1; /* marks a repeat during planning */
+			} else {
+				sl[j].row = p->count[d]++;
+			}
+		}
+	}
+
+	/* destinations in tier order: own GPU, own node, other nodes */
+	for (uint32_t tier = 0; tier < LOCUS_GRACE_N_TIERS; tier++) {
+		p->tier_start[tier] = nd;
+		for (uint32_t r = 0; r < N; r++) {
+			if (!p->count[r] || locus_grace_tier_of(src, r, gpn) != tier)
+				continue;
+			p->dest[nd] = (uint16_t)r;
+			p->dest_start[nd] = pos;
+			p->first[r] = pos;
+			pos += p->count[r];
+			nd++;
+		}
+	}
+	p->tier_start[LOCUS_GRACE_N_TIERS] = nd;
+	p->dest_start[nd] = pos;
+
+	/* pass 2: fill rows and masks; rows of a destination stay in token order */
+	for (uint32_t t = 0; t < b->n_tokens; t++) {
+		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
+
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t at = p->first[sl[j].rank] + sl[j].row;
+
+			if (sl[j].pad) {
+				sl[j].pad = 0;
+				p->kmask[at] |= 1u << j;
+				continue;
+			}
+			p->rows[at] = t;
+			p->kmask[at] = 1u << j;
+		}
+	}
+	p->n_dest = nd;
+	p->n_rows = pos;
+	return (int)nd;
+}

@@ -1,0 +1,79 @@
+#!/bin/bash
+# The Python package against the C client on the same locusd (make bench):
+# locusd's engine lcore spins alone on CPU 1 (as in tools/bench_daemon.sh), the
+# client on CPU 0: bench_dataplane's one thread, then tools/python/bench_python.py
+# (one thread for route; for dispatch one thread per rank, all on CPU 0).
+#   - route round trip at window 1 (submit, wait for the decision), the trace's
+#     3.3 KiB signatures: the C client submits prebuilt signatures, Python's
+#     Client.route() checks the routed experts and builds each one;
+#   - dispatch rows/s, 4 ranks, 32 tokens x top-6 of the trace, 4 KiB and 7 KiB rows,
+#     cache-hot, window 1 (Buffer.dispatch is a collective: one batch per rank in
+#     flight); the C client at window 1 and at its default window 4.
+# Environment: BUILD, BENCH_SECONDS (per row, default 1).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+B=${BUILD:-build}/bin
+BD=${BUILD:-build}/tools/bench_dataplane
+PY="/usr/bin/python3 tools/python/bench_python.py"
+trace=tests/data/calib_sample.jsonl
+secs=${BENCH_SECONDS:-1}
+work=$(mktemp -d)
+export LOCUS_SHM_DIR=$work LOCUS_STATE_DIR=$work/state
+export LOCUS_LIBRARY=$PWD/${BUILD:-build}/lib/liblocus.so.0 PYTHONDONTWRITEBYTECODE=1
+inst=pybench-$$
+pid=
+trap '[ -n "$pid" ] && { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; }; rm -rf "$work"' EXIT
+
+if [ "$(nproc)" -lt 2 ]; then
+	echo "python bench: skipped: one CPU (locusd's engine and the client each need a core)"
+	exit 0
+fi
+echo "machine: $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg) before the run"
+cat > "$work/l.conf" <<CONF
+[locusd]
+instance = $inst
+eal_args = -l 0-1 --no-huge --no-pci -m 64
+client_slots = 16
+stage_size = 33554432
+client_inbox_slots = 1024
+load_timeout_ms = 60000
+idle_spin_polls = 1000000000
+idle_pause_polls = 0
+idle_sleep_max_us = 0
+CONF
+"$B/locusctl" fit --trace $trace --decoders 4 -o "$work/eldr.tbl" >/dev/null 2>&1
+"$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 --capacity 20 --replica-budget 4 \
+	-o "$work/grace.tbl" >/dev/null
+"$B/locusd" -c "$work/l.conf" > "$work/l.log" 2>&1 &
+pid=$!
+for _ in $(seq 200); do
+	grep -q running "$work/l.log" && break
+	kill -0 $pid 2>/dev/null || { cat "$work/l.log"; exit 1; }
+	sleep 0.05
+done
+"$B/locusctl" push -i $inst "$work/grace.tbl" >/dev/null
+
+# field: the number after the word $1 on the line matching $2 in file $3
+num_before() { awk -v w="$1" -v pat="$2" '$0 ~ pat { for (i = 2; i <= NF; i++) if ($i == w) v = $(i - 1) } END { print v + 0 }' "$3"; }
+num_after() { awk -v w="$1" -v pat="$2" '$0 ~ pat { for (i = 1; i < NF; i++) if ($i == w) v = $(i + 1) } END { print v + 0 }' "$3"; }
+
+"$BD" route -i $inst --table "$work/eldr.tbl" --trace $trace --windows 1 --seconds "$secs" \
+	--cpus 0 | tee "$work/c_route"
+$PY route -i $inst --trace $trace --seconds "$secs" --cpu 0 | tee "$work/py_route"
+c50=$(num_after p50 'window  1' "$work/c_route")
+p50=$(num_after p50 'python route' "$work/py_route")
+awk -v c=$c50 -v p=$p50 'BEGIN { printf "python vs C: route round trip p50 %.2f us vs %.2f us: Python takes %.1fx the C client'"'"'s time\n", p, c, (c > 0 ? p / c : 0) }'
+
+for rb in 4096 7168; do
+	"$BD" dispatch -i $inst --trace $trace --row-bytes $rb --window 1 --seconds "$secs" \
+		--cpus 0 --tokens 32 | grep -v cache-cold | tee "$work/c_disp1"
+	"$BD" dispatch -i $inst --trace $trace --row-bytes $rb --seconds "$secs" --cpus 0 \
+		--tokens 32 | grep cache-hot | tee "$work/c_disp4"
+	$PY dispatch -i $inst --trace $trace --row-bytes $rb --tokens 32 --seconds "$secs" \
+		--cpu 0 | tee "$work/py_disp"
+	c1=$(num_before rows/s cache-hot "$work/c_disp1")
+	c4=$(num_before rows/s cache-hot "$work/c_disp4")
+	py=$(num_before rows/s 'python dispatch' "$work/py_disp")
+	awk -v c1=$c1 -v c4=$c4 -v p=$py -v rb=$rb 'BEGIN { printf "python vs C: dispatch %d B rows: %.0f rows/s vs %.0f (C, window 1) = %.3fx; vs %.0f (C, window 4) = %.3fx\n", rb, p, c1, (c1 > 0 ? p / c1 : 0), c4, (c4 > 0 ? p / c4 : 0) }'
+done
+echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"

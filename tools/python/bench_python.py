@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: MIT
+"""The Python package's cost through a running locusd, for tools/python/bench.sh
+(make bench), which runs the C client (build/tools/bench_dataplane) on the
+same daemon for the ratio:
+
+  bench_python.py route -i INST --trace T [--seconds S] [--cpu C]
+      Client.route() of the trace's prompts one at a time (window 1: submit,
+      wait for the decision), as a serving engine calls it: the routed experts
+      checked and the signature built (by the C library) on every call. One
+      thread holds the prefiller and the 4 decoders; the decoders' signatures
+      are taken between calls (not timed).
+  bench_python.py dispatch -i INST --trace T [--row-bytes B] [--tokens N]
+                           [--seconds S] [--cpu C]
+      Buffer.dispatch() on 4 ranks: each rank's N tokens of the trace at one
+      layer (its real top-k), rows of B bytes staged in place (dispatch_input),
+      recv_x copied out of the inbox. The dispatch is a collective, so each rank
+      is a thread of its own; all of them are pinned to CPU C (the GIL runs one
+      at a time: one core, as the C client's one thread).
+Prints one result line each; figures are measured, never asserted.
+"""
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import locus  # noqa: E402
+
+
+def load_trace(path):
+    with open(path) as f:
+        lines = [json.loads(line) for line in f if line.strip()]
+    return [np.array(r["prompt_routed_experts"], dtype=np.int64) for r in lines[1:]]
+
+
+def pin(cpu):
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+
+
+def bench_route(a, reqs):
+    p = locus.attach(a.instance, prefill=True)
+    decs = [locus.attach(a.instance, decoder=i) for i in range(4)]
+    for d in decs:
+        d.report_load(0)
+    with locus.Counters(a.instance) as ctr:  # locusd's housekeeping takes the reports
+        deadline = time.monotonic() + 10
+        while not all(ctr.value("decoder_up", i) == 1 for i in range(4)):
+            if time.monotonic() > deadline:
+                raise SystemExit("bench_python: the decoders are not up after 10 s")
+            time.sleep(0.01)
+    reported = time.monotonic()
+    lat = []
+    end = time.monotonic() + a.seconds
+    warm = 200
+    i = 0
+    while time.monotonic() < end or i < warm:
+        x = reqs[i % len(reqs)]
+        t0 = time.perf_counter_ns()
+        d = p.route(x)
+        t1 = time.perf_counter_ns()
+        if i >= warm:
+            lat.append(t1 - t0)
+        decs[d.decoder].poll_signatures(max=64)
+        i += 1
+        if time.monotonic() - reported > 0.05:  # reports keep the decoders up (load_timeout_ms)
+            for dc in decs:
+                dc.report_load(0)
+            reported = time.monotonic()
+    lat = np.array(lat, dtype=np.float64)
+    total = lat.sum() / 1e9
+    layers, experts = p.table_shape()
+    print(f"python route {locus._lib.ELDR_SIG_HDR_SIZE + layers * experts * 2} B signatures, "
+          f"window 1: {len(lat) / total:.0f} routes/s over the timed calls; round trip p50 "
+          f"{np.percentile(lat, 50) / 1e3:.2f} us, p99 {np.percentile(lat, 99) / 1e3:.2f} us "
+          f"({len(lat)} routes)")
+    for c in decs + [p]:
+        c.close()
+
+
+def bench_dispatch(a, reqs):
+    ranks = 4
+    clients = [locus.attach(a.instance, rank=r, timeout=10) for r in range(ranks)]
+    bufs = [locus.Buffer(c, ranks) for c in clients]
+    layers, experts = clients[0].table_shape(1)
+    hidden = a.row_bytes // 4
+    k = reqs[0].shape[2]
+    batches = []
+    for j in range(16):  # routings: trace request j at layer j % layers, N tokens
+        r = reqs[j % len(reqs)]
+        ids = np.stack([r[t % len(r), j % layers] for t in range(a.tokens)]).astype(np.int64)
+        batches.append((ids, np.full((a.tokens, k), 1.0 / k, np.float32), j % layers))
+    rows = [0] * ranks
+    n_rounds = [0]
+    bar = threading.Barrier(ranks)
+    t, cpu = [0.0, 0.0], [0.0, 0.0]
+    errs = []
+
+    def body(r):
+        try:
+            b = bufs[r]
+            x = b.dispatch_input(a.tokens, hidden)
+            x[:] = r + 1
+            # warm-up rounds, then as many as fill the time (rank 0 decides for all)
+            for i in range(20):
+                ids, g, layer = batches[(i * ranks + r) % len(batches)]
+                b.dispatch(x, ids, g, layer)
+            if bar.wait() == 0:
+                t[0] = time.monotonic()
+            for i in range(20):
+                ids, g, layer = batches[(i * ranks + r) % len(batches)]
+                b.dispatch(x, ids, g, layer)
+            if bar.wait() == 0:
+                per = (time.monotonic() - t[0]) / 20
+                n_rounds[0] = max(20, int(a.seconds / max(per, 1e-6)))
+            bar.wait()
+            if bar.wait() == 0:
+                t[0] = time.monotonic()
+                cpu[0] = time.process_time()
+            got = 0
+            for i in range(n_rounds[0]):
+                ids, g, layer = batches[(i * ranks + r) % len(batches)]
+                got += b.dispatch(x, ids, g, layer)[3].num_recv
+            rows[r] = got
+            if bar.wait() == 0:
+                t[1] = time.monotonic()
+                cpu[1] = time.process_time()
+        except BaseException as e:  # reported below
+            errs.append(e)
+            bar.abort()
+    ths = [threading.Thread(target=body, args=(r,)) for r in range(ranks)]
+    for th in ths:
+        th.start()
+    for th in ths:
+        th.join()
+    if errs:
+        raise errs[0]
+    secs = t[1] - t[0]
+    total = sum(rows)
+    print(f"python dispatch {a.row_bytes} B rows: {ranks} ranks (threads on one CPU), "
+          f"{a.tokens} tokens x top-{k}, {n_rounds[0]} collective rounds: {total / secs:.0f} "
+          f"rows/s ({total} rows, {secs * 1e6 / n_rounds[0]:.0f} us per round, of which "
+          f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU)")
+    for b in bufs:
+        b.close()
+    for c in clients:
+        c.close()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=["route", "dispatch"])
+    p.add_argument("-i", "--instance", required=True)
+    p.add_argument("--trace", required=True)
+    p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--cpu", type=int, default=None)
+    p.add_argument("--row-bytes", type=int, default=4096)
+    p.add_argument("--tokens", type=int, default=32)
+    a = p.parse_args()
+    pin(a.cpu)
+    reqs = load_trace(a.trace)
+    (bench_route if a.what == "route" else bench_dispatch)(a, reqs)
+
+
+if __name__ == "__main__":
+    main()
