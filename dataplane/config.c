@@ -126,10 +126,11 @@ static int parse_engine_lcores(struct cfg_parser *p, const char *key, const char
 	uint32_t n = 0;
 	const char *s = v;
 
-	if (!strpbrk(v, ",-")) {
-		c->engine_lcore_list = 0;
+	/* a later line replaces an earlier one whole: no ids of an old list stay */
+	memset(c->engine_lcore_ids, 0, sizeof(c->engine_lcore_ids));
+	c->engine_lcore_list = 0;
+	if (!strpbrk(v, ",-"))
 		return parse_u32(p, key, v, 1, LOCUS_CFG_MAX_ENGINES, &c->engine_lcores);
-	}
 	while (*s) {
 		char *end;
 		unsigned long a = strtoul(s, &end, 10), b;
