@@ -74,7 +74,10 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 #define P(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
 	P("[locusd]\ninstance = %s\nnode = %u\neal_args = %s\nrdma_device = %s\n", c->instance,
 	  c->node_id, c->eal_args, c->rdma_device);
-	if (c->engine_lcore_list) {
+	if (c->engine_lcore_list && c->engine_lcores == 1) {
+		/* a list of one id: "N" alone would be a count */
+		P("engine_lcores = %u-%u\n", c->engine_lcore_ids[0], c->engine_lcore_ids[0]);
+	} else if (c->engine_lcore_list) {
 		P("engine_lcores = ");
 		for (uint32_t i = 0; i < c->engine_lcores; i++)
 			P("%s%u", i ? "," : "", c->engine_lcore_ids[i]);
