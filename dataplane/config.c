@@ -41,6 +41,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	strcpy(cfg->instance, "default");
 	strcpy(cfg->eal_args, "-l 0-1 --no-huge --no-pci -m 64");
+	cfg->engine_lcores = 1;
 	strcpy(cfg->rdma_device, "none");
 	cfg->rdma_near_numa = -1;
 	cfg->rdma_port = 1;
@@ -113,6 +114,59 @@ static int parse_pow2(struct cfg_parser *p, const char *key, const char *v, uint
 	if (ret == 0 && !LOCUS_IS_POW2(*out))
 		return CFG_FAIL(p, LOCUS_ERANGE, "%s: %u is not a power of two", key, *out);
 	return ret;
+}
+
+/*
+ * engine_lcores = N (the first N worker lcores), or a list of lcore ids:
+ * "2,3", "2-5", "2,4-6"; each id once, at most LOCUS_CFG_MAX_ENGINES.
+ */
+static int parse_engine_lcores(struct cfg_parser *p, const char *key, const char *v,
+			       struct locus_config *c)
+{
+	uint32_t n = 0;
+	const char *s = v;
+
+	/* a later line replaces an earlier one whole: no ids of an old list stay */
+	memset(c->engine_lcore_ids, 0, sizeof(c->engine_lcore_ids));
+	c->engine_lcore_list = 0;
+	if (!strpbrk(v, ",-"))
+		return parse_u32(p, key, v, 1, LOCUS_CFG_MAX_ENGINES, &c->engine_lcores);
+	while (*s) {
+		char *end;
+		unsigned long a = strtoul(s, &end, 10), b;
+
+		if (end == s || a >= 1024)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a count nor a list of "
+					"lcore ids (2,3 or 2-3)", key, v);
+		b = a;
+		if (*end == '-') {
+			s = end + 1;
+			b = strtoul(s, &end, 10);
+			if (end == s || b < a || b >= 1024)
+				return CFG_FAIL(p, LOCUS_EPARSE, "%s: bad range in '%s'", key, v);
+		}
+		for (unsigned long id = a; id <= b; id++) {
+			if (n == LOCUS_CFG_MAX_ENGINES)
+				return CFG_FAIL(p, LOCUS_ERANGE, "%s: more than %u lcores", key,
+						LOCUS_CFG_MAX_ENGINES);
+			for (uint32_t j = 0; j < n; j++)
+				if (c->engine_lcore_ids[j] == id)
+					return CFG_FAIL(p, LOCUS_ERANGE, "%s: lcore %lu named twice",
+							key, id);
+			c->engine_lcore_ids[n++] = (uint32_t)id;
+		}
+		if (*end == ',')
+			end++;
+		else if (*end)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a list of lcore ids", key,
+					v);
+		s = end;
+	}
+	if (!n)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: empty list", key);
+	c->engine_lcores = n;
+	c->engine_lcore_list = 1;
+	return 0;
 }
 
 static int parse_bool(struct cfg_parser *p, const char *key, const char *v, uint8_t *out)
@@ -246,6 +300,8 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u32(p, k, v, 0, LOCUS_CFG_MAX_NODES - 1, &c->node_id);
 	if (!strcmp(k, "eal_args"))
 		return copy_str(p, k, v, c->eal_args, sizeof(c->eal_args));
+	if (!strcmp(k, "engine_lcores"))
+		return parse_engine_lcores(p, k, v, c);
 	if (!strcmp(k, "rdma_device")) {
 		if (!valid_name(v))
 			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' is not a device name", v);
@@ -437,6 +493,34 @@ static int parse_line(struct cfg_parser *p, char *line, enum cfg_section *sec)
 	}
 }
 
+/*
+ * Several engine lcores: one node, CPU copies (the inter-node relay and the
+ * DMA loopback serve one engine), and a completion ring that holds what the
+ * other engines' shares of an inbox can hold plus a burst of the client's.
+ */
+static int check_engines(struct cfg_parser *p)
+{
+	struct locus_config *c = p->cfg;
+
+	if (c->engine_lcores == 1)
+		return 0;
+	if (c->n_nodes > 1)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u: several engine lcores "
+				"run on a single node only (this cluster has %u)", c->engine_lcores,
+				c->n_nodes);
+	if (c->intra_node == LOCUS_INTRA_VERBS)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u needs intra_node = shm",
+				c->engine_lcores);
+	if (c->client_inbox_slots < c->engine_lcores)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u needs client_inbox_slots "
+				">= %u (one share per engine)", c->engine_lcores, c->engine_lcores);
+	if (c->ring_size < 2 * c->client_inbox_slots)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u needs ring_size >= 2 x "
+				"client_inbox_slots (%u < 2 x %u)", c->engine_lcores, c->ring_size,
+				c->client_inbox_slots);
+	return 0;
+}
+
 static int check_whole(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
@@ -463,7 +547,7 @@ static int check_whole(struct cfg_parser *p)
 				c->n_nodes);
 	if (c->n_nodes > 1 && !c->secret_file[0])
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "%u nodes need a secret_file", c->n_nodes);
-	return 0;
+	return check_engines(p);
 }
 
 int locus_config_parse(const char *text, size_t len, const char *origin,

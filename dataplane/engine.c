@@ -125,13 +125,18 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 
 			locus_eldr_router_shape(nr, &tl, &te);
 			engine_blocks_table(e, tl, te);
-			locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
-			locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
+			if (engine_primary(e)) {
+				locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
+				locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
+			}
 		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {
 		return;
 	}
 	__atomic_store_n(&e->gen[ch], r->cur_gen, __ATOMIC_RELEASE);
+	/* the node's table: engine 0 speaks for every engine (they check alike) */
+	if (!engine_primary(e))
+		return;
 	locus_gauge_set_elem(e->blk, e->c.table_generation, ch, (int64_t)r->cur_gen);
 	locus_counter_add_elem(e->blk, e->c.table_adopted, ch, 1);
 }
@@ -148,7 +153,7 @@ static void poll_tables(struct locus_engine *e)
 			continue;
 		if (ret > 0)
 			adopt_table(e, ch);
-		else
+		else if (engine_primary(e))
 			locus_counter_add_elem(e->blk, e->c.table_rejected, ch, 1);
 	}
 }
@@ -206,6 +211,10 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->seq = zalloc_aligned(sizeof(*e->seq) * e->n_ranks);
 	if (!e->cmds || !e->cl || !e->dec || !e->rank_slot || !e->seq || engine_regions_alloc(e))
 		goto err_free;
+	ret = engine_cross_init(e, err);
+	if (ret < 0)
+		goto err_free;
+	ret = -ENOMEM;
 	for (uint32_t i = 0; i < e->n_slots; i++) {
 		e->cl[i].inbox_free = zalloc_aligned(8 * e->inbox_words);
 		e->cl[i].inbox_span = zalloc_aligned(2 * e->inbox_slots);
@@ -284,6 +293,7 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 		goto err_unreg;
 	e->rd_ok[1] = 1;
 	e->next_housekeeping = p->now();
+	locus_gauge_set(e->blk, e->c.engines, 1);
 	*out = e;
 	return 0;
 
@@ -328,6 +338,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->dec);
 	free(e->rank_slot);
 	free(e->seq);
+	engine_cross_fini(e);
 	free(e);
 }
 
@@ -343,17 +354,18 @@ static int slot_free(const struct engine_client *c, uint32_t i)
 	return (c->inbox_free[i / 64] >> (i % 64)) & 1;
 }
 
+/* Only in our share of the inbox (all of it for the only engine). */
 int engine_inbox_alloc(struct locus_engine *e, struct engine_client *c, uint32_t span)
 {
-	uint32_t run = 0;
+	uint32_t run = 0, size = e->share_hi - e->share_lo;
 
-	if (span == 0 || span > e->inbox_slots || e->inbox_slots - c->inbox_used < span)
+	if (span == 0 || span > size || size - c->inbox_used < span)
 		return -LOCUS_EFULL;
-	for (uint32_t i = 0; i < e->inbox_slots; i++) {
+	for (uint32_t i = e->share_lo; i < e->share_hi; i++) {
 		if (!slot_free(c, i)) {
 			run = 0;
 			/* skip whole taken words quickly */
-			if (i % 64 == 0 && c->inbox_free[i / 64] == 0)
+			if (i % 64 == 0 && c->inbox_free[i / 64] == 0 && i + 64 <= e->share_hi)
 				i += 63;
 			continue;
 		}
@@ -382,12 +394,15 @@ void engine_inbox_free(struct locus_engine *e, struct engine_client *c, uint32_t
 	e->inbox_used -= span;
 }
 
-/* Every inbox slot of c free (a new attachment, or one that ended). */
+/*
+ * Every inbox slot of our share of c free (a new attachment, or one that
+ * ended); what the other shares' messages were is forgotten too.
+ */
 static void inbox_reset(struct locus_engine *e, struct engine_client *c)
 {
 	e->inbox_used -= c->inbox_used;
 	memset(c->inbox_free, 0, 8 * e->inbox_words);
-	for (uint32_t i = 0; i < e->inbox_slots; i++)
+	for (uint32_t i = e->share_lo; i < e->share_hi; i++)
 		c->inbox_free[i / 64] |= 1ull << (i % 64);
 	memset(c->inbox_span, 0, 2 * e->inbox_slots);
 	c->inbox_used = 0;
@@ -395,12 +410,19 @@ static void inbox_reset(struct locus_engine *e, struct engine_client *c)
 
 /* ---- completions -------------------------------------------------------------- */
 
-/* Completion entries a client can still take beyond those owed to its own burst. */
+/*
+ * Completion entries a client can still take beyond those owed to its own
+ * burst and kept for the other engines' shares of its inbox; for a client
+ * another engine owns, the hand-overs our ring to it still takes.
+ */
 uint32_t engine_room(struct locus_engine *e, struct engine_client *c)
 {
-	uint32_t free_n = locus_ring_free_count(&c->cpl), owed = c->cpl_reserved + c->cpl_pending;
+	uint32_t free_n, owed;
 
-	(void)e;
+	if (!c->owned)
+		return engine_cross_room(e, c);
+	free_n = locus_ring_free_count(&c->cpl);
+	owed = c->cpl_reserved + c->cpl_pending + e->foreign_reserve;
 	return free_n > owed ? free_n - owed : 0;
 }
 
@@ -423,9 +445,14 @@ int engine_complete(struct locus_engine *e, struct engine_client *c, const struc
 	return put_completion(c, d);
 }
 
-/* A delivery to a client; the caller checked engine_room() first. */
+/*
+ * A delivery to a client (the caller checked engine_room() first): on its
+ * completion ring, or handed to the engine that owns it.
+ */
 int engine_deliver(struct locus_engine *e, uint32_t slot, const struct locus_desc *d)
 {
+	if (!e->cl[slot].owned)
+		return engine_cross_deliver(e, slot, d);
 	return put_completion(&e->cl[slot], d);
 }
 
@@ -474,12 +501,16 @@ static void client_attach(struct locus_engine *e, uint32_t slot, const struct lo
 	c->roles = g->roles;
 	c->decoder_id = g->decoder_id;
 	c->rank = g->rank;
+	c->owner = g->engine < e->n_eng ? g->engine : 0;
+	c->owned = c->owner == e->idx;
 	c->buf = locus_clients_buf(v, slot);
 	inbox_reset(e, c);
-	if (locus_ring_attach(&c->sub, locus_clients_submit_ring(v, slot), v->ring_bytes,
-			      v->p.ring_size, LOCUS_DESC_SIZE, 0) < 0 ||
-	    locus_ring_attach(&c->cpl, locus_clients_completion_ring(v, slot), v->ring_bytes,
-			      v->p.ring_size, LOCUS_DESC_SIZE, 1) < 0) {
+	/* another engine's client: we only deliver to it, its rings are not ours */
+	if (c->owned &&
+	    (locus_ring_attach(&c->sub, locus_clients_submit_ring(v, slot), v->ring_bytes,
+			       v->p.ring_size, LOCUS_DESC_SIZE, 0) < 0 ||
+	     locus_ring_attach(&c->cpl, locus_clients_completion_ring(v, slot), v->ring_bytes,
+			       v->p.ring_size, LOCUS_DESC_SIZE, 1) < 0)) {
 		engine_count(e, e->c.client_protocol_errors);
 		return;
 	}
@@ -493,7 +524,8 @@ static void client_attach(struct locus_engine *e, uint32_t slot, const struct lo
 	if ((c->roles & LOCUS_ROLE_RANK) && c->rank < e->n_ranks)
 		e->rank_slot[c->rank] = (int32_t)slot;
 	c->active = 1;
-	locus_gauge_add(e->blk, e->c.clients_attached, 1);
+	if (c->owned)
+		locus_gauge_add(e->blk, e->c.clients_attached, 1);
 	engine_router_refresh(e);
 }
 
@@ -508,7 +540,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 		e->dec[c->decoder_id].slot = -1;
 		e->dec[c->decoder_id].up = 0;
 		/* housekeeping skips a decoder nobody serves: say it is down here */
-		locus_gauge_set_elem(e->blk, e->c.decoder_up, c->decoder_id, 0);
+		if (c->owned)
+			locus_gauge_set_elem(e->blk, e->c.decoder_up, c->decoder_id, 0);
 	}
 	if ((c->roles & LOCUS_ROLE_RANK) && c->rank < e->n_ranks &&
 	    e->rank_slot[c->rank] == (int32_t)slot)
@@ -516,7 +549,8 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	c->active = 0;
 	/* what it never released is nobody's now: the next attachment starts empty */
 	inbox_reset(e, c);
-	locus_gauge_add(e->blk, e->c.clients_attached, -1);
+	if (c->owned)
+		locus_gauge_add(e->blk, e->c.clients_attached, -1);
 	engine_router_refresh(e);
 }
 
@@ -543,13 +577,25 @@ static void run_commands(struct locus_engine *e)
 
 /* ---- the poll loop ----------------------------------------------------------------- */
 
+/*
+ * A slot of another engine's share goes back to that engine (the span we
+ * recorded when we posted the message says it is one); ours is freed here.
+ */
 static void handle_release(struct locus_engine *e, struct engine_client *c, struct locus_desc *d)
 {
 	if (d->slot >= e->inbox_slots || c->inbox_span[d->slot] == 0) {
 		complete_error(e, c, d, -LOCUS_ERANGE, e->c.rej_bad_release);
 		return;
 	}
-	engine_inbox_free(e, c, d->slot);
+	if (e->share_of[d->slot] != e->idx) {
+		if (engine_cross_release(e, c, d->slot) < 0) {
+			complete_error(e, c, d, -LOCUS_EFULL, e->c.rej_inbox_full);
+			return;
+		}
+		c->inbox_span[d->slot] = 0;
+	} else {
+		engine_inbox_free(e, c, d->slot);
+	}
 	c->cpl_reserved--; /* a valid RELEASE is not answered */
 }
 
@@ -562,7 +608,8 @@ static int poll_client(struct locus_engine *e, uint32_t slot)
 
 	/* Take no more than we can answer: one completion per descriptor. */
 	room = locus_ring_free_count(&c->cpl);
-	room = room > c->cpl_pending ? room - c->cpl_pending : 0;
+	room = room > c->cpl_pending + e->foreign_reserve ?
+		       room - c->cpl_pending - e->foreign_reserve : 0;
 	if (room == 0)
 		return 0;
 	n = locus_ring_dequeue_burst(&c->sub, in, LOCUS_MIN(room, (uint32_t)LOCUS_ENGINE_BURST));
@@ -618,8 +665,10 @@ int locus_engine_poll(struct locus_engine *e)
 	engine_region_commands(e);
 	engine_regions_retire(e);
 	poll_tables(e);
+	if (e->n_eng > 1)
+		work += engine_cross_poll(e);
 	for (uint32_t i = 0; i < e->n_slots; i++)
-		if (e->cl[i].active && !e->cl[i].broken)
+		if (e->cl[i].active && e->cl[i].owned && !e->cl[i].broken)
 			work += poll_client(e, i);
 	now = e->p.now();
 	if (unlikely(now >= e->next_housekeeping)) {

@@ -2,7 +2,7 @@
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
-	dataplane/engine_grace.c dataplane/engine_blocks.c \
+	dataplane/engine_grace.c dataplane/engine_blocks.c dataplane/engine_cross.c \
 	dataplane/relay.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
 # the control socket's server: table pushes from the control group
@@ -24,6 +24,8 @@ $(eval $(call PROGRAM,tests/test_region_gather,tests/test_region_gather.c tests/
 UNIT_TESTS += tests/test_region_gather
 $(eval $(call PROGRAM,tests/test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_twonode_load
+$(eval $(call PROGRAM,tests/test_engines,tests/test_engines.c tests/node_tables.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
+UNIT_TESTS += tests/test_engines
 $(eval $(call PROGRAM,tests/test_relay,tests/test_relay.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 UNIT_TESTS += tests/test_relay
 $(eval $(call PROGRAM,tests/test_graceset_node,tests/test_graceset_node.c tests/graceset_util.c tests/node_util.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))

@@ -32,7 +32,8 @@ int engine_blocks_create(struct locus_engine *e, struct locus_error *err)
 	if (ret < 0)
 		return ret;
 	/* what a client's ROUTE_BLOCKS must carry (it reads the segment, not our config) */
-	locus_gauge_set(e->blk, e->c.sc_block_tokens, d->sig_cache_block_tokens);
+	if (engine_primary(e)) /* the node's setting, not a depth: one engine says it */
+		locus_gauge_set(e->blk, e->c.sc_block_tokens, d->sig_cache_block_tokens);
 	/* header, cached hashes, new blocks, and the tail's signature header */
 	e->blk_req_max = locus_blocks_req_len(d->max_layers, d->max_experts,
 					      LOCUS_BLOCKS_MAX_CACHED, LOCUS_BLOCKS_MAX_NEW) -

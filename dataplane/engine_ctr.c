@@ -143,6 +143,12 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  "have not released", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->inbox_slots_used },
 		{ "requests_pending", "client requests waiting for their sends to other nodes or "
 		  "their intra-node copies", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->requests_pending },
+		{ "engines", "engine lcores (each sets 1 in its own block)", LOCUS_CTR_GAUGE, 0, 0,
+		  0, 0, 0, &o->engines },
+		{ "engine_handovers", "deliveries handed to the engine owning the receiver",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->x_handovers },
+		{ "engine_handovers_dropped", "hand-overs whose receiver left before its owner "
+		  "took them", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->x_dropped },
 		{ "route_blocks_requests", "routes naming KV blocks (ROUTE_BLOCKS) submitted",
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->route_blocks_requests },
 		{ "route_blocks_partial", "ROUTE_BLOCKS routed with a named block not cached",

@@ -129,7 +129,8 @@ static int target_of(struct locus_engine *e, uint32_t src_slot, uint32_t src_ran
 		     struct dest_plan *dp)
 {
 	uint32_t gpn = e->p.dims.gpus_per_node;
-	uint64_t cap = (uint64_t)e->inbox_slots * e->inbox_slot_size;
+	/* a message fits our share of the receiver's inbox (all of it: one engine) */
+	uint64_t cap = (uint64_t)(e->share_hi - e->share_lo) * e->inbox_slot_size;
 
 	dp->tier = locus_grace_tier_of(src_rank, rank, gpn);
 	dp->in_place = dp->tier == LOCUS_GRACE_TIER_GPU;
@@ -198,7 +199,7 @@ static int reserve(struct locus_engine *e, const struct dest_plan *dp, uint32_t 
 		(*n_res)++;
 	}
 	if (dc)
-		dc->cpl_reserved += dp->n_chunks;
+		engine_promise(e, dc, (int32_t)dp->n_chunks);
 	return 0;
 }
 
@@ -206,7 +207,8 @@ static void unpromise(struct locus_engine *e, int n_dest)
 {
 	for (int j = 0; j < n_dest; j++)
 		if (!e->dplan[j].remote)
-			e->cl[e->dplan[j].client].cpl_reserved -= e->dplan[j].n_chunks;
+			engine_promise(e, &e->cl[e->dplan[j].client],
+				       -(int32_t)e->dplan[j].n_chunks);
 }
 
 /* Offset of p (inside the client region) from the region's start. */
@@ -249,7 +251,7 @@ static int hand_over(struct locus_engine *e, uint32_t ri, const struct dest_plan
 	if (n_src)
 		return engine_ldma_deliver(e, pidx, dp->client,
 					   region_off(e, msg_ptr(e, ri)) + rows_off, n_src, &out);
-	e->cl[dp->client].cpl_reserved--;
+	engine_promise(e, &e->cl[dp->client], -1);
 	return engine_deliver(e, dp->client, &out);
 }
 

@@ -252,6 +252,8 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 	}
 	e->pl_buf ^= 1;
 	e->place = pl;
+	if (!engine_primary(e)) /* the node's table: one engine's gauges say it */
+		return 0;
 	locus_gauge_set(e->blk, e->c.grace_groups, (int64_t)pl->n_groups);
 	/* every group has the node's shape (validate_set): group 0's dims say it */
 	memcpy(&dims, pl->is_set ? first_group : payload, sizeof(dims));

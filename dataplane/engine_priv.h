@@ -18,6 +18,9 @@ enum { OP_DISPATCH_IDX = 0, OP_COMBINE_IDX = 1 };
 struct engine_client {
 	uint8_t active;
 	uint8_t broken;          /* protocol violation: no longer polled */
+	uint8_t owned;           /* this engine polls it (else another engine: deliveries
+				  * to it are handed over, engine_cross.c) */
+	uint32_t owner;          /* the engine that polls it */
 	uint32_t roles;
 	uint32_t decoder_id;
 	uint32_t rank;
@@ -42,7 +45,6 @@ struct engine_cmd {
 	uint32_t cmd;
 	uint32_t pad;
 	struct locus_engine_grant grant;
-	uint32_t pad1;
 	uint64_t done;           /* written by the engine (release) */
 	uint8_t  pad2[24];
 };
@@ -218,6 +220,14 @@ struct locus_engine {
 	uint64_t load_seq;                         /* our row's seq */
 	uint64_t *row_seq;                         /* [n_nodes] last good seq taken */
 
+	/* several engines on the node (engine_cross.c); n_eng 1: none */
+	struct locus_engine_group *grp;
+	uint32_t idx, n_eng;
+	uint32_t share_lo, share_hi;               /* our share of every client's inbox */
+	uint32_t foreign_reserve;                  /* completion entries kept for the others */
+	uint32_t *x_need;                          /* [n_eng] hand-overs promised in this request */
+	uint8_t *share_of;                         /* [inbox_slots] engine whose share holds it */
+
 	uint64_t inbox_used;                       /* inbox slots taken, every client */
 	uint64_t next_housekeeping;
 	uint64_t housekeeping_period;
@@ -308,6 +318,25 @@ void engine_load_exchange(struct locus_engine *e, uint64_t now);
 
 /* engine.c */
 void *engine_zalloc(size_t n);
+
+/* engine_cross.c: several engines on one node */
+int engine_cross_init(struct locus_engine *e, struct locus_error *err);
+void engine_cross_fini(struct locus_engine *e);
+/* Entries the owner keeps for c's hand-overs (a foreign client); 0 when full. */
+uint32_t engine_cross_room(struct locus_engine *e, const struct engine_client *c);
+/* Hand a delivery to a foreign client over to its owner: 0 or -LOCUS_EFULL. */
+int engine_cross_deliver(struct locus_engine *e, uint32_t slot, const struct locus_desc *d);
+/* A RELEASE of an inbox slot of another engine's share, forwarded: 0 or < 0. */
+int engine_cross_release(struct locus_engine *e, struct engine_client *c, uint32_t first);
+/* Every iteration: hand-overs to our clients, releases of our shares. Work done. */
+int engine_cross_poll(struct locus_engine *e);
+/* Promise (n > 0) or take back (n < 0) n completion entries of client c. */
+void engine_promise(struct locus_engine *e, struct engine_client *c, int32_t n);
+/* The gauges of the whole node (tables, signature cache shape) are engine 0's. */
+static inline int engine_primary(const struct locus_engine *e)
+{
+	return e->idx == 0;
+}
 
 /* engine_grace.c */
 /* The placement buffers for tables up to max_dims: 0 or -ENOMEM / -EINVAL. */

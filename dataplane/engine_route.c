@@ -55,7 +55,7 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 {
 	for (uint32_t d = 0; d < e->p.dims.max_decoders; d++) {
 		struct engine_decoder *dec = &e->dec[d];
-		int up, was;
+		int up, was, mine;
 
 		if (dec->slot >= 0) {
 			struct engine_client *c = &e->cl[dec->slot];
@@ -65,7 +65,8 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 			if (seq != c->load_seq) {
 				c->load_seq = seq;
 				c->load_tsc = now;
-				locus_gauge_set_elem(e->blk, e->c.decoder_load, d, load);
+				if (c->owned)
+					locus_gauge_set_elem(e->blk, e->c.decoder_load, d, load);
 				if (e->router && dec->router_slot >= 0)
 					locus_eldr_router_set_load(e->router,
 								   (uint32_t)dec->router_slot, load);
@@ -73,16 +74,21 @@ void engine_decoders_housekeeping(struct locus_engine *e, uint64_t now)
 			was = dec->up;
 			dec->up = (uint8_t)(now - c->load_tsc <= e->load_timeout_tsc);
 			up = dec->up;
+			mine = c->owned;
 		} else if (dec->node >= 0) {
 			was = -1; /* remote: re-evaluated every time */
 			up = decoder_up(e, dec, now);
-			locus_gauge_set_elem(e->blk, e->c.decoder_load, d, dec->rload);
+			mine = engine_primary(e);
+			if (mine)
+				locus_gauge_set_elem(e->blk, e->c.decoder_load, d, dec->rload);
 		} else {
 			continue;
 		}
 		if (up != was && e->router && dec->router_slot >= 0)
 			locus_eldr_router_set_up(e->router, (uint32_t)dec->router_slot, up);
-		locus_gauge_set_elem(e->blk, e->c.decoder_up, d, up);
+		/* one engine's gauge per decoder: its owner's (a remote one: engine 0's) */
+		if (mine)
+			locus_gauge_set_elem(e->blk, e->c.decoder_up, d, up);
 	}
 }
 

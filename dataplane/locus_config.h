@@ -10,6 +10,9 @@
  *   instance        = default          # segment /dev/shm/locus.<instance>
  *   node            = 0                # this node's id in [cluster]
  *   eal_args        = -l 0-1 --no-huge --no-pci -m 64
+ *   engine_lcores   = 1                # engine lcores: a count (the first worker
+ *                                      # lcores of eal_args) or a list of them
+ *                                      # (2,3 or 2-3); one node, intra_node = shm
  *   rdma_device     = auto             # a device name, "auto" or "none"
  *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
  *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
@@ -62,6 +65,7 @@
 #define LOCUS_CFG_NAME_MAX     64
 #define LOCUS_CFG_PATH_MAX     256
 #define LOCUS_CFG_EAL_MAX      512
+#define LOCUS_CFG_MAX_ENGINES  8    /* engine lcores */
 
 /*
  * The compiled-in (deployment) idle policy, tuned for latency on a core of
@@ -90,6 +94,9 @@ struct locus_config {
 	char     instance[LOCUS_CFG_NAME_MAX];
 	uint32_t node_id;
 	char     eal_args[LOCUS_CFG_EAL_MAX];
+	uint32_t engine_lcores;                   /* 1..LOCUS_CFG_MAX_ENGINES */
+	uint8_t  engine_lcore_list;               /* 1: the ids below were named */
+	uint32_t engine_lcore_ids[LOCUS_CFG_MAX_ENGINES];
 	char     rdma_device[LOCUS_CFG_NAME_MAX]; /* name, "auto" or "none" */
 	char     rdma_near_pci[16];               /* "" or dddd:bb:dd.f */
 	int32_t  rdma_near_numa;                  /* -1: not set */

@@ -70,6 +70,8 @@ struct locus_engine_ctr {
 	uint64_t load_decoders_stale;              /* gauge */
 	uint64_t inbox_slots_used;                 /* gauge: attached clients' inbox slots taken */
 	uint64_t requests_pending;                 /* gauge: requests waiting for sends / copies */
+	uint64_t engines;                          /* gauge: 1 in each engine's block */
+	uint64_t x_handovers, x_dropped;           /* deliveries handed to another engine */
 	/* the signature cache (engine_blocks.c) */
 	uint64_t route_blocks_requests;            /* ROUTE_BLOCKS submitted */
 	uint64_t route_blocks_partial;             /* ... routed with a named block missing */
@@ -206,9 +208,46 @@ struct locus_engine_params {
 	uint64_t tsc_hz;
 	uint64_t (*now)(void);             /* a TSC-like clock in tsc_hz ticks */
 	const struct locus_engine_remote *remote; /* NULL: a single node */
+	/*
+	 * Several engines on one node: the group they share and this one's
+	 * index in it (reader_idx and ctr_block are its own too). NULL: the
+	 * only engine.
+	 */
+	struct locus_engine_group *group;
+	uint32_t engine_idx;
 };
 
 struct locus_engine;
+
+/*
+ * Several engine lcores on one node (engine_lcores = N). Every engine knows
+ * every client slot, but polls only the slots it owns (the grant's engine).
+ * Each client's inbox is split into N shares, share k written by engine k
+ * only (its own allocator, no sharing); a delivery to a slot another engine
+ * owns is written straight into our share of its inbox and its descriptor
+ * handed to the owner through a lock-free SPSC ring (locus_spsc.h), which
+ * posts it on the client's completion ring: its only producer. A RELEASE of
+ * an inbox slot goes back the same way to the engine whose share holds it.
+ * The owner keeps completion entries for everything the other shares can
+ * hold, so a hand-over always finds room: room is checked where the message
+ * is written, before anything is, and a dispatch stays all-or-nothing.
+ */
+struct locus_engine_group;
+
+/*
+ * A group of n_engines (1..LOCUS_ENGINE_MAX_ENGINES) over the client
+ * region's n_slots slots of inbox_slots each (>= n_engines). Returns 0,
+ * -EINVAL or -ENOMEM.
+ */
+#define LOCUS_ENGINE_MAX_ENGINES 8u
+int locus_engine_group_create(uint32_t n_engines, uint32_t n_slots, uint32_t inbox_slots,
+			      struct locus_engine_group **out);
+
+/* After every engine of the group is destroyed. NULL is a no-op. */
+void locus_engine_group_destroy(struct locus_engine_group *g);
+
+/* Hand-overs and releases waiting between the group's engines (a snapshot). */
+uint32_t locus_engine_group_inflight(const struct locus_engine_group *g);
 
 /* Allocate and set up an engine; registers its table readers. */
 int locus_engine_create(const struct locus_engine_params *p, struct locus_engine **out,
@@ -246,12 +285,15 @@ struct locus_engine_grant {
 	uint32_t roles;
 	uint32_t decoder_id;
 	uint32_t rank;
+	uint32_t engine;      /* the group's engine that polls the slot (0: the only one) */
 };
 
 /*
  * Control thread: ask the engine to attach (with what was granted) or detach
- * a client slot. Returns a ticket; locus_engine_command_done(e, slot, ticket)
- * turns 1 once the engine carried it out. One control thread only.
+ * a client slot. In a group every engine is told of every attach and detach
+ * (the owner serves the slot, the others deliver to it). Returns a ticket;
+ * locus_engine_command_done(e, slot, ticket) turns 1 once the engine carried
+ * it out. One control thread only.
  */
 uint64_t locus_engine_command(struct locus_engine *e, uint32_t slot, enum locus_engine_cmd cmd,
 			      const struct locus_engine_grant *grant);

@@ -20,7 +20,10 @@
 
 struct locus_node;
 
-/* Counter blocks: the worker lcore's (engine) and the main lcore's (control). */
+/*
+ * Counter blocks: the worker lcore's (engine 0) and the main lcore's
+ * (control); engine k > 0 writes block k + 1.
+ */
 #define LOCUS_NODE_ENGINE_BLOCK 0u
 #define LOCUS_NODE_CTL_BLOCK    1u
 
@@ -75,8 +78,19 @@ void locus_node_on_renew(struct locus_node *n, int (*hook)(void *ctx, uint32_t s
  */
 void locus_node_control(struct locus_node *n);
 
-/* The worker lcore's engine. */
+/* The worker lcore's engine (engine 0 with several engine lcores). */
 struct locus_engine *locus_node_engine(struct locus_node *n);
+
+/* Engines (engine_lcores), engine k (NULL past the last), and k's counters block. */
+uint32_t locus_node_n_engines(const struct locus_node *n);
+struct locus_engine *locus_node_engine_at(struct locus_node *n, uint32_t k);
+uint32_t locus_node_engine_block(uint32_t k);
+
+/* Table generation every engine uses on channel ch (the lowest of theirs). */
+uint64_t locus_node_table_generation(struct locus_node *n, unsigned ch);
+
+/* Hand-overs and releases in flight between the engines (drain before stopping). */
+uint32_t locus_node_engine_inflight(const struct locus_node *n);
 
 /* The segment's counters (read-write handle: register more entries). */
 struct locus_counters *locus_node_counters(struct locus_node *n);

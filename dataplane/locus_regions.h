@@ -78,6 +78,12 @@ struct locus_regions_params {
 	const char *instance;                /* socket locus_client_reg_sock_path(instance) */
 	struct locus_clients *clients;
 	struct locus_engine *engine;
+	/*
+	 * Several engines: engines[slot_engine[slot]] polls the slot and takes
+	 * its region commands (NULL: engine takes them all).
+	 */
+	struct locus_engine *const *engines;
+	const uint8_t *slot_engine;          /* [n_slots] */
 	struct locus_counters *ctrs;         /* counters are registered here ... */
 	void *ctl_blk;                       /* ... and counted in this block */
 	const uint8_t *attached;             /* [n_slots]: 1 = granted and handed to the engine */

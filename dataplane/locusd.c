@@ -3,7 +3,9 @@
  * locusd: one per node. DPDK EAL lcores: the main lcore does control work
  * (client attachments, inter-node connections, watchdog, signals,
  * telemetry); the first worker lcore runs the engine's poll loop (client
- * rings, the completion queue, the inter-node inbox). Readiness and watchdog go to systemd with
+ * rings, the completion queue, the inter-node inbox); with engine_lcores = N
+ * the first N worker lcores (or the ones named) run an engine each, every
+ * client slot polled by one of them. Readiness and watchdog go to systemd with
  * sd_notify; SIGTERM drains and stops, removing the segment; SIGHUP re-reads
  * the config and applies what is safe to change while running.
  *
@@ -76,6 +78,9 @@ struct locusd {
 	struct locusd_loop *loop;   /* intra_node = verbs, else NULL */
 	struct locus_relay *relay;  /* the engine and the network on two worker lcores */
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
+	unsigned eng_lcore[LOCUS_CFG_MAX_ENGINES]; /* engine k's lcore; [0] = worker_lcore */
+	uint32_t n_eng;
+	struct engine_lcore { struct locusd *d; uint32_t k; } eng_arg[LOCUS_CFG_MAX_ENGINES];
 	unsigned net_lcore;         /* RTE_MAX_LCORE: the network polls on the engine's lcore */
 	int net_stop;               /* set by main once the engine's lcore is done */
 	struct locus_idle_params idle; /* changed by SIGHUP (atomic per field); read by the lcores */
@@ -166,11 +171,16 @@ static void idle_start(struct locusd *d, struct locus_idle *s, uint32_t *seq)
 	idle_refresh(d, s, seq);
 }
 
-/* The engine's poll loop: no syscalls, no locks; sleeps only when idle, as configured. */
+/*
+ * An engine's poll loop: no syscalls, no locks; sleeps only when idle, as
+ * configured. Engine 0 also polls the network side and the DMA loopback
+ * (which exist with one engine only).
+ */
 static int worker_main(void *arg)
 {
-	struct locusd *d = arg;
-	struct locus_engine *e = locus_node_engine(d->node);
+	const struct engine_lcore *el = arg;
+	struct locusd *d = el->d;
+	struct locus_engine *e = locus_node_engine_at(d->node, el->k);
 	uint64_t drain_until = 0;
 	struct locus_idle idle;
 	unsigned empty = 0;
@@ -181,11 +191,11 @@ static int worker_main(void *arg)
 	for (;;) {
 		int n = locus_engine_poll(e);
 
-		if (d->relay)
+		if (el->k == 0 && d->relay)
 			n += locus_relay_poll_engine(d->relay);
-		else if (d->net)
+		else if (el->k == 0 && d->net)
 			n += locusd_net_poll(d->net, rte_rdtsc());
-		if (d->loop)
+		if (el->k == 0 && d->loop)
 			n += locusd_loop_poll(d->loop, e);
 		if (likely(n)) {
 			locus_idle_busy(&idle);
@@ -198,7 +208,8 @@ static int worker_main(void *arg)
 				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
 			if ((++empty > DRAIN_EMPTY_POLLS &&
 			     !(d->loop && locusd_loop_inflight(d->loop)) &&
-			     !(d->relay && locus_relay_inflight(d->relay))) ||
+			     !(d->relay && locus_relay_inflight(d->relay)) &&
+			     !locus_node_engine_inflight(d->node)) ||
 			    rte_rdtsc() > drain_until)
 				break;
 			continue;
@@ -206,6 +217,41 @@ static int worker_main(void *arg)
 		idle_step(d, &idle, &seq, e);
 	}
 	__atomic_store_n(&d->worker_done, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+/*
+ * The engine lcores: engine_lcores = N takes the first N worker lcores, a
+ * list takes those (each an enabled worker lcore). 0, or -1 with the reason
+ * printed.
+ */
+static int pick_engine_lcores(struct locusd *d)
+{
+	unsigned l = (unsigned)-1;
+
+	d->n_eng = d->cfg.engine_lcores;
+	for (uint32_t k = 0; k < d->n_eng; k++) {
+		if (d->cfg.engine_lcore_list) {
+			l = d->cfg.engine_lcore_ids[k];
+			if (l >= RTE_MAX_LCORE || !rte_lcore_is_enabled(l) ||
+			    l == rte_get_main_lcore()) {
+				fprintf(stderr, "locusd: engine_lcores names lcore %u, which is not "
+					"a worker lcore of eal_args '%s'\n", l, d->cfg.eal_args);
+				return -1;
+			}
+		} else {
+			l = rte_get_next_lcore(l, 1, 0);
+		}
+		d->eng_lcore[k] = l;
+		d->eng_arg[k] = (struct engine_lcore){ .d = d, .k = k };
+	}
+	if (d->n_eng > 1 && d->eng_lcore[d->n_eng - 1] >= RTE_MAX_LCORE) {
+		fprintf(stderr, "locusd: engine_lcores = %u needs %u worker lcores; eal_args '%s' "
+			"has %u (e.g. -l 0-%u)\n", d->n_eng, d->n_eng, d->cfg.eal_args,
+			rte_lcore_count() - 1, d->n_eng);
+		return -1;
+	}
+	d->worker_lcore = d->eng_lcore[0];
 	return 0;
 }
 
@@ -252,6 +298,7 @@ static int tel_info(const char *cmd, const char *params, struct rte_tel_data *ou
 	rte_tel_data_add_dict_int(out, "nodes", (int)D.cfg.n_nodes);
 	rte_tel_data_add_dict_int(out, "gpus_per_node", (int)D.cfg.gpus_per_node);
 	rte_tel_data_add_dict_u64(out, "clients", locus_node_clients(D.node));
+	rte_tel_data_add_dict_u64(out, "engine_lcores", locus_node_n_engines(D.node));
 	rte_tel_data_add_dict_u64(out, "eldr_generation",
 				  locus_engine_table_generation(e, LOCUS_TABLE_CH_ELDR));
 	rte_tel_data_add_dict_u64(out, "grace_generation",
@@ -437,7 +484,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	hz = rte_get_tsc_hz();
-	D.worker_lcore = rte_get_next_lcore(-1, 1, 0);
+	if (pick_engine_lcores(&D) < 0)
+		goto err_eal;
 	D.net_lcore = RTE_MAX_LCORE;
 	if (D.cfg.n_nodes > 1 && D.worker_lcore < RTE_MAX_LCORE)
 		D.net_lcore = rte_get_next_lcore(D.worker_lcore, 1, 0);
@@ -504,11 +552,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: cannot launch the network lcore %u\n", D.net_lcore);
 		goto err_node;
 	}
-	if (D.worker_lcore < RTE_MAX_LCORE &&
-	    rte_eal_remote_launch(worker_main, &D, D.worker_lcore) < 0) {
-		fprintf(stderr, "locusd: cannot launch the worker lcore %u\n", D.worker_lcore);
-		goto err_launched;
+	for (uint32_t k = 0; k < D.n_eng && D.eng_lcore[k] < RTE_MAX_LCORE; k++) {
+		if (rte_eal_remote_launch(worker_main, &D.eng_arg[k], D.eng_lcore[k]) < 0) {
+			fprintf(stderr, "locusd: cannot launch the engine lcore %u\n",
+				D.eng_lcore[k]);
+			D.n_eng = k; /* wait for those launched */
+			__atomic_store_n(&D.stop, 1, __ATOMIC_RELEASE);
+			goto err_engines;
+		}
 	}
+	if (D.n_eng > 1)
+		fprintf(stderr, "locusd: %u engine lcores (%u .. %u), client slots spread over "
+			"them\n", D.n_eng, D.eng_lcore[0], D.eng_lcore[D.n_eng - 1]);
 	if (D.net_lcore < RTE_MAX_LCORE)
 		fprintf(stderr, "locusd: engine on lcore %u, network (completion queues, inboxes) "
 			"on lcore %u, connections on the main lcore\n", D.worker_lcore, D.net_lcore);
@@ -568,9 +623,9 @@ int main(int argc, char **argv)
 	/* clients see STOPPING and attach no more; the worker drains, then leaves */
 	locus_node_set_stopping(D.node);
 	__atomic_store_n(&D.stop, 1, __ATOMIC_RELEASE);
-	if (D.worker_lcore < RTE_MAX_LCORE)
-		rte_eal_wait_lcore(D.worker_lcore);
-err_launched:
+err_engines:
+	for (uint32_t k = 0; k < D.n_eng && D.eng_lcore[k] < RTE_MAX_LCORE; k++)
+		rte_eal_wait_lcore(D.eng_lcore[k]);
 	/* the network lcore last: the engine's lcore drained through it */
 	__atomic_store_n(&D.net_stop, 1, __ATOMIC_RELEASE);
 	if (D.net_lcore < RTE_MAX_LCORE)

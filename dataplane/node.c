@@ -9,8 +9,18 @@
 #include "node_priv.h"
 
 #define TABLE_SLOTS 3
-#define N_CTR_BLOCKS 2       /* 0: worker engine, 1: control */
 #define CTL_BLOCK LOCUS_NODE_CTL_BLOCK
+
+/* Blocks: 0 engine 0, 1 control, 2.. engines 1.. (one writer lcore each). */
+uint32_t node_engine_block(uint32_t k)
+{
+	return k ? k + 1 : LOCUS_NODE_ENGINE_BLOCK;
+}
+
+uint32_t locus_node_engine_block(uint32_t k)
+{
+	return node_engine_block(k);
+}
 
 static size_t counters_block_size(const struct locus_config *c)
 {
@@ -22,8 +32,10 @@ static size_t counters_block_size(const struct locus_config *c)
 static int make_segment(struct locus_node *n, struct locus_error *err)
 {
 	const struct locus_config *c = &n->cfg;
-	struct locus_table_params tp = { .n_channels = LOCUS_TABLE_N_CHANNELS, .n_readers = 1 };
-	struct locus_ctr_params cp = { .max_entries = 128, .n_blocks = N_CTR_BLOCKS,
+	/* a reader per engine lcore: a push is decided once every engine switched */
+	struct locus_table_params tp = { .n_channels = LOCUS_TABLE_N_CHANNELS,
+					 .n_readers = c->engine_lcores };
+	struct locus_ctr_params cp = { .max_entries = 160, .n_blocks = 1 + c->engine_lcores,
 				       .block_size = counters_block_size(c) };
 	struct locus_clients_params clp = {
 		.n_slots = c->client_slots,
@@ -111,12 +123,52 @@ static int open_regions(struct locus_node *n, struct locus_error *err)
 {
 	struct locus_regions_params p = {
 		.instance = n->cfg.instance, .clients = &n->clients, .engine = n->engine,
-		.ctrs = n->ctrs, .ctl_blk = n->ctl_blk, .attached = n->attached,
+		.engines = n->engines, .slot_engine = n->slot_engine, .ctrs = n->ctrs,
+		.ctl_blk = n->ctl_blk, .attached = n->attached,
 		.attach = &n->attach_ops,
 	};
 
 	node_clients_init(n);
 	return locus_regions_create(&p, &n->regions, err);
+}
+
+/*
+ * The engines: one per engine lcore, each with its table reader, counters
+ * block and an equal part of the signature cache's bytes; several share a
+ * group (their hand-over rings). Only engine 0 talks to other nodes.
+ */
+static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
+			  uint64_t (*now)(void), uint64_t tsc_hz,
+			  const struct locus_engine_remote *remote, struct locus_error *err)
+{
+	int ret;
+
+	if (n->n_eng > 1) {
+		ret = locus_engine_group_create(n->n_eng, n->cfg.client_slots,
+						n->cfg.client_inbox_slots, &n->group);
+		if (ret < 0)
+			return locus_error_set(err, -ret, "engine group of %u: %s", n->n_eng,
+					       strerror(-ret));
+	}
+	ep->clients = &n->clients;
+	ep->tables = n->tables;
+	ep->tsc_hz = tsc_hz;
+	ep->now = now;
+	ep->group = n->group;
+	ep->dims.sig_cache_bytes = n->cfg.sig_cache_bytes / n->n_eng;
+	for (uint32_t k = 0; k < n->n_eng; k++) {
+		ep->reader_idx = k;
+		ep->engine_idx = k;
+		ep->ctr_block = locus_counters_block(n->ctrs, node_engine_block(k));
+		ep->remote = k == 0 ? remote : NULL;
+		ret = locus_engine_create(ep, &n->engines[k], err);
+		if (ret < 0)
+			return ret;
+	}
+	n->engine = n->engines[0];
+	n->eng_blk = locus_counters_block(n->ctrs, node_engine_block(0));
+	n->sc_resets_off = ep->ctr.sc_resets;
+	return 0;
 }
 
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
@@ -148,8 +200,12 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
 	n->draining = calloc(cfg->client_slots, 1);
+	n->n_eng = cfg->engine_lcores ? cfg->engine_lcores : 1;
+	n->slot_engine = calloc(cfg->client_slots, 1);
+	n->eng_ticket = calloc((size_t)cfg->client_slots * n->n_eng, sizeof(*n->eng_ticket));
 	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
-	    !n->rank_owner || !n->draining || !n->conn || !n->renew) {
+	    !n->rank_owner || !n->draining || !n->conn || !n->renew || !n->slot_engine ||
+	    !n->eng_ticket) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
@@ -181,16 +237,7 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		ret = register_control_counters(n, err);
 	if (ret < 0)
 		goto err_free;
-	ep.clients = &n->clients;
-	ep.tables = n->tables;
-	ep.reader_idx = 0;
-	ep.ctr_block = locus_counters_block(n->ctrs, LOCUS_NODE_ENGINE_BLOCK);
-	ep.tsc_hz = tsc_hz;
-	ep.now = now;
-	ep.remote = remote;
-	ret = locus_engine_create(&ep, &n->engine, err);
-	n->eng_blk = ep.ctr_block;
-	n->sc_resets_off = ep.ctr.sc_resets;
+	ret = create_engines(n, &ep, now, tsc_hz, remote, err);
 	if (ret == 0 && cfg->sig_cache_bytes) {
 		struct locus_sigcache_params sp = {
 			.n_layers = cfg->moe_layers, .n_experts = cfg->moe_experts,
@@ -234,6 +281,30 @@ void locus_node_set_stopping(struct locus_node *n)
 struct locus_engine *locus_node_engine(struct locus_node *n)
 {
 	return n->engine;
+}
+
+uint32_t locus_node_n_engines(const struct locus_node *n)
+{
+	return n->n_eng;
+}
+
+struct locus_engine *locus_node_engine_at(struct locus_node *n, uint32_t k)
+{
+	return k < n->n_eng ? n->engines[k] : NULL;
+}
+
+uint64_t locus_node_table_generation(struct locus_node *n, unsigned ch)
+{
+	uint64_t g = locus_engine_table_generation(n->engines[0], ch);
+
+	for (uint32_t k = 1; k < n->n_eng; k++)
+		g = LOCUS_MIN(g, locus_engine_table_generation(n->engines[k], ch));
+	return g;
+}
+
+uint32_t locus_node_engine_inflight(const struct locus_node *n)
+{
+	return locus_engine_group_inflight(n->group);
 }
 
 struct locus_counters *locus_node_counters(struct locus_node *n)
@@ -282,7 +353,9 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	/* the engine is stopped: its regions go without a DEL */
 	locus_regions_destroy(n->regions);
 	locus_pushsrv_destroy(n->push);
-	locus_engine_destroy(n->engine);
+	for (uint32_t k = 0; k < n->n_eng; k++)
+		locus_engine_destroy(n->engines[k]);
+	locus_engine_group_destroy(n->group);
 	locus_clients_destroy(&n->clients);
 	locus_counters_close(n->ctrs);
 	locus_table_region_detach(n->tables);
@@ -303,5 +376,7 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->decoder_owner);
 	free(n->rank_owner);
 	free(n->draining);
+	free(n->slot_engine);
+	free(n->eng_ticket);
 	free(n);
 }

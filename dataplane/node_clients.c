@@ -76,10 +76,64 @@ static int check_grant(struct locus_node *n, const struct locus_engine_grant *g,
 	return 0;
 }
 
+/*
+ * Every engine is told of every attach and detach (the owner serves the
+ * slot, the others deliver to it); the command is done once all did it.
+ */
+static void post_all(struct locus_node *n, uint32_t slot, enum locus_engine_cmd cmd,
+		     const struct locus_engine_grant *g)
+{
+	n->cmd[slot] = (uint8_t)cmd;
+	for (uint32_t k = 0; k < n->n_eng; k++)
+		n->eng_ticket[(size_t)slot * n->n_eng + k] =
+			locus_engine_command(n->engines[k], slot, cmd, g);
+	n->ticket[slot] = 1;
+}
+
+static int done_all(struct locus_node *n, uint32_t slot)
+{
+	for (uint32_t k = 0; k < n->n_eng; k++)
+		if (!locus_engine_command_done(n->engines[k], slot,
+					       n->eng_ticket[(size_t)slot * n->n_eng + k]))
+			return 0;
+	return 1;
+}
+
+/*
+ * The engine to poll a new client: a rank the one serving its GPU's part of
+ * the node (engine k takes GPUs k * G / N onwards: list the engine lcores in
+ * the order of the GPUs they sit next to); a prefiller or a decoder the one
+ * with fewest of those, then fewest clients.
+ */
+static uint32_t pick_engine(const struct locus_node *n, const struct locus_engine_grant *g)
+{
+	uint32_t best = 0;
+
+	if (n->n_eng == 1)
+		return 0;
+	if (g->roles & LOCUS_ROLE_RANK) {
+		uint32_t gpu = g->rank % n->cfg.gpus_per_node;
+
+		return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
+							: gpu % n->n_eng;
+	}
+	for (uint32_t k = 1; k < n->n_eng; k++)
+		if (n->eng_others[k] < n->eng_others[best] ||
+		    (n->eng_others[k] == n->eng_others[best] &&
+		     n->eng_ranks[k] < n->eng_ranks[best]))
+			best = k;
+	return best;
+}
+
 /* The registry holds what was granted, never what a slot says now. */
 static void registry_set(struct locus_node *n, uint32_t slot, int on)
 {
 	const struct locus_engine_grant *g = &n->grant[slot];
+
+	if (g->roles & LOCUS_ROLE_RANK)
+		n->eng_ranks[g->engine] += on ? 1 : -1;
+	else
+		n->eng_others[g->engine] += on ? 1 : -1;
 
 	if (g->roles & LOCUS_ROLE_DECODE)
 		n->decoder_owner[g->decoder_id] = on ? (int32_t)slot : -1;
@@ -143,13 +197,14 @@ static int attach_request(void *ctx, int conn, pid_t pid, const struct locus_reg
 		why = -LOCUS_ESTATE;
 		goto refused;
 	}
+	g.engine = pick_engine(n, &g);
+	n->slot_engine[i] = (uint8_t)g.engine;
 	n->grant[i] = g;
 	n->claim[i] = __atomic_load_n(&locus_clients_ctl(&n->clients, i)->state_pid,
 				      __ATOMIC_ACQUIRE);
 	n->conn[i] = conn;
 	registry_set(n, i, 1);
-	n->cmd[i] = LOCUS_ENGINE_ATTACH;
-	n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_ATTACH, &n->grant[i]);
+	post_all(n, i, LOCUS_ENGINE_ATTACH, &n->grant[i]);
 	return 0;
 
 refused:
@@ -221,8 +276,7 @@ static void grant(struct locus_node *n, uint32_t i)
 		/* nobody but us writes a slot before its fd is out: not expected */
 		locus_regions_attach_answer(n->regions, conn, -LOCUS_ESTATE, i, 0, -1,
 					    "the slot changed under locusd");
-		n->cmd[i] = LOCUS_ENGINE_DETACH;
-		n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_DETACH, NULL);
+		post_all(n, i, LOCUS_ENGINE_DETACH, NULL);
 		return;
 	}
 	n->claim[i] = 0;
@@ -317,15 +371,14 @@ void locus_node_control(struct locus_node *n)
 			continue;
 		}
 		if (n->ticket[i]) {
-			if (locus_engine_command_done(n->engine, i, n->ticket[i]))
+			if (done_all(n, i))
 				command_done(n, i);
 			continue;
 		}
 		if (n->attached[i] &&
 		    (live ? locus_clients_check(&n->clients, i)
 			  : locus_clients_check_state(&n->clients, i)) == LOCUS_CLIENTS_GONE) {
-			n->cmd[i] = LOCUS_ENGINE_DETACH;
-			n->ticket[i] = locus_engine_command(n->engine, i, LOCUS_ENGINE_DETACH, NULL);
+			post_all(n, i, LOCUS_ENGINE_DETACH, NULL);
 			locus_regions_slot_gone(n->regions, i);
 		}
 	}

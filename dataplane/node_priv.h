@@ -26,7 +26,14 @@ struct locus_node {
 	struct locus_pushsrv *push;    /* the control socket, the channels' only writer */
 	struct locus_counters *ctrs;
 	struct locus_clients clients;  /* every slot a memfd of its own */
-	struct locus_engine *engine;
+	struct locus_engine *engine;   /* engines[0] */
+	struct locus_engine *engines[LOCUS_CFG_MAX_ENGINES];
+	uint32_t n_eng;
+	struct locus_engine_group *group; /* NULL: one engine */
+	uint8_t *slot_engine;          /* [n_slots] the engine polling the slot */
+	uint64_t *eng_ticket;          /* [n_slots * n_eng] each engine's command ticket */
+	uint32_t eng_ranks[LOCUS_CFG_MAX_ENGINES];  /* ranks attached, per engine */
+	uint32_t eng_others[LOCUS_CFG_MAX_ENGINES]; /* prefillers and decoders, per engine */
 	void *ctl_blk;
 	void *eng_blk;               /* the engine's counters block (read for the log) */
 	uint64_t sc_resets_off;      /* its sigcache_resets */
@@ -35,7 +42,7 @@ struct locus_node {
 	uint32_t n_ranks;
 	uint32_t n_attached;
 	/* control's registry, per client slot */
-	uint64_t *ticket;     /* pending engine command, 0 none */
+	uint64_t *ticket;     /* 1: an engine command pending (every engine's: eng_ticket) */
 	uint8_t *cmd;
 	uint8_t *attached;
 	uint64_t *claim;      /* the CLAIMED word until the slot is ACTIVE, else 0 */
@@ -57,5 +64,8 @@ struct locus_node {
 
 /* node_clients.c: the registration socket's attach ops, for node.c to open it with. */
 void node_clients_init(struct locus_node *n);
+
+/* node.c: counters block of engine k (0 and 2.. : block 1 is the control's). */
+uint32_t node_engine_block(uint32_t k);
 
 #endif /* LOCUS_NODE_PRIV_H */

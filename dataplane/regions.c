@@ -124,6 +124,12 @@ static int register_counters(struct locus_regions *rs, struct locus_error *err)
 
 /* ---- answers ------------------------------------------------------------------- */
 
+/* The engine that polls slot: the only one that reads its regions. */
+static struct locus_engine *engine_of(const struct locus_regions *rs, uint32_t slot)
+{
+	return rs->p.engines ? rs->p.engines[rs->p.slot_engine[slot]] : rs->p.engine;
+}
+
 static void conn_close(struct locus_regions *rs, int ci)
 {
 	if (ci < 0 || rs->conns[ci].fd < 0)
@@ -353,7 +359,7 @@ static void do_register(struct locus_regions *rs, int ci, const struct locus_reg
 	rs->conns[ci].waiting = 1;
 	rs->bytes[q->slot] += q->len;
 	locus_gauge_add(rs->p.ctl_blk, rs->c_held, 1);
-	g->ticket = locus_engine_region_command(rs->p.engine, q->slot, idx,
+	g->ticket = locus_engine_region_command(engine_of(rs, q->slot), q->slot, idx,
 						LOCUS_ENGINE_REGION_ADD, &er);
 	return;
 
@@ -371,7 +377,7 @@ static void start_delete(struct locus_regions *rs, uint32_t slot, struct ent *g,
 	g->conn = ci;
 	if (ci >= 0)
 		rs->conns[ci].waiting = 1;
-	g->ticket = locus_engine_region_command(rs->p.engine, slot, g->id % MAXR,
+	g->ticket = locus_engine_region_command(engine_of(rs, slot), slot, g->id % MAXR,
 						LOCUS_ENGINE_REGION_DEL, NULL);
 }
 
@@ -602,7 +608,7 @@ static void finish(struct locus_regions *rs)
 			int ci = g->conn;
 
 			if ((g->state != ENT_ADDING && g->state != ENT_DELETING) ||
-			    !locus_engine_region_done(rs->p.engine, slot, i, g->ticket))
+			    !locus_engine_region_done(engine_of(rs, slot), slot, i, g->ticket))
 				continue;
 			g->conn = -1;
 			if (g->state == ENT_ADDING) {

@@ -1,11 +1,10 @@
 // SPDX-License-Identifier: MIT
 /*
- * The engine-lcore / net-lcore relay (locus_relay.h). Three SPSC rings of
- * fixed-size entries copied by value: tx (engine -> net), done and rx
- * (net -> engine). Each index is written by one side only (release) and read
- * by the other (acquire); the rings are sized so that what must never be lost
- * (send ends) always fits, and a done that still finds its ring full waits in
- * a net-side overflow queue.
+ * The engine-lcore / net-lcore relay (locus_relay.h). Three SPSC rings
+ * (locus_spsc.h): tx (engine -> net), done and rx (net -> engine); the
+ * rings are sized so that what must never be lost (send ends) always fits,
+ * and a done that still finds its ring full waits in a net-side overflow
+ * queue.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 #include "locus_common.h"
 #include "locus_err.h"
 #include "locus_relay.h"
+#include "locus_spsc.h"
 
 #define RELAY_MAX_SG 16
 #define MAX_NODES    64
@@ -41,13 +41,6 @@ struct rx_item {
 	uint32_t node, len;
 };
 
-struct spsc {
-	uint64_t prod __locus_cache_aligned; /* producer's */
-	uint64_t cons __locus_cache_aligned; /* consumer's */
-	uint32_t mask, esize;
-	uint8_t *slots;
-};
-
 struct rx_fifo {
 	struct rx_item *e;
 	uint32_t head, tail;
@@ -59,7 +52,7 @@ struct locus_relay {
 	struct locus_engine_sink sink;       /* what the transport below sees */
 	struct locus_engine_sink eng;        /* where the engine side hands things */
 	uint32_t ring;
-	struct spsc tx, done, rx;
+	struct locus_spsc tx, done, rx;
 	/* engine side */
 	struct rx_fifo held[MAX_NODES] __locus_cache_aligned;
 	uint32_t n_held;
@@ -69,44 +62,6 @@ struct locus_relay {
 	uint32_t ovf_head, ovf_tail;
 	uint64_t n_tx_refused, n_rx, n_rx_no_room, n_rx_refused, n_tx;
 };
-
-/* ---- the rings -------------------------------------------------------------------------- */
-
-static int spsc_init(struct spsc *q, uint32_t n, uint32_t esize)
-{
-	q->slots = calloc(n, esize);
-	q->mask = n - 1;
-	q->esize = esize;
-	return q->slots ? 0 : -ENOMEM;
-}
-
-static int spsc_put(struct spsc *q, const void *e)
-{
-	uint64_t p = q->prod;
-
-	if (p - __atomic_load_n(&q->cons, __ATOMIC_ACQUIRE) > q->mask)
-		return -1;
-	memcpy(q->slots + (p & q->mask) * q->esize, e, q->esize);
-	__atomic_store_n(&q->prod, p + 1, __ATOMIC_RELEASE);
-	return 0;
-}
-
-static int spsc_get(struct spsc *q, void *e)
-{
-	uint64_t c = q->cons;
-
-	if (c == __atomic_load_n(&q->prod, __ATOMIC_ACQUIRE))
-		return -1;
-	memcpy(e, q->slots + (c & q->mask) * q->esize, q->esize);
-	__atomic_store_n(&q->cons, c + 1, __ATOMIC_RELEASE);
-	return 0;
-}
-
-static uint32_t spsc_count(const struct spsc *q)
-{
-	return (uint32_t)(__atomic_load_n(&q->prod, __ATOMIC_ACQUIRE) -
-			  __atomic_load_n(&q->cons, __ATOMIC_ACQUIRE));
-}
 
 /* ---- the engine as a sink ----------------------------------------------------------------- */
 
@@ -164,7 +119,7 @@ static int up_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 		return -LOCUS_EFULL;
 	if (n_sg)
 		memcpy(t.sg, sg, sizeof(*sg) * n_sg);
-	if (spsc_put(&r->tx, &t) < 0)
+	if (locus_spsc_put(&r->tx, &t) < 0)
 		return -LOCUS_EFULL; /* buf stays the engine's */
 	r->e_tx++;
 	return 0;
@@ -186,7 +141,7 @@ static int up_write_load(void *ctx, uint32_t node, const void *row, size_t len)
 	if (!t.buf)
 		return -EBUSY; /* the next period writes a newer row anyway */
 	memcpy(t.buf, row, len);
-	if (spsc_put(&r->tx, &t) < 0) {
+	if (locus_spsc_put(&r->tx, &t) < 0) {
 		r->down.free(r->down.ctx, t.buf);
 		return -EBUSY;
 	}
@@ -218,7 +173,7 @@ static int sink_recv(void *ctx, uint32_t node, const void *msg, size_t len)
 		return -LOCUS_EFULL;
 	}
 	memcpy(it.buf, msg, len);
-	if (spsc_put(&r->rx, &it) < 0) {
+	if (locus_spsc_put(&r->rx, &it) < 0) {
 		r->down.free(r->down.ctx, it.buf);
 		BUMP(r->n_rx_no_room);
 		return -LOCUS_EFULL;
@@ -232,7 +187,7 @@ static void sink_done(void *ctx, uint64_t cookie, int status)
 	struct locus_relay *r = ctx;
 	struct done_item d = { .cookie = cookie, .status = status };
 
-	if (r->ovf_head == r->ovf_tail && spsc_put(&r->done, &d) == 0)
+	if (r->ovf_head == r->ovf_tail && locus_spsc_put(&r->done, &d) == 0)
 		return;
 	/*
 	 * In order behind what already waits. It cannot fill: the engine side
@@ -249,11 +204,11 @@ int locus_relay_poll_net(struct locus_relay *r)
 	int work = 0;
 
 	while (r->ovf_head != r->ovf_tail &&
-	       spsc_put(&r->done, &r->ovf[r->ovf_head % (4 * r->ring)]) == 0) {
+	       locus_spsc_put(&r->done, &r->ovf[r->ovf_head % (4 * r->ring)]) == 0) {
 		__atomic_store_n(&r->ovf_head, r->ovf_head + 1, __ATOMIC_RELEASE);
 		work++;
 	}
-	for (int i = 0; i < 32 && spsc_get(&r->tx, &t) == 0; i++, work++) {
+	for (int i = 0; i < 32 && locus_spsc_get(&r->tx, &t) == 0; i++, work++) {
 		int ret;
 
 		if (t.kind == TX_LOAD) {
@@ -283,19 +238,19 @@ int locus_relay_poll_engine(struct locus_relay *r)
 	struct rx_item it;
 	int work = 0;
 
-	for (int i = 0; i < 64 && spsc_get(&r->done, &d) == 0; i++, work++) {
+	for (int i = 0; i < 64 && locus_spsc_get(&r->done, &d) == 0; i++, work++) {
 		r->e_done++;
 		r->eng.done(r->eng.ctx, d.cookie, (int)d.status);
 	}
 	/* arrivals into their node's queue: a full local receiver holds up only its node */
-	while (spsc_count(&r->rx)) {
+	while (locus_spsc_count(&r->rx)) {
 		struct rx_fifo *f;
 
-		memcpy(&it, r->rx.slots + (r->rx.cons & r->rx.mask) * r->rx.esize, sizeof(it));
+		memcpy(&it, locus_spsc_peek(&r->rx), sizeof(it));
 		f = &r->held[it.node];
 		if (f->tail - f->head > r->rx.mask)
 			break; /* that node's queue is full: leave the rest in the ring */
-		spsc_get(&r->rx, &it);
+		locus_spsc_get(&r->rx, &it);
 		f->e[f->tail++ & r->rx.mask] = it;
 		r->n_held++;
 		work++;
@@ -322,7 +277,8 @@ int locus_relay_poll_engine(struct locus_relay *r)
 
 uint32_t locus_relay_inflight(const struct locus_relay *r)
 {
-	return spsc_count(&r->tx) + spsc_count(&r->done) + spsc_count(&r->rx) + r->n_held +
+	return locus_spsc_count(&r->tx) + locus_spsc_count(&r->done) +
+	       locus_spsc_count(&r->rx) + r->n_held +
 	       (__atomic_load_n(&r->ovf_tail, __ATOMIC_RELAXED) -
 		__atomic_load_n(&r->ovf_head, __ATOMIC_RELAXED));
 }
@@ -371,9 +327,9 @@ int locus_relay_create(const struct locus_engine_remote *down, uint32_t ring,
 	memset(r, 0, sizeof(*r));
 	r->down = *down;
 	r->ring = ring;
-	if (spsc_init(&r->tx, ring, sizeof(struct tx_item)) ||
-	    spsc_init(&r->done, ring, sizeof(struct done_item)) ||
-	    spsc_init(&r->rx, ring, sizeof(struct rx_item)))
+	if (locus_spsc_init(&r->tx, ring, sizeof(struct tx_item)) ||
+	    locus_spsc_init(&r->done, ring, sizeof(struct done_item)) ||
+	    locus_spsc_init(&r->rx, ring, sizeof(struct rx_item)))
 		goto err_free;
 	r->ovf = calloc(4 * (size_t)ring, sizeof(*r->ovf));
 	if (!r->ovf)
@@ -408,8 +364,8 @@ void locus_relay_destroy(struct locus_relay *r)
 	for (int i = 0; i < MAX_NODES; i++)
 		free(r->held[i].e);
 	free(r->ovf);
-	free(r->tx.slots);
-	free(r->done.slots);
-	free(r->rx.slots);
+	locus_spsc_fini(&r->tx);
+	locus_spsc_fini(&r->done);
+	locus_spsc_fini(&r->rx);
 	free(r);
 }

@@ -483,19 +483,20 @@ const struct locus_ctr_info *locus_counters_info(const struct locus_counters *c,
 	return idx < c->n_known ? &c->info[idx] : NULL;
 }
 
-int locus_counters_sum(const struct locus_counters *c, uint32_t idx,
-		       uint64_t *out, size_t out_words)
+/* Add blocks [first, last) of entry idx into out (zeroed first). */
+static int sum_blocks(const struct locus_counters *c, uint32_t idx, uint32_t first,
+		      uint32_t last, uint64_t *out, size_t out_words)
 {
 	const struct locus_ctr_info *in = locus_counters_info(c, idx);
 	size_t words;
 
-	if (!in)
+	if (!in || last > c->n_blocks || first >= last)
 		return -LOCUS_ERANGE;
 	words = (size_t)in->n_elems * in->elem_words;
 	if (out_words < words)
 		return -ENOSPC;
 	memset(out, 0, words * sizeof(*out));
-	for (uint32_t b = 0; b < c->n_blocks; b++) {
+	for (uint32_t b = first; b < last; b++) {
 		const uint64_t *p = (const void *)(c->base + c->blocks_off +
 						   (uint64_t)b * c->block_size + in->offset);
 
@@ -503,6 +504,18 @@ int locus_counters_sum(const struct locus_counters *c, uint32_t idx,
 			out[w] += __atomic_load_n(&p[w], __ATOMIC_RELAXED);
 	}
 	return (int)words;
+}
+
+int locus_counters_sum(const struct locus_counters *c, uint32_t idx,
+		       uint64_t *out, size_t out_words)
+{
+	return sum_blocks(c, idx, 0, c->n_blocks, out, out_words);
+}
+
+int locus_counters_read_block(const struct locus_counters *c, uint32_t idx, uint32_t block,
+			      uint64_t *out, size_t out_words)
+{
+	return sum_blocks(c, idx, block, block + 1, out, out_words);
 }
 
 /*

@@ -204,6 +204,14 @@ const struct locus_ctr_info *locus_counters_info(const struct locus_counters *c,
 int locus_counters_sum(const struct locus_counters *c, uint32_t idx,
 		       uint64_t *out, size_t out_words);
 
+/*
+ * The same for one block alone (block < n_blocks): what the lcore writing
+ * it counted. Returns the words written, -LOCUS_ERANGE (bad idx or block)
+ * or -ENOSPC.
+ */
+int locus_counters_read_block(const struct locus_counters *c, uint32_t idx, uint32_t block,
+			      uint64_t *out, size_t out_words);
+
 /* Name of a kind: "counter", "gauge", "histogram" or "unknown". */
 const char *locus_ctr_kind_name(unsigned kind);
 

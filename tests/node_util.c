@@ -102,7 +102,7 @@ int64_t tu_push(const char *instance, struct locus_node *node, unsigned ch, cons
 	 * installs the table (router, map) right after, in the same iteration.
 	 */
 	for (int i = 0; node && !*refused && i < 25000 &&
-			locus_engine_table_generation(locus_node_engine(node), ch) < r.generation; i++)
+			locus_node_table_generation(node, ch) < r.generation; i++)
 		tu_nap();
 	return (int64_t)r.generation;
 }
@@ -168,14 +168,20 @@ void tu_node_hold(struct tu_node *t, int on)
 		tu_nap();
 }
 
+/* Every engine of the node on this one thread, in turn (see tu_engines_start for one each). */
 static void *tn_engine(void *arg)
 {
 	struct tu_node *t = arg;
-	struct locus_engine *e = locus_node_engine(t->node);
+	uint32_t n = locus_node_n_engines(t->node);
 
-	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE))
-		if (locus_engine_poll(e) == 0)
+	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
+		int work = 0;
+
+		for (uint32_t k = 0; k < n; k++)
+			work += locus_engine_poll(locus_node_engine_at(t->node, k));
+		if (work == 0)
 			sched_yield();
+	}
 	return NULL;
 }
 

@@ -229,6 +229,49 @@ static void test_idle_policy(void **state)
 	assert_int_equal(c.idle_sleep_max_us, LOCUS_CFG_IDLE_SLEEP_MAX_US);
 }
 
+/* engine_lcores: a count or a list of lcore ids, and what several engines need. */
+static void test_engine_lcores(void **state)
+{
+	static const struct { const char *text, *msg; } bad[] = {
+		{ "[locusd]\nengine_lcores = 0\n", "t.conf:2: engine_lcores: 0 is outside" },
+		{ "[locusd]\nengine_lcores = 9\n", "t.conf:2: engine_lcores: 9 is outside" },
+		{ "[locusd]\nengine_lcores = 2,2\n", "t.conf:2: engine_lcores: lcore 2 named twice" },
+		{ "[locusd]\nengine_lcores = 3-1\n", "t.conf:2: engine_lcores: bad range" },
+		{ "[locusd]\nengine_lcores = 1-9\n", "t.conf:2: engine_lcores: more than 8" },
+		{ "[locusd]\nengine_lcores = 2,x\n", "t.conf:2: engine_lcores: '2,x' is not a" },
+		{ "[locusd]\nengine_lcores = 2\nintra_node = verbs\nrdma_device = rxe0\n",
+		  "t.conf: engine_lcores = 2 needs intra_node = shm" },
+		{ "[locusd]\nengine_lcores = 2\nring_size = 64\nclient_inbox_slots = 64\n",
+		  "t.conf: engine_lcores = 2 needs ring_size >= 2 x client_inbox_slots (64 < 2 x 64)" },
+		{ "[locusd]\nengine_lcores = 4\nclient_inbox_slots = 3\n",
+		  "t.conf: engine_lcores = 4 needs client_inbox_slots >= 4" },
+		{ "[locusd]\nengine_lcores = 2\nrdma_device = rxe0\nsecret_file = /s\n"
+		  "[cluster]\nnode.0 = 10.0.0.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "t.conf: engine_lcores = 2: several engine lcores run on a single node only" },
+	};
+	struct locus_config c;
+	struct locus_error e = { 0 };
+	(void)state;
+
+	assert_int_equal(parse("", &c, NULL), 0);
+	assert_int_equal(c.engine_lcores, 1);
+	assert_int_equal(c.engine_lcore_list, 0);
+	assert_int_equal(parse("[locusd]\nengine_lcores = 3\n", &c, &e), 0);
+	assert_int_equal(c.engine_lcores, 3);
+	assert_int_equal(c.engine_lcore_list, 0);
+	assert_int_equal(parse("[locusd]\nengine_lcores = 2,4-6\n", &c, &e), 0);
+	assert_int_equal(c.engine_lcores, 4);
+	assert_int_equal(c.engine_lcore_list, 1);
+	assert_int_equal(c.engine_lcore_ids[0], 2);
+	assert_int_equal(c.engine_lcore_ids[1], 4);
+	assert_int_equal(c.engine_lcore_ids[3], 6);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		assert_true(parse(bad[i].text, &c, &e) < 0);
+		if (strncmp(e.msg, bad[i].msg, strlen(bad[i].msg)))
+			fail_msg("case %zu: \"%s\", want \"%s...\"", i, e.msg, bad[i].msg);
+	}
+}
+
 static void test_binary_and_long_lines(void **state)
 {
 	struct locus_config c;
@@ -289,6 +332,7 @@ int main(void)
 		cmocka_unit_test(test_defaults_alone),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_idle_policy),
+		cmocka_unit_test(test_engine_lcores),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_shipped_examples),

@@ -503,6 +503,73 @@ static void test_checkers_reject(void **state)
 	}
 }
 
+/*
+ * --by-lcore: each block on its own, in block order, named by what writes
+ * it (an engine sets its "engines" gauge to 1; others are "main"). Runs
+ * last: it registers that gauge.
+ */
+static void by_lcore_expect(const char *want_role[4])
+{
+	static const char *inflight[4] = { "-5", "0", "12", "0" };
+	const char *end;
+	char *p;
+	struct run r;
+
+	RUN(&r, "-i", "stattest", "--by-lcore", "--json", "eldr_routed", "inflight");
+	assert_int_equal(r.status, 0);
+	p = r.out;
+	for (int b = 0; b < 4; b++) {
+		struct mj_val doc;
+		char num[32], *nl = strchr(p, '\n');
+
+		if (!nl)
+			fail_msg("block %d: no line in %s", b, r.out);
+		*nl = '\0';
+		if (mj_parse(p, &doc, &end) < 0 || *end)
+			fail_msg("block %d: not one JSON object a line: %s", b, p);
+		snprintf(num, sizeof(num), "%d", b);
+		expect_num(mj_get(&doc, "block"), num);
+		assert_string_equal(mj_get(&doc, "lcore")->s, want_role[b]);
+		/* the block's own word, as its writer left it (test_watch adds to block 2) */
+		snprintf(num, sizeof(num), "%llu", (unsigned long long)*locus_ctr_word(
+				 locus_counters_block(fx.c, (uint32_t)b), fx.routed_off));
+		expect_num(mj_get(metric(&doc, "eldr_routed"), "value"), num);
+		expect_num(mj_get(metric(&doc, "inflight"), "value"), inflight[b]);
+		mj_free(&doc);
+		p = nl + 1;
+	}
+	assert_int_equal(*p, '\0');
+	run_free(&r);
+}
+
+static void test_by_lcore(void **state)
+{
+	const char *none[4] = { "main", "main", "main", "main" };
+	const char *two[4] = { "engine 0", "main", "engine 1", "main" };
+	uint64_t off;
+	struct run r;
+	(void)state;
+
+	by_lcore_expect(none);
+	reg(fx.c, "engines", "engine lcores", LOCUS_CTR_GAUGE, 0, 0, 0, NULL, NULL, &off);
+	locus_gauge_set(locus_counters_block(fx.c, 0), off, 1);
+	locus_gauge_set(locus_counters_block(fx.c, 2), off, 1);
+	by_lcore_expect(two);
+	RUN(&r, "-i", "stattest", "--by-lcore", "eldr_routed");
+	assert_int_equal(r.status, 0);
+	assert_non_null(strstr(r.out, "lcore block 2 (engine 1)"));
+	expect_field(strstr(r.out, "lcore block 1 (main)"), "eldr_routed", 2, "23");
+	run_free(&r);
+	/* one sample, no rates: --watch and --prometheus are refused */
+	RUN(&r, "-i", "stattest", "--by-lcore", "--watch", "1");
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "--by-lcore takes one sample"));
+	run_free(&r);
+	RUN(&r, "-i", "stattest", "--by-lcore", "--prometheus");
+	assert_int_equal(r.status, 1);
+	run_free(&r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -513,6 +580,7 @@ int main(void)
 		cmocka_unit_test(test_big_vector),
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_checkers_reject),
+		cmocka_unit_test(test_by_lcore),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -13,10 +13,13 @@
  * rows' content intact, and combine brings every result back; a killed
  * client's slot is reclaimed.
  *
- * The whole set runs twice: intra-node rows copied by the engine's CPU, and
- * moved by an intra-node DMA engine (intra_node = verbs; here a stand-in
- * that copies one poll iteration later, so a delivery before the copy ended
- * would show). The verbs loopback itself runs in the Soft-RoCE VM.
+ * The whole set runs three times: intra-node rows copied by the engine's
+ * CPU; moved by an intra-node DMA engine (intra_node = verbs; here a
+ * stand-in that copies one poll iteration later, so a delivery before the
+ * copy ended would show); and with two engines (engine_lcores = 2, each on
+ * a thread of its own: ranks 0-1 on one, 2-3 on the other, prefillers and
+ * decoders spread), so rows, results and signatures cross between engines.
+ * The verbs loopback itself runs in the Soft-RoCE VM.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,8 +53,9 @@
 
 static char shm_dir[64];
 static struct locus_node *node;
-static pthread_t th_ctl, th_eng;
+static pthread_t th_ctl, th_eng[LOCUS_CFG_MAX_ENGINES];
 static volatile int stop;
+static int two_engines; /* the third run: engine_lcores = 2 */
 
 /* the test's own view of the segment, as locusctl and locus-stat have it */
 static struct tu_view tv;
@@ -110,9 +114,8 @@ static void dma_poll(struct locus_engine *e)
 
 static void *eng_loop(void *arg)
 {
-	struct locus_engine *e = locus_node_engine(node);
+	struct locus_engine *e = locus_node_engine_at(node, (uint32_t)(uintptr_t)arg);
 
-	(void)arg;
 	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
 		int n = locus_engine_poll(e);
 
@@ -162,13 +165,18 @@ static int setup(void **state)
 {
 	struct locus_config cfg;
 	struct locus_error e;
-	static const char conf[] =
+	char conf[1024];
+	static const char base[] =
 		"[locusd]\ninstance = " INST "\nclient_slots = 12\nring_size = 64\n"
 		"stage_size = 262144\nclient_inbox_slots = 16\ninbox_slot_size = 4096\n"
 		"moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\nmax_batch_tokens = 64\n"
 		"table_slot_size = 65536\nload_timeout_ms = 60000\n"
 		"[cluster]\ngpus_per_node = 4\nnode.0 = 127.0.0.1:7471\n";
 	(void)state;
+
+	snprintf(conf, sizeof(conf), "%s", base);
+	if (two_engines) /* a section may open twice */
+		snprintf(conf, sizeof(conf), "[locusd]\nengine_lcores = 2\n%s", base);
 
 	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-node-test-XXXXXX");
 	if (!mkdtemp(shm_dir))
@@ -190,8 +198,16 @@ static int setup(void **state)
 	ctrs = tv.ctrs;
 	ctl = (struct tu_control){ .node = node, .stop = &stop };
 	pthread_create(&th_ctl, NULL, tu_control_loop, &ctl);
-	pthread_create(&th_eng, NULL, eng_loop, NULL);
+	for (uint32_t k = 0; k < locus_node_n_engines(node); k++)
+		pthread_create(&th_eng[k], NULL, eng_loop, (void *)(uintptr_t)k);
 	return 0;
+}
+
+static int setup_engines(void **state)
+{
+	memset(&dma, 0, sizeof(dma)); /* the CPU copies: the DMA loopback serves one engine */
+	two_engines = 1;
+	return setup(state);
 }
 
 static int setup_dma(void **state)
@@ -206,7 +222,8 @@ static int teardown(void **state)
 	(void)state;
 	__atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
 	pthread_join(th_ctl, NULL);
-	pthread_join(th_eng, NULL);
+	for (uint32_t k = 0; k < locus_node_n_engines(node); k++)
+		pthread_join(th_eng[k], NULL);
 	__atomic_store_n(&stop, 0, __ATOMIC_RELEASE);
 	tu_view_close(&tv);
 	locus_node_destroy(node, 1);
@@ -557,6 +574,10 @@ static void test_dispatch_combine(void **state)
 				assert_int_equal(in.status, 0);
 				assert_int_equal(in.id, 7);
 				rows_sent = in.aux;
+				/* with two engines: until the other took what was handed over */
+				for (int i = 0; i < 25000 && locus_node_engine_inflight(node); i++)
+					tu_nap();
+				assert_int_equal(locus_node_engine_inflight(node), 0);
 				break;
 			}
 			assert_int_equal(in.op, LOCUS_OP_ROWS_IN);
@@ -678,6 +699,11 @@ static void test_dispatch_combine(void **state)
 	} else {
 		assert_int_equal(ctr_("ldma_msgs", 0), 0);
 	}
+	/* with two engines, rank 0's rows to ranks 2-3 and their results crossed */
+	if (two_engines)
+		assert_true(ctr_("engine_handovers", 0) >= 4);
+	else
+		assert_int_equal(ctr_("engine_handovers", 0), 0);
 	/* the live load matrix counted every (token, k) of layer 1 */
 	{
 		uint64_t sum = 0;
@@ -841,5 +867,6 @@ int main(void)
 	};
 	int fails = cmocka_run_group_tests_name("cpu copies", tests, setup, teardown);
 
-	return fails + cmocka_run_group_tests_name("intra-node DMA", dma_tests, setup_dma, teardown);
+	fails += cmocka_run_group_tests_name("intra-node DMA", dma_tests, setup_dma, teardown);
+	return fails + cmocka_run_group_tests_name("two engines", tests, setup_engines, teardown);
 }

@@ -228,10 +228,21 @@ static uint64_t run(struct dctx *x, uint64_t ns, int check)
 			return 0;
 	}
 	t1 = bd_now_ns();
-	/* deliveries still in the rings (a completion comes after its rows) */
-	for (int i = 0; i < 1000; i++)
-		if (poll_all(x, check, &idle) < 0 || idle)
+	/*
+	 * Deliveries still in the rings: with one engine a completion comes after
+	 * its rows; with several, a delivery handed to the receiver's engine may
+	 * come later (that engine's next poll, on a core it may share): drain
+	 * until nothing came for 20 ms (at most 2 s), so that none is checked in
+	 * the next row against that row's layout.
+	 */
+	for (uint64_t quiet = t1 + 20000000ull, stop = t1 + 2000000000ull;;) {
+		uint64_t now = bd_now_ns();
+
+		if (now >= quiet || now >= stop || poll_all(x, check, &idle) < 0)
 			break;
+		if (!idle)
+			quiet = now + 20000000ull;
+	}
 	if (x->bad) {
 		fprintf(stderr, "bench_dataplane: dispatch: %llu bad deliveries\n",
 			(unsigned long long)x->bad);

@@ -168,8 +168,13 @@ static int run_window(struct route_th *t, uint32_t window, uint64_t ns, int chec
 		bd_report_loads(t->att, t->n_att, now);
 	}
 	t->t1 = bd_now_ns();
-	/* the last deliveries may trail their completions by a poll */
-	for (int i = 0; i < 100000 && t->delivered < t->completed; i++)
+	/*
+	 * The last deliveries may trail their completions: by a poll, and with
+	 * several engine lcores by the hand-over to the decoder's engine (which
+	 * may share a core with others): up to 2 s.
+	 */
+	for (uint64_t until = bd_now_ns() + 2000000000ull;
+	     t->delivered < t->completed && bd_now_ns() < until;)
 		if (poll_all(t, check, 0) < 0)
 			return -1;
 	if (t->bad || t->delivered != t->completed) {

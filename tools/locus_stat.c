@@ -30,12 +30,14 @@ struct opts {
 	char *const *pat;
 	int npat;
 	const char *telemetry; /* a DPDK telemetry command instead of the counters */
+	int by_lcore;          /* each lcore block on its own */
 };
 
 static void usage(FILE *f)
 {
 	fputs("Usage: locus-stat [-i INSTANCE] [--json | --prometheus] [--watch SECONDS [--count N]]\n"
 	      "                  [PATTERN...]\n"
+	      "       locus-stat [-i INSTANCE] [--json] --by-lcore [PATTERN...]\n"
 	      "       locus-stat [-i INSTANCE] --telemetry COMMAND\n"
 	      "Print the counters, gauges and histograms of a locus data plane, summed over its\n"
 	      "lcores, straight from its shared-memory segment. The segment is mapped read-only:\n"
@@ -47,6 +49,8 @@ static void usage(FILE *f)
 	      "  -p, --prometheus      Prometheus text exposition format\n"
 	      "  -w, --watch SECONDS   sample every SECONDS (0.01 .. 86400) and add rates per second\n"
 	      "  -c, --count N         with --watch: stop after N samples (default: until killed)\n"
+	      "  -l, --by-lcore        each lcore's counters block on its own (engine 0, main,\n"
+	      "                        engine 1, ...) instead of their sums\n"
 	      "  -t, --telemetry CMD   send CMD (e.g. /locus/info, /eal/params; / lists them) to the\n"
 	      "                        instance's DPDK telemetry socket and print the JSON reply\n"
 	      "  -h, --help            this text\n"
@@ -109,6 +113,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "watch", required_argument, NULL, 'w' },
 		{ "count", required_argument, NULL, 'c' },
 		{ "telemetry", required_argument, NULL, 't' },
+		{ "by-lcore", no_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -119,8 +124,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->instance = env && env[0] ? env : "default";
 	o->count = 1;
-	while ((ch = getopt_long(argc, argv, "i:jpw:c:t:h", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "i:jpw:c:t:lh", lo, NULL)) != -1) {
 		switch (ch) {
+		case 'l':
+			o->by_lcore = 1;
+			break;
 		case 'i':
 			o->instance = optarg;
 			break;
@@ -170,6 +178,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (nfmt > 1) {
 		fprintf(stderr, "locus-stat: --json and --prometheus exclude each other\n");
+		return -1;
+	}
+	if (o->by_lcore && (o->watch_s > 0 || o->fmt == FMT_PROM || o->telemetry)) {
+		fprintf(stderr, "locus-stat: --by-lcore takes one sample, as a table or --json\n");
 		return -1;
 	}
 	if (have_count && o->watch_s == 0) {
@@ -236,6 +248,42 @@ static int open_counters(struct locus_shm *shm, const char *instance,
 	return 0;
 }
 
+/* --by-lcore: one sample of each block, in block order, each with what writes it. */
+static int print_blocks(const struct opts *o, struct locus_shm *shm, struct locus_counters *c)
+{
+	for (uint32_t b = 0; b < locus_counters_n_blocks(c); b++) {
+		struct locus_stat_snap s;
+		struct locus_stat_view v;
+		char role[32];
+		int rc;
+
+		if (locus_stat_sample(c, o->pat, o->npat, (int)b, &s) < 0) {
+			fprintf(stderr, "locus-stat: out of memory\n");
+			return LOCUS_STAT_EXIT_USAGE;
+		}
+		locus_stat_block_role(c, b, role, sizeof(role));
+		v = (struct locus_stat_view){
+			.instance = o->instance,
+			.state = state_name(locus_shm_state(shm)),
+			.owner_pid = (long)locus_shm_owner_pid(shm),
+			.start_ns = locus_shm_start_time_ns(shm),
+			.now_ns = now_ns(CLOCK_REALTIME),
+			.n_blocks = locus_counters_n_blocks(c),
+			.n_entries = locus_counters_n_entries(c),
+			.block = (int)b,
+			.role = role,
+		};
+		rc = o->fmt == FMT_JSON ? locus_stat_print_json(stdout, &v, &s)
+					: locus_stat_print_table(stdout, &v, &s);
+		locus_stat_snap_free(&s);
+		if (rc < 0) {
+			fprintf(stderr, "locus-stat: writing the output failed\n");
+			return LOCUS_STAT_EXIT_USAGE;
+		}
+	}
+	return 0;
+}
+
 static int run(const struct opts *o, struct locus_shm *shm, struct locus_counters *c)
 {
 	struct locus_stat_snap snap[2] = { { 0 }, { 0 } };
@@ -267,7 +315,11 @@ static int run(const struct opts *o, struct locus_shm *shm, struct locus_counter
 			break;
 		}
 		locus_stat_snap_free(s);
-		if (locus_stat_sample(c, o->pat, o->npat, s) < 0) {
+		if (o->by_lcore) {
+			rc = print_blocks(o, shm, c);
+			break;
+		}
+		if (locus_stat_sample(c, o->pat, o->npat, -1, s) < 0) {
 			fprintf(stderr, "locus-stat: out of memory\n");
 			rc = LOCUS_STAT_EXIT_USAGE;
 			break;
@@ -282,6 +334,7 @@ static int run(const struct opts *o, struct locus_shm *shm, struct locus_counter
 			.n_blocks = locus_counters_n_blocks(c),
 			.n_entries = locus_counters_n_entries(c),
 			.interval_s = n ? (double)(s->mono_ns - prev->mono_ns) / 1e9 : 0,
+			.block = -1,
 		};
 		if (o->fmt == FMT_JSON)
 			rc = locus_stat_print_json(stdout, &v, s);

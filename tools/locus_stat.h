@@ -22,7 +22,7 @@ enum locus_stat_exit {
 	LOCUS_STAT_EXIT_NOCOUNTERS = 6, /* region absent or not initialised yet */
 };
 
-/* One selected directory entry, summed over all blocks. */
+/* One selected directory entry, summed over all blocks (or one block's). */
 struct locus_stat_entry {
 	uint32_t idx;
 	const struct locus_ctr_info *info;
@@ -46,14 +46,23 @@ struct locus_stat_view {
 	uint32_t n_blocks;
 	uint32_t n_entries;      /* in the directory, selected or not */
 	double interval_s;       /* since the previous sample; 0: no rates */
+	int block;               /* with role: the lcore block whose values these are */
+	const char *role;        /* "engine K" or "main" (--by-lcore); NULL: sums */
 };
 
 /*
  * Sum every entry whose name matches one of the fnmatch(3) patterns (all
- * entries when npat is 0) into s. Returns 0 or -ENOMEM.
+ * entries when npat is 0) into s; block >= 0: that block's values alone.
+ * Returns 0 or -ENOMEM.
  */
-int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat,
+int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat, int block,
 		      struct locus_stat_snap *s);
+
+/*
+ * What lcore writes block b: "engine K" (its "engines" gauge is 1: the
+ * K-th such block) or "main" (control, network). Into buf.
+ */
+void locus_stat_block_role(const struct locus_counters *c, uint32_t b, char *buf, size_t len);
 
 void locus_stat_snap_free(struct locus_stat_snap *s);
 

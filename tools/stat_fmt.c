@@ -120,6 +120,8 @@ int locus_stat_print_table(FILE *f, const struct locus_stat_view *v,
 	fmt_uptime(up, sizeof(up), v);
 	fprintf(f, "instance %s  state %s  owner pid %ld  uptime %s  lcore blocks %u  entries %u\n",
 		v->instance, v->state, v->owner_pid, up, v->n_blocks, v->n_entries);
+	if (v->role)
+		fprintf(f, "lcore block %d (%s)\n", v->block, v->role);
 	fprintf(f, "%-44s %-9s %20s", "NAME", "KIND", "VALUE");
 	if (v->interval_s > 0)
 		fprintf(f, " %14s", "RATE/s");
@@ -288,6 +290,10 @@ int locus_stat_print_json(FILE *f, const struct locus_stat_view *v,
 		",\"uptime_s\":", v->owner_pid, v->start_ns, v->now_ns);
 	json_num(f, up);
 	fprintf(f, ",\"lcore_blocks\":%u,\"entries\":%u", v->n_blocks, v->n_entries);
+	if (v->role) {
+		fprintf(f, ",\"block\":%d,\"lcore\":", v->block);
+		json_str(f, v->role);
+	}
 	if (v->interval_s > 0) {
 		fputs(",\"interval_s\":", f);
 		json_num(f, v->interval_s);

@@ -2,6 +2,7 @@
 /* locus-stat: take a sample of the selected counters. */
 #include <errno.h>
 #include <fnmatch.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -18,7 +19,7 @@ static int selected(const char *name, char *const *pat, int npat)
 	return 0;
 }
 
-int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat,
+int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat, int block,
 		      struct locus_stat_snap *s)
 {
 	uint32_t n = locus_counters_n_entries(c);
@@ -43,7 +44,8 @@ int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat
 		if (!e->w)
 			goto err_free;
 		s->n++;
-		if (locus_counters_sum(c, i, e->w, words) < 0)
+		if ((block < 0 ? locus_counters_sum(c, i, e->w, words)
+			       : locus_counters_read_block(c, i, (uint32_t)block, e->w, words)) < 0)
 			goto err_free;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -53,6 +55,28 @@ int locus_stat_sample(const struct locus_counters *c, char *const *pat, int npat
 err_free:
 	locus_stat_snap_free(s);
 	return -ENOMEM;
+}
+
+/* Whether block b is an engine's: its "engines" gauge reads 1. */
+static int engine_block(const struct locus_counters *c, int idx, uint32_t b)
+{
+	uint64_t v = 0;
+
+	return idx >= 0 && locus_counters_read_block(c, (uint32_t)idx, b, &v, 1) == 1 && v == 1;
+}
+
+void locus_stat_block_role(const struct locus_counters *c, uint32_t b, char *buf, size_t len)
+{
+	int idx = locus_counters_find(c, "engines");
+	uint32_t k = 0;
+
+	if (!engine_block(c, idx, b)) {
+		snprintf(buf, len, "main");
+		return;
+	}
+	for (uint32_t i = 0; i < b; i++)
+		k += (uint32_t)engine_block(c, idx, i);
+	snprintf(buf, len, "engine %u", k);
 }
 
 void locus_stat_snap_free(struct locus_stat_snap *s)

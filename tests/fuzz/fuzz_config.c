@@ -29,6 +29,12 @@ static void check_ranges(const struct locus_config *c)
 	FUZZ_CHECK(!c->secret_file[0] || c->secret_file[0] == '/', "relative secret_file");
 	FUZZ_CHECK(memchr(c->ctl_group, 0, sizeof(c->ctl_group)), "ctl_group not terminated");
 	FUZZ_CHECK(is_pow2(c->ring_size) && c->ring_size >= 16, "ring_size %u", c->ring_size);
+	FUZZ_CHECK(c->engine_lcores >= 1 && c->engine_lcores <= LOCUS_CFG_MAX_ENGINES &&
+		   (c->engine_lcores == 1 ||
+		    (c->n_nodes == 1 && c->intra_node == LOCUS_INTRA_SHM &&
+		     c->ring_size >= 2 * c->client_inbox_slots &&
+		     c->client_inbox_slots >= c->engine_lcores)),
+		   "engine_lcores %u with what several engines need", c->engine_lcores);
 	FUZZ_CHECK(is_pow2(c->inbox_slots), "inbox_slots %u", c->inbox_slots);
 	FUZZ_CHECK(c->inbox_slot_size % LOCUS_CACHE_LINE == 0 && c->inbox_slot_size,
 		   "inbox_slot_size %u", c->inbox_slot_size);
@@ -68,6 +74,17 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 #define P(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
 	P("[locusd]\ninstance = %s\nnode = %u\neal_args = %s\nrdma_device = %s\n", c->instance,
 	  c->node_id, c->eal_args, c->rdma_device);
+	if (c->engine_lcore_list && c->engine_lcores == 1) {
+		/* a list of one id: "N" alone would be a count */
+		P("engine_lcores = %u-%u\n", c->engine_lcore_ids[0], c->engine_lcore_ids[0]);
+	} else if (c->engine_lcore_list) {
+		P("engine_lcores = ");
+		for (uint32_t i = 0; i < c->engine_lcores; i++)
+			P("%s%u", i ? "," : "", c->engine_lcore_ids[i]);
+		P("\n");
+	} else {
+		P("engine_lcores = %u\n", c->engine_lcores);
+	}
 	if (c->rdma_near_pci[0])
 		P("rdma_near_pci = %s\n", c->rdma_near_pci);
 	if (c->rdma_near_numa >= 0)

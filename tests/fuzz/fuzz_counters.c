@@ -58,7 +58,7 @@ static void render(const struct locus_counters *c)
 	size_t len = 0;
 	FILE *f;
 
-	if (locus_stat_sample(c, NULL, 0, &s) < 0)
+	if (locus_stat_sample(c, NULL, 0, -1, &s) < 0)
 		return;
 	f = open_memstream(&out, &len);
 	if (!f)
