@@ -184,8 +184,18 @@ static int attach_request(void *ctx, int conn, pid_t pid, const struct locus_reg
 		if (slot_free(n, i))
 			break;
 	if (i == n->cfg.client_slots) {
-		snprintf(msg, len, "all %u client slots are taken", n->cfg.client_slots);
-		why = -LOCUS_EFULL;
+		/* a slot whose client detached or died comes free: wait for it, as for an id */
+		for (i = 0; i < n->cfg.client_slots; i++)
+			if (n->draining[i] || n->renew[i] || (n->attached[i] && owner_leaving(n, (int32_t)i)))
+				break;
+		if (i < n->cfg.client_slots) {
+			snprintf(msg, len, "all %u client slots are taken; slot %u is being released",
+				 n->cfg.client_slots, i);
+			why = -EAGAIN;
+		} else {
+			snprintf(msg, len, "all %u client slots are taken", n->cfg.client_slots);
+			why = -LOCUS_EFULL;
+		}
 		goto refused;
 	}
 	why = check_grant(n, &g, msg, len);
