@@ -15,9 +15,12 @@
 
 /*
  * Parse /proc/<pid>/stat. comm (field 2) may hold spaces and ')' so fields
- * are counted from the last ')'. Fields after it: 3 state ... 22 starttime.
+ * are counted from the last ')'. Fields after it: 3 state, 9 flags (the
+ * kernel's PF_* bits), ... 22 starttime.
  */
-static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
+#define PROC_PF_EXITING 0x4u /* include/linux/sched.h: do_exit() has begun */
+
+static int proc_stat(pid_t pid, char *state, unsigned long *flags, uint64_t *ticks)
 {
 	char path[64], buf[1024], *p, *end;
 	ssize_t n;
@@ -44,6 +47,8 @@ static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
 		if (!p)
 			return -EPROTO;
 		p++;
+		if (field + 1 == 9)
+			*flags = strtoul(p, NULL, 10);
 	}
 	errno = 0;
 	*ticks = strtoull(p, &end, 10);
@@ -54,17 +59,22 @@ static int proc_stat(pid_t pid, char *state, uint64_t *ticks)
 
 int locus_proc_start_ticks(pid_t pid, uint64_t *ticks)
 {
+	unsigned long flags;
 	char state;
 
-	return proc_stat(pid, &state, ticks);
+	return proc_stat(pid, &state, &flags, ticks);
 }
 
 /*
  * 1 if pid runs and its start ticks, masked by mask, equal want. An exited
- * child its parent has not reaped yet runs no code: dead.
+ * child its parent has not reaped yet runs no code: dead. So is a process
+ * inside do_exit(): the kernel closes its files (a peer sees its sockets
+ * reset) before it turns zombie, and a reader that saw the reset must not
+ * find it alive in that window.
  */
 static int alive_masked(pid_t pid, uint64_t want, uint64_t mask)
 {
+	unsigned long flags = 0;
 	uint64_t ticks;
 	char state;
 	int rc;
@@ -73,12 +83,12 @@ static int alive_masked(pid_t pid, uint64_t want, uint64_t mask)
 		return 0;
 	if (kill(pid, 0) < 0 && errno == ESRCH)
 		return 0;
-	rc = proc_stat(pid, &state, &ticks);
+	rc = proc_stat(pid, &state, &flags, &ticks);
 	if (rc == -ESRCH)
 		return 0;
 	if (rc < 0)
 		return 1; /* /proc hidden from us: kill() said it exists, believe it */
-	if (state == 'Z' || state == 'X' || state == 'x')
+	if (state == 'Z' || state == 'X' || state == 'x' || (flags & PROC_PF_EXITING))
 		return 0;
 	return (ticks & mask) == (want & mask);
 }
