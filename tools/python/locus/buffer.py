@@ -358,10 +358,24 @@ class Buffer:
                         raise from_code(-_lib.LOCUS_EPEERDOWN, f"{who} did not attach within "
                                         f"{self.timeout} s", what=what)
                     raise LocusTimeout(errno.ETIMEDOUT, f"{what} did not complete within "
-                                       f"{self.timeout} s", what=what)
+                                       f"{self.timeout} s ({self._waiting_on()})", what=what)
                 time.sleep(_NAP_S)
             else:
                 last = time.monotonic()
+
+    def _waiting_on(self):
+        """What a timed-out wait still lacked, for its message: the requests without a
+        final completion (and the status that made them go again), what came in."""
+        names = {_lib.OP_DISPATCH: "dispatch", _lib.OP_COMBINE: "combine"}
+        out = ", ".join(f"{names.get(k[0], k[0])} {k[1] & ~_NOTIFY}"
+                        f"{' (notify)' if k[1] & _NOTIFY else ''} to {k[2]}"
+                        f"{'' if r[0] is None else f' last {r[0]}'}"
+                        for k, r in sorted(self._out.items()))
+        got = "; ".join(f"{'rows' if k[0] == _lib.OP_ROWS_IN else 'results'} of batch {k[1]}:"
+                        f" {sum(len(r.refs) for r in v)} rows from ranks "
+                        f"{sorted({r.src for r in v})}" for k, v in sorted(self._msgs.items()))
+        return (f"in flight: {out or 'none'}; queued again: {len(self._retry)}; "
+                f"received: {got or 'nothing'}; inbox bytes held {self._held_bytes}")
 
     def _take_done(self, key, what):
         d = self._done.pop(key)

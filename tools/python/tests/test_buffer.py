@@ -286,10 +286,13 @@ def test_dispatch_waits_are_bounded(ranks):
     b = ranks[0]
     b.timeout = 0.5
     t0 = time.monotonic()
-    with pytest.raises(locus.LocusTimeout, match="did not complete within 0.5 s"):
+    with pytest.raises(locus.LocusTimeout, match="did not complete within 0.5 s") as e:
         b.dispatch(np.zeros((3, 4), np.float32), np.array([[0], [1], [2]]),
                    np.ones((3, 1), np.float32), 0)
     assert time.monotonic() - t0 < 5
+    # the message says what the wait lacked: the other ranks' rows of the batch
+    print(e.value)
+    assert "received: rows of batch 1:" in str(e.value) and "from ranks [0]" in str(e.value)
 
 
 def test_peer_not_attached(ep_daemon, attach):
