@@ -111,7 +111,11 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--policies random,rr,jsq,p2c,domain,eldr] [--json]\n"
 	  "        [--hidden H] [--moe-intermediate I] [--dtype-bytes B] [--hbm-gbps G]\n"
 	  "        [--fixed-us F | --overhead-us O] [--kv-bytes-per-token KV]\n"
-	  "        [--allow-shape-mismatch]" },
+	  "        [--allow-shape-mismatch]\n"
+	  "  locusctl simulate --moe --trace FILE [--fit-trace FILE] [--topo 1x8,2x4,4x8]\n"
+	  "        [--tokens-per-step B] [--model M] [--gpu G] [--fabric F] [--intra-gbps G]\n"
+	  "        [--inter-gbps G] [--tflops T] [--hbm-gbps G] [--latency-us U]\n"
+	  "        [--replica-budget B] [--seed S] [--bootstrap N] [--json]" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"

@@ -369,8 +369,12 @@ int locusctl_simulate(int argc, char **argv)
 	const void *payload = NULL;
 	size_t tlen = 0, plen = 0, slen = 0;
 	uint32_t nrows = 0, n;
-	int ret = parse_opts(argc, argv, &o);
+	int ret;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--moe"))
+			return locusctl_simulate_moe(argc, argv);
+	ret = parse_opts(argc, argv, &o);
 	if (ret)
 		return ret;
 	ret = locus_trace_load(o.trace, NULL, &t, &err);

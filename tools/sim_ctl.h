@@ -37,4 +37,7 @@ void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row 
 void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
 		     uint32_t n);
 
+/* locusctl simulate --moe (tools/sim_moe_ctl.c): MoE-layer time per placement. */
+int locusctl_simulate_moe(int argc, char **argv);
+
 #endif /* SIM_CTL_H */
