@@ -5,4 +5,6 @@ $(eval $(call LIBRARY,sim,tools/sim.c tools/sim_preset.c))
 $(eval $(call LIBRARY,sim_moe,tools/sim_moe.c tools/sim_moe_route.c))
 $(eval $(call PROGRAM,tests/test_sim,tests/test_sim.c tests/test_paths.c tools/eldr_quality_sim.c,sim eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_sim
-EXTRA_TESTS += tests/test_simulate.sh
+$(eval $(call PROGRAM,tests/test_sim_moe,tests/test_sim_moe.c,sim_moe grace_plan gracefit formats common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_sim_moe
+EXTRA_TESTS += tests/test_simulate.sh tests/test_simulate_moe.sh
