@@ -104,7 +104,8 @@ static const struct locusctl_cmd cmds[] = {
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
 	{ "simulate", locusctl_simulate,
-	  "simulate --trace FILE --decoders K [--table ELDR_TABLE [--tau T1,T2,..]]\n"
+	  "simulate --trace FILE --decoders K [--table ELDR_TABLE [--tau T1,T2,..\n"
+	  "        [--fit-trace FILE (tau chosen on it)]]]\n"
 	  "        [--model qwen3-30b-a3b|deepseek-v2-lite] [--gpu h100-sxm|mi300x]\n"
 	  "        [--rate R (requests/s, Poisson; 0: all at once)] [--order trace|shuffle]\n"
 	  "        [--requests N] [--gen-len N] [--batch-cap B] [--seed S]\n"
