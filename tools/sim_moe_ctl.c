@@ -464,6 +464,16 @@ static int make_groups(struct sets *s, int set, uint32_t n, uint64_t seed)
 	return 0;
 }
 
+/* The fewest tokens any of a set's n groups holds. */
+static uint32_t smallest_group(const struct sets *s, int set, uint32_t n)
+{
+	uint32_t least = UINT32_MAX;
+
+	for (uint32_t g = 0; g < n; g++)
+		least = LOCUS_MIN(least, s->grp_start[set][g + 1] - s->grp_start[set][g]);
+	return least;
+}
+
 /* Fit the three placements of one topology on prof and time them. */
 static int fit_topo(const struct moe_setup *su, const struct locus_gracefit_profile *prof,
 		    const struct sets *s, struct moe_run *run, struct locus_error *err)
@@ -597,15 +607,26 @@ int locusctl_simulate_moe(int argc, char **argv)
 			goto out;
 		}
 		permute(s.order[set], su.n_tok[set], o.seed + (uint64_t)set);
-		/* groups of at least 2 steps' tokens each (fewer than 2: no interval) */
+		/* groups of 2 steps' tokens on average, each a full step at least (long
+		 * requests may unbalance them: then fewer groups); fewer than 2: no interval */
 		su.n_groups[set] = LOCUS_MIN((uint32_t)o.groups, su.n_req[set]);
 		su.n_groups[set] = LOCUS_MIN(su.n_groups[set],
 					     su.n_tok[set] / (2 * su.tokens_per_step));
-		if (su.n_groups[set] < 2)
-			su.n_groups[set] = 0;
-		if (make_groups(&s, set, su.n_groups[set], o.seed * 7919 + 17 + (uint64_t)set)) {
-			ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
-			goto out;
+		for (;;) {
+			if (su.n_groups[set] < 2)
+				su.n_groups[set] = 0;
+			free(s.grp_order[set]);
+			s.grp_order[set] = NULL;
+			if (make_groups(&s, set, su.n_groups[set],
+					o.seed * 7919 + 17 + (uint64_t)set)) {
+				ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" },
+						    ENOMEM);
+				goto out;
+			}
+			if (!su.n_groups[set] ||
+			    smallest_group(&s, set, su.n_groups[set]) >= su.tokens_per_step)
+				break;
+			su.n_groups[set]--;
 		}
 	}
 	ret = build_profile(&su, &s.tok[0], &prof, &err);
