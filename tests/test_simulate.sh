@@ -6,26 +6,8 @@
 # and tools/sim_plot.py turns the JSON into the SVG files it names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${BUILD:-build}/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-trace=tests/data/calib_sample.jsonl
-fails=0
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-# expect STATUS PATTERN ARGS...: locusctl simulate ARGS exits STATUS, stderr matches PATTERN
-expect() {
-	local want=$1 pat=$2 rc=0
-	shift 2
-	"$B/locusctl" simulate "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-	if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pat" "$tmp/err"; then
-		fail "simulate $* -> exit $rc (want $want), stderr: $(cat "$tmp/err")"
-	fi
-}
+SIM="simulate"
+. tests/simulate_lib.sh
 
 "$B/locusctl" fit --trace "$trace" --decoders 4 --tune off -o "$tmp/t4.tbl" -q >/dev/null
 run=(--trace "$trace" --decoders 4 --table "$tmp/t4.tbl" --tau 0.05,0.1,1 --rate 800
@@ -148,8 +130,4 @@ echo '{"policies": []}' >"$tmp/bad.json"
 	fail "sim_plot took a run with no policies"
 grep -q 'not a locusctl simulate --json run' "$tmp/err" || fail "sim_plot's refusal: $(cat "$tmp/err")"
 
-if [ "$fails" -ne 0 ]; then
-	echo "test_simulate: $fails failures"
-	exit 1
-fi
-echo "test_simulate: ok"
+finish test_simulate

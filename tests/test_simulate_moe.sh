@@ -9,26 +9,8 @@
 # for the files); tools/sim_plot.py draws moe_layer_time.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${BUILD:-build}/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-trace=tests/data/calib_sample.jsonl
-fails=0
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-# expect STATUS PATTERN ARGS...: locusctl simulate --moe ARGS exits STATUS, stderr matches PATTERN
-expect() {
-	local want=$1 pat=$2 rc=0
-	shift 2
-	"$B/locusctl" simulate --moe "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-	if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pat" "$tmp/err"; then
-		fail "simulate --moe $* -> exit $rc (want $want), stderr: $(cat "$tmp/err")"
-	fi
-}
+SIM="simulate --moe"
+. tests/simulate_lib.sh
 
 "$B/locusctl" simulate --moe --trace "$trace" >"$tmp/table"
 cat "$tmp/table"
@@ -169,8 +151,4 @@ cat "$tmp/plot.out"
 grep -q "wrote $tmp/plots/moe_layer_time.svg" "$tmp/plot.out" &&
 	grep -q '<svg' "$tmp/plots/moe_layer_time.svg" || fail "no moe_layer_time.svg"
 
-if [ "$fails" -ne 0 ]; then
-	echo "test_simulate_moe: $fails failures"
-	exit 1
-fi
-echo "test_simulate_moe: ok"
+finish test_simulate_moe

@@ -17,61 +17,45 @@
 #include "locus_sim.h"
 #include "locus_trace.h"
 #include "locusctl.h"
+#include "sim_args.h"
 #include "sim_moe_ctl.h"
 
 #define FIT_KEEP 65536u /* tokens per layer kept for the layer objective, as locusctl fit --grace */
 
 struct moe_opts {
-	const char *trace, *fit_trace, *model, *gpu, *fabric;
+	struct sim_common c;           /* --trace, --fit-trace, --model, --gpu, --seed, ... */
+	const char *fabric;
 	struct moe_topo topos[MOE_MAX_TOPOS];
 	uint32_t n_topos;
-	uint64_t tokens_per_step, seed, groups, budget;
-	uint64_t hidden, moe_inter, dtype_bytes;
+	uint64_t tokens_per_step, groups, budget;
 	double tflops, hbm_gbps, intra_gbps, inter_gbps, latency_us;
-	int json, allow_shape;
 };
+
+#define CMD "locusctl simulate --moe"
 
 static int usage_err(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "locusctl simulate --moe: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n  (locusctl --help for the usage)\n");
-	return 2;
+	return sim_usage_err(CMD, fmt, arg);
 }
 
-static int parse_double(const char *s, double min, double max, double *v)
+/* One of "1x8,2x4,4x8": nodes x GPUs per node, up to MOE_MAX_TOPOS, at most 4096 GPUs each. */
+static int add_topo(const char *tok, void *arg)
 {
-	char *end;
-	double x;
+	struct moe_opts *o = arg;
+	unsigned a, b;
+	int used = 0;
 
-	errno = 0;
-	x = strtod(s, &end);
-	if (errno || !*s || *end || !isfinite(x) || x < min || x > max)
+	if (o->n_topos == MOE_MAX_TOPOS || sscanf(tok, "%ux%u%n", &a, &b, &used) != 2 ||
+	    tok[used] || !a || !b || a > 4096 || b > 4096 || a * b > 4096)
 		return -1;
-	*v = x;
+	o->topos[o->n_topos++] = (struct moe_topo){ .nodes = a, .gpus = b };
 	return 0;
 }
 
-/* "1x8,2x4,4x8": nodes x GPUs per node, up to MOE_MAX_TOPOS, at most 4096 GPUs each. */
 static int parse_topos(const char *s, struct moe_opts *o)
 {
-	char buf[256], *save = NULL, *tok;
-
-	if (strlen(s) >= sizeof(buf) || !*s || s[strlen(s) - 1] == ',' || strstr(s, ",,") ||
-	    s[0] == ',')
-		return -1;
-	strcpy(buf, s);
 	o->n_topos = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		unsigned a, b;
-		int used = 0;
-
-		if (o->n_topos == MOE_MAX_TOPOS || sscanf(tok, "%ux%u%n", &a, &b, &used) != 2 ||
-		    tok[used] || !a || !b || a > 4096 || b > 4096 || a * b > 4096)
-			return -1;
-		o->topos[o->n_topos++] = (struct moe_topo){ .nodes = a, .gpus = b };
-	}
-	return 0;
+	return sim_split_list(s, 256, add_topo, o);
 }
 
 enum {
@@ -108,48 +92,29 @@ static const struct option moe_lo[] = {
 /* A positive double option in GB/s, TFLOP/s or us; NAN until given. */
 static int opt_double(const char *a, double min, double *v, const char *what)
 {
-	if (parse_double(a, min, 1e9, v))
+	if (sim_parse_double(a, min, 1e9, v))
 		return usage_err(what, a);
 	return 0;
 }
 
 static int parse_opts(int argc, char **argv, struct moe_opts *o)
 {
-	int c, rc = 0;
+	int c, li = -1, rc = 0;
 
-	*o = (struct moe_opts){ .model = "deepseek-v2-lite", .gpu = "h100-sxm",
-				.tokens_per_step = 128, .seed = 1, .groups = 10,
+	*o = (struct moe_opts){ .c = SIM_COMMON_DEFAULTS, .tokens_per_step = 128, .groups = 10,
 				.tflops = NAN, .hbm_gbps = NAN, .intra_gbps = NAN,
 				.inter_gbps = NAN, .latency_us = 0, .n_topos = 3,
 				.topos = { { 1, 8, 0 }, { 2, 4, 0 }, { 4, 8, 0 } } };
 	optind = 1;
 	opterr = 0;
-	while (!rc && (c = getopt_long(argc, argv, "", moe_lo, NULL)) != -1) {
+	while (!rc && (c = getopt_long(argc, argv, "", moe_lo, &li)) != -1) {
 		const char *a = optarg;
 
 		switch (c) {
 		case O_MOE:
 			break;
-		case O_TRACE:
-			o->trace = a;
-			break;
-		case O_FIT:
-			o->fit_trace = a;
-			break;
-		case O_MODEL:
-			o->model = a;
-			break;
-		case O_GPU:
-			o->gpu = a;
-			break;
 		case O_FABRIC:
 			o->fabric = a;
-			break;
-		case O_JSON:
-			o->json = 1;
-			break;
-		case O_ALLOW:
-			o->allow_shape = 1;
 			break;
 		case O_TOPO:
 			if (parse_topos(a, o))
@@ -165,26 +130,10 @@ static int parse_opts(int argc, char **argv, struct moe_opts *o)
 			if (locusctl_parse_u64(a, 63, &o->budget) || !o->budget)
 				return usage_err("--replica-budget '%s': want 1..63 per GPU", a);
 			break;
-		case O_SEED:
-			if (locusctl_parse_u64(a, UINT64_MAX, &o->seed))
-				return usage_err("--seed '%s': want a decimal u64", a);
-			break;
 		case O_BOOT:
 			if (locusctl_parse_u64(a, MOE_MAX_GROUPS, &o->groups) || o->groups < 2)
 				return usage_err("--groups '%s': want 2..64 random groups of requests",
 						 a);
-			break;
-		case O_HIDDEN:
-			if (locusctl_parse_u64(a, 1u << 20, &o->hidden) || !o->hidden)
-				return usage_err("--hidden '%s': want 1..1048576", a);
-			break;
-		case O_INTERM:
-			if (locusctl_parse_u64(a, 1u << 20, &o->moe_inter) || !o->moe_inter)
-				return usage_err("--moe-intermediate '%s': want 1..1048576", a);
-			break;
-		case O_DTYPE:
-			if (locusctl_parse_u64(a, 8, &o->dtype_bytes) || !o->dtype_bytes)
-				return usage_err("--dtype-bytes '%s': want 1..8", a);
 			break;
 		case O_INTRA:
 			rc = opt_double(a, 1e-3, &o->intra_gbps,
@@ -207,14 +156,17 @@ static int parse_opts(int argc, char **argv, struct moe_opts *o)
 					"--latency-us '%s': want microseconds in [0, 1e9]");
 			break;
 		default:
-			return usage_err("unknown or incomplete option '%s'", argv[optind - 1]);
+			/* the options both commands take, by name */
+			if (sim_common_getopt(CMD, c, li < 0 ? NULL : moe_lo[li].name, a, argv, &o->c))
+				return 2;
 		}
+		li = -1;
 	}
 	if (rc)
 		return rc;
 	if (optind < argc)
 		return usage_err("unexpected argument '%s'", argv[optind]);
-	if (!o->trace)
+	if (!o->c.trace)
 		return usage_err("%s", "--trace FILE is required");
 	return 0;
 }
@@ -223,38 +175,21 @@ static int parse_opts(int argc, char **argv, struct moe_opts *o)
 static int layer_model(const struct moe_opts *o, const struct locus_trace *t,
 		       struct moe_setup *su)
 {
-	const struct locus_sim_model *pm = locus_sim_model_find(o->model);
-	const struct locus_sim_gpu *pg = locus_sim_gpu_find(o->gpu);
 	const struct locus_sim_fabric *fb;
+	const struct locus_sim_gpu *pg;
 	struct locus_sim_model m;
+	int rc = sim_model_resolve(CMD, o->c.model, o->c.gpu, t, o->c.allow_shape,
+				   " (--allow-shape-mismatch prices it anyway)", &o->c.ov, &m, &pg);
 
-	if (!pm || !pg) {
-		fprintf(stderr, "locusctl simulate: --%s '%s': want one of %s\n", pm ? "gpu" : "model",
-			pm ? o->gpu : o->model, pm ? locus_sim_gpu_names() : locus_sim_model_names());
-		return 2;
-	}
+	if (rc)
+		return rc;
 	su->fabric = o->fabric ? o->fabric : pg->fabric;
 	fb = locus_sim_fabric_find(su->fabric);
 	if (!fb) {
-		fprintf(stderr, "locusctl simulate: --fabric '%s': want one of %s\n", su->fabric,
+		fprintf(stderr, CMD ": --fabric '%s': want one of %s\n", su->fabric,
 			locus_sim_fabric_names());
 		return 2;
 	}
-	m = *pm;
-	if ((t->n_layers != m.moe_layers || t->n_experts != m.n_experts || t->k != m.top_k) &&
-	    !o->allow_shape) {
-		fprintf(stderr, "locusctl simulate: the trace is %u MoE layers x %u experts, top-%u; "
-			"model %s is %u x %u, top-%u (--allow-shape-mismatch prices it anyway)\n",
-			t->n_layers, t->n_experts, t->k, m.name, m.moe_layers, m.n_experts,
-			m.top_k);
-		return 1;
-	}
-	if (o->hidden)
-		m.hidden = (uint32_t)o->hidden;
-	if (o->moe_inter)
-		m.moe_intermediate = (uint32_t)o->moe_inter;
-	if (o->dtype_bytes)
-		m.dtype_bytes = (uint32_t)o->dtype_bytes;
 	su->hw = (struct locus_sim_moe_hw){
 		.row_bytes = (double)m.hidden * m.dtype_bytes,
 		.expert_bytes = locus_sim_expert_bytes(&m),
@@ -552,10 +487,10 @@ int locusctl_simulate_moe(int argc, char **argv)
 
 	if (ret)
 		return ret;
-	split = !o.fit_trace;
-	ret = locus_trace_load(o.trace, NULL, &t[1], &err);
-	if (!ret && o.fit_trace)
-		ret = locus_trace_load(o.fit_trace, NULL, &t[0], &err);
+	split = !o.c.fit_trace;
+	ret = locus_trace_load(o.c.trace, NULL, &t[1], &err);
+	if (!ret && o.c.fit_trace)
+		ret = locus_trace_load(o.c.fit_trace, NULL, &t[0], &err);
 	if (ret < 0) {
 		ret = locusctl_fail(&err, ret);
 		goto out;
@@ -571,12 +506,12 @@ int locusctl_simulate_moe(int argc, char **argv)
 	ret = layer_model(&o, t[1], &su);
 	if (ret)
 		goto out;
-	su.trace = o.trace;
-	su.fit_trace = o.fit_trace;
-	su.model = o.model;
-	su.gpu = o.gpu;
+	su.trace = o.c.trace;
+	su.fit_trace = o.c.fit_trace;
+	su.model = o.c.model;
+	su.gpu = o.c.gpu;
 	su.tokens_per_step = (uint32_t)o.tokens_per_step;
-	su.seed = o.seed;
+	su.seed = o.c.seed;
 	su.L = t[1]->n_layers;
 	su.E = t[1]->n_experts;
 	su.k = t[1]->k;
@@ -606,7 +541,7 @@ int locusctl_simulate_moe(int argc, char **argv)
 			ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
 			goto out;
 		}
-		permute(s.order[set], su.n_tok[set], o.seed + (uint64_t)set);
+		permute(s.order[set], su.n_tok[set], o.c.seed + (uint64_t)set);
 		/* groups of 2 steps' tokens on average, each a full step at least (long
 		 * requests may unbalance them: then fewer groups); fewer than 2: no interval */
 		su.n_groups[set] = LOCUS_MIN((uint32_t)o.groups, su.n_req[set]);
@@ -618,7 +553,7 @@ int locusctl_simulate_moe(int argc, char **argv)
 			free(s.grp_order[set]);
 			s.grp_order[set] = NULL;
 			if (make_groups(&s, set, su.n_groups[set],
-					o.seed * 7919 + 17 + (uint64_t)set)) {
+					o.c.seed * 7919 + 17 + (uint64_t)set)) {
 				ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" },
 						    ENOMEM);
 				goto out;
@@ -659,7 +594,7 @@ int locusctl_simulate_moe(int argc, char **argv)
 			goto out;
 		}
 	}
-	sim_moe_report(stdout, o.json, &su, runs, o.n_topos);
+	sim_moe_report(stdout, o.c.json, &su, runs, o.n_topos);
 	ret = fflush(stdout) ? 1 : 0;
 out:
 	for (uint32_t i = 0; runs && i < o.n_topos; i++)

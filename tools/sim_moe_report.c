@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim_args.h"
+#include "trace_json.h"
 #include "sim_moe_ctl.h"
 
 const char *const sim_moe_pl_name[MOE_N_PL] = { "uniform", "EPLB", "GRACE" };
@@ -99,21 +101,6 @@ static void json_num(FILE *f, double v)
 		fprintf(f, "null");
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\')
-			fprintf(f, "\\%c", ch);
-		else if (ch < 0x20)
-			fprintf(f, "\\u%04x", ch);
-		else
-			fputc(ch, f);
-	}
-	fputc('"', f);
-}
 
 static void table_head(FILE *f, const struct moe_setup *su)
 {
@@ -182,19 +169,12 @@ static void json_head(FILE *f, const struct moe_setup *su)
 {
 	const struct locus_sim_moe_hw *h = &su->hw;
 
-	fprintf(f, "{\"mode\":\"moe\",\"trace\":");
-	json_str(f, su->trace);
-	fprintf(f, ",\"fit_trace\":");
-	if (su->fit_trace)
-		json_str(f, su->fit_trace);
-	else
-		fprintf(f, "null");
-	fprintf(f, ",\"model\":");
-	json_str(f, su->model);
-	fprintf(f, ",\"gpu\":");
-	json_str(f, su->gpu);
-	fprintf(f, ",\"fabric\":");
-	json_str(f, su->fabric);
+	fprintf(f, "{\"mode\":\"moe\"");
+	sim_json_field(f, "trace", su->trace);
+	sim_json_field(f, "fit_trace", su->fit_trace);
+	sim_json_field(f, "model", su->model);
+	sim_json_field(f, "gpu", su->gpu);
+	sim_json_field(f, "fabric", su->fabric);
 	fprintf(f, ",\"n_layers\":%u,\"n_experts\":%u,\"k\":%u,\"tokens_per_step\":%u,"
 		"\"seed\":%" PRIu64 ",", su->L, su->E, su->k, su->tokens_per_step, su->seed);
 	fprintf(f, "\"layer_model\":{\"row_bytes\":%.17g,\"expert_bytes\":%.17g,"

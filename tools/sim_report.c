@@ -3,6 +3,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "sim_args.h"
+#include "trace_json.h"
 #include "sim_ctl.h"
 
 static void row_label(const struct sim_row *r, char *buf, size_t len)
@@ -13,21 +15,6 @@ static void row_label(const struct sim_row *r, char *buf, size_t len)
 		snprintf(buf, len, "%s", locus_sim_policy_name(r->policy));
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
 
 /* The lowest TPOT at p50 (q 0) or p99 (q 1) among the load balancers of rows, or -1. */
 static int best_balancer(const struct sim_row *rows, uint32_t n, int q)
@@ -128,17 +115,11 @@ void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row 
 void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
 		     uint32_t n)
 {
-	fprintf(f, "{\"trace\":");
-	json_str(f, su->trace);
-	fprintf(f, ",\"table\":");
-	if (su->table)
-		json_str(f, su->table);
-	else
-		fprintf(f, "null");
-	fprintf(f, ",\"model\":");
-	json_str(f, su->model);
-	fprintf(f, ",\"gpu\":");
-	json_str(f, su->gpu);
+	fprintf(f, "{\"mode\":\"serve\"");
+	sim_json_field(f, "trace", su->trace);
+	sim_json_field(f, "table", su->table);
+	sim_json_field(f, "model", su->model);
+	sim_json_field(f, "gpu", su->gpu);
 	fprintf(f, ",\"trace_requests\":%u,\"requests\":%u,\"decoders\":%u,\"batch_cap\":%u,"
 		"\"gen_len\":%u,\"n_layers\":%u,\"n_experts\":%u,\"k\":%u,\"rate\":%.17g,"
 		"\"order\":\"%s\",\"seed\":%" PRIu64 ",", su->n_trace, su->n_requests,
@@ -175,7 +156,7 @@ void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *
 		const struct sim_tau_choice *c = su->choice;
 
 		fprintf(f, ",\"tau_choice\":{\"fit_trace\":");
-		json_str(f, c->fit_trace);
+		tj_put_string(f, c->fit_trace);
 		fprintf(f, ",\"rule\":\"lowest fit median TPOT with fit p99 <= best balancer's\","
 			"\"tau\":%.9g,\"tail_kept\":%s,\"fit_best_balancer_p99_ms\":%.17g,\"fit\":[",
 			(double)c->tau, c->tail_kept ? "true" : "false", c->fit_lb_p99 * 1e3);
