@@ -237,7 +237,8 @@ static void apply_variant(struct locus_eldrfit_opts *o)
 static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 		struct locus_eldrfit_opts *o, uint32_t B, struct locus_error *e)
 {
-	struct locus_eldrfit_tune_opts to = { .batch = B, .replay = eldr_replay_router };
+	struct locus_eldrfit_tune_opts to = { .batch = B, .replay = eldr_replay_router,
+					      .oracle = eldr_replay_domain };
 	struct locus_eldrfit_tune_result r;
 	const struct locus_eldrfit_tune_point *c;
 	char spill[40];
@@ -261,11 +262,16 @@ static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 	else
 		snprintf(spill, sizeof(spill), "no spill");
 	printf("  tune (calibration half, 2 folds of %u/%u, %u points): balance price %.3g, %u "
-	       "centroid(s) per decoder, tau %.3g, overflow %s, %s: %.1f pairs / load %.2f; "
-	       "bound %.2f (exact balance %.1f/%.2f)%s\n", r.n_part[0], r.n_part[1], r.n_pt,
-	       (double)c->balance_price, c->centroids_per_decoder, (double)c->tau,
-	       c->overflow_spread ? "spread" : "nearest", spill, c->pairs, c->load, r.bound,
-	       r.ref_pairs, r.ref_load, r.feasible ? "" : ", none within it: the least loaded");
+	       "centroid(s) per decoder, tau %.3g, overflow %s, %s: %.1f pairs / load %.3f "
+	       "(folds %.3f %.3f); bound %.3f %.3f (%s; exact balance %.1f/%.3f",
+	       r.n_part[0], r.n_part[1], r.n_pt, (double)c->balance_price,
+	       c->centroids_per_decoder, (double)c->tau, c->overflow_spread ? "spread" : "nearest",
+	       spill, c->pairs, c->load, c->fold_load[0], c->fold_load[1], r.fold_bound[0],
+	       r.fold_bound[1], r.bound_oracle ? "the oracle's" : "exact balance's", r.ref_pairs,
+	       r.ref_load);
+	if (r.bound_oracle)
+		printf(", oracle %.1f/%.3f", r.oracle_pairs, r.oracle_load);
+	printf(")%s\n", r.feasible ? "" : ", none within it: the least loaded");
 	locus_eldrfit_tune_apply(c, o);
 	locus_eldrfit_tune_result_free(&r);
 	return 0;
