@@ -120,7 +120,7 @@ static void print_tau(const struct locus_eldrfit_tau_result *r, uint32_t K, uint
 	printf("  %-6s %-16s %s\n", "tau", "pairs per step", "busiest decoder (no cap)");
 	for (uint32_t g = 0; g < r->n_grid; g++)
 		printf("  %-6.3f %-16.2f %.3f%s%s\n", (double)r->pt[g].tau, r->pt[g].pairs,
-		       r->pt[g].load, r->pt[g].load > r->bound ? "  over the bound" : "",
+		       r->pt[g].load, r->pt[g].over ? "  over the bound" : "",
 		       g == r->chosen ? "  <- chosen" : "");
 	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
 	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);

@@ -218,6 +218,7 @@ struct locus_eldrfit_tau_opts {
 struct locus_eldrfit_tau_point {
 	float tau;
 	double pairs, load;     /* mean over the folds */
+	int over;               /* over the bound in a fold (not a candidate) */
 };
 
 struct locus_eldrfit_tau_result {
@@ -226,7 +227,6 @@ struct locus_eldrfit_tau_result {
 	int feasible;           /* some tau met the bound (else the least loaded was taken) */
 	double bound;           /* the load bound applied */
 	double ref_pairs, ref_load; /* the exact-balance fit at the default tau, same folds */
-	double ref_fold_load[2];    /* its load in each fold */
 	uint32_t n_grid;
 	struct locus_eldrfit_tau_point pt[LOCUS_ELDRFIT_TAU_GRID_MAX];
 	uint32_t n_part[2];     /* calibration requests in each fold's part */
@@ -241,7 +241,8 @@ struct locus_eldrfit_tau_result {
  * irrelevant) runs on that part and the other part is replayed (to->replay)
  * at every tau of the grid; pairs and load are averaged over both folds.
  * The choice is the tau with the fewest pairs per step among those whose
- * load is within the bound (ties: the lower load, then the larger tau);
+ * load is within the bound in each fold (the exact-balance fit's load on
+ * that fold, or to->load_bound; ties: the lower load, then the larger tau);
  * none within it: the least loaded. The caller then fits every calibration
  * request with o->tau = tr->tau. Needs decode tokens (routed_experts) and at
  * least K * B requests in each part. Returns 0 or a negative code with err
