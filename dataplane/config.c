@@ -45,6 +45,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	strcpy(cfg->rdma_device, "none");
 	cfg->rdma_near_numa = -1;
 	cfg->rdma_port = 1;
+	cfg->rdma_ack_timeout = 14;
 	cfg->intra_node = LOCUS_INTRA_SHM;
 	cfg->ring_size = 1024;
 	cfg->inbox_slots = 256;
@@ -321,6 +322,11 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 	if (!strcmp(k, "rdma_port")) {
 		ret = parse_u32(p, k, v, 1, 255, &u);
 		c->rdma_port = (uint8_t)u;
+		return ret;
+	}
+	if (!strcmp(k, "rdma_ack_timeout")) {
+		ret = parse_u32(p, k, v, 1, 31, &u);
+		c->rdma_ack_timeout = (uint8_t)u;
 		return ret;
 	}
 	if (!strcmp(k, "intra_node")) {

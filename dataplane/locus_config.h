@@ -17,6 +17,9 @@
  *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
  *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
  *   rdma_port       = 1
+ *   rdma_ack_timeout = 14              # RC's local ACK time-out, 4.096 us << N (14: 67 ms;
+ *                                      # a link is given up after 7 of them, 470 ms); a
+ *                                      # fabric that reorders or drops (no PFC) wants more
  *   intra_node      = shm              # shm | verbs (loopback)
  *   secret_file     = /etc/locus/secret
  *   ring_size       = 1024             # client ring entries, power of two
@@ -101,6 +104,7 @@ struct locus_config {
 	char     rdma_near_pci[16];               /* "" or dddd:bb:dd.f */
 	int32_t  rdma_near_numa;                  /* -1: not set */
 	uint8_t  rdma_port;
+	uint8_t  rdma_ack_timeout;                /* 1..31 */
 	enum locus_intra_node intra_node;
 	char     secret_file[LOCUS_CFG_PATH_MAX];
 	uint32_t ring_size;

@@ -25,6 +25,7 @@ static const char full[] =
 	"rdma_near_pci = 0000:3b:00.0\n"
 	"rdma_near_numa = 1\n"
 	"rdma_port = 2\n"
+	"rdma_ack_timeout = 17\n"
 	"intra_node = verbs\n"
 	"secret_file = /etc/locus/secret\n"
 	"ring_size = 4096\n"
@@ -61,6 +62,7 @@ static void test_full_file(void **state)
 	assert_string_equal(c.rdma_near_pci, "0000:3b:00.0");
 	assert_int_equal(c.rdma_near_numa, 1);
 	assert_int_equal(c.rdma_port, 2);
+	assert_int_equal(c.rdma_ack_timeout, 17);
 	assert_int_equal(c.intra_node, LOCUS_INTRA_VERBS);
 	assert_string_equal(c.secret_file, "/etc/locus/secret");
 	assert_int_equal(c.ring_size, 4096);
@@ -91,6 +93,7 @@ static void test_defaults_alone(void **state)
 	assert_int_equal(c.intra_node, LOCUS_INTRA_SHM);
 	assert_string_equal(c.instance, "default");
 	assert_int_equal(c.nodes[0].ipv4, htonl(INADDR_LOOPBACK));
+	assert_int_equal(c.rdma_ack_timeout, 14); /* 67 ms, verbs' own default */
 	/* the signature cache: on, 32 MiB of 16-token blocks, top-8 bounds */
 	assert_int_equal(c.sig_cache_bytes, 32u << 20);
 	assert_int_equal(c.sig_cache_block_tokens, 16);
@@ -128,6 +131,10 @@ static void test_refusals(void **state)
 		{ "[locusd]\nsecret_file = secret\n", "not an absolute path", LOCUS_EPARSE },
 		{ "[locusd]\nrdma_near_pci = 3b:00.0\n", "t.conf:2: rdma_near_pci:", LOCUS_EPARSE },
 		{ "[locusd]\nwatchdog = maybe\n", "t.conf:2: watchdog:", LOCUS_EPARSE },
+		{ "[locusd]\nrdma_ack_timeout = 0\n", "t.conf:2: rdma_ack_timeout: 0 is outside",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_ack_timeout = 32\n", "t.conf:2: rdma_ack_timeout: 32 is outside",
+		  LOCUS_ERANGE },
 		{ "[locusd]\nnode\n", "t.conf:2: expected 'key = value'", LOCUS_EPARSE },
 		{ "[locusd]\nnode =\n", "t.conf:2: node: empty value", LOCUS_EPARSE },
 		{ "[cluster]\nnode.0 = 1.2.3:80\n", "t.conf:2: node.0: '1.2.3' is not an IPv4",

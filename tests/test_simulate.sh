@@ -105,6 +105,37 @@ expect 1 "request 'law-0@0' has no routed_experts" --trace "$tmp/nogen.jsonl" --
 "$B/locusctl" simulate --trace "$trace" --decoders 4 --model qwen3-30b-a3b --gpu mi300x \
 	--allow-shape-mismatch --policies jsq >/dev/null || fail "--allow-shape-mismatch"
 
+# tau chosen on a fit trace: the rule recomputed from the fit rows the JSON lists, and the
+# held-out row at that tau present (the sample's odd requests as the fit trace)
+/usr/bin/python3 -c '
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+open(sys.argv[2], "w").write("\n".join([lines[0]] + lines[2::2]) + "\n")
+' "$trace" "$tmp/fit.jsonl"
+"$B/locusctl" simulate "${run[@]}" --seed 3 --fit-trace "$tmp/fit.jsonl" --json >"$tmp/tau.json" \
+	2>/dev/null
+/usr/bin/python3 - "$tmp/tau.json" <<'EOF' || fail "tau chosen on the fit trace"
+import json, sys
+run = json.load(open(sys.argv[1]))
+c = run["tau_choice"]
+fit = c["fit"]
+assert [r["label"] for r in fit] == ["random", "rr", "jsq", "p2c", "eldr tau=0.05",
+                                     "eldr tau=0.1", "eldr tau=1"], fit
+lb99 = min(r["p99"] for r in fit if not r["label"].startswith("eldr"))
+eldr = [r for r in fit if r["label"].startswith("eldr")]
+kept = [r for r in eldr if r["p99"] <= lb99]
+want = min(kept, key=lambda r: r["p50"]) if kept else min(eldr, key=lambda r: r["p99"])
+assert c["tail_kept"] == bool(kept) and abs(c["fit_best_balancer_p99_ms"] - lb99) < 1e-12, c
+assert want["label"] == "eldr tau=%g" % c["tau"], (want, c["tau"])
+assert any(p["policy"] == "eldr" and p["tau"] == c["tau"] for p in run["policies"])
+print("tau chosen on the fit trace: %g (tail kept: %s)" % (c["tau"], c["tail_kept"]))
+EOF
+"$B/locusctl" simulate "${run[@]}" --seed 3 --fit-trace "$tmp/fit.jsonl" 2>/dev/null |
+	grep -q '^  held-out at tau ' || fail "the table does not report the held-out result at the chosen tau"
+expect 2 'fit-trace picks one of several --tau' --trace "$trace" --decoders 4 \
+	--table "$tmp/t4.tbl" --tau 0.1 --fit-trace "$tmp/fit.jsonl"
+expect 1 'absent.jsonl' "${run[@]}" --fit-trace "$tmp/absent.jsonl"
+
 # the plots
 /usr/bin/python3 tools/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
 cat "$tmp/plot.out"

@@ -16,7 +16,7 @@
 #include "sim_ctl.h"
 
 struct sim_opts {
-	const char *trace, *table, *model, *gpu;
+	const char *trace, *fit_trace, *table, *model, *gpu;
 	uint64_t decoders, batch_cap, requests, gen_len, seed;
 	double rate;
 	int shuffle, json, allow_shape, policies_given;
@@ -92,7 +92,7 @@ static int parse_policies(const char *s, struct sim_opts *o)
 enum {
 	O_TRACE = 256, O_TABLE, O_TAU, O_DECODERS, O_MODEL, O_GPU, O_RATE, O_ORDER, O_REQUESTS,
 	O_GEN, O_CAP, O_SEED, O_POLICIES, O_JSON, O_HIDDEN, O_INTER, O_DTYPE, O_HBM, O_FIXED,
-	O_OVERHEAD, O_KV, O_ALLOW,
+	O_OVERHEAD, O_KV, O_ALLOW, O_FIT,
 };
 
 static const struct option sim_lo[] = {
@@ -118,6 +118,7 @@ static const struct option sim_lo[] = {
 	{ "overhead-us", required_argument, NULL, O_OVERHEAD },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KV },
 	{ "allow-shape-mismatch", no_argument, NULL, O_ALLOW },
+	{ "fit-trace", required_argument, NULL, O_FIT },
 	{ NULL, 0, NULL, 0 },
 };
 
@@ -152,6 +153,9 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 			break;
 		case O_ALLOW:
 			o->allow_shape = 1;
+			break;
+		case O_FIT:
+			o->fit_trace = a;
 			break;
 		case O_TAU:
 			if (parse_taus(a, o))
@@ -233,6 +237,9 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 		return usage_err("%s", "--tau needs --table (the ELDR table whose tau it replaces)");
 	if (o->policies_given && (o->policies & 1u << LOCUS_SIM_ELDR) && !o->table)
 		return usage_err("%s", "policy eldr needs --table TABLE (locusctl fit)");
+	if (o->fit_trace && (o->n_taus < 2 || !o->table))
+		return usage_err("%s", "--fit-trace picks one of several --tau (with --table): give "
+				 "at least two");
 	return 0;
 }
 
@@ -354,23 +361,128 @@ static int build_sigs(const struct locus_trace *t, uint8_t **out, size_t *slen,
 	return 0;
 }
 
+/*
+ * Every policy of mask (ELDR once per tau) on trace t's arrivals, into
+ * rows[*nrows..]. 0 or an exit status (the error printed).
+ */
+static int run_policies(const struct sim_opts *o, const struct locus_trace *t,
+			const struct locus_sim_hw *hw, unsigned mask, const void *payload,
+			size_t plen, struct sim_row *rows, uint32_t *nrows)
+{
+	struct locus_error err = { 0 };
+	struct locus_sim_arrival *arr = NULL;
+	struct locus_sim_result res = { 0 };
+	struct locus_sim_cfg cfg;
+	uint8_t *sigs = NULL;
+	void *rmem = NULL;
+	size_t slen = 0;
+	uint32_t n = o->requests ? (uint32_t)o->requests : t->n_requests;
+	int ret = 0;
+
+	if (payload) {
+		ret = build_sigs(t, &sigs, &slen, &err);
+		if (ret < 0) {
+			ret = locusctl_fail(&err, ret);
+			goto out;
+		}
+	}
+	arr = malloc(sizeof(*arr) * n);
+	if (!arr || locus_sim_result_alloc(&res, n, (uint32_t)o->decoders)) {
+		ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+		goto out;
+	}
+	ret = locus_sim_arrivals(t, n, o->rate, o->shuffle, (uint32_t)o->gen_len, o->seed, arr,
+				 &err);
+	if (ret < 0) {
+		ret = locusctl_fail(&err, ret);
+		goto out;
+	}
+	cfg = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = n,
+				      .n_decoders = (uint32_t)o->decoders,
+				      .batch_cap = (uint32_t)o->batch_cap, .hw = *hw,
+				      .seed = o->seed, .sigs = sigs, .slen = slen };
+	for (int p = 0; p < LOCUS_SIM_N_POLICIES; p++) {
+		uint32_t ntau = p == LOCUS_SIM_ELDR ? (o->n_taus ? o->n_taus : 1) : 1;
+
+		if (!(mask & 1u << p))
+			continue;
+		for (uint32_t i = 0; i < ntau; i++) {
+			float tau = o->n_taus ? o->taus[i] : NAN;
+
+			cfg.policy = p;
+			cfg.router = NULL;
+			if (p == LOCUS_SIM_ELDR) {
+				free(rmem);
+				ret = build_router(payload, plen, tau, &rmem, &cfg.router, &err);
+				if (ret < 0) {
+					ret = locusctl_fail(&err, ret);
+					goto out;
+				}
+				rows[*nrows].tau = isnan(tau) ?
+					((const struct locus_eldr_tbl_hdr *)payload)->tau : tau;
+			}
+			ret = run_one(&cfg, &res, &rows[*nrows]);
+			if (ret)
+				goto out;
+			(*nrows)++;
+		}
+	}
+out:
+	free(rmem);
+	locus_sim_result_free(&res);
+	free(arr);
+	free(sigs);
+	return ret;
+}
+
+/*
+ * tau chosen on the fit trace's rows: the lowest ELDR median TPOT among the
+ * taus whose p99 is not above the best load balancer's (lowest p99 of
+ * random, rr, jsq, p2c) on that trace; when none qualifies, the lowest p99.
+ */
+static void choose_tau(const struct sim_row *rows, uint32_t n, struct sim_tau_choice *c)
+{
+	double lb99 = INFINITY;
+	int best = -1, best99 = -1;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (rows[i].policy <= LOCUS_SIM_P2C)
+			lb99 = fmin(lb99, rows[i].s.tpot_p99);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct locus_sim_summary *s = &rows[i].s;
+
+		if (rows[i].policy != LOCUS_SIM_ELDR)
+			continue;
+		if (best99 < 0 || s->tpot_p99 < rows[best99].s.tpot_p99)
+			best99 = (int)i;
+		if (s->tpot_p99 <= lb99 && (best < 0 || s->tpot_p50 < rows[best].s.tpot_p50))
+			best = (int)i;
+	}
+	c->tail_kept = best >= 0;
+	c->fit_row = best >= 0 ? best : best99;
+	c->tau = rows[c->fit_row].tau;
+	c->fit_lb_p99 = lb99;
+}
+
 int locusctl_simulate(int argc, char **argv)
 {
 	struct sim_opts o;
 	struct sim_setup su = { 0 };
 	struct locus_error err = { 0 };
-	struct locus_trace *t = NULL;
-	struct locus_sim_arrival *arr = NULL;
-	struct locus_sim_result res = { 0 };
+	struct locus_trace *t = NULL, *ft = NULL;
 	struct sim_row rows[LOCUS_SIM_N_POLICIES + SIM_MAX_TAUS];
-	struct locus_sim_cfg cfg;
-	uint8_t *sigs = NULL;
-	void *tbl = NULL, *rmem = NULL;
+	struct sim_row fit_rows[LOCUS_SIM_N_POLICIES + SIM_MAX_TAUS];
+	struct sim_tau_choice choice = { 0 };
+	void *tbl = NULL;
 	const void *payload = NULL;
-	size_t tlen = 0, plen = 0, slen = 0;
-	uint32_t nrows = 0, n;
-	int ret = parse_opts(argc, argv, &o);
+	size_t tlen = 0, plen = 0;
+	uint32_t nrows = 0, nfit = 0, n;
+	int ret;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--moe"))
+			return locusctl_simulate_moe(argc, argv);
+	ret = parse_opts(argc, argv, &o);
 	if (ret)
 		return ret;
 	ret = locus_trace_load(o.trace, NULL, &t, &err);
@@ -396,53 +508,38 @@ int locusctl_simulate(int argc, char **argv)
 			ret = locus_tbl_check(tbl, tlen, LOCUS_TBL_ELDR, &payload, &plen, &err);
 		if (ret == 0)
 			ret = locus_eldr_tbl_validate(payload, plen, NULL, &err);
-		if (ret == 0)
-			ret = build_sigs(t, &sigs, &slen, &err);
 		if (ret < 0) {
 			ret = locusctl_fail(&err, ret);
 			goto out;
 		}
 	}
 	n = o.requests ? (uint32_t)o.requests : t->n_requests;
-	arr = malloc(sizeof(*arr) * n);
-	if (!arr || locus_sim_result_alloc(&res, n, (uint32_t)o.decoders)) {
-		ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+	ret = run_policies(&o, t, &su.hw, o.policies, payload, plen, rows, &nrows);
+	if (ret)
 		goto out;
-	}
-	ret = locus_sim_arrivals(t, n, o.rate, o.shuffle, (uint32_t)o.gen_len, o.seed, arr, &err);
-	if (ret < 0) {
-		ret = locusctl_fail(&err, ret);
-		goto out;
-	}
-	cfg = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = n,
-				      .n_decoders = (uint32_t)o.decoders,
-				      .batch_cap = (uint32_t)o.batch_cap, .hw = su.hw,
-				      .seed = o.seed, .sigs = sigs, .slen = slen };
-	for (int p = 0; p < LOCUS_SIM_N_POLICIES; p++) {
-		uint32_t ntau = p == LOCUS_SIM_ELDR ? (o.n_taus ? o.n_taus : 1) : 1;
+	if (o.fit_trace) {
+		/* the same simulation on the fit trace, balancers and ELDR only: tau from it */
+		unsigned mask = o.policies & ~(1u << LOCUS_SIM_DOMAIN);
 
-		if (!(o.policies & 1u << p))
-			continue;
-		for (uint32_t i = 0; i < ntau; i++) {
-			float tau = o.n_taus ? o.taus[i] : NAN;
-
-			cfg.policy = p;
-			cfg.router = NULL;
-			if (p == LOCUS_SIM_ELDR) {
-				free(rmem);
-				ret = build_router(payload, plen, tau, &rmem, &cfg.router, &err);
-				if (ret < 0) {
-					ret = locusctl_fail(&err, ret);
-					goto out;
-				}
-				rows[nrows].tau = isnan(tau) ?
-					((const struct locus_eldr_tbl_hdr *)payload)->tau : tau;
-			}
-			ret = run_one(&cfg, &res, &rows[nrows]);
-			if (ret)
-				goto out;
-			nrows++;
+		ret = locus_trace_load(o.fit_trace, NULL, &ft, &err);
+		if (ret < 0) {
+			ret = locusctl_fail(&err, ret);
+			goto out;
 		}
+		if (ft->n_layers != t->n_layers || ft->n_experts != t->n_experts || ft->k != t->k) {
+			fprintf(stderr, "locusctl simulate: --fit-trace is %u x %u top-%u, --trace "
+				"%u x %u top-%u: both must be one model's\n", ft->n_layers,
+				ft->n_experts, ft->k, t->n_layers, t->n_experts, t->k);
+			ret = 1;
+			goto out;
+		}
+		ret = run_policies(&o, ft, &su.hw, mask, payload, plen, fit_rows, &nfit);
+		if (ret)
+			goto out;
+		choose_tau(fit_rows, nfit, &choice);
+		choice.fit_trace = o.fit_trace;
+		choice.fit_rows = fit_rows;
+		choice.n_fit = nfit;
 	}
 	su = (struct sim_setup){ .trace = o.trace, .table = o.table, .model = o.model,
 				 .gpu = o.gpu, .n_trace = t->n_requests, .n_requests = n,
@@ -451,17 +548,15 @@ int locusctl_simulate(int argc, char **argv)
 				 .n_layers = t->n_layers, .n_experts = t->n_experts, .k = t->k,
 				 .rate = o.rate, .shuffle = o.shuffle, .seed = o.seed, .hw = su.hw,
 				 .dense_bytes = su.dense_bytes, .overhead_s = su.overhead_s };
+	su.choice = o.fit_trace ? &choice : NULL;
 	if (o.json)
 		sim_report_json(stdout, &su, rows, nrows);
 	else
 		sim_report_table(stdout, &su, rows, nrows);
 	ret = fflush(stdout) ? 1 : 0;
 out:
-	free(rmem);
-	locus_sim_result_free(&res);
-	free(arr);
-	free(sigs);
 	free(tbl);
+	locus_trace_free(ft);
 	locus_trace_free(t);
 	return ret;
 }

@@ -17,8 +17,9 @@
 #      Soft-RoCE may refuse after its netdev flapped (the last step, then)
 # FAILED is set on a failure; every wait is bounded.
 
-# netem parameters RC on rxe survives within the test's time bound (TCG,
-# ack time-out 67 ms, 7 retries), and one it need not survive
+# netem parameters RC on rxe survives within the test's time bound (TCG, the ACK
+# time-out guest-locusd.sh sets for the faults: 268 ms, 7 retries), and one it need not
+# survive
 FAULT_NETEM=${FAULT_NETEM:-loss 1% duplicate 1% delay 1ms reorder 10%}
 FAULT_NETEM_HARSH=${FAULT_NETEM_HARSH:-loss 40% duplicate 5% delay 5ms reorder 25%}
 FAULT_FLAPS=${FAULT_FLAPS:-3}
@@ -59,6 +60,24 @@ wait_up() {
 		sleep 0.5
 	done
 	return 1
+}
+
+# rxe_snap FILE: Soft-RoCE's own counters of both devices (rdma statistic: NAME VALUE pairs)
+rxe_snap() {
+	local d
+	for d in rxex rxey; do
+		rdma statistic show link $d/1 2> /dev/null |
+			awk -v d=$d '{ for (i = 3; i < NF; i += 2) print d, $i, $(i + 1) }'
+	done > "$1"
+}
+# rxe_delta A B WHAT: how RC recovered on each device between two snaps (go-back-N after
+# a NAK for a sequence error, retries after an ACK time-out, and giving up)
+rxe_delta() {
+	awk -v w="$3" 'NR == FNR { a[$1 " " $2] = $3; next }
+		{ d[$1] = d[$1] sprintf(" %s %d", $2, $3 - a[$1 " " $2]) }
+		END { for (k in d) print "   rxe " k " over the " w ":" d[k] }' "$1" "$2" |
+		sed -E 's/ (rdma_sends|rdma_recvs|link_downed|send_err|ack_deferred) -?[0-9]+//g' |
+		sort | while read -r l; do say "$l"; done
 }
 
 # figures OUT: "signatures/s p50 p99 rows/s" from a loadgen output
@@ -142,10 +161,13 @@ lg_bg "$W/f1-clean.out" --requests 200 --batches 12 --tokens 16 --seconds 90
 lg_wait "$W/f1-clean.out" "clean"
 netem "$FAULT_NETEM"
 tc qdisc show dev vx | sed 's/^/   vx: /'
+rxe_snap "$W/f1-rxe.a"
 lg_bg "$W/f1-netem.out" --requests 200 --batches 12 --tokens 16 --seconds 120
 lg_wait "$W/f1-netem.out" "netem"
+rxe_snap "$W/f1-rxe.b"
 snap2 "$W/f1b"
 netem off
+rxe_delta "$W/f1-rxe.a" "$W/f1-rxe.b" "netem run"
 read -r c_rs c_p50 c_p99 c_rows <<< "$(figures "$W/f1-clean.out")"
 read -r n_rs n_p50 n_p99 n_rows <<< "$(figures "$W/f1-netem.out")"
 say "   same run, same traffic (200 signatures, 4 ranks x 12 batches of 16 rows of 1 KiB):"
