@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "locus_common.h"
 #include "locus_config.h"
@@ -268,6 +269,39 @@ static int parse_addr(struct cfg_parser *p, const char *key, const char *v,
  * policy (a fixed sleep of N us once idle), kept as an alias with the new
  * meaning (the sleep grows from 1 us up to N). One file sets one of them.
  */
+/* gpu_pci = a,b,...: the node's GPUs by PCI address, in rank order; a later line replaces. */
+static int parse_gpu_pci(struct cfg_parser *p, const char *key, const char *v,
+			 struct locus_config *c)
+{
+	const char *s = v;
+
+	c->n_gpu_pci = 0;
+	memset(c->gpu_pci, 0, sizeof(c->gpu_pci));
+	for (;;) {
+		size_t n = strcspn(s, ",");
+		char one[16];
+
+		if (c->n_gpu_pci == LOCUS_CFG_MAX_GPUS)
+			return CFG_FAIL(p, LOCUS_ERANGE, "%s: more than %u GPUs", key,
+					LOCUS_CFG_MAX_GPUS);
+		if (n >= sizeof(one))
+			n = sizeof(one) - 1; /* too long for an address: refused below */
+		memcpy(one, s, n);
+		one[n] = '\0';
+		if (!valid_pci(one) || (s[n] && s[n] != ','))
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a list of PCI addresses "
+					"dddd:bb:dd.f", key, v);
+		for (uint32_t j = 0; j < c->n_gpu_pci; j++)
+			if (!strcasecmp(c->gpu_pci[j], one))
+				return CFG_FAIL(p, LOCUS_ERANGE, "%s: %s named twice", key, one);
+		memcpy(c->gpu_pci[c->n_gpu_pci++], one, n + 1);
+		s += n;
+		if (!*s)
+			return 0;
+		s++;
+	}
+}
+
 static int set_sleep_max(struct cfg_parser *p, const char *k, const char *v)
 {
 	int old = !strcmp(k, "idle_sleep_us");
@@ -308,6 +342,8 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' is not a device name", v);
 		return copy_str(p, k, v, c->rdma_device, sizeof(c->rdma_device));
 	}
+	if (!strcmp(k, "gpu_pci"))
+		return parse_gpu_pci(p, k, v, c);
 	if (!strcmp(k, "rdma_near_pci")) {
 		if (!valid_pci(v))
 			return CFG_FAIL(p, LOCUS_EPARSE,
@@ -530,6 +566,10 @@ static int check_engines(struct cfg_parser *p)
 static int check_whole(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
+
+	if (c->n_gpu_pci && c->n_gpu_pci != c->gpus_per_node)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "gpu_pci names %u GPUs, gpus_per_node is %u",
+				     c->n_gpu_pci, c->gpus_per_node);
 
 	for (uint32_t i = 0; i < c->n_nodes; i++)
 		if (!c->nodes[i].set)

@@ -3,7 +3,7 @@ $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
 	dataplane/engine_grace.c dataplane/engine_blocks.c dataplane/engine_cross.c \
-	dataplane/relay.c))
+	dataplane/engine_topo.c dataplane/relay.c))
 $(eval $(call LIBRARY,node,dataplane/node.c dataplane/node_clients.c dataplane/regions.c))
 # the control socket's server: table pushes from the control group
 $(eval $(call LIBRARY,pushsrv,dataplane/pushsrv.c))
@@ -33,3 +33,5 @@ UNIT_TESTS += tests/test_graceset_node
 $(eval $(call PROGRAM,tests/test_graceset_ctl,tests/test_graceset_ctl.c tests/graceset_util.c tests/node_util.c tests/mini_json.c tests/test_paths.c,node pushsrv engine sigcache wire eldr_router grace_plan formats client counters shm config common,cmocka))
 $(BUILD)/tests/test_graceset_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_graceset_ctl
+$(eval $(call PROGRAM,tests/test_engine_topo,tests/test_engine_topo.c,engine common,cmocka))
+UNIT_TESTS += tests/test_engine_topo

@@ -13,6 +13,9 @@
  *   engine_lcores   = 1                # engine lcores: a count (the first worker
  *                                      # lcores of eal_args) or a list of them
  *                                      # (2,3 or 2-3); one node, intra_node = shm
+ *   gpu_pci         = 0000:17:00.0,... # the node's GPUs in rank order (gpus_per_node of
+ *                                      # them): with engine_lcores > 1 a rank's engine is
+ *                                      # one on its GPU's NUMA node (sysfs numa_node)
  *   rdma_device     = auto             # a device name, "auto" or "none"
  *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
  *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
@@ -100,6 +103,8 @@ struct locus_config {
 	uint32_t engine_lcores;                   /* 1..LOCUS_CFG_MAX_ENGINES */
 	uint8_t  engine_lcore_list;               /* 1: the ids below were named */
 	uint32_t engine_lcore_ids[LOCUS_CFG_MAX_ENGINES];
+	char     gpu_pci[LOCUS_CFG_MAX_GPUS][16]; /* dddd:bb:dd.f each, n_gpu_pci of them */
+	uint32_t n_gpu_pci;                       /* 0: not given */
 	char     rdma_device[LOCUS_CFG_NAME_MAX]; /* name, "auto" or "none" */
 	char     rdma_near_pci[16];               /* "" or dddd:bb:dd.f */
 	int32_t  rdma_near_numa;                  /* -1: not set */

@@ -81,6 +81,17 @@ void locus_node_control(struct locus_node *n);
 /* The worker lcore's engine (engine 0 with several engine lcores). */
 struct locus_engine *locus_node_engine(struct locus_node *n);
 
+/*
+ * Which engine polls the ranks of each of the node's gpus_per_node GPUs
+ * (locus_engine_topo_map), instead of the order of the engine lcores: for
+ * the attachments after it, so before the control loop runs (or from it).
+ * 0, or -LOCUS_ERANGE (a count or an engine out of range).
+ */
+int locus_node_place_gpus(struct locus_node *n, const uint8_t *gpu_engine, uint32_t n_gpus);
+
+/* The engine that polls client slot `slot` as granted at its attach (0 with one engine). */
+uint32_t locus_node_slot_engine(const struct locus_node *n, uint32_t slot);
+
 /* Engines (engine_lcores), engine k (NULL past the last), and k's counters block. */
 uint32_t locus_node_n_engines(const struct locus_node *n);
 struct locus_engine *locus_node_engine_at(struct locus_node *n, uint32_t k);

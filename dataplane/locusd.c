@@ -28,6 +28,7 @@
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
+#include <rte_memory.h>
 #include <rte_pause.h>
 #include <rte_telemetry.h>
 #include <systemd/sd-daemon.h>
@@ -35,6 +36,7 @@
 #include "locus_config.h"
 #include "locus_engine.h"
 #include "locus_idle.h"
+#include "locus_engine_topo.h"
 #include "locus_node.h"
 #include "locus_shm.h"
 #include "locus_relay.h"
@@ -252,6 +254,53 @@ static int pick_engine_lcores(struct locusd *d)
 		return -1;
 	}
 	d->worker_lcore = d->eng_lcore[0];
+	return 0;
+}
+
+/*
+ * gpu_pci with several engines: the ranks of each GPU to an engine on the
+ * GPU's NUMA node (read from sysfs; $LOCUS_SYSFS_ROOT stands for /sys in the
+ * tests), the placement said in the log. 0, or -1 (a GPU named that the
+ * machine does not have).
+ */
+static int place_gpus(struct locusd *d)
+{
+	const char *root = getenv("LOCUS_SYSFS_ROOT");
+	int gpu_numa[LOCUS_CFG_MAX_GPUS], eng_numa[LOCUS_CFG_MAX_ENGINES];
+	uint8_t map[LOCUS_CFG_MAX_GPUS];
+	uint32_t G = d->cfg.n_gpu_pci;
+
+	if (!G || d->n_eng < 2)
+		return 0;
+	for (uint32_t g = 0; g < G; g++) {
+		gpu_numa[g] = locus_engine_topo_pci_numa(root, d->cfg.gpu_pci[g]);
+		if (gpu_numa[g] < -1) {
+			fprintf(stderr, "locusd: gpu_pci: GPU %u, %s: %s\n", g, d->cfg.gpu_pci[g],
+				gpu_numa[g] == -ENOENT ? "no such PCI device" : strerror(-gpu_numa[g]));
+			return -1;
+		}
+	}
+	for (uint32_t k = 0; k < d->n_eng; k++) {
+		unsigned sock = rte_lcore_to_socket_id(d->eng_lcore[k]);
+
+		eng_numa[k] = sock == (unsigned)SOCKET_ID_ANY ? -1 : (int)sock;
+	}
+	locus_engine_topo_map(gpu_numa, G, eng_numa, d->n_eng, map);
+	if (locus_node_place_gpus(d->node, map, G) < 0)
+		return -1;
+	for (uint32_t k = 0; k < d->n_eng; k++) {
+		char list[LOCUS_CFG_MAX_GPUS * 24] = "";
+		size_t at = 0;
+
+		for (uint32_t g = 0; g < G; g++)
+			if (map[g] == k && at < sizeof(list))
+				at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u (%s, node %d)",
+						       at ? ", " : "", g, d->cfg.gpu_pci[g],
+						       gpu_numa[g]);
+		fprintf(stderr, "locusd: engine %u (lcore %u, NUMA node %d) polls the ranks of "
+			"GPU%s %s\n", k, d->eng_lcore[k], eng_numa[k], strchr(list, ',') ? "s" : "",
+			at ? list : "none");
+	}
 	return 0;
 }
 
@@ -511,6 +560,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_net;
 	}
+	if (place_gpus(&D) < 0)
+		goto err_node;
 	if (D.net && locusd_net_attach(D.net, locus_node_engine(D.node), locus_node_counters(D.node),
 				       LOCUS_NODE_ENGINE_BLOCK, LOCUS_NODE_CTL_BLOCK, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);

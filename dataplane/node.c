@@ -283,6 +283,23 @@ struct locus_engine *locus_node_engine(struct locus_node *n)
 	return n->engine;
 }
 
+int locus_node_place_gpus(struct locus_node *n, const uint8_t *gpu_engine, uint32_t n_gpus)
+{
+	if (n_gpus != n->cfg.gpus_per_node || n_gpus > LOCUS_CFG_MAX_GPUS)
+		return -LOCUS_ERANGE;
+	for (uint32_t g = 0; g < n_gpus; g++)
+		if (gpu_engine[g] >= n->n_eng)
+			return -LOCUS_ERANGE;
+	memcpy(n->gpu_engine, gpu_engine, n_gpus);
+	n->gpus_placed = 1;
+	return 0;
+}
+
+uint32_t locus_node_slot_engine(const struct locus_node *n, uint32_t slot)
+{
+	return slot < n->cfg.client_slots ? n->grant[slot].engine : 0;
+}
+
 uint32_t locus_node_n_engines(const struct locus_node *n)
 {
 	return n->n_eng;

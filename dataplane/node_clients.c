@@ -100,10 +100,11 @@ static int done_all(struct locus_node *n, uint32_t slot)
 }
 
 /*
- * The engine to poll a new client: a rank the one serving its GPU's part of
- * the node (engine k takes GPUs k * G / N onwards: list the engine lcores in
- * the order of the GPUs they sit next to); a prefiller or a decoder the one
- * with fewest of those, then fewest clients.
+ * The engine to poll a new client: a rank the one serving its GPU, by the
+ * GPUs' NUMA nodes when locusd placed them (gpu_pci), else by order (engine
+ * k takes GPUs k * G / N onwards: list the engine lcores in the order of the
+ * GPUs they sit next to); a prefiller or a decoder the one with fewest of
+ * those, then fewest clients.
  */
 static uint32_t pick_engine(const struct locus_node *n, const struct locus_engine_grant *g)
 {
@@ -114,6 +115,8 @@ static uint32_t pick_engine(const struct locus_node *n, const struct locus_engin
 	if (g->roles & LOCUS_ROLE_RANK) {
 		uint32_t gpu = g->rank % n->cfg.gpus_per_node;
 
+		if (n->gpus_placed)
+			return n->gpu_engine[gpu];
 		return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
 							: gpu % n->n_eng;
 	}

@@ -34,6 +34,8 @@ struct locus_node {
 	uint64_t *eng_ticket;          /* [n_slots * n_eng] each engine's command ticket */
 	uint32_t eng_ranks[LOCUS_CFG_MAX_ENGINES];  /* ranks attached, per engine */
 	uint32_t eng_others[LOCUS_CFG_MAX_ENGINES]; /* prefillers and decoders, per engine */
+	uint8_t gpu_engine[LOCUS_CFG_MAX_GPUS];     /* a rank's engine by its GPU, when placed */
+	int gpus_placed;                            /* locus_node_place_gpus() was called */
 	void *ctl_blk;
 	void *eng_blk;               /* the engine's counters block (read for the log) */
 	uint64_t sc_resets_off;      /* its sigcache_resets */

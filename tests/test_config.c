@@ -26,6 +26,8 @@ static const char full[] =
 	"rdma_near_numa = 1\n"
 	"rdma_port = 2\n"
 	"rdma_ack_timeout = 17\n"
+	"gpu_pci = 0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:61:00.0,"
+	"0000:97:00.0,0000:b9:00.0,0000:DC:00.0,0000:e0:00.0\n"
 	"intra_node = verbs\n"
 	"secret_file = /etc/locus/secret\n"
 	"ring_size = 4096\n"
@@ -63,6 +65,10 @@ static void test_full_file(void **state)
 	assert_int_equal(c.rdma_near_numa, 1);
 	assert_int_equal(c.rdma_port, 2);
 	assert_int_equal(c.rdma_ack_timeout, 17);
+	assert_int_equal(c.n_gpu_pci, 8);
+	assert_string_equal(c.gpu_pci[0], "0000:17:00.0");
+	assert_string_equal(c.gpu_pci[6], "0000:DC:00.0");
+	assert_string_equal(c.gpu_pci[7], "0000:e0:00.0");
 	assert_int_equal(c.intra_node, LOCUS_INTRA_VERBS);
 	assert_string_equal(c.secret_file, "/etc/locus/secret");
 	assert_int_equal(c.ring_size, 4096);
@@ -131,6 +137,16 @@ static void test_refusals(void **state)
 		{ "[locusd]\nsecret_file = secret\n", "not an absolute path", LOCUS_EPARSE },
 		{ "[locusd]\nrdma_near_pci = 3b:00.0\n", "t.conf:2: rdma_near_pci:", LOCUS_EPARSE },
 		{ "[locusd]\nwatchdog = maybe\n", "t.conf:2: watchdog:", LOCUS_EPARSE },
+		{ "[locusd]\ngpu_pci = 0000:17:00.0,0000:3b:00.0\n",
+		  "gpu_pci names 2 GPUs, gpus_per_node is 4", LOCUS_ERANGE },
+		{ "[locusd]\ngpu_pci = 0000:17:00.0,17:00.0,0000:3b:00.0,0000:3c:00.0\n",
+		  "t.conf:2: gpu_pci: '0000:17:00.0,17:00.0", LOCUS_EPARSE },
+		{ "[locusd]\ngpu_pci = 0000:17:00.0,0000:3b:00.0,0000:3c:00.0,\n",
+		  "t.conf:2: gpu_pci:", LOCUS_EPARSE },
+		{ "[locusd]\ngpu_pci = 0000:17:00.0,0000:3b:00.0,0000:17:00.0,0000:3c:00.0\n",
+		  "t.conf:2: gpu_pci: 0000:17:00.0 named twice", LOCUS_ERANGE },
+		{ "[locusd]\ngpu_pci = 0000:17:00.00,0000:3b:00.0,0000:3c:00.0,0000:3d:00.0\n",
+		  "t.conf:2: gpu_pci:", LOCUS_EPARSE },
 		{ "[locusd]\nrdma_ack_timeout = 0\n", "t.conf:2: rdma_ack_timeout: 0 is outside",
 		  LOCUS_ERANGE },
 		{ "[locusd]\nrdma_ack_timeout = 32\n", "t.conf:2: rdma_ack_timeout: 32 is outside",

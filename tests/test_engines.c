@@ -396,6 +396,39 @@ static void test_cross_traffic(void **state)
 		(unsigned long long)(ctr_("engine_handovers", 0) - x0));
 }
 
+/* ---- ranks placed by their GPU's NUMA node (locus_node_place_gpus) ---------------- */
+
+static void test_ranks_placed(void **state)
+{
+	static const uint8_t by_order[GPN] = { 0, 0, 1, 1 }, by_numa[GPN] = { 0, 1, 0, 1 };
+	static const uint8_t bad[GPN] = { 0, 1, 2, 1 };
+	pthread_t th[GPN];
+	(void)state;
+
+	assert_int_equal(locus_node_place_gpus(node, bad, GPN), -LOCUS_ERANGE);
+	assert_int_equal(locus_node_place_gpus(node, by_numa, GPN - 1), -LOCUS_ERANGE);
+	for (int round = 0; round < 2; round++) {
+		const uint8_t *want = round ? by_numa : by_order;
+
+		/* round 1: GPUs 0, 2 on one NUMA node and 1, 3 on the other, an engine each */
+		if (round)
+			assert_int_equal(locus_node_place_gpus(node, by_numa, GPN), 0);
+		uint32_t got[GPN];
+
+		start_ranks(th, 60);
+		for (uint32_t r = 0; r < GPN; r++)
+			got[r] = locus_node_slot_engine(node, locus_client_slot(rk[r].c));
+		/* every byte still arrives, now across other engine pairs */
+		stop_and_check_ranks(th);
+		for (uint32_t r = 0; r < GPN; r++)
+			if (got[r] != want[r])
+				fail_msg("round %d: rank %u polled by engine %u, want %u", round, r,
+					 got[r], want[r]);
+	}
+	/* the order's placement again, as the later tests expect */
+	assert_int_equal(locus_node_place_gpus(node, by_order, GPN), 0);
+}
+
 /* ---- signatures from one engine to decoders on both -------------------------------- */
 
 static size_t put_signature(struct locus_client *c, int w0, int w7, uint32_t salt)
@@ -601,6 +634,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cross_traffic),
+		cmocka_unit_test(test_ranks_placed),
 		cmocka_unit_test(test_signatures_cross),
 		cmocka_unit_test(test_receiver_dies),
 		cmocka_unit_test(test_push_while_busy),

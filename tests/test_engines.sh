@@ -12,7 +12,10 @@
 #      inbox slot stays used;
 #   3. a table pushed while both engines carry traffic: adopted, the run ok;
 #   4. engine_lcores = 2 without a second worker lcore is refused with the
-#      reason, and so is it on a cluster of two nodes.
+#      reason, and so is it on a cluster of two nodes;
+#   5. gpu_pci places each GPU's ranks on an engine of its NUMA node (a sysfs
+#      tree of the test's own), said in the log; traffic ok; a GPU the
+#      machine does not have is refused.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
@@ -135,4 +138,38 @@ node.1 = 10.0.0.2:7471
 CONF
 "$B/locusd" -c "$tmp/c.conf" --check-config > "$tmp/c.out" 2>&1 && fail "two engines on a cluster"
 grep -q 'several engine lcores run on a single node only' "$tmp/c.out" || fail "$(cat "$tmp/c.out")"
+
+# 5. gpu_pci: each GPU's ranks on an engine of its NUMA node, from a sysfs tree of our own
+# (this box's lcores are all on node 0): GPUs 0, 1 on node 1, which has no engine, spread
+# over both; 2, 3 on node 0 spread over its two engines
+for g in 0000:17:00.0:1 0000:3b:00.0:1 0000:5d:00.0:0 0000:61:00.0:0 0000:99:00.0:0; do
+	mkdir -p "$tmp/sys/bus/pci/devices/${g%:*}"
+	echo "${g##*:}" > "$tmp/sys/bus/pci/devices/${g%:*}/numa_node"
+done
+{ cat "$tmp/a.conf"; echo "gpu_pci = 0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:61:00.0"; } \
+	> "$tmp/d.conf"
+LOCUS_SYSFS_ROOT=$tmp/sys "$B/locusd" -c "$tmp/d.conf" > "$tmp/d2.log" 2>&1 &
+pid=$!
+for _ in $(seq 400); do
+	grep -q "instance $inst running" "$tmp/d2.log" && break
+	kill -0 $pid 2>/dev/null || { cat "$tmp/d2.log"; fail "locusd with gpu_pci exited"; }
+	sleep 0.05
+done
+grep -q '^locusd: engine 0 (lcore 1, NUMA node 0) polls the ranks of GPUs 0 (0000:17:00.0, node 1), 2 (0000:5d:00.0, node 0)$' \
+	"$tmp/d2.log" && grep -q '^locusd: engine 1 (lcore 2, NUMA node 0) polls the ranks of GPUs 1 (0000:3b:00.0, node 1), 3 (0000:61:00.0, node 0)$' \
+	"$tmp/d2.log" || fail "placement by NUMA node: $(cat "$tmp/d2.log")"
+"$B/locusctl" push -i "$inst" "$tmp/e.tbl" > /dev/null &&
+	"$B/locusctl" push -i "$inst" "$tmp/g.tbl" > /dev/null || fail "push (gpu_pci)"
+timeout 120 "${LG[@]}" --requests 200 --batches 100 > "$tmp/5.out" 2>&1 ||
+	{ cat "$tmp/5.out"; fail "traffic with ranks placed by NUMA node"; }
+grep -q '^loadgen: ok$' "$tmp/5.out" || fail "$(cat "$tmp/5.out")"
+kill -TERM $pid
+wait $pid 2>/dev/null
+pid=
+sed 's/^gpu_pci = .*/gpu_pci = 0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:62:00.0/' \
+	"$tmp/d.conf" > "$tmp/e.conf"
+LOCUS_SYSFS_ROOT=$tmp/sys "$B/locusd" -c "$tmp/e.conf" > "$tmp/e.log" 2>&1 &&
+	fail "a GPU the machine does not have was taken"
+grep -q 'gpu_pci: GPU 3, 0000:62:00.0: no such PCI device' "$tmp/e.log" || fail "$(cat "$tmp/e.log")"
+echo "test_engines: ranks placed by their GPUs' NUMA nodes (sysfs): traffic ok"
 echo "test_engines: ok"

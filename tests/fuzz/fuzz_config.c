@@ -87,6 +87,8 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	}
 	if (c->rdma_near_pci[0])
 		P("rdma_near_pci = %s\n", c->rdma_near_pci);
+	for (uint32_t g = 0; g < c->n_gpu_pci; g++)
+		P("%s%s%s", g ? "," : "gpu_pci = ", c->gpu_pci[g], g + 1 == c->n_gpu_pci ? "\n" : "");
 	if (c->rdma_near_numa >= 0)
 		P("rdma_near_numa = %d\n", c->rdma_near_numa);
 	P("rdma_port = %u\nrdma_ack_timeout = %u\nintra_node = %s\n", c->rdma_port,
@@ -135,6 +137,8 @@ static int same_config(const struct locus_config *a, const struct locus_config *
 	CLEAR_TAIL(x.rdma_near_pci), CLEAR_TAIL(y.rdma_near_pci);
 	CLEAR_TAIL(x.secret_file), CLEAR_TAIL(y.secret_file);
 	CLEAR_TAIL(x.ctl_group), CLEAR_TAIL(y.ctl_group);
+	for (uint32_t g = 0; g < LOCUS_CFG_MAX_GPUS; g++)
+		CLEAR_TAIL(x.gpu_pci[g]), CLEAR_TAIL(y.gpu_pci[g]);
 #undef CLEAR_TAIL
 	return !memcmp(&x, &y, sizeof(x));
 }
