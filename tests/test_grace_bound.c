@@ -4,7 +4,8 @@
  * out below, the assignment solver on hand matrices, and, on small random
  * token sets, that the bound never exceeds the true optimum, which the test
  * finds by trying every placement (6 experts, 3 GPUs, 2 primaries and one
- * copy each) and every token's best routing.
+ * copy each) and every token's best routing; and the pairing placements
+ * of tools/grace_pairs.c on a hand case.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -16,6 +17,7 @@
 #include <cmocka.h>
 
 #include "grace_bound.h"
+#include "grace_pairs.h"
 
 static void test_assign(void **state)
 {
@@ -256,6 +258,42 @@ static void test_bound_below_optimum(void **state)
 	}
 }
 
+/*
+ * The pairing placement on a hand case: 4 experts, 2 GPUs, co-counts A01 = 5,
+ * A23 = 3, A02 = 1, loads 6 5 4 3. Greedy pairs {0,1} on GPU 0, {2,3} on
+ * GPU 1. Tokens t0 {0,1} (GPU 0), t1 {0,2} (GPU 1), t2 {2,3} (GPU 0): rows
+ * 0, 1, 1; loads 3 and 3. With the copy on the heaviest expert (H 1): at
+ * most N - 1 = 1 copy, of expert 0 on GPU 1, so t1 stays local: rows 0, 0,
+ * 1; loads 2 (t0) and 4 (t1, t2).
+ */
+static void test_pairs(void **state)
+{
+	const double A[16] = { 0, 5, 1, 0, 5, 0, 0, 0, 1, 0, 0, 3, 0, 0, 3, 0 };
+	const double W[4] = { 6, 5, 4, 3 };
+	const uint16_t ids[6] = { 0, 1, 0, 2, 2, 3 };
+	struct gp_place p;
+	double load[2];
+
+	(void)state;
+	assert_int_equal(gp_fit(A, W, 4, 2, 0, -1, &p), 0);
+	assert_int_equal(p.home[0], p.home[1]);
+	assert_int_equal(p.home[2], p.home[3]);
+	assert_int_not_equal(p.home[0], p.home[2]);
+	assert_int_equal(p.copy[0], 4);
+	assert_int_equal(p.copy[1], 4);
+	assert_true(gp_score(&p, ids, 3, 2, load) == 2);
+	assert_true(load[0] == 3 && load[1] == 3);
+	gp_free(&p);
+	assert_int_equal(gp_fit(A, W, 4, 2, 1, -1, &p), 0);
+	assert_int_equal(p.home[0], 0);
+	assert_int_equal(p.copy[0], 4);
+	assert_int_equal(p.copy[1], 0);
+	assert_true(gp_score(&p, ids, 3, 2, load) == 1);
+	assert_true(load[0] == 2 && load[1] == 4);
+	gp_free(&p);
+	assert_int_equal(gp_fit(A, W, 5, 2, 0, -1, &p), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -264,6 +302,7 @@ int main(void)
 		cmocka_unit_test(test_floor),
 		cmocka_unit_test(test_bad_shape),
 		cmocka_unit_test(test_bound_below_optimum),
+		cmocka_unit_test(test_pairs),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

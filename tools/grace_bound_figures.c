@@ -5,7 +5,9 @@
  * sequences, token t on source GPU t mod N, the same memory rule), beside
  * EPLB's (1 group, vLLM's dispatch) and GRACE's (locusctl fit --grace
  * defaults) rows off the GPU on the same tokens, fitted on the first half as
- * grace_figures fits them.
+ * grace_figures fits them; at 2 primaries per GPU (4x8) also pairing
+ * placements that exist (grace_pairs.h), scored with the tool's own routing
+ * and with the locus planner, to show where between them the truth lies.
  *
  * usage: grace_bound_figures [topology ...]   e.g. 4x8 2x4 (default: all four)
  * Data: $LOCUS_DATA_DIR or ../shared/data (absent: skipped).
@@ -346,9 +348,28 @@ int main(int argc, char **argv)
 {
 	static const uint32_t all[4][2] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
 	static struct domain dom[N_DOM];
+	static uint32_t topo[64][2];
 	const char *root = getenv("LOCUS_DATA_DIR");
+	uint32_t n_topo = 0;
 	char path[4200];
 
+	for (int i = 1; i < argc; i++) {
+		uint32_t nodes, gpus;
+		char tail;
+
+		if (n_topo == 64 || sscanf(argv[i], "%ux%u%c", &nodes, &gpus, &tail) != 2 ||
+		    !nodes || !gpus || nodes * gpus > 64 || 64 % (nodes * gpus)) {
+			fprintf(stderr, "usage: grace_bound_figures [NODESxGPUS ...] (nodes x GPUs "
+					"dividing 64, e.g. 4x8; default 1x4 2x2 2x4 4x8)\n");
+			return 2;
+		}
+		topo[n_topo][0] = nodes;
+		topo[n_topo++][1] = gpus;
+	}
+	for (; argc == 1 && n_topo < 4; n_topo++) {
+		topo[n_topo][0] = all[n_topo][0];
+		topo[n_topo][1] = all[n_topo][1];
+	}
 	if (!root)
 		root = "../shared/data";
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
@@ -366,24 +387,8 @@ int main(int argc, char **argv)
 	printf("%-6s %5s %5s %7s %7s %7s %7s %7s %7s %7s %9s %9s %9s\n", "topo", "prim", "reps",
 	       "|X|", "group", "replica", "shared", "source", "EPLB", "GRACE", "bound", "GRACE",
 	       "bound");
-	for (int i = 1; i <= argc; i++) {
-		uint32_t nodes, gpus;
-
-		if (argc == 1) {
-			for (int t = 0; t < 4; t++)
-				topology(all[t][0], all[t][1], dom);
-			break;
-		}
-		if (i == argc)
-			break;
-		if (sscanf(argv[i], "%ux%u", &nodes, &gpus) != 2 || !nodes || !gpus ||
-		    64 % (nodes * gpus) || nodes * gpus > 64) {
-			fprintf(stderr, "usage: grace_bound_figures [NODESxGPUS ...] (N dividing "
-					"64, e.g. 4x8)\n");
-			return 2;
-		}
-		topology(nodes, gpus, dom);
-	}
+	for (uint32_t i = 0; i < n_topo; i++)
+		topology(topo[i][0], topo[i][1], dom);
 	for (uint32_t d = 0; d < N_DOM; d++) {
 		for (int h = 0; h < 2; h++) {
 			free(dom[d].half[h].tok0);
