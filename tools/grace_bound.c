@@ -198,13 +198,6 @@ static int group_term(const struct counts *c, const struct gb_place *p, double *
 	return rc;
 }
 
-/*
- * 2 primaries + 1 copy per GPU: a GPU holding {a, b, r} saves token t
- * (|X n {a,b,r}| - 1)+ rows, A_ab + A_ar + A_br - T_abr over the tokens;
- * with the pairs a perfect matching, every pair's best r is at most the
- * matching of weight w_ab = max_r of that, at most half the best assignment
- * on w without fixed points.
- */
 /* T[a][b][r]: tokens holding all three distinct experts (every order). */
 static float *triple_counts(const uint16_t *ids, uint32_t n_tok, uint32_t k, uint32_t E)
 {
@@ -242,38 +235,90 @@ static double cover2(const struct counts *c, const float *T, uint32_t a, uint32_
 	return c->A[(size_t)a * E + b] + c->A[(size_t)a * E + r] - T[((size_t)a * E + b) * E + r];
 }
 
-/*
- * 2 primaries + 1 copy per GPU: a GPU holding {a, b, r} saves token t
- * (|X n {a,b,r}| - 1)+ rows, A_ab + A_ar + A_br - T_abr over the tokens;
- * with the pairs a perfect matching, every pair's best r is at most the
- * matching of weight w_ab = max_r of that, at most half the best assignment
- * on w without fixed points.
- */
-static int triple_term(const struct counts *c, const float *T, double *out)
+/* w_ab = A_ab + the best copy's (1 - lambda_r) x cov(r | a, b), its r in arg[ab] (E: none). */
+static void triple_weights(const struct counts *c, const float *T, const double *lambda,
+			   double *w, uint32_t *arg)
 {
 	uint32_t E = c->E;
-	double *w = malloc((size_t)E * E * sizeof(double));
-	int rc;
 
-	if (!w)
-		return -ENOMEM;
 	for (uint32_t a = 0; a < E; a++)
 		for (uint32_t b = 0; b < E; b++) {
-			double best = c->A[(size_t)a * E + b];
+			double best = 0;
+			uint32_t at = E;
 
 			for (uint32_t r = 0; r < E && a != b; r++) {
 				double h;
 
 				if (r == a || r == b)
 					continue;
-				h = c->A[(size_t)a * E + b] + cover2(c, T, r, a, b);
-				best = h > best ? h : best;
+				h = (1 - lambda[r]) * cover2(c, T, r, a, b);
+				if (h > best) {
+					best = h;
+					at = r;
+				}
 			}
-			w[(size_t)a * E + b] = best;
+			w[(size_t)a * E + b] = c->A[(size_t)a * E + b] + best;
+			arg[(size_t)a * E + b] = at;
 		}
-	rc = gb_assign_max(w, E, 1, NULL, out);
-	*out /= 2;
+}
+
+/*
+ * 2 primaries + 1 copy per GPU. The savings are at most the pairs' A_ab
+ * plus, per copied expert r, min(W_r, sum over its GPUs g of cov(r | pair
+ * of g)) (the second inequality: r gains once per token at most), and for
+ * any lambda in [0,1]^E, min(W, S) <= lambda W + (1 - lambda) S; so they
+ * are at most sum_r lambda_r W_r + a maximum-weight perfect matching on
+ * w_ab = A_ab + max_r (1 - lambda_r) cov(r | a, b), itself at most half the
+ * best assignment on w without fixed points. lambda = 0 is the plain
+ * triple bound (a GPU {a,b,r} saves A_ab + A_ar + A_br - T_abr); a
+ * projected subgradient descent on lambda keeps the least value found,
+ * every one of which is a bound.
+ */
+static int triple_term(const struct counts *c, const float *T, double *out)
+{
+	uint32_t E = c->E, *arg = malloc((size_t)E * E * sizeof(uint32_t));
+	uint32_t *perm = malloc(E * sizeof(uint32_t));
+	double *w = calloc((size_t)E * E, sizeof(double));
+	double *lambda = calloc(E, sizeof(double)), *g = malloc(E * sizeof(double));
+	int rc = -ENOMEM;
+
+	*out = INFINITY;
+	if (!arg || !perm || !w || !lambda || !g)
+		goto err_free;
+	for (uint32_t it = 0; it < GB_LAMBDA_STEPS; it++) {
+		double val = 0, gmax = 0;
+
+		triple_weights(c, T, lambda, w, arg);
+		rc = gb_assign_max(w, E, 1, perm, &val);
+		if (rc)
+			goto err_free;
+		val /= 2;
+		for (uint32_t r = 0; r < E; r++) {
+			val += lambda[r] * c->W[r];
+			g[r] = c->W[r];
+		}
+		*out = fmin(*out, val);
+		/* d/d lambda_r: W_r minus what the chosen edges credit r with */
+		for (uint32_t i = 0; i < E; i++) {
+			uint32_t r = arg[(size_t)i * E + perm[i]];
+
+			if (r < E)
+				g[r] -= cover2(c, T, r, i, perm[i]) / 2;
+		}
+		for (uint32_t r = 0; r < E; r++)
+			gmax = fmax(gmax, fabs(g[r]));
+		if (gmax == 0)
+			break;
+		for (uint32_t r = 0; r < E; r++)
+			lambda[r] = fmin(1, fmax(0, lambda[r] - 0.5 / (1 + it / 4.0) * g[r] / gmax));
+	}
+	rc = 0;
+err_free:
+	free(g);
+	free(lambda);
 	free(w);
+	free(perm);
+	free(arg);
 	return rc;
 }
 

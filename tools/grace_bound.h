@@ -14,27 +14,31 @@
  *
  * For one token with expert set X, C_g the experts GPU g holds, any routing:
  *   rows = (GPUs used) - [the source GPU is used]
- *   GPUs used >= |X| - sum over g of (|X n C_g| - 1)+    (a used GPU serves
- *                at most |X n C_g| of X, every other expert costs a GPU)
- *   GPUs used >= D - #{r in X served from a copy on a GPU that also serves
- *                another expert of X},  D = |X| - sum_g (|X n prim(g)| - 1)+
+ *   GPUs used >= D - #{r in X served from a copy, off its home, on a GPU
+ *                that also serves another expert of X}
+ *   D (the distinct homes of X) = |X| - sum_g (|X n prim(g)| - 1)+
  *   [source used] <= [X n C_source nonempty]
  * and the sums over the tokens are bounded over all placements by counts of
  * the tokens (A: co-counts, W: tokens per expert):
- *   shared:  2 primaries + 1 copy per GPU: GPU {a,b,r} saves A_ab + A_ar +
- *            A_br - T_abr (T: tokens holding all three); the pairs being a
- *            perfect matching, at most half the best assignment, without
- *            fixed points, on w_ab = max_r of that (a matching read both
- *            ways is such an assignment);
- *            otherwise group + replica (the second inequality):
+ *   shared:  2 primaries + 1 copy per GPU: the pairs save their A_ab,
+ *            a copied r at most min(W_r, sum over its GPUs of cov(r | pair))
+ *            (cov: tokens with r and either of the pair), and since min(W, S)
+ *            <= lambda W + (1 - lambda) S for any lambda in [0,1], the sum is
+ *            at most sum_r lambda_r W_r + a maximum-weight perfect matching
+ *            on A_ab + max_r (1 - lambda_r) cov(r | a,b), at most half the
+ *            best assignment without fixed points (a matching read both ways
+ *            is one); the least value over a subgradient descent on lambda;
+ *            the smaller of that and group + replica:
  *   group:   group 2: half the best assignment on A; larger groups: an
  *            expert's share of (c-1) is (c-1)/c <= (cmax-1)/cmax when it has
  *            a partner in its group, cmax = min(|X|, group), and it has one
  *            in at most min(W_e, its group-1 largest co-counts) tokens
  *   replica: an expert with c copies meets at most (group+reps-1) c other
  *            experts on their GPUs: at most min(W_r, that many largest
- *            co-counts) tokens gain, one row each; the reps x N slots spread
- *            by greedy marginal gain (concave in c: greedy is the maximum)
+ *            co-counts) tokens gain, one row each (with 2 others per copy
+ *            also at most c x the most tokens any 2 others cover with it);
+ *            the reps x N slots spread by greedy marginal gain (concave in
+ *            c: greedy is the maximum)
  *   source:  per source GPU the most of its tokens group+reps experts touch
  *            (exact for 3 slots, else the singleton sum), or, if smaller, the
  *            best assignment of primaries to sources plus each source's best
@@ -49,6 +53,8 @@
 
 /* the 2+1 triple bound keeps E^3 counts: used up to this many experts */
 #define GB_TRIPLE_MAX_E 128
+/* steps of the descent on the copies' multipliers (each value found is a bound) */
+#define GB_LAMBDA_STEPS 60
 
 struct gb_place {
 	uint32_t E, N;      /* experts, GPUs (E = N x group) */
