@@ -110,9 +110,57 @@ static double sum(const double *x, uint32_t n)
 	return s;
 }
 
-/* EPLB's and GRACE's scores on d's held-out half. */
+/*
+ * A GRACE table's placement (at most one copy per GPU) routed by the tool's
+ * own rule (grace_pairs.h: a copy on a GPU the token already uses first) on
+ * h: adds the rows to *rows and each layer's max/mean to *mm.
+ */
+static void own_routing(const void *pl, size_t plen, const struct gh_set *h, double *rows,
+			double *mm)
+{
+	struct locus_grace_view v;
+	struct locus_error err = { 0 };
+	uint32_t E, N, R;
+	struct gp_place p;
+	double load[64];
+
+	if (locus_grace_view_init(&v, (void *)(uintptr_t)pl, plen, &err))
+		die("view", &err, -EINVAL);
+	E = v.dims->n_experts;
+	N = locus_grace_n_ranks(v.dims);
+	R = v.dims->max_replicas;
+	p = (struct gp_place){ .E = E, .N = N, .home = malloc(E * sizeof(uint16_t)),
+			       .copy = malloc(N * sizeof(uint16_t)) };
+	if (!p.home || !p.copy || N > 64)
+		die("own routing", NULL, -ENOMEM);
+	for (uint32_t l = 0; l < h->L; l++) {
+		double mx = 0, tot = 0;
+
+		for (uint32_t g = 0; g < N; g++)
+			p.copy[g] = (uint16_t)E;
+		for (uint32_t e = 0; e < E; e++) {
+			const uint16_t *rep = v.replica + ((size_t)l * E + e) * R;
+
+			p.home[e] = v.primary[(size_t)l * E + e];
+			for (uint32_t i = 0; i < R && rep[i] != LOCUS_GRACE_NO_RANK; i++) {
+				if (p.copy[rep[i]] != E)
+					die("own routing: two copies on one GPU", NULL, -EINVAL);
+				p.copy[rep[i]] = (uint16_t)e;
+			}
+		}
+		*rows += gp_score(&p, h->ids + (size_t)l * h->n_tok * h->k, h->n_tok, h->k, load);
+		for (uint32_t g = 0; g < N; g++) {
+			mx = load[g] > mx ? load[g] : mx;
+			tot += load[g];
+		}
+		*mm += mx / (tot / N);
+	}
+	gp_free(&p);
+}
+
+/* EPLB's and GRACE's scores on d's held-out half; GRACE by own routing too. */
 static void placements(uint32_t nodes, uint32_t gpus, struct domain *d, struct gh_score *se,
-		       struct gh_score *sg)
+		       struct gh_score *sg, double *own_rows, double *own_mm)
 {
 	uint32_t L = d->prof.n_layers, E = d->prof.n_experts, N = nodes * gpus;
 	struct locus_gracefit_topo tp = grace_topo(nodes, gpus, E);
@@ -141,6 +189,8 @@ static void placements(uint32_t nodes, uint32_t gpus, struct domain *d, struct g
 	if (rc)
 		die("map build", &err, rc);
 	gh_score_grace(m, &d->half[1], sg);
+	if (tp.replica_budget == 1)   /* the tool's placements hold one copy per GPU */
+		own_routing(pl, plen, &d->half[1], own_rows, own_mm);
 	free(m);
 	free(blob);
 }
@@ -299,12 +349,12 @@ static void topology(uint32_t nodes, uint32_t gpus, struct domain *dom)
 	struct gh_score se[N_DOM], sg[N_DOM];
 	struct gh_unit ue[N_DOM], ug[N_DOM];
 	struct gh_metrics me, mg;
-	double eplb = 0, grace = 0, tl = 0;
+	double eplb = 0, grace = 0, tl = 0, own_rows = 0, own_mm = 0;
 
 	for (uint32_t f = 0; f < N_DOM; f++) {
 		const struct gh_set *h = &dom[f].half[1];
 
-		placements(nodes, gpus, &dom[f], &se[f], &sg[f]);
+		placements(nodes, gpus, &dom[f], &se[f], &sg[f], &own_rows, &own_mm);
 		eplb += sum(se[f].rows_gpu, se[f].n_seq);
 		grace += sum(sg[f].rows_gpu, sg[f].n_seq);
 		tl += sum(se[f].tl, se[f].n_seq);
@@ -336,6 +386,11 @@ static void topology(uint32_t nodes, uint32_t gpus, struct domain *dom)
 	gh_metrics(ue, N_DOM, &me);
 	gh_metrics(ug, N_DOM, &mg);
 	printf("%ux%-4u max/mean: EPLB %.3f, GRACE %.3f\n", nodes, gpus, me.mm, mg.mm);
+	if (tp.replica_budget == 1)
+		printf("%ux%-4u GRACE's placement with the tool's own routing (a copy on a GPU "
+		       "already used first):\n%-6s rows off GPU %.3f (%+.1f%%), max/mean %.3f\n",
+		       nodes, gpus, "", own_rows / tl, 100 * (own_rows / eplb - 1),
+		       own_mm / (N_DOM * dom[0].half[1].L));
 	for (uint32_t f = 0; f < N_DOM; f++) {
 		gh_score_free(&se[f]);
 		gh_score_free(&sg[f]);
