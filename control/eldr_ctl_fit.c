@@ -120,7 +120,7 @@ static void print_tau(const struct locus_eldrfit_tau_result *r, uint32_t K, uint
 	printf("  %-6s %-16s %s\n", "tau", "pairs per step", "busiest decoder (no cap)");
 	for (uint32_t g = 0; g < r->n_grid; g++)
 		printf("  %-6.3f %-16.2f %.3f%s%s\n", (double)r->pt[g].tau, r->pt[g].pairs,
-		       r->pt[g].load, r->pt[g].load > r->bound ? "  over the bound" : "",
+		       r->pt[g].load, r->pt[g].over ? "  over the bound" : "",
 		       g == r->chosen ? "  <- chosen" : "");
 	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
 	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);
@@ -131,6 +131,13 @@ static void print_tau(const struct locus_eldrfit_tau_result *r, uint32_t K, uint
 	else
 		printf("tau auto: no tau kept the busiest decoder within %.3f; tau %.3f, the "
 		       "least loaded\n", r->bound, (double)r->tau);
+}
+
+/* Whether point q's load is over r's bound in a fold (the tuning's rule). */
+static int over_bound(const struct locus_eldrfit_tune_result *r,
+		      const struct locus_eldrfit_tune_point *q)
+{
+	return q->fold_load[0] > r->fold_bound[0] || q->fold_load[1] > r->fold_bound[1];
 }
 
 /* What the tuning measured: the best point of each (price, centroids per decoder), and the choice. */
@@ -152,7 +159,7 @@ static void print_tune(const struct locus_eldrfit_tune_result *r, uint32_t K, ui
 		for (; j < r->n_pt && r->pt[j].balance_price == p->balance_price &&
 		       r->pt[j].centroids_per_decoder == p->centroids_per_decoder; j++) {
 			const struct locus_eldrfit_tune_point *q = &r->pt[j];
-			int in = q->load <= r->bound, bin = b && b->load <= r->bound;
+			int in = !over_bound(r, q), bin = b && !over_bound(r, b);
 
 			if (!b || (in && (!bin || q->pairs < b->pairs)) ||
 			    (!in && !bin && q->load < b->load)) {
@@ -168,18 +175,23 @@ static void print_tune(const struct locus_eldrfit_tune_result *r, uint32_t K, ui
 		printf("  %-6.3g %-9u %-6.3g %-8s %-12s %-15.2f %.3f%s%s\n",
 		       (double)b->balance_price, b->centroids_per_decoder, (double)b->tau,
 		       b->overflow_spread ? "spread" : "nearest", spill, b->pairs, b->load,
-		       b->load > r->bound ? "  over the bound" : "",
+		       over_bound(r, b) ? "  over the bound" : "",
 		       bi == r->chosen ? "  <- chosen" : "");
 		i = j;
 	}
 	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
 	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);
+	if (r->bound_oracle)
+		printf("  domain oracle (the trace's labels): %.2f pairs per step, busiest decoder "
+		       "%.3f\n", r->oracle_pairs, r->oracle_load);
 	if (r->feasible)
-		printf("tune: the fewest pairs per step with the busiest decoder within %.3f (%s)\n",
-		       r->bound, bound_given ? "--tau-load-bound" : "the exact-balance fit's");
+		printf("tune: the fewest pairs per step with the busiest decoder within %.3f / %.3f "
+		       "in the two folds (%s)\n", r->fold_bound[0], r->fold_bound[1],
+		       bound_given ? "--tau-load-bound" : r->bound_oracle ?
+		       "the domain oracle's" : "the exact-balance fit's");
 	else
-		printf("tune: no point kept the busiest decoder within %.3f: the least loaded\n",
-		       r->bound);
+		printf("tune: no point kept the busiest decoder within %.3f / %.3f in the two "
+		       "folds: the least loaded\n", r->fold_bound[0], r->fold_bound[1]);
 }
 
 /* Whether the tuning can run on t: decode tokens to replay, two rounds of K x B. */
@@ -372,7 +384,7 @@ static int choose(const struct locus_trace *t, struct fit_args *a, struct locus_
 	struct locus_eldrfit_tune_result r;
 	struct locus_eldrfit_tune_opts tu = {
 		.fixed = a->fixed, .batch = a->tauo.batch, .load_bound = a->tauo.load_bound,
-		.replay = eldr_replay_router,
+		.replay = eldr_replay_router, .oracle = eldr_replay_domain,
 	};
 	const char *why;
 	int ret;

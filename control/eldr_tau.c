@@ -47,6 +47,8 @@ int locus_eldrfit_tau_choose(const struct locus_trace *t, const uint32_t *calib,
 		tr->pt[g].tau = r.pt[g].tau;
 		tr->pt[g].pairs = r.pt[g].pairs;
 		tr->pt[g].load = r.pt[g].load;
+		tr->pt[g].over = r.pt[g].fold_load[0] > r.fold_bound[0] ||
+				 r.pt[g].fold_load[1] > r.fold_bound[1];
 	}
 	tr->chosen = r.chosen;
 	tr->tau = r.pt[r.chosen].tau;

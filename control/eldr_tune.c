@@ -4,7 +4,9 @@
  * default, and --tau auto): two-fold replay of the calibration requests
  * through the router over a grid of fit choices (balance price, centroids
  * per decoder) and routing choices (tau, overflow rule, load spill), the
- * fewest expert pairs per decode step within a load bound.
+ * fewest expert pairs per decode step within a load bound in each fold: the
+ * domain oracle's load when the calibration requests are labelled, else the
+ * exact-balance fit's.
  */
 #include <errno.h>
 #include <math.h>
@@ -231,8 +233,8 @@ static struct locus_eldr_tbl_hdr *payload_hdr(const struct locus_eldrfit_result 
 /* Replay val[n_val] through fit's table with point p's routing; adds / FOLDS into p. */
 static int replay_point(const struct locus_trace *t, const struct locus_eldrfit_tune_opts *to,
 			struct locus_eldrfit_result *fit, struct locus_eldrfit_tune_point *p,
-			const uint32_t *val, uint32_t n_val, uint32_t B, uint32_t orders,
-			uint64_t seed, struct locus_error *err)
+			uint32_t f, const uint32_t *val, uint32_t n_val, uint32_t B,
+			uint32_t orders, uint64_t seed, struct locus_error *err)
 {
 	struct locus_eldr_tbl_hdr *h = payload_hdr(fit);
 	double pairs, load;
@@ -246,6 +248,8 @@ static int replay_point(const struct locus_trace *t, const struct locus_eldrfit_
 			 &pairs, &load, err);
 	if (ret < 0)
 		return ret;
+	p->fold_pairs[f] = pairs;
+	p->fold_load[f] = load;
 	p->pairs += pairs / FOLDS;
 	p->load += load / FOLDS;
 	return 0;
@@ -289,11 +293,12 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 	ret = locus_eldrfit_trace(sub, &xo, &ref, err);
 	if (ret < 0)
 		goto out;
-	ret = replay_point(t, to, &ref, &rp, val, n_val, B, orders, seed, err);
+	ret = replay_point(t, to, &ref, &rp, f, val, n_val, B, orders, seed, err);
 	if (ret < 0)
 		goto out;
 	tr->ref_pairs += rp.pairs;
 	tr->ref_load += rp.load;
+	tr->ref_fold_load[f] = rp.fold_load[f];
 	for (uint32_t a = 0; a < sp->n_prices; a++)
 		for (uint32_t c = 0; c < sp->n_cpd; c++) {
 			struct locus_eldrfit_result fit = { 0 };
@@ -303,8 +308,8 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 			fo.centroids_per_decoder = sp->cpd[c];
 			ret = locus_eldrfit_trace(sub, &fo, &fit, err);
 			for (uint32_t i = 0; ret == 0 && i < n; i++)
-				ret = replay_point(t, to, &fit, &tr->pt[at + i], val, n_val, B,
-						   orders, seed, err);
+				ret = replay_point(t, to, &fit, &tr->pt[at + i], f, val, n_val,
+						   B, orders, seed, err);
 			locus_eldrfit_result_free(&fit);
 			if (ret < 0)
 				goto out;
@@ -319,7 +324,52 @@ out:
 	return ret;
 }
 
-/* The fewest pairs within the bound; ties: lower load, then the later point. */
+/*
+ * Whether every calibration request of t carries a domain label, of at least
+ * two domains: the oracle that knows the domain can be replayed.
+ */
+static int labelled(const struct locus_trace *t, const uint32_t *calib, uint32_t n_calib)
+{
+	uint32_t first = 0;
+	int two = 0;
+
+	for (uint32_t i = 0; i < n_calib; i++) {
+		uint32_t d = t->reqs[calib ? calib[i] : i].domain;
+
+		if (!d)
+			return 0;
+		two |= first && d != first;
+		first = first ? first : d;
+	}
+	return two;
+}
+
+/* The domain oracle on each fold's replayed part, into the bounds. */
+static int oracle_bounds(const struct locus_trace *t, uint32_t *const part[FOLDS],
+			 const uint32_t n_part[FOLDS], uint32_t K,
+			 const struct locus_eldrfit_tune_opts *to, uint32_t B, uint32_t orders,
+			 struct locus_eldrfit_tune_result *tr, struct locus_error *err)
+{
+	for (uint32_t f = 0; f < FOLDS; f++) {
+		double pairs, load;
+		int ret = to->oracle(to->oracle_arg, t, K, part[1 - f], n_part[1 - f], B, orders,
+				     0x7a0a0707ull + f, &pairs, &load, err);
+
+		if (ret < 0)
+			return ret;
+		tr->fold_bound[f] = load;
+		tr->oracle_pairs += pairs / FOLDS;
+		tr->oracle_load += load / FOLDS;
+	}
+	tr->bound_oracle = 1;
+	return 0;
+}
+
+/*
+ * The fewest pairs within the bound in every fold (a mean within it can
+ * hide one fold over it: the choice must hold on both halves it was
+ * measured on); ties: lower load, then the later point.
+ */
 static void pick(struct locus_eldrfit_tune_result *tr)
 {
 	int have = 0;
@@ -328,8 +378,11 @@ static void pick(struct locus_eldrfit_tune_result *tr)
 	tr->chosen = 0;
 	for (uint32_t g = 0; g < tr->n_pt; g++) {
 		const struct locus_eldrfit_tune_point *p = &tr->pt[g], *b = &tr->pt[tr->chosen];
+		int over = 0;
 
-		if (p->load > tr->bound)
+		for (uint32_t f = 0; f < FOLDS; f++)
+			over |= p->fold_load[f] > tr->fold_bound[f];
+		if (over)
 			continue;
 		if (!have || p->pairs < b->pairs || (p->pairs == b->pairs && p->load <= b->load))
 			tr->chosen = g;
@@ -394,7 +447,14 @@ int locus_eldrfit_tune(const struct locus_trace *t, const uint32_t *calib, uint3
 	}
 	tr->n_part[0] = n_part[0];
 	tr->n_part[1] = n_part[1];
-	tr->bound = to->load_bound > 0 ? to->load_bound : tr->ref_load;
+	for (uint32_t f = 0; f < FOLDS; f++)
+		tr->fold_bound[f] = to->load_bound > 0 ? to->load_bound : tr->ref_fold_load[f];
+	if (!(to->load_bound > 0) && to->oracle && labelled(t, calib, n_calib)) {
+		ret = oracle_bounds(t, part, n_part, o->n_decoders, to, B, orders, tr, err);
+		if (ret < 0)
+			goto out;
+	}
+	tr->bound = (tr->fold_bound[0] + tr->fold_bound[1]) / FOLDS;
 	pick(tr);
 out:
 	for (int f = 0; f < FOLDS; f++)

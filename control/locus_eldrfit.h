@@ -189,6 +189,17 @@ typedef int (*locus_eldrfit_replay_fn)(void *arg, const struct locus_trace *t,
 				       uint32_t n, uint32_t B, uint32_t orders, uint64_t seed,
 				       double *pairs, double *load, struct locus_error *err);
 
+/*
+ * The same rounds, orders and seed as a locus_eldrfit_replay_fn, every
+ * request of idx[n] routed by its domain label as eldr_quality's oracle
+ * routes it (K decoders split evenly among the labelled domains, the
+ * least-filled of its own): the reference that knows the domain.
+ */
+typedef int (*locus_eldrfit_oracle_fn)(void *arg, const struct locus_trace *t, uint32_t K,
+				       const uint32_t *idx, uint32_t n, uint32_t B,
+				       uint32_t orders, uint64_t seed, double *pairs,
+				       double *load, struct locus_error *err);
+
 struct locus_eldrfit_tau_opts {
 	const float *grid;      /* candidate taus in [0, 2], ascending; NULL: the default grid */
 	uint32_t n_grid;        /* <= LOCUS_ELDRFIT_TAU_GRID_MAX */
@@ -207,6 +218,7 @@ struct locus_eldrfit_tau_opts {
 struct locus_eldrfit_tau_point {
 	float tau;
 	double pairs, load;     /* mean over the folds */
+	int over;               /* over the bound in a fold (not a candidate) */
 };
 
 struct locus_eldrfit_tau_result {
@@ -229,7 +241,8 @@ struct locus_eldrfit_tau_result {
  * irrelevant) runs on that part and the other part is replayed (to->replay)
  * at every tau of the grid; pairs and load are averaged over both folds.
  * The choice is the tau with the fewest pairs per step among those whose
- * load is within the bound (ties: the lower load, then the larger tau);
+ * load is within the bound in each fold (the exact-balance fit's load on
+ * that fold, or to->load_bound; ties: the lower load, then the larger tau);
  * none within it: the least loaded. The caller then fits every calibration
  * request with o->tau = tr->tau. Needs decode tokens (routed_experts) and at
  * least K * B requests in each part. Returns 0 or a negative code with err
@@ -253,6 +266,7 @@ struct locus_eldrfit_tune_point {
 	uint32_t spill_margin;   /* 0 with no spill */
 	int overflow_spread;
 	double pairs, load;      /* replayed, mean over the folds */
+	double fold_pairs[2], fold_load[2]; /* each fold's replay */
 };
 
 /* Choices locus_eldrfit_tune takes from the fit's options instead of searching. */
@@ -274,6 +288,13 @@ struct locus_eldrfit_tune_opts {
 	float load_bound;        /* as locus_eldrfit_tau_opts' (0: the exact-balance fit's load) */
 	locus_eldrfit_replay_fn replay;
 	void *replay_arg;
+	/*
+	 * With no load_bound and every calibration request labelled with a
+	 * domain (of at least 2), the bound in each fold is this oracle's load
+	 * on that fold; NULL or unlabelled: the exact-balance fit's.
+	 */
+	locus_eldrfit_oracle_fn oracle;
+	void *oracle_arg;
 	const float *taus;       /* ascending in [0, 2]; default 0, 0.05, 0.1, 0.15, 0.2 */
 	uint32_t n_taus;
 	/* 0 (no spill) or in (0, 2], a spill only where wider than tau; default 0, 0.2, 0.3, 0.5 */
@@ -294,8 +315,12 @@ struct locus_eldrfit_tune_result {
 	uint32_t n_pt;
 	uint32_t chosen;         /* index in pt[] */
 	int feasible;            /* some point met the bound (else the least loaded was taken) */
-	double bound;            /* the load bound applied */
+	double bound;            /* the load bound applied: the mean of fold_bound */
+	double fold_bound[2];    /* ... in each fold (a point must be within both) */
+	int bound_oracle;        /* the bounds are the domain oracle's loads */
+	double oracle_pairs, oracle_load; /* the oracle's figures, mean of the folds (bound_oracle) */
 	double ref_pairs, ref_load; /* the exact-balance fit at the default tau, same folds */
+	double ref_fold_load[2];    /* its load in each fold */
 	uint32_t n_part[2];      /* calibration requests in each fold's part */
 };
 
@@ -309,8 +334,10 @@ struct locus_eldrfit_tune_result {
  * (tau x overflow rule x {no spill, spill_tau > tau x margin}) written into
  * that table; pairs and load are averaged over both folds. The choice is
  * the point with the fewest pairs per decode step among those whose load
- * is within the bound (ties: the lower load, then the later point); none
- * within it: the least loaded. The caller then fits every calibration
+ * is within the bound in each fold (to->load_bound; else the domain
+ * oracle's load on that fold when to->oracle is given and every
+ * calibration request is labelled; else the exact-balance fit's) (ties: the
+ * lower load, then the later point); none within it: the least loaded. The caller then fits every calibration
  * request with locus_eldrfit_tune_apply(). Needs decode tokens
  * (routed_experts) and at least K * B requests in each part. Returns 0 or a
  * negative code with err set (-LOCUS_ERANGE for an unusable list, batch or

@@ -104,14 +104,19 @@ static const struct locusctl_cmd cmds[] = {
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },
 	{ "simulate", locusctl_simulate,
-	  "simulate --trace FILE --decoders K [--table ELDR_TABLE [--tau T1,T2,..]]\n"
+	  "simulate --trace FILE --decoders K [--table ELDR_TABLE [--tau T1,T2,..\n"
+	  "        [--fit-trace FILE (tau chosen on it)]]]\n"
 	  "        [--model qwen3-30b-a3b|deepseek-v2-lite] [--gpu h100-sxm|mi300x]\n"
 	  "        [--rate R (requests/s, Poisson; 0: all at once)] [--order trace|shuffle]\n"
 	  "        [--requests N] [--gen-len N] [--batch-cap B] [--seed S]\n"
 	  "        [--policies random,rr,jsq,p2c,domain,eldr] [--json]\n"
 	  "        [--hidden H] [--moe-intermediate I] [--dtype-bytes B] [--hbm-gbps G]\n"
 	  "        [--fixed-us F | --overhead-us O] [--kv-bytes-per-token KV]\n"
-	  "        [--allow-shape-mismatch]" },
+	  "        [--allow-shape-mismatch]\n"
+	  "  locusctl simulate --moe --trace FILE [--fit-trace FILE] [--topo 1x8,2x4,4x8]\n"
+	  "        [--tokens-per-step B] [--model M] [--gpu G] [--fabric F] [--intra-gbps G]\n"
+	  "        [--inter-gbps G] [--tflops T] [--hbm-gbps G] [--latency-us U]\n"
+	  "        [--replica-budget B] [--seed S] [--bootstrap N] [--json]" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"

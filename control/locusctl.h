@@ -70,6 +70,10 @@ struct locus_trace;
 int eldr_replay_router(void *arg, const struct locus_trace *t, const void *payload, size_t len,
 		       const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
 		       uint64_t seed, double *pairs, double *load, struct locus_error *err);
+/* The domain oracle's replay in the same rounds, a locus_eldrfit_oracle_fn (same file). */
+int eldr_replay_domain(void *arg, const struct locus_trace *t, uint32_t K, const uint32_t *idx,
+		       uint32_t n, uint32_t B, uint32_t orders, uint64_t seed, double *pairs,
+		       double *load, struct locus_error *err);
 
 /*
  * locusctl simulate (tools/sim_ctl.c): the trace-driven serving simulation,

@@ -6,7 +6,7 @@ $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_w
 	control/trace_esft.c))
 $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eldr_kmeans.c \
 	control/eldr_cluster.c control/eldr_subcent.c control/eldr_tau.c control/eldr_tune.c))
-$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/eldr_ctl_fit.c control/locusctl_history.c tools/eldr_replay.c tools/eldr_quality_sim.c tools/sim_ctl.c tools/sim_report.c,sim eldrfit eldr_router gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
+$(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c control/eldr_ctl_fit.c control/locusctl_history.c tools/eldr_replay.c tools/eldr_quality_sim.c tools/sim_args.c tools/sim_ctl.c tools/sim_report.c tools/sim_moe_ctl.c tools/sim_moe_report.c,sim sim_moe eldrfit eldr_router grace_plan gracectl gracefit formats trace counters shm common,lapacke openblas $(JEMALLOC)))
 BINS += bin/locusctl
 $(eval $(call PROGRAM,bin/esft2jsonl,tools/esft2jsonl.c,trace common,))
 BINS += bin/esft2jsonl

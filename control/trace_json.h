@@ -10,6 +10,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "locus_err.h"
 
@@ -29,6 +30,9 @@ void tj_init(struct tj *j, const char *buf, size_t len, const char *name, uint32
 
 /* Record "<name>:<line>:<col>: <msg>" at the cursor; returns -code. */
 int tj_fail(struct tj *j, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* Write s as a JSON string: quotes, backslashes and control characters escaped; NULL as "". */
+void tj_put_string(FILE *f, const char *s);
 
 /* Skip whitespace (newlines advance the line count). */
 void tj_ws(struct tj *j);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "locus_trace.h"
+#include "trace_json.h"
 #include "trace_priv.h"
 
 static int copy_ids(struct trace_builder *b, const uint16_t *src, size_t n, size_t *off,
@@ -82,21 +83,6 @@ err_abort:
 	return ret;
 }
 
-static void put_json_string(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
 
 static void put_tokens(FILE *f, const struct locus_trace *t, const uint16_t *a, uint32_t n)
 {
@@ -132,10 +118,10 @@ int locus_trace_write(const struct locus_trace *t, const char *path, struct locu
 		const struct locus_trace_req *r = &t->reqs[i];
 
 		fputs("{\"id\":", f);
-		put_json_string(f, r->id);
+		tj_put_string(f, r->id);
 		if (r->domain) {
 			fputs(",\"domain\":", f);
-			put_json_string(f, t->domains[r->domain]);
+			tj_put_string(f, t->domains[r->domain]);
 		}
 		fputs(",\"prompt_routed_experts\":", f);
 		put_tokens(f, t, r->prompt, r->prompt_len);

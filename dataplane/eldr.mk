@@ -11,5 +11,6 @@ $(eval $(call PROGRAM,tools/eldr_bench,tools/eldr_bench.c,eldrfit eldr_router fo
 BENCHES += tools/eldr_bench
 $(eval $(call PROGRAM,tools/eldr_quality,tools/eldr_quality.c tools/eldr_quality_sim.c tools/eldr_replay.c,eldrfit eldr_router formats trace common,))
 BENCHES += tools/eldr_quality
+EXTRA_TESTS += tests/test_eldr_goal.sh
 $(eval $(call PROGRAM,tests/test_eldr_kernels,tests/test_eldr_kernels.c tests/test_paths.c,eldrfit eldr_router formats trace common,cmocka))
 UNIT_TESTS += tests/test_eldr_kernels

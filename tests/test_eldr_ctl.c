@@ -285,7 +285,7 @@ static void test_tau_auto(void **state)
 	/* a given tau is kept by the tuning, which chooses the rest within the bound */
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau 0.2 --tau-load-bound 2 --quiet "
 			     "-o %s", sample(), tbl), 0);
-	assert_non_null(strstr(out, "within 2.000 (--tau-load-bound)"));
+	assert_non_null(strstr(out, "within 2.000 / 2.000 in the two folds (--tau-load-bound)"));
 	assert_int_equal(ctl("show %s", tbl), 0);
 	assert_non_null(strstr(out, "tau=0.2"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tau auto --tau-batch 13 -o %s", sample(),

@@ -3,7 +3,8 @@
  * locus_eldrfit_tune (locusctl fit's default) with a replay whose figures
  * are a known function of the table it is handed (tau, overflow rule, load
  * spill, centroids per decoder): the search space, the choice within the
- * load bound and without one, the choices fixed from the fit's options, the
+ * load bound and without one, the bound in each fold and the domain
+ * oracle's, the choices fixed from the fit's options, the
  * replay seeing calibration requests only and the tables the fits wrote,
  * and the refusals. The real router's replay is tests/test_eldr_quality's.
  */
@@ -231,6 +232,125 @@ static void test_fixed_choices(void **state)
 	locus_trace_free(t);
 }
 
+/*
+ * A replay whose load differs between the two folds: with every request of
+ * the sample calibration, fold 0 replays the odd requests (idx[0] == 1),
+ * fold 1 the even ones. pairs = 100 - 10 tau; load: tau 0.2 1.0 / 1.8
+ * (mean 1.4), tau 0.1 1.3 / 1.3, tau 0 1.5 / 1.5.
+ */
+static int fold_replay(void *arg, const struct locus_trace *t, const void *payload, size_t len,
+		       const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
+		       uint64_t seed, double *pairs, double *load, struct locus_error *err)
+{
+	const struct locus_eldr_tbl_hdr *h = payload;
+	int fold = idx[0] == 0;
+
+	(void)arg, (void)t, (void)len, (void)n, (void)B, (void)orders, (void)seed, (void)err;
+	*pairs = 100 - 10 * h->tau;
+	*load = h->tau > 0.15f ? (fold ? 1.8 : 1.0) : h->tau > 0.05f ? 1.3 : 1.5;
+	return 0;
+}
+
+struct oracle_mock {
+	uint32_t calls, K, B, n;
+};
+
+/* The domain oracle's replay: load 1.1 in fold 0, 1.9 in fold 1; 99.5 pairs. */
+static int oracle_replay(void *arg, const struct locus_trace *t, uint32_t K, const uint32_t *idx,
+			 uint32_t n, uint32_t B, uint32_t orders, uint64_t seed, double *pairs,
+			 double *load, struct locus_error *err)
+{
+	struct oracle_mock *m = arg;
+
+	(void)t, (void)orders, (void)seed, (void)err;
+	m->calls++;
+	m->K = K;
+	m->B = B;
+	m->n += n;
+	*pairs = 99.5;
+	*load = idx[0] == 0 ? 1.9 : 1.1;
+	return 0;
+}
+
+/*
+ * The bound holds in each fold, not only on the mean of both; it is the
+ * domain oracle's per fold when the caller gives its replay and every
+ * calibration request is labelled, else the exact-balance fit's (or the
+ * given one, which wins).
+ */
+static void test_bound_each_fold(void **state)
+{
+	static const float taus[] = { 0.0f, 0.1f, 0.2f }, no_spill[] = { 0.0f }, price[] = { 2 };
+	static const uint32_t one[] = { 1 };
+	static const int nearest[] = { 0 };
+	struct locus_trace *t = sample(), *unlabelled = NULL;
+	struct locus_eldrfit_tune_opts base = {
+		.replay = fold_replay, .batch = 2, .taus = taus, .n_taus = 3,
+		.spill_taus = no_spill, .n_spill_taus = 1, .centroids_per_decoder = one,
+		.n_centroids_per_decoder = 1, .balance_prices = price, .n_balance_prices = 1,
+		.overflow_spread = nearest, .n_overflow_spread = 1,
+	}, to;
+	struct oracle_mock om = { 0 };
+	struct locus_eldrfit_tune_result r;
+	struct locus_eldrfit_opts o;
+	struct locus_error e = { 0 };
+	(void)state;
+
+	locus_eldrfit_opts_default(&o, 4);
+	assert_int_equal(locus_trace_from_arrays(t->n_layers, t->k, t->n_experts, t->n_requests,
+						 t->reqs, NULL, &unlabelled, &e), 0);
+	/* tau 0.2's mean 1.4 is within 1.45, its fold 1 (1.8) is not: tau 0.1 */
+	to = base;
+	to.load_bound = 1.45f;
+	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &to, &r, &e), 0);
+	assert_int_equal(r.n_pt, 3);
+	assert_float_equal(r.pt[2].load, 1.4, 1e-9);
+	assert_float_equal(r.pt[2].fold_load[1], 1.8, 1e-9);
+	assert_int_equal(r.feasible, 1);
+	assert_float_equal(r.pt[r.chosen].tau, 0.1f, 1e-6);
+	assert_int_equal(r.bound_oracle, 0);
+	locus_eldrfit_tune_result_free(&r);
+	/* no bound, no oracle: the exact-balance fit's (tau 0.1: 1.3) in each fold */
+	to = base;
+	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &to, &r, &e), 0);
+	assert_float_equal(r.fold_bound[0], 1.3, 1e-9);
+	assert_float_equal(r.fold_bound[1], 1.3, 1e-9);
+	assert_float_equal(r.pt[r.chosen].tau, 0.1f, 1e-6);
+	locus_eldrfit_tune_result_free(&r);
+	/* the oracle's 1.1 / 1.9: tau 0.2 (1.0 / 1.8) is within both, tau 0 (1.5) is not */
+	to = base;
+	to.oracle = oracle_replay;
+	to.oracle_arg = &om;
+	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &to, &r, &e), 0);
+	assert_int_equal(om.calls, 2);
+	assert_int_equal(om.K, 4);
+	assert_int_equal(om.B, 2);
+	assert_int_equal(om.n, t->n_requests); /* each fold's replayed part once */
+	assert_int_equal(r.bound_oracle, 1);
+	assert_float_equal(r.fold_bound[0], 1.1, 1e-9);
+	assert_float_equal(r.fold_bound[1], 1.9, 1e-9);
+	assert_float_equal(r.oracle_load, 1.5, 1e-9);
+	assert_float_equal(r.oracle_pairs, 99.5, 1e-9);
+	assert_float_equal(r.pt[r.chosen].tau, 0.2f, 1e-6);
+	locus_eldrfit_tune_result_free(&r);
+	/* unlabelled requests: no oracle, the exact-balance bound */
+	om.calls = 0;
+	assert_int_equal(locus_eldrfit_tune(unlabelled, NULL, 0, &o, &to, &r, &e), 0);
+	assert_int_equal(om.calls, 0);
+	assert_int_equal(r.bound_oracle, 0);
+	assert_float_equal(r.pt[r.chosen].tau, 0.1f, 1e-6);
+	locus_eldrfit_tune_result_free(&r);
+	/* a bound given wins over the oracle */
+	to.load_bound = 1.45f;
+	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &to, &r, &e), 0);
+	assert_int_equal(om.calls, 0);
+	assert_float_equal(r.bound, 1.45, 1e-6);
+	assert_float_equal(r.pt[r.chosen].tau, 0.1f, 1e-6);
+	locus_eldrfit_tune_result_free(&r);
+	locus_trace_free(unlabelled);
+	locus_trace_free(t);
+}
+
 static void test_refusals(void **state)
 {
 	static const float desc[] = { 0.1f, 0.05f }, far[] = { 3.0f }, neg[] = { -1.0f };
@@ -278,6 +398,7 @@ int main(int argc, char **argv)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_search_and_choice),
 		cmocka_unit_test(test_fixed_choices),
+		cmocka_unit_test(test_bound_each_fold),
 		cmocka_unit_test(test_refusals),
 	};
 

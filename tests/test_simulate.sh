@@ -6,26 +6,8 @@
 # and tools/sim_plot.py turns the JSON into the SVG files it names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-B=${BUILD:-build}/bin
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-trace=tests/data/calib_sample.jsonl
-fails=0
-
-fail() {
-	echo "FAIL: $*"
-	fails=$((fails + 1))
-}
-
-# expect STATUS PATTERN ARGS...: locusctl simulate ARGS exits STATUS, stderr matches PATTERN
-expect() {
-	local want=$1 pat=$2 rc=0
-	shift 2
-	"$B/locusctl" simulate "$@" >"$tmp/out" 2>"$tmp/err" || rc=$?
-	if [ "$rc" -ne "$want" ] || ! grep -Eq -- "$pat" "$tmp/err"; then
-		fail "simulate $* -> exit $rc (want $want), stderr: $(cat "$tmp/err")"
-	fi
-}
+SIM="simulate"
+. tests/simulate_lib.sh
 
 "$B/locusctl" fit --trace "$trace" --decoders 4 --tune off -o "$tmp/t4.tbl" -q >/dev/null
 run=(--trace "$trace" --decoders 4 --table "$tmp/t4.tbl" --tau 0.05,0.1,1 --rate 800
@@ -105,6 +87,37 @@ expect 1 "request 'law-0@0' has no routed_experts" --trace "$tmp/nogen.jsonl" --
 "$B/locusctl" simulate --trace "$trace" --decoders 4 --model qwen3-30b-a3b --gpu mi300x \
 	--allow-shape-mismatch --policies jsq >/dev/null || fail "--allow-shape-mismatch"
 
+# tau chosen on a fit trace: the rule recomputed from the fit rows the JSON lists, and the
+# held-out row at that tau present (the sample's odd requests as the fit trace)
+/usr/bin/python3 -c '
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+open(sys.argv[2], "w").write("\n".join([lines[0]] + lines[2::2]) + "\n")
+' "$trace" "$tmp/fit.jsonl"
+"$B/locusctl" simulate "${run[@]}" --seed 3 --fit-trace "$tmp/fit.jsonl" --json >"$tmp/tau.json" \
+	2>/dev/null
+/usr/bin/python3 - "$tmp/tau.json" <<'EOF' || fail "tau chosen on the fit trace"
+import json, sys
+run = json.load(open(sys.argv[1]))
+c = run["tau_choice"]
+fit = c["fit"]
+assert [r["label"] for r in fit] == ["random", "rr", "jsq", "p2c", "eldr tau=0.05",
+                                     "eldr tau=0.1", "eldr tau=1"], fit
+lb99 = min(r["p99"] for r in fit if not r["label"].startswith("eldr"))
+eldr = [r for r in fit if r["label"].startswith("eldr")]
+kept = [r for r in eldr if r["p99"] <= lb99]
+want = min(kept, key=lambda r: r["p50"]) if kept else min(eldr, key=lambda r: r["p99"])
+assert c["tail_kept"] == bool(kept) and abs(c["fit_best_balancer_p99_ms"] - lb99) < 1e-12, c
+assert want["label"] == "eldr tau=%g" % c["tau"], (want, c["tau"])
+assert any(p["policy"] == "eldr" and p["tau"] == c["tau"] for p in run["policies"])
+print("tau chosen on the fit trace: %g (tail kept: %s)" % (c["tau"], c["tail_kept"]))
+EOF
+"$B/locusctl" simulate "${run[@]}" --seed 3 --fit-trace "$tmp/fit.jsonl" 2>/dev/null |
+	grep -q '^  held-out at tau ' || fail "the table does not report the held-out result at the chosen tau"
+expect 2 'fit-trace picks one of several --tau' --trace "$trace" --decoders 4 \
+	--table "$tmp/t4.tbl" --tau 0.1 --fit-trace "$tmp/fit.jsonl"
+expect 1 'absent.jsonl' "${run[@]}" --fit-trace "$tmp/absent.jsonl"
+
 # the plots
 /usr/bin/python3 tools/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
 cat "$tmp/plot.out"
@@ -117,8 +130,4 @@ echo '{"policies": []}' >"$tmp/bad.json"
 	fail "sim_plot took a run with no policies"
 grep -q 'not a locusctl simulate --json run' "$tmp/err" || fail "sim_plot's refusal: $(cat "$tmp/err")"
 
-if [ "$fails" -ne 0 ]; then
-	echo "test_simulate: $fails failures"
-	exit 1
-fi
-echo "test_simulate: ok"
+finish test_simulate

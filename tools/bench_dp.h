@@ -84,6 +84,55 @@ void bd_report_loads(struct bd_att *a, uint32_t n, uint64_t now);
 /* q-quantile (0..1) of n samples, sorting them in place. */
 double bd_quantile(uint64_t *v, size_t n, double q);
 
+/*
+ * Dispatching ranks (bench_dp_ranks.c), shared by the dispatch and the
+ * inter-node parts: the DISPATCH bodies of BD_N_BODIES routings of the
+ * trace, a window of batches in flight per rank, and one rank's poll.
+ */
+#define BD_MAX_WIN   16
+#define BD_REQ_SLOT  16384       /* a dispatch request in the stage: header, experts, gates */
+#define BD_ROWS_BASE (1u << 20)  /* rows from here in the stage */
+#define BD_N_BODIES  64          /* distinct (request, layer) routings */
+
+struct locus_trace;
+
+struct bd_bodies {
+	uint8_t *buf;             /* BD_N_BODIES experts + gates, body_len each */
+	size_t body_len, req_len;
+	uint32_t tokens;
+	uint16_t k, n_layers;
+};
+
+struct bd_win {
+	uint64_t id_sub[BD_MAX_WIN]; /* the batch in window slot w, 0: free */
+	uint64_t next_b;             /* the next batch (from 1: an id is never 0) */
+};
+
+/* Routing j: trace request j at layer j % L, tokens of it, gates 1/k. 0, or -1. */
+int bd_bodies_make(struct bd_bodies *b, const struct locus_trace *T, uint32_t tokens);
+
+/*
+ * Submit the window's next batch as rank of R from window slot w: its rows
+ * at rows_off of the stage, or of region (0: the stage). 0, or -1 (ring full).
+ */
+int bd_submit_dispatch(struct bd_att *a, struct bd_win *win, const struct bd_bodies *b,
+		       uint32_t rank, uint32_t R, uint32_t w, uint32_t row_bytes, uint64_t rows_off,
+		       uint32_t region);
+
+/* What one rank's poll saw: DISPATCH completions, rows delivered by them, bad ones. */
+struct bd_poll_acc {
+	uint64_t batches, rows_sent, bad;
+};
+
+/*
+ * One poll of rank idx: rows messages go to rows_in(ctx, idx, d, check); a
+ * DISPATCH a full inbox refused is submitted again; a completion frees its
+ * window slot. The descriptors polled (0: nothing), or -1 after a message.
+ */
+int bd_poll_rank(struct bd_att *a, struct bd_win *win,
+		 void (*rows_in)(void *ctx, uint32_t idx, const struct locus_desc *d, int check),
+		 void *ctx, uint32_t idx, int check, struct bd_poll_acc *acc);
+
 /* The parts; each returns 0 or 1 (a failure, said on stderr). */
 int bd_route(const struct bd_opts *o);
 int bd_dispatch(const struct bd_opts *o);

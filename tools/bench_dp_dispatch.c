@@ -27,17 +27,12 @@
 #include "locus_trace.h"
 #include "locus_wire.h"
 
-#define MAX_WIN   16
-#define REQ_SLOT  16384           /* a dispatch request: header, experts, gates */
-#define ROWS_BASE (1u << 20)      /* rows from here in the stage */
-#define N_BODIES  64              /* distinct (request, layer) routings */
 #define WARM_NS   200000000ull
 
 struct drank {
 	struct bd_att a;
 	uint32_t rank;
-	uint64_t id_sub[MAX_WIN];     /* 0: window slot free */
-	uint64_t next_b;
+	struct bd_win win;
 	uint64_t inbox_hi;            /* highest inbox byte a delivery used, from the inbox start */
 };
 
@@ -48,66 +43,14 @@ struct dctx {
 	uint32_t R, row_bytes, window;
 	uint64_t batch_bytes, n_cold;
 	int cold;
-	uint8_t *bodies;              /* N_BODIES requests' experts + gates, body_len each */
-	size_t body_len, req_len;
+	struct bd_bodies bodies;
 	/* one row */
 	uint64_t batches, rows_copied, rows_in_place, msgs, bad;
 };
 
 static uint64_t rows_off(const struct dctx *x, uint64_t b)
 {
-	return ROWS_BASE + (x->cold ? b % x->n_cold : 0) * x->batch_bytes;
-}
-
-/* The experts and gates of routing j: trace request j at layer j % L, N tokens. */
-static int make_bodies(struct dctx *x)
-{
-	struct locus_trace *T = x->T;
-	uint32_t N = x->o->tokens;
-
-	x->req_len = locus_dispatch_req_len(N, T->k);
-	x->body_len = x->req_len - sizeof(struct locus_dispatch_req);
-	if (x->req_len > REQ_SLOT)
-		return -1;
-	x->bodies = malloc(N_BODIES * x->body_len);
-	if (!x->bodies)
-		return -1;
-	for (uint32_t j = 0; j < N_BODIES; j++) {
-		const struct locus_trace_req *r = &T->reqs[j % T->n_requests];
-		uint8_t *b = x->bodies + j * x->body_len;
-		uint16_t *ex = (uint16_t *)b;
-		float *g = (float *)(b + locus_ids_bytes(N, T->k));
-
-		memset(b, 0, x->body_len);
-		for (uint32_t t = 0; t < N; t++) {
-			memcpy(ex + (size_t)t * T->k,
-			       locus_trace_tok(T, r->prompt, t % r->prompt_len, j % T->n_layers),
-			       2u * T->k);
-			for (uint32_t k = 0; k < T->k; k++)
-				g[t * T->k + k] = 1.0f / T->k;
-		}
-	}
-	return 0;
-}
-
-static int submit_batch(struct dctx *x, struct drank *r, uint32_t w)
-{
-	uint64_t b = r->next_b, off = (uint64_t)w * REQ_SLOT;
-	uint32_t j = (uint32_t)((b * x->R + r->rank) % N_BODIES);
-	struct locus_dispatch_req *q = (struct locus_dispatch_req *)(r->a.stage + off);
-	struct locus_desc d = { .op = LOCUS_OP_DISPATCH, .layer = (uint16_t)(j % x->T->n_layers),
-				.id = (b << 8) | w, .off = off, .len = (uint32_t)x->req_len };
-
-	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = d.layer,
-					  .top_k = x->T->k, .n_tokens = x->o->tokens,
-					  .row_bytes = x->row_bytes, .rows_off = rows_off(x, b),
-					  .batch_id = (b << 8) | r->rank };
-	memcpy(q + 1, x->bodies + (size_t)j * x->body_len, x->body_len);
-	if (locus_client_submit(r->a.c, &d, 1) != 1)
-		return -1;
-	r->id_sub[w] = d.id;
-	r->next_b++;
-	return 0;
+	return BD_ROWS_BASE + (x->cold ? b % x->n_cold : 0) * x->batch_bytes;
 }
 
 /* Rows delivered to rank dst: count them; when checking, every byte against the source. */
@@ -160,48 +103,27 @@ static void rows_in(struct dctx *x, struct drank *dst, const struct locus_desc *
 	locus_client_release_slot(dst->a.c, d->slot);
 }
 
+static void on_rows(void *ctx, uint32_t i, const struct locus_desc *d, int check)
+{
+	struct dctx *x = ctx;
+
+	rows_in(x, &x->r[i], d, check);
+}
+
 static int poll_all(struct dctx *x, int check, int *idle)
 {
-	struct locus_desc d[32];
+	struct bd_poll_acc acc = { 0 };
 
 	*idle = 1;
 	for (uint32_t i = 0; i < x->R; i++) {
-		struct drank *r = &x->r[i];
-		int n = locus_client_poll(r->a.c, d, 32);
+		int n = bd_poll_rank(&x->r[i].a, &x->r[i].win, on_rows, x, i, check, &acc);
 
-		if (n < 0) {
-			fprintf(stderr, "bench_dataplane: poll: %s\n", locus_strerror(n));
+		if (n < 0)
 			return -1;
-		}
-		for (int k = 0; k < n; k++) {
-			uint32_t w = (uint32_t)(d[k].id & 0xff);
-
-			if (d[k].op == LOCUS_OP_ROWS_IN) {
-				rows_in(x, r, &d[k], check);
-				continue;
-			}
-			if (d[k].op != LOCUS_OP_DISPATCH || w >= MAX_WIN || r->id_sub[w] != d[k].id) {
-				x->bad++;
-				continue;
-			}
-			if (d[k].status == -LOCUS_EFULL) {
-				/* an inbox was full: nothing was delivered, the same batch again */
-				struct locus_desc q = d[k];
-
-				q.status = 0;
-				if (locus_client_submit(r->a.c, &q, 1) == 1)
-					continue;
-			}
-			if (d[k].status) {
-				fprintf(stderr, "bench_dataplane: DISPATCH failed: %s\n",
-					locus_strerror(d[k].status));
-				return -1;
-			}
-			r->id_sub[w] = 0;
-			x->batches++;
-		}
 		*idle &= n == 0;
 	}
+	x->batches += acc.batches;
+	x->bad += acc.bad;
 	return 0;
 }
 
@@ -218,9 +140,13 @@ static uint64_t run(struct dctx *x, uint64_t ns, int check)
 		busy = 0;
 		for (uint32_t i = 0; i < x->R; i++)
 			for (uint32_t w = 0; w < x->window; w++) {
-				if (!x->r[i].id_sub[w] && now < end && submit_batch(x, &x->r[i], w) < 0)
+				struct drank *r = &x->r[i];
+
+				if (!r->win.id_sub[w] && now < end &&
+				    bd_submit_dispatch(&r->a, &r->win, &x->bodies, r->rank, x->R, w,
+						       x->row_bytes, rows_off(x, r->win.next_b), 0) < 0)
 					break;
-				busy |= x->r[i].id_sub[w] != 0;
+				busy |= r->win.id_sub[w] != 0;
 			}
 		if (!busy && now >= end)
 			break;
@@ -297,7 +223,7 @@ static int one_row(struct dctx *x, uint32_t row_bytes, int cold)
 	x->row_bytes = row_bytes;
 	x->cold = cold;
 	x->batch_bytes = LOCUS_ALIGN_UP((uint64_t)o->tokens * row_bytes, 4096);
-	x->n_cold = (x->r[0].a.stage_size - ROWS_BASE) / x->batch_bytes;
+	x->n_cold = (x->r[0].a.stage_size - BD_ROWS_BASE) / x->batch_bytes;
 	if (!x->n_cold) {
 		fprintf(stderr, "bench_dataplane: the stage holds no batch of %u x %u B\n",
 			o->tokens, row_bytes);
@@ -305,7 +231,7 @@ static int one_row(struct dctx *x, uint32_t row_bytes, int cold)
 	}
 	for (uint32_t i = 0; i < x->R; i++) {
 		/* every row byte written once: the pages exist, the content is known */
-		uint8_t *p = x->r[i].a.stage + ROWS_BASE;
+		uint8_t *p = x->r[i].a.stage + BD_ROWS_BASE;
 		size_t len = (cold ? x->n_cold : 1) * x->batch_bytes;
 
 		for (size_t k = 0; k < len; k++)
@@ -343,17 +269,17 @@ int bd_dispatch(const struct bd_opts *o)
 	uint32_t attached = 0;
 	int ret = 1;
 
-	if (x.window > MAX_WIN || x.R > BD_MAX_ATT)
+	if (x.window > BD_MAX_WIN || x.R > BD_MAX_ATT)
 		return 1;
 	if (locus_trace_load(o->trace, NULL, &x.T, &err) < 0) {
 		fprintf(stderr, "bench_dataplane: %s\n", err.msg);
 		return 1;
 	}
-	if (make_bodies(&x) < 0 || bd_pin("dispatch client thread", o->cpus[0]) < 0)
+	if (bd_bodies_make(&x.bodies, x.T, o->tokens) < 0 || bd_pin("dispatch client thread", o->cpus[0]) < 0)
 		goto out;
 	for (; attached < x.R; attached++) {
 		x.r[attached].rank = attached;
-		x.r[attached].next_b = 1; /* descriptor ids are never 0: 0 marks a free slot */
+		x.r[attached].win.next_b = 1; /* descriptor ids are never 0: 0 marks a free slot */
 		if (bd_attach(&x.r[attached].a, o->instance, LOCUS_ROLE_RANK, attached) < 0)
 			goto out;
 	}
@@ -366,7 +292,7 @@ int bd_dispatch(const struct bd_opts *o)
 out:
 	for (uint32_t i = 0; i < attached; i++)
 		bd_detach(&x.r[i].a, 1);
-	free(x.bodies);
+	free(x.bodies.buf);
 	locus_trace_free(x.T);
 	return ret;
 }

@@ -35,21 +35,16 @@
 #include "locus_trace.h"
 #include "locus_wire.h"
 
-#define MAX_WIN    16
-#define REQ_SLOT   16384           /* a dispatch request: header, experts, gates */
-#define ROWS_BASE  (1u << 20)      /* rows from here in the stage */
-#define N_BODIES   64              /* distinct (request, layer) routings */
 #define DRAIN_NS   30000000000ull  /* rows still missing after this long without any: lost */
 
 struct irank {
 	struct bd_att a;
 	uint32_t rank;
 	int sends;
-	uint64_t id_sub[MAX_WIN];     /* 0: window slot free */
-	uint64_t next_b;
+	struct bd_win win;
 	/* --region: the rows in a dma-buf registered with the rank's locusd */
 	int dmafd;
-	uint8_t *rows;                /* the rows: in the stage at ROWS_BASE, or the region */
+	uint8_t *rows;                /* the rows: in the stage at BD_ROWS_BASE, or the region */
 	size_t rlen;
 	uint32_t region;
 };
@@ -59,8 +54,7 @@ struct ictx {
 	struct locus_trace *T;
 	struct irank r[BD_MAX_ATT];
 	uint32_t R;
-	uint8_t *bodies;
-	size_t body_len, req_len;
+	struct bd_bodies bodies;
 	const char *how;              /* --region: which dma-buf exporter */
 	/* one phase */
 	uint64_t batches, msgs, rows, bytes, row_bytes_in, bad, last_rx_ns;
@@ -70,58 +64,6 @@ struct ictx {
 static uint8_t row_byte(uint32_t rank, uint32_t token, uint32_t b)
 {
 	return (uint8_t)(rank * 131 + token * 7 + b);
-}
-
-/* The experts and gates of routing j: trace request j at layer j % L, N tokens. */
-static int make_bodies(struct ictx *x)
-{
-	struct locus_trace *T = x->T;
-	uint32_t N = x->o->tokens;
-
-	x->req_len = locus_dispatch_req_len(N, T->k);
-	x->body_len = x->req_len - sizeof(struct locus_dispatch_req);
-	if (x->req_len > REQ_SLOT)
-		return -1;
-	x->bodies = calloc(N_BODIES, x->body_len);
-	if (!x->bodies)
-		return -1;
-	for (uint32_t j = 0; j < N_BODIES; j++) {
-		const struct locus_trace_req *r = &T->reqs[j % T->n_requests];
-		uint8_t *b = x->bodies + j * x->body_len;
-		uint16_t *ex = (uint16_t *)b;
-		float *g = (float *)(b + locus_ids_bytes(N, T->k));
-
-		for (uint32_t t = 0; t < N; t++) {
-			memcpy(ex + (size_t)t * T->k,
-			       locus_trace_tok(T, r->prompt, t % r->prompt_len, j % T->n_layers),
-			       2u * T->k);
-			for (uint32_t k = 0; k < T->k; k++)
-				g[t * T->k + k] = 1.0f / T->k;
-		}
-	}
-	return 0;
-}
-
-static int submit_batch(struct ictx *x, struct irank *r, uint32_t w)
-{
-	uint64_t b = r->next_b, off = (uint64_t)w * REQ_SLOT;
-	uint32_t j = (uint32_t)((b * x->R + r->rank) % N_BODIES);
-	struct locus_dispatch_req *q = (struct locus_dispatch_req *)(r->a.stage + off);
-	struct locus_desc d = { .op = LOCUS_OP_DISPATCH, .layer = (uint16_t)(j % x->T->n_layers),
-				.id = (b << 8) | w, .off = off, .len = (uint32_t)x->req_len,
-				.flags = r->region ? LOCUS_DESC_F_REGION : 0, .region = r->region };
-
-	*q = (struct locus_dispatch_req){ .magic = LOCUS_DISPATCH_MAGIC, .layer = d.layer,
-					  .top_k = x->T->k, .n_tokens = x->o->tokens,
-					  .row_bytes = x->o->row_bytes[0],
-					  .rows_off = r->region ? 0 : ROWS_BASE,
-					  .batch_id = (b << 8) | r->rank };
-	memcpy(q + 1, x->bodies + (size_t)j * x->body_len, x->body_len);
-	if (locus_client_submit(r->a.c, &d, 1) != 1)
-		return -1;
-	r->id_sub[w] = d.id;
-	r->next_b++;
-	return 0;
 }
 
 /* A rows message at dst: counted; when checking, every row against its source's stage. */
@@ -175,7 +117,7 @@ static void rows_in(struct ictx *x, struct irank *dst, const struct locus_desc *
 }
 
 /*
- * A sender's rows: in its stage at ROWS_BASE, or with --region in a dma-buf
+ * A sender's rows: in its stage at BD_ROWS_BASE, or with --region in a dma-buf
  * (udmabuf or vgem, as locus-loadgen --dmabuf makes them) registered with
  * its locusd, which then gathers inter-node rows straight from it.
  */
@@ -185,11 +127,11 @@ static int rows_setup(struct irank *r, const struct bd_opts *o, const char **how
 	size_t len = (size_t)o->tokens * o->row_bytes[0];
 
 	if (!o->region) {
-		if (r->a.stage_size < ROWS_BASE + len) {
+		if (r->a.stage_size < BD_ROWS_BASE + len) {
 			fprintf(stderr, "bench_dataplane: rank %u: stage too small\n", r->rank);
 			return -1;
 		}
-		r->rows = r->a.stage + ROWS_BASE;
+		r->rows = r->a.stage + BD_ROWS_BASE;
 		return 0;
 	}
 	r->rlen = LOCUS_ALIGN_UP(len, (size_t)LOCUS_REGION_ALIGN);
@@ -209,49 +151,28 @@ static int rows_setup(struct irank *r, const struct bd_opts *o, const char **how
 	return 0;
 }
 
+static void on_rows(void *ctx, uint32_t i, const struct locus_desc *d, int check)
+{
+	struct ictx *x = ctx;
+
+	rows_in(x, &x->r[i], d, check);
+}
+
 static int poll_all(struct ictx *x, int check, int *idle)
 {
-	struct locus_desc d[32];
+	struct bd_poll_acc acc = { 0 };
 
 	*idle = 1;
 	for (uint32_t i = 0; i < x->R; i++) {
-		struct irank *r = &x->r[i];
-		int n = locus_client_poll(r->a.c, d, 32);
+		int n = bd_poll_rank(&x->r[i].a, &x->r[i].win, on_rows, x, i, check, &acc);
 
-		if (n < 0) {
-			fprintf(stderr, "bench_dataplane: poll: %s\n", locus_strerror(n));
+		if (n < 0)
 			return -1;
-		}
-		for (int k = 0; k < n; k++) {
-			uint32_t w = (uint32_t)(d[k].id & 0xff);
-
-			if (d[k].op == LOCUS_OP_ROWS_IN) {
-				rows_in(x, r, &d[k], check);
-				continue;
-			}
-			if (d[k].op != LOCUS_OP_DISPATCH || w >= MAX_WIN || r->id_sub[w] != d[k].id) {
-				x->bad++;
-				continue;
-			}
-			if (d[k].status == -LOCUS_EFULL) {
-				/* an inbox was full: nothing was delivered, the same batch again */
-				struct locus_desc q = d[k];
-
-				q.status = 0;
-				if (locus_client_submit(r->a.c, &q, 1) == 1)
-					continue;
-			}
-			if (d[k].status) {
-				fprintf(stderr, "bench_dataplane: DISPATCH failed: %s\n",
-					locus_strerror(d[k].status));
-				return -1;
-			}
-			r->id_sub[w] = 0;
-			x->batches++;
-			x->rows_sent += d[k].aux; /* the rows locusd delivered for the batch */
-		}
 		*idle &= n == 0;
 	}
+	x->batches += acc.batches;
+	x->rows_sent += acc.rows_sent;
+	x->bad += acc.bad;
 	return 0;
 }
 
@@ -278,9 +199,12 @@ static uint64_t run(struct ictx *x, uint64_t ns, int check)
 			struct irank *r = &x->r[i];
 
 			for (uint32_t w = 0; r->sends && w < x->o->dwindow; w++) {
-				if (!r->id_sub[w] && now < end && submit_batch(x, r, w) < 0)
+				if (!r->win.id_sub[w] && now < end &&
+				    bd_submit_dispatch(&r->a, &r->win, &x->bodies, r->rank, x->R, w,
+						       x->o->row_bytes[0],
+						       r->region ? 0 : BD_ROWS_BASE, r->region) < 0)
 					break;
-				busy |= r->id_sub[w] != 0;
+				busy |= r->win.id_sub[w] != 0;
 			}
 		}
 		if (poll_all(x, check, &idle) < 0)
@@ -314,19 +238,20 @@ int bd_internode(const struct bd_opts *o)
 	uint64_t ns;
 	int ret = 1;
 
-	if (o->dwindow > MAX_WIN || x.R > BD_MAX_ATT || !o->send_mask)
+	if (o->dwindow > BD_MAX_WIN || x.R > BD_MAX_ATT || !o->send_mask)
 		return 1;
 	if (locus_trace_load(o->trace, NULL, &x.T, &err) < 0) {
 		fprintf(stderr, "bench_dataplane: %s\n", err.msg);
 		return 1;
 	}
-	if (make_bodies(&x) < 0 || bd_pin("internode client thread", o->cpus[0]) < 0)
+	if (bd_bodies_make(&x.bodies, x.T, o->tokens) < 0 ||
+	    bd_pin("internode client thread", o->cpus[0]) < 0)
 		goto out;
 	for (; attached < x.R; attached++) {
 		struct irank *r = &x.r[attached];
 
 		r->rank = attached;
-		r->next_b = 1; /* descriptor ids are never 0: 0 marks a free slot */
+		r->win.next_b = 1; /* descriptor ids are never 0: 0 marks a free slot */
 		r->sends = (o->send_mask >> attached) & 1;
 		if (bd_attach(&r->a, o->rank_at[attached], LOCUS_ROLE_RANK, attached) < 0)
 			goto out;
@@ -369,7 +294,7 @@ out:
 			close(x.r[i].dmafd);
 		}
 	}
-	free(x.bodies);
+	free(x.bodies.buf);
 	locus_trace_free(x.T);
 	return ret;
 }

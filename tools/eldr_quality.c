@@ -51,7 +51,7 @@
  * the repository's sample, whose intervals are then too narrow). Every random choice has a fixed seed: the output is the
  * same on every run.
  *
- *   eldr_quality [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
+ *   eldr_quality [--check] [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
  *                [--decode-weight W] [--tau T] [--centroids-per-decoder M]
  *                [--spill-tau T] [--spill-margin M] [--overflow spread|nearest]
@@ -62,6 +62,11 @@
  *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
  *        the oracle's held-out batches improved by swaps with the decode
  *        experts known, what better batches exist at all)
+ *       (--check: exit 1 unless the "ELDR" row reads no more pairs per step
+ *        than the oracle and its busiest decoder is no busier, held-out, at
+ *        every K, B; the figures are deterministic (fixed seeds), so this is
+ *        the acceptance of issue 12 part 4 on this sample, not a test of it
+ *        on new requests: the differences are inside their intervals)
  *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
@@ -237,7 +242,8 @@ static void apply_variant(struct locus_eldrfit_opts *o)
 static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 		struct locus_eldrfit_opts *o, uint32_t B, struct locus_error *e)
 {
-	struct locus_eldrfit_tune_opts to = { .batch = B, .replay = eldr_replay_router };
+	struct locus_eldrfit_tune_opts to = { .batch = B, .replay = eldr_replay_router,
+					      .oracle = eldr_replay_domain };
 	struct locus_eldrfit_tune_result r;
 	const struct locus_eldrfit_tune_point *c;
 	char spill[40];
@@ -261,11 +267,16 @@ static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 	else
 		snprintf(spill, sizeof(spill), "no spill");
 	printf("  tune (calibration half, 2 folds of %u/%u, %u points): balance price %.3g, %u "
-	       "centroid(s) per decoder, tau %.3g, overflow %s, %s: %.1f pairs / load %.2f; "
-	       "bound %.2f (exact balance %.1f/%.2f)%s\n", r.n_part[0], r.n_part[1], r.n_pt,
-	       (double)c->balance_price, c->centroids_per_decoder, (double)c->tau,
-	       c->overflow_spread ? "spread" : "nearest", spill, c->pairs, c->load, r.bound,
-	       r.ref_pairs, r.ref_load, r.feasible ? "" : ", none within it: the least loaded");
+	       "centroid(s) per decoder, tau %.3g, overflow %s, %s: %.1f pairs / load %.3f "
+	       "(folds %.3f %.3f); bound %.3f %.3f (%s; exact balance %.1f/%.3f",
+	       r.n_part[0], r.n_part[1], r.n_pt, (double)c->balance_price,
+	       c->centroids_per_decoder, (double)c->tau, c->overflow_spread ? "spread" : "nearest",
+	       spill, c->pairs, c->load, c->fold_load[0], c->fold_load[1], r.fold_bound[0],
+	       r.fold_bound[1], r.bound_oracle ? "the oracle's" : "exact balance's", r.ref_pairs,
+	       r.ref_load);
+	if (r.bound_oracle)
+		printf(", oracle %.1f/%.3f", r.oracle_pairs, r.oracle_load);
+	printf(")%s\n", r.feasible ? "" : ", none within it: the least loaded");
 	locus_eldrfit_tune_apply(c, o);
 	locus_eldrfit_tune_result_free(&r);
 	return 0;
@@ -554,10 +565,13 @@ int main(int argc, char **argv)
 	double vs[4][2] = { { 0 } }, lo[4][2] = { { 0 } };
 	struct locus_error e = { 0 };
 	struct locus_trace *t = NULL;
-	int ret = 0;
+	int ret = 0, check = 0;
 
 	for (int a = 1; a < argc; a += 2) {
-		if (a + 1 < argc && !strcmp(argv[a], "--trace")) {
+		if (!strcmp(argv[a], "--check")) {
+			check = 1;
+			a--; /* takes no value */
+		} else if (a + 1 < argc && !strcmp(argv[a], "--trace")) {
 			trace = argv[a + 1];
 		} else if (a + 1 < argc && !strcmp(argv[a], "--orders")) {
 			if (parse_count(argv[a + 1], 100000, &orders) < 0)
@@ -662,9 +676,17 @@ int main(int argc, char **argv)
 		       at_least[i], no_busier[i]);
 	}
 	locus_trace_free(t);
+	if (check && !ret && (at_least[0] < 4 || no_busier[0] < 4)) {
+		printf("check: FAILED: ELDR reads no more than the oracle at %u of 4 (K, B), no "
+		       "busier at %u of 4 (a configuration not measured counts as failed)\n",
+		       at_least[0], no_busier[0]);
+		return 1;
+	}
+	if (check && !ret)
+		printf("check: ELDR reads no more than the oracle and is no busier at every K, B\n");
 	return ret;
 usage:
-	fprintf(stderr, "usage: eldr_quality [--trace FILE.jsonl] [--orders N] [--boot R] "
+	fprintf(stderr, "usage: eldr_quality [--check] [--trace FILE.jsonl] [--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
 		"[--decode-weight W] [--tau T] [--centroids-per-decoder M] [--spill-tau T] "
 		"[--spill-margin M] [--overflow spread|nearest] [--clairvoyant N]\n");

@@ -16,4 +16,9 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
 		       const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
 		       uint64_t seed, double *pairs, double *load, struct locus_error *err);
 
+/* A locus_eldrfit_oracle_fn: eldr_quality's domain oracle in the same rounds; arg unused. */
+int eldr_replay_domain(void *arg, const struct locus_trace *t, uint32_t K, const uint32_t *idx,
+		       uint32_t n, uint32_t B, uint32_t orders, uint64_t seed, double *pairs,
+		       double *load, struct locus_error *err);
+
 #endif /* ELDR_REPLAY_H */

@@ -47,6 +47,7 @@ struct opts {
 	uint32_t kill_n;
 	int respawn;                     /* --respawn: a new process takes the rank over */
 	uint32_t linger_ms;              /* stay attached and idle this long at the end */
+	uint32_t attach_timeout_ms;      /* --attach-timeout-ms: each attach's bound */
 	uint32_t prefix_blocks;          /* --prefix-blocks: a cached head of N blocks (0: ROUTE) */
 	uint32_t block_tokens;           /* --block-tokens: locusd's sig_cache_block_tokens */
 };
@@ -77,7 +78,7 @@ struct proc_stats {
 	uint64_t blocks_named, blocks_found, partial; /* prefill, --prefix-blocks */
 } __attribute__((aligned(64)));
 
-#define ATTACH_TIMEOUT_MS 5000u /* every attach of locus-loadgen's processes */
+#define ATTACH_TIMEOUT_MS 5000u /* every attach of locus-loadgen's processes, by default */
 
 struct shared {
 	int done;             /* parent -> decoders and ranks: stop */

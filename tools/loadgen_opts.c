@@ -29,6 +29,7 @@ void lg_usage(void)
 		"                                 batch B / its N-th COMBINE; --respawn: a new\n"
 		"                                 process attaches as R and goes on)\n"
 		"         [--linger-ms N]        (at the end, stay attached and idle N ms)\n"
+		"         [--attach-timeout-ms N] (each attach's bound, default 5000)\n"
 		"         [--prefix-blocks N [--block-tokens B]]  (prefix-cached prompts: each\n"
 		"                                 request is its domain's head of N blocks of B\n"
 		"                                 tokens (16) + its own prompt, routed with\n"
@@ -97,6 +98,7 @@ int lg_parse_args(int argc, char **argv)
 		{ "kill-rank", required_argument, NULL, 'X' },
 		{ "respawn", no_argument, NULL, 'W' },
 		{ "linger-ms", required_argument, NULL, 'L' },
+		{ "attach-timeout-ms", required_argument, NULL, 'U' },
 		{ "prefix-blocks", required_argument, NULL, 'H' },
 		{ "block-tokens", required_argument, NULL, 'Q' },
 		{ NULL, 0, NULL, 0 },
@@ -142,6 +144,11 @@ int lg_parse_args(int argc, char **argv)
 			break;
 		case 'W': O.respawn = 1; break;
 		case 'L': O.linger_ms = (uint32_t)v; break;
+		case 'U':
+			if (!v || v > 600000)
+				return -1;
+			O.attach_timeout_ms = (uint32_t)v;
+			break;
 		case 'H': O.prefix_blocks = (uint32_t)v; break;
 		case 'Q': O.block_tokens = (uint32_t)v; break;
 		default: return -1;

@@ -49,7 +49,7 @@
 struct opts O = {
 	.block_tokens = 16, .instance = "default", .decoders = 4, .ranks = 4, .prefills = 1, .requests = 2000,
 	.batches = 100, .tokens = 32, .row_bytes = 2048, .decode_us = 2000, .seconds = 120,
-	.batch_ms = 3000, .kill_rank = -1,
+	.batch_ms = 3000, .kill_rank = -1, .attach_timeout_ms = ATTACH_TIMEOUT_MS,
 };
 struct shared *S;
 struct locus_trace *T;
@@ -110,7 +110,7 @@ struct locus_client *attach(const char *instance, uint32_t roles, uint32_t id,
 			    struct proc_stats *s)
 {
 	struct locus_client_req req = { .roles = roles, .decoder_id = id, .rank = id,
-					.timeout_ms = ATTACH_TIMEOUT_MS };
+					.timeout_ms = O.attach_timeout_ms };
 	struct locus_client *c;
 	struct locus_error e;
 
@@ -509,7 +509,7 @@ int main(int argc, char **argv)
 	 * 200 ms more, for decoders on other nodes, whose loads reach this node
 	 * by the load rows.
 	 */
-	for (uint64_t t_end = now_ns() + 2 * ATTACH_TIMEOUT_MS * 1000000ull; now_ns() < t_end;) {
+	for (uint64_t t_end = now_ns() + 2ull * O.attach_timeout_ms * 1000000ull; now_ns() < t_end;) {
 		uint32_t failed_dec = 0;
 
 		for (uint32_t i = d0; i < d0 + O.decoders; i++)

@@ -157,6 +157,8 @@ struct locus_sim_model {
 struct locus_sim_gpu {
 	const char *name;
 	double hbm_bytes_per_s;
+	double bf16_flops;           /* dense, FLOP/s (simulate --moe) */
+	const char *fabric;          /* its usual fabric (simulate --moe; locus_sim_moe.h) */
 };
 
 /* A preset by name, or NULL. */

@@ -4,14 +4,17 @@
 # any other program (a shell test, the VM harness) counts as one test by exit
 # status.
 # Each program gets a bound (TEST_TIMEOUT seconds, default 600): nothing hangs.
+# A script that needs longer says so in its first lines, "# test-timeout: N".
 set -u
-timeout_s=${TEST_TIMEOUT:-600}
 passed=0
 failed=0
 failed_names=()
 for t in "$@"; do
 	echo "=== $t"
 	log=$(mktemp)
+	timeout_s=${TEST_TIMEOUT:-600}
+	own=$(head -n 10 "$t" 2>/dev/null | tr -d '\0' | sed -n 's/^# test-timeout: \([0-9]\+\)$/\1/p' | head -n 1)
+	[ -z "${TEST_TIMEOUT:-}" ] && [ -n "$own" ] && timeout_s=$own
 	timeout --kill-after=10 "$timeout_s" "$t" 2>&1 | tee "$log"
 	rc=${PIPESTATUS[0]}
 	p=$(sed -n 's/^\[  PASSED  \] \([0-9]\+\) test(s)\./\1/p' "$log" | awk '{s+=$1} END {print s+0}')

@@ -13,86 +13,69 @@
 #include "locus_eldr.h"
 #include "locus_tblfile.h"
 #include "locusctl.h"
+#include "sim_args.h"
 #include "sim_ctl.h"
 
+#define CMD "locusctl simulate"
+
 struct sim_opts {
-	const char *trace, *table, *model, *gpu;
-	uint64_t decoders, batch_cap, requests, gen_len, seed;
+	struct sim_common c;           /* --trace, --fit-trace, --model, --gpu, --seed, ... */
+	const char *table;
+	uint64_t decoders, batch_cap, requests, gen_len;
 	double rate;
-	int shuffle, json, allow_shape, policies_given;
+	int shuffle, policies_given;
 	unsigned policies;            /* 1u << policy */
 	float taus[SIM_MAX_TAUS];
 	uint32_t n_taus;
 	/* overrides; NAN / 0 = the preset's */
-	uint64_t hidden, moe_inter, dtype_bytes;
 	double hbm_gbps, fixed_us, overhead_us, kv_bytes;
 };
 
 static int usage_err(const char *fmt, const char *arg)
 {
-	fprintf(stderr, "locusctl simulate: ");
-	fprintf(stderr, fmt, arg);
-	fprintf(stderr, "\n  (locusctl --help for the usage)\n");
-	return 2;
+	return sim_usage_err(CMD, fmt, arg);
 }
 
-/* A finite double in [min, max], the whole string. */
-static int parse_double(const char *s, double min, double max, double *v)
+/* One of "0.05,0.1": up to SIM_MAX_TAUS taus in [0, 2]. */
+static int add_tau(const char *tok, void *arg)
 {
-	char *end;
-	double x;
+	struct sim_opts *o = arg;
 
-	errno = 0;
-	x = strtod(s, &end);
-	if (errno || !*s || *end || !isfinite(x) || x < min || x > max)
+	if (o->n_taus == SIM_MAX_TAUS || locusctl_parse_float(tok, 0, 2, &o->taus[o->n_taus]))
 		return -1;
-	*v = x;
+	o->n_taus++;
 	return 0;
 }
 
-/* "0.05,0.1": up to SIM_MAX_TAUS taus in [0, 2]. */
 static int parse_taus(const char *s, struct sim_opts *o)
 {
-	char buf[512], *save = NULL, *tok;
-
-	if (strlen(s) >= sizeof(buf) || !*s || s[strlen(s) - 1] == ',' || strstr(s, ",,") ||
-	    s[0] == ',')
-		return -1;
-	strcpy(buf, s);
 	o->n_taus = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		if (o->n_taus == SIM_MAX_TAUS || locusctl_parse_float(tok, 0, 2, &o->taus[o->n_taus]))
-			return -1;
-		o->n_taus++;
-	}
+	return sim_split_list(s, 512, add_tau, o);
+}
+
+/* One of "jsq,eldr": policy names. */
+static int add_policy(const char *tok, void *arg)
+{
+	struct sim_opts *o = arg;
+	int p = locus_sim_policy_parse(tok);
+
+	if (p < 0)
+		return -1;
+	o->policies |= 1u << p;
 	return 0;
 }
 
-/* "jsq,eldr": policy names. */
 static int parse_policies(const char *s, struct sim_opts *o)
 {
-	char buf[256], *save = NULL, *tok;
-
-	if (strlen(s) >= sizeof(buf) || !*s || s[strlen(s) - 1] == ',' || strstr(s, ",,") ||
-	    s[0] == ',')
-		return -1;
-	strcpy(buf, s);
 	o->policies = 0;
-	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		int p = locus_sim_policy_parse(tok);
-
-		if (p < 0)
-			return -1;
-		o->policies |= 1u << p;
-	}
 	o->policies_given = 1;
-	return 0;
+	return sim_split_list(s, 256, add_policy, o);
 }
 
 enum {
 	O_TRACE = 256, O_TABLE, O_TAU, O_DECODERS, O_MODEL, O_GPU, O_RATE, O_ORDER, O_REQUESTS,
 	O_GEN, O_CAP, O_SEED, O_POLICIES, O_JSON, O_HIDDEN, O_INTER, O_DTYPE, O_HBM, O_FIXED,
-	O_OVERHEAD, O_KV, O_ALLOW,
+	O_OVERHEAD, O_KV, O_ALLOW, O_FIT,
 };
 
 static const struct option sim_lo[] = {
@@ -118,40 +101,25 @@ static const struct option sim_lo[] = {
 	{ "overhead-us", required_argument, NULL, O_OVERHEAD },
 	{ "kv-bytes-per-token", required_argument, NULL, O_KV },
 	{ "allow-shape-mismatch", no_argument, NULL, O_ALLOW },
+	{ "fit-trace", required_argument, NULL, O_FIT },
 	{ NULL, 0, NULL, 0 },
 };
 
 /* Options into o: 0, or an exit status (2) after a message. */
 static int parse_opts(int argc, char **argv, struct sim_opts *o)
 {
-	int c;
+	int c, li = -1;
 
-	*o = (struct sim_opts){ .model = "deepseek-v2-lite", .gpu = "h100-sxm", .batch_cap = 32,
-				.seed = 1, .hbm_gbps = NAN, .fixed_us = NAN, .overhead_us = 0,
+	*o = (struct sim_opts){ .c = SIM_COMMON_DEFAULTS, .batch_cap = 32, .hbm_gbps = NAN, .fixed_us = NAN, .overhead_us = 0,
 				.kv_bytes = NAN };
 	optind = 1;
 	opterr = 0;
-	while ((c = getopt_long(argc, argv, "", sim_lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "", sim_lo, &li)) != -1) {
 		const char *a = optarg;
 
 		switch (c) {
-		case O_TRACE:
-			o->trace = a;
-			break;
 		case O_TABLE:
 			o->table = a;
-			break;
-		case O_MODEL:
-			o->model = a;
-			break;
-		case O_GPU:
-			o->gpu = a;
-			break;
-		case O_JSON:
-			o->json = 1;
-			break;
-		case O_ALLOW:
-			o->allow_shape = 1;
 			break;
 		case O_TAU:
 			if (parse_taus(a, o))
@@ -178,12 +146,8 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 			if (locusctl_parse_u64(a, 1000000, &o->gen_len) || !o->gen_len)
 				return usage_err("--gen-len '%s': want 1..1000000 tokens", a);
 			break;
-		case O_SEED:
-			if (locusctl_parse_u64(a, UINT64_MAX, &o->seed))
-				return usage_err("--seed '%s': want a decimal u64", a);
-			break;
 		case O_RATE:
-			if (parse_double(a, 0, 1e9, &o->rate))
+			if (sim_parse_double(a, 0, 1e9, &o->rate))
 				return usage_err("--rate '%s': want requests/s in [0, 1e9] (0: all at once)", a);
 			break;
 		case O_ORDER:
@@ -191,41 +155,32 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 				return usage_err("--order '%s': want trace or shuffle", a);
 			o->shuffle = !strcmp(a, "shuffle");
 			break;
-		case O_HIDDEN:
-			if (locusctl_parse_u64(a, 1u << 20, &o->hidden) || !o->hidden)
-				return usage_err("--hidden '%s': want 1..1048576", a);
-			break;
-		case O_INTER:
-			if (locusctl_parse_u64(a, 1u << 20, &o->moe_inter) || !o->moe_inter)
-				return usage_err("--moe-intermediate '%s': want 1..1048576", a);
-			break;
-		case O_DTYPE:
-			if (locusctl_parse_u64(a, 8, &o->dtype_bytes) || !o->dtype_bytes)
-				return usage_err("--dtype-bytes '%s': want 1..8", a);
-			break;
 		case O_HBM:
-			if (parse_double(a, 1e-3, 1e6, &o->hbm_gbps))
+			if (sim_parse_double(a, 1e-3, 1e6, &o->hbm_gbps))
 				return usage_err("--hbm-gbps '%s': want GB/s in [0.001, 1e6]", a);
 			break;
 		case O_FIXED:
-			if (parse_double(a, 0, 1e9, &o->fixed_us))
+			if (sim_parse_double(a, 0, 1e9, &o->fixed_us))
 				return usage_err("--fixed-us '%s': want microseconds in [0, 1e9]", a);
 			break;
 		case O_OVERHEAD:
-			if (parse_double(a, 0, 1e9, &o->overhead_us))
+			if (sim_parse_double(a, 0, 1e9, &o->overhead_us))
 				return usage_err("--overhead-us '%s': want microseconds in [0, 1e9]", a);
 			break;
 		case O_KV:
-			if (parse_double(a, 0, 1e12, &o->kv_bytes))
+			if (sim_parse_double(a, 0, 1e12, &o->kv_bytes))
 				return usage_err("--kv-bytes-per-token '%s': want bytes in [0, 1e12]", a);
 			break;
 		default:
-			return usage_err("unknown or incomplete option '%s'", argv[optind - 1]);
+			/* the options both commands take, by name */
+			if (sim_common_getopt(CMD, c, li < 0 ? NULL : sim_lo[li].name, a, argv, &o->c))
+				return 2;
 		}
+		li = -1;
 	}
 	if (optind < argc)
 		return usage_err("unexpected argument '%s'", argv[optind]);
-	if (!o->trace)
+	if (!o->c.trace)
 		return usage_err("%s", "--trace FILE is required");
 	if (!o->decoders)
 		return usage_err("%s", "--decoders K is required");
@@ -233,6 +188,9 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 		return usage_err("%s", "--tau needs --table (the ELDR table whose tau it replaces)");
 	if (o->policies_given && (o->policies & 1u << LOCUS_SIM_ELDR) && !o->table)
 		return usage_err("%s", "policy eldr needs --table TABLE (locusctl fit)");
+	if (o->c.fit_trace && (o->n_taus < 2 || !o->table))
+		return usage_err("%s", "--fit-trace picks one of several --tau (with --table): give "
+				 "at least two");
 	return 0;
 }
 
@@ -240,31 +198,15 @@ static int parse_opts(int argc, char **argv, struct sim_opts *o)
 static int step_model(const struct sim_opts *o, const struct locus_trace *t,
 		      struct sim_setup *su)
 {
-	const struct locus_sim_model *pm = locus_sim_model_find(o->model);
-	const struct locus_sim_gpu *pg = locus_sim_gpu_find(o->gpu);
+	const struct locus_sim_gpu *pg;
 	struct locus_sim_model m;
+	int rc = sim_model_resolve(CMD, o->c.model, o->c.gpu, t, o->c.allow_shape,
+				   ": simulate with a trace of that model (or "
+				   "--allow-shape-mismatch to price this trace's routings at the "
+				   "model's costs)", &o->c.ov, &m, &pg);
 
-	if (!pm || !pg) {
-		fprintf(stderr, "locusctl simulate: --%s '%s': want one of %s\n", pm ? "gpu" : "model",
-			pm ? o->gpu : o->model, pm ? locus_sim_gpu_names() : locus_sim_model_names());
-		return 2;
-	}
-	m = *pm;
-	if ((t->n_layers != m.moe_layers || t->n_experts != m.n_experts || t->k != m.top_k) &&
-	    !o->allow_shape) {
-		fprintf(stderr, "locusctl simulate: the trace is %u MoE layers x %u experts, top-%u; "
-			"model %s is %u x %u, top-%u: simulate with a trace of that model (or "
-			"--allow-shape-mismatch to price this trace's routings at %s's costs)\n",
-			t->n_layers, t->n_experts, t->k, m.name, m.moe_layers, m.n_experts, m.top_k,
-			m.name);
-		return 1;
-	}
-	if (o->hidden)
-		m.hidden = (uint32_t)o->hidden;
-	if (o->moe_inter)
-		m.moe_intermediate = (uint32_t)o->moe_inter;
-	if (o->dtype_bytes)
-		m.dtype_bytes = (uint32_t)o->dtype_bytes;
+	if (rc)
+		return rc;
 	su->hw.expert_bytes = locus_sim_expert_bytes(&m);
 	su->hw.hbm_bytes_per_s = isnan(o->hbm_gbps) ? pg->hbm_bytes_per_s : o->hbm_gbps * 1e9;
 	su->hw.kv_bytes_per_token = isnan(o->kv_bytes) ? m.kv_bytes_per_token : o->kv_bytes;
@@ -354,26 +296,131 @@ static int build_sigs(const struct locus_trace *t, uint8_t **out, size_t *slen,
 	return 0;
 }
 
+/*
+ * Every policy of mask (ELDR once per tau) on trace t's arrivals, into
+ * rows[*nrows..]. 0 or an exit status (the error printed).
+ */
+static int run_policies(const struct sim_opts *o, const struct locus_trace *t,
+			const struct locus_sim_hw *hw, unsigned mask, const void *payload,
+			size_t plen, struct sim_row *rows, uint32_t *nrows)
+{
+	struct locus_error err = { 0 };
+	struct locus_sim_arrival *arr = NULL;
+	struct locus_sim_result res = { 0 };
+	struct locus_sim_cfg cfg;
+	uint8_t *sigs = NULL;
+	void *rmem = NULL;
+	size_t slen = 0;
+	uint32_t n = o->requests ? (uint32_t)o->requests : t->n_requests;
+	int ret = 0;
+
+	if (payload) {
+		ret = build_sigs(t, &sigs, &slen, &err);
+		if (ret < 0) {
+			ret = locusctl_fail(&err, ret);
+			goto out;
+		}
+	}
+	arr = malloc(sizeof(*arr) * n);
+	if (!arr || locus_sim_result_alloc(&res, n, (uint32_t)o->decoders)) {
+		ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+		goto out;
+	}
+	ret = locus_sim_arrivals(t, n, o->rate, o->shuffle, (uint32_t)o->gen_len, o->c.seed, arr,
+				 &err);
+	if (ret < 0) {
+		ret = locusctl_fail(&err, ret);
+		goto out;
+	}
+	cfg = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = n,
+				      .n_decoders = (uint32_t)o->decoders,
+				      .batch_cap = (uint32_t)o->batch_cap, .hw = *hw,
+				      .seed = o->c.seed, .sigs = sigs, .slen = slen };
+	for (int p = 0; p < LOCUS_SIM_N_POLICIES; p++) {
+		uint32_t ntau = p == LOCUS_SIM_ELDR ? (o->n_taus ? o->n_taus : 1) : 1;
+
+		if (!(mask & 1u << p))
+			continue;
+		for (uint32_t i = 0; i < ntau; i++) {
+			float tau = o->n_taus ? o->taus[i] : NAN;
+
+			cfg.policy = p;
+			cfg.router = NULL;
+			if (p == LOCUS_SIM_ELDR) {
+				free(rmem);
+				ret = build_router(payload, plen, tau, &rmem, &cfg.router, &err);
+				if (ret < 0) {
+					ret = locusctl_fail(&err, ret);
+					goto out;
+				}
+				rows[*nrows].tau = isnan(tau) ?
+					((const struct locus_eldr_tbl_hdr *)payload)->tau : tau;
+			}
+			ret = run_one(&cfg, &res, &rows[*nrows]);
+			if (ret)
+				goto out;
+			(*nrows)++;
+		}
+	}
+out:
+	free(rmem);
+	locus_sim_result_free(&res);
+	free(arr);
+	free(sigs);
+	return ret;
+}
+
+/*
+ * tau chosen on the fit trace's rows: the lowest ELDR median TPOT among the
+ * taus whose p99 is not above the best load balancer's (lowest p99 of
+ * random, rr, jsq, p2c) on that trace; when none qualifies, the lowest p99.
+ */
+static void choose_tau(const struct sim_row *rows, uint32_t n, struct sim_tau_choice *c)
+{
+	double lb99 = INFINITY;
+	int best = -1, best99 = -1;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (rows[i].policy <= LOCUS_SIM_P2C)
+			lb99 = fmin(lb99, rows[i].s.tpot_p99);
+	for (uint32_t i = 0; i < n; i++) {
+		const struct locus_sim_summary *s = &rows[i].s;
+
+		if (rows[i].policy != LOCUS_SIM_ELDR)
+			continue;
+		if (best99 < 0 || s->tpot_p99 < rows[best99].s.tpot_p99)
+			best99 = (int)i;
+		if (s->tpot_p99 <= lb99 && (best < 0 || s->tpot_p50 < rows[best].s.tpot_p50))
+			best = (int)i;
+	}
+	c->tail_kept = best >= 0;
+	c->fit_row = best >= 0 ? best : best99;
+	c->tau = rows[c->fit_row].tau;
+	c->fit_lb_p99 = lb99;
+}
+
 int locusctl_simulate(int argc, char **argv)
 {
 	struct sim_opts o;
 	struct sim_setup su = { 0 };
 	struct locus_error err = { 0 };
-	struct locus_trace *t = NULL;
-	struct locus_sim_arrival *arr = NULL;
-	struct locus_sim_result res = { 0 };
+	struct locus_trace *t = NULL, *ft = NULL;
 	struct sim_row rows[LOCUS_SIM_N_POLICIES + SIM_MAX_TAUS];
-	struct locus_sim_cfg cfg;
-	uint8_t *sigs = NULL;
-	void *tbl = NULL, *rmem = NULL;
+	struct sim_row fit_rows[LOCUS_SIM_N_POLICIES + SIM_MAX_TAUS];
+	struct sim_tau_choice choice = { 0 };
+	void *tbl = NULL;
 	const void *payload = NULL;
-	size_t tlen = 0, plen = 0, slen = 0;
-	uint32_t nrows = 0, n;
-	int ret = parse_opts(argc, argv, &o);
+	size_t tlen = 0, plen = 0;
+	uint32_t nrows = 0, nfit = 0, n;
+	int ret;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--moe"))
+			return locusctl_simulate_moe(argc, argv);
+	ret = parse_opts(argc, argv, &o);
 	if (ret)
 		return ret;
-	ret = locus_trace_load(o.trace, NULL, &t, &err);
+	ret = locus_trace_load(o.c.trace, NULL, &t, &err);
 	if (ret < 0) {
 		ret = locusctl_fail(&err, ret);
 		goto out;
@@ -396,72 +443,55 @@ int locusctl_simulate(int argc, char **argv)
 			ret = locus_tbl_check(tbl, tlen, LOCUS_TBL_ELDR, &payload, &plen, &err);
 		if (ret == 0)
 			ret = locus_eldr_tbl_validate(payload, plen, NULL, &err);
-		if (ret == 0)
-			ret = build_sigs(t, &sigs, &slen, &err);
 		if (ret < 0) {
 			ret = locusctl_fail(&err, ret);
 			goto out;
 		}
 	}
 	n = o.requests ? (uint32_t)o.requests : t->n_requests;
-	arr = malloc(sizeof(*arr) * n);
-	if (!arr || locus_sim_result_alloc(&res, n, (uint32_t)o.decoders)) {
-		ret = locusctl_fail(&(struct locus_error){ .msg = "out of memory" }, ENOMEM);
+	ret = run_policies(&o, t, &su.hw, o.policies, payload, plen, rows, &nrows);
+	if (ret)
 		goto out;
-	}
-	ret = locus_sim_arrivals(t, n, o.rate, o.shuffle, (uint32_t)o.gen_len, o.seed, arr, &err);
-	if (ret < 0) {
-		ret = locusctl_fail(&err, ret);
-		goto out;
-	}
-	cfg = (struct locus_sim_cfg){ .t = t, .arr = arr, .n = n,
-				      .n_decoders = (uint32_t)o.decoders,
-				      .batch_cap = (uint32_t)o.batch_cap, .hw = su.hw,
-				      .seed = o.seed, .sigs = sigs, .slen = slen };
-	for (int p = 0; p < LOCUS_SIM_N_POLICIES; p++) {
-		uint32_t ntau = p == LOCUS_SIM_ELDR ? (o.n_taus ? o.n_taus : 1) : 1;
+	if (o.c.fit_trace) {
+		/* the same simulation on the fit trace, balancers and ELDR only: tau from it */
+		unsigned mask = o.policies & ~(1u << LOCUS_SIM_DOMAIN);
 
-		if (!(o.policies & 1u << p))
-			continue;
-		for (uint32_t i = 0; i < ntau; i++) {
-			float tau = o.n_taus ? o.taus[i] : NAN;
-
-			cfg.policy = p;
-			cfg.router = NULL;
-			if (p == LOCUS_SIM_ELDR) {
-				free(rmem);
-				ret = build_router(payload, plen, tau, &rmem, &cfg.router, &err);
-				if (ret < 0) {
-					ret = locusctl_fail(&err, ret);
-					goto out;
-				}
-				rows[nrows].tau = isnan(tau) ?
-					((const struct locus_eldr_tbl_hdr *)payload)->tau : tau;
-			}
-			ret = run_one(&cfg, &res, &rows[nrows]);
-			if (ret)
-				goto out;
-			nrows++;
+		ret = locus_trace_load(o.c.fit_trace, NULL, &ft, &err);
+		if (ret < 0) {
+			ret = locusctl_fail(&err, ret);
+			goto out;
 		}
+		if (ft->n_layers != t->n_layers || ft->n_experts != t->n_experts || ft->k != t->k) {
+			fprintf(stderr, "locusctl simulate: --fit-trace is %u x %u top-%u, --trace "
+				"%u x %u top-%u: both must be one model's\n", ft->n_layers,
+				ft->n_experts, ft->k, t->n_layers, t->n_experts, t->k);
+			ret = 1;
+			goto out;
+		}
+		ret = run_policies(&o, ft, &su.hw, mask, payload, plen, fit_rows, &nfit);
+		if (ret)
+			goto out;
+		choose_tau(fit_rows, nfit, &choice);
+		choice.fit_trace = o.c.fit_trace;
+		choice.fit_rows = fit_rows;
+		choice.n_fit = nfit;
 	}
-	su = (struct sim_setup){ .trace = o.trace, .table = o.table, .model = o.model,
-				 .gpu = o.gpu, .n_trace = t->n_requests, .n_requests = n,
+	su = (struct sim_setup){ .trace = o.c.trace, .table = o.table, .model = o.c.model,
+				 .gpu = o.c.gpu, .n_trace = t->n_requests, .n_requests = n,
 				 .n_decoders = (uint32_t)o.decoders,
 				 .batch_cap = (uint32_t)o.batch_cap, .gen_len = (uint32_t)o.gen_len,
 				 .n_layers = t->n_layers, .n_experts = t->n_experts, .k = t->k,
-				 .rate = o.rate, .shuffle = o.shuffle, .seed = o.seed, .hw = su.hw,
+				 .rate = o.rate, .shuffle = o.shuffle, .seed = o.c.seed, .hw = su.hw,
 				 .dense_bytes = su.dense_bytes, .overhead_s = su.overhead_s };
-	if (o.json)
+	su.choice = o.c.fit_trace ? &choice : NULL;
+	if (o.c.json)
 		sim_report_json(stdout, &su, rows, nrows);
 	else
 		sim_report_table(stdout, &su, rows, nrows);
 	ret = fflush(stdout) ? 1 : 0;
 out:
-	free(rmem);
-	locus_sim_result_free(&res);
-	free(arr);
-	free(sigs);
 	free(tbl);
+	locus_trace_free(ft);
 	locus_trace_free(t);
 	return ret;
 }

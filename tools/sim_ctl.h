@@ -18,6 +18,17 @@ struct sim_row {
 	double tpot_q[SIM_QUANTILES];  /* seconds */
 };
 
+/* tau chosen on a fit trace (--fit-trace): the rule of choose_tau in sim_ctl.c. */
+struct sim_tau_choice {
+	const char *fit_trace;
+	float tau;
+	int tail_kept;                 /* 1: its fit p99 is not above the best balancer's */
+	int fit_row;                   /* index into fit_rows */
+	double fit_lb_p99;             /* the best balancer's p99 on the fit trace, seconds */
+	const struct sim_row *fit_rows;
+	uint32_t n_fit;
+};
+
 /* What the report names besides the rows. */
 struct sim_setup {
 	const char *trace, *table, *model, *gpu;
@@ -28,6 +39,7 @@ struct sim_setup {
 	uint64_t seed;
 	struct locus_sim_hw hw;
 	double dense_bytes, overhead_s;
+	const struct sim_tau_choice *choice;  /* NULL: no --fit-trace */
 };
 
 /* The table operators read (times in ms). */
@@ -36,5 +48,8 @@ void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row 
 /* The same as one JSON object (times in ms), the plot script's input. */
 void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
 		     uint32_t n);
+
+/* locusctl simulate --moe (tools/sim_moe_ctl.c): MoE-layer time per placement. */
+int locusctl_simulate_moe(int argc, char **argv);
 
 #endif /* SIM_CTL_H */

@@ -9,8 +9,12 @@ Writes, and names on stdout:
   DIR/tpot_vs_tau.svg       ELDR median and p99 TPOT against tau (first run), the best
                             load balancer's (lowest of random/rr/jsq/p2c, per metric) as lines
   DIR/gain_vs_decoders.svg  with runs at several decoder counts: the median and p99 TPOT
-                            change of ELDR at its best median tau against the best load
+                            change of ELDR at its tau (the one chosen on the fit trace when
+                            the run has one, else its best median tau) against the best load
                             balancer of each
+  DIR/moe_layer_time.svg    from `locusctl simulate --moe --json` runs: MoE-layer time per
+                            placement and topology (compute, and 2 x all-to-all hatched),
+                            calibration and held-out side by side, 95 % intervals as bars
 """
 import argparse
 import json
@@ -28,6 +32,10 @@ BALANCERS = ("random", "rr", "jsq", "p2c")
 def load(path):
     with open(path, encoding="utf-8") as f:
         run = json.load(f)
+    if isinstance(run, dict) and run.get("mode") == "moe":
+        if not isinstance(run.get("topologies"), list) or not run["topologies"]:
+            raise ValueError(f"{path}: a simulate --moe run without topologies")
+        return run
     if not isinstance(run, dict) or not isinstance(run.get("policies"), list) or not run["policies"]:
         raise ValueError(f"{path}: not a locusctl simulate --json run (no policies)")
     for p in run["policies"]:
@@ -89,13 +97,55 @@ def plot_tau(run, out):
 
 
 def gain(run):
-    """ELDR at its best median tau against the best balancer of each metric, in %."""
+    """ELDR at its tau (chosen on the fit trace, else the best median) against the best
+    balancer of each metric, in %."""
     eldr = [p for p in run["policies"] if p["policy"] == "eldr"]
     if not best_balancer(run) or not eldr:
         return None
-    best = min(eldr, key=lambda p: p["tpot_ms"]["p50"])
+    chosen = run.get("tau_choice")
+    if chosen:
+        best = next(p for p in eldr if p["tau"] == chosen["tau"])
+    else:
+        best = min(eldr, key=lambda p: p["tpot_ms"]["p50"])
     return tuple(100 * (best["tpot_ms"][k] / best_balancer(run, k)["tpot_ms"][k] - 1)
                  for k in ("p50", "p99"))
+
+
+def plot_moe(run, out):
+    """Figure 4's shape: per topology, a bar per placement, all-to-all hatched on compute."""
+    sets = [("calibration", "calibration"), ("held_out", "held-out")]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4.5), sharey=True)
+    topos = run["topologies"]
+    names = [p["name"] for p in topos[0]["held_out"]["placements"]]
+    width = 0.8 / len(names)
+    for ax, (key, label) in zip(axes, sets):
+        for j, name in enumerate(names):
+            xs, comp, a2a, lo, hi = [], [], [], [], []
+            for i, t in enumerate(topos):
+                p = next(q for q in t[key]["placements"] if q["name"] == name)
+                xs.append(i + (j - (len(names) - 1) / 2) * width)
+                comp.append(p["compute_us"])
+                a2a.append(p["layer_us"] - p["compute_us"])
+                ci = p["layer_us_ci"]
+                lo.append(p["layer_us"] - ci[0] if ci[0] is not None else 0)
+                hi.append(ci[1] - p["layer_us"] if ci[1] is not None else 0)
+            ax.bar(xs, comp, width, color=f"C{j}", label=f"{name} compute")
+            ax.bar(xs, a2a, width, bottom=comp, color=f"C{j}", alpha=0.45, hatch="//",
+                   edgecolor="black", linewidth=0.3, label=f"{name} 2 x all-to-all")
+            ax.errorbar(xs, [c + a for c, a in zip(comp, a2a)], yerr=[lo, hi], fmt="none",
+                        ecolor="black", capsize=2, linewidth=0.8)
+        ax.set_xticks(range(len(topos)))
+        ax.set_xticklabels([t["topo"] for t in topos])
+        ax.set_xlabel("nodes x GPUs")
+        ax.set_title(label, fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("MoE layer time (us)")
+    axes[1].legend(fontsize=7)
+    fig.suptitle(f"{run['model']} on {run['gpu']}, {run['fabric']}, "
+                 f"{run['tokens_per_step']} tokens per step", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
 
 
 def plot_gain(runs, out):
@@ -124,11 +174,21 @@ def main():
     a = ap.parse_args()
     try:
         runs = [load(p) for p in a.runs]
-    except (OSError, ValueError, KeyError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         print(f"sim_plot: {e}", file=sys.stderr)
         return 1
     os.makedirs(a.out, exist_ok=True)
     made = []
+    moe = [r for r in runs if r.get("mode") == "moe"]
+    runs = [r for r in runs if r.get("mode") != "moe"]
+    if moe:
+        path = os.path.join(a.out, "moe_layer_time.svg")
+        plot_moe(moe[0], path)
+        made.append(path)
+    if not runs:
+        for m in made:
+            print(f"wrote {m}")
+        return 0
     path = os.path.join(a.out, "tpot_cdf.svg")
     plot_cdf(runs[0], path)
     made.append(path)

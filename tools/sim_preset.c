@@ -9,6 +9,7 @@
 
 #include "locus_common.h"
 #include "locus_sim.h"
+#include "locus_sim_moe.h"
 
 /*
  * Qwen3-30B-A3B, huggingface.co/Qwen/Qwen3-30B-A3B config.json:
@@ -99,11 +100,49 @@ static const struct locus_sim_model models[] = {
  * GPU datasheet, H100 SXM 3.35 TB/s (HBM3, 80 GB); AMD Instinct MI300X
  * datasheet, 5.3 TB/s (HBM3, 192 GB). Peak, not what a kernel achieves:
  * scale with --hbm-gbps.
+ * Dense BF16 throughput (simulate --moe), the same datasheets: H100 SXM
+ * "BF16 Tensor Core 1,979 teraFLOPS" is with sparsity, 989.5 dense; MI300X
+ * "Peak BF16 1307.4 TFLOPs" dense (2614.9 with sparsity). --tflops overrides.
  */
 static const struct locus_sim_gpu gpus[] = {
-	{ .name = "h100-sxm", .hbm_bytes_per_s = 3.35e12 },
-	{ .name = "mi300x", .hbm_bytes_per_s = 5.3e12 },
+	{ .name = "h100-sxm", .hbm_bytes_per_s = 3.35e12, .bf16_flops = 989.5e12,
+	  .fabric = "nvlink4-rdma400" },
+	{ .name = "mi300x", .hbm_bytes_per_s = 5.3e12, .bf16_flops = 1307.4e12,
+	  .fabric = "xgmi-rdma400" },
 };
+
+/*
+ * Fabrics for simulate --moe, per GPU and direction (--intra-gbps and
+ * --inter-gbps override):
+ *   NVLink 4 (H100 SXM datasheet: "NVLink 900GB/s", both directions
+ *   together; through NVSwitch any GPU pair gets it) 450 GB/s.
+ *   AMD Infinity Fabric on the MI300X platform (MI300X datasheet: 7 links
+ *   of 128 GB/s peak, both directions; 8 GPUs fully connected, so an
+ *   all-to-all spreads over all 7) 7 x 64 = 448 GB/s.
+ *   PCIe 4.0 x16 (PCI-SIG: 16 GT/s per lane, 128b/130b coding) 31.5 GB/s;
+ *   the GRACE paper's RTX 4090 nodes (its "63 GB/s" is both directions).
+ *   Between nodes one 400 Gb/s RDMA NIC per GPU (DGX H100 user guide: eight
+ *   ConnectX-7 400 Gb/s InfiniBand/Ethernet ports for the compute fabric,
+ *   one per GPU) 50 GB/s.
+ */
+static const struct locus_sim_fabric fabrics[] = {
+	{ .name = "nvlink4-rdma400", .intra_bytes_per_s = 450e9, .inter_bytes_per_s = 50e9 },
+	{ .name = "xgmi-rdma400", .intra_bytes_per_s = 448e9, .inter_bytes_per_s = 50e9 },
+	{ .name = "pcie4-rdma400", .intra_bytes_per_s = 31.5e9, .inter_bytes_per_s = 50e9 },
+};
+
+const struct locus_sim_fabric *locus_sim_fabric_find(const char *name)
+{
+	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(fabrics); i++)
+		if (!strcmp(name, fabrics[i].name))
+			return &fabrics[i];
+	return NULL;
+}
+
+const char *locus_sim_fabric_names(void)
+{
+	return "nvlink4-rdma400|xgmi-rdma400|pcie4-rdma400";
+}
 
 const struct locus_sim_model *locus_sim_model_find(const char *name)
 {

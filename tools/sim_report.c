@@ -3,6 +3,8 @@
 #include <inttypes.h>
 #include <stdio.h>
 
+#include "sim_args.h"
+#include "trace_json.h"
 #include "sim_ctl.h"
 
 static void row_label(const struct sim_row *r, char *buf, size_t len)
@@ -13,20 +15,65 @@ static void row_label(const struct sim_row *r, char *buf, size_t len)
 		snprintf(buf, len, "%s", locus_sim_policy_name(r->policy));
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; s && *s; s++) {
-		unsigned char c = (unsigned char)*s;
 
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
+/* The lowest TPOT at p50 (q 0) or p99 (q 1) among the load balancers of rows, or -1. */
+static int best_balancer(const struct sim_row *rows, uint32_t n, int q)
+{
+	int best = -1;
+
+	for (uint32_t i = 0; i < n; i++) {
+		double v = q ? rows[i].s.tpot_p99 : rows[i].s.tpot_p50;
+
+		if (rows[i].policy > LOCUS_SIM_P2C)
+			continue;
+		if (best < 0 || v < (q ? rows[best].s.tpot_p99 : rows[best].s.tpot_p50))
+			best = (int)i;
 	}
-	fputc('"', f);
+	return best;
+}
+
+/* The ELDR row at tau, or -1. */
+static int eldr_row(const struct sim_row *rows, uint32_t n, float tau)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (rows[i].policy == LOCUS_SIM_ELDR && rows[i].tau == tau)
+			return (int)i;
+	return -1;
+}
+
+/* The choice of tau on the fit trace and the held-out result at it. */
+static void table_choice(FILE *f, const struct sim_tau_choice *c, const struct sim_row *rows,
+			 uint32_t n)
+{
+	const struct sim_row *fr = &c->fit_rows[c->fit_row];
+	int e = eldr_row(rows, n, c->tau), b50 = best_balancer(rows, n, 0);
+	int b99 = best_balancer(rows, n, 1);
+
+	fprintf(f, "tau chosen on the fit trace (%s): the lowest median whose p99 is not above the "
+		"best balancer's\n", c->fit_trace);
+	fprintf(f, "%-14s %9s %9s\n", "fit trace", "tpot_p50", "tpot_p99");
+	for (uint32_t i = 0; i < c->n_fit; i++) {
+		char label[32];
+
+		row_label(&c->fit_rows[i], label, sizeof(label));
+		fprintf(f, "%-14s %9.4f %9.4f%s\n", label, c->fit_rows[i].s.tpot_p50 * 1e3,
+			c->fit_rows[i].s.tpot_p99 * 1e3, (int)i == c->fit_row ? "  <- chosen" : "");
+	}
+	fprintf(f, "  chosen tau %g (fit: p50 %.4f, p99 %.4f ms; best balancer p99 %.4f ms)%s\n",
+		(double)c->tau, fr->s.tpot_p50 * 1e3, fr->s.tpot_p99 * 1e3, c->fit_lb_p99 * 1e3,
+		c->tail_kept ? "" : "; no tau kept the tail on the fit trace: the lowest p99");
+	if (e < 0)
+		return;
+	fprintf(f, "  held-out at tau %g: p50 %.4f ms, p99 %.4f ms", (double)c->tau,
+		rows[e].s.tpot_p50 * 1e3, rows[e].s.tpot_p99 * 1e3);
+	if (b50 >= 0)
+		fprintf(f, "; against the best balancer (%s p50 %.4f, %s p99 %.4f): median %+.1f %%, "
+			"p99 %+.1f %%", locus_sim_policy_name(rows[b50].policy),
+			rows[b50].s.tpot_p50 * 1e3, locus_sim_policy_name(rows[b99].policy),
+			rows[b99].s.tpot_p99 * 1e3,
+			100 * (rows[e].s.tpot_p50 / rows[b50].s.tpot_p50 - 1),
+			100 * (rows[e].s.tpot_p99 / rows[b99].s.tpot_p99 - 1));
+	fputc('\n', f);
 }
 
 void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
@@ -61,22 +108,18 @@ void sim_report_table(FILE *f, const struct sim_setup *su, const struct sim_row 
 	fprintf(f, "  times in ms; pairs/st: distinct (layer, expert) pairs a step reads; batch: "
 		"requests per step;\n  skewN: max/mean requests per decoder; skewB: max/mean "
 		"batch occupancy over time\n");
+	if (su->choice)
+		table_choice(f, su->choice, rows, n);
 }
 
 void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *rows,
 		     uint32_t n)
 {
-	fprintf(f, "{\"trace\":");
-	json_str(f, su->trace);
-	fprintf(f, ",\"table\":");
-	if (su->table)
-		json_str(f, su->table);
-	else
-		fprintf(f, "null");
-	fprintf(f, ",\"model\":");
-	json_str(f, su->model);
-	fprintf(f, ",\"gpu\":");
-	json_str(f, su->gpu);
+	fprintf(f, "{\"mode\":\"serve\"");
+	sim_json_field(f, "trace", su->trace);
+	sim_json_field(f, "table", su->table);
+	sim_json_field(f, "model", su->model);
+	sim_json_field(f, "gpu", su->gpu);
 	fprintf(f, ",\"trace_requests\":%u,\"requests\":%u,\"decoders\":%u,\"batch_cap\":%u,"
 		"\"gen_len\":%u,\"n_layers\":%u,\"n_experts\":%u,\"k\":%u,\"rate\":%.17g,"
 		"\"order\":\"%s\",\"seed\":%" PRIu64 ",", su->n_trace, su->n_requests,
@@ -108,5 +151,24 @@ void sim_report_json(FILE *f, const struct sim_setup *su, const struct sim_row *
 			fprintf(f, "%s%.17g", q ? "," : "", rows[i].tpot_q[q] * 1e3);
 		fprintf(f, "]}");
 	}
-	fprintf(f, "]}\n");
+	fprintf(f, "]");
+	if (su->choice) {
+		const struct sim_tau_choice *c = su->choice;
+
+		fprintf(f, ",\"tau_choice\":{\"fit_trace\":");
+		tj_put_string(f, c->fit_trace);
+		fprintf(f, ",\"rule\":\"lowest fit median TPOT with fit p99 <= best balancer's\","
+			"\"tau\":%.9g,\"tail_kept\":%s,\"fit_best_balancer_p99_ms\":%.17g,\"fit\":[",
+			(double)c->tau, c->tail_kept ? "true" : "false", c->fit_lb_p99 * 1e3);
+		for (uint32_t i = 0; i < c->n_fit; i++) {
+			char label[32];
+
+			row_label(&c->fit_rows[i], label, sizeof(label));
+			fprintf(f, "%s{\"label\":\"%s\",\"p50\":%.17g,\"p99\":%.17g}", i ? "," : "",
+				label, c->fit_rows[i].s.tpot_p50 * 1e3,
+				c->fit_rows[i].s.tpot_p99 * 1e3);
+		}
+		fprintf(f, "]}");
+	}
+	fprintf(f, "}\n");
 }

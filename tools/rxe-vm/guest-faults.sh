@@ -113,11 +113,11 @@ gauges_idle() {
 
 # lg_bg OUT ARGS...: loadgen across the nodes in the background (LINGER: its clients stay
 # attached and idle 10 s at the end, for gauges_idle);
-# LG_PID is the timeout(1) around it, which passes a SIGTERM on
+# LG_PID is the timeout(1) around it, which passes a SIGTERM on; attaches get 20 s (LG_ATTACH)
 lg_bg() {
 	local out=$1
 	shift
-	timeout 200 "$B/locus-loadgen" -i n0 --trace $TRACE --prefill-at n0 --decoders 4 \
+	timeout 200 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 --decoders 4 \
 		--decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 --row-bytes 1024 \
 		--decode-us 500 "$@" > "$out" 2>&1 &
 	LG_PID=$!

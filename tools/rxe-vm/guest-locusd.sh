@@ -127,11 +127,14 @@ show_counters() {
 	show_logs 5
 }
 
-# loadgen across the two nodes: prefill on n0, decoders/ranks where told
+# loadgen across the two nodes: prefill on n0, decoders/ranks where told. Each attach
+# may take 20 s: in this guest on a loaded host a main lcore once took more than
+# loadgen's default 5 s to answer one (the faults run's clean F1 traffic, host load 6).
+LG_ATTACH="--attach-timeout-ms 20000"
 loadgen() { # out-file decoder-at rank-at extra-args...
 	local out=$1 dec=$2 rk=$3
 	shift 3
-	timeout 150 "$B/locus-loadgen" -i n0 --trace $TRACE --prefill-at n0 \
+	timeout 150 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 \
 		--decoders 4 --decoder-at "$dec" --ranks 4 --rank-at "$rk" "$@" > "$out" 2>&1
 }
 
