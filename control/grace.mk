@@ -31,3 +31,8 @@ UNIT_TESTS += tests/test_grace_plan_ref
 # Per-decoder placement against one global placement on ELDR-routed held-out requests.
 $(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/epgroups_figures
+# The oracle bound on rows off the GPU any placement could reach on grace_figures' held-out tokens.
+$(eval $(call PROGRAM,tools/grace_bound_figures,tools/grace_bound_figures.c tools/grace_bound.c tools/grace_pairs.c tools/grace_heldout.c,gracefit grace_plan formats trace common,lapacke openblas))
+BENCHES += tools/grace_bound_figures
+$(eval $(call PROGRAM,tests/test_grace_bound,tests/test_grace_bound.c tools/grace_bound.c tools/grace_pairs.c,common,cmocka))
+UNIT_TESTS += tests/test_grace_bound
