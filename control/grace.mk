@@ -19,7 +19,7 @@ $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c control/locusctl_gracese
 $(eval $(call PROGRAM,tests/test_grace_ctl,tests/test_grace_ctl.c tests/push_util.c,gracectl gracefit formats trace pushsrv counters shm common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_ctl
 # Figures on the real ESFT / OLMoE routing data and the planner/fit benchmark.
-$(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c tools/grace_heldout.c tools/grace_olmoe.c,gracefit grace_plan formats trace common,lapacke openblas))
+$(eval $(call PROGRAM,tools/grace_figures,tools/grace_figures.c tools/grace_esft.c tools/grace_heldout.c tools/grace_olmoe.c,gracefit grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/grace_figures
 $(eval $(call PROGRAM,tests/test_grace_heldout,tests/test_grace_heldout.c tools/grace_heldout.c,gracefit grace_plan formats common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_heldout
@@ -32,7 +32,7 @@ UNIT_TESTS += tests/test_grace_plan_ref
 $(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/epgroups_figures
 # The oracle bound on rows off the GPU any placement could reach on grace_figures' held-out tokens.
-$(eval $(call PROGRAM,tools/grace_bound_figures,tools/grace_bound_figures.c tools/grace_bound.c tools/grace_pairs.c tools/grace_heldout.c,gracefit grace_plan formats trace common,lapacke openblas))
+$(eval $(call PROGRAM,tools/grace_bound_figures,tools/grace_bound_figures.c tools/grace_esft.c tools/grace_bound.c tools/grace_pairs.c tools/grace_heldout.c,gracefit grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/grace_bound_figures
 $(eval $(call PROGRAM,tests/test_grace_bound,tests/test_grace_bound.c tools/grace_bound.c tools/grace_pairs.c,common,cmocka))
 UNIT_TESTS += tests/test_grace_bound

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "grace_bound.h"
+#include "grace_figures.h"
 #include "grace_heldout.h"
 #include "grace_pairs.h"
 #include "locus_grace_plan.h"
@@ -27,79 +28,6 @@
 #include "locus_trace.h"
 
 #define N_DOM LOCUS_TRACE_ESFT_DOMAINS
-
-static void die(const char *what, const struct locus_error *err, int rc)
-{
-	fprintf(stderr, "grace_bound_figures: %s: %s (%s)\n", what, err ? err->msg : "",
-		locus_strerror(rc));
-	exit(1);
-}
-
-/* grace_figures.h's memory rule: ceil(E/N) primaries, max(1, that / 4) copies per GPU. */
-static struct locus_gracefit_topo grace_topo(uint32_t nodes, uint32_t gpus, uint32_t E)
-{
-	uint32_t N = nodes * gpus, m = (E + N - 1) / N;
-
-	return (struct locus_gracefit_topo){ .n_nodes = nodes, .gpus_per_node = gpus,
-					     .capacity = (m * 3 + 1) / 2,
-					     .replica_budget = m / 4 > 1 ? m / 4 : 1 };
-}
-
-struct domain {
-	struct locus_trace *t;
-	struct gh_set half[2];
-	struct locus_gracefit_profile prof;   /* of the first half */
-};
-
-static void half_set(const struct locus_trace *t, uint32_t from, uint32_t to, struct gh_set *s)
-{
-	uint32_t at = 0;
-
-	s->L = t->n_layers;
-	s->k = t->k;
-	s->n_seq = to - from;
-	s->tok0 = calloc(s->n_seq + 1, sizeof(uint32_t));
-	for (uint32_t r = from; s->tok0 && r < to; r++)
-		s->tok0[r - from + 1] = s->tok0[r - from] + t->reqs[r].prompt_len;
-	s->n_tok = s->tok0 ? s->tok0[s->n_seq] : 0;
-	s->ids = malloc((size_t)s->L * s->n_tok * s->k * sizeof(uint16_t) + 1);
-	if (!s->tok0 || !s->ids)
-		die("sets", NULL, -ENOMEM);
-	for (uint32_t r = from; r < to; r++)
-		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++, at++)
-			for (uint32_t l = 0; l < s->L; l++)
-				memcpy(s->ids + ((size_t)l * s->n_tok + at) * s->k,
-				       locus_trace_tok(t, t->reqs[r].prompt, tok, l),
-				       s->k * sizeof(uint16_t));
-}
-
-/* As grace_figures loads a domain: gate order, halves, profile of the first half. */
-static void domain_load(const char *root, const char *name, struct domain *d)
-{
-	struct locus_error err = { 0 };
-	const struct gh_set *c = &d->half[0];
-	char dir[4200];
-	int rc;
-
-	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", root, name);
-	rc = locus_trace_load_esft_flags(dir, name, 26, 6, 64, LOCUS_TRACE_ESFT_GATE_ORDER, &d->t,
-					 &err);
-	if (rc)
-		die(dir, &err, rc);
-	half_set(d->t, 0, d->t->n_requests / 2, &d->half[0]);
-	half_set(d->t, d->t->n_requests / 2, d->t->n_requests, &d->half[1]);
-	rc = locus_gracefit_profile_init(&d->prof, c->L, d->t->n_experts, 1, &err);
-	if (!rc)
-		rc = locus_gracefit_profile_keep_tokens(&d->prof, c->k, c->n_tok, &err);
-	/* token by token in sequence order, as grace_figures adds them */
-	for (uint32_t tok = 0; !rc && tok < c->n_tok; tok++)
-		for (uint32_t l = 0; !rc && l < c->L; l++)
-			rc = locus_gracefit_profile_add(&d->prof, l,
-							c->ids + ((size_t)l * c->n_tok + tok) * c->k,
-							1, c->k, &err);
-	if (rc)
-		die("profile", &err, rc);
-}
 
 static double sum(const double *x, uint32_t n)
 {
@@ -125,14 +53,14 @@ static void own_routing(const void *pl, size_t plen, const struct gh_set *h, dou
 	double load[64];
 
 	if (locus_grace_view_init(&v, (void *)(uintptr_t)pl, plen, &err))
-		die("view", &err, -EINVAL);
+		gf_die("view", &err, -EINVAL);
 	E = v.dims->n_experts;
 	N = locus_grace_n_ranks(v.dims);
 	R = v.dims->max_replicas;
 	p = (struct gp_place){ .E = E, .N = N, .home = malloc(E * sizeof(uint16_t)),
 			       .copy = malloc(N * sizeof(uint16_t)) };
 	if (!p.home || !p.copy || N > 64)
-		die("own routing", NULL, -ENOMEM);
+		gf_die("own routing", NULL, -ENOMEM);
 	for (uint32_t l = 0; l < h->L; l++) {
 		double mx = 0, tot = 0;
 
@@ -144,7 +72,7 @@ static void own_routing(const void *pl, size_t plen, const struct gh_set *h, dou
 			p.home[e] = v.primary[(size_t)l * E + e];
 			for (uint32_t i = 0; i < R && rep[i] != LOCUS_GRACE_NO_RANK; i++) {
 				if (p.copy[rep[i]] != E)
-					die("own routing: two copies on one GPU", NULL, -EINVAL);
+					gf_die("own routing: two copies on one GPU", NULL, -EINVAL);
 				p.copy[rep[i]] = (uint16_t)e;
 			}
 		}
@@ -159,35 +87,30 @@ static void own_routing(const void *pl, size_t plen, const struct gh_set *h, dou
 }
 
 /* EPLB's and GRACE's scores on d's held-out half; GRACE by own routing too. */
-static void placements(uint32_t nodes, uint32_t gpus, struct domain *d, struct gh_score *se,
+static void placements(uint32_t nodes, uint32_t gpus, struct gf_domain *d, struct gh_score *se,
 		       struct gh_score *sg, double *own_rows, double *own_mm)
 {
 	uint32_t L = d->prof.n_layers, E = d->prof.n_experts, N = nodes * gpus;
-	struct locus_gracefit_topo tp = grace_topo(nodes, gpus, E);
+	struct locus_gracefit_topo tp = gf_grace_topo(&(struct gf_topo){ nodes, gpus }, E);
 	struct locus_gracefit_opts o = { .r = -1, .seed = 1 };
 	struct locus_error err = { 0 };
 	struct locus_gracefit_eplb ep;
 	const void *pl;
-	size_t len, plen, msz;
+	size_t len, plen;
 	void *blob = NULL, *m = NULL;
 	int rc = locus_gracefit_eplb_rebalance(d->prof.W, L, E, E + N * tp.replica_budget, 1,
 					       nodes, N, &ep, &err);
 
 	if (rc)
-		die("EPLB", &err, rc);
+		gf_die("EPLB", &err, rc);
 	gh_score_eplb(&ep, gpus, &d->half[1], se);
 	locus_gracefit_eplb_free(&ep);
 	rc = locus_gracefit_fit(&d->prof, &tp, &o, &blob, &len, NULL, &err);
 	if (!rc)
 		rc = locus_grace_blob_check(blob, len, &pl, &plen, &err);
 	if (rc)
-		die("GRACE fit", &err, rc);
-	msz = locus_grace_map_size(pl);
-	if (posix_memalign(&m, 64, msz))
-		die("map", NULL, -ENOMEM);
-	rc = locus_grace_map_build(m, msz, pl, plen, 1, &err);
-	if (rc)
-		die("map build", &err, rc);
+		gf_die("GRACE fit", &err, rc);
+	m = gf_map(blob, len);
 	gh_score_grace(m, &d->half[1], sg);
 	if (tp.replica_budget == 1)   /* the tool's placements hold one copy per GPU */
 		own_routing(pl, plen, &d->half[1], own_rows, own_mm);
@@ -201,7 +124,7 @@ static void placements(uint32_t nodes, uint32_t gpus, struct domain *d, struct g
  * oracle), with or without the copy slots: rows and sum of per-layer
  * max/mean.
  */
-static void pairs_score(const struct domain *d, uint32_t N, int fit, uint32_t hot, double tol,
+static void pairs_score(const struct gf_domain *d, uint32_t N, int fit, uint32_t hot, double tol,
 			double *rows, double *mm)
 {
 	const struct gh_set *h = &d->half[1], *f = &d->half[fit];
@@ -209,14 +132,14 @@ static void pairs_score(const struct domain *d, uint32_t N, int fit, uint32_t ho
 	double *A = malloc((size_t)E * E * sizeof(double)), W[64], load[64];
 
 	if (!A)
-		die("pairs", NULL, -ENOMEM);
+		gf_die("pairs", NULL, -ENOMEM);
 	for (uint32_t l = 0; l < h->L; l++) {
 		struct gp_place pl;
 		double mx = 0, tot = 0;
 
 		gp_counts(f->ids + (size_t)l * f->n_tok * f->k, f->n_tok, f->k, E, A, W);
 		if (gp_fit(A, W, E, N, hot, tol, &pl))
-			die("pairs", NULL, -ENOMEM);
+			gf_die("pairs", NULL, -ENOMEM);
 		*rows += gp_score(&pl, h->ids + (size_t)l * h->n_tok * h->k, h->n_tok, h->k, load);
 		for (uint32_t g = 0; g < N; g++) {
 			mx = load[g] > mx ? load[g] : mx;
@@ -234,7 +157,7 @@ static void pairs_score(const struct domain *d, uint32_t N, int fit, uint32_t ho
  * locus planner routes it as grace_figures routes GRACE; scored on the
  * held-out half into s.
  */
-static void pairs_table_score(const struct domain *d, uint32_t nodes, uint32_t gpus, int fit,
+static void pairs_table_score(const struct gf_domain *d, uint32_t nodes, uint32_t gpus, int fit,
 			      uint32_t hot, double tol, struct gh_score *sc)
 {
 	const struct gh_set *f = &d->half[fit];
@@ -242,18 +165,16 @@ static void pairs_table_score(const struct domain *d, uint32_t nodes, uint32_t g
 	struct locus_grace_dims dm = { .n_layers = L, .n_experts = E, .n_nodes = nodes,
 				       .gpus_per_node = gpus, .max_replicas = N - 1,
 				       .capacity = 2, .replica_budget = 1 };
-	size_t hdr = sizeof(struct locus_tbl_hdr), plen = locus_grace_payload_size(&dm), msz;
+	size_t hdr = sizeof(struct locus_tbl_hdr), plen = locus_grace_payload_size(&dm);
 	uint8_t *b = calloc(1, hdr + plen);
 	double *A = malloc((size_t)E * E * sizeof(double)), W[64], pred[64];
 	struct locus_error err = { 0 };
 	struct locus_grace_view v;
-	const void *pl;
-	size_t pl_len;
 	void *m = NULL;
 	int rc;
 
 	if (!b || !A)
-		die("pairs table", NULL, -ENOMEM);
+		gf_die("pairs table", NULL, -ENOMEM);
 	memcpy(b + hdr, &dm, sizeof(dm));
 	locus_grace_view_init(&v, b + hdr, plen, NULL);
 	for (uint32_t l = 0; l < L; l++) {
@@ -261,7 +182,7 @@ static void pairs_table_score(const struct domain *d, uint32_t nodes, uint32_t g
 
 		gp_counts(f->ids + (size_t)l * f->n_tok * f->k, f->n_tok, f->k, E, A, W);
 		if (gp_fit(A, W, E, N, hot, tol, &pc))
-			die("pairs", NULL, -ENOMEM);
+			gf_die("pairs", NULL, -ENOMEM);
 		for (uint32_t e = 0; e < E; e++) {
 			uint16_t *rep = v.replica + ((size_t)l * E + e) * dm.max_replicas;
 			uint32_t c = 0;
@@ -283,23 +204,16 @@ static void pairs_table_score(const struct domain *d, uint32_t nodes, uint32_t g
 	rc = locus_grace_validate(&v, &err);
 	if (!rc)
 		rc = locus_tbl_seal(b, hdr + plen, LOCUS_TBL_GRACE, LOCUS_GRACE_KIND_VERSION, plen);
-	if (!rc)
-		rc = locus_grace_blob_check(b, hdr + plen, &pl, &pl_len, &err);
 	if (rc)
-		die("pairs table", &err, rc);
-	msz = locus_grace_map_size(pl);
-	if (posix_memalign(&m, 64, msz))
-		die("map", NULL, -ENOMEM);
-	rc = locus_grace_map_build(m, msz, pl, pl_len, 1, &err);
-	if (rc)
-		die("map build", &err, rc);
+		gf_die("pairs table", &err, rc);
+	m = gf_map(b, hdr + plen);
 	gh_score_grace(m, &d->half[1], sc);
 	free(m);
 	free(A);
 	free(b);
 }
 
-static void pairs_figures(uint32_t nodes, uint32_t gpus, struct domain *dom, double eplb,
+static void pairs_figures(uint32_t nodes, uint32_t gpus, struct gf_domain *dom, double eplb,
 			  double tl)
 {
 	/* fitted on half fit (1: the held-out half, an oracle), H, cap */
@@ -340,10 +254,10 @@ static void pairs_figures(uint32_t nodes, uint32_t gpus, struct domain *dom, dou
 	}
 }
 
-static void topology(uint32_t nodes, uint32_t gpus, struct domain *dom)
+static void topology(uint32_t nodes, uint32_t gpus, struct gf_domain *dom)
 {
 	uint32_t N = nodes * gpus, E = 64;
-	struct locus_gracefit_topo tp = grace_topo(nodes, gpus, E);
+	struct locus_gracefit_topo tp = gf_grace_topo(&(struct gf_topo){ nodes, gpus }, E);
 	struct gb_place p = { .E = E, .N = N, .group = E / N, .reps = tp.replica_budget };
 	struct gb_terms sum_t = { 0 };
 	struct gh_score se[N_DOM], sg[N_DOM];
@@ -366,7 +280,7 @@ static void topology(uint32_t nodes, uint32_t gpus, struct domain *dom)
 						h->k, &p, &b);
 
 			if (rc)
-				die("bound", NULL, rc);
+				gf_die("bound", NULL, rc);
 			sum_t.tokens += b.tokens;
 			sum_t.pairs += b.pairs;
 			sum_t.group += b.group;
@@ -402,7 +316,7 @@ static void topology(uint32_t nodes, uint32_t gpus, struct domain *dom)
 int main(int argc, char **argv)
 {
 	static const uint32_t all[4][2] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
-	static struct domain dom[N_DOM];
+	static struct gf_domain dom[N_DOM];
 	static uint32_t topo[64][2];
 	const char *root = getenv("LOCUS_DATA_DIR");
 	uint32_t n_topo = 0;
@@ -433,7 +347,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	for (uint32_t d = 0; d < N_DOM; d++)
-		domain_load(root, locus_trace_esft_domains[d], &dom[d]);
+		gf_domain_load(root, locus_trace_esft_domains[d], &dom[d]);
 	printf("Held-out ESFT tokens (second half of each domain, fitted on the first), token t "
 	       "on GPU t mod N;\nper token-layer: |X| (experts), the bound's savings (grouping, "
 	       "replica, the smaller of\ntheir sum and the triple bound = shared, source), rows "
@@ -444,13 +358,7 @@ int main(int argc, char **argv)
 	       "bound");
 	for (uint32_t i = 0; i < n_topo; i++)
 		topology(topo[i][0], topo[i][1], dom);
-	for (uint32_t d = 0; d < N_DOM; d++) {
-		for (int h = 0; h < 2; h++) {
-			free(dom[d].half[h].tok0);
-			free(dom[d].half[h].ids);
-		}
-		locus_gracefit_profile_free(&dom[d].prof);
-		locus_trace_free(dom[d].t);
-	}
+	for (uint32_t d = 0; d < N_DOM; d++)
+		gf_domain_free(&dom[d]);
 	return 0;
 }

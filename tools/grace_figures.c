@@ -67,124 +67,6 @@ static const struct {
 
 const struct gf_topo gf_topos[GF_N_TOPOS] = { { 1, 4 }, { 2, 2 }, { 2, 4 }, { 4, 8 } };
 
-void gf_die(const char *what, const struct locus_error *err, int rc)
-{
-	fprintf(stderr, "grace_figures: %s: %s (%s)\n", what, err ? err->msg : "",
-		locus_strerror(rc));
-	exit(1);
-}
-
-static uint32_t per_gpu_budget(const struct gf_topo *t, uint32_t E)
-{
-	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
-
-	return LOCUS_MAX(1u, m / 4);
-}
-
-struct locus_gracefit_topo gf_grace_topo(const struct gf_topo *t, uint32_t E)
-{
-	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
-
-	return (struct locus_gracefit_topo){ .n_nodes = t->nodes, .gpus_per_node = t->gpus,
-					     .capacity = (m * 3 + 1) / 2,
-					     .replica_budget = per_gpu_budget(t, E) };
-}
-
-uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E)
-{
-	return E + t->nodes * t->gpus * per_gpu_budget(t, E);
-}
-
-void *gf_map(const void *blob, size_t len)
-{
-	struct locus_error err = { 0 };
-	const void *pl;
-	size_t plen, msz;
-	void *m = NULL;
-	int rc = locus_grace_blob_check(blob, len, &pl, &plen, &err);
-
-	if (rc)
-		gf_die("table check", &err, rc);
-	msz = locus_grace_map_size(pl);
-	if (posix_memalign(&m, 64, msz))
-		gf_die("map", NULL, -ENOMEM);
-	rc = locus_grace_map_build(m, msz, pl, plen, 1, &err);
-	if (rc)
-		gf_die("map build", &err, rc);
-	return m;
-}
-
-/* One ESFT domain: its two halves and the profile of the first. */
-struct domain {
-	struct locus_trace *t;
-	struct gh_set half[2];
-	struct locus_gracefit_profile prof;
-};
-
-static void half_set(const struct locus_trace *t, uint32_t from, uint32_t to, struct gh_set *s)
-{
-	uint32_t at = 0;
-
-	s->L = t->n_layers;
-	s->k = t->k;
-	s->n_seq = to - from;
-	s->tok0 = calloc(s->n_seq + 1, sizeof(uint32_t));
-	for (uint32_t r = from; r < to; r++)
-		s->tok0[r - from + 1] = s->tok0[r - from] + t->reqs[r].prompt_len;
-	s->n_tok = s->tok0[s->n_seq];
-	s->ids = malloc((size_t)s->L * s->n_tok * s->k * sizeof(uint16_t));
-	if (!s->tok0 || !s->ids)
-		gf_die("sets", NULL, -ENOMEM);
-	for (uint32_t r = from; r < to; r++)
-		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++, at++)
-			for (uint32_t l = 0; l < s->L; l++)
-				memcpy(s->ids + ((size_t)l * s->n_tok + at) * s->k,
-				       locus_trace_tok(t, t->reqs[r].prompt, tok, l),
-				       s->k * sizeof(uint16_t));
-}
-
-static void domain_load(const char *root, const char *dom, struct domain *d)
-{
-	struct locus_error err = { 0 };
-	char dir[4200];
-	uint32_t h;
-	int rc;
-
-	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", root, dom);
-	rc = locus_trace_load_esft_flags(dir, dom, 26, 6, 64, LOCUS_TRACE_ESFT_GATE_ORDER, &d->t,
-					 &err);
-	if (rc)
-		gf_die(dir, &err, rc);
-	h = d->t->n_requests / 2;
-	half_set(d->t, 0, h, &d->half[0]);
-	half_set(d->t, h, d->t->n_requests, &d->half[1]);
-	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
-	if (!rc)
-		rc = locus_gracefit_profile_keep_tokens(&d->prof, d->t->k, d->half[0].n_tok, &err);
-	for (uint32_t r = 0; !rc && r < h; r++) {
-		const struct locus_trace_req *q = &d->t->reqs[r];
-
-		for (uint32_t tok = 0; !rc && tok < q->prompt_len; tok++)
-			for (uint32_t l = 0; !rc && l < d->t->n_layers; l++)
-				rc = locus_gracefit_profile_add(&d->prof, l,
-								locus_trace_tok(d->t, q->prompt,
-										tok, l),
-								1, d->t->k, &err);
-	}
-	if (rc)
-		gf_die("profile", &err, rc);
-}
-
-static void domain_free(struct domain *d)
-{
-	for (int h = 0; h < 2; h++) {
-		free(d->half[h].tok0);
-		free(d->half[h].ids);
-	}
-	locus_gracefit_profile_free(&d->prof);
-	locus_trace_free(d->t);
-}
-
 /* One topology's scores: [placement][fitted domain][scored domain][half]. */
 struct topo_run {
 	struct gh_score sc[N_PL][N_DOM][N_DOM][2];
@@ -218,10 +100,10 @@ static double eplb_planned_mm(const struct locus_gracefit_eplb *p, const double 
 }
 
 /* Fit every placement on domain f and score it on every half of every domain. */
-static void fit_and_score(const struct gf_topo *t, struct domain *dom, uint32_t f,
+static void fit_and_score(const struct gf_topo *t, struct gf_domain *dom, uint32_t f,
 			  struct topo_run *run)
 {
-	const struct domain *d = &dom[f];
+	const struct gf_domain *d = &dom[f];
 	uint32_t L = d->prof.n_layers, E = d->prof.n_experts, N = t->nodes * t->gpus;
 	struct locus_gracefit_topo tp = gf_grace_topo(t, E);
 	struct locus_gracefit_layer_info *li = calloc(L, sizeof(*li));
@@ -320,7 +202,7 @@ static double rel(double a, double b)
 	return b > 0 ? a / b - 1 : NAN;
 }
 
-static void bootstrap(const struct topo_run *run, const struct domain *dom, struct boot *bt)
+static void bootstrap(const struct topo_run *run, const struct gf_domain *dom, struct boot *bt)
 {
 	uint32_t *cnt[N_DOM][2];
 	uint64_t seed = 20260601;
@@ -459,7 +341,7 @@ static void print_comparisons(struct topo_run *const *runs, struct boot *const *
 static const double pareto_tol[] = { 0.05, 0.1, 0.2, 0.3, 0.5, 1, 1e9 };
 #define N_TOL (sizeof(pareto_tol) / sizeof(pareto_tol[0]))
 
-static void pareto(const struct gf_topo *t, struct domain *dom, const struct topo_run *run)
+static void pareto(const struct gf_topo *t, struct gf_domain *dom, const struct topo_run *run)
 {
 	struct gh_metrics pt[N_TOL], ep;
 	uint32_t E = dom[0].prof.n_experts;
@@ -552,7 +434,7 @@ static void window_loads(const struct locus_trace *t, uint32_t from, uint32_t to
  * between the two halves, and between the calibration half and each other
  * domain whole (the domain-shift cell's loads).
  */
-static void load_stability(struct domain *dom)
+static void load_stability(struct gf_domain *dom)
 {
 	uint32_t L = dom[0].t->n_layers, E = dom[0].t->n_experts;
 	double *q[4], *h[N_DOM][3]; /* halves and whole */
@@ -605,12 +487,12 @@ static void load_stability(struct domain *dom)
 
 static void esft_figures(const char *root)
 {
-	static struct domain dom[N_DOM];
+	static struct gf_domain dom[N_DOM];
 	struct topo_run *runs[GF_N_TOPOS];
 	struct boot *bts[GF_N_TOPOS];
 
 	for (uint32_t d = 0; d < N_DOM; d++)
-		domain_load(root, locus_trace_esft_domains[d], &dom[d]);
+		gf_domain_load(root, locus_trace_esft_domains[d], &dom[d]);
 	printf("ESFT-vanilla-lite (DeepSeek-V2-Lite routing: 64 experts, top-6, 26 layers), "
 	       "4 domains;\nper domain fitted on the first half of its sequences; token t on "
 	       "source GPU t mod N.\nSame memory: N x max(1, ceil(E/N)/4) redundant slots per "
@@ -648,7 +530,7 @@ static void esft_figures(const char *root)
 		free(bts[ti]);
 	}
 	for (uint32_t d = 0; d < N_DOM; d++)
-		domain_free(&dom[d]);
+		gf_domain_free(&dom[d]);
 }
 
 int main(void)

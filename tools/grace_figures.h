@@ -10,7 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grace_heldout.h"
 #include "locus_gracefit.h"
+#include "locus_trace.h"
 
 struct gf_topo {
 	uint32_t nodes, gpus;   /* nodes x GPUs per node */
@@ -31,7 +33,21 @@ uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E);
 /* The planner map of a sealed GRACE blob (built, checked; exits on error). */
 void *gf_map(const void *blob, size_t len);
 
+/* "<program>: what: message (code)" on stderr, exit 1. */
 void gf_die(const char *what, const struct locus_error *err, int rc);
+
+/*
+ * One ESFT domain (the DeepSeek-V2-Lite expert scores under root, gate
+ * order): its sequences in two halves (the first for fitting) and the
+ * profile of the first half, token by token in sequence order. Exits on error.
+ */
+struct gf_domain {
+	struct locus_trace *t;
+	struct gh_set half[2];
+	struct locus_gracefit_profile prof;
+};
+void gf_domain_load(const char *root, const char *dom, struct gf_domain *d);
+void gf_domain_free(struct gf_domain *d);
 
 /* OLMoE's per-domain loads (grace_olmoe.c). */
 void gf_olmoe_figures(const char *root);

@@ -1,0 +1,129 @@
+// SPDX-License-Identifier: MIT
+/*
+ * What grace_figures and grace_bound_figures read and build the same way
+ * (grace_figures.h): the memory rule, a sealed table's planner map, and an
+ * ESFT domain split in halves with the profile of the first.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grace_figures.h"
+#include "locus_grace_plan.h"
+#include "locus_tblfile.h"
+#include "locus_trace.h"
+
+void gf_die(const char *what, const struct locus_error *err, int rc)
+{
+	fprintf(stderr, "%s: %s: %s (%s)\n", program_invocation_short_name, what, err ? err->msg : "",
+		locus_strerror(rc));
+	exit(1);
+}
+
+static uint32_t per_gpu_budget(const struct gf_topo *t, uint32_t E)
+{
+	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
+
+	return LOCUS_MAX(1u, m / 4);
+}
+
+struct locus_gracefit_topo gf_grace_topo(const struct gf_topo *t, uint32_t E)
+{
+	uint32_t N = t->nodes * t->gpus, m = (E + N - 1) / N;
+
+	return (struct locus_gracefit_topo){ .n_nodes = t->nodes, .gpus_per_node = t->gpus,
+					     .capacity = (m * 3 + 1) / 2,
+					     .replica_budget = per_gpu_budget(t, E) };
+}
+
+uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E)
+{
+	return E + t->nodes * t->gpus * per_gpu_budget(t, E);
+}
+
+void *gf_map(const void *blob, size_t len)
+{
+	struct locus_error err = { 0 };
+	const void *pl;
+	size_t plen, msz;
+	void *m = NULL;
+	int rc = locus_grace_blob_check(blob, len, &pl, &plen, &err);
+
+	if (rc)
+		gf_die("table check", &err, rc);
+	msz = locus_grace_map_size(pl);
+	if (posix_memalign(&m, 64, msz))
+		gf_die("map", NULL, -ENOMEM);
+	rc = locus_grace_map_build(m, msz, pl, plen, 1, &err);
+	if (rc)
+		gf_die("map build", &err, rc);
+	return m;
+}
+
+static void half_set(const struct locus_trace *t, uint32_t from, uint32_t to, struct gh_set *s)
+{
+	uint32_t at = 0;
+
+	s->L = t->n_layers;
+	s->k = t->k;
+	s->n_seq = to - from;
+	s->tok0 = calloc(s->n_seq + 1, sizeof(uint32_t));
+	if (!s->tok0)
+		gf_die("sets", NULL, -ENOMEM);
+	for (uint32_t r = from; r < to; r++)
+		s->tok0[r - from + 1] = s->tok0[r - from] + t->reqs[r].prompt_len;
+	s->n_tok = s->tok0[s->n_seq];
+	s->ids = malloc((size_t)s->L * s->n_tok * s->k * sizeof(uint16_t) + 1);
+	if (!s->ids)
+		gf_die("sets", NULL, -ENOMEM);
+	for (uint32_t r = from; r < to; r++)
+		for (uint32_t tok = 0; tok < t->reqs[r].prompt_len; tok++, at++)
+			for (uint32_t l = 0; l < s->L; l++)
+				memcpy(s->ids + ((size_t)l * s->n_tok + at) * s->k,
+				       locus_trace_tok(t, t->reqs[r].prompt, tok, l),
+				       s->k * sizeof(uint16_t));
+}
+
+void gf_domain_load(const char *root, const char *dom, struct gf_domain *d)
+{
+	struct locus_error err = { 0 };
+	char dir[4200];
+	uint32_t h;
+	int rc;
+
+	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", root, dom);
+	rc = locus_trace_load_esft_flags(dir, dom, 26, 6, 64, LOCUS_TRACE_ESFT_GATE_ORDER, &d->t,
+					 &err);
+	if (rc)
+		gf_die(dir, &err, rc);
+	h = d->t->n_requests / 2;
+	half_set(d->t, 0, h, &d->half[0]);
+	half_set(d->t, h, d->t->n_requests, &d->half[1]);
+	rc = locus_gracefit_profile_init(&d->prof, d->t->n_layers, d->t->n_experts, 1, &err);
+	if (!rc)
+		rc = locus_gracefit_profile_keep_tokens(&d->prof, d->t->k, d->half[0].n_tok, &err);
+	for (uint32_t r = 0; !rc && r < h; r++) {
+		const struct locus_trace_req *q = &d->t->reqs[r];
+
+		for (uint32_t tok = 0; !rc && tok < q->prompt_len; tok++)
+			for (uint32_t l = 0; !rc && l < d->t->n_layers; l++)
+				rc = locus_gracefit_profile_add(&d->prof, l,
+								locus_trace_tok(d->t, q->prompt,
+										tok, l),
+								1, d->t->k, &err);
+	}
+	if (rc)
+		gf_die("profile", &err, rc);
+}
+
+void gf_domain_free(struct gf_domain *d)
+{
+	for (int h = 0; h < 2; h++) {
+		free(d->half[h].tok0);
+		free(d->half[h].ids);
+	}
+	locus_gracefit_profile_free(&d->prof);
+	locus_trace_free(d->t);
+}
+
