@@ -59,13 +59,20 @@ CONF
 	fail "fit eldr"
 "$B/locusctl" fit --grace --trace $trace --nodes 1 --gpus 4 --capacity 20 --replica-budget 4 \
 	-o "$tmp/g.tbl" > /dev/null 2>&1 || fail "fit grace"
-"$B/locusd" -c "$tmp/a.conf" > "$tmp/d.log" 2>&1 &
-pid=$!
-for _ in $(seq 400); do
-	grep -q "instance $inst running" "$tmp/d.log" && break
-	kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-	sleep 0.05
-done
+# start CONF LOG [ENV=VALUE...]: locusd in the background ($pid), waited for (20 s at most)
+start() {
+	local conf=$1 log=$2
+	shift 2
+	env "$@" "$B/locusd" -c "$conf" > "$log" 2>&1 &
+	pid=$!
+	for _ in $(seq 400); do
+		grep -q "instance $inst running" "$log" && return 0
+		kill -0 $pid 2>/dev/null || { cat "$log"; fail "locusd ($conf) exited"; }
+		sleep 0.05
+	done
+	fail "locusd ($conf) did not run within 20 s: $(cat "$log")"
+}
+start "$tmp/a.conf" "$tmp/d.log"
 grep -q '2 engine lcores (1 .. 2)' "$tmp/d.log" || fail "$(cat "$tmp/d.log")"
 "$B/locusctl" push -i "$inst" "$tmp/e.tbl" > /dev/null &&
 	"$B/locusctl" push -i "$inst" "$tmp/g.tbl" > /dev/null || fail "push"
@@ -148,13 +155,7 @@ for g in 0000:17:00.0:1 0000:3b:00.0:1 0000:5d:00.0:0 0000:61:00.0:0 0000:99:00.
 done
 { cat "$tmp/a.conf"; echo "gpu_pci = 0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:61:00.0"; } \
 	> "$tmp/d.conf"
-LOCUS_SYSFS_ROOT=$tmp/sys "$B/locusd" -c "$tmp/d.conf" > "$tmp/d2.log" 2>&1 &
-pid=$!
-for _ in $(seq 400); do
-	grep -q "instance $inst running" "$tmp/d2.log" && break
-	kill -0 $pid 2>/dev/null || { cat "$tmp/d2.log"; fail "locusd with gpu_pci exited"; }
-	sleep 0.05
-done
+start "$tmp/d.conf" "$tmp/d2.log" LOCUS_SYSFS_ROOT="$tmp/sys"
 grep -q '^locusd: engine 0 (lcore 1, NUMA node 0) polls the ranks of GPUs 0 (0000:17:00.0, node 1), 2 (0000:5d:00.0, node 0)$' \
 	"$tmp/d2.log" && grep -q '^locusd: engine 1 (lcore 2, NUMA node 0) polls the ranks of GPUs 1 (0000:3b:00.0, node 1), 3 (0000:61:00.0, node 0)$' \
 	"$tmp/d2.log" || fail "placement by NUMA node: $(cat "$tmp/d2.log")"

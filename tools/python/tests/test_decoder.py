@@ -20,13 +20,19 @@ def test_report_load_reaches_locusd(daemon, attach):
         assert ctr.value("decoder_up", 3) == 1
 
 
-def test_signature_views_hold_the_slot_until_released(daemon, attach, trace):
-    _, reqs = trace
-    c = attach(daemon.instance, prefill=True, decoder=0)
+def prefill_and_decoder(daemon, attach, d):
+    """A client that routes to itself as decoder d (up), the counters, the inbox slots
+    in use before it receives anything."""
+    c = attach(daemon.instance, prefill=True, decoder=d)
     c.report_load(0)
     ctr = locus.Counters(daemon.instance)
-    wait_for(lambda: ctr.value("decoder_up", 0) == 1, what="decoder 0 up")
-    used0 = ctr.value("inbox_slots_used")
+    wait_for(lambda: ctr.value("decoder_up", d) == 1, what=f"decoder {d} up")
+    return c, ctr, ctr.value("inbox_slots_used")
+
+
+def test_signature_views_hold_the_slot_until_released(daemon, attach, trace):
+    _, reqs = trace
+    c, ctr, used0 = prefill_and_decoder(daemon, attach, 0)
     for i in range(3):
         c.route(reqs[i], request_id=500 + i, allowed=[0])
     views = []
@@ -62,11 +68,7 @@ def test_release_refused_by_a_full_ring_goes_out_later(daemon, attach, trace, mo
     until the client detaches."""
     from locus import _lib
     _, reqs = trace
-    c = attach(daemon.instance, prefill=True, decoder=1)
-    c.report_load(0)
-    ctr = locus.Counters(daemon.instance)
-    wait_for(lambda: ctr.value("decoder_up", 1) == 1, what="decoder 1 up")
-    used0 = ctr.value("inbox_slots_used")
+    c, ctr, used0 = prefill_and_decoder(daemon, attach, 1)
     c.route(reqs[0], request_id=700, allowed=[1])
     views = []
     wait_for(lambda: views.extend(c.poll_signatures(copy=False)) or views, what="a signature")
