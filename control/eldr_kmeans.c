@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "eldr_fit_priv.h"
+#include "locus_common.h"
 #include "locus_eldrfit.h"
 
 #define NONE UINT32_MAX
@@ -276,19 +277,10 @@ double locus_eldrfit_balance_penalty(uint32_t n, uint32_t K, double lambda, uint
 
 /* ---- k-means ---- */
 
-static uint64_t splitmix64(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Uniform in [0, 1) with 53 bits. */
 static double uniform(uint64_t *s)
 {
-	return (double)(splitmix64(s) >> 11) * 0x1.0p-53;
+	return (double)(locus_splitmix64(s) >> 11) * 0x1.0p-53;
 }
 
 /*

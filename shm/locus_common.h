@@ -27,4 +27,24 @@
 #define LOCUS_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define LOCUS_MAX(a, b) ((a) > (b) ? (a) : (b))
 
+/*
+ * splitmix64, one step from state *s: the seeded generator of the fits, the
+ * tools' resampling and shuffles and the simulator (fixed seeds give the
+ * same figures on every machine).
+ */
+static inline uint64_t locus_splitmix64(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+/* A draw in [0, n) from the top 32 bits of a step (multiply and shift, no modulo). */
+static inline uint32_t locus_splitmix_below(uint64_t *s, uint32_t n)
+{
+	return (uint32_t)(((locus_splitmix64(s) >> 32) * n) >> 32);
+}
+
 #endif /* LOCUS_COMMON_H */

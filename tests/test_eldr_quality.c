@@ -181,7 +181,7 @@ static void test_decoders_outnumber_clusters(void **state)
 	for (uint32_t o = 0; o < orders; o++) {
 		memcpy(seq, held, sizeof(*seq) * G * PER);
 		for (uint32_t i = G * PER - 1; i > 0; i--) {
-			uint32_t j = (uint32_t)(qsim_rand(&rng) % (i + 1)), x = seq[i];
+			uint32_t j = (uint32_t)(locus_splitmix64(&rng) % (i + 1)), x = seq[i];
 
 			seq[i] = seq[j];
 			seq[j] = x;

@@ -141,7 +141,7 @@ static void test_interval_and_draw(void **state)
 	gh_interval(x, 1000, &lo, &hi);
 	assert_true(lo == 24 && hi == 975);
 	for (int i = 0; i < 7000; i++)
-		hits[gh_draw(&seed, 7)]++;
+		hits[locus_splitmix_below(&seed, 7)]++;
 	for (int i = 0; i < 7; i++)
 		assert_true(hits[i] > 850 && hits[i] < 1150);
 }
@@ -185,7 +185,7 @@ static void test_interval_covers_point(void **state)
 	for (uint32_t i = 0; i < NB; i++) {
 		memset(cnt, 0, sizeof(cnt));
 		for (uint32_t q = 0; q < NS; q++)
-			cnt[gh_draw(&seed, NS)]++;
+			cnt[locus_splitmix_below(&seed, NS)]++;
 		gh_metrics(&ua, 1, &ma);
 		gh_metrics(&ub, 1, &mb);
 		d[i] = ma.mm - mb.mm;

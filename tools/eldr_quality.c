@@ -125,7 +125,7 @@ static void interval(const struct half *h, uint32_t R, int p, int f, double *lo,
 static void shuffle(uint32_t *v, uint32_t n, uint64_t *rng)
 {
 	for (uint32_t i = n - 1; n > 1 && i > 0; i--) {
-		uint32_t j = (uint32_t)(qsim_rand(rng) % (i + 1)), x = v[i];
+		uint32_t j = (uint32_t)(locus_splitmix64(rng) % (i + 1)), x = v[i];
 
 		v[i] = v[j];
 		v[j] = x;

@@ -67,7 +67,5 @@ int qsim_run(struct qsim *s, const uint32_t *seq, uint32_t n, int want_whole, st
 int qsim_swap_search(struct qsim *s, const uint32_t *seq, uint32_t n, double *oracle,
 		     double *best);
 
-/* splitmix64 step (the tool's only randomness, fixed seeds). */
-uint64_t qsim_rand(uint64_t *state);
 
 #endif /* ELDR_QUALITY_H */

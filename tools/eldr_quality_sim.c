@@ -8,15 +8,6 @@
 
 #include "eldr_quality.h"
 
-uint64_t qsim_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* A fresh generation of the seen-stamps (no memset per step). */
 static uint32_t next_stamp(struct qsim *s)
 {

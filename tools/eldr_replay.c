@@ -65,7 +65,7 @@ static int replay_orders(struct qsim *s, int p, const struct locus_trace *t, con
 	for (uint32_t o = 0; o < orders; o++) {
 		memcpy(seq, idx, sizeof(*seq) * n);
 		for (uint32_t i = n - 1; n > 1 && i > 0; i--) {
-			uint32_t j = (uint32_t)(qsim_rand(&rng) % (i + 1)), x = seq[i];
+			uint32_t j = (uint32_t)(locus_splitmix64(&rng) % (i + 1)), x = seq[i];
 
 			seq[i] = seq[j];
 			seq[j] = x;

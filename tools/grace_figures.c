@@ -217,7 +217,7 @@ static void bootstrap(const struct topo_run *run, const struct gf_domain *dom, s
 
 				memset(cnt[x][h], 0, n * sizeof(uint32_t));
 				for (uint32_t i = 0; i < n; i++)
-					cnt[x][h][gh_draw(&seed, n)]++;
+					cnt[x][h][locus_splitmix_below(&seed, n)]++;
 			}
 		for (int c = 0; c < N_CELL; c++) {
 			struct gh_metrics m[N_PL];

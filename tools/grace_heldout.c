@@ -251,12 +251,3 @@ void gh_interval_bc(double point, double *x, size_t n, double *lo, double *hi)
 	*hi -= mean - point;
 }
 
-uint32_t gh_draw(uint64_t *x, uint32_t n)
-{
-	uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	z ^= z >> 31;
-	return (uint32_t)(((z >> 32) * n) >> 32);
-}

@@ -79,7 +79,5 @@ void gh_interval(double *x, size_t n, double *lo, double *hi);
  */
 void gh_interval_bc(double point, double *x, size_t n, double *lo, double *hi);
 
-/* A uniform draw in [0, n) from state *x (splitmix64). */
-uint32_t gh_draw(uint64_t *x, uint32_t n);
 
 #endif /* GRACE_HELDOUT_H */

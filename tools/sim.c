@@ -27,20 +27,10 @@ int locus_sim_policy_parse(const char *name)
 	return -1;
 }
 
-/* splitmix64: the simulator's only randomness, seeded. */
-static uint64_t sim_rand(uint64_t *s)
-{
-	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
 /* Uniform in (0, 1]: never 0, so -log() is finite. */
 static double sim_unit(uint64_t *s)
 {
-	return ((double)(sim_rand(s) >> 11) + 1.0) / 9007199254740992.0;
+	return ((double)(locus_splitmix64(s) >> 11) + 1.0) / 9007199254740992.0;
 }
 
 int locus_sim_arrivals(const struct locus_trace *t, uint32_t n, double rate, int shuffle,
@@ -66,7 +56,7 @@ int locus_sim_arrivals(const struct locus_trace *t, uint32_t n, double rate, int
 			for (uint32_t a = 0; a < nt; a++)
 				perm[a] = a;
 			for (uint32_t a = nt - 1; shuffle && a > 0; a--) {
-				uint32_t b = (uint32_t)(sim_rand(&rng) % (a + 1)), x = perm[a];
+				uint32_t b = (uint32_t)(locus_splitmix64(&rng) % (a + 1)), x = perm[a];
 
 				perm[a] = perm[b];
 				perm[b] = x;
@@ -220,7 +210,7 @@ static int pick(struct sim *s, uint32_t i, uint32_t *out, struct locus_error *er
 
 	switch (c->policy) {
 	case LOCUS_SIM_RANDOM:
-		*out = (uint32_t)(sim_rand(&s->rng) % K);
+		*out = (uint32_t)(locus_splitmix64(&s->rng) % K);
 		return 0;
 	case LOCUS_SIM_RR:
 		*out = s->rr++ % K;
@@ -229,8 +219,8 @@ static int pick(struct sim *s, uint32_t i, uint32_t *out, struct locus_error *er
 		*out = least_loaded(s, 0, 0);
 		return 0;
 	case LOCUS_SIM_P2C:
-		a = (uint32_t)(sim_rand(&s->rng) % K);
-		b = K > 1 ? (uint32_t)(a + 1 + sim_rand(&s->rng) % (K - 1)) % K : a;
+		a = (uint32_t)(locus_splitmix64(&s->rng) % K);
+		b = K > 1 ? (uint32_t)(a + 1 + locus_splitmix64(&s->rng) % (K - 1)) % K : a;
 		*out = s->loads[b] < s->loads[a] || (s->loads[b] == s->loads[a] && b < a) ? b : a;
 		return 0;
 	case LOCUS_SIM_DOMAIN:

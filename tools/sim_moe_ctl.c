@@ -258,13 +258,8 @@ static void permute(uint32_t *v, uint32_t n, uint64_t seed)
 	for (uint32_t i = 0; i < n; i++)
 		v[i] = i;
 	for (uint32_t i = n; i > 1; i--) {
-		uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-		uint32_t j, tmp;
+		uint32_t j = locus_splitmix_below(&x, i), tmp;
 
-		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-		z ^= z >> 31;
-		j = (uint32_t)(((z >> 32) * i) >> 32);
 		tmp = v[i - 1];
 		v[i - 1] = v[j];
 		v[j] = tmp;
