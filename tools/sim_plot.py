@@ -56,20 +56,25 @@ def title(run):
             f"{run['rate']:g} req/s")
 
 
+def finish(fig, ax, xlabel, ylabel, title_text, out):
+    """The axes' labels, grid and legend, the figure written to out and closed."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title_text, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out)
+    plt.close(fig)
+
+
 def plot_cdf(run, out):
     fig, ax = plt.subplots(figsize=(7, 4.5))
     frac = [q / 100 for q in range(101)]
     for p in run["policies"]:
         ax.plot(p["tpot_quantiles_ms"], frac, label=p["label"],
                 linestyle="-" if p["policy"] == "eldr" else "--")
-    ax.set_xlabel("TPOT (ms)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title(title(run), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    finish(fig, ax, "TPOT (ms)", "fraction of requests", title(run), out)
 
 
 def plot_tau(run, out):
@@ -85,14 +90,7 @@ def plot_tau(run, out):
         ax.axhline(lb50["tpot_ms"]["p50"], color="C0", linestyle=":",
                    label=f"{lb50['label']} median")
         ax.axhline(lb99["tpot_ms"]["p99"], color="C1", linestyle=":", label=f"{lb99['label']} p99")
-    ax.set_xlabel("tau")
-    ax.set_ylabel("TPOT (ms)")
-    ax.set_title(title(run), fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    finish(fig, ax, "tau", "TPOT (ms)", title(run), out)
     return True
 
 
@@ -149,21 +147,15 @@ def plot_moe(run, out):
 
 
 def plot_gain(runs, out):
-    pts = sorted((r["decoders"], gain(r)) for r in runs if gain(r))
+    pts = sorted((r["decoders"], g) for r in runs for g in [gain(r)] if g)
     if len({k for k, _ in pts}) < 2:
         return False
     fig, ax = plt.subplots(figsize=(7, 4.5))
     ax.plot([k for k, _ in pts], [g[0] for _, g in pts], "o-", label="median TPOT")
     ax.plot([k for k, _ in pts], [g[1] for _, g in pts], "s-", label="p99 TPOT")
     ax.axhline(0, color="grey", linewidth=0.8)
-    ax.set_xlabel("decoders")
-    ax.set_ylabel("ELDR (best tau) vs best load balancer (%)")
-    ax.set_title(f"{runs[0]['model']} on {runs[0]['gpu']}", fontsize=9)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out)
-    plt.close(fig)
+    finish(fig, ax, "decoders", "ELDR (best tau) vs best load balancer (%)",
+           f"{runs[0]['model']} on {runs[0]['gpu']}", out)
     return True
 
 
@@ -185,19 +177,16 @@ def main():
         path = os.path.join(a.out, "moe_layer_time.svg")
         plot_moe(moe[0], path)
         made.append(path)
-    if not runs:
-        for m in made:
-            print(f"wrote {m}")
-        return 0
-    path = os.path.join(a.out, "tpot_cdf.svg")
-    plot_cdf(runs[0], path)
-    made.append(path)
-    path = os.path.join(a.out, "tpot_vs_tau.svg")
-    if plot_tau(runs[0], path):
+    if runs:
+        path = os.path.join(a.out, "tpot_cdf.svg")
+        plot_cdf(runs[0], path)
         made.append(path)
-    path = os.path.join(a.out, "gain_vs_decoders.svg")
-    if plot_gain(runs, path):
-        made.append(path)
+        path = os.path.join(a.out, "tpot_vs_tau.svg")
+        if plot_tau(runs[0], path):
+            made.append(path)
+        path = os.path.join(a.out, "gain_vs_decoders.svg")
+        if plot_gain(runs, path):
+            made.append(path)
     for m in made:
         print(f"wrote {m}")
     return 0
