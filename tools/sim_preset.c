@@ -5,6 +5,7 @@
  * datasheet; what is derived says how. All of them can be overridden on the
  * command line (tools/sim_ctl.c).
  */
+#include <stdio.h>
 #include <string.h>
 
 #include "locus_common.h"
@@ -131,43 +132,71 @@ static const struct locus_sim_fabric fabrics[] = {
 	{ .name = "pcie4-rdma400", .intra_bytes_per_s = 31.5e9, .inter_bytes_per_s = 50e9 },
 };
 
+/*
+ * The entry of a preset table (n entries of size bytes, each starting with
+ * its const char *name) named name, or NULL.
+ */
+static const void *by_name(const void *tab, size_t n, size_t size, const char *name)
+{
+	for (size_t i = 0; i < n; i++) {
+		const void *e = (const char *)tab + i * size;
+
+		if (!strcmp(name, *(const char *const *)e))
+			return e;
+	}
+	return NULL;
+}
+
+/* "a|b|c": the table's names for usage lines, joined into buf (the first call). */
+static const char *names_of(char *buf, size_t len, const void *tab, size_t n, size_t size)
+{
+	size_t at = 0;
+
+	if (buf[0])
+		return buf;
+	for (size_t i = 0; i < n && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? "|" : "",
+				       *(const char *const *)((const char *)tab + i * size));
+	return buf;
+}
+
+#define FIND(tab, name) by_name(tab, LOCUS_ARRAY_SIZE(tab), sizeof(tab[0]), name)
+#define NAMES(buf, tab) names_of(buf, sizeof(buf), tab, LOCUS_ARRAY_SIZE(tab), sizeof(tab[0]))
+
 const struct locus_sim_fabric *locus_sim_fabric_find(const char *name)
 {
-	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(fabrics); i++)
-		if (!strcmp(name, fabrics[i].name))
-			return &fabrics[i];
-	return NULL;
+	return FIND(fabrics, name);
 }
 
 const char *locus_sim_fabric_names(void)
 {
-	return "nvlink4-rdma400|xgmi-rdma400|pcie4-rdma400";
+	static char buf[256];
+
+	return NAMES(buf, fabrics);
 }
 
 const struct locus_sim_model *locus_sim_model_find(const char *name)
 {
-	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(models); i++)
-		if (!strcmp(name, models[i].name))
-			return &models[i];
-	return NULL;
+	return FIND(models, name);
 }
 
 const struct locus_sim_gpu *locus_sim_gpu_find(const char *name)
 {
-	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(gpus); i++)
-		if (!strcmp(name, gpus[i].name))
-			return &gpus[i];
-	return NULL;
+	return FIND(gpus, name);
 }
 
 const char *locus_sim_model_names(void)
 {
-	return "qwen3-30b-a3b|deepseek-v2-lite";
+	static char buf[256];
+
+	return NAMES(buf, models);
 }
 
 const char *locus_sim_gpu_names(void)
 {
-	return "h100-sxm|mi300x";
+	static char buf[256];
+
+	return NAMES(buf, gpus);
 }
 
 double locus_sim_expert_bytes(const struct locus_sim_model *m)
