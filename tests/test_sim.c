@@ -406,6 +406,52 @@ static uint8_t *prompt_sigs(const struct locus_trace *t, size_t *slen)
 }
 
 /*
+ * An ELDR run on the 8-request trace whose prompts sit on the experts of
+ * prompt[] (generation as in both cases below): n Poisson arrivals at rate
+ * (seed), 2 decoders of batch_cap, a router at tau; the loads each decision
+ * saw in sn, a second router of the same table in x.r[1].
+ */
+struct eldr_case {
+	struct locus_trace *t;
+	struct locus_sim_arrival arr[40];
+	struct eldr x;
+	uint8_t *sigs;
+	size_t slen;
+	struct seen sn;
+	struct locus_sim_result r;
+};
+
+static void eldr_case_run(struct eldr_case *k, const uint16_t prompt[8], uint32_t n,
+			  uint32_t batch_cap, float tau, double rate, uint64_t seed)
+{
+	static const uint16_t g[8][2] = { { 0, 0 }, { 1, 1 }, { 0, 0 }, { 0, 0 },
+					  { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 2 } };
+	struct locus_error e = { 0 };
+	struct locus_sim_cfg c;
+
+	memset(k, 0, sizeof(*k));
+	assert_true(n <= LOCUS_ARRAY_SIZE(k->arr));
+	k->t = tiny_trace(8, prompt, g, NULL, NULL);
+	k->sigs = prompt_sigs(k->t, &k->slen);
+	eldr_build(&k->x, tau);
+	c = (struct locus_sim_cfg){ .t = k->t, .arr = k->arr, .n = n, .n_decoders = 2,
+				    .batch_cap = batch_cap, .hw = ms_hw,
+				    .policy = LOCUS_SIM_ELDR, .router = k->x.r[0],
+				    .sigs = k->sigs, .slen = k->slen, .on_route = record,
+				    .arg = &k->sn };
+	assert_int_equal(locus_sim_arrivals(k->t, n, rate, 0, 0, seed, k->arr, &e), 0);
+	run(&c, &k->r);
+}
+
+static void eldr_case_free(struct eldr_case *k)
+{
+	locus_sim_result_free(&k->r);
+	eldr_free(&k->x);
+	free(k->sigs);
+	locus_trace_free(k->t);
+}
+
+/*
  * The ELDR policy's decisions are the router's: each arrival's loads and
  * signature handed to a second router built from the same table give the
  * same decoder. At tau 0.1 prompts on expert 0 go to decoder 0 and on
@@ -413,79 +459,44 @@ static uint8_t *prompt_sigs(const struct locus_trace *t, size_t *slen)
  */
 static void test_eldr_is_the_router(void **state)
 {
-	const uint16_t prompt[8] = { 0, 1, 0, 0, 1, 1, 0, 2 };
-	const uint16_t g[8][2] = { { 0, 0 }, { 1, 1 }, { 0, 0 }, { 0, 0 },
-				   { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 2 } };
-	struct locus_trace *t = tiny_trace(8, prompt, g, NULL, NULL);
-	struct locus_sim_arrival arr[24];
-	struct locus_error e = { 0 };
-	struct eldr x;
-	size_t slen;
-	uint8_t *sigs = prompt_sigs(t, &slen);
-	struct seen sn = { 0 };
-	struct locus_sim_cfg c = { .t = t, .arr = arr, .n = 24, .n_decoders = 2, .batch_cap = 2,
-				   .hw = ms_hw, .policy = LOCUS_SIM_ELDR, .sigs = sigs,
-				   .slen = slen, .on_route = record, .arg = &sn };
-	struct locus_sim_result r;
+	static const uint16_t prompt[8] = { 0, 1, 0, 0, 1, 1, 0, 2 };
+	static struct eldr_case k;
 
 	(void)state;
-	eldr_build(&x, 0.1f);
-	c.router = x.r[0];
-	assert_int_equal(locus_sim_arrivals(t, 24, 600, 0, 0, 3, arr, &e), 0);
-	run(&c, &r);
-	assert_int_equal(sn.n, 24);
+	eldr_case_run(&k, prompt, 24, 2, 0.1f, 600, 3);
+	assert_int_equal(k.sn.n, 24);
 	for (uint32_t i = 0; i < 24; i++) {
 		struct locus_eldr_decision d;
+		uint32_t req = k.arr[i].req;
 
-		for (uint32_t k = 0; k < 2; k++)
-			locus_eldr_router_set_load(x.r[1], k, sn.loads[i][k]);
-		assert_int_equal(locus_eldr_route(x.r[1], sigs + slen * arr[i].req, slen, &d), 0);
-		assert_int_equal(r.decoder[i], d.slot);
-		if (prompt[arr[i].req] < 2)
-			assert_int_equal(r.decoder[i], prompt[arr[i].req]);
+		for (uint32_t j = 0; j < 2; j++)
+			locus_eldr_router_set_load(k.x.r[1], j, k.sn.loads[i][j]);
+		assert_int_equal(locus_eldr_route(k.x.r[1], k.sigs + k.slen * req, k.slen, &d), 0);
+		assert_int_equal(k.r.decoder[i], d.slot);
+		if (prompt[req] < 2)
+			assert_int_equal(k.r.decoder[i], prompt[req]);
 	}
-	locus_sim_result_free(&r);
-	eldr_free(&x);
-	free(sigs);
-	locus_trace_free(t);
+	eldr_case_free(&k);
 }
 
 /* At tau 1 every decoder is in the band (similarities in [0, 1]): each pick is a least loaded one. */
 static void test_eldr_tau_one_is_least_loaded(void **state)
 {
-	const uint16_t prompt[8] = { 0, 0, 0, 0, 0, 1, 0, 0 };
-	const uint16_t g[8][2] = { { 0, 0 }, { 1, 1 }, { 0, 0 }, { 0, 0 },
-				   { 1, 1 }, { 1, 1 }, { 0, 0 }, { 2, 2 } };
-	struct locus_trace *t = tiny_trace(8, prompt, g, NULL, NULL);
-	struct locus_sim_arrival arr[40];
-	struct locus_error e = { 0 };
-	struct eldr x;
-	size_t slen;
-	uint8_t *sigs = prompt_sigs(t, &slen);
-	struct seen sn = { 0 };
-	struct locus_sim_cfg c = { .t = t, .arr = arr, .n = 40, .n_decoders = 2, .batch_cap = 3,
-				   .hw = ms_hw, .policy = LOCUS_SIM_ELDR, .sigs = sigs,
-				   .slen = slen, .on_route = record, .arg = &sn };
-	struct locus_sim_result r;
+	static const uint16_t prompt[8] = { 0, 0, 0, 0, 0, 1, 0, 0 };
+	static struct eldr_case k;
 	uint32_t moved = 0;
 
 	(void)state;
-	eldr_build(&x, 1.0f);
-	c.router = x.r[0];
-	assert_int_equal(locus_sim_arrivals(t, 40, 900, 0, 0, 4, arr, &e), 0);
-	run(&c, &r);
+	eldr_case_run(&k, prompt, 40, 3, 1.0f, 900, 4);
 	for (uint32_t i = 0; i < 40; i++) {
-		uint64_t lo = sn.loads[i][0] < sn.loads[i][1] ? sn.loads[i][0] : sn.loads[i][1];
+		uint64_t lo = LOCUS_MIN(k.sn.loads[i][0], k.sn.loads[i][1]);
 
-		assert_int_equal(sn.loads[i][r.decoder[i]], lo);
-		moved += r.decoder[i] == 1;
+		assert_int_equal(k.sn.loads[i][k.r.decoder[i]], lo);
+		moved += k.r.decoder[i] == 1;
 	}
 	/* almost every prompt is on expert 0, yet decoder 1 takes its share */
 	assert_true(moved >= 10);
-	locus_sim_result_free(&r);
-	eldr_free(&x);
-	free(sigs);
-	locus_trace_free(t);
+	eldr_case_free(&k);
 }
 
 /* Presets: expert bytes = hidden x moe_intermediate x 3 x 2 (bf16), by hand. */
