@@ -2,8 +2,10 @@
 /* GRACE planner map: built from a validated table payload for the planner. */
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "locus_grace.h"
 #include "locus_grace_plan.h"
 
 struct map_layout {
@@ -118,5 +120,27 @@ int locus_grace_map_build(void *mem, size_t len, const void *payload, size_t pay
 			ncp[le] = (uint8_t)n;
 		}
 	}
+	return 0;
+}
+
+int locus_grace_map_of_blob(const void *blob, size_t len, void **out, struct locus_error *err)
+{
+	const void *pl;
+	size_t plen, msz;
+	void *m = NULL;
+	int rc = locus_grace_blob_check(blob, len, &pl, &plen, err);
+
+	*out = NULL;
+	if (rc)
+		return rc;
+	msz = locus_grace_map_size(pl);
+	if (!msz || posix_memalign(&m, 64, msz))
+		return locus_error_set(err, ENOMEM, "planner map: out of memory");
+	rc = locus_grace_map_build(m, msz, pl, plen, 1, err);
+	if (rc) {
+		free(m);
+		return rc;
+	}
+	*out = m;
 	return 0;
 }

@@ -42,6 +42,13 @@ size_t locus_grace_map_size(const struct locus_grace_dims *d);
 int locus_grace_map_build(void *mem, size_t len, const void *payload, size_t payload_len,
 			  uint64_t generation, struct locus_error *err);
 
+/*
+ * The map of a sealed GRACE table blob (checked: locus_grace_blob_check),
+ * generation 1, in memory of its own for the tools and tests (free() it;
+ * the engine builds into its table memory). 0 and *out, or -code and err.
+ */
+int locus_grace_map_of_blob(const void *blob, size_t len, void **out, struct locus_error *err);
+
 static inline const uint8_t *locus_grace_map_ncopies(const struct locus_grace_map *m)
 {
 	return (const uint8_t *)m + m->off_ncopies;

@@ -237,9 +237,8 @@ static void test_grace_planner_route(void **state)
 					 .n_nodes = 1, .gpus_per_node = 2, .hw = ms_hw,
 					 .route = locus_sim_moe_route_grace };
 	struct locus_sim_moe_result r;
-	const void *pl;
 	void *blob = NULL, *m = NULL;
-	size_t len, plen, msz;
+	size_t len;
 	uint32_t sent[2] = { 0 }, recv[2] = { 0 }, pairs[2] = { 0 }, ex[2] = { 0 };
 	const uint16_t *rank;
 	double a2a, comp;
@@ -248,10 +247,12 @@ static void test_grace_planner_route(void **state)
 	assert_int_equal(locus_gracefit_profile_init(&p, 1, 8, 1, &err), 0);
 	assert_int_equal(locus_gracefit_profile_add(&p, 0, &ids[0][0], 4, 2, &err), 0);
 	assert_int_equal(locus_gracefit_fit(&p, &topo, &o, &blob, &len, NULL, &err), 0);
-	assert_int_equal(locus_grace_blob_check(blob, len, &pl, &plen, &err), 0);
-	msz = locus_grace_map_size(pl);
-	assert_int_equal(posix_memalign(&m, 64, msz), 0);
-	assert_int_equal(locus_grace_map_build(m, msz, pl, plen, 1, &err), 0);
+	/* a blob whose seal does not hold gives no map */
+	((uint8_t *)blob)[len - 1] ^= 1;
+	assert_true(locus_grace_map_of_blob(blob, len, &m, &err) < 0);
+	assert_null(m);
+	((uint8_t *)blob)[len - 1] ^= 1;
+	assert_int_equal(locus_grace_map_of_blob(blob, len, &m, &err), 0);
 	assert_int_equal(locus_sim_moe_grace_init(&g, m, 4, 2, &err), 0);
 	cfg.ctx = g;
 	assert_int_equal(locus_sim_moe_run(&cfg, &r, &err), 0);

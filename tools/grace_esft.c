@@ -45,19 +45,11 @@ uint32_t gf_eplb_slots(const struct gf_topo *t, uint32_t E)
 void *gf_map(const void *blob, size_t len)
 {
 	struct locus_error err = { 0 };
-	const void *pl;
-	size_t plen, msz;
-	void *m = NULL;
-	int rc = locus_grace_blob_check(blob, len, &pl, &plen, &err);
+	void *m;
+	int rc = locus_grace_map_of_blob(blob, len, &m, &err);
 
 	if (rc)
-		gf_die("table check", &err, rc);
-	msz = locus_grace_map_size(pl);
-	if (posix_memalign(&m, 64, msz))
-		gf_die("map", NULL, -ENOMEM);
-	rc = locus_grace_map_build(m, msz, pl, plen, 1, &err);
-	if (rc)
-		gf_die("map build", &err, rc);
+		gf_die("planner map", &err, rc);
 	return m;
 }
 

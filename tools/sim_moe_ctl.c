@@ -266,29 +266,6 @@ static void permute(uint32_t *v, uint32_t n, uint64_t seed)
 	}
 }
 
-/* The planner map of a sealed GRACE blob (malloc'd) or NULL with err set. */
-static void *grace_map(const void *blob, size_t len, struct locus_error *err, int *rc)
-{
-	const void *pl;
-	size_t plen, msz;
-	void *m = NULL;
-
-	*rc = locus_grace_blob_check(blob, len, &pl, &plen, err);
-	if (*rc)
-		return NULL;
-	msz = locus_grace_map_size(pl);
-	if (!msz || posix_memalign(&m, 64, msz)) {
-		*rc = locus_error_set(err, ENOMEM, "planner map: out of memory");
-		return NULL;
-	}
-	*rc = locus_grace_map_build(m, msz, pl, plen, 1, err);
-	if (*rc) {
-		free(m);
-		return NULL;
-	}
-	return m;
-}
-
 struct sets {
 	struct locus_sim_moe_tokens tok[MOE_N_SETS];
 	uint32_t *order[MOE_N_SETS];
@@ -437,7 +414,7 @@ static int fit_topo(const struct moe_setup *su, const struct locus_gracefit_prof
 		}
 		rc = locus_gracefit_fit(prof, &tp, &o, &blob, &len, li, err);
 		if (!rc)
-			m = grace_map(blob, len, err, &rc);
+			rc = locus_grace_map_of_blob(blob, len, &m, err);
 		if (!rc)
 			rc = time_placement(su, s, run, p, m, NULL, err);
 		for (uint32_t l = 0; !rc && p == MOE_GRACE && l < L; l++) {
