@@ -37,23 +37,18 @@ void locus_engine_topo_map(const int *gpu_numa, uint32_t G, const int *eng_numa,
 	if (!N)
 		return;
 	for (uint32_t g = 0; g < G; g++) {
-		int node = gpu_numa[g], has = 0, first = 1;
+		int has = 0;
 
-		if (node < 0 || gpu_engine[g] != UINT8_MAX)
+		/* a node's first GPU not placed yet: the whole node goes at once */
+		if (gpu_numa[g] < 0 || gpu_engine[g] != UINT8_MAX)
 			continue;
 		for (uint32_t k = 0; k < N; k++)
-			has |= eng_numa[k] == node;
-		for (uint32_t h = 0; h < g; h++)
-			first &= gpu_numa[h] != node;
-		if (has && first)
-			spread(gpu_numa, G, eng_numa, N, node, 0, gpu_engine);
+			has |= eng_numa[k] == gpu_numa[g];
+		if (has)
+			spread(gpu_numa, G, eng_numa, N, gpu_numa[g], 0, gpu_engine);
 	}
-	/* the rest: unknown nodes, nodes without an engine */
-	for (uint32_t g = 0; g < G; g++)
-		if (gpu_engine[g] == UINT8_MAX) {
-			spread(gpu_numa, G, eng_numa, N, 0, 1, gpu_engine);
-			break;
-		}
+	/* the rest (unknown nodes, nodes without an engine) over every engine */
+	spread(gpu_numa, G, eng_numa, N, 0, 1, gpu_engine);
 }
 
 int locus_engine_topo_pci_numa(const char *sysfs_root, const char *bdf)
