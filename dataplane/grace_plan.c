@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Dispatch planner: (token, expert) -> destination rank by topology-aware
- * routing (TAR), then per-destination row lists grouped by tier, and the
+ * routing (TAR) with a per-token copy choice (a copy on a GPU the token
+ * already goes to before the nearest tier's), then per-destination row lists grouped by tier, and the
  * inverse map combine uses. Everything lives in caller memory; a batch
  * costs no allocation and no system call.
  */
@@ -116,8 +117,9 @@ static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, ui
 
 /*
  * How expert e (copies ranks[0..n-1]) resolves from src: the copy on src,
- * the only copy, or SWRR over the copies on src's node, else over all. The
- * same for every pair of a batch, made once per batch on first use.
+ * the only copy, or a choice per token (token_pick) whose fallback is SWRR
+ * over the copies on src's node, else over all. The same for every pair of
+ * a batch, made once per batch on first use.
  */
 static inline void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks, uint32_t n,
 			       uint32_t src, uint32_t gpn, uint32_t seq)
@@ -163,10 +165,47 @@ static uint16_t max_u16(const uint16_t *v, size_t n)
 }
 
 /*
- * Pass 1: destination of every slot, row position per (token, dest). Rows
- * of a destination are handed out in token order, so a token sending a
- * second slot to d finds its row as d's latest. The arrays are locals so
- * the stores through them do not make the compiler reload p's fields.
+ * The copy of a multi-copy expert (copies ranks[0..n-1], none on src) for
+ * token t: a copy on a GPU the token already goes to (last[r] == t + 1:
+ * another of its experts resolved there), by SWRR among such copies when
+ * there are several; else the nearest tier's SWRR (er->cand). A copy
+ * already receiving the token costs no row; the nearest new one costs one.
+ */
+static inline uint32_t token_pick(const struct locus_grace_eroute *er, const uint16_t *ranks,
+				  const uint16_t *w, int32_t *cur, uint32_t n,
+				  const uint32_t *last, uint32_t t)
+{
+	uint64_t hits = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		hits |= (uint64_t)(last[ranks[i]] == t + 1) << i;
+	if (hits && !(hits & (hits - 1)))
+		return ranks[__builtin_ctzll(hits)];
+	return ranks[swrr_pick(cur, w, n, hits ? hits : er->cand)];
+}
+
+/* Slot sl of token t goes to d: its row is d's latest if t already uses d. */
+static inline void slot_assign(struct locus_grace_slot *sl, uint32_t d, uint32_t t,
+			       uint32_t *last, uint32_t *count)
+{
+	/* branch-free: whether a slot repeats a rank is data */
+	uint32_t rep = last[d] == t + 1;
+
+	sl->rank = (uint16_t)d;
+	sl->row = count[d] - rep;
+	sl->pad = 0;
+	count[d] += !rep;
+	last[d] = t + 1;
+}
+
+/*
+ * Pass 1: destination of every slot, row position per (token, dest). A
+ * token's experts with a fixed destination (one copy, or a copy on the
+ * source GPU) go first; those with a choice then take a copy the token
+ * already uses when there is one (token_pick), in slot order. Rows of a
+ * destination are handed out in token order, so a token sending a second
+ * slot to d finds its row as d's latest. The arrays are locals so the
+ * stores through them do not make the compiler reload p's fields.
  */
 static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_batch *b,
 			const uint8_t *ncp, const uint16_t *rk, const uint16_t *wt, int32_t *cur,
@@ -180,48 +219,48 @@ static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_bat
 	struct locus_grace_slot *sl = p->slots;
 
 	for (uint32_t t = 0; t < n_tokens; t++, ex += k, sl += k) {
+		uint32_t choice = 0; /* slots whose expert has a choice of copies */
+
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t e = ex[j], d, rep;
+			uint32_t e = ex[j];
 			struct locus_grace_eroute *er = &eroute[e];
 
 			if (unlikely(er->stamp != seq))
 				eroute_make(er, rk + (size_t)e * S, ncp[e], src, gpn, seq);
 			if (likely(er->fixed >= 0))
-				d = (uint32_t)er->fixed;
+				slot_assign(&sl[j], (uint32_t)er->fixed, t, last, count);
 			else
-				d = rk[(size_t)e * S + swrr_pick(cur + (size_t)e * S,
-								 wt + (size_t)e * S, ncp[e],
-								 er->cand)];
-			/* branch-free: whether a slot repeats a rank is data */
-			rep = last[d] == t + 1;
-			sl[j].rank = (uint16_t)d;
-			sl[j].row = count[d] - rep;
-			sl[j].pad = (uint16_t)rep; /* marks a repeat during planning */
-			count[d] += !rep;
-			last[d] = t + 1;
+				choice |= 1u << j;
+		}
+		while (unlikely(choice)) {
+			uint32_t j = (uint32_t)__builtin_ctz(choice), e = ex[j];
+			size_t o = (size_t)e * S;
+
+			choice &= choice - 1;
+			slot_assign(&sl[j],
+				    token_pick(&eroute[e], rk + o, wt + o, cur + o, ncp[e], last, t),
+				    t, last, count);
 		}
 	}
 }
 
 /*
  * Pass 2: rows and masks at first[rank] + row, from the slots of pass 1,
- * branch-free: a repeat's row is its token's, so rows[at] = t either way,
- * and its mask adds to the row's.
+ * branch-free: every slot of a token at one destination writes the same row
+ * t and ORs its bit into the row's mask (cleared by the caller).
  */
 static void plan_fill(struct locus_grace_plan *p, uint32_t n_tokens, uint32_t k)
 {
 	const uint32_t *const first = p->first;
 	uint32_t *const rows = p->rows, *const kmask = p->kmask;
-	struct locus_grace_slot *sl = p->slots;
+	const struct locus_grace_slot *sl = p->slots;
 
 	for (uint32_t t = 0; t < n_tokens; t++, sl += k) {
 		for (uint32_t j = 0; j < k; j++) {
 			uint32_t at = first[sl[j].rank] + sl[j].row;
-			uint32_t keep = 0u - (uint32_t)sl[j].pad;
 
-			kmask[at] = (kmask[at] & keep) | 1u << j;
+			kmask[at] |= 1u << j;
 			rows[at] = t;
-			sl[j].pad = 0;
 		}
 	}
 }
@@ -308,11 +347,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 		p->seq = 1;
 	}
 
-	/*
-	 * pass 1: destination of every slot, row position per (token, dest).
-	 * Rows of a destination are handed out in token order, so a token
-	 * sending a second slot to d finds its row as d's latest.
-	 */
+	/* pass 1: destination of every slot, row position per (token, dest) */
 	plan_assign(p, b, ncp, rk, wt, cur, S, src, gpn);
 
 	/* destinations in tier order: own GPU, own node, other nodes */
@@ -332,6 +367,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	p->dest_start[nd] = pos;
 
 	/* pass 2: fill rows and masks; rows of a destination stay in token order */
+	memset(p->kmask, 0, pos * sizeof(uint32_t));
 	plan_fill(p, b->n_tokens, k);
 	p->n_dest = nd;
 	p->n_rows = pos;

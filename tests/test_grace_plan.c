@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Dispatch planner: TAR order is strict, SWRR shares match the weights over
- * a cycle, combine's inverse map inverts dispatch, bad batches plan nothing.
+ * a cycle, a token reuses the GPUs it already goes to, combine's inverse map
+ * inverts dispatch, bad batches plan nothing.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -336,6 +337,80 @@ static void test_new_generation_resets_swrr(void **state)
 	free_env(&v);
 }
 
+/* Plan n tokens of top-k ids (the same k ids each) from src; the plan's destinations. */
+static int plan_same(struct env *v, uint32_t src, const uint16_t *ids, uint32_t k, uint32_t n)
+{
+	static uint16_t ex[256 * 8];
+	struct locus_grace_batch b = { .layer = 0, .src_rank = src, .n_tokens = n, .top_k = k,
+				       .experts = ex };
+
+	for (uint32_t t = 0; t < n; t++)
+		memcpy(ex + t * k, ids, k * sizeof(*ids));
+	return locus_grace_plan_batch(v->state, v->map, &b, &v->plan, NULL);
+}
+
+/* Every row of the plan carries all k slots of its token (one destination each). */
+static void assert_one_row_per_token(const struct env *v, uint32_t n, uint32_t k, int rank)
+{
+	assert_int_equal(v->plan.n_dest, 1);
+	assert_int_equal(v->plan.dest[0], rank);
+	assert_int_equal(v->plan.n_rows, n);
+	for (uint32_t i = 0; i < n; i++) {
+		assert_int_equal(v->plan.rows[i], i);
+		assert_int_equal(v->plan.kmask[i], (1u << k) - 1);
+		for (uint32_t j = 0; j < k; j++)
+			assert_int_equal(v->plan.slots[i * k + j].rank, rank);
+	}
+}
+
+/*
+ * A copy on a GPU the token already goes to costs no row: it wins over the
+ * nearest tier's round robin (which would spread the pairs, one more row
+ * for most tokens), whatever the slot order, across tiers, and, among
+ * several such copies, by their SWRR shares.
+ */
+static void test_token_reuses_its_gpus(void **state)
+{
+	static const uint16_t fixed_first[] = { 4, 2 }, choice_first[] = { 2, 4 };
+	static const uint16_t remote[] = { 10, 0 }, two_hits[] = { 4, 6, 2 }, chain[] = { 9, 0 };
+	struct env v;
+	int seen[8] = { 0 }, via5 = 0;
+	(void)state;
+
+	setup_env(&v, 0);
+	/* expert 4: rank 2 only; expert 2: ranks 1, 2, 3 (none on src 0) */
+	assert_int_equal(plan_same(&v, 0, fixed_first, 2, 200), 1);
+	assert_one_row_per_token(&v, 200, 2, 2);
+	assert_int_equal(plan_same(&v, 0, choice_first, 2, 200), 1);
+	assert_one_row_per_token(&v, 200, 2, 2);
+	/* expert 10: rank 5 only; expert 0: ranks 0, 1 (src 2's node) and 5 */
+	assert_int_equal(plan_same(&v, 2, remote, 2, 200), 1);
+	assert_one_row_per_token(&v, 200, 2, 5);
+	assert_int_equal(v.plan.tier_start[2], 0);
+	/* experts 4 and 6 on ranks 2 and 3: expert 2 between them, weights 43 : 32 */
+	assert_int_equal(plan_same(&v, 0, two_hits, 3, 75), 2);
+	for (uint32_t t = 0; t < 75; t++)
+		seen[v.plan.slots[t * 3 + 2].rank]++;
+	assert_int_equal(seen[1], 0);
+	assert_int_equal(seen[2], 43);
+	assert_int_equal(seen[3], 32);
+	assert_int_equal(v.plan.n_rows, 150);
+	/* expert 9 (4, 5, 6 remote) chosen first; expert 0 follows it to 5 */
+	assert_true(plan_same(&v, 2, chain, 2, 200) > 0);
+	for (uint32_t t = 0; t < 200; t++) {
+		const struct locus_grace_slot *sl = v.plan.slots + t * 2;
+
+		if (sl[0].rank == 5) {
+			assert_int_equal(sl[1].rank, 5);
+			via5++;
+		} else {
+			assert_true(sl[1].rank <= 1);
+		}
+	}
+	assert_in_range(via5, 50, 80); /* 53 of every 163 by expert 9's weights */
+	free_env(&v);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -345,6 +420,7 @@ int main(void)
 		cmocka_unit_test(test_combine_inverts_dispatch),
 		cmocka_unit_test(test_bad_batches_plan_nothing),
 		cmocka_unit_test(test_new_generation_resets_swrr),
+		cmocka_unit_test(test_token_reuses_its_gpus),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: MIT
 /*
- * The dispatch planner as it was before the planner of issue 15 (the
- * reference of tests/test_grace_plan_ref and the previous planner of
- * tools/grace_bench): the same contract as locus_grace_plan_batch(), the
- * plans the current planner must reproduce exactly. Kept verbatim; do not
+ * The dispatch planner written plainly (the reference of
+ * tests/test_grace_plan_ref and of tools/grace_bench): the same contract as
+ * locus_grace_plan_batch(), the plans the planner must reproduce exactly.
+ * It is the planner before issue 15's optimisation (one loop, no per-batch
+ * cache, a repeat found by scanning the token's earlier slots) with issue
+ * 14's per-token copy choice added as plainly: the token's fixed slots (one
+ * copy, or a copy on the source GPU) first, then each slot with a choice, in
+ * slot order, takes a copy on a rank the token's resolved slots already use
+ * (SWRR among them when several), else the nearest tier's SWRR. Do not
  * optimise it.
  */
 #include <errno.h>
@@ -36,22 +41,36 @@ static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, ui
 	return best;
 }
 
-static inline uint32_t resolve(int32_t *cur, const uint16_t *ranks, const uint16_t *w,
-			       uint32_t n, uint32_t src, uint32_t gpn)
+/* Expert with copies ranks[0..n-1] resolves without a choice: its rank, or -1. */
+static int fixed_rank(const uint16_t *ranks, uint32_t n, uint32_t src)
 {
-	uint64_t local = 0, all;
-	uint32_t src_node = src / gpn;
-
-	if (likely(n == 1))
+	if (n == 1)
 		return ranks[0];
-	for (uint32_t i = 0; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++)
 		if (ranks[i] == src)
-			return src;
-		if (ranks[i] / gpn == src_node)
+			return (int)src;
+	return -1;
+}
+
+/*
+ * The copy for a slot with a choice: among the copies on a rank in used[0..
+ * n_used-1] (the token's slots resolved so far) by SWRR, else among the
+ * copies on src's node, else among all.
+ */
+static uint32_t choose(int32_t *cur, const uint16_t *ranks, const uint16_t *w, uint32_t n,
+		       uint32_t src, uint32_t gpn, const uint32_t *used, uint32_t n_used)
+{
+	uint64_t hits = 0, local = 0, all;
+
+	for (uint32_t i = 0; i < n; i++) {
+		for (uint32_t u = 0; u < n_used; u++)
+			if (used[u] == ranks[i])
+				hits |= 1ull << i;
+		if (ranks[i] / gpn == src / gpn)
 			local |= 1ull << i;
 	}
 	all = (n == 64) ? ~0ull : (1ull << n) - 1;
-	return ranks[swrr_pick(cur, w, n, local ? local : all)];
+	return ranks[swrr_pick(cur, w, n, hits ? hits : local ? local : all)];
 }
 
 static int check_batch(const struct locus_grace_plan_state *st, const struct locus_grace_map *m,
@@ -133,12 +152,28 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 	for (uint32_t t = 0; t < b->n_tokens; t++) {
 		const uint16_t *ex = b->experts + (size_t)t * k;
 		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
+		uint32_t dst[LOCUS_GRACE_MAX_TOPK], used[LOCUS_GRACE_MAX_TOPK], n_used = 0;
+		int choice[LOCUS_GRACE_MAX_TOPK];
 
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t e = ex[j], d, prev;
+			int f = fixed_rank(rk + (size_t)ex[j] * S, ncp[ex[j]], src);
 
-			d = resolve(cur + (size_t)e * S, rk + (size_t)e * S, wt + (size_t)e * S,
-				    ncp[e], src, gpn);
+			choice[j] = f < 0;
+			if (f >= 0)
+				dst[j] = used[n_used++] = (uint32_t)f;
+		}
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t e = ex[j];
+
+			if (!choice[j])
+				continue;
+			dst[j] = choose(cur + (size_t)e * S, rk + (size_t)e * S,
+					wt + (size_t)e * S, ncp[e], src, gpn, used, n_used);
+			used[n_used++] = dst[j];
+		}
+		for (uint32_t j = 0; j < k; j++) {
+			uint32_t d = dst[j], prev;
+
 			sl[j].rank = (uint16_t)d;
 			sl[j].pad = 0;
 			for (prev = 0; prev < j; prev++)

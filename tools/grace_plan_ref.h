@@ -5,7 +5,7 @@
 
 #include "locus_grace_plan.h"
 
-/* locus_grace_plan_batch() of earlier builds: the same contract and plans. */
+/* locus_grace_plan_batch() written plainly: the same contract and plans. */
 int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_grace_map *m,
 			 const struct locus_grace_batch *b, struct locus_grace_plan *p,
 			 struct locus_error *err);
