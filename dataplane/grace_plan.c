@@ -51,7 +51,7 @@ size_t locus_grace_plan_mem_size(uint32_t max_tokens, uint32_t max_k, uint32_t n
 
 	return n_ranks * sizeof(uint16_t) + 8 + (n_ranks + 1) * sizeof(uint32_t) +
 	       slots * (2 * sizeof(uint32_t) + sizeof(struct locus_grace_slot)) +
-	       2 * (size_t)n_ranks * sizeof(uint32_t) +
+	       2 * (size_t)n_ranks * sizeof(uint32_t) + (size_t)n_ranks * sizeof(uint64_t) +
 	       LOCUS_GRACE_MAX_EXPERTS * sizeof(struct locus_grace_eroute) + 64;
 }
 
@@ -74,6 +74,8 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	p->eroute = (struct locus_grace_eroute *)c; /* stamps 0: p->seq starts at 1 */
 	memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
 	c += LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute);
+	p->want = (uint64_t *)c; /* 8-byte aligned after the eroutes */
+	c += n_ranks * sizeof(uint64_t);
 	p->slots = (struct locus_grace_slot *)c;
 	c += slots * sizeof(struct locus_grace_slot);
 	p->rows = (uint32_t *)c;
@@ -88,31 +90,6 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	c += n_ranks * sizeof(uint32_t);
 	p->dest = (uint16_t *)c;
 	return 0;
-}
-
-/*
- * Smooth weighted round robin (the nginx scheme) over the copies whose bit
- * is set in cand: every candidate gains its weight, the largest current
- * value wins and pays back the candidates' total. Over any total-weight
- * cycle each candidate is chosen exactly weight times, evenly interleaved.
- */
-static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, uint64_t cand)
-{
-	int32_t total = 0, best_v = INT32_MIN;
-	uint32_t best = 0;
-
-	for (uint32_t i = 0; i < n; i++) {
-		if (!(cand >> i & 1))
-			continue;
-		cur[i] += w[i];
-		total += w[i];
-		if (cur[i] > best_v) {
-			best_v = cur[i];
-			best = i;
-		}
-	}
-	cur[best] -= total;
-	return best;
 }
 
 /*
@@ -165,23 +142,57 @@ static uint16_t max_u16(const uint16_t *v, size_t n)
 }
 
 /*
+ * How far (in SWRR current weight: 64 picks of the least-loaded copy) a
+ * copy may run ahead of its share by taking pairs for a row another expert
+ * of the token will share, before the share it owes comes back first.
+ */
+#define SHARE_SLACK (64 * (int32_t)LOCUS_GRACE_WEIGHT_SCALE)
+
+/* Bound of a SWRR value: a copy a token-aware choice always passes over stops gaining there. */
+#define SWRR_BOUND (1 << 30)
+
+/*
  * The copy of a multi-copy expert (copies ranks[0..n-1], none on src) for
- * token t: a copy on a GPU the token already goes to (last[r] == t + 1:
- * another of its experts resolved there), by SWRR among such copies when
- * there are several; else the nearest tier's SWRR (er->cand). A copy
- * already receiving the token costs no row; the nearest new one costs one.
+ * token t: a copy on a GPU the token already goes to (last[r] == t + 1),
+ * which costs no row; else one on a GPU where a later choice of the token
+ * (want[r] > tag, this slot's own tag) has a copy, which then costs that
+ * expert no row, unless the copy is SHARE_SLACK ahead of its share; else
+ * one of the nearest tier's copies (er->cand). The winner among those by
+ * smooth weighted round robin (the nginx scheme): every copy of the nearest
+ * tier and of the winner's set gains its weight, the largest value in the
+ * winner's set wins and pays back the total gained. With no token-aware
+ * choice, over a total-weight cycle each copy is chosen weight times,
+ * evenly interleaved; a copy such a choice took owes the others the turns,
+ * so the shares stay the weights while the round robin can pay them back.
  */
 static inline uint32_t token_pick(const struct locus_grace_eroute *er, const uint16_t *ranks,
 				  const uint16_t *w, int32_t *cur, uint32_t n,
-				  const uint32_t *last, uint32_t t)
+				  const uint32_t *last, const uint64_t *want, uint32_t t,
+				  uint64_t tag)
 {
-	uint64_t hits = 0;
+	uint64_t hit = 0, shared = 0, win, charge;
+	int32_t total = 0, best_v = INT32_MIN;
+	uint32_t best = 0;
 
-	for (uint32_t i = 0; i < n; i++)
-		hits |= (uint64_t)(last[ranks[i]] == t + 1) << i;
-	if (hits && !(hits & (hits - 1)))
-		return ranks[__builtin_ctzll(hits)];
-	return ranks[swrr_pick(cur, w, n, hits ? hits : er->cand)];
+	/* branch-free: which copies qualify is data */
+	for (uint32_t i = 0; i < n; i++) {
+		hit |= (uint64_t)(last[ranks[i]] == t + 1) << i;
+		shared |= (uint64_t)((want[ranks[i]] > tag) & (cur[i] >= -SHARE_SLACK)) << i;
+	}
+	win = hit ? hit : shared ? shared : er->cand;
+	charge = er->cand | win;
+	for (uint32_t i = 0; i < n; i++) {
+		int32_t add = (int32_t)w[i] & -(int32_t)(charge >> i & 1);
+		int take;
+
+		cur[i] = cur[i] + add > SWRR_BOUND ? SWRR_BOUND : cur[i] + add;
+		total += add;
+		take = (int)(win >> i & 1) & (cur[i] > best_v);
+		best = take ? i : best;
+		best_v = take ? cur[i] : best_v;
+	}
+	cur[best] = cur[best] - total < -SWRR_BOUND ? -SWRR_BOUND : cur[best] - total;
+	return ranks[best];
 }
 
 /* Slot sl of token t goes to d: its row is d's latest if t already uses d. */
@@ -201,8 +212,9 @@ static inline void slot_assign(struct locus_grace_slot *sl, uint32_t d, uint32_t
 /*
  * Pass 1: destination of every slot, row position per (token, dest). A
  * token's experts with a fixed destination (one copy, or a copy on the
- * source GPU) go first; those with a choice then take a copy the token
- * already uses when there is one (token_pick), in slot order. Rows of a
+ * source GPU) go first; those with a choice then, in slot order, take a
+ * copy the token already uses or one a later slot can share (token_pick),
+ * else the nearest tier's round robin. Rows of a
  * destination are handed out in token order, so a token sending a second
  * slot to d finds its row as d's latest. The arrays are locals so the
  * stores through them do not make the compiler reload p's fields.
@@ -214,6 +226,7 @@ static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_bat
 	struct locus_grace_eroute *const eroute = p->eroute;
 	uint32_t *const last = p->first; /* last token (+1) sent to each rank */
 	uint32_t *const count = p->count;
+	uint64_t *const want = p->want; /* the token's last choice slot per rank */
 	const uint32_t seq = p->seq, k = b->top_k, n_tokens = b->n_tokens;
 	const uint16_t *ex = b->experts;
 	struct locus_grace_slot *sl = p->slots;
@@ -227,18 +240,34 @@ static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_bat
 
 			if (unlikely(er->stamp != seq))
 				eroute_make(er, rk + (size_t)e * S, ncp[e], src, gpn, seq);
-			if (likely(er->fixed >= 0))
+			if (likely(er->fixed >= 0)) {
 				slot_assign(&sl[j], (uint32_t)er->fixed, t, last, count);
-			else
-				choice |= 1u << j;
+				continue;
+			}
+			choice |= 1u << j;
 		}
+		/*
+		 * want[r]: (t + 1) << 8 | the last choice slot with a copy on r,
+		 * so a choice at slot j sees a later one's copy as want[r] > its
+		 * own tag (older tokens' marks are smaller); the first choice
+		 * needs no mark
+		 */
+		if (unlikely(choice & (choice - 1)))
+			for (uint32_t c = choice & (choice - 1); c; c &= c - 1) {
+				uint32_t f = (uint32_t)__builtin_ctz(c), e = ex[f];
+				uint64_t tag = (uint64_t)(t + 1) << 8 | f;
+
+				for (uint32_t q = 0; q < ncp[e]; q++)
+					want[rk[(size_t)e * S + q]] = tag;
+			}
 		while (unlikely(choice)) {
 			uint32_t j = (uint32_t)__builtin_ctz(choice), e = ex[j];
 			size_t o = (size_t)e * S;
 
 			choice &= choice - 1;
 			slot_assign(&sl[j],
-				    token_pick(&eroute[e], rk + o, wt + o, cur + o, ncp[e], last, t),
+				    token_pick(&eroute[e], rk + o, wt + o, cur + o, ncp[e], last, want,
+					       t, (uint64_t)(t + 1) << 8 | j),
 				    t, last, count);
 		}
 	}
@@ -342,6 +371,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	p->gates = b->gates;
 	memset(p->count, 0, N * sizeof(uint32_t));
 	memset(p->first, 0, N * sizeof(uint32_t)); /* pass 1: last token (+1) sent to r */
+	memset(p->want, 0, N * sizeof(uint64_t));  /* pass 1: no later choice anywhere */
 	if (unlikely(++p->seq == 0)) {
 		memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
 		p->seq = 1;

@@ -135,6 +135,7 @@ struct locus_grace_plan {
 	struct locus_grace_slot *slots;  /* [max_tokens * max_k] */
 	uint32_t *count;                 /* [n_ranks] scratch */
 	uint32_t *first;                 /* [n_ranks] scratch */
+	uint64_t *want;                  /* [n_ranks] scratch */
 	struct locus_grace_eroute *eroute; /* [LOCUS_GRACE_MAX_EXPERTS] scratch */
 	uint32_t seq;                    /* batches planned: eroute's stamp */
 };

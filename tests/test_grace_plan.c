@@ -366,8 +366,8 @@ static void assert_one_row_per_token(const struct env *v, uint32_t n, uint32_t k
 /*
  * A copy on a GPU the token already goes to costs no row: it wins over the
  * nearest tier's round robin (which would spread the pairs, one more row
- * for most tokens), whatever the slot order, across tiers, and, among
- * several such copies, by their SWRR shares.
+ * for most tokens), whatever the slot order, across tiers, among several
+ * such copies; and a copy a later expert of the token can share wins too.
  */
 static void test_token_reuses_its_gpus(void **state)
 {
@@ -387,15 +387,27 @@ static void test_token_reuses_its_gpus(void **state)
 	assert_int_equal(plan_same(&v, 2, remote, 2, 200), 1);
 	assert_one_row_per_token(&v, 200, 2, 5);
 	assert_int_equal(v.plan.tier_start[2], 0);
-	/* experts 4 and 6 on ranks 2 and 3: expert 2 between them, weights 43 : 32 */
+	/*
+	 * experts 4 and 6 on ranks 2 and 3: expert 2 goes to one of them; rank
+	 * 2 took the 400 pairs above (SWRR values 64, 43 - 139, 32 x 400), so
+	 * the round robin gives rank 3 these turns
+	 */
 	assert_int_equal(plan_same(&v, 0, two_hits, 3, 75), 2);
 	for (uint32_t t = 0; t < 75; t++)
 		seen[v.plan.slots[t * 3 + 2].rank]++;
-	assert_int_equal(seen[1], 0);
-	assert_int_equal(seen[2], 43);
-	assert_int_equal(seen[3], 32);
+	assert_int_equal(seen[3], 75);
 	assert_int_equal(v.plan.n_rows, 150);
-	/* expert 9 (4, 5, 6 remote) chosen first; expert 0 follows it to 5 */
+	free_env(&v);
+
+	/*
+	 * From src 2, expert 9 (copies 4, 5, 6: weights 64, 53, 46, total 163)
+	 * resolves first and takes rank 5, where expert 0 (0, 1, 5) also has a
+	 * copy, so expert 0 follows it there: one row, not two. Each such pick
+	 * moves rank 5's SWRR value by 53 - 163; below -64 x 64 it waits for
+	 * its share again, so over 200 tokens rank 5 gets (53 x 200 - cur) /
+	 * 163 of them with cur within a pick of -4096: 89.5 to 90.8.
+	 */
+	setup_env(&v, 0);
 	assert_true(plan_same(&v, 2, chain, 2, 200) > 0);
 	for (uint32_t t = 0; t < 200; t++) {
 		const struct locus_grace_slot *sl = v.plan.slots + t * 2;
@@ -407,7 +419,68 @@ static void test_token_reuses_its_gpus(void **state)
 			assert_true(sl[1].rank <= 1);
 		}
 	}
-	assert_in_range(via5, 50, 80); /* 53 of every 163 by expert 9's weights */
+	assert_in_range(via5, 89, 91);
+	free_env(&v);
+}
+
+/*
+ * The pairs a token-aware choice takes are charged to the round robin: 100
+ * tokens send expert 2 (ranks 1, 2, 3 from src 0, weights 64, 43, 32) to
+ * rank 2 beside expert 4, then 600 tokens of expert 2 alone by SWRR give
+ * ranks 1 and 3 what they missed: over the 700 pairs each copy's count is
+ * within 2 of 700 x weight / 139 (322.3, 216.5, 161.2).
+ */
+static void test_token_choice_keeps_shares(void **state)
+{
+	static const uint16_t with4[] = { 4, 2 }, alone[] = { 2 };
+	struct env v;
+	int seen[8] = { 0 };
+	(void)state;
+
+	setup_env(&v, 0);
+	assert_int_equal(plan_same(&v, 0, with4, 2, 100), 1);
+	for (uint32_t t = 0; t < 100; t++)
+		seen[v.plan.slots[t * 2 + 1].rank]++;
+	assert_int_equal(seen[2], 100);
+	for (int b = 0; b < 3; b++) {
+		assert_true(plan_same(&v, 0, alone, 1, 200) > 0);
+		for (uint32_t t = 0; t < 200; t++)
+			seen[v.plan.slots[t].rank]++;
+	}
+	assert_in_range(seen[1], 320, 324);
+	assert_in_range(seen[2], 215, 218);
+	assert_in_range(seen[3], 159, 163);
+	free_env(&v);
+}
+
+/*
+ * A copy a token-aware choice always passes over stops gaining credit at
+ * 2^30: 40 M tokens {4, 2} from src 0 send expert 2 to rank 2 and give rank
+ * 1 (weight 64) 64 each, past 2^31 without the bound (it would wrap
+ * negative); after them ranks 1 and 3 (both at the bound, rank 1 first)
+ * take expert 2's next pairs when it is alone, rank 2 none.
+ */
+static void test_swrr_credit_bounded(void **state)
+{
+	static const uint16_t with4[] = { 4, 2 }, alone[] = { 2 };
+	const int32_t *cur;
+	int seen[8] = { 0 };
+	struct env v;
+	(void)state;
+
+	setup_env(&v, 0);
+	for (int b = 0; b < 40000000 / 256; b++)
+		assert_int_equal(plan_same(&v, 0, with4, 2, 256), 1);
+	cur = ((const struct locus_grace_plan_state *)v.state)->cur + 2 * 4;
+	assert_int_equal(cur[0], 1 << 30);
+	assert_int_equal(cur[1], -(1 << 30));
+	assert_int_equal(cur[2], 1 << 30);
+	assert_true(plan_same(&v, 0, alone, 1, 100) > 0);
+	assert_int_equal(v.plan.slots[0].rank, 1);
+	for (uint32_t t = 0; t < 100; t++)
+		seen[v.plan.slots[t].rank]++;
+	assert_int_equal(seen[2], 0);
+	assert_true(seen[1] > 0 && seen[3] > 0);
 	free_env(&v);
 }
 
@@ -421,6 +494,8 @@ int main(void)
 		cmocka_unit_test(test_bad_batches_plan_nothing),
 		cmocka_unit_test(test_new_generation_resets_swrr),
 		cmocka_unit_test(test_token_reuses_its_gpus),
+		cmocka_unit_test(test_token_choice_keeps_shares),
+		cmocka_unit_test(test_swrr_credit_bounded),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,9 +7,10 @@
  * cache, a repeat found by scanning the token's earlier slots) with issue
  * 14's per-token copy choice added as plainly: the token's fixed slots (one
  * copy, or a copy on the source GPU) first, then each slot with a choice, in
- * slot order, takes a copy on a rank the token's resolved slots already use
- * (SWRR among them when several), else the nearest tier's SWRR. Do not
- * optimise it.
+ * slot order, takes a copy on a rank the token's resolved slots already use,
+ * else one where a later slot with a choice has a copy (unless that copy is
+ * far ahead of its share), else the nearest tier's, each by SWRR charged as
+ * if the nearest tier's copies had been the candidates. Do not optimise it.
  */
 #include <errno.h>
 #include <string.h>
@@ -18,11 +19,14 @@
 
 /*
  * Smooth weighted round robin (the nginx scheme) over the copies whose bit
- * is set in cand: every candidate gains its weight, the largest current
- * value wins and pays back the candidates' total. Over any total-weight
- * cycle each candidate is chosen exactly weight times, evenly interleaved.
+ * is set in cand: every candidate gains its weight (up to 2^30), the
+ * largest current value among those in win (a subset of cand) wins and
+ * pays back the candidates' total (down to -2^30). With win = cand, over
+ * any total-weight cycle each candidate is chosen exactly weight times,
+ * evenly interleaved.
  */
-static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, uint64_t cand)
+static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, uint64_t cand,
+				 uint64_t win)
 {
 	int32_t total = 0, best_v = INT32_MIN;
 	uint32_t best = 0;
@@ -31,13 +35,17 @@ static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, ui
 		if (!(cand >> i & 1))
 			continue;
 		cur[i] += w[i];
+		if (cur[i] > 1 << 30)
+			cur[i] = 1 << 30;
 		total += w[i];
-		if (cur[i] > best_v) {
+		if ((win >> i & 1) && cur[i] > best_v) {
 			best_v = cur[i];
 			best = i;
 		}
 	}
 	cur[best] -= total;
+	if (cur[best] < -(1 << 30))
+		cur[best] = -(1 << 30);
 	return best;
 }
 
@@ -54,23 +62,34 @@ static int fixed_rank(const uint16_t *ranks, uint32_t n, uint32_t src)
 
 /*
  * The copy for a slot with a choice: among the copies on a rank in used[0..
- * n_used-1] (the token's slots resolved so far) by SWRR, else among the
- * copies on src's node, else among all.
+ * n_used-1] (the token's slots resolved so far); else among those on a rank
+ * where an expert of later[0..n_later-1] (the token's slots with a choice
+ * still to resolve) has a copy, less those more than 64 x the weight scale
+ * behind in SWRR current weight; else among the copies on src's node, else
+ * among all. The winner by SWRR, charged over the last set and the winner's.
  */
 static uint32_t choose(int32_t *cur, const uint16_t *ranks, const uint16_t *w, uint32_t n,
-		       uint32_t src, uint32_t gpn, const uint32_t *used, uint32_t n_used)
+		       uint32_t src, uint32_t gpn, const uint32_t *used, uint32_t n_used,
+		       const uint16_t *const *later, const uint8_t *n_later_copies, uint32_t n_later)
 {
-	uint64_t hits = 0, local = 0, all;
+	uint64_t hits = 0, shared = 0, local = 0, all, near, win;
 
 	for (uint32_t i = 0; i < n; i++) {
 		for (uint32_t u = 0; u < n_used; u++)
 			if (used[u] == ranks[i])
 				hits |= 1ull << i;
+		for (uint32_t f = 0; f < n_later; f++)
+			for (uint32_t q = 0; q < n_later_copies[f]; q++)
+				if (later[f][q] == ranks[i] &&
+				    cur[i] >= -64 * (int32_t)LOCUS_GRACE_WEIGHT_SCALE)
+					shared |= 1ull << i;
 		if (ranks[i] / gpn == src / gpn)
 			local |= 1ull << i;
 	}
 	all = (n == 64) ? ~0ull : (1ull << n) - 1;
-	return ranks[swrr_pick(cur, w, n, hits ? hits : local ? local : all)];
+	near = local ? local : all;
+	win = hits ? hits : shared ? shared : near;
+	return ranks[swrr_pick(cur, w, n, near | win, win)];
 }
 
 static int check_batch(const struct locus_grace_plan_state *st, const struct locus_grace_map *m,
@@ -163,12 +182,20 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 				dst[j] = used[n_used++] = (uint32_t)f;
 		}
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t e = ex[j];
+			const uint16_t *later[LOCUS_GRACE_MAX_TOPK];
+			uint8_t later_n[LOCUS_GRACE_MAX_TOPK];
+			uint32_t e = ex[j], n_later = 0;
 
 			if (!choice[j])
 				continue;
-			dst[j] = choose(cur + (size_t)e * S, rk + (size_t)e * S,
-					wt + (size_t)e * S, ncp[e], src, gpn, used, n_used);
+			for (uint32_t f = j + 1; f < k; f++) {
+				if (!choice[f])
+					continue;
+				later[n_later] = rk + (size_t)ex[f] * S;
+				later_n[n_later++] = ncp[ex[f]];
+			}
+			dst[j] = choose(cur + (size_t)e * S, rk + (size_t)e * S, wt + (size_t)e * S,
+					ncp[e], src, gpn, used, n_used, later, later_n, n_later);
 			used[n_used++] = dst[j];
 		}
 		for (uint32_t j = 0; j < k; j++) {
