@@ -236,7 +236,7 @@ int locus_gracefit_balance_layer(const struct locus_gracefit_topo *t, uint32_t E
 				 struct locus_gracefit_layer_info *info, struct locus_error *err)
 {
 	struct bal b = { .E = E, .A = A, .W = W, .pri = primary };
-	double sum = 0, tol = o && o->load_tol > 0 ? o->load_tol : 0.3;
+	double sum = 0, tol;
 	uint32_t cap;
 	int rc = 0;
 
@@ -250,6 +250,7 @@ int locus_gracefit_balance_layer(const struct locus_gracefit_topo *t, uint32_t E
 	b.w_node = o && o->cost_node > 0 ? o->cost_node : 1.0;
 	b.w_peak = o && o->cost_peak > 0 ? o->cost_peak : INFINITY;
 	cap = LOCUS_MIN(t->capacity, (E + b.N - 1) / b.N);
+	tol = o && o->load_tol > 0 ? o->load_tol : 0.1;
 	b.load = calloc(b.N, sizeof(*b.load));
 	b.size = calloc(b.N, sizeof(*b.size));
 	if (!b.load || !b.size) {

@@ -78,7 +78,8 @@ static int fall_back(const struct locus_gracefit_topo *t, const struct locus_gra
 	int rc;
 
 	locus_gracefit_pack_layer(t, E, W, alt_pri);
-	rc = locus_gracefit_replicate_layer(t, E, W, alt_pri, R, alt_rep, alt_pred, &ai, err);
+	rc = locus_gracefit_replicate_layer(t, E, W, p->A ? p->A + (size_t)l * E * E : NULL,
+						alt_pri, R, alt_rep, alt_pred, &ai, err);
 	if (rc)
 		return rc;
 	cg = locus_gracefit_layer_cost(t, p, l, pri, li->rho_after, o, NULL, NULL);
@@ -166,8 +167,9 @@ int locus_gracefit_fit(const struct locus_gracefit_profile *p,
 			if (rc)
 				goto err_free;
 		}
-		rc = locus_gracefit_replicate_layer(&t, E, W, pri, d.max_replicas, rep, pred,
-						    &li, err);
+		rc = locus_gracefit_replicate_layer(&t, E, W,
+							p->A ? p->A + (size_t)l * E * E : NULL, pri,
+							d.max_replicas, rep, pred, &li, err);
 		if (rc)
 			goto err_free;
 		if (alt_pri) {
@@ -239,7 +241,7 @@ int locus_gracefit_refit_replicas(const void *payload, size_t payload_len, const
 
 		before += locus_gracefit_predict(cur.dims, Wl, cur.primary + (size_t)l * E,
 						 cur.replica + (size_t)l * E * R, pred);
-		rc = locus_gracefit_replicate_layer(&t, E, Wl, v.primary + (size_t)l * E, R,
+		rc = locus_gracefit_replicate_layer(&t, E, Wl, NULL, v.primary + (size_t)l * E, R,
 						    v.replica + (size_t)l * E * R,
 						    v.pred_load + (size_t)l * N, &li, err);
 		if (rc)

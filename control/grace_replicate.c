@@ -51,15 +51,16 @@ static int holds(const uint16_t *rep, uint32_t R, uint32_t primary, uint32_t r)
 }
 
 /*
- * Least-loaded rank with a free slot that does not hold e, the primary's
- * node first when a rank there ends below lim; UINT32_MAX if none below lim.
+ * Among the ranks with a free slot that do not hold e and end below lim:
+ * the one with the most co-activation aff[r] with e (aff may be NULL),
+ * else the least-loaded, the primary's node first; UINT32_MAX if none.
  */
 static uint32_t pick_target(const struct locus_gracefit_topo *t, const double *pred,
 			    const uint32_t *used, const uint16_t *rep, uint32_t R,
-			    uint32_t primary, double share, double lim)
+			    uint32_t primary, double share, double lim, const double *aff)
 {
 	uint32_t N = t->n_nodes * t->gpus_per_node, gpn = t->gpus_per_node;
-	uint32_t best[2] = { UINT32_MAX, UINT32_MAX };
+	uint32_t best[2] = { UINT32_MAX, UINT32_MAX }, ba = UINT32_MAX;
 
 	for (uint32_t r = 0; r < N; r++) {
 		int tier = r / gpn != primary / gpn;
@@ -67,9 +68,13 @@ static uint32_t pick_target(const struct locus_gracefit_topo *t, const double *p
 		if (used[r] >= t->replica_budget || holds(rep, R, primary, r) ||
 		    pred[r] + share >= lim)
 			continue;
+		if (aff && aff[r] > 0 && (ba == UINT32_MAX || aff[r] > aff[ba]))
+			ba = r;
 		if (best[tier] == UINT32_MAX || pred[r] < pred[best[tier]])
 			best[tier] = r;
 	}
+	if (ba != UINT32_MAX)
+		return ba;
 	return best[0] != UINT32_MAX ? best[0] : best[1];
 }
 
@@ -84,9 +89,11 @@ static int u16_cmp(const void *a, const void *b)
  * stays below it. Returns 0 when no copy lowers any rank's load.
  */
 static int add_copy(const struct locus_gracefit_topo *t, uint32_t E, const double *W,
-		    const uint16_t *primary, uint32_t R, uint16_t *replica, double *pred,
-		    uint32_t *used)
+		    const double *A, const uint16_t *primary, uint32_t R, uint16_t *replica,
+		    double *pred, uint32_t *used)
 {
+	double aff[LOCUS_GRACE_MAX_RANKS];
+
 	uint32_t N = t->n_nodes * t->gpus_per_node, order[LOCUS_GRACE_MAX_RANKS];
 
 	for (uint32_t r = 0; r < N; r++)
@@ -111,8 +118,14 @@ static int add_copy(const struct locus_gracefit_topo *t, uint32_t E, const doubl
 
 			if (c > R || per <= bw || !holds(rep, R, primary[e], g))
 				continue;
+			if (A) {
+				memset(aff, 0, N * sizeof(double));
+				for (uint32_t f = 0; f < E; f++)
+					if (f != e)
+						aff[primary[f]] += A[(size_t)e * E + f];
+			}
 			h = pick_target(t, pred, used, rep, R, primary[e], W[e] / (c + 1),
-					pred[g]);
+					pred[g], A ? aff : NULL);
 			if (h == UINT32_MAX)
 				continue;
 			be = e;
@@ -138,8 +151,8 @@ static int add_copy(const struct locus_gracefit_topo *t, uint32_t E, const doubl
 }
 
 int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *t, uint32_t E,
-				   const double *W, const uint16_t *primary, uint32_t R,
-				   uint16_t *replica, float *pred_out,
+				   const double *W, const double *A, const uint16_t *primary,
+				   uint32_t R, uint16_t *replica, float *pred_out,
 				   struct locus_gracefit_layer_info *info, struct locus_error *err)
 {
 	uint32_t N, gmax = 0, placed = 0;
@@ -181,7 +194,7 @@ int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *t, uint32_t
 	}
 	if (sum <= 0 || N == 1 || R == 0 || t->replica_budget == 0)
 		goto done;
-	while (add_copy(t, E, W, primary, R, replica, pred, used))
+	while (add_copy(t, E, W, A, primary, R, replica, pred, used))
 		placed++;
 	if (info) {
 		for (uint32_t e = 0; e < E; e++) {

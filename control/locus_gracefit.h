@@ -155,7 +155,7 @@ struct locus_gracefit_opts {
 	int no_grouping;     /* contiguous placement instead (loads-only fits) */
 	int no_replication;
 	int uneven;          /* keep the grouping's uneven sizes (up to capacity) */
-	double load_tol;     /* swap primaries while peak > (1 + tol) x mean; 0: 0.3 */
+	double load_tol;     /* swap primaries while peak > (1 + tol) x mean; 0: 0.1 */
 	double cost_gpu;     /* weight of a row off GPU in the swap cost; 0: 1 */
 	double cost_node;    /* extra weight of a row off node; 0: 1 */
 	double cost_peak;    /* a swap's cost per unit of peak cut must stay below; 0: no bound */
@@ -214,11 +214,15 @@ int locus_gracefit_balance_layer(const struct locus_gracefit_topo *topo, uint32_
 /*
  * Replicate one layer: replica[E][R] (ascending, NO_RANK padded) and
  * pred[N] (W') from W[E] and primary[E]. R = max replicas per expert in
- * the table; n_rep is cut to R.
+ * the table; n_rep is cut to R. Each copy goes to a GPU that stays below
+ * the one it sheds load from: with A (E x E co-activation, may be NULL)
+ * the one whose primaries co-activate most with the expert (the planner
+ * sends a token there when it goes there anyway, a row saved), else, or
+ * when none does, the least-loaded one, the primary's node first.
  */
 int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *topo, uint32_t n_experts,
-				   const double *W, const uint16_t *primary, uint32_t R,
-				   uint16_t *replica, float *pred,
+				   const double *W, const double *A, const uint16_t *primary,
+				   uint32_t R, uint16_t *replica, float *pred,
 				   struct locus_gracefit_layer_info *info, struct locus_error *err);
 
 /* Predicted loads W'[N] of a placement (the split model) and rho = max/mean. */

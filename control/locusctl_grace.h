@@ -8,7 +8,7 @@
  *       [--r R] [--seed S] [--no-replication] [--load-tol T] [--uneven]
  *       -o TABLE                       --load-tol: swap primaries by load
  *                                      while the peak GPU is above (1 + T) x
- *                                      mean (default 0.3; larger keeps more
+ *                                      mean (default 0.1; larger keeps more
  *                                      co-activated experts together);
  *                                      --uneven: allow more than ceil(E/N)
  *                                      primaries on a GPU (up to capacity)

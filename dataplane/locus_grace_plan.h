@@ -157,10 +157,12 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 /*
  * Resolve every (token, k) of the batch: the only copy, or the copy on the
  * source GPU if there is one; else, once the token's other experts are so
- * resolved and in slot order, a copy on a GPU the token already goes to (by
- * smooth weighted round robin, weights ~ 1/W', when several are), which
- * costs no row; else the copies on the source's node by SWRR; else all
- * copies, likewise. Expert ids >= E, a
+ * resolved and in slot order, a copy on a GPU the token already goes to
+ * (costs no row); else one on a GPU where a later such expert of the token
+ * has a copy, while that copy is not far ahead of its share; else the
+ * copies on the source's node; else all copies. Among several, by smooth
+ * weighted round robin (weights ~ 1/W'), every choice charged to it so the
+ * copies' shares stay the weights. Expert ids >= E, a
  * layer >= L, a source rank outside the map or not on the state's node, or
  * a batch larger than the plan are rejected before anything is planned (the
  * plan is then empty). Returns the number of destinations or -LOCUS_E*.

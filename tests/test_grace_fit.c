@@ -66,7 +66,7 @@ static void test_replication_fills_budget(void **state)
 	struct locus_gracefit_layer_info li = { 0 };
 	(void)state;
 
-	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, pri, 3, rep, pred, &li, NULL),
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, NULL, pri, 3, rep, pred, &li, NULL),
 			 0);
 	assert_true(fabs(li.rho - 2.4) < EPS);
 	assert_int_equal(li.n_replicas, 4); /* the whole budget */
@@ -91,7 +91,7 @@ static void test_replication_fills_budget(void **state)
 	/* a budget of 2 a GPU: more copies (while one still lowers a GPU), a
 	 * lower peak, never more than 2 on a GPU */
 	t.replica_budget = 2;
-	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, pri, 3, rep, pred, &li, NULL),
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 8, W, NULL, pri, 3, rep, pred, &li, NULL),
 			 0);
 	assert_true(li.n_replicas > 4 && li.n_replicas <= 8);
 	assert_true(li.rho_after < (85.0 / 3) / 25);
@@ -104,6 +104,30 @@ static void test_replication_fills_budget(void **state)
 		for (int r = 0; r < 4; r++)
 			assert_true(per[r] <= 2);
 	}
+}
+
+/*
+ * A copy goes where its expert's co-activated experts live: expert 0 (10 on
+ * GPU 0) can shed 5 to GPU 1, 2 or 3 (2, 3, 1 before); without affinity the
+ * least-loaded (3) takes it, with expert 0 firing beside expert 2, GPU 2.
+ */
+static void test_replication_follows_affinity(void **state)
+{
+	const double W[4] = { 10, 2, 3, 1 };
+	const uint16_t pri[4] = { 0, 1, 2, 3 };
+	double A[16] = { 0 };
+	struct locus_gracefit_topo t = { 1, 4, 4, 1 };
+	uint16_t rep[4];
+	float pred[4];
+	(void)state;
+
+	A[0 * 4 + 2] = A[2 * 4 + 0] = 5;
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 4, W, NULL, pri, 1, rep, pred, NULL,
+							NULL), 0);
+	assert_int_equal(rep[0], 3);
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 4, W, A, pri, 1, rep, pred, NULL,
+							NULL), 0);
+	assert_int_equal(rep[0], 2);
 }
 
 static void test_replication_bounds(void **state)
@@ -120,23 +144,23 @@ static void test_replication_bounds(void **state)
 	(void)state;
 
 	/* one copy fits in the table (R = 1): 100 split in two, then nothing */
-	assert_int_equal(locus_gracefit_replicate_layer(&t, 2, W2, pri2, 1, rep, pred, &li, NULL),
+	assert_int_equal(locus_gracefit_replicate_layer(&t, 2, W2, NULL, pri2, 1, rep, pred, &li, NULL),
 			 0);
 	assert_true(fabs(li.rho - 2) < EPS);
 	assert_int_equal(li.n_replicas, 1);
 	assert_int_equal(rep[0], 1);
 	assert_true(fabs(pred[0] - 50) < EPS && fabs(pred[1] - 50) < EPS);
 	/* balanced already: no copy lowers any GPU, none is placed */
-	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wb, prib, 3, rep, pred, &li,
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wb, NULL, prib, 3, rep, pred, &li,
 							NULL), 0);
 	assert_int_equal(li.n_replicas, 0);
 	/* no load: nothing to replicate, no NaN */
-	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, NULL, prib, 3, rep, pred, &li,
 							NULL), 0);
 	assert_int_equal(li.n_replicas, 0);
 	assert_true(li.rho == 1.0);
 	Wz[2] = NAN;
-	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, prib, 3, rep, pred, &li,
+	assert_int_equal(locus_gracefit_replicate_layer(&topo14, 4, Wz, NULL, prib, 3, rep, pred, &li,
 							NULL), -LOCUS_ENAN);
 }
 
@@ -600,11 +624,28 @@ static void test_counts_delta(void **state)
 	assert_true(W[3] == 2 && W[4] == 3 && W[5] == 4);
 }
 
+/* Whether another expert of slot s's token (k slots each, layer l) has a copy on rank d. */
+static int shares_rank(const struct locus_grace_map *m, uint32_t l, const uint16_t *ex, int s,
+		       int k, uint32_t d)
+{
+	uint32_t E = m->dims.n_experts;
+
+	for (int q = s - s % k; q < s - s % k + k; q++) {
+		size_t le = (size_t)l * E + ex[q];
+
+		for (uint32_t c = 0; q != s && c < locus_grace_map_ncopies(m)[le]; c++)
+			if (locus_grace_map_ranks(m)[le * m->n_slots + c] == d)
+				return 1;
+	}
+	return 0;
+}
+
 /*
  * The planner on fitted tables (4 x 8 GPUs, 128 experts, top-8): from every
  * source rank, TAR order holds for every slot (own GPU if it has a copy,
- * else own node if a copy is there), and the inverse map finds each slot's
- * row.
+ * else own node if a copy is there, unless the copy taken is on a GPU
+ * where another expert of the token has a copy), and the inverse map finds
+ * each slot's row.
  */
 static void test_plan_on_fitted_table(void **state)
 {
@@ -665,8 +706,8 @@ static void test_plan_on_fitted_table(void **state)
 				assert_true(holds);
 				if (own)
 					assert_int_equal(d, src);
-				else if (node)
-					assert_int_equal(d / 8, src / 8);
+				else if (node && d / 8 != src / 8)
+					assert_true(shares_rank(m, l, ex, s, 8, d));
 				for (i = 0; i < nd; i++)
 					if (plan.dest[i] == d)
 						break;
@@ -691,6 +732,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_knee_known_curve),
 		cmocka_unit_test(test_replication_fills_budget),
+		cmocka_unit_test(test_replication_follows_affinity),
 		cmocka_unit_test(test_replication_bounds),
 		cmocka_unit_test(test_balance_hand),
 		cmocka_unit_test(test_balance_refine),

@@ -383,7 +383,7 @@ static void pareto(const struct gf_topo *t, struct gf_domain *dom, const struct 
 				   (pt[j].rows_gpu < pt[i].rows_gpu || pt[j].mm < pt[i].mm));
 		if (pareto_tol[i] < 1e6)
 			printf("%ux%-4u %9.2f%c", t->nodes, t->gpus, pareto_tol[i],
-			       pareto_tol[i] == 0.3 ? '*' : ' ');
+			       pareto_tol[i] == 0.1 ? '*' : ' ');
 		else
 			printf("%ux%-4u %10s", t->nodes, t->gpus, "no swaps");
 		printf(" %13.3f %+8.1f%% %15.3f %9.3f %+9.3f  %-5s %s\n", pt[i].rows_gpu,
