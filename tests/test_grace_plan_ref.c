@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The dispatch planner against the planner of earlier builds
- * (tools/grace_plan_ref.c) on real routings: GRACE tables fitted on the
+ * The dispatch planner against the reference planner, the same rules
+ * written plainly (tools/grace_plan_ref.c), on real routings: GRACE tables fitted on the
  * repo's ESFT sample (2 x 4 GPUs, and 4 x 8 with most experts replicated:
  * SWRR everywhere), batches of the sample's tokens and of the full ESFT
  * data ($LOCUS_DATA_DIR, default ../shared/data) when present, from

@@ -5,8 +5,8 @@
  *     GPUs from a synthetic skewed profile, beside EPLB-style greedy packing
  *     of the same loads in the same run;
  *  2. planned (token, expert) pairs per second on one core, 4096 tokens x
- *     top-8 per batch on that table, locus planner beside the planner of
- *     earlier builds (tools/grace_plan_ref.c: the same plans) and a naive
+ *     top-8 per batch on that table, locus planner beside the reference
+ *     planner (tools/grace_plan_ref.c: the same plans, written plainly) and a naive
  *     planner (per-pair random weighted replica choice, malloc and qsort to
  *     group rows by destination) in the same run, per CPU-second of the
  *     benchmark thread (the machine may be shared), best of interleaved
@@ -178,7 +178,7 @@ static int read_blob(const char *path, void **blob, size_t *len)
 
 struct planner {
 	const char *name;
-	int kind; /* 0 locus, 1 earlier builds' (reference), 2 naive */
+	int kind; /* 0 locus, 1 reference, 2 naive */
 	void *st;
 	double best, rows;
 };
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
 	size_t len, plen, msz, ssz, pmsz;
 	struct locus_grace_plan plan;
 	struct planner v[3] = { { "locus (TAR + SWRR)", 0, NULL, 0, 0 },
-				{ "earlier builds' planner", 1, NULL, 0, 0 },
+				{ "reference planner", 1, NULL, 0, 0 },
 				{ "naive planner", 2, NULL, 0, 0 } };
 	int rc, rounds = 8, have_blob;
 	cpu_set_t cpus;
@@ -333,7 +333,7 @@ int main(int argc, char **argv)
 		}
 	for (int i = 0; i < 3; i++)
 		printf("  %-26s %8.2f M pairs/s  (batches of %d x top-%d, %.1f rows/batch)  "
-		       "= %.2fx earlier builds', %.1fx naive\n", v[i].name, v[i].best / 1e6, T_, K_,
+		       "= %.2fx reference, %.1fx naive\n", v[i].name, v[i].best / 1e6, T_, K_,
 		       v[i].rows, v[i].best / v[1].best, v[i].best / v[2].best);
 	free(pm);
 	free(st[0]);
