@@ -3,8 +3,8 @@
  * Dispatch planner: (token, expert) -> destination rank by topology-aware
  * routing (TAR) with a per-token copy choice (a copy on a GPU the token
  * goes to anyway before the nearest tier's), then per-destination row
- * lists grouped by tier, and the inverse map combine uses. Everything lives in caller memory; a batch
- * costs no allocation and no system call.
+ * lists grouped by tier, and the inverse map combine uses. Everything
+ * lives in caller memory; a batch costs no allocation and no system call.
  */
 #include <errno.h>
 #include <string.h>

@@ -52,6 +52,16 @@ static int holds(const struct locus_grace_map *m, uint32_t l, uint32_t e, uint32
 	return 0;
 }
 
+/* Whether an expert of token t other than slot s's has a copy on rank r. */
+static int other_holds(const struct locus_grace_map *m, const struct locus_grace_batch *b,
+		       uint32_t t, uint32_t s, uint32_t r)
+{
+	for (uint32_t q = 0; q < b->top_k; q++)
+		if (q != s && holds(m, b->layer, b->experts[(size_t)t * b->top_k + q], r))
+			return 1;
+	return 0;
+}
+
 /* The nearest tier any copy of e is in, seen from src. */
 static enum locus_grace_tier nearest(const struct locus_grace_map *m, uint32_t l, uint32_t e,
 				     uint32_t src)
@@ -119,7 +129,11 @@ void fp_check_plan(const struct locus_grace_map *m, const struct locus_grace_bat
 	FUZZ_CHECK(bits == (uint64_t)b->n_tokens * k,
 		   "%llu (token, k) slots served, the batch has %llu", (unsigned long long)bits,
 		   (unsigned long long)b->n_tokens * k);
-	/* each slot exactly once, at the nearest tier that has a copy */
+	/*
+	 * each slot exactly once, at the nearest tier that has a copy, or (no
+	 * copy on the source GPU) on a GPU where another expert of the token
+	 * has a copy: the planner's per-token choice
+	 */
 	for (uint32_t t = 0; t < b->n_tokens; t++) {
 		for (uint32_t s = 0; s < k; s++) {
 			const struct locus_grace_slot *sl = &p->slots[(size_t)t * k + s];
@@ -134,9 +148,11 @@ void fp_check_plan(const struct locus_grace_map *m, const struct locus_grace_bat
 			FUZZ_CHECK(found && p->rows[at] == t && (p->kmask[at] >> s & 1),
 				   "token %u slot %u: its slot names no row that serves it", t, s);
 			FUZZ_CHECK(locus_grace_tier_of(b->src_rank, sl->rank, gpn) ==
-				   nearest(m, b->layer, e, b->src_rank),
+					   nearest(m, b->layer, e, b->src_rank) ||
+				   (nearest(m, b->layer, e, b->src_rank) != LOCUS_GRACE_TIER_GPU &&
+				    other_holds(m, b, t, s, sl->rank)),
 				   "token %u slot %u: expert %u served from tier %u, a copy is "
-				   "nearer",
+				   "nearer and no other expert of the token has one there",
 				   t, s, e, locus_grace_tier_of(b->src_rank, sl->rank, gpn));
 		}
 	}
