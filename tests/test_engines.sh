@@ -30,6 +30,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_engines: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 trace=tests/data/calib_sample.jsonl
 LG=("$B/locus-loadgen" -i "$inst" --trace "$trace" --decoders 4 --ranks 4)
 ctr() { # counter summed over the lcores
@@ -65,12 +66,7 @@ start() {
 	shift 2
 	env "$@" "$B/locusd" -c "$conf" > "$log" 2>&1 &
 	pid=$!
-	for _ in $(seq 400); do
-		grep -q "instance $inst running" "$log" && return 0
-		kill -0 $pid 2>/dev/null || { cat "$log"; fail "locusd ($conf) exited"; }
-		sleep 0.05
-	done
-	fail "locusd ($conf) did not run within 20 s: $(cat "$log")"
+	wait_running "$inst" $pid "$log" 1 20 || fail "locusd ($conf) did not run"
 }
 start "$tmp/a.conf" "$tmp/d.log"
 grep -q '2 engine lcores (1 .. 2)' "$tmp/d.log" || fail "$(cat "$tmp/d.log")"
