@@ -135,10 +135,10 @@ static int open_regions(struct locus_node *n, struct locus_error *err)
 
 /*
  * The engines: one per engine lcore, each with its table reader, counters
- * block and an equal part of the signature cache's bytes; several share a
+ * block (engine 0 has the signature cache, all of its bytes); several share a
  * group (their hand-over rings). Engine k sends to other nodes through
- * remotes[k] (a relay of its own to the network lcore); every arrival comes
- * to engine 0, which hands it to the engine owning its receiver.
+ * remotes[k] (a relay of its own to the network lcore); an arrival comes to
+ * the engine locus_node_arrival_engine() names.
  */
 static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 			  uint64_t (*now)(void), uint64_t tsc_hz,
@@ -163,8 +163,9 @@ static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 	ep->tsc_hz = tsc_hz;
 	ep->now = now;
 	ep->group = n->group;
-	ep->dims.sig_cache_bytes = n->cfg.sig_cache_bytes / n->n_eng;
 	for (uint32_t k = 0; k < n->n_eng; k++) {
+		/* the node's signature cache is engine 0's, where every prefiller is */
+		ep->dims.sig_cache_bytes = k == 0 ? n->cfg.sig_cache_bytes : 0;
 		ep->reader_idx = k;
 		ep->engine_idx = k;
 		ep->ctr_block = locus_counters_block(n->ctrs, node_engine_block(k));

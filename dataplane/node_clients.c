@@ -100,17 +100,23 @@ static int done_all(struct locus_node *n, uint32_t slot)
 }
 
 /*
- * The engine to poll a new client: a rank the one serving its GPU, by the
- * GPUs' NUMA nodes when locusd placed them (gpu_pci), else by order (engine
- * k takes GPUs k * G / N onwards: list the engine lcores in the order of the
- * GPUs they sit next to); a prefiller or a decoder the one with fewest of
- * those, then fewest clients.
+ * The engine to poll a new client: with the signature cache on, a prefiller
+ * (whatever its other roles) engine 0, whose cache is the node's, so every
+ * prefiller finds the blocks any other inserted; a rank the one serving
+ * its GPU, by the GPUs' NUMA nodes when locusd placed them (gpu_pci), else
+ * by order (engine k takes GPUs k * G / N onwards: list the engine lcores
+ * in the order of the GPUs they sit next to); a decoder, or a prefiller
+ * without the cache, the one with fewest prefillers and decoders, then
+ * fewest ranks.
  */
 static uint32_t pick_engine(const struct locus_node *n, const struct locus_engine_grant *g)
 {
 	uint32_t best = 0;
 
 	if (n->n_eng == 1)
+		return 0;
+	/* first: a prefiller's ROUTE_BLOCKS need the cache, a rank's GPU is only nearer */
+	if ((g->roles & LOCUS_ROLE_PREFILL) && n->cfg.sig_cache_bytes)
 		return 0;
 	if (g->roles & LOCUS_ROLE_RANK)
 		return node_rank_engine(n, g->rank);

@@ -167,11 +167,14 @@ static void test_signatures_cross_nodes(void **state)
  * A ROUTE_BLOCKS to a decoder of the other node: the message that crosses
  * is the summed signature (the cached blocks' counts + the new blocks' +
  * the tail's), byte for byte the whole prompt's, once the blocks were
- * inserted by a first request and named as cached by a second.
+ * inserted by a first request and named as cached by a second, from
+ * another prefiller of the node (with two engines: the node's cache is
+ * engine 0's, where both prefillers are).
  */
 static void test_blocks_route_cross_nodes(void **state)
 {
-	struct locus_client *pre = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *pre0 = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
+	struct locus_client *pre1 = tn_attach(&N[0], LOCUS_ROLE_PREFILL, 0, 0);
 	struct locus_client *dec1 = tn_attach(&N[1], LOCUS_ROLE_DECODE, 1, 0);
 	static uint8_t tail[32 + 2 * L * E] __attribute__((aligned(8)));
 	static uint8_t whole[32 + 2 * L * E] __attribute__((aligned(8)));
@@ -212,6 +215,8 @@ static void test_blocks_route_cross_nodes(void **state)
 			.tail = tail,
 		};
 
+		struct locus_client *pre = round ? pre1 : pre0;
+
 		locus_client_report_load(dec1, 2);
 		if (locus_client_route_blocks(pre, 0, &r, 900 + round, &err))
 			fail_msg("%s", err.msg);
@@ -235,7 +240,8 @@ static void test_blocks_route_cross_nodes(void **state)
 	assert_int_equal(tn_ctr(&N[0], "sigcache_hits", 0), 2);
 	assert_int_equal(tn_ctr(&N[0], "sigcache_inserts", 0), 2);
 	locus_client_detach(dec1);
-	locus_client_detach(pre);
+	locus_client_detach(pre1);
+	locus_client_detach(pre0);
 	free(t);
 }
 
