@@ -100,11 +100,14 @@ static int done_all(struct locus_node *n, uint32_t slot)
 }
 
 /*
- * The engine to poll a new client: a rank the one serving its GPU, by the
- * GPUs' NUMA nodes when locusd placed them (gpu_pci), else by order (engine
- * k takes GPUs k * G / N onwards: list the engine lcores in the order of the
- * GPUs they sit next to); a prefiller or a decoder the one with fewest of
- * those, then fewest clients.
+ * The engine to poll a new client: with the signature cache on, a prefiller
+ * (whatever its other roles) engine 0, whose cache is the node's, so every
+ * prefiller finds the blocks any other inserted; a rank the one serving
+ * its GPU, by the GPUs' NUMA nodes when locusd placed them (gpu_pci), else
+ * by order (engine k takes GPUs k * G / N onwards: list the engine lcores
+ * in the order of the GPUs they sit next to); a decoder, or a prefiller
+ * without the cache, the one with fewest prefillers and decoders, then
+ * fewest ranks.
  */
 static uint32_t pick_engine(const struct locus_node *n, const struct locus_engine_grant *g)
 {
@@ -112,20 +115,30 @@ static uint32_t pick_engine(const struct locus_node *n, const struct locus_engin
 
 	if (n->n_eng == 1)
 		return 0;
-	if (g->roles & LOCUS_ROLE_RANK) {
-		uint32_t gpu = g->rank % n->cfg.gpus_per_node;
-
-		if (n->gpus_placed)
-			return n->gpu_engine[gpu];
-		return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
-							: gpu % n->n_eng;
-	}
+	/* first: a prefiller's ROUTE_BLOCKS need the cache, a rank's GPU is only nearer */
+	if ((g->roles & LOCUS_ROLE_PREFILL) && n->cfg.sig_cache_bytes)
+		return 0;
+	if (g->roles & LOCUS_ROLE_RANK)
+		return node_rank_engine(n, g->rank);
 	for (uint32_t k = 1; k < n->n_eng; k++)
 		if (n->eng_others[k] < n->eng_others[best] ||
 		    (n->eng_others[k] == n->eng_others[best] &&
 		     n->eng_ranks[k] < n->eng_ranks[best]))
 			best = k;
 	return best;
+}
+
+/* The engine that serves rank (its GPU's); fixed once the GPUs are placed. */
+uint32_t node_rank_engine(const struct locus_node *n, uint32_t rank)
+{
+	uint32_t gpu = rank % n->cfg.gpus_per_node;
+
+	if (n->n_eng == 1)
+		return 0;
+	if (n->gpus_placed)
+		return n->gpu_engine[gpu];
+	return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
+						: gpu % n->n_eng;
 }
 
 /* The registry holds what was granted, never what a slot says now. */
@@ -138,8 +151,12 @@ static void registry_set(struct locus_node *n, uint32_t slot, int on)
 	else
 		n->eng_others[g->engine] += on ? 1 : -1;
 
-	if (g->roles & LOCUS_ROLE_DECODE)
+	if (g->roles & LOCUS_ROLE_DECODE) {
 		n->decoder_owner[g->decoder_id] = on ? (int32_t)slot : -1;
+		/* the network lcore reads it for arrivals; a stale one only costs a hand-over */
+		__atomic_store_n(&n->decoder_engine[g->decoder_id], on ? (uint8_t)g->engine : 0,
+				 __ATOMIC_RELAXED);
+	}
 	if (g->roles & LOCUS_ROLE_RANK)
 		n->rank_owner[g->rank] = on ? (int32_t)slot : -1;
 	n->attached[slot] = (uint8_t)on;

@@ -32,6 +32,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_faults: FAIL: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 say() { echo "test_faults: $*"; }
 trace=tests/data/calib_sample.jsonl
 
@@ -46,12 +47,7 @@ CONF
 start() { # n-th start of the instance (its log says "running" n times)
 	"$B/locusd" -c "$tmp/a.conf" >> "$tmp/d.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 200); do
-		[ "$(grep -c "instance $inst running" "$tmp/d.log")" -ge "$1" ] && return 0
-		kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-		sleep 0.05
-	done
-	fail "locusd did not come up"
+	wait_running "$inst" $pid "$tmp/d.log" "$1" || fail "locusd did not come up"
 }
 # ctr NAME [LABEL-FILTER]: a counter or gauge of the instance, summed over elements
 ctr() {

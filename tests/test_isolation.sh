@@ -31,6 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_isolation.sh: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 # the build tree may sit where the test users cannot reach: their copies
 cp "$B/locusctl" "$B/locus-stat" "$B/locus-loadgen" "$tmp/bin/"
 cp tests/data/calib_sample.jsonl "$tmp/trace.jsonl"
@@ -55,11 +56,7 @@ chmod 0644 "$tmp/e.tbl" "$tmp/g.tbl"
 # root with the service group, as systemd's User=/Group= would give it its group
 setpriv --regid=$G_LOCUS --clear-groups "$B/locusd" -c "$tmp/a.conf" > "$tmp/d.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
-	grep -q "instance $inst running" "$tmp/d.log" && break
-	kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-	sleep 0.05
-done
+wait_running "$inst" $pid "$tmp/d.log" || fail "locusd did not come up"
 seg=$LOCUS_SHM_DIR/locus.$inst
 
 # 1. modes and groups

@@ -23,6 +23,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_liblocus: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 
 # 1. the staged install
 dest=$tmp/dest
@@ -75,11 +76,7 @@ idle_sleep_us = 50
 CONF
 "$B/bin/locusd" -c "$tmp/a.conf" > "$tmp/d.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
-	grep -q "instance $inst running" "$tmp/d.log" && break
-	kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-	sleep 0.05
-done
+wait_running "$inst" $pid "$tmp/d.log" || fail "locusd did not come up"
 "$B/bin/locusctl" push -i "$inst" "$tmp/e.tbl" >/dev/null || fail "push"
 shape=$(sed -n '1s/.*"n_layers":\([0-9]*\),"k":\([0-9]*\),"n_experts":\([0-9]*\).*/\1 \3 \2/p' $trace)
 # shellcheck disable=SC2086

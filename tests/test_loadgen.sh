@@ -20,6 +20,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_loadgen: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 trace=tests/data/calib_sample.jsonl
 LG=("$B/locus-loadgen" -i "$inst" --trace "$trace" --decoders 4 --ranks 4)
 
@@ -34,11 +35,7 @@ CONF
 start() { # n-th start of the instance
 	"$B/locusd" -c "$tmp/a.conf" >> "$tmp/d.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 200); do
-		[ "$(grep -c "instance $inst running" "$tmp/d.log")" -ge "$1" ] && break
-		kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-		sleep 0.05
-	done
+	wait_running "$inst" $pid "$tmp/d.log" "$1" || fail "locusd did not come up"
 	"$B/locusctl" push -i "$inst" "$tmp/e.tbl" > /dev/null &&
 		"$B/locusctl" push -i "$inst" "$tmp/g.tbl" > /dev/null || fail "push"
 }

@@ -16,15 +16,8 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_locusd: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 
-wait_running() { # instance pid log
-	for _ in $(seq 200); do
-		grep -q "instance $1 running" "$3" && return 0
-		kill -0 "$2" 2>/dev/null || { cat "$3"; fail "locusd $1 exited"; }
-		sleep 0.05
-	done
-	fail "locusd $1 did not come up"
-}
 
 # 1. the README's main job
 DEMO_REQUESTS=1500 DEMO_BATCHES=20 tools/demo.sh > "$tmp/demo.out" 2>&1 ||
@@ -44,7 +37,7 @@ table_slot_size = 1048576
 CONF
 "$B/locusd" -c "$tmp/a.conf" > "$tmp/a.log" 2>&1 &
 pids+=($!)
-wait_running t-a $! "$tmp/a.log"
+wait_running t-a $! "$tmp/a.log" || fail "locusd t-a did not come up"
 first=$!
 if "$B/locusd" -c "$tmp/a.conf" > "$tmp/b.log" 2>&1; then
 	fail "a second locusd for instance t-a started"
@@ -56,7 +49,7 @@ wait "$first" 2>/dev/null || true
 "$B/locusd" -c "$tmp/a.conf" > "$tmp/c.log" 2>&1 &
 second=$!
 pids+=($second)
-wait_running t-a $second "$tmp/c.log"
+wait_running t-a $second "$tmp/c.log" || fail "locusd t-a (the second) did not come up"
 "$B/locus-stat" -i t-a --json | tr -d ' \n' | grep "\"owner_pid\":$second," >/dev/null ||
 	fail "restarted locusd does not own the segment"
 
@@ -111,7 +104,7 @@ for _ in $(seq 50); do [ -S "$tmp/notify" ] && break; sleep 0.05; done
 NOTIFY_SOCKET=$tmp/notify WATCHDOG_USEC=200000 "$B/locusd" -c "$tmp/w.conf" > "$tmp/w.log" 2>&1 &
 wpid=$!
 pids+=($wpid)
-wait_running t-w $wpid "$tmp/w.log"
+wait_running t-w $wpid "$tmp/w.log" || fail "locusd t-w did not come up"
 # DPDK telemetry: /locus/info names the instance and the tables in use
 tel=$("${BUILD:-build}/tests/telemetry_query" locus-t-w /locus/info) || fail "telemetry: $tel"
 case "$tel" in *'"/locus/info":'*'"instance":"t-w"'*'"eldr_generation":0'*) ;;

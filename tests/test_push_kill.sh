@@ -19,6 +19,7 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "test_push_kill: $*" >&2; exit 1; }
+. tests/lib.sh # wait_running
 # "published in-force rejected": channel 0's counters, read at one instant
 state() {
 	"$B/locus-stat" -i "$inst" --prometheus 'table_*' | awk '
@@ -59,11 +60,7 @@ for k in 4 8; do
 done
 "$B/locusd" -c "$tmp/a.conf" > "$tmp/d.log" 2>&1 &
 pid=$!
-for _ in $(seq 200); do
-	grep -q "instance $inst running" "$tmp/d.log" && break
-	kill -0 $pid 2>/dev/null || { cat "$tmp/d.log"; fail "locusd exited"; }
-	sleep 0.05
-done
+wait_running "$inst" $pid "$tmp/d.log" || fail "locusd did not come up"
 "$B/locusctl" push -i "$inst" "$tmp/e4.tbl" > /dev/null || fail "first push"
 
 set -- $(settled 15) || fail "the first push did not settle"
