@@ -16,6 +16,8 @@
 #   LV_WHAT=faults 1, 2, then the faults of guest-faults.sh (netem on the veth
 #                  pair against the clean link, the link black-holed and set
 #                  down, ranks killed mid-dispatch / mid-combine across nodes)
+#   LV_WHAT=rails  two nodes with two rails each (a second veth pair, rxex2 /
+#                  rxey2): traffic on both rails, then on one (guest-rails.sh)
 # LV_LCORES (eal -l for both nodes): by default n0 runs three lcores (main:
 # connections; worker 1: the engine; worker 2: completion queues and inboxes,
 # reached through the relay) mapped onto the guest's two CPUs, n1 two (main
@@ -150,6 +152,8 @@ push_tables() { # node...
 
 # the benchmark starts its own two nodes (guest-bench.sh)
 [ "$WHAT" = bench ] && . "$ROOT/tools/rxe-vm/guest-bench.sh"
+# so does the test of two rails per node (guest-rails.sh)
+[ "$WHAT" = rails ] && . "$ROOT/tools/rxe-vm/guest-rails.sh"
 
 # ---- 1. two nodes up -------------------------------------------------------------------------
 say "1. start locusd n0 (rxex 192.0.2.20) and n1 (rxey 192.0.2.21), cluster 7, 2 GPUs per node"
