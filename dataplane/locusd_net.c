@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -42,75 +43,7 @@
 #include "locus_relay.h"
 #include "locusd_net.h"
 
-#define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
-#define POOL_N        255           /* power of two minus one: mempool's best size */
-#define BACKLOG       512           /* queued messages per peer, power of two */
-#define MAX_CHUNKS    16
-#define POST_BURST    32
-#define SYNC_US       1000          /* data-side counter export period */
-
-struct tx_rec {
-	void *buf;
-	uint32_t len;        /* bytes at buf (with n_sg: the header) */
-	uint32_t node;
-	uint64_t cookie;     /* the engine's */
-	uint32_t n_sg;       /* rows gathered from a client region after buf */
-	uint32_t src;        /* the source's rail slot (locus_rails_src) */
-	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE];
-};
-
-struct backlog {
-	uint32_t idx[BACKLOG]; /* tx record indices, FIFO */
-	uint32_t head, tail;
-};
-
-/*
- * Received messages a local client had no room for yet, held in the verbs
- * inbox: at most one per inbox slot, so cap = the peer's slot count.
- */
-struct held {
-	const void **data;
-	uint32_t *len;
-	uint32_t cap, head, tail;
-};
-
-struct locusd_net;
-
-/* One RDMA device and its connections, one per peer that shares the rail. */
-struct rail {
-	struct locusd_net *n;
-	uint32_t idx;
-	char dev[LOCUS_VERBS_NAME_MAX];
-	struct locus_verbs_ep *ep;
-	struct locus_verbs_peer *peer[LOCUS_CFG_MAX_NODES];
-	int up[LOCUS_CFG_MAX_NODES];
-	struct backlog bl[LOCUS_CFG_MAX_NODES];
-	struct held rx_held[LOCUS_CFG_MAX_NODES];
-	struct locus_verbs_mr mr[MAX_CHUNKS]; /* the message pool on this device */
-	unsigned n_mr;
-	int mr_err;
-	/* peer events: counted by the worker (release), logged by main */
-	uint32_t n_up[LOCUS_CFG_MAX_NODES], n_down[LOCUS_CFG_MAX_NODES];
-	int32_t down_reason[LOCUS_CFG_MAX_NODES];
-	uint32_t seen_up[LOCUS_CFG_MAX_NODES], seen_down[LOCUS_CFG_MAX_NODES]; /* main's */
-};
-
-struct locusd_net {
-	const struct locus_config *cfg;
-	uint32_t n_rails;                    /* this node's */
-	struct rail rail[LOCUS_CFG_MAX_RAILS];
-	uint32_t up_mask[LOCUS_CFG_MAX_NODES]; /* bit r: rail r's connection to node is up */
-	struct locus_rails pick;             /* the data lcore's */
-	struct rte_mempool *pool;
-	struct tx_rec rec[POOL_N];
-	uint32_t rec_free[POOL_N];
-	uint32_t n_rec_free;
-	struct locus_engine *eng;
-	struct locus_engine_sink sink;      /* the engine, or a relay to the engine's lcore */
-	struct locus_engine_remote rt;
-	struct locus_regions_mr_ops mr_ops;
-	uint64_t next_sync, sync_period;
-};
+#include "locusd_net_priv.h"
 
 /* ---- buffers ----------------------------------------------------------------------------- */
 
@@ -267,6 +200,13 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 	b = &n->rail[k].bl[node];
 	if (!n->n_rec_free || b->tail - b->head >= BACKLOG)
 		return -LOCUS_EFULL;
+	if ((uint32_t)k != locus_rails_home(&n->pick, node, src)) {
+		struct rail *home = &n->rail[locus_rails_home(&n->pick, node, src)];
+
+		n->rail[k].away++;
+		if (unlikely(!home->moved_tsc))
+			home->moved_tsc = rte_get_tsc_cycles();
+	}
 	idx = n->rec_free[--n->n_rec_free];
 	r = &n->rec[idx];
 	r->buf = buf;
@@ -410,6 +350,10 @@ static void msg_end(struct locusd_net *n, uint32_t idx, int status)
 	rec_put(n, idx);
 }
 
+/*
+ * A posted message that failed may have reached the peer (only its ACK may
+ * be lost): it is never sent again, it fails once, counted on its rail.
+ */
 static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie, int status)
 {
 	struct rail *rl = arg;
@@ -417,6 +361,8 @@ static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie,
 	(void)p;
 	if (cookie >= POOL_N)
 		return;
+	if (status < 0)
+		rl->failed++;
 	msg_end(rl->n, (uint32_t)cookie, status);
 }
 
@@ -425,15 +371,22 @@ static void on_peer_up(void *arg, struct locus_verbs_peer *p)
 	struct rail *rl = arg;
 	uint16_t node = locus_verbs_peer_node(p);
 
+	if (rl->down_since[node]) {
+		rl->down_tsc += rte_get_tsc_cycles() - rl->down_since[node];
+		rl->down_since[node] = 0;
+	}
 	__atomic_store_n(&rl->up[node], 1, __ATOMIC_RELAXED);
 	__atomic_fetch_or(&rl->n->up_mask[node], 1u << rl->idx, __ATOMIC_RELAXED);
 	__atomic_store_n(&rl->n_up[node], rl->n_up[node] + 1, __ATOMIC_RELEASE);
 }
 
 /*
- * Messages that never reached the wire fail now, once each. Everything
- * posted on this connection has ended before (locus_verbs.h, "Failure"):
- * once the rail is down to node, nothing of it is outstanding.
+ * Rail failover: messages of this rail's backlog never reached the wire, so
+ * the peer cannot have seen them: each goes to the backlog of the rail its
+ * source moves to (in order: a source's messages were all on this rail),
+ * or fails once when no rail to node is up or that backlog is full.
+ * Everything posted on this connection has ended before (locus_verbs.h,
+ * "Failure"): once the rail is down to node, nothing of it is in flight.
  */
 static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 {
@@ -447,12 +400,30 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 		__atomic_store_n(&rl->down_reason[node], reason, __ATOMIC_RELAXED);
 		__atomic_store_n(&rl->n_down[node], rl->n_down[node] + 1, __ATOMIC_RELEASE);
 	}
+	if (rl->up[node]) {
+		rl->failovers++;
+		rl->failed_tsc = rl->down_since[node] = rte_get_tsc_cycles() | 1;
+		rl->moved_tsc = 0;
+	}
 	__atomic_store_n(&rl->up[node], 0, __ATOMIC_RELAXED);
 	__atomic_fetch_and(&n->up_mask[node], ~(1u << rl->idx), __ATOMIC_RELAXED);
 	/* held messages died with the connection (the peer rewrites its slots) */
 	rl->rx_held[node].head = rl->rx_held[node].tail;
-	while (b->head != b->tail)
-		msg_end(n, b->idx[b->head++ % BACKLOG], -LOCUS_EPEERDOWN);
+	while (b->head != b->tail) {
+		uint32_t idx = b->idx[b->head++ % BACKLOG];
+		int k = locus_rails_pick(&n->pick, node, n->rec[idx].src, n->up_mask[node]);
+		struct backlog *to = k >= 0 ? &n->rail[k].bl[node] : NULL;
+
+		if (to && to->tail - to->head < BACKLOG) {
+			to->idx[to->tail++ % BACKLOG] = idx;
+			rl->resent++;
+			if (!rl->moved_tsc)
+				rl->moved_tsc = rte_get_tsc_cycles();
+			continue;
+		}
+		rl->failed++;
+		msg_end(n, idx, -LOCUS_EPEERDOWN);
+	}
 }
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
@@ -632,6 +603,14 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		.load_period_us = 1000,
 	};
 	n->sync_period = rte_get_tsc_hz() / 1000000 * SYNC_US;
+	{
+		struct timespec ts;
+
+		/* failover instants are exported as wall-clock ms (rail_*_at_ms) */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		n->base_tsc = rte_get_tsc_cycles();
+		n->base_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	}
 	me.s_addr = cfg->nodes[cfg->node_id].ipv4;
 	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", n->rail[0].dev,
 		cfg->node_id, inet_ntoa(me), cfg->nodes[cfg->node_id].port, cfg->n_nodes - 1);
@@ -681,7 +660,7 @@ int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct loc
 		if (ret < 0)
 			return ret;
 	}
-	return 0;
+	return locusd_net_attach_rail_counters(n, c, engine_block, err);
 }
 
 void locusd_net_set_sink(struct locusd_net *n, const struct locus_engine_sink *sink)
@@ -708,6 +687,7 @@ int locusd_net_poll(struct locusd_net *n, uint64_t now)
 	if (unlikely(now >= n->next_sync)) {
 		for (uint32_t r = 0; r < n->n_rails; r++)
 			locus_verbs_counters_sync_data(n->rail[r].ep); /* plain stores */
+		locusd_net_sync_rail_counters(n, now);
 		n->next_sync = now + n->sync_period;
 	}
 	return work;

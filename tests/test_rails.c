@@ -146,11 +146,102 @@ static void test_order_under_flaps(void **state)
 		assert_true(last[s] != UINT32_MAX && last[s] > 1000);
 }
 
+/*
+ * The failover of dataplane/locusd_net.c against the same promise: each rail
+ * is a queue (never posted) in front of a window of posted messages; a rail
+ * that goes down fails its posted ones once (the peer may have seen them)
+ * and moves its queued ones, oldest first, to the queue of the rail
+ * locus_rails_pick() gives their source (the peer cannot have seen them).
+ * Every message ends once; each source's deliveries increase; moves happen.
+ */
+struct rail_model {
+	struct fifo q;  /* queued, then posted from the front: [head, posted) are posted */
+	unsigned posted;
+};
+
+static void test_failover_requeue(void **state)
+{
+	struct locus_config c;
+	static struct locus_rails r;
+	static struct rail_model m[RAILS];
+	uint32_t next[SRCS] = { 0 }, last[SRCS], up = (1u << RAILS) - 1;
+	uint64_t rng = 7, sent = 0, delivered = 0, failed = 0, requeued = 0;
+	(void)state;
+
+	two_nodes(&c, RAILS, RAILS, SRCS);
+	locus_rails_init(&r, &c);
+	memset(last, 0xff, sizeof(last));
+	memset(m, 0, sizeof(m));
+	for (int step = 0; step < 300000; step++) {
+		uint32_t what = locus_splitmix_below(&rng, 100);
+		uint32_t k = locus_splitmix_below(&rng, RAILS);
+		struct rail_model *x = &m[k];
+
+		if (what < 45) { /* a source hands a message over */
+			uint32_t s = locus_splitmix_below(&rng, SRCS);
+			int to = locus_rails_pick(&r, 1, s, up);
+
+			if (to < 0 || m[to].q.tail - m[to].q.head == DEPTH)
+				continue;
+			m[to].q.src[m[to].q.tail % DEPTH] = s;
+			m[to].q.seq[m[to].q.tail % DEPTH] = next[s]++;
+			m[to].q.tail++;
+			locus_rails_sent(&r, 1, s);
+			sent++;
+		} else if (what < 70) { /* a poll posts the oldest queued message */
+			if ((up & 1u << k) && x->posted != x->q.tail)
+				x->posted++;
+		} else if (what < 97) { /* the oldest posted one is delivered */
+			uint32_t s, seq;
+
+			if (x->q.head == x->posted)
+				continue;
+			s = x->q.src[x->q.head % DEPTH];
+			seq = x->q.seq[x->q.head % DEPTH];
+			x->q.head++;
+			if (last[s] != UINT32_MAX && seq <= last[s])
+				fail_msg("source %u: message %u delivered after %u", s, seq, last[s]);
+			last[s] = seq;
+			locus_rails_ended(&r, 1, s);
+			delivered++;
+		} else if (up & 1u << k) { /* rail k fails */
+			for (; x->q.head != x->posted; x->q.head++, failed++)
+				locus_rails_ended(&r, 1, x->q.src[x->q.head % DEPTH]);
+			up &= ~(1u << k);
+			for (; x->q.head != x->q.tail; x->q.head++) {
+				uint32_t s = x->q.src[x->q.head % DEPTH];
+				int to = locus_rails_pick(&r, 1, s, up);
+
+				if (to >= 0 && m[to].q.tail - m[to].q.head < DEPTH) {
+					m[to].q.src[m[to].q.tail % DEPTH] = s;
+					m[to].q.seq[m[to].q.tail % DEPTH] = x->q.seq[x->q.head % DEPTH];
+					m[to].q.tail++;
+					requeued++;
+				} else {
+					locus_rails_ended(&r, 1, s);
+					failed++;
+				}
+			}
+			x->posted = x->q.head;
+		} else { /* rail k comes back */
+			up |= 1u << k;
+		}
+	}
+	for (uint32_t k = 0; k < RAILS; k++)
+		failed += m[k].q.tail - m[k].q.head; /* still queued at the end */
+	assert_int_equal(sent, delivered + failed);
+	assert_true(requeued > 100);
+	assert_true(r.moves > 100);
+	for (uint32_t s = 0; s < SRCS; s++)
+		assert_true(last[s] != UINT32_MAX && last[s] > 1000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_home_rails),
 		cmocka_unit_test(test_order_under_flaps),
+		cmocka_unit_test(test_failover_requeue),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -533,6 +533,8 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 			handled++;
 		}
 	}
+	/* a port gone down closes its connections before their flushes say less */
+	handled += locus_verbs_port_events(ep);
 	/* after the events: a reject or disconnect says why better than the flushes */
 	locus_verbs_ctl_handover(ep);
 	now = locus_verbs_now_ns();

@@ -116,6 +116,24 @@ ctr() {
 			(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
 }
 
+# snap NODE FILE: every counter of node NODE in one locus-stat call (each costs ~0.5 s here)
+snap() { "$B/locus-stat" -i "n$1" -p > "$2" 2>/dev/null; }
+# snap2 PREFIX: both nodes at once, into PREFIX.0 and PREFIX.1 (never a bare wait: the
+# locusd processes are background jobs of this shell too)
+snap2() {
+	local p
+	snap 0 "$1.0" &
+	p=$!
+	snap 1 "$1.1"
+	wait $p
+}
+# val FILE NAME [LABEL-FILTER]: a counter's elements summed, from a snap
+val() {
+	awk -v n="locus_$2" -v f="${3:-}" '
+		$1 !~ /^#/ && (index($1, n "{") == 1 || index($1, n "_total") == 1 || $1 == n) &&
+		(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }' "$1"
+}
+
 show_logs() {
 	for n in 0 1; do tail -n "${1:-8}" "$W/n$n.log" | sed "s/^/  [n$n log] /"; done
 }
