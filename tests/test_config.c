@@ -445,7 +445,8 @@ static void test_load_file(void **state)
 /* The shipped example configs are valid (make test runs from the repo root). */
 static void test_shipped_examples(void **state)
 {
-	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf" };
+	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf",
+					      "deploy/rails.conf" };
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {

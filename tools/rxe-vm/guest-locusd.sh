@@ -127,11 +127,11 @@ snap2() {
 	snap 1 "$1.1"
 	wait $p
 }
-# val FILE NAME [LABEL-FILTER]: a counter's elements summed, from a snap
+# val FILE NAME [LABEL-FILTER]: a counter's elements summed, from a snap (%.0f: some are wall-clock ms)
 val() {
 	awk -v n="locus_$2" -v f="${3:-}" '
 		$1 !~ /^#/ && (index($1, n "{") == 1 || index($1, n "_total") == 1 || $1 == n) &&
-		(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }' "$1"
+		(f == "" || index($1, f)) { s += $2 } END { printf "%.0f\n", s }' "$1"
 }
 
 show_logs() {

@@ -50,9 +50,10 @@ if [ $WHAT = faults ] || [ $WHAT = rails ]; then
 			--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
 		{ echo "fitting the tables failed"; exit 1; }
 fi
-if [ $WHAT = bench ]; then
+[ $WHAT = bench ] &&
+	{ make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1; }
+if [ $WHAT = bench ] || [ $WHAT = rails ]; then
 	# the figures are printed beside the host's load average (the guest cannot see it)
-	make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1
 	( while :; do cat /proc/loadavg > "$RXE_VM_DIR/rw/host-loadavg.tmp" &&
 		mv "$RXE_VM_DIR/rw/host-loadavg.tmp" "$RXE_VM_DIR/rw/host-loadavg"; sleep 2; done ) &
 	LOADPID=$!
