@@ -631,10 +631,6 @@ static int check_engines(struct cfg_parser *p)
 
 	if (c->engine_lcores == 1)
 		return 0;
-	if (c->n_nodes > 1)
-		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u: several engine lcores "
-				"run on a single node only (this cluster has %u)", c->engine_lcores,
-				c->n_nodes);
 	if (c->intra_node == LOCUS_INTRA_VERBS)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "engine_lcores = %u needs intra_node = shm",
 				c->engine_lcores);

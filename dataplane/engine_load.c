@@ -168,6 +168,12 @@ void engine_load_exchange(struct locus_engine *e, uint64_t now)
 	if (!e->rt || now < e->next_load)
 		return;
 	e->next_load = now + e->load_period;
-	load_write(e);
+	/*
+	 * One row per node: engine 0 writes it, listing every decoder of the
+	 * node (each engine knows them all); with several engines each reads
+	 * the peers' rows for its own router.
+	 */
+	if (e->p.engine_idx == 0)
+		load_write(e);
 	load_read(e, now);
 }

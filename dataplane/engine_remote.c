@@ -14,9 +14,17 @@
 #include "engine_priv.h"
 #include "locus_wire.h"
 
+/*
+ * A send's cookie: the pending record's index, and the low 24 bits of its
+ * generation (a record reused 2^24 times while one of its sends is still
+ * out is not a case); the top byte stays 0 for a relay mux
+ * (locus_relay.h) to name the engine in.
+ */
+#define COOKIE_GEN_MASK 0xffffffu
+
 uint64_t engine_cookie(const struct locus_engine *e, int idx)
 {
-	return (uint64_t)e->pend[idx].gen << 32 | (uint32_t)idx;
+	return (uint64_t)(e->pend[idx].gen & COOKIE_GEN_MASK) << 32 | (uint32_t)idx;
 }
 
 int engine_remote_peer_up(struct locus_engine *e, uint32_t node)
@@ -139,7 +147,7 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
 {
 	uint32_t idx = (uint32_t)cookie;
 
-	if (idx >= e->n_pend || e->pend[idx].gen != (uint32_t)(cookie >> 32) ||
+	if (idx >= e->n_pend || (e->pend[idx].gen & COOKIE_GEN_MASK) != (uint32_t)(cookie >> 32) ||
 	    e->pend[idx].outstanding == 0)
 		return; /* not ours (a transport bug): never complete twice */
 	if (status < 0)

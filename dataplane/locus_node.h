@@ -41,6 +41,28 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 			     uint64_t tsc_hz, const struct locus_engine_remote *remote,
 			     struct locus_node **out, struct locus_error *err);
 
+/*
+ * The same with several engine lcores: remotes[k] is engine k's transport
+ * (n_remotes = engine_lcores; 0: a single node). Each engine sends on its
+ * own transport; arrivals go where locus_node_arrival_engine() says (a
+ * struct locus_relay_mux routes them so); engine 0 writes the node's
+ * decoder load row.
+ */
+/*
+ * Several engine lcores: the engine owning the receiver of an arriving
+ * message, from its header alone (bytes nobody checked yet: a bad or
+ * unknown one gives 0, whose engine checks it and refuses it); the
+ * network lcore's choice of relay (locus_relay_mux_set_pick). Any engine
+ * delivers to any client, so a stale answer (a decoder that moved) costs
+ * only a hand-over.
+ */
+uint32_t locus_node_arrival_engine(const struct locus_node *n, const void *msg, size_t len);
+
+int locus_node_create_remotes(const struct locus_config *cfg, uint64_t (*now)(void),
+			      uint64_t tsc_hz, const struct locus_engine_remote *const *remotes,
+			      uint32_t n_remotes, struct locus_node **out,
+			      struct locus_error *err);
+
 /* The segment accepts clients from now on (state RUNNING). */
 void locus_node_set_running(struct locus_node *n);
 

@@ -82,4 +82,40 @@ uint32_t locus_relay_inflight(const struct locus_relay *r);
 /* Engine lcore's view (plain reads of counters each side writes). */
 void locus_relay_stats(const struct locus_relay *r, struct locus_relay_stats *out);
 
+/*
+ * Several engine lcores over one network lcore: a relay per engine, and a
+ * mux as the one sink of the transport below. An arrival goes to the relay
+ * a pick function names (the engine owning its receiver; without one, or
+ * out of range, relay 0: any engine delivers to a client of any engine,
+ * handing it over); a send's end goes back to the relay that passed the
+ * send down: relay i
+ * puts i in the top byte of each cookie on the way down and takes it off
+ * on the way up, so the cookies an engine sends must leave that byte 0
+ * (a send with a cookie above LOCUS_RELAY_COOKIE_MASK is refused,
+ * -LOCUS_ERANGE). The network lcore polls every relay's net side.
+ */
+#define LOCUS_RELAY_COOKIE_BITS 56
+#define LOCUS_RELAY_COOKIE_MASK ((1ull << LOCUS_RELAY_COOKIE_BITS) - 1)
+#define LOCUS_RELAY_MUX_MAX     16u
+
+struct locus_relay_mux;
+
+/* relays[n] (1..LOCUS_RELAY_MUX_MAX), none in a mux yet. 0, -EINVAL, -ENOMEM. */
+int locus_relay_mux_create(struct locus_relay *const *relays, uint32_t n,
+			   struct locus_relay_mux **out);
+
+/*
+ * Which relay an arrival goes to: pick(ctx, msg, len), called on the net
+ * lcore with the transport's bytes (unchecked: it must read within len and
+ * may answer anything; >= n means relay 0). Set before the net lcore polls.
+ */
+void locus_relay_mux_set_pick(struct locus_relay_mux *m,
+			      uint32_t (*pick)(void *ctx, const void *msg, size_t len), void *ctx);
+
+/* The sink to give the transport below (instead of each relay's). */
+const struct locus_engine_sink *locus_relay_mux_sink(struct locus_relay_mux *m);
+
+/* After the relays' transport is gone (it ends what it held through the mux). */
+void locus_relay_mux_destroy(struct locus_relay_mux *m);
+
 #endif /* LOCUS_RELAY_H */

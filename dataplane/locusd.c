@@ -78,7 +78,9 @@ struct locusd {
 	struct locus_node *node;
 	struct locusd_net *net;     /* NULL on a single node */
 	struct locusd_loop *loop;   /* intra_node = verbs, else NULL */
-	struct locus_relay *relay;  /* the engine and the network on two worker lcores */
+	/* the engines and the network on worker lcores of their own: a relay per engine */
+	struct locus_relay *relay[LOCUS_CFG_MAX_ENGINES];
+	struct locus_relay_mux *mux; /* the network's one sink over the relays */
 	unsigned worker_lcore;      /* RTE_MAX_LCORE: the engine runs on the main lcore */
 	unsigned eng_lcore[LOCUS_CFG_MAX_ENGINES]; /* engine k's lcore; [0] = worker_lcore */
 	uint32_t n_eng;
@@ -193,8 +195,8 @@ static int worker_main(void *arg)
 	for (;;) {
 		int n = locus_engine_poll(e);
 
-		if (el->k == 0 && d->relay)
-			n += locus_relay_poll_engine(d->relay);
+		if (d->relay[el->k])
+			n += locus_relay_poll_engine(d->relay[el->k]);
 		else if (el->k == 0 && d->net)
 			n += locusd_net_poll(d->net, rte_rdtsc());
 		if (el->k == 0 && d->loop)
@@ -210,7 +212,7 @@ static int worker_main(void *arg)
 				drain_until = rte_rdtsc() + rte_get_tsc_hz() / 1000 * DRAIN_MS;
 			if ((++empty > DRAIN_EMPTY_POLLS &&
 			     !(d->loop && locusd_loop_inflight(d->loop)) &&
-			     !(d->relay && locus_relay_inflight(d->relay)) &&
+			     !(d->relay[el->k] && locus_relay_inflight(d->relay[el->k])) &&
 			     !locus_node_engine_inflight(d->node)) ||
 			    rte_rdtsc() > drain_until)
 				break;
@@ -255,6 +257,77 @@ static int pick_engine_lcores(struct locusd *d)
 	}
 	d->worker_lcore = d->eng_lcore[0];
 	return 0;
+}
+
+/*
+ * On a cluster with a worker lcore, the network polls on the first worker
+ * lcore no engine has (none: on engine 0's, which needs a single engine).
+ * 0, or -1 with the reason printed.
+ */
+static int pick_net_lcore(struct locusd *d)
+{
+	d->net_lcore = RTE_MAX_LCORE;
+	if (d->cfg.n_nodes < 2 || d->worker_lcore >= RTE_MAX_LCORE)
+		return 0;
+	for (unsigned l = rte_get_next_lcore(-1, 1, 0); l < RTE_MAX_LCORE;
+	     l = rte_get_next_lcore(l, 1, 0)) {
+		uint32_t k = 0;
+
+		while (k < d->n_eng && d->eng_lcore[k] != l)
+			k++;
+		if (k == d->n_eng) {
+			d->net_lcore = l;
+			return 0;
+		}
+	}
+	if (d->n_eng > 1) {
+		fprintf(stderr, "locusd: engine_lcores = %u on a cluster needs a worker lcore for "
+			"the network beside the engines'; eal_args '%s' has %u worker lcores\n",
+			d->n_eng, d->cfg.eal_args, rte_lcore_count() - 1);
+		return -1;
+	}
+	return 0;
+}
+
+/*
+ * A relay per engine between its lcore and the network's, and the mux the
+ * network hands arrivals and send ends to. 0, or -1 with the reason printed.
+ */
+static int make_relays(struct locusd *d)
+{
+	int ret;
+
+	for (uint32_t k = 0; k < d->n_eng; k++) {
+		ret = locus_relay_create(locusd_net_transport(d->net), 1024, &d->relay[k]);
+		if (ret < 0) {
+			fprintf(stderr, "locusd: relay of engine %u to the network lcore: %s\n", k,
+				strerror(-ret));
+			return -1;
+		}
+	}
+	ret = locus_relay_mux_create(d->relay, d->n_eng, &d->mux);
+	if (ret < 0) {
+		fprintf(stderr, "locusd: relays to the network lcore: %s\n", strerror(-ret));
+		return -1;
+	}
+	locusd_net_set_sink(d->net, locus_relay_mux_sink(d->mux));
+	return 0;
+}
+
+/* The mux's pick: the engine owning an arrival's receiver. */
+static uint32_t arrival_engine(void *ctx, const void *msg, size_t len)
+{
+	return locus_node_arrival_engine(ctx, msg, len);
+}
+
+static void free_relays(struct locusd *d)
+{
+	for (uint32_t k = 0; k < LOCUS_CFG_MAX_ENGINES; k++) {
+		locus_relay_destroy(d->relay[k]);
+		d->relay[k] = NULL;
+	}
+	locus_relay_mux_destroy(d->mux);
+	d->mux = NULL;
 }
 
 /*
@@ -317,9 +390,11 @@ static int net_main(void *arg)
 
 	idle_start(d, &idle, &seq);
 	for (;;) {
-		/* the engine's sends first: this iteration's poll posts them, in one list */
-		int n = locus_relay_poll_net(d->relay);
+		/* the engines' sends first: this iteration's poll posts them, in one list */
+		int n = 0;
 
+		for (uint32_t k = 0; k < d->n_eng; k++)
+			n += locus_relay_poll_net(d->relay[k]);
 		n += locusd_net_poll(d->net, rte_rdtsc());
 
 		if (likely(n)) {
@@ -472,6 +547,7 @@ int main(int argc, char **argv)
 	char eal_buf[LOCUS_CFG_EAL_MAX], *eal[MAX_EAL_ARGS];
 	struct locus_error err = { 0 };
 	uint64_t watchdog_usec = 0, next_watchdog = 0, hz;
+	const struct locus_engine_remote *remotes[LOCUS_CFG_MAX_ENGINES];
 	int check = 0, cpus = 0, c, n, ret = 1;
 	struct sigaction sa = { .sa_handler = on_signal };
 
@@ -535,28 +611,23 @@ int main(int argc, char **argv)
 	hz = rte_get_tsc_hz();
 	if (pick_engine_lcores(&D) < 0)
 		goto err_eal;
-	D.net_lcore = RTE_MAX_LCORE;
-	if (D.cfg.n_nodes > 1 && D.worker_lcore < RTE_MAX_LCORE)
-		D.net_lcore = rte_get_next_lcore(D.worker_lcore, 1, 0);
+	if (pick_net_lcore(&D) < 0)
+		goto err_eal;
 	/* with a worker lcore, connections stay on main and the worker only polls */
 	if (D.cfg.n_nodes > 1 &&
 	    locusd_net_create(&D.cfg, D.worker_lcore < RTE_MAX_LCORE, &D.net, &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_eal;
 	}
-	if (D.net && D.net_lcore < RTE_MAX_LCORE) {
-		ret = locus_relay_create(locusd_net_transport(D.net), 1024, &D.relay);
-		if (ret < 0) {
-			fprintf(stderr, "locusd: relay to the network lcore: %s\n", strerror(-ret));
-			ret = 1;
-			goto err_net;
-		}
-		locusd_net_set_sink(D.net, locus_relay_sink(D.relay));
+	if (D.net && D.net_lcore < RTE_MAX_LCORE && make_relays(&D) < 0) {
+		ret = 1;
+		goto err_net;
 	}
-	if (locus_node_create_remote(&D.cfg, tsc_now, hz,
-				     D.relay ? locus_relay_transport(D.relay)
-					     : D.net ? locusd_net_transport(D.net) : NULL,
-				     &D.node, &err) < 0) {
+	for (uint32_t k = 0; D.net && k < D.n_eng; k++)
+		remotes[k] = D.relay[k] ? locus_relay_transport(D.relay[k])
+					: locusd_net_transport(D.net);
+	if (locus_node_create_remotes(&D.cfg, tsc_now, hz, remotes, D.net ? D.n_eng : 0, &D.node,
+				      &err) < 0) {
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_net;
 	}
@@ -567,12 +638,14 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: %s\n", err.msg);
 		goto err_node;
 	}
-	if (D.relay) {
+	for (uint32_t k = 0; k < D.n_eng && D.relay[k]; k++) {
 		struct locus_engine_sink es;
 
-		locus_engine_sink_of(locus_node_engine(D.node), &es);
-		locus_relay_attach(D.relay, &es);
+		locus_engine_sink_of(locus_node_engine_at(D.node, k), &es);
+		locus_relay_attach(D.relay[k], &es);
 	}
+	if (D.mux)
+		locus_relay_mux_set_pick(D.mux, arrival_engine, D.node);
 	if (D.cfg.intra_node == LOCUS_INTRA_VERBS) {
 		size_t len, first, stride;
 		void *region = locus_node_client_region(D.node, &len);
@@ -615,9 +688,13 @@ int main(int argc, char **argv)
 	if (D.n_eng > 1)
 		fprintf(stderr, "locusd: %u engine lcores (%u .. %u), client slots spread over "
 			"them\n", D.n_eng, D.eng_lcore[0], D.eng_lcore[D.n_eng - 1]);
-	if (D.net_lcore < RTE_MAX_LCORE)
+	if (D.net_lcore < RTE_MAX_LCORE && D.n_eng == 1)
 		fprintf(stderr, "locusd: engine on lcore %u, network (completion queues, inboxes) "
 			"on lcore %u, connections on the main lcore\n", D.worker_lcore, D.net_lcore);
+	else if (D.net_lcore < RTE_MAX_LCORE)
+		fprintf(stderr, "locusd: %u engines, each with a relay to the network (completion "
+			"queues, inboxes) on lcore %u, connections on the main lcore\n", D.n_eng,
+			D.net_lcore);
 	if (D.worker_lcore >= RTE_MAX_LCORE)
 		fprintf(stderr, "locusd: one lcore only: the engine shares the main lcore\n");
 	locus_node_set_running(D.node);
@@ -681,13 +758,14 @@ err_engines:
 	__atomic_store_n(&D.net_stop, 1, __ATOMIC_RELEASE);
 	if (D.net_lcore < RTE_MAX_LCORE)
 		rte_eal_wait_lcore(D.net_lcore);
-	if (D.relay) {
+	for (uint32_t k = 0; k < D.n_eng && D.relay[k]; k++) {
 		struct locus_relay_stats rs;
 
-		locus_relay_stats(D.relay, &rs);
-		fprintf(stderr, "locusd: relay: %llu sends passed to the network lcore (%llu refused "
+		locus_relay_stats(D.relay[k], &rs);
+		fprintf(stderr, "locusd: relay of engine %u: %llu sends passed to the network lcore (%llu refused "
 			"there), %llu send ends, %llu arrivals (%llu handed again later, %llu left "
-			"in the inbox for lack of room, %llu refused as too long)\n", (unsigned long long)rs.tx,
+			"in the inbox for lack of room, %llu refused as too long)\n", k,
+			(unsigned long long)rs.tx,
 			(unsigned long long)rs.tx_refused, (unsigned long long)rs.done,
 			(unsigned long long)rs.rx, (unsigned long long)rs.rx_held,
 			(unsigned long long)rs.rx_no_room, (unsigned long long)rs.rx_refused);
@@ -701,12 +779,11 @@ err_node:
 	/* the transport first: its in-flight messages complete into the engine */
 	locusd_net_destroy(D.net);
 	D.net = NULL;
-	locus_relay_destroy(D.relay); /* after the transport: it ends what it held into the relay */
-	D.relay = NULL;
+	free_relays(&D); /* after the transport: it ends what it held into the relays */
 	locus_node_destroy(D.node, 1);
 err_net:
 	locusd_net_destroy(D.net);
-	locus_relay_destroy(D.relay);
+	free_relays(&D);
 err_eal:
 	rte_eal_cleanup();
 	return ret;

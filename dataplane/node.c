@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include "locus_sigcache.h"
+#include "locus_wire.h"
 #include "node_priv.h"
 
 #define TABLE_SLOTS 3
@@ -141,13 +142,20 @@ static int open_regions(struct locus_node *n, struct locus_error *err)
 /*
  * The engines: one per engine lcore, each with its table reader, counters
  * block and an equal part of the signature cache's bytes; several share a
- * group (their hand-over rings). Only engine 0 talks to other nodes.
+ * group (their hand-over rings). Engine k sends to other nodes through
+ * remotes[k] (a relay of its own to the network lcore); every arrival comes
+ * to engine 0, which hands it to the engine owning its receiver.
  */
 static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 			  uint64_t (*now)(void), uint64_t tsc_hz,
-			  const struct locus_engine_remote *remote, struct locus_error *err)
+			  const struct locus_engine_remote *const *remotes, uint32_t n_remotes,
+			  struct locus_error *err)
 {
 	int ret;
+
+	if (n_remotes && n_remotes != n->n_eng)
+		return locus_error_set(err, EINVAL, "%u inter-node transports for %u engines",
+				       n_remotes, n->n_eng);
 
 	if (n->n_eng > 1) {
 		ret = locus_engine_group_create(n->n_eng, n->cfg.client_slots,
@@ -166,7 +174,7 @@ static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 		ep->reader_idx = k;
 		ep->engine_idx = k;
 		ep->ctr_block = locus_counters_block(n->ctrs, node_engine_block(k));
-		ep->remote = k == 0 ? remote : NULL;
+		ep->remote = n_remotes ? remotes[k] : NULL;
 		ret = locus_engine_create(ep, &n->engines[k], err);
 		if (ret < 0)
 			return ret;
@@ -180,12 +188,19 @@ static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 int locus_node_create(const struct locus_config *cfg, uint64_t (*now)(void), uint64_t tsc_hz,
 		      struct locus_node **out, struct locus_error *err)
 {
-	return locus_node_create_remote(cfg, now, tsc_hz, NULL, out, err);
+	return locus_node_create_remotes(cfg, now, tsc_hz, NULL, 0, out, err);
 }
 
 int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(void),
 			     uint64_t tsc_hz, const struct locus_engine_remote *remote,
 			     struct locus_node **out, struct locus_error *err)
+{
+	return locus_node_create_remotes(cfg, now, tsc_hz, &remote, remote ? 1 : 0, out, err);
+}
+
+int locus_node_create_remotes(const struct locus_config *cfg, uint64_t (*now)(void),
+			      uint64_t tsc_hz, const struct locus_engine_remote *const *remotes,
+			      uint32_t n_remotes, struct locus_node **out, struct locus_error *err)
 {
 	struct locus_engine_params ep = { 0 };
 	struct locus_node *n;
@@ -205,12 +220,14 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 	n->grant = calloc(cfg->client_slots, sizeof(*n->grant));
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
+	n->decoder_engine = calloc(cfg->max_decoders, 1);
 	n->draining = calloc(cfg->client_slots, 1);
 	n->n_eng = cfg->engine_lcores ? cfg->engine_lcores : 1;
 	n->slot_engine = calloc(cfg->client_slots, 1);
 	n->eng_ticket = calloc((size_t)cfg->client_slots * n->n_eng, sizeof(*n->eng_ticket));
 	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
-	    !n->rank_owner || !n->draining || !n->conn || !n->renew || !n->slot_engine ||
+	    !n->rank_owner || !n->decoder_engine || !n->draining || !n->conn || !n->renew ||
+	    !n->slot_engine ||
 	    !n->eng_ticket) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
@@ -243,7 +260,7 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
 		ret = register_control_counters(n, err);
 	if (ret < 0)
 		goto err_free;
-	ret = create_engines(n, &ep, now, tsc_hz, remote, err);
+	ret = create_engines(n, &ep, now, tsc_hz, remotes, n_remotes, err);
 	if (ret == 0 && cfg->sig_cache_bytes) {
 		struct locus_sigcache_params sp = {
 			.n_layers = cfg->moe_layers, .n_experts = cfg->moe_experts,
@@ -304,6 +321,29 @@ int locus_node_place_gpus(struct locus_node *n, const uint8_t *gpu_engine, uint3
 uint32_t locus_node_slot_engine(const struct locus_node *n, uint32_t slot)
 {
 	return slot < n->cfg.client_slots ? n->grant[slot].engine : 0;
+}
+
+uint32_t locus_node_arrival_engine(const struct locus_node *n, const void *msg, size_t len)
+{
+	struct locus_msg_hdr h;
+	uint32_t gpn = n->cfg.gpus_per_node;
+
+	if (n->n_eng == 1 || len < sizeof(h))
+		return 0;
+	memcpy(&h, msg, sizeof(h));
+	switch (h.type) {
+	case LOCUS_MSG_SIGNATURE:
+		return h.dst_rank < n->cfg.max_decoders
+			       ? __atomic_load_n(&n->decoder_engine[h.dst_rank], __ATOMIC_RELAXED)
+			       : 0;
+	case LOCUS_MSG_DISPATCH:
+	case LOCUS_MSG_COMBINE:
+		if (h.dst_rank / gpn != n->cfg.node_id || h.dst_rank >= n->n_ranks)
+			return 0;
+		return node_rank_engine(n, h.dst_rank);
+	default:
+		return 0;
+	}
 }
 
 uint32_t locus_node_n_engines(const struct locus_node *n)
@@ -398,6 +438,7 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->grant);
 	free(n->decoder_owner);
 	free(n->rank_owner);
+	free(n->decoder_engine);
 	free(n->draining);
 	free(n->slot_engine);
 	free(n->eng_ticket);

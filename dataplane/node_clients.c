@@ -112,20 +112,27 @@ static uint32_t pick_engine(const struct locus_node *n, const struct locus_engin
 
 	if (n->n_eng == 1)
 		return 0;
-	if (g->roles & LOCUS_ROLE_RANK) {
-		uint32_t gpu = g->rank % n->cfg.gpus_per_node;
-
-		if (n->gpus_placed)
-			return n->gpu_engine[gpu];
-		return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
-							: gpu % n->n_eng;
-	}
+	if (g->roles & LOCUS_ROLE_RANK)
+		return node_rank_engine(n, g->rank);
 	for (uint32_t k = 1; k < n->n_eng; k++)
 		if (n->eng_others[k] < n->eng_others[best] ||
 		    (n->eng_others[k] == n->eng_others[best] &&
 		     n->eng_ranks[k] < n->eng_ranks[best]))
 			best = k;
 	return best;
+}
+
+/* The engine that serves rank (its GPU's); fixed once the GPUs are placed. */
+uint32_t node_rank_engine(const struct locus_node *n, uint32_t rank)
+{
+	uint32_t gpu = rank % n->cfg.gpus_per_node;
+
+	if (n->n_eng == 1)
+		return 0;
+	if (n->gpus_placed)
+		return n->gpu_engine[gpu];
+	return n->n_eng <= n->cfg.gpus_per_node ? gpu * n->n_eng / n->cfg.gpus_per_node
+						: gpu % n->n_eng;
 }
 
 /* The registry holds what was granted, never what a slot says now. */
@@ -138,8 +145,12 @@ static void registry_set(struct locus_node *n, uint32_t slot, int on)
 	else
 		n->eng_others[g->engine] += on ? 1 : -1;
 
-	if (g->roles & LOCUS_ROLE_DECODE)
+	if (g->roles & LOCUS_ROLE_DECODE) {
 		n->decoder_owner[g->decoder_id] = on ? (int32_t)slot : -1;
+		/* the network lcore reads it for arrivals; a stale one only costs a hand-over */
+		__atomic_store_n(&n->decoder_engine[g->decoder_id], on ? (uint8_t)g->engine : 0,
+				 __ATOMIC_RELAXED);
+	}
 	if (g->roles & LOCUS_ROLE_RANK)
 		n->rank_owner[g->rank] = on ? (int32_t)slot : -1;
 	n->attached[slot] = (uint8_t)on;

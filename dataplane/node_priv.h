@@ -52,6 +52,7 @@ struct locus_node {
 	struct locus_engine_grant *grant;
 	int32_t *decoder_owner;
 	int32_t *rank_owner;
+	uint8_t *decoder_engine; /* [max_decoders] its owner's engine, for the network lcore */
 	uint8_t *draining;    /* detached, waiting for its regions' release */
 	uint8_t *renew;       /* enum node_renew */
 	int (*renew_hook)(void *ctx, uint32_t slot);
@@ -69,5 +70,8 @@ void node_clients_init(struct locus_node *n);
 
 /* node.c: counters block of engine k (0 and 2.. : block 1 is the control's). */
 uint32_t node_engine_block(uint32_t k);
+
+/* The engine that serves rank (node_clients.c). */
+uint32_t node_rank_engine(const struct locus_node *n, uint32_t rank);
 
 #endif /* LOCUS_NODE_PRIV_H */

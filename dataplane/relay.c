@@ -51,6 +51,7 @@ struct locus_relay {
 	struct locus_engine_remote up;       /* what the engine sees */
 	struct locus_engine_sink sink;       /* what the transport below sees */
 	struct locus_engine_sink eng;        /* where the engine side hands things */
+	uint64_t tag;                        /* our id in a mux, in the cookies' top byte */
 	uint32_t ring;
 	struct locus_spsc tx, done, rx;
 	/* engine side */
@@ -108,9 +109,9 @@ static int up_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 {
 	struct locus_relay *r = ctx;
 	struct tx_item t = { .kind = TX_SEND, .node = node, .buf = buf, .len = hdr_len,
-			     .cookie = cookie, .n_sg = n_sg };
+			     .cookie = cookie | r->tag, .n_sg = n_sg };
 
-	if (n_sg > RELAY_MAX_SG)
+	if (n_sg > RELAY_MAX_SG || (cookie & ~LOCUS_RELAY_COOKIE_MASK))
 		return -LOCUS_ERANGE;
 	if (!r->down.peer_up(r->down.ctx, node))
 		return -LOCUS_EPEERDOWN;
@@ -240,7 +241,7 @@ int locus_relay_poll_engine(struct locus_relay *r)
 
 	for (int i = 0; i < 64 && locus_spsc_get(&r->done, &d) == 0; i++, work++) {
 		r->e_done++;
-		r->eng.done(r->eng.ctx, d.cookie, (int)d.status);
+		r->eng.done(r->eng.ctx, d.cookie & LOCUS_RELAY_COOKIE_MASK, (int)d.status);
 	}
 	/* arrivals into their node's queue: a full local receiver holds up only its node */
 	while (locus_spsc_count(&r->rx)) {
@@ -368,4 +369,74 @@ void locus_relay_destroy(struct locus_relay *r)
 	locus_spsc_fini(&r->done);
 	locus_spsc_fini(&r->rx);
 	free(r);
+}
+
+/* ---- several relays over one transport ------------------------------------------------------ */
+
+struct locus_relay_mux {
+	struct locus_engine_sink sink;
+	uint32_t (*pick)(void *ctx, const void *msg, size_t len);
+	void *pick_ctx;
+	uint32_t n;
+	struct locus_relay *r[LOCUS_RELAY_MUX_MAX];
+};
+
+/* Arrivals: to the engine pick names (its receiver's owner), else engine 0's relay. */
+static int mux_recv(void *ctx, uint32_t node, const void *msg, size_t len)
+{
+	struct locus_relay_mux *m = ctx;
+	uint32_t k = m->pick ? m->pick(m->pick_ctx, msg, len) : 0;
+
+	return sink_recv(m->r[k < m->n ? k : 0], node, msg, len);
+}
+
+void locus_relay_mux_set_pick(struct locus_relay_mux *m,
+			      uint32_t (*pick)(void *ctx, const void *msg, size_t len), void *ctx)
+{
+	m->pick_ctx = ctx;
+	m->pick = pick;
+}
+
+/* A send's end: to the relay that passed it down, named by its cookie's top byte. */
+static void mux_done(void *ctx, uint64_t cookie, int status)
+{
+	struct locus_relay_mux *m = ctx;
+	uint32_t id = (uint32_t)(cookie >> LOCUS_RELAY_COOKIE_BITS);
+
+	if (id < m->n)
+		sink_done(m->r[id], cookie, status);
+	/* else not a cookie any of ours passed down (a transport bug): never ended twice */
+}
+
+int locus_relay_mux_create(struct locus_relay *const *relays, uint32_t n,
+			   struct locus_relay_mux **out)
+{
+	struct locus_relay_mux *m;
+
+	if (!relays || n == 0 || n > LOCUS_RELAY_MUX_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < n; i++)
+		if (!relays[i] || relays[i]->tag)
+			return -EINVAL; /* each relay in one mux, once */
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->n = n;
+	for (uint32_t i = 0; i < n; i++) {
+		m->r[i] = relays[i];
+		relays[i]->tag = (uint64_t)i << LOCUS_RELAY_COOKIE_BITS;
+	}
+	m->sink = (struct locus_engine_sink){ .recv = mux_recv, .done = mux_done, .ctx = m };
+	*out = m;
+	return 0;
+}
+
+const struct locus_engine_sink *locus_relay_mux_sink(struct locus_relay_mux *m)
+{
+	return &m->sink;
+}
+
+void locus_relay_mux_destroy(struct locus_relay_mux *m)
+{
+	free(m);
 }

@@ -29,6 +29,13 @@ struct locus_client {
 	struct locus_ring_end completion; /* consumer */
 	uint64_t next_check_ns;           /* poll: next look at the daemon's liveness */
 	int gone;                         /* 0, or -ENOTCONN once the daemon is gone */
+	/*
+	 * RELEASEs a full submit ring refused, oldest first, submitted ahead of
+	 * anything else at the next submit, poll or release: a slot is handed
+	 * back at most once, so inbox_slots entries always hold them.
+	 */
+	uint32_t *rel_q;
+	uint32_t n_rel;
 };
 
 static struct locus_client_ctl *my_ctl(const struct locus_client *c)
@@ -162,6 +169,11 @@ int locus_client_attach(const char *instance, const struct locus_client_req *req
 	ret = check_slot(c, &rep, fd, err);
 	if (ret < 0)
 		goto err_fd;
+	c->rel_q = calloc(c->v.p.inbox_slots, sizeof(*c->rel_q));
+	if (!c->rel_q) {
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+		goto err_fd;
+	}
 	c->map = mmap(NULL, c->v.slot_stride, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (c->map == MAP_FAILED) {
 		c->map = NULL;
@@ -202,6 +214,7 @@ err_sock:
 err_detach:
 	locus_shm_detach(c->shm);
 err_free:
+	free(c->rel_q);
 	free(c);
 	return ret;
 }
@@ -214,6 +227,7 @@ void locus_client_detach(struct locus_client *c)
 			 locus_client_state_pid(LOCUS_CLIENT_DETACHING, getpid()), __ATOMIC_RELEASE);
 	munmap(c->map, c->v.slot_stride);
 	locus_shm_detach(c->shm);
+	free(c->rel_q);
 	free(c);
 }
 
@@ -236,9 +250,38 @@ const void *locus_client_inbox(struct locus_client *c, const struct locus_desc *
 	return my_buf(c) + d->off;
 }
 
+/* Submit what RELEASEs wait, oldest first, as far as the ring takes them. */
+static void flush_releases(struct locus_client *c)
+{
+	struct locus_desc d[32];
+	uint32_t done = 0;
+
+	while (done < c->n_rel) {
+		uint32_t k = LOCUS_MIN(c->n_rel - done, (uint32_t)LOCUS_ARRAY_SIZE(d));
+		int64_t got;
+
+		for (uint32_t i = 0; i < k; i++)
+			d[i] = (struct locus_desc){ .op = LOCUS_OP_RELEASE, .slot = c->rel_q[done + i] };
+		got = locus_ring_enqueue_burst(&c->submit, d, k);
+		if (got <= 0)
+			break;
+		done += (uint32_t)got;
+		if ((uint32_t)got < k)
+			break;
+	}
+	if (done) {
+		memmove(c->rel_q, c->rel_q + done, sizeof(*c->rel_q) * (c->n_rel - done));
+		c->n_rel -= done;
+	}
+}
+
 int locus_client_submit(struct locus_client *c, const struct locus_desc *d, uint32_t n)
 {
-	int64_t got = locus_ring_enqueue_burst(&c->submit, d, n);
+	int64_t got;
+
+	if (c->n_rel)
+		flush_releases(c);
+	got = locus_ring_enqueue_burst(&c->submit, d, n);
 
 	if (got < 0)
 		return (int)got;
@@ -268,8 +311,12 @@ int locus_client_check(struct locus_client *c)
 
 int locus_client_poll(struct locus_client *c, struct locus_desc *out, uint32_t max)
 {
-	int64_t n = locus_ring_dequeue_burst(&c->completion, out, max);
+	int64_t n;
 	uint64_t now;
+
+	if (c->n_rel)
+		flush_releases(c);
+	n = locus_ring_dequeue_burst(&c->completion, out, max);
 
 	if (n != 0 || !max)
 		return (int)n;
@@ -287,7 +334,20 @@ int locus_client_release_slot(struct locus_client *c, uint32_t slot)
 
 	if (slot >= c->v.p.inbox_slots)
 		return -LOCUS_ERANGE;
-	return locus_client_submit(c, &d, 1) == 1 ? 0 : -LOCUS_EFULL;
+	if (c->n_rel)
+		flush_releases(c);
+	if (!c->n_rel && locus_ring_enqueue_burst(&c->submit, &d, 1) == 1)
+		return 0;
+	/* behind the ones already waiting, in order; more than one a slot is the caller's bug */
+	if (c->n_rel >= c->v.p.inbox_slots)
+		return -LOCUS_EFULL;
+	c->rel_q[c->n_rel++] = slot;
+	return 0;
+}
+
+uint32_t locus_client_releases_waiting(const struct locus_client *c)
+{
+	return c->n_rel;
 }
 
 void locus_client_report_load(struct locus_client *c, uint32_t load)

@@ -355,8 +355,17 @@ int locus_client_poll(struct locus_client *c, struct locus_desc *out, uint32_t m
  */
 int locus_client_check(struct locus_client *c);
 
-/* Hand inbox slot back (a RELEASE descriptor). */
+/*
+ * Hand inbox slot back (a RELEASE descriptor). A full submit ring does not
+ * refuse it: the RELEASE waits in the client and goes out, ahead of
+ * anything else, at the next submit, poll or release. 0; -LOCUS_ERANGE (no
+ * such slot); -LOCUS_EFULL only when more RELEASEs wait than the inbox has
+ * slots (a slot handed back twice).
+ */
 int locus_client_release_slot(struct locus_client *c, uint32_t slot);
+
+/* RELEASEs waiting for room in the submit ring (see locus_client_release_slot). */
+uint32_t locus_client_releases_waiting(const struct locus_client *c);
 
 /* Decoder load report: one-sided plain stores, read by locusd. */
 void locus_client_report_load(struct locus_client *c, uint32_t load);

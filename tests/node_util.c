@@ -168,6 +168,13 @@ void tu_node_hold(struct tu_node *t, int on)
 		tu_nap();
 }
 
+void tu_engine_hold(struct tu_node *t, int on)
+{
+	__atomic_store_n(&t->eng_hold, on, __ATOMIC_RELEASE);
+	for (int i = 0; on && i < 25000 && !__atomic_load_n(&t->eng_held, __ATOMIC_ACQUIRE); i++)
+		tu_nap();
+}
+
 /* Every engine of the node on this one thread, in turn (see tu_engines_start for one each). */
 static void *tn_engine(void *arg)
 {
@@ -175,9 +182,10 @@ static void *tn_engine(void *arg)
 	uint32_t n = locus_node_n_engines(t->node);
 
 	while (!__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE)) {
-		int work = 0;
+		int work = 0, hold = __atomic_load_n(&t->eng_hold, __ATOMIC_ACQUIRE);
 
-		for (uint32_t k = 0; k < n; k++)
+		__atomic_store_n(&t->eng_held, hold, __ATOMIC_RELEASE);
+		for (uint32_t k = 0; !hold && k < n; k++)
 			work += locus_engine_poll(locus_node_engine_at(t->node, k));
 		if (work == 0)
 			sched_yield();

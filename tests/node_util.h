@@ -58,10 +58,13 @@ struct tu_node {
 	int stop;
 	int hold;            /* 1: the control loop passes without doing anything */
 	int held;            /* the control loop saw hold (tu_node_hold waits for it) */
+	int eng_hold, eng_held; /* the same for the engine loop */
 };
 
 /* Hold (1) or release (0) the control loop; returns once a hold took effect. */
 void tu_node_hold(struct tu_node *t, int on);
+/* The same for the engine loop: while held, no client ring is read. */
+void tu_engine_hold(struct tu_node *t, int on);
 
 int tu_node_start(struct tu_node *t, const char *conf);
 void tu_node_stop(struct tu_node *t);

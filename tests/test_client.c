@@ -458,6 +458,45 @@ static void test_inbox_bounds(void **state)
 }
 
 /*
+ * A RELEASE the full submit ring cannot take is kept by the client and goes
+ * out, first, at its next poll: with the engine held, the ring is filled
+ * (RELEASEs of slots holding nothing, which the engine counts as bad), then
+ * inbox_slots more are accepted and wait; one more than that is refused.
+ * Let go, the engine sees every one of them.
+ */
+static void test_release_waits_for_ring_room(void **state)
+{
+	struct locus_client *c = tu_attach(INST, LOCUS_ROLE_RANK, 0, 1);
+	uint64_t bad = ctr("rejected_bad_release", 0);
+	struct locus_desc d = { .op = LOCUS_OP_RELEASE, .slot = 0 }, out[8];
+	uint32_t filled = 0;
+	(void)state;
+
+	tu_engine_hold(&T, 1);
+	while (filled <= params.ring_size && locus_client_submit(c, &d, 1) == 1)
+		filled++;
+	assert_in_range(filled, 1, params.ring_size);
+	assert_int_equal(locus_client_releases_waiting(c), 0);
+	for (uint32_t s = 0; s < params.inbox_slots; s++)
+		assert_int_equal(locus_client_release_slot(c, s), 0);
+	assert_int_equal(locus_client_releases_waiting(c), params.inbox_slots);
+	assert_int_equal(locus_client_release_slot(c, 0), -LOCUS_EFULL);
+	/* still no room: a poll leaves them waiting, and a submit gets no room either */
+	assert_int_equal(locus_client_poll(c, out, 8), 0);
+	assert_int_equal(locus_client_releases_waiting(c), params.inbox_slots);
+	assert_int_equal(locus_client_submit(c, &d, 1), -LOCUS_EFULL);
+	tu_engine_hold(&T, 0);
+	for (int i = 0; i < 25000 && locus_client_releases_waiting(c); i++) {
+		locus_client_poll(c, out, 8);
+		tu_nap();
+	}
+	assert_int_equal(locus_client_releases_waiting(c), 0);
+	wait_ctr("rejected_bad_release", bad + filled + params.inbox_slots);
+	assert_int_equal(ctr("rejected_bad_release", 0), bad + filled + params.inbox_slots);
+	locus_client_detach(c);
+}
+
+/*
  * A freed slot gets a fresh memfd. A process that kept the old mapping
  * (here a forked child of the first owner, which detached) writes into an
  * object nobody reads, and reads nothing of the next owner's.
@@ -571,6 +610,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_unconfirmed_dead_sealed, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_other_protocol_refused, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_inbox_bounds, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_release_waits_for_ring_room, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

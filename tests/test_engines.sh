@@ -143,8 +143,12 @@ secret_file = /nonexistent
 node.0 = 10.0.0.1:7471
 node.1 = 10.0.0.2:7471
 CONF
-"$B/locusd" -c "$tmp/c.conf" --check-config > "$tmp/c.out" 2>&1 && fail "two engines on a cluster"
-grep -q 'several engine lcores run on a single node only' "$tmp/c.out" || fail "$(cat "$tmp/c.out")"
+"$B/locusd" -c "$tmp/c.conf" --check-config > "$tmp/c.out" 2>&1 || fail "two engines on a cluster: $(cat "$tmp/c.out")"
+# on a cluster the network needs a worker lcore beside the engines' (refused before any device)
+echo "eal_args = --lcores 0@0,1@1,2@1 --no-huge --no-pci -m 64" | sed -i "2r /dev/stdin" "$tmp/c.conf"
+"$B/locusd" -c "$tmp/c.conf" > "$tmp/c.log" 2>&1 && fail "two engines and the network on two worker lcores ran"
+grep -q 'engine_lcores = 2 on a cluster needs a worker lcore for the network' "$tmp/c.log" ||
+	fail "$(cat "$tmp/c.log")"
 
 # 5. gpu_pci: each GPU's ranks on an engine of its NUMA node, from a sysfs tree of our own
 # (this box's lcores are all on node 0): GPUs 0, 1 on node 1, which has no engine, spread

@@ -270,11 +270,131 @@ static void test_bad_params(void **state)
 	assert_int_equal(locus_relay_create(&down, 16, &r), -EINVAL);
 }
 
+/* ---- several relays over one transport (a mux) --------------------------------------------- */
+
+#define MUX_N     3u
+#define MUX_SENDS 300u /* per relay */
+
+static uint64_t mux_taken[MUX_N * MUX_SENDS]; /* the cookies the transport saw, as it saw them */
+static uint32_t mux_n_taken;
+static uint32_t mux_ended[MUX_N][MUX_SENDS];
+static uint32_t mux_arrived[MUX_N];
+static int mux_bad;
+
+static int m_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t cookie)
+{
+	(void)ctx;
+	(void)node;
+	(void)len;
+	free(buf);
+	__atomic_add_fetch(&pool_left, 1, __ATOMIC_ACQ_REL);
+	mux_taken[mux_n_taken++] = cookie;
+	return 0;
+}
+
+static void m_done(void *ctx, uint64_t cookie, int status)
+{
+	uint32_t k = (uint32_t)(uintptr_t)ctx;
+
+	/* each engine sees its own cookies back, untagged, each once */
+	if (cookie >= MUX_SENDS || status != (int)k)
+		mux_bad++;
+	else
+		mux_ended[k][cookie]++;
+}
+
+static int m_recv(void *ctx, uint32_t node, const void *msg, size_t len)
+{
+	(void)node;
+	(void)msg;
+	(void)len;
+	mux_arrived[(uintptr_t)ctx]++;
+	return 0;
+}
+
+/*
+ * Three engines' relays over one transport: every send's end goes back to
+ * the relay (so the engine) that sent it, with the engine's own cookie;
+ * every arrival goes to relay 0's engine; a cookie using the mux's byte is
+ * refused; a relay goes in one mux only.
+ */
+static void test_mux(void **state)
+{
+	struct locus_engine_remote down = {
+		.alloc = t_alloc, .free = t_free, .send = m_send, .peer_up = t_peer_up,
+		.max_msg = 1024,
+	};
+	struct locus_relay *r[MUX_N], *other;
+	struct locus_relay_mux *m, *m2;
+	const struct locus_engine_sink *ms;
+	uint8_t msg[MSG] = { 0 };
+	(void)state;
+
+	for (uint32_t k = 0; k < MUX_N; k++) {
+		struct locus_engine_sink es = { .recv = m_recv, .done = m_done,
+						.ctx = (void *)(uintptr_t)k };
+
+		assert_int_equal(locus_relay_create(&down, 1024, &r[k]), 0);
+		locus_relay_attach(r[k], &es);
+	}
+	assert_int_equal(locus_relay_mux_create(r, 0, &m), -EINVAL);
+	assert_int_equal(locus_relay_mux_create(r, MUX_N, &m), 0);
+	assert_int_equal(locus_relay_mux_create(r + 1, 1, &m2), -EINVAL); /* already in m */
+	ms = locus_relay_mux_sink(m);
+	for (uint32_t i = 0; i < MUX_SENDS; i++) {
+		for (uint32_t k = 0; k < MUX_N; k++) {
+			const struct locus_engine_remote *up = locus_relay_transport(r[k]);
+			void *b = up->alloc(up->ctx, 64);
+
+			assert_non_null(b);
+			assert_int_equal(up->send(up->ctx, 1, b, 64, i), 0);
+		}
+		for (uint32_t k = 0; k < MUX_N; k++)
+			locus_relay_poll_net(r[k]); /* the transport takes them (and frees the buffers) */
+	}
+	{
+		const struct locus_engine_remote *up = locus_relay_transport(r[1]);
+		void *b = up->alloc(up->ctx, 64);
+
+		assert_int_equal(up->send(up->ctx, 1, b, 64, 1ull << LOCUS_RELAY_COOKIE_BITS),
+				 -LOCUS_ERANGE);
+		up->free(up->ctx, b);
+	}
+	assert_int_equal(mux_n_taken, MUX_N * MUX_SENDS);
+	/* ended in another order than sent, the status naming the relay the cookie says */
+	for (uint32_t j = mux_n_taken; j-- > 0;)
+		ms->done(ms->ctx, mux_taken[j], (int)(mux_taken[j] >> LOCUS_RELAY_COOKIE_BITS));
+	ms->done(ms->ctx, (uint64_t)MUX_N << LOCUS_RELAY_COOKIE_BITS, 0); /* no such relay: dropped */
+	for (uint32_t i = 0; i < 5; i++)
+		assert_int_equal(ms->recv(ms->ctx, i % NODES, msg, sizeof(msg)), 0);
+	for (int pass = 0; pass < 64; pass++)
+		for (uint32_t k = 0; k < MUX_N; k++)
+			locus_relay_poll_engine(r[k]);
+	assert_int_equal(mux_bad, 0);
+	for (uint32_t k = 0; k < MUX_N; k++)
+		for (uint32_t i = 0; i < MUX_SENDS; i++)
+			assert_int_equal(mux_ended[k][i], 1);
+	assert_int_equal(mux_arrived[0], 5);
+	assert_int_equal(mux_arrived[1] + mux_arrived[2], 0);
+	for (uint32_t k = 0; k < MUX_N; k++) {
+		assert_int_equal(locus_relay_inflight(r[k]), 0);
+		locus_relay_destroy(r[k]);
+	}
+	locus_relay_mux_destroy(m);
+	/* a lone relay in a mux of one tags nothing: its cookies pass as they are */
+	assert_int_equal(locus_relay_create(&down, 16, &other), 0);
+	assert_int_equal(locus_relay_mux_create(&other, 1, &m), 0);
+	locus_relay_mux_destroy(m);
+	locus_relay_destroy(other);
+	assert_int_equal(__atomic_load_n(&pool_left, __ATOMIC_ACQUIRE), 64);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_lcores),
 		cmocka_unit_test(test_bad_params),
+		cmocka_unit_test(test_mux),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -172,7 +172,7 @@ static void test_load_rows(void **state)
 	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 0; i++)
 		tu_nap();
 	assert_int_equal(tn_ctr(&N[0], "decoder_up", 1), 0);
-	for (int i = 0; i < 2000; i++) /* 400 ms: twice the load timeout */
+	for (int i = 0; i < 10000; i++) /* 2 s: twice the load timeout */
 		tu_nap();
 	assert_int_equal(tn_ctr(&N[0], "load_decoders_stale", 0), 0);
 }

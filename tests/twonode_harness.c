@@ -36,6 +36,7 @@
 #include "twonode_harness.h"
 
 struct fake_node N[2];
+int tn_engines = 1;
 static volatile int stop;
 static char shm_dir[64];
 
@@ -137,6 +138,11 @@ static int t_peer_up(void *ctx, uint32_t node)
 	return __atomic_load_n(&n->peer_up, __ATOMIC_ACQUIRE);
 }
 
+static uint32_t arrival_engine(void *ctx, const void *msg, size_t len)
+{
+	return locus_node_arrival_engine(ctx, msg, len);
+}
+
 static void *ctl_loop(void *arg)
 {
 	struct fake_node *n = arg;
@@ -153,6 +159,7 @@ static void *eng_loop(void *arg)
 {
 	struct fake_node *n = arg;
 	struct locus_engine *e = locus_node_engine(n->node);
+	const struct locus_engine_sink *mux = n->mux ? locus_relay_mux_sink(n->mux) : NULL;
 
 	while (!__atomic_load_n(&stop, __ATOMIC_ACQUIRE)) {
 		struct qmsg m;
@@ -165,18 +172,28 @@ static void *eng_loop(void *arg)
 		}
 		__atomic_store_n(&n->held, 0, __ATOMIC_RELEASE);
 		work = locus_engine_poll(e);
+		for (int k = 1; mux && k < tn_engines; k++)
+			work += locus_engine_poll(locus_node_engine_at(n->node, (uint32_t)k));
+		for (int k = 0; mux && k < tn_engines; k++) {
+			work += locus_relay_poll_engine(n->relay[k]);
+			work += locus_relay_poll_net(n->relay[k]);
+		}
 
 		/* like locusd_net: a message the receiver has no room for waits, in order */
 		while (q_peek(&n->rx, &m)) {
-			if (locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf, m.len) ==
-			    -LOCUS_EFULL)
+			if ((mux ? mux->recv(mux->ctx, (uint32_t)n->peer->id, m.buf, m.len)
+				 : locus_engine_remote_recv(e, (uint32_t)n->peer->id, m.buf,
+							    m.len)) == -LOCUS_EFULL)
 				break;
 			q_pop(&n->rx, &m);
 			free(m.buf);
 			work++;
 		}
 		while (q_pop(&n->done, &m)) {
-			locus_engine_remote_done(e, m.cookie, m.status);
+			if (mux)
+				mux->done(mux->ctx, m.cookie, m.status);
+			else
+				locus_engine_remote_done(e, m.cookie, m.status);
 			work++;
 		}
 		if (!work)
@@ -281,12 +298,13 @@ int tn_setup(void **state)
 		snprintf(n->inst, sizeof(n->inst), "t-n%d", i);
 		snprintf(conf, sizeof(conf),
 			 "[locusd]\ninstance = %s\nnode = %d\nrdma_device = rxe%d\n"
+			 "engine_lcores = %d\n"
 			 "secret_file = /nonexistent\nclient_slots = 8\nring_size = 64\n"
 			 "stage_size = 262144\nclient_inbox_slots = 32\ninbox_slot_size = 4096\n"
 			 "moe_layers = 4\nmoe_experts = 16\nmax_decoders = 8\n"
-			 "max_batch_tokens = 64\ntable_slot_size = 65536\nload_timeout_ms = 200\n"
+			 "max_batch_tokens = 64\ntable_slot_size = 65536\nload_timeout_ms = 1000\n"
 			 "[cluster]\ngpus_per_node = 2\nnode.0 = 127.0.0.1:7471\n"
-			 "node.1 = 127.0.0.2:7471\n", n->inst, i, i);
+			 "node.1 = 127.0.0.2:7471\n", n->inst, i, i, tn_engines);
 		n->rt = (struct locus_engine_remote){ .alloc = t_alloc, .free = t_free,
 						      .send = t_send, .peer_up = t_peer_up,
 						      .write_load = t_write_load,
@@ -294,8 +312,31 @@ int tn_setup(void **state)
 						      .ctx = n, .max_msg = 1 << 16,
 						      .load_area_len = AREA,
 						      .load_period_us = 1000 };
-		if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
-		    locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node, &e)) {
+		if (tn_engines > 1) {
+			const struct locus_engine_remote *rts[2];
+
+			for (int k = 0; k < tn_engines; k++) {
+				if (locus_relay_create(&n->rt, 1024, &n->relay[k]))
+					return -1;
+				rts[k] = locus_relay_transport(n->relay[k]);
+			}
+			if (locus_relay_mux_create(n->relay, (uint32_t)tn_engines, &n->mux) ||
+			    locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
+			    locus_node_create_remotes(&cfg, tu_now_ns, 1000000000ull, rts,
+						      (uint32_t)tn_engines, &n->node, &e)) {
+				fprintf(stderr, "%s\n", e.msg);
+				return -1;
+			}
+			for (int k = 0; k < tn_engines; k++) {
+				struct locus_engine_sink es;
+
+				locus_engine_sink_of(locus_node_engine_at(n->node, (uint32_t)k), &es);
+				locus_relay_attach(n->relay[k], &es);
+			}
+			locus_relay_mux_set_pick(n->mux, arrival_engine, n->node);
+		} else if (locus_config_parse(conf, strlen(conf), n->inst, &cfg, &e) ||
+			   locus_node_create_remote(&cfg, tu_now_ns, 1000000000ull, &n->rt, &n->node,
+						    &e)) {
 			fprintf(stderr, "%s\n", e.msg);
 			return -1;
 		}
@@ -329,7 +370,14 @@ int tn_teardown(void **state)
 		locus_counters_close(N[i].ctrs);
 		locus_shm_detach(N[i].view);
 		locus_node_destroy(N[i].node, 1);
+		for (int k = 0; k < 2; k++) {
+			locus_relay_destroy(N[i].relay[k]);
+			N[i].relay[k] = NULL;
+		}
+		locus_relay_mux_destroy(N[i].mux);
+		N[i].mux = NULL;
 	}
+	__atomic_store_n(&stop, 0, __ATOMIC_RELEASE);
 	return rmdir(shm_dir);
 }
 

@@ -11,6 +11,7 @@
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_node.h"
+#include "locus_relay.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 
@@ -47,6 +48,9 @@ struct fake_node {
 	int freeze_loads;       /* load row writes do nothing: the row stops moving */
 	uint8_t load_area[AREA] __locus_cache_aligned; /* where the peer's row lands */
 	int hold, held;         /* the test borrows the engine lcore */
+	/* tn_engines > 1: an engine per relay, the transport's sink a mux over them */
+	struct locus_relay *relay[2];
+	struct locus_relay_mux *mux;
 	pthread_t th_ctl, th_eng;
 	struct locus_shm *view;
 	struct locus_counters *ctrs;
@@ -54,6 +58,13 @@ struct fake_node {
 };
 
 extern struct fake_node N[2];
+/*
+ * Engine lcores per node (1 or 2), read by tn_setup. With 2, each engine
+ * sends through a relay of its own and the transport hands arrivals and
+ * send ends to a mux, as locusd does; all of a node's engines and relays
+ * are polled on its one engine thread.
+ */
+extern int tn_engines;
 
 /* cmocka group setup / teardown: both nodes up with their threads, or gone. */
 int tn_setup(void **state);

@@ -100,7 +100,8 @@ static void rows_in(struct dctx *x, struct drank *dst, const struct locus_desc *
 			}
 		}
 	}
-	locus_client_release_slot(dst->a.c, d->slot);
+	if (locus_client_release_slot(dst->a.c, d->slot) < 0)
+		x->bad++;
 }
 
 static void on_rows(void *ctx, uint32_t i, const struct locus_desc *d, int check)

@@ -123,7 +123,8 @@ static int64_t one_route(struct bd_att *a, uint64_t id, size_t sig_len)
 				done = 1;
 			} else if (d[i].op == LOCUS_OP_SIGNATURE_IN) {
 				got = 1;
-				locus_client_release_slot(a->c, d[i].slot);
+				if (locus_client_release_slot(a->c, d[i].slot) < 0)
+					return -1;
 			}
 		}
 	}

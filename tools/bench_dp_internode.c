@@ -111,7 +111,6 @@ static void rows_in(struct ictx *x, struct irank *dst, const struct locus_desc *
 			}
 		}
 	}
-	/* the submit ring holds every release: a rank has fewer inbox slots than ring entries */
 	if (locus_client_release_slot(dst->a.c, d->slot) != 0 && !x->bad++)
 		fprintf(stderr, "bench_dataplane: rank %u: release refused\n", dst->rank);
 }

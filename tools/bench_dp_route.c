@@ -90,7 +90,8 @@ static void delivery(struct route_th *t, struct bd_att *a, const struct locus_de
 	    (check && memcmp(m + 1, sh->sigs + ((m->id >> 8) & 0xff) * sh->sig_len, sh->sig_len)))
 		t->bad++;
 	t->delivered++;
-	locus_client_release_slot(a->c, d->slot);
+	if (locus_client_release_slot(a->c, d->slot) < 0)
+		t->bad++;
 }
 
 /* Poll every attachment once; completions free their window slot. */

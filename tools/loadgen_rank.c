@@ -29,7 +29,6 @@
 #define COMB_ROWS    (256 * 1024)
 #define BACKLOG_MAX  1024                 /* rows messages copied out, waiting for a slot */
 #define RETRY_NS     50000ull             /* resubmit a combine refused for a full inbox */
-#define RELEASE_MAX  4096                 /* inbox slots a client can have */
 
 enum comb_state { CS_FREE = 0, CS_READY, CS_BUSY };
 
@@ -52,8 +51,6 @@ struct rank_state {
 	uint32_t rank;
 	uint8_t *stage;
 	uint64_t stage_size;
-	uint32_t rel_q[RELEASE_MAX];  /* inbox slots to hand back once the submit ring has room */
-	uint32_t n_rel;
 	uint8_t comb_state[COMB_SLOTS];
 	uint64_t comb_not_before[COMB_SLOTS]; /* READY: not before this (EFULL back-off) */
 	uint32_t comb_held;           /* slots whose results to ourselves are handed over in
@@ -112,25 +109,17 @@ static uint32_t comb_outstanding(const struct rank_state *rs)
 }
 
 /*
- * Hand an inbox slot back. A RELEASE that finds the submit ring full waits
- * in rel_q: dropping it would lose the slot for good.
+ * Hand an inbox slot back; a full submit ring does not lose it (liblocus
+ * keeps the RELEASE for the next submit or poll). Refused only for a slot
+ * out of range or handed back twice: a loadgen bug, reported as corrupt.
  */
 static void release(struct rank_state *rs, uint32_t slot)
 {
-	if (!rs->n_rel && locus_client_release_slot(rs->c, slot) == 0)
-		return;
-	if (rs->n_rel < RELEASE_MAX)
-		rs->rel_q[rs->n_rel++] = slot;
-}
+	int ret = locus_client_release_slot(rs->c, slot);
 
-static void release_kick(struct rank_state *rs)
-{
-	uint32_t k = 0;
-
-	while (k < rs->n_rel && locus_client_release_slot(rs->c, rs->rel_q[k]) == 0)
-		k++;
-	memmove(rs->rel_q, rs->rel_q + k, sizeof(rs->rel_q[0]) * (rs->n_rel - k));
-	rs->n_rel -= k;
+	if (ret < 0)
+		corrupt(rs->s, "rank %u: RELEASE of inbox slot %u refused: %s", rs->rank, slot,
+			locus_strerror(ret));
 }
 
 /* Submit the queued combines whose back-off passed; never waits. */
@@ -351,11 +340,9 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 	release(rs, d->slot);
 }
 
-/* Releases first (they free inbox room for what the combines wait on), then combines. */
+/* The combines waiting (liblocus sends waiting RELEASEs ahead of them). */
 static void kick(struct rank_state *rs)
 {
-	if (rs->n_rel)
-		release_kick(rs);
 	combine_kick(rs);
 }
 

@@ -317,8 +317,9 @@ static int run_decoder(uint32_t id, struct proc_stats *s)
 				if (active < 4096)
 					finish[active++] = now + (uint64_t)O.decode_us * 1000;
 			}
-			if (m)
-				locus_client_release_slot(c, d[i].slot);
+			if (m && locus_client_release_slot(c, d[i].slot) < 0)
+				corrupt(s, "decoder %u: RELEASE of inbox slot %u refused", id,
+					d[i].slot);
 		}
 		/* requests finish decoding; the load is what is still running */
 		for (uint32_t i = 0; i < active;)

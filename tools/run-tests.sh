@@ -5,10 +5,15 @@
 # status.
 # Each program gets a bound (TEST_TIMEOUT seconds, default 600): nothing hangs.
 # A script that needs longer says so in its first lines, "# test-timeout: N".
+# A failed program's failure lines (FAIL, cmocka's [  FAILED  ], assertions,
+# errors) are printed again after the closing list, last, so that a log cut to
+# its tail (a CI summary) still says why.
 set -u
 passed=0
 failed=0
 failed_names=()
+why=$(mktemp)
+trap 'rm -f "$why"' EXIT
 for t in "$@"; do
 	echo "=== $t"
 	log=$(mktemp)
@@ -22,6 +27,13 @@ for t in "$@"; do
 	runs=$(grep -c '^\[==========\] .* test(s) run\.' "$log")
 	# pytest's closing line: "12 passed, 1 skipped in 3.2s" (errors count as failures)
 	py=$(grep -E '^=* *[0-9]+ (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)(, [0-9]+ [a-z]+)* in [0-9.]+s' "$log" | tail -1)
+	if [ "$rc" -ne 0 ]; then
+		{
+			echo "--- why $t failed (its failure lines, the last 25):"
+			grep -E 'FAIL|[Ff]ailed|[Ee]rror|[Aa]ssert|[Tt]imed out|Traceback|^E ' "$log" |
+				grep -vE '^\[  PASSED|^ok |errors: 0' | tail -n 25
+		} >> "$why"
+	fi
 	rm -f "$log"
 	if [ -n "$py" ]; then
 		p=$(grep -oE '[0-9]+ passed' <<<"$py" | awk '{s+=$1} END {print s+0}')
@@ -50,6 +62,7 @@ for t in "$@"; do
 	fi
 done
 echo
+cat "$why"
 for n in "${failed_names[@]+"${failed_names[@]}"}"; do echo "FAILED: $n"; done
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -22,6 +22,10 @@
 # connections; worker 1: the engine; worker 2: completion queues and inboxes,
 # reached through the relay) mapped onto the guest's two CPUs, n1 two (main
 # and one worker polling both); "0" runs everything on one lcore.
+# LV_N0_ENGINES (LV_WHAT=test: 2, else 1): n0's engine lcores; with 2, four
+# lcores (main, engines on 1 and 2, each with a relay to the network on 3),
+# so every step's traffic leaves n0 from two engines and arrives through
+# engine 0, handed over to the other's clients.
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -62,8 +66,10 @@ mksecret() { # file
 # still inside F2's 3 s black holes.
 [ "$WHAT" = faults ] && : "${LV_ACK_TIMEOUT:=16}"
 # n1 moves its intra-node rows with the verbs loopback, n0 with the CPU
+N0_ENGINES=${LV_N0_ENGINES:-$([ "$WHAT" = test ] && echo 2 || echo 1)}
 mkconf() { # node secret-file
-	local dev=rxex intra=shm lcores="--lcores 0@0,1@1,2@0"
+	local dev=rxex intra=shm lcores="--lcores 0@0,1@1,2@0" engines=1
+	[ "$1" = 0 ] && [ "$N0_ENGINES" = 2 ] && engines=2 lcores="--lcores 0@0,1@1,2@0,3@1"
 	[ "$1" = 1 ] && dev=rxey intra=${LV_N1_INTRA:-verbs} lcores="-l 0-1"
 	[ -n "${LV_LCORES:-}" ] && lcores="-l $LV_LCORES"
 	cat > "$W/n$1.conf" <<CONF
@@ -73,6 +79,7 @@ node = $1
 eal_args = $lcores --no-huge --no-pci -m 64
 rdma_device = $dev
 intra_node = $intra
+engine_lcores = $engines
 secret_file = $2
 idle_sleep_us = 50
 client_slots = 16
@@ -180,7 +187,11 @@ mkconf 0 "$W/secret"
 mkconf 1 "$W/secret"
 : > "$W/n0.log"; : > "$W/n1.log"
 start 0 && start 1 || { fail "a locusd did not start"; exit 1; }
-if [ -z "${LV_LCORES:-}" ]; then
+if [ -z "${LV_LCORES:-}" ] && [ "$N0_ENGINES" = 2 ]; then
+	grep -q "2 engines, each with a relay to the network (completion queues, inboxes) on lcore 3" \
+		"$W/n0.log" || fail "n0 did not put two engines and the network on worker lcores"
+	say "   n0: $(grep -o '2 engines, each with a relay.*' "$W/n0.log" | head -1)"
+elif [ -z "${LV_LCORES:-}" ]; then
 	grep -q "engine on lcore 1, network (completion queues, inboxes) on lcore 2" "$W/n0.log" ||
 		fail "n0 did not put the engine and the network on two worker lcores"
 	say "   n0: $(grep -o 'engine on lcore 1, network.*' "$W/n0.log" | head -1)"
@@ -250,6 +261,31 @@ say "   n1 (intra_node = verbs): $lm intra-node messages, $lb row bytes moved by
 [ "$lm" -gt 0 ] && [ "$lb" -gt 0 ] || fail "n1: no intra-node rows went through the loopback"
 [ "$(ctr n1 ldma_errors)" = 0 ] || fail "n1: loopback copies failed"
 [ "$(ctr n0 ldma_msgs)" = 0 ] || fail "n0 (intra_node = shm) used the loopback"
+if [ "$N0_ENGINES" = 2 ]; then
+	# both of n0's engines sent to n1 through their own relays, and took in what n1 sent to
+	# their own clients (the network lcore hands an arrival to its receiver's engine); both
+	# handed over to the other engine's clients
+	"$B/locus-stat" -i n0 --by-lcore --json remote_messages_out remote_messages_in \
+		engine_handovers > "$W/bl.json" 2>&1 || fail "locus-stat -i n0 --by-lcore"
+	python3 - "$W/bl.json" > "$W/bl.out" 2>&1 <<'PY'
+import json, sys
+def total(v):
+    return v if isinstance(v, (int, float)) else sum(total(x) for x in v)
+blocks = [json.loads(l) for l in open(sys.argv[1])]
+eng = [b for b in blocks if b["lcore"].startswith("engine")]
+val = lambda b, n: next(total(m["value"] if "value" in m else m["values"])
+                        for m in b["metrics"] if m["name"] == n)
+ok = (len(eng) == 2 and all(val(b, "remote_messages_out") > 0 and
+                            val(b, "remote_messages_in") > 0 and
+                            val(b, "engine_handovers") > 0 for b in eng))
+print("n0 by engine: " + ", ".join("%s sent %d to n1, took in %d, handed over %d" % (
+    b["lcore"], val(b, "remote_messages_out"), val(b, "remote_messages_in"),
+    val(b, "engine_handovers")) for b in eng))
+sys.exit(0 if ok else 1)
+PY
+	[ $? = 0 ] || fail "n0's two engines did not both send, take in and hand over: $(cat "$W/bl.json")"
+	while read -r l; do say "   $l"; done < "$W/bl.out"
+fi
 r23=$(( $(ctr n0 routed 'decoder="2"') + $(ctr n0 routed 'decoder="3"') ))
 say "   signatures routed by n0 to decoders 2,3 on n1: $r23; veth vx TX $((VX1 - VX0)) bytes"
 [ "$r23" -gt 0 ] || fail "no signature crossed to n1"

@@ -165,7 +165,6 @@ class Client:
         self._inflight = {}          # request id -> _Request (ROUTE, ROUTE_BLOCKS, EVICT)
         self._done = {}              # request id -> Decision / EVICT result
         self._retry = deque()        # requests refused for a full inbox, to submit again
-        self._releases = deque()     # inbox slots whose RELEASE found the submit ring full
         self._signatures = deque()   # SIGNATURE_IN descriptors not handed out yet
         self._other = {}             # op -> deque of descriptors (the Buffer's)
         self._next_id = itertools.count(1)
@@ -496,21 +495,16 @@ class Client:
     # ---- the ring ---------------------------------------------------------------
 
     def _release_slot(self, slot):
-        """Hand an inbox slot back. A full submit ring keeps the RELEASE for the next
-        pump: dropped, the slot would stay taken until the client detaches."""
+        """Hand an inbox slot back. A full submit ring does not lose it: liblocus
+        keeps the RELEASE and sends it ahead of anything else at the next poll."""
         with self._lock:
-            if self._c and (self._releases or lib.locus_client_release_slot(
-                    self._c, slot) == -_lib.LOCUS_EFULL):
-                self._releases.append(slot)
+            if self._c:
+                lib.locus_client_release_slot(self._c, slot)
 
     def _pump(self):
         """One poll of the completion ring: completions settle their requests,
         deliveries queue by op. Returns how many descriptors came."""
         now = time.monotonic()
-        while self._releases:
-            if lib.locus_client_release_slot(self._c, self._releases[0]) == -_lib.LOCUS_EFULL:
-                break
-            self._releases.popleft()
         while self._retry and self._retry[0].retry_at <= now:
             r = self._retry[0]
             if lib.locus_client_submit(self._c, ctypes.byref(r.desc), 1) != 1:

@@ -62,35 +62,6 @@ def test_signature_views_hold_the_slot_until_released(daemon, attach, trace):
     ctr.close()
 
 
-def test_release_refused_by_a_full_ring_goes_out_later(daemon, attach, trace, monkeypatch):
-    """A RELEASE that finds the submit ring full (the C call says LOCUS_EFULL) is kept
-    and submitted at the next pump, not dropped: dropped, the slot would stay taken
-    until the client detaches."""
-    from locus import _lib
-    _, reqs = trace
-    c, ctr, used0 = prefill_and_decoder(daemon, attach, 1)
-    c.route(reqs[0], request_id=700, allowed=[1])
-    views = []
-    wait_for(lambda: views.extend(c.poll_signatures(copy=False)) or views, what="a signature")
-    wait_for(lambda: ctr.value("inbox_slots_used") == used0 + 1, what="its slot held")
-    real, refused = _lib.lib.locus_client_release_slot, []
-
-    def full_once(cl, slot):
-        if not refused:
-            refused.append(slot)
-            return -_lib.LOCUS_EFULL
-        return real(cl, slot)
-    slot = views[0]._slot
-    monkeypatch.setattr(_lib.lib, "locus_client_release_slot", full_once)
-    views[0].release()
-    assert refused == [slot]
-    time.sleep(0.1)  # housekeeping passes: the slot is still taken, nothing went out
-    assert ctr.value("inbox_slots_used") == used0 + 1
-    c.poll_signatures()  # a pump submits the kept RELEASE
-    wait_for(lambda: ctr.value("inbox_slots_used") == used0, what="the slot back")
-    ctr.close()
-
-
 def test_poll_signatures_waits_no_longer_than_asked(daemon, attach):
     d = attach(daemon.instance, decoder=4)
     t0 = time.monotonic()
