@@ -44,6 +44,8 @@ void locus_config_defaults(struct locus_config *cfg)
 	strcpy(cfg->eal_args, "-l 0-1 --no-huge --no-pci -m 64");
 	cfg->engine_lcores = 1;
 	strcpy(cfg->rdma_device, "none");
+	strcpy(cfg->rdma_devices[0], "none");
+	cfg->n_rdma_devices = 1;
 	cfg->rdma_near_numa = -1;
 	cfg->rdma_port = 1;
 	cfg->rdma_ack_timeout = 14;
@@ -76,6 +78,8 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->nodes[0].ipv4 = htonl(INADDR_LOOPBACK);
 	cfg->nodes[0].port = 7471;
 	cfg->nodes[0].set = 1;
+	cfg->nodes[0].n_rails = 1;
+	cfg->nodes[0].rail[0] = (struct locus_cfg_addr){ cfg->nodes[0].ipv4, cfg->nodes[0].port };
 }
 
 static int parse_u64(struct cfg_parser *p, const char *key, const char *v, uint64_t lo,
@@ -239,7 +243,7 @@ static int valid_pci(const char *s)
 }
 
 static int parse_addr(struct cfg_parser *p, const char *key, const char *v,
-		      struct locus_cfg_node *node)
+		      struct locus_cfg_addr *out)
 {
 	char host[INET_ADDRSTRLEN];
 	const char *colon = strrchr(v, ':');
@@ -258,10 +262,94 @@ static int parse_addr(struct cfg_parser *p, const char *key, const char *v,
 		return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not an IPv4 address", key, host);
 	if (parse_u32(p, key, colon + 1, 1, 65535, &port) < 0)
 		return -p->err->code;
-	node->ipv4 = a.s_addr;
-	node->port = (uint16_t)port;
+	out->ipv4 = a.s_addr;
+	out->port = (uint16_t)port;
+	return 0;
+}
+
+/*
+ * The items of a comma list v, each copied to item[] (a NUL-terminated copy
+ * of at most len - 1 characters), at most max of them. Empty items, too
+ * many or too long ones are refused, naming key. Returns the count or a
+ * negative code.
+ */
+static int split_list(struct cfg_parser *p, const char *key, const char *v, char *item,
+		      size_t len, unsigned max)
+{
+	unsigned n = 0;
+
+	for (;;) {
+		size_t k = strcspn(v, ",");
+
+		if (k == 0)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: empty item in the list", key);
+		if (n == max)
+			return CFG_FAIL(p, LOCUS_ERANGE, "%s: more than %u items", key, max);
+		if (k >= len)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%.*s' is too long", key, (int)k, v);
+		memcpy(item + n * len, v, k);
+		item[n * len + k] = '\0';
+		n++;
+		if (!v[k])
+			return (int)n;
+		v += k + 1;
+	}
+}
+
+/* node.<id> = IPv4:port[,IPv4:port...]: one address per rail, rail 0 first. */
+static int parse_node_addrs(struct cfg_parser *p, const char *key, const char *v,
+			    struct locus_cfg_node *node)
+{
+	char item[LOCUS_CFG_MAX_RAILS][32];
+	int n = split_list(p, key, v, item[0], sizeof(item[0]), LOCUS_CFG_MAX_RAILS);
+
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		if (parse_addr(p, key, item[i], &node->rail[i]) < 0)
+			return -p->err->code;
+		for (int j = 0; j < i; j++)
+			if (node->rail[j].ipv4 == node->rail[i].ipv4 &&
+			    node->rail[j].port == node->rail[i].port)
+				return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' listed twice", key,
+						item[i]);
+	}
+	node->n_rails = (uint8_t)n;
+	node->ipv4 = node->rail[0].ipv4;
+	node->port = node->rail[0].port;
 	node->set = 1;
 	return 0;
+}
+
+/*
+ * rdma_device = NAME | auto | none | NAME,NAME,...: a list names one device
+ * per rail, each once, neither auto nor none among them.
+ */
+static int parse_rdma_devices(struct cfg_parser *p, const char *k, const char *v,
+			      struct locus_config *c)
+{
+	int n = split_list(p, k, v, c->rdma_devices[0], sizeof(c->rdma_devices[0]),
+			   LOCUS_CFG_MAX_RAILS);
+
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		if (!valid_name(c->rdma_devices[i]))
+			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' is not a device name",
+					c->rdma_devices[i]);
+		if (n > 1 && (!strcmp(c->rdma_devices[i], "auto") ||
+			      !strcmp(c->rdma_devices[i], "none")))
+			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' cannot be one of a "
+					"list of devices", c->rdma_devices[i]);
+		for (int j = 0; j < i; j++)
+			if (!strcmp(c->rdma_devices[i], c->rdma_devices[j]))
+				return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' listed twice",
+						c->rdma_devices[i]);
+	}
+	for (int i = n; i < LOCUS_CFG_MAX_RAILS; i++)
+		memset(c->rdma_devices[i], 0, sizeof(c->rdma_devices[i]));
+	c->n_rdma_devices = (uint32_t)n;
+	return copy_str(p, k, c->rdma_devices[0], c->rdma_device, sizeof(c->rdma_device));
 }
 
 /*
@@ -337,11 +425,8 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		return copy_str(p, k, v, c->eal_args, sizeof(c->eal_args));
 	if (!strcmp(k, "engine_lcores"))
 		return parse_engine_lcores(p, k, v, c);
-	if (!strcmp(k, "rdma_device")) {
-		if (!valid_name(v))
-			return CFG_FAIL(p, LOCUS_EPARSE, "rdma_device: '%s' is not a device name", v);
-		return copy_str(p, k, v, c->rdma_device, sizeof(c->rdma_device));
-	}
+	if (!strcmp(k, "rdma_device"))
+		return parse_rdma_devices(p, k, v, c);
 	if (!strcmp(k, "gpu_pci"))
 		return parse_gpu_pci(p, k, v, c);
 	if (!strcmp(k, "rdma_near_pci")) {
@@ -474,7 +559,7 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 			return CFG_FAIL(p, LOCUS_EPARSE, "%s listed twice (first on line %u)", k,
 					p->line_of_node[id]);
 		p->line_of_node[id] = p->line;
-		if (parse_addr(p, k, v, &c->nodes[id]) < 0)
+		if (parse_node_addrs(p, k, v, &c->nodes[id]) < 0)
 			return -p->err->code;
 		if (id + 1 > c->n_nodes)
 			c->n_nodes = id + 1;
@@ -559,6 +644,16 @@ static int check_engines(struct cfg_parser *p)
 	return 0;
 }
 
+/* Whether two nodes list one address (any rail of either). */
+static int shared_addr(const struct locus_cfg_node *a, const struct locus_cfg_node *b)
+{
+	for (unsigned i = 0; i < a->n_rails; i++)
+		for (unsigned j = 0; j < b->n_rails; j++)
+			if (a->rail[i].ipv4 == b->rail[j].ipv4 && a->rail[i].port == b->rail[j].port)
+				return 1;
+	return 0;
+}
+
 static int check_whole(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
@@ -577,10 +672,17 @@ static int check_whole(struct cfg_parser *p)
 				c->node_id, c->n_nodes - 1);
 	for (uint32_t i = 0; i < c->n_nodes; i++)
 		for (uint32_t j = i + 1; j < c->n_nodes; j++)
-			if (c->nodes[i].ipv4 == c->nodes[j].ipv4 &&
-			    c->nodes[i].port == c->nodes[j].port)
+			if (shared_addr(&c->nodes[i], &c->nodes[j]))
 				return CFG_FAIL_FILE(p, LOCUS_ERANGE,
 						"node.%u and node.%u have the same address", i, j);
+	if (c->n_rdma_devices > 1 && c->n_rdma_devices != c->nodes[c->node_id].n_rails)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "rdma_device lists %u devices (rails), but "
+				"node.%u lists %u address(es): one per rail", c->n_rdma_devices,
+				c->node_id, c->nodes[c->node_id].n_rails);
+	if (c->n_rdma_devices == 1 && c->nodes[c->node_id].n_rails > 1)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node.%u lists %u addresses (rails), but "
+				"rdma_device = %s names one device: list one per rail", c->node_id,
+				c->nodes[c->node_id].n_rails, c->rdma_device);
 	if (c->intra_node == LOCUS_INTRA_VERBS && !strcmp(c->rdma_device, "none"))
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "intra_node = verbs needs an rdma_device");
 	if (c->n_nodes > 1 && !strcmp(c->rdma_device, "none"))

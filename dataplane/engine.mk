@@ -35,3 +35,7 @@ $(BUILD)/tests/test_graceset_ctl: $(BUILD)/bin/locusctl
 UNIT_TESTS += tests/test_graceset_ctl
 $(eval $(call PROGRAM,tests/test_engine_topo,tests/test_engine_topo.c,engine common,cmocka))
 UNIT_TESTS += tests/test_engine_topo
+# which rail a message to a peer takes (pure; dataplane/locus_rails.h)
+$(eval $(call LIBRARY,rails,dataplane/rails.c))
+$(eval $(call PROGRAM,tests/test_rails,tests/test_rails.c,rails config common,cmocka))
+UNIT_TESTS += tests/test_rails

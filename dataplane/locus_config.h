@@ -16,7 +16,9 @@
  *   gpu_pci         = 0000:17:00.0,... # the node's GPUs in rank order (gpus_per_node of
  *                                      # them): with engine_lcores > 1 a rank's engine is
  *                                      # one on its GPU's NUMA node (sysfs numa_node)
- *   rdma_device     = auto             # a device name, "auto" or "none"
+ *   rdma_device     = auto             # a device name, "auto" or "none", or a list of
+ *                                      # names, one per rail (mlx5_0,mlx5_1): this node's
+ *                                      # node.<id> then lists one address per rail
  *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
  *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
  *   rdma_port       = 1
@@ -56,7 +58,9 @@
  *   [cluster]
  *   id              = 1
  *   gpus_per_node   = 4
- *   node.0          = 127.0.0.1:7471   # node.<id> = IPv4:port, ids 0..n-1
+ *   node.0          = 127.0.0.1:7471   # node.<id> = IPv4:port, ids 0..n-1; with rails
+ *                                      # IPv4:port,IPv4:port,... (rail 0 first): two
+ *                                      # nodes connect on every rail both list
  *   node.1          = 127.0.0.2:7471
  */
 #ifndef LOCUS_CONFIG_H
@@ -72,6 +76,7 @@
 #define LOCUS_CFG_PATH_MAX     256
 #define LOCUS_CFG_EAL_MAX      512
 #define LOCUS_CFG_MAX_ENGINES  8    /* engine lcores */
+#define LOCUS_CFG_MAX_RAILS    8    /* RDMA devices (rails) per node */
 
 /*
  * The compiled-in (deployment) idle policy, tuned for latency on a core of
@@ -90,10 +95,17 @@ enum locus_intra_node {
 	LOCUS_INTRA_VERBS = 1, /* RDMA loopback through the local device */
 };
 
-struct locus_cfg_node {
+struct locus_cfg_addr {
 	uint32_t ipv4;  /* network byte order */
 	uint16_t port;  /* host byte order */
+};
+
+struct locus_cfg_node {
+	uint32_t ipv4;  /* rail 0's: network byte order */
+	uint16_t port;  /* rail 0's: host byte order */
 	uint8_t  set;
+	uint8_t  n_rails;                         /* addresses listed, 1..LOCUS_CFG_MAX_RAILS */
+	struct locus_cfg_addr rail[LOCUS_CFG_MAX_RAILS]; /* rail[0] is ipv4:port */
 };
 
 struct locus_config {
@@ -105,7 +117,9 @@ struct locus_config {
 	uint32_t engine_lcore_ids[LOCUS_CFG_MAX_ENGINES];
 	char     gpu_pci[LOCUS_CFG_MAX_GPUS][16]; /* dddd:bb:dd.f each, n_gpu_pci of them */
 	uint32_t n_gpu_pci;                       /* 0: not given */
-	char     rdma_device[LOCUS_CFG_NAME_MAX]; /* name, "auto" or "none" */
+	char     rdma_device[LOCUS_CFG_NAME_MAX]; /* name, "auto" or "none"; with a list: the first */
+	char     rdma_devices[LOCUS_CFG_MAX_RAILS][LOCUS_CFG_NAME_MAX]; /* rail i's device */
+	uint32_t n_rdma_devices;                  /* names listed (auto / none: 1) */
 	char     rdma_near_pci[16];               /* "" or dddd:bb:dd.f */
 	int32_t  rdma_near_numa;                  /* -1: not set */
 	uint8_t  rdma_port;
@@ -160,6 +174,15 @@ int locus_config_load(const char *path, struct locus_config *cfg, struct locus_e
 static inline uint32_t locus_config_n_ranks(const struct locus_config *cfg)
 {
 	return cfg->n_nodes * cfg->gpus_per_node;
+}
+
+/* Rails nodes a and b have in common: rail i of one connects to rail i of the other. */
+static inline uint32_t locus_config_common_rails(const struct locus_config *cfg, uint32_t a,
+						 uint32_t b)
+{
+	uint32_t na = cfg->nodes[a].n_rails, nb = cfg->nodes[b].n_rails;
+
+	return na < nb ? na : nb;
 }
 
 #endif /* LOCUS_CONFIG_H */

@@ -9,23 +9,27 @@
  * QP creation and destruction, redials: locusd_net_control every control
  * period). Peers going up or down are counted on the worker and logged by
  * the main lcore. With one lcore, both run there. Message buffers come from a DPDK mempool whose memory is
- * registered with the endpoint's PD once; every message waits in its peer's
+ * registered with every endpoint's PD once; every message waits in its peer's
  * backlog until the next poll posts it, in order, with the others queued
  * since (one list, one doorbell), as far as credits go; the rest waits there
  * for credits. Every message handed over completes exactly once: by its
  * RDMA completion, or with -LOCUS_EPEERDOWN when its peer goes down before
  * it was posted.
+ *
+ * Rails: one endpoint per RDMA device of rdma_device (each bound to this
+ * node's address for that rail, listening on its port), one RC connection
+ * per rail per peer on every rail the two nodes share. Backlogs, held
+ * messages, credits (the endpoint's) and connection state are per rail and
+ * peer; a message goes out on the one rail locus_rails_pick() chose from its
+ * header's source rank (dataplane/locus_rails.h: the order it keeps).
  */
 #include <arpa/inet.h>
-#include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
+#include <time.h>
 
 #include <rte_cycles.h>
 #include <rte_errno.h>
@@ -35,119 +39,18 @@
 #include "locus_verbs.h"
 #include "locusd_loop.h"
 #include "locus_wire.h"
+#include "locus_rails.h"
 #include "locus_relay.h"
 #include "locusd_net.h"
 
-#define POOL_OBJ      (64 * 1024)   /* largest message the engine hands over */
-#define POOL_N        255           /* power of two minus one: mempool's best size */
-#define BACKLOG       512           /* queued messages per peer, power of two */
-#define MAX_CHUNKS    16
-#define POST_BURST    32
-#define SYNC_US       1000          /* data-side counter export period */
-
-struct tx_rec {
-	void *buf;
-	uint32_t len;        /* bytes at buf (with n_sg: the header) */
-	uint32_t node;
-	uint64_t cookie;     /* the engine's */
-	uint32_t n_sg;       /* rows gathered from a client region after buf */
-	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE];
-};
-
-struct backlog {
-	uint32_t idx[BACKLOG]; /* tx record indices, FIFO */
-	uint32_t head, tail;
-};
-
-/*
- * Received messages a local client had no room for yet, held in the verbs
- * inbox: at most one per inbox slot, so cap = the peer's slot count.
- */
-struct held {
-	const void **data;
-	uint32_t *len;
-	uint32_t cap, head, tail;
-};
-
-struct locusd_net {
-	const struct locus_config *cfg;
-	struct locus_verbs_ep *ep;
-	struct locus_verbs_peer *peer[LOCUS_CFG_MAX_NODES];
-	int up[LOCUS_CFG_MAX_NODES];
-	struct backlog bl[LOCUS_CFG_MAX_NODES];
-	struct held rx_held[LOCUS_CFG_MAX_NODES];
-	struct rte_mempool *pool;
-	struct locus_verbs_mr mr[MAX_CHUNKS];
-	unsigned n_mr;
-	int mr_err;
-	struct tx_rec rec[POOL_N];
-	uint32_t rec_free[POOL_N];
-	uint32_t n_rec_free;
-	struct locus_engine *eng;
-	struct locus_engine_sink sink;      /* the engine, or a relay to the engine's lcore */
-	struct locus_engine_remote rt;
-	struct locus_regions_mr_ops mr_ops;
-	uint64_t next_sync, sync_period;
-	/* peer events: counted by the worker (release), logged by main */
-	uint32_t n_up[LOCUS_CFG_MAX_NODES], n_down[LOCUS_CFG_MAX_NODES];
-	int32_t down_reason[LOCUS_CFG_MAX_NODES];
-	uint32_t seen_up[LOCUS_CFG_MAX_NODES], seen_down[LOCUS_CFG_MAX_NODES]; /* main's */
-};
-
-/* ---- the cluster secret ---------------------------------------------------------------- */
-
-static int hexval(int c)
-{
-	return isdigit(c) ? c - '0' : (isxdigit(c) ? tolower(c) - 'a' + 10 : -1);
-}
-
-int locusd_read_secret(const char *path, uint8_t secret[32], struct locus_error *err)
-{
-	char buf[130];
-	struct stat st;
-	ssize_t n;
-	int fd;
-
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return locus_error_set(err, errno, "secret_file %s: %s", path, strerror(errno));
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return locus_error_set(err, EINVAL, "secret_file %s: not a regular file", path);
-	}
-	if (st.st_mode & 0007) {
-		close(fd);
-		return locus_error_set(err, EACCES,
-				       "secret_file %s: readable by others (mode %o): refused", path,
-				       (unsigned)(st.st_mode & 0777));
-	}
-	n = read(fd, buf, sizeof(buf));
-	close(fd);
-	if (n < 0)
-		return locus_error_set(err, errno, "secret_file %s: %s", path, strerror(errno));
-	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-		n--;
-	if (n == 64) {
-		for (int i = 0; i < 32; i++) {
-			int hi = hexval((unsigned char)buf[2 * i]), lo = hexval((unsigned char)buf[2 * i + 1]);
-
-			if (hi < 0 || lo < 0)
-				return locus_error_set(err, LOCUS_EPARSE,
-						       "secret_file %s: not 64 hex characters", path);
-			secret[i] = (uint8_t)(hi << 4 | lo);
-		}
-		return 0;
-	}
-	return locus_error_set(err, LOCUS_EPARSE,
-			       "secret_file %s: %zd bytes; want 64 hex characters (32 bytes)", path, n);
-}
+#include "locusd_net_priv.h"
 
 /* ---- buffers ----------------------------------------------------------------------------- */
 
 static void reg_chunk(struct rte_mempool *mp, void *opaque, struct rte_mempool_memhdr *mh,
 		      unsigned idx)
 {
-	struct locusd_net *n = opaque;
+	struct rail *n = opaque;
 	struct locus_error err;
 
 	(void)mp;
@@ -157,14 +60,15 @@ static void reg_chunk(struct rte_mempool *mp, void *opaque, struct rte_mempool_m
 		return;
 	}
 	if (locus_verbs_mr_reg(n->ep, mh->addr, mh->len, 0, &n->mr[n->n_mr], &err) < 0) {
-		fprintf(stderr, "locusd: registering the message pool: %s\n", err.msg);
+		fprintf(stderr, "locusd: registering the message pool with %s: %s\n", n->dev,
+			err.msg);
 		n->mr_err = -EIO;
 		return;
 	}
 	n->n_mr++;
 }
 
-static uint32_t lkey_of(const struct locusd_net *n, const void *buf)
+static uint32_t lkey_of(const struct rail *n, const void *buf)
 {
 	for (unsigned i = 0; i < n->n_mr; i++)
 		if ((const uint8_t *)buf >= (const uint8_t *)n->mr[i].addr &&
@@ -190,32 +94,50 @@ static void rt_free(void *ctx, void *buf)
 	rte_mempool_put(n->pool, buf);
 }
 
+/* Any rail up to node (the engine's lcore may ask while the network's changes it). */
 static int rt_peer_up(void *ctx, uint32_t node)
 {
 	struct locusd_net *n = ctx;
 
-	return node < LOCUS_CFG_MAX_NODES && __atomic_load_n(&n->up[node], __ATOMIC_RELAXED);
+	return node < LOCUS_CFG_MAX_NODES && __atomic_load_n(&n->up_mask[node], __ATOMIC_RELAXED);
+}
+
+/* The lowest rail up to node (both ends agree on it once their views settle), or 0. */
+static uint32_t load_rail(struct locusd_net *n, uint32_t node)
+{
+	uint32_t m = __atomic_load_n(&n->up_mask[node], __ATOMIC_RELAXED);
+
+	return m ? (uint32_t)__builtin_ctz(m) : 0;
 }
 
 /* ---- decoder load rows: one-sided, into the area after each inbox -------------------------- */
 
+/* On the lowest rail up: the peer reads that rail's area (rt_load_area). */
 static int rt_write_load(void *ctx, uint32_t node, const void *row, size_t len)
 {
 	struct locusd_net *n = ctx;
+	struct rail *r;
 
-	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
+	if (node >= n->cfg->n_nodes)
 		return -LOCUS_EPEERDOWN;
-	return LOCUS_MIN(locus_verbs_write_area(n->peer[node], row, (uint32_t)len), 0);
+	r = &n->rail[load_rail(n, node)];
+	if (!r->peer[node] || !r->up[node])
+		return -LOCUS_EPEERDOWN;
+	return LOCUS_MIN(locus_verbs_write_area(r->peer[node], row, (uint32_t)len), 0);
 }
 
 static const volatile void *rt_load_area(void *ctx, uint32_t node)
 {
 	struct locusd_net *n = ctx;
+	struct rail *r;
 	uint32_t len;
 
-	if (node >= n->cfg->n_nodes || !n->peer[node])
+	if (node >= n->cfg->n_nodes)
 		return NULL;
-	return locus_verbs_peer_area(n->peer[node], &len);
+	r = &n->rail[load_rail(n, node)];
+	if (!r->peer[node])
+		return NULL;
+	return locus_verbs_peer_area(r->peer[node], &len);
 }
 
 /* ---- sending ----------------------------------------------------------------------------- */
@@ -225,8 +147,8 @@ static void rec_put(struct locusd_net *n, uint32_t idx)
 	n->rec_free[n->n_rec_free++] = idx;
 }
 
-/* Post as much of node's backlog as credits allow, oldest first, in one list. */
-static void flush_backlog(struct locusd_net *n, uint32_t node)
+/* Post as much of node's backlog on rail n as credits allow, oldest first, in one list. */
+static void flush_backlog(struct rail *n, uint32_t node)
 {
 	struct backlog *b = &n->bl[node];
 
@@ -236,7 +158,7 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 		int posted;
 
 		for (uint32_t i = b->head; i != b->tail && k < POST_BURST; i++, k++) {
-			struct tx_rec *r = &n->rec[b->idx[i % BACKLOG]];
+			struct tx_rec *r = &n->n->rec[b->idx[i % BACKLOG]];
 
 			m[k] = (struct locus_verbs_msg){ .buf = r->buf, .len = r->len,
 							 .lkey = lkey_of(n, r->buf),
@@ -260,17 +182,31 @@ static void flush_backlog(struct locusd_net *n, uint32_t node)
 static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, uint64_t cookie,
 		   const struct locus_engine_sge *sg, uint32_t n_sg)
 {
+	const struct locus_msg_hdr *h = buf;
 	struct backlog *b;
 	struct tx_rec *r;
-	uint32_t idx;
+	uint32_t idx, src;
+	int k;
 
-	if (node >= n->cfg->n_nodes || !n->peer[node] || !n->up[node])
+	if (node >= n->cfg->n_nodes || node == n->cfg->node_id)
 		return -LOCUS_EPEERDOWN;
 	if (n_sg > LOCUS_VERBS_MAX_SGE - 1)
 		return -LOCUS_ERANGE;
-	b = &n->bl[node];
+	/* the engine's messages start with the header; the rail follows its source rank */
+	src = locus_rails_src(&n->pick, len >= sizeof(*h) ? h->src_rank : 0);
+	k = locus_rails_pick(&n->pick, node, src, n->up_mask[node]);
+	if (k < 0)
+		return -LOCUS_EPEERDOWN;
+	b = &n->rail[k].bl[node];
 	if (!n->n_rec_free || b->tail - b->head >= BACKLOG)
 		return -LOCUS_EFULL;
+	if ((uint32_t)k != locus_rails_home(&n->pick, node, src)) {
+		struct rail *home = &n->rail[locus_rails_home(&n->pick, node, src)];
+
+		n->rail[k].away++;
+		if (unlikely(!home->moved_tsc))
+			home->moved_tsc = rte_get_tsc_cycles();
+	}
 	idx = n->rec_free[--n->n_rec_free];
 	r = &n->rec[idx];
 	r->buf = buf;
@@ -278,10 +214,12 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 	r->node = node;
 	r->cookie = cookie;
 	r->n_sg = n_sg;
+	r->src = src;
 	for (uint32_t j = 0; j < n_sg; j++)
 		r->sg[j] = (struct locus_verbs_sge){ .addr = sg[j].addr, .len = sg[j].len,
 						     .lkey = sg[j].lkey };
 	b->idx[b->tail++ % BACKLOG] = idx;
+	locus_rails_sent(&n->pick, node, src);
 	return 0;
 }
 
@@ -313,7 +251,7 @@ static int mr_reg_dmabuf(void *ctx, int fd, uint64_t offset, uint64_t len, uint3
 	if (!mr)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	/* the region's own offsets as iova: SGE addresses are offsets in the region + iova */
-	ret = locus_verbs_mr_reg_dmabuf(n->ep, fd, offset, len, offset, 0, mr, err);
+	ret = locus_verbs_mr_reg_dmabuf(n->rail[0].ep, fd, offset, len, offset, 0, mr, err);
 	if (ret < 0) {
 		free(mr);
 		return ret;
@@ -333,7 +271,7 @@ static int mr_reg_mapped(void *ctx, void *addr, uint64_t len, uint32_t *lkey, ui
 
 	if (!mr)
 		return locus_error_set(err, ENOMEM, "out of memory");
-	ret = locus_verbs_mr_reg(n->ep, addr, len, 0, mr, err);
+	ret = locus_verbs_mr_reg(n->rail[0].ep, addr, len, 0, mr, err);
 	if (ret < 0) {
 		free(mr);
 		return ret;
@@ -369,9 +307,10 @@ const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n)
  */
 static int on_recv(void *arg, struct locus_verbs_peer *p, const void *data, uint32_t len)
 {
-	struct locusd_net *n = arg;
+	struct rail *rl = arg;
+	struct locusd_net *n = rl->n;
 	uint16_t node = locus_verbs_peer_node(p);
-	struct held *h = &n->rx_held[node];
+	struct held *h = &rl->rx_held[node];
 
 	if (h->head == h->tail &&
 	    n->sink.recv(n->sink.ctx, node, data, len) != -LOCUS_EFULL)
@@ -384,10 +323,11 @@ static int on_recv(void *arg, struct locus_verbs_peer *p, const void *data, uint
 	return LOCUS_VERBS_HOLD;
 }
 
-/* Hand held messages again, oldest first, and release each one taken. */
-static void retry_held(struct locusd_net *n, uint32_t node)
+/* Hand held messages of rail rl again, oldest first, and release each one taken. */
+static void retry_held(struct rail *rl, uint32_t node)
 {
-	struct held *h = &n->rx_held[node];
+	struct locusd_net *n = rl->n;
+	struct held *h = &rl->rx_held[node];
 
 	while (h->head != h->tail) {
 		uint32_t i = h->head % h->cap;
@@ -395,64 +335,185 @@ static void retry_held(struct locusd_net *n, uint32_t node)
 		if (n->sink.recv(n->sink.ctx, node, h->data[i], h->len[i]) == -LOCUS_EFULL)
 			return;
 		h->head++;
-		locus_verbs_release(n->peer[node], 1);
+		locus_verbs_release(rl->peer[node], 1);
 	}
 }
 
+/* A message's end, once: to the engine, its buffer and record back. */
+static void msg_end(struct locusd_net *n, uint32_t idx, int status)
+{
+	struct tx_rec *r = &n->rec[idx];
+
+	locus_rails_ended(&n->pick, r->node, r->src);
+	n->sink.done(n->sink.ctx, r->cookie, status);
+	rte_mempool_put(n->pool, r->buf);
+	rec_put(n, idx);
+}
+
+/*
+ * A posted message that failed may have reached the peer (only its ACK may
+ * be lost): it is never sent again, it fails once, counted on its rail.
+ */
 static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie, int status)
 {
-	struct locusd_net *n = arg;
-	struct tx_rec *r;
+	struct rail *rl = arg;
 
 	(void)p;
 	if (cookie >= POOL_N)
 		return;
-	r = &n->rec[cookie];
-	n->sink.done(n->sink.ctx, r->cookie, status);
-	rte_mempool_put(n->pool, r->buf);
-	rec_put(n, (uint32_t)cookie);
+	if (status < 0)
+		rl->failed++;
+	msg_end(rl->n, (uint32_t)cookie, status);
 }
 
 static void on_peer_up(void *arg, struct locus_verbs_peer *p)
 {
-	struct locusd_net *n = arg;
+	struct rail *rl = arg;
 	uint16_t node = locus_verbs_peer_node(p);
 
-	__atomic_store_n(&n->up[node], 1, __ATOMIC_RELAXED);
-	__atomic_store_n(&n->n_up[node], n->n_up[node] + 1, __ATOMIC_RELEASE);
+	if (rl->down_since[node]) {
+		rl->down_tsc += rte_get_tsc_cycles() - rl->down_since[node];
+		rl->down_since[node] = 0;
+	}
+	__atomic_store_n(&rl->up[node], 1, __ATOMIC_RELAXED);
+	__atomic_fetch_or(&rl->n->up_mask[node], 1u << rl->idx, __ATOMIC_RELAXED);
+	__atomic_store_n(&rl->n_up[node], rl->n_up[node] + 1, __ATOMIC_RELEASE);
 }
 
-/* Messages that never reached the wire fail now, once each. */
+/*
+ * Rail failover: messages of this rail's backlog never reached the wire, so
+ * the peer cannot have seen them: each goes to the backlog of the rail its
+ * source moves to (in order: a source's messages were all on this rail),
+ * or fails once when no rail to node is up or that backlog is full.
+ * Everything posted on this connection has ended before (locus_verbs.h,
+ * "Failure"): once the rail is down to node, nothing of it is in flight.
+ */
 static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 {
-	struct locusd_net *n = arg;
+	struct rail *rl = arg;
+	struct locusd_net *n = rl->n;
 	uint16_t node = locus_verbs_peer_node(p);
-	struct backlog *b = &n->bl[node];
+	struct backlog *b = &rl->bl[node];
 
 	/* a refused dial of a peer that is not there yet is no news */
-	if (n->up[node] || reason != -ECONNREFUSED) {
-		__atomic_store_n(&n->down_reason[node], reason, __ATOMIC_RELAXED);
-		__atomic_store_n(&n->n_down[node], n->n_down[node] + 1, __ATOMIC_RELEASE);
+	if (rl->up[node] || reason != -ECONNREFUSED) {
+		__atomic_store_n(&rl->down_reason[node], reason, __ATOMIC_RELAXED);
+		__atomic_store_n(&rl->n_down[node], rl->n_down[node] + 1, __ATOMIC_RELEASE);
 	}
-	__atomic_store_n(&n->up[node], 0, __ATOMIC_RELAXED);
+	if (rl->up[node]) {
+		rl->failovers++;
+		rl->failed_tsc = rl->down_since[node] = rte_get_tsc_cycles() | 1;
+		rl->moved_tsc = 0;
+	}
+	__atomic_store_n(&rl->up[node], 0, __ATOMIC_RELAXED);
+	__atomic_fetch_and(&n->up_mask[node], ~(1u << rl->idx), __ATOMIC_RELAXED);
 	/* held messages died with the connection (the peer rewrites its slots) */
-	n->rx_held[node].head = n->rx_held[node].tail;
+	rl->rx_held[node].head = rl->rx_held[node].tail;
 	while (b->head != b->tail) {
 		uint32_t idx = b->idx[b->head++ % BACKLOG];
+		int k = locus_rails_pick(&n->pick, node, n->rec[idx].src, n->up_mask[node]);
+		struct backlog *to = k >= 0 ? &n->rail[k].bl[node] : NULL;
 
-		n->sink.done(n->sink.ctx, n->rec[idx].cookie, -LOCUS_EPEERDOWN);
-		rte_mempool_put(n->pool, n->rec[idx].buf);
-		rec_put(n, idx);
+		if (to && to->tail - to->head < BACKLOG) {
+			to->idx[to->tail++ % BACKLOG] = idx;
+			rl->resent++;
+			if (!rl->moved_tsc)
+				rl->moved_tsc = rte_get_tsc_cycles();
+			continue;
+		}
+		rl->failed++;
+		msg_end(n, idx, -LOCUS_EPEERDOWN);
 	}
 }
 
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
+/* Free what rail_open() and the set-up made of rl (NULL endpoint: nothing). */
+static void rail_close(struct rail *rl)
+{
+	/* tearing the peers down completes what is in flight (engine still alive) */
+	locus_verbs_ep_destroy(rl->ep);
+	for (unsigned i = 0; i < rl->n_mr; i++)
+		locus_verbs_mr_free(&rl->mr[i]);
+	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
+		free(rl->rx_held[node].data);
+		free(rl->rx_held[node].len);
+	}
+}
+
+/*
+ * Open rail r: its device (rail 0 by locusd_rdma_device, which knows auto),
+ * bound to this node's address for the rail, listening on its port, and the
+ * held-message rings for its peers. ep: the parameters every rail shares.
+ */
+static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_params *ep,
+		     struct locus_error *err)
+{
+	const struct locus_config *cfg = n->cfg;
+	const struct locus_cfg_addr *me = &cfg->nodes[cfg->node_id].rail[r];
+	struct rail *rl = &n->rail[r];
+	int ret;
+
+	rl->n = n;
+	rl->idx = r;
+	if (r == 0)
+		ret = locusd_rdma_device(cfg, rl->dev, sizeof(rl->dev), err);
+	else
+		ret = snprintf(rl->dev, sizeof(rl->dev), "%s", cfg->rdma_devices[r]) < 0 ? -EINVAL : 0;
+	if (ret < 0)
+		return ret;
+	ep->local_addr.s_addr = me->ipv4;
+	ep->port = me->port;
+	ep->dev_name = rl->dev;
+	ep->cb.arg = rl;
+	ret = locus_verbs_ep_create(ep, &rl->ep, err);
+	if (ret < 0 && n->n_rails > 1) {
+		char why[sizeof(err->msg)];
+
+		snprintf(why, sizeof(why), "%s", err->msg);
+		return locus_error_set(err, -ret, "rail %u (%s): %s", r, rl->dev, why);
+	}
+	if (ret < 0)
+		return ret;
+	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
+		struct held *h = &rl->rx_held[node];
+
+		h->cap = cfg->inbox_slots;
+		h->data = calloc(h->cap, sizeof(*h->data));
+		h->len = calloc(h->cap, sizeof(*h->len));
+		if (!h->data || !h->len)
+			return locus_error_set(err, ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+/* Declare every node that shares rail r (the lower id dials, the higher accepts). */
+static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
+{
+	const struct locus_config *cfg = n->cfg;
+	struct rail *rl = &n->rail[r];
+
+	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+		int ret;
+
+		if (node == cfg->node_id || r >= locus_config_common_rails(cfg, cfg->node_id, node))
+			continue;
+		sa.sin_addr.s_addr = cfg->nodes[node].rail[r].ipv4;
+		sa.sin_port = htons(cfg->nodes[node].rail[r].port);
+		ret = locus_verbs_peer_add(rl->ep, (uint16_t)node,
+					   cfg->node_id < node ? &sa : NULL, &rl->peer[node], err);
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
 int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
 		      struct locus_error *err)
 {
 	struct locus_verbs_ep_params ep = { 0 };
-	char dev[LOCUS_VERBS_NAME_MAX];
+	struct in_addr me;
 	struct locusd_net *n;
 	int ret;
 
@@ -460,15 +521,11 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	if (!n)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	n->cfg = cfg;
+	n->n_rails = cfg->nodes[cfg->node_id].n_rails;
+	locus_rails_init(&n->pick, cfg);
 	ret = locusd_read_secret(cfg->secret_file, ep.secret, err);
 	if (ret < 0)
 		goto err_free;
-	ret = locusd_rdma_device(cfg, dev, sizeof(dev), err);
-	if (ret < 0)
-		goto err_free;
-	ep.local_addr.s_addr = cfg->nodes[cfg->node_id].ipv4;
-	ep.port = cfg->nodes[cfg->node_id].port;
-	ep.dev_name = dev;
 	ep.cluster_id = (uint32_t)cfg->cluster_id;
 	ep.node_id = (uint16_t)cfg->node_id;
 	ep.slot_count = cfg->inbox_slots;
@@ -479,20 +536,24 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	ep.area_len = (uint32_t)locus_load_row_size(cfg->max_decoders);
 	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,
 						.on_peer_up = on_peer_up,
-						.on_peer_down = on_peer_down, .arg = n };
+						.on_peer_down = on_peer_down };
 	for (unsigned s = 6; s <= 24; s++)
 		if ((1u << s) == cfg->inbox_slot_size)
 			ep.slot_shift = s;
 	if (!ep.slot_shift) {
 		ret = locus_error_set(err, EINVAL, "inbox_slot_size %u is not a power of two for "
 				      "the RDMA inbox", cfg->inbox_slot_size);
-		goto err_free;
+		goto err_rails;
 	}
 	locus_verbs_ep_params_default(&ep);
-	ret = locus_verbs_ep_create(&ep, &n->ep, err);
-	explicit_bzero(ep.secret, sizeof(ep.secret)); /* the endpoint keeps its own copy */
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		ret = rail_open(n, r, &ep, err);
+		if (ret < 0)
+			break;
+	}
+	explicit_bzero(ep.secret, sizeof(ep.secret)); /* the endpoints keep their own copies */
 	if (ret < 0)
-		goto err_free;
+		goto err_rails;
 
 	/*
 	 * One pool per process: each instance has its own DPDK runtime. Multi-
@@ -505,44 +566,36 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	if (!n->pool) {
 		ret = locus_error_set(err, ENOMEM, "message pool of %d x %d bytes: %s", POOL_N,
 				      POOL_OBJ, rte_strerror(rte_errno));
-		goto err_ep;
+		goto err_rails;
 	}
-	rte_mempool_mem_iter(n->pool, reg_chunk, n);
-	if (n->mr_err || !n->n_mr) {
-		ret = locus_error_set(err, EIO, "cannot register the message pool with %s", dev);
-		goto err_pool;
-	}
-	for (uint32_t i = 0; i < POOL_N; i++)
-		rec_put(n, POOL_N - 1 - i);
-	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
-		struct held *h = &n->rx_held[node];
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		struct rail *rl = &n->rail[r];
 
-		h->cap = cfg->inbox_slots;
-		h->data = calloc(h->cap, sizeof(*h->data));
-		h->len = calloc(h->cap, sizeof(*h->len));
-		if (!h->data || !h->len) {
-			ret = locus_error_set(err, ENOMEM, "out of memory");
+		rte_mempool_mem_iter(n->pool, reg_chunk, rl);
+		if (rl->mr_err || !rl->n_mr) {
+			ret = locus_error_set(err, EIO, "cannot register the message pool with %s",
+					      rl->dev);
 			goto err_pool;
 		}
 	}
-	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET };
-
-		if (node == cfg->node_id)
-			continue;
-		sa.sin_addr.s_addr = cfg->nodes[node].ipv4;
-		sa.sin_port = htons(cfg->nodes[node].port);
-		/* the lower id dials, the higher accepts: one connection per pair */
-		ret = locus_verbs_peer_add(n->ep, (uint16_t)node,
-					   cfg->node_id < node ? &sa : NULL, &n->peer[node], err);
+	for (uint32_t i = 0; i < POOL_N; i++)
+		rec_put(n, POOL_N - 1 - i);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		ret = rail_peers(n, r, err);
 		if (ret < 0)
 			goto err_pool;
 	}
 	n->rt = (struct locus_engine_remote){
 		.alloc = rt_alloc, .free = rt_free, .send = rt_send, .peer_up = rt_peer_up,
-		.send_sg = rt_send_sg,
+		/*
+		 * Rows gathered from a client region carry lkeys of rail 0's device (the
+		 * region is registered there): with several rails the engine copies them
+		 * into the message instead.
+		 */
+		.send_sg = n->n_rails == 1 ? rt_send_sg : NULL,
 		/* the header takes one entry */
-		.max_sge = LOCUS_MIN(locus_verbs_ep_max_send_sge(n->ep), LOCUS_VERBS_MAX_SGE) - 1,
+		.max_sge = n->n_rails == 1 ? LOCUS_MIN(locus_verbs_ep_max_send_sge(n->rail[0].ep),
+						       LOCUS_VERBS_MAX_SGE) - 1 : 0,
 		.write_load = rt_write_load, .load_area = rt_load_area,
 		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
 					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
@@ -550,21 +603,35 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		.load_period_us = 1000,
 	};
 	n->sync_period = rte_get_tsc_hz() / 1000000 * SYNC_US;
-	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", dev,
-		cfg->node_id, inet_ntoa(ep.local_addr), ep.port, cfg->n_nodes - 1);
+	{
+		struct timespec ts;
+
+		/* failover instants are exported as wall-clock ms (rail_*_at_ms) */
+		clock_gettime(CLOCK_REALTIME, &ts);
+		n->base_tsc = rte_get_tsc_cycles();
+		n->base_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+	}
+	me.s_addr = cfg->nodes[cfg->node_id].ipv4;
+	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", n->rail[0].dev,
+		cfg->node_id, inet_ntoa(me), cfg->nodes[cfg->node_id].port, cfg->n_nodes - 1);
+	for (uint32_t r = 1; r < n->n_rails; r++) {
+		me.s_addr = cfg->nodes[cfg->node_id].rail[r].ipv4;
+		fprintf(stderr, "locusd: rail %u: RDMA device %s at %s:%u\n", r, n->rail[r].dev,
+			inet_ntoa(me), cfg->nodes[cfg->node_id].rail[r].port);
+	}
 	*out = n;
 	return 0;
 
 err_pool:
-	for (unsigned i = 0; i < n->n_mr; i++)
-		locus_verbs_mr_free(&n->mr[i]);
-	rte_mempool_free(n->pool);
-	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
-		free(n->rx_held[node].data);
-		free(n->rx_held[node].len);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		for (unsigned i = 0; i < n->rail[r].n_mr; i++)
+			locus_verbs_mr_free(&n->rail[r].mr[i]);
+		n->rail[r].n_mr = 0;
 	}
-err_ep:
-	locus_verbs_ep_destroy(n->ep);
+	rte_mempool_free(n->pool);
+err_rails:
+	for (uint32_t r = n->n_rails; r-- > 0;)
+		rail_close(&n->rail[r]);
 err_free:
 	explicit_bzero(ep.secret, sizeof(ep.secret));
 	free(n);
@@ -582,7 +649,18 @@ int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct loc
 	n->eng = eng;
 	if (!n->sink.recv)
 		locus_engine_sink_of(eng, &n->sink);
-	return locus_verbs_counters_attach(n->ep, c, engine_block, ctl_block, "verbs", err);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		char prefix[16];
+		int ret;
+
+		/* rail 0 keeps the single device's names */
+		snprintf(prefix, sizeof(prefix), r ? "verbs_r%u" : "verbs", r);
+		ret = locus_verbs_counters_attach(n->rail[r].ep, c, engine_block, ctl_block, prefix,
+						  err);
+		if (ret < 0)
+			return ret;
+	}
+	return locusd_net_attach_rail_counters(n, c, engine_block, err);
 }
 
 void locusd_net_set_sink(struct locusd_net *n, const struct locus_engine_sink *sink)
@@ -592,48 +670,70 @@ void locusd_net_set_sink(struct locusd_net *n, const struct locus_engine_sink *s
 
 int locusd_net_poll(struct locusd_net *n, uint64_t now)
 {
-	int work = locus_verbs_poll(n->ep);
+	int work = 0;
 
-	for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
-		if (n->rx_held[node].head != n->rx_held[node].tail)
-			retry_held(n, node);
-		if (n->bl[node].head != n->bl[node].tail)
-			flush_backlog(n, node);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		struct rail *rl = &n->rail[r];
+		int w = locus_verbs_poll(rl->ep);
+
+		work += w > 0 ? w : 0;
+		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+			if (rl->rx_held[node].head != rl->rx_held[node].tail)
+				retry_held(rl, node);
+			if (rl->bl[node].head != rl->bl[node].tail)
+				flush_backlog(rl, node);
+		}
 	}
 	if (unlikely(now >= n->next_sync)) {
-		locus_verbs_counters_sync_data(n->ep); /* plain stores */
+		for (uint32_t r = 0; r < n->n_rails; r++)
+			locus_verbs_counters_sync_data(n->rail[r].ep); /* plain stores */
+		locusd_net_sync_rail_counters(n, now);
 		n->next_sync = now + n->sync_period;
 	}
-	return work > 0 ? work : 0;
+	return work;
 }
 
-static void log_down(struct locusd_net *n, uint32_t node, uint32_t down)
+/* "peer node N up", with several rails "... on rail R (dev)". */
+static void log_peer(const struct locusd_net *n, const struct rail *rl, uint32_t node,
+		     const char *what, int reason)
 {
-	fprintf(stderr, "locusd: peer node %u down: %s\n", node,
-		locus_strerror(__atomic_load_n(&n->down_reason[node], __ATOMIC_RELAXED)));
-	n->seen_down[node] = down;
+	char on[96] = "";
+
+	if (n->n_rails > 1)
+		snprintf(on, sizeof(on), " on rail %u (%s)", rl->idx, rl->dev);
+	fprintf(stderr, "locusd: peer node %u %s%s%s%s\n", node, what, on, reason ? ": " : "",
+		reason ? locus_strerror(reason) : "");
+}
+
+static void log_down(struct locusd_net *n, struct rail *rl, uint32_t node, uint32_t down)
+{
+	log_peer(n, rl, node, "down", __atomic_load_n(&rl->down_reason[node], __ATOMIC_RELAXED));
+	rl->seen_down[node] = down;
 }
 
 void locusd_net_control(struct locusd_net *n)
 {
-	/* rdma_cm events, redials, hand-overs: a non-blocking look */
-	locus_verbs_service(n->ep, 0);
-	for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
-		uint32_t up = __atomic_load_n(&n->n_up[node], __ATOMIC_ACQUIRE);
-		uint32_t down = __atomic_load_n(&n->n_down[node], __ATOMIC_ACQUIRE);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		struct rail *rl = &n->rail[r];
 
-		bool now_up = n->peer[node] &&
-			      locus_verbs_peer_state(n->peer[node]) == LOCUS_VERBS_UP;
+		/* rdma_cm events, redials, hand-overs: a non-blocking look */
+		locus_verbs_service(rl->ep, 0);
+		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+			uint32_t up = __atomic_load_n(&rl->n_up[node], __ATOMIC_ACQUIRE);
+			uint32_t down = __atomic_load_n(&rl->n_down[node], __ATOMIC_ACQUIRE);
+			bool now_up = rl->peer[node] &&
+				      locus_verbs_peer_state(rl->peer[node]) == LOCUS_VERBS_UP;
 
-		/* both within one period: a peer up now went down first */
-		if (down != n->seen_down[node] && now_up)
-			log_down(n, node, down);
-		if (up != n->seen_up[node]) {
-			fprintf(stderr, "locusd: peer node %u up\n", node);
-			n->seen_up[node] = up;
+			/* both within one period: a peer up now went down first */
+			if (down != rl->seen_down[node] && now_up)
+				log_down(n, rl, node, down);
+			if (up != rl->seen_up[node]) {
+				log_peer(n, rl, node, "up", 0);
+				rl->seen_up[node] = up;
+			}
+			if (down != rl->seen_down[node])
+				log_down(n, rl, node, down);
 		}
-		if (down != n->seen_down[node])
-			log_down(n, node, down);
 	}
 }
 
@@ -641,14 +741,8 @@ void locusd_net_destroy(struct locusd_net *n)
 {
 	if (!n)
 		return;
-	/* tearing the peers down completes what is in flight (engine still alive) */
-	locus_verbs_ep_destroy(n->ep);
-	for (unsigned i = 0; i < n->n_mr; i++)
-		locus_verbs_mr_free(&n->mr[i]);
+	for (uint32_t r = n->n_rails; r-- > 0;)
+		rail_close(&n->rail[r]);
 	rte_mempool_free(n->pool);
-	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
-		free(n->rx_held[node].data);
-		free(n->rx_held[node].len);
-	}
 	free(n);
 }

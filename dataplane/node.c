@@ -27,7 +27,10 @@ static size_t counters_block_size(const struct locus_config *c)
 {
 	/* engine vectors, the [layers][experts] load matrix, histograms, load rows by node, slack */
 	return (size_t)8 * ((size_t)c->moe_layers * c->moe_experts + 4 * c->max_decoders + 64) +
-	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096 + 8 * 32; /* + the signature cache's */
+	       (size_t)8 * LOCUS_HIST_WORDS * 8 + (size_t)8 * (4 * c->n_nodes + 1) + 4096 + 8 * 32 + /* + the signature cache's */
+	       /* a rail past the first: its endpoint's vectors by peer and status */
+	       (size_t)8 * (64 * c->n_nodes + 16) * (c->nodes[c->node_id].n_rails ?
+						     c->nodes[c->node_id].n_rails - 1 : 0);
 }
 
 static int make_segment(struct locus_node *n, struct locus_error *err)
@@ -36,7 +39,10 @@ static int make_segment(struct locus_node *n, struct locus_error *err)
 	/* a reader per engine lcore: a push is decided once every engine switched */
 	struct locus_table_params tp = { .n_channels = LOCUS_TABLE_N_CHANNELS,
 					 .n_readers = c->engine_lcores };
-	struct locus_ctr_params cp = { .max_entries = 160, .n_blocks = 1 + c->engine_lcores,
+	/* each rail past the first exports its own endpoint's counters (verbs_r<N>_*) */
+	uint32_t extra_rails = c->nodes[c->node_id].n_rails ? c->nodes[c->node_id].n_rails - 1 : 0;
+	struct locus_ctr_params cp = { .max_entries = 160 + 32 * extra_rails,
+				       .n_blocks = 1 + c->engine_lcores,
 				       .block_size = counters_block_size(c) };
 	struct locus_clients_params clp = {
 		.n_slots = c->client_slots,

@@ -297,6 +297,115 @@ static void test_engine_lcores(void **state)
 	}
 }
 
+/*
+ * Rails: rdma_device lists one device per rail and this node's node.<id> one
+ * address per rail; two nodes share the rails both list; single names, auto
+ * and none stay one rail. Every malformed list is refused with its reason.
+ */
+static void test_rails(void **state)
+{
+	static const char two[] =
+		"[locusd]\nnode = 0\nrdma_device = rxex,rxex2\nsecret_file = /s\n"
+		"[cluster]\nnode.0 = 192.0.2.20:7471,192.0.3.20:7471\n"
+		"node.1 = 192.0.2.21:7471,192.0.3.21:7472\nnode.2 = 192.0.2.22:7471\n";
+	static const char *const addrs2 =
+		"[cluster]\nnode.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1,10.0.1.2:1\n";
+	static const struct { const char *text, *msg; int code; } bad[] = {
+		{ "[locusd]\nrdma_device = rxe0,rxe0\n", "t.conf:2: rdma_device: 'rxe0' listed twice",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = a,b,c,d,e,f,g,h,i\n",
+		  "t.conf:2: rdma_device: more than 8 items", LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = rxe0,rx/e1\n",
+		  "t.conf:2: rdma_device: 'rx/e1' is not a device name", LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = rxe0,,rxe1\n", "t.conf:2: rdma_device: empty item",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = rxe0,\n", "t.conf:2: rdma_device: empty item",
+		  LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = rxe0,auto\n",
+		  "t.conf:2: rdma_device: 'auto' cannot be one of a list", LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = none,rxe0\n",
+		  "t.conf:2: rdma_device: 'none' cannot be one of a list", LOCUS_EPARSE },
+		{ "[locusd]\nrdma_device = rxe0,rxe1\n",
+		  "t.conf: rdma_device lists 2 devices (rails), but node.0 lists 1 address(es)",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = rxe0\nsecret_file = /s\n[cluster]\n"
+		  "node.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "t.conf: node.0 lists 2 addresses (rails), but rdma_device = rxe0 names one device",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = auto\nsecret_file = /s\n[cluster]\n"
+		  "node.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "rdma_device = auto names one device", LOCUS_ERANGE },
+		{ "[cluster]\nnode.0 = 10.0.0.1:1,10.0.0.1:1\n",
+		  "t.conf:2: node.0: '10.0.0.1:1' listed twice", LOCUS_EPARSE },
+		{ "[cluster]\nnode.0 = 10.0.0.1:1,10.0.0.2\n",
+		  "t.conf:2: node.0: '10.0.0.2' is not IPv4:port", LOCUS_EPARSE },
+		{ "[cluster]\nnode.0 = 10.0.0.1:1,\n", "t.conf:2: node.0: empty item",
+		  LOCUS_EPARSE },
+		{ "[cluster]\nnode.0 = 1.0.0.1:1,1.0.0.2:1,1.0.0.3:1,1.0.0.4:1,1.0.0.5:1,1.0.0.6:1,"
+		  "1.0.0.7:1,1.0.0.8:1,1.0.0.9:1\n", "t.conf:2: node.0: more than 8 items",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = a,b\nsecret_file = /s\n[cluster]\n"
+		  "node.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1,10.0.1.1:1\n",
+		  "t.conf: node.0 and node.1 have the same address", LOCUS_ERANGE },
+	};
+	struct locus_config c;
+	struct locus_error e = { 0 };
+	char text[512];
+	(void)state;
+
+	/* one name, auto, none: one rail, as before */
+	assert_int_equal(parse("[locusd]\nrdma_device = rxe0\n", &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 1);
+	assert_string_equal(c.rdma_device, "rxe0");
+	assert_string_equal(c.rdma_devices[0], "rxe0");
+	assert_int_equal(c.nodes[0].n_rails, 1);
+	assert_int_equal(parse("[locusd]\nrdma_device = auto\n", &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 1);
+	assert_string_equal(c.rdma_device, "auto");
+	assert_int_equal(parse("", &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 1);
+	assert_string_equal(c.rdma_devices[0], "none");
+	assert_int_equal(c.nodes[0].n_rails, 1);
+	assert_int_equal(c.nodes[0].rail[0].ipv4, c.nodes[0].ipv4);
+	assert_int_equal(c.nodes[0].rail[0].port, c.nodes[0].port);
+
+	/* two rails here, two on node 1, one on node 2 */
+	assert_int_equal(parse(two, &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 2);
+	assert_string_equal(c.rdma_device, "rxex");
+	assert_string_equal(c.rdma_devices[0], "rxex");
+	assert_string_equal(c.rdma_devices[1], "rxex2");
+	assert_int_equal(c.nodes[0].n_rails, 2);
+	assert_int_equal(c.nodes[1].rail[1].ipv4, htonl(0xc0000315)); /* 192.0.3.21 */
+	assert_int_equal(c.nodes[1].rail[1].port, 7472);
+	assert_int_equal(c.nodes[1].ipv4, htonl(0xc0000215));     /* rail 0 */
+	assert_int_equal(locus_config_common_rails(&c, 0, 1), 2);
+	assert_int_equal(locus_config_common_rails(&c, 0, 2), 1);
+	assert_int_equal(locus_config_common_rails(&c, 2, 1), 1);
+	/* eight rails is the most */
+	snprintf(text, sizeof(text), "[locusd]\nrdma_device = a,b,c,d,e,f,g,h\n[cluster]\n"
+		 "node.0 = 1.0.0.1:1,1.0.0.2:1,1.0.0.3:1,1.0.0.4:1,1.0.0.5:1,1.0.0.6:1,1.0.0.7:1,"
+		 "1.0.0.8:1\n");
+	assert_int_equal(parse(text, &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 8);
+	assert_string_equal(c.rdma_devices[7], "h");
+	/* a later single name replaces a list */
+	snprintf(text, sizeof(text), "[locusd]\nrdma_device = a,b\nrdma_device = c\n");
+	assert_int_equal(parse(text, &c, &e), 0);
+	assert_int_equal(c.n_rdma_devices, 1);
+	assert_string_equal(c.rdma_devices[1], "");
+	snprintf(text, sizeof(text), "[locusd]\nrdma_device = a,b\nsecret_file = /s\n%s",
+		 addrs2);
+	assert_int_equal(parse(text, &c, &e), 0);
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int ret = parse(bad[i].text, &c, &e);
+
+		if (ret != -bad[i].code || !strstr(e.msg, bad[i].msg))
+			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
+				 -bad[i].code, e.msg, bad[i].msg);
+	}
+}
+
 static void test_binary_and_long_lines(void **state)
 {
 	struct locus_config c;
@@ -338,7 +447,8 @@ static void test_load_file(void **state)
 /* The shipped example configs are valid (make test runs from the repo root). */
 static void test_shipped_examples(void **state)
 {
-	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf" };
+	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf",
+					      "deploy/rails.conf" };
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
@@ -358,6 +468,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_idle_policy),
 		cmocka_unit_test(test_engine_lcores),
+		cmocka_unit_test(test_rails),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_shipped_examples),

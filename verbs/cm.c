@@ -495,7 +495,9 @@ void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
 
 int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 {
-	struct pollfd pfd = { .fd = ep->ch->fd, .events = POLLIN };
+	/* rdma_cm's events, and the device's async events (port.c) */
+	struct pollfd pfd[2] = { { .fd = ep->ch->fd, .events = POLLIN },
+				 { .fd = ep->ctx->async_fd, .events = POLLIN } };
 	uint64_t now = locus_verbs_now_ns(), next = UINT64_MAX;
 	uint8_t pd[256];
 	int handled = 0;
@@ -514,7 +516,7 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 
 		timeout_ms = (int)LOCUS_MIN((uint64_t)timeout_ms, wait);
 	}
-	if (poll(&pfd, 1, timeout_ms) > 0) {
+	if (poll(pfd, 2, timeout_ms) > 0 && pfd[0].revents) {
 		struct rdma_cm_event *ev;
 
 		while (!rdma_get_cm_event(ep->ch, &ev)) {
@@ -533,6 +535,9 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 			handled++;
 		}
 	}
+	/* a port gone down closes its connections before their flushes say less */
+	if (pfd[1].revents)
+		handled += locus_verbs_port_events(ep);
 	/* after the events: a reject or disconnect says why better than the flushes */
 	locus_verbs_ctl_handover(ep);
 	now = locus_verbs_now_ns();

@@ -19,7 +19,7 @@ enum {
 	C_TX_MSGS, C_TX_BYTES, C_RX_MSGS, C_RX_BYTES, C_CREDIT_STALLS, C_SQ_STALLS,
 	C_CREDIT_WRITES, C_TX_DOORBELLS, C_TX_SIGNALED, C_CQES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
 	C_PROTO_ERRORS, C_STALLS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
-	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS, C_CQ_BURSTS,
+	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS, C_CQ_BURSTS, C_PORT_ERRORS, C_PORT_UPS,
 	C_N
 };
 
@@ -67,7 +67,13 @@ static const struct {
 			     LOCUS_CTR_COUNTER, 0 },
 	[C_CQ_BURSTS] = { "cq_bursts", "completion queue polls that found completions",
 			  LOCUS_CTR_COUNTER, 0 },
+	[C_PORT_ERRORS] = { "port_errors", "the device's port went down (async event): every "
+			    "connection closed", LOCUS_CTR_COUNTER, 0 },
+	[C_PORT_UPS] = { "port_ups", "the device's port came back (async event)",
+			 LOCUS_CTR_COUNTER, 0 },
 };
+
+LOCUS_STATIC_ASSERT(C_N <= LOCUS_VERBS_COUNTER_ENTRIES, "the directory room locusd keeps");
 
 struct locus_verbs_ctrs {
 	void *dblock, *cblock; /* the data thread's, the control thread's */
@@ -206,6 +212,8 @@ void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
 		    (r == LOCUS_VERBS_AUTH_HELLO && x->dblock == x->cblock ? ep->hello_refused : 0));
 	put(x->cblock, x, C_VERSION_REJECTS, 0, ep->stats.version_rejects);
 	put(x->cblock, x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
+	put(x->cblock, x, C_PORT_ERRORS, 0, ep->stats.port_errors);
+	put(x->cblock, x, C_PORT_UPS, 0, ep->stats.port_ups);
 	if (x->dblock == x->cblock)
 		put(x->cblock, x, C_CQ_BURSTS, 0, ep->cq_bursts);
 }

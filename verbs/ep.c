@@ -171,6 +171,9 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 				     inet_ntoa(prm->local_addr), ep->dev_name, prm->dev_name);
 		goto err_id;
 	}
+	rc = locus_verbs_port_init(ep, err);
+	if (rc < 0)
+		goto err_id;
 	ep->numa_node = read_numa(ep->dev_name);
 	{
 		struct ibv_device_attr da;

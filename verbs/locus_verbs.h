@@ -414,6 +414,8 @@ struct locus_verbs_ep_stats {
 	uint64_t peer_rejects;        /* unknown / not passive node id, bad data */
 	uint64_t cm_events;
 	uint64_t stale_cqes;          /* completions of a torn-down connection (data side) */
+	uint64_t port_errors;         /* the device's port went down (async event) */
+	uint64_t port_ups;            /* ... and came back */
 } __locus_cache_aligned;
 
 #define LOCUS_VERBS_HOLD 1 /* on_recv return value: the caller releases later */
@@ -631,6 +633,7 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
  * syscall: call it every millisecond or so), both by
  * locus_verbs_counters_sync(). Returns 0 or a negative code (err says).
  */
+#define LOCUS_VERBS_COUNTER_ENTRIES 32 /* directory entries one endpoint's export takes, at most */
 struct locus_counters;
 int locus_verbs_counters_attach(struct locus_verbs_ep *ep, struct locus_counters *c,
 				uint32_t data_lcore, uint32_t ctl_lcore, const char *prefix,

@@ -6,8 +6,8 @@
 VERBS_PKGS := libibverbs librdmacm numa
 $(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/auth.c verbs/sysfs.c))
 $(eval $(call USES_PKG,verbs/auth.c,libcrypto))
-$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c))
-$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c,libibverbs librdmacm numa))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka libcrypto))

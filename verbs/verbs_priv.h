@@ -189,6 +189,14 @@ void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason);
 /* Act on the data side's hand-overs (FAILING: flush; QUIESCED: destroy, redial). */
 void locus_verbs_ctl_handover(struct locus_verbs_ep *ep);
 
+/*
+ * The device's async events (port.c, control thread): make the queue non-
+ * blocking at creation; drain it every service (port down closes every
+ * connection, port up redials now). Returns the events handled.
+ */
+int locus_verbs_port_init(struct locus_verbs_ep *ep, struct locus_error *err);
+int locus_verbs_port_events(struct locus_verbs_ep *ep);
+
 static inline void ctl_set_phase(struct locus_verbs_peer *p, enum ctl_phase ph)
 {
 	__atomic_store_n(&p->phase, (uint8_t)ph, __ATOMIC_RELAXED);

@@ -72,8 +72,11 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	size_t n = 0;
 
 #define P(...) (n += (size_t)snprintf(buf + n, n < cap ? cap - n : 0, __VA_ARGS__))
-	P("[locusd]\ninstance = %s\nnode = %u\neal_args = %s\nrdma_device = %s\n", c->instance,
-	  c->node_id, c->eal_args, c->rdma_device);
+	P("[locusd]\ninstance = %s\nnode = %u\neal_args = %s\nrdma_device = %s", c->instance,
+	  c->node_id, c->eal_args, c->rdma_devices[0]);
+	for (uint32_t r = 1; r < c->n_rdma_devices; r++)
+		P(",%s", c->rdma_devices[r]);
+	P("\n");
 	if (c->engine_lcore_list && c->engine_lcores == 1) {
 		/* a list of one id: "N" alone would be a count */
 		P("engine_lcores = %u-%u\n", c->engine_lcore_ids[0], c->engine_lcore_ids[0]);
@@ -119,7 +122,13 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 		struct in_addr in = { .s_addr = c->nodes[i].ipv4 };
 
 		inet_ntop(AF_INET, &in, a, sizeof(a));
-		P("node.%u = %s:%u\n", i, a, c->nodes[i].port);
+		P("node.%u = %s:%u", i, a, c->nodes[i].port);
+		for (uint32_t r = 1; r < c->nodes[i].n_rails; r++) {
+			in.s_addr = c->nodes[i].rail[r].ipv4;
+			inet_ntop(AF_INET, &in, a, sizeof(a));
+			P(",%s:%u", a, c->nodes[i].rail[r].port);
+		}
+		P("\n");
 	}
 #undef P
 	return n;
@@ -139,6 +148,8 @@ static int same_config(const struct locus_config *a, const struct locus_config *
 	CLEAR_TAIL(x.ctl_group), CLEAR_TAIL(y.ctl_group);
 	for (uint32_t g = 0; g < LOCUS_CFG_MAX_GPUS; g++)
 		CLEAR_TAIL(x.gpu_pci[g]), CLEAR_TAIL(y.gpu_pci[g]);
+	for (uint32_t r = 0; r < LOCUS_CFG_MAX_RAILS; r++)
+		CLEAR_TAIL(x.rdma_devices[r]), CLEAR_TAIL(y.rdma_devices[r]);
 #undef CLEAR_TAIL
 	return !memcmp(&x, &y, sizeof(x));
 }

@@ -1,6 +1,6 @@
 # Sourced INSIDE the qemu guest by guest-locusd.sh, with both locusd nodes up
 # (n0 on rxex/vx, n1 on rxey/vy), their tables pushed, and its helpers (say,
-# fail, ctr, loadgen, wait_log, show_counters, $B, $W, $PID): faults on the
+# fail, ctr, snap, snap2, val, loadgen, wait_log, show_counters, $B, $W, $PID): faults on the
 # inter-node link and in the clients, under locus-loadgen traffic across the
 # nodes (decoders 0,1 and ranks 0,1 on n0; 2,3 on n1).
 #   F1 netem on both ends of the veth pair: the same traffic on the clean
@@ -24,24 +24,6 @@ FAULT_NETEM=${FAULT_NETEM:-loss 1% duplicate 1% delay 1ms reorder 10%}
 FAULT_NETEM_HARSH=${FAULT_NETEM_HARSH:-loss 40% duplicate 5% delay 5ms reorder 25%}
 FAULT_FLAPS=${FAULT_FLAPS:-3}
 FAULT_STEPS=${FAULT_STEPS:-F1 F2 F3 F4} # which of them run
-
-# snap NODE FILE: every counter of node NODE in one locus-stat call (each costs ~0.5 s here)
-snap() { "$B/locus-stat" -i "n$1" -p > "$2" 2>/dev/null; }
-# snap2 PREFIX: both nodes at once, into PREFIX.0 and PREFIX.1 (never a bare wait: the
-# locusd processes are background jobs of this shell too)
-snap2() {
-	local p
-	snap 0 "$1.0" &
-	p=$!
-	snap 1 "$1.1"
-	wait $p
-}
-# val FILE NAME [LABEL-FILTER]: a counter's elements summed, from a snap
-val() {
-	awk -v n="locus_$2" -v f="${3:-}" '
-		$1 !~ /^#/ && (index($1, n "{") == 1 || index($1, n "_total") == 1 || $1 == n) &&
-		(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }' "$1"
-}
 
 netem() { # "PARAMETERS" on both ends of the pair, or off
 	local d

@@ -16,6 +16,8 @@
 #   LV_WHAT=faults 1, 2, then the faults of guest-faults.sh (netem on the veth
 #                  pair against the clean link, the link black-holed and set
 #                  down, ranks killed mid-dispatch / mid-combine across nodes)
+#   LV_WHAT=rails  two nodes with two rails each (a second veth pair, rxex2 /
+#                  rxey2): traffic on both rails, then on one (guest-rails.sh)
 # LV_LCORES (eal -l for both nodes): by default n0 runs three lcores (main:
 # connections; worker 1: the engine; worker 2: completion queues and inboxes,
 # reached through the relay) mapped onto the guest's two CPUs, n1 two (main
@@ -121,6 +123,24 @@ ctr() {
 			(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
 }
 
+# snap NODE FILE: every counter of node NODE in one locus-stat call (each costs ~0.5 s here)
+snap() { "$B/locus-stat" -i "n$1" -p > "$2" 2>/dev/null; }
+# snap2 PREFIX: both nodes at once, into PREFIX.0 and PREFIX.1 (never a bare wait: the
+# locusd processes are background jobs of this shell too)
+snap2() {
+	local p
+	snap 0 "$1.0" &
+	p=$!
+	snap 1 "$1.1"
+	wait $p
+}
+# val FILE NAME [LABEL-FILTER]: a counter's elements summed, from a snap (%.0f: some are wall-clock ms)
+val() {
+	awk -v n="locus_$2" -v f="${3:-}" '
+		$1 !~ /^#/ && (index($1, n "{") == 1 || index($1, n "_total") == 1 || $1 == n) &&
+		(f == "" || index($1, f)) { s += $2 } END { printf "%.0f\n", s }' "$1"
+}
+
 show_logs() {
 	for n in 0 1; do tail -n "${1:-8}" "$W/n$n.log" | sed "s/^/  [n$n log] /"; done
 }
@@ -157,6 +177,8 @@ push_tables() { # node...
 
 # the benchmark starts its own two nodes (guest-bench.sh)
 [ "$WHAT" = bench ] && . "$ROOT/tools/rxe-vm/guest-bench.sh"
+# so does the test of two rails per node (guest-rails.sh)
+[ "$WHAT" = rails ] && . "$ROOT/tools/rxe-vm/guest-rails.sh"
 
 # ---- 1. two nodes up -------------------------------------------------------------------------
 say "1. start locusd n0 (rxex 192.0.2.20) and n1 (rxey 192.0.2.21), cluster 7, 2 GPUs per node"

@@ -10,6 +10,9 @@
 #                                            (guest-faults.sh: netem, the link
 #                                            black-holed and set down, ranks
 #                                            killed; faults-vm-test.sh)
+#   tools/rxe-vm/locusd-vm-test.sh --rails   two rails per node (guest-rails.sh):
+#                                            traffic on both, per-rail counters,
+#                                            bytes/s on two rails against one
 # FAULT_NETEM, FAULT_NETEM_HARSH (tc netem parameters), FAULT_FLAPS, FAULT_STEPS (of
 # "F1 F2 F3") go to the guest.
 # Builds what is missing (binaries with make; kernel + initramfs cached in
@@ -30,14 +33,15 @@ case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
 WHAT=test
 [ "${1:-}" = --bench ] && WHAT=bench
 [ "${1:-}" = --faults ] && WHAT=faults
+[ "${1:-}" = --rails ] && WHAT=rails
 tools/deps.sh ensure || exit 1
 REL=${BUILD#"$ROOT"/}
 make --no-print-directory -j2 BUILD="$REL" "$REL/bin/locusd" "$REL/bin/locusctl" \
 	"$REL/bin/locus-loadgen" "$REL/bin/locus-stat" || exit 1
 . tools/rxe-vm/vm-image.sh
 TABLES=
-if [ $WHAT = faults ]; then
-	# the guest's step 2 fits in TCG for a minute: the faults run takes these instead
+if [ $WHAT = faults ] || [ $WHAT = rails ]; then
+	# the guest's step 2 fits in TCG for a minute: these runs take these instead
 	TABLES=$RXE_VM_DIR/rw/tables
 	mkdir -p "$TABLES"
 	T=tests/data/calib_sample.jsonl
@@ -46,9 +50,10 @@ if [ $WHAT = faults ]; then
 			--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
 		{ echo "fitting the tables failed"; exit 1; }
 fi
-if [ $WHAT = bench ]; then
+[ $WHAT = bench ] &&
+	{ make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1; }
+if [ $WHAT = bench ] || [ $WHAT = rails ]; then
 	# the figures are printed beside the host's load average (the guest cannot see it)
-	make --no-print-directory -j2 BUILD="$REL" "$REL/tools/bench_dataplane" || exit 1
 	( while :; do cat /proc/loadavg > "$RXE_VM_DIR/rw/host-loadavg.tmp" &&
 		mv "$RXE_VM_DIR/rw/host-loadavg.tmp" "$RXE_VM_DIR/rw/host-loadavg"; sleep 2; done ) &
 	LOADPID=$!
@@ -68,4 +73,6 @@ bash tools/rxe-vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-580}" \
 	${LV_VARIANTS:+LV_VARIANTS="$LV_VARIANTS"} ${LV_LOCUSD:+LV_LOCUSD=$LV_LOCUSD} \
 	${FAULT_NETEM:+FAULT_NETEM="$FAULT_NETEM"} \
 	${FAULT_NETEM_HARSH:+FAULT_NETEM_HARSH="$FAULT_NETEM_HARSH"} \
-	${FAULT_FLAPS:+FAULT_FLAPS=$FAULT_FLAPS} ${FAULT_STEPS:+FAULT_STEPS="$FAULT_STEPS"}
+	${FAULT_FLAPS:+FAULT_FLAPS=$FAULT_FLAPS} ${FAULT_STEPS:+FAULT_STEPS="$FAULT_STEPS"} \
+	${LR_REQUESTS:+LR_REQUESTS=$LR_REQUESTS} ${LR_BATCHES:+LR_BATCHES=$LR_BATCHES} \
+	${LR_TOKENS:+LR_TOKENS=$LR_TOKENS} ${LR_ROW_BYTES:+LR_ROW_BYTES=$LR_ROW_BYTES}

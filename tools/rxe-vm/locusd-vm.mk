@@ -15,3 +15,9 @@ EXTRA_TESTS += tools/rxe-vm/faults-vm-test.sh
 .PHONY: test-faults-vm
 test-faults-vm:
 	BUILD=$(BUILD) tools/rxe-vm/faults-vm-test.sh
+
+# two rails per node (tools/rxe-vm/guest-rails.sh)
+EXTRA_TESTS += tools/rxe-vm/rails-vm-test.sh
+.PHONY: test-rails-vm
+test-rails-vm:
+	BUILD=$(BUILD) tools/rxe-vm/rails-vm-test.sh

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The rails' failover counters (rail_*{rail}): locusd_net keeps the counts
+ * in its rail structs on the data lcore and copies them here into that
+ * lcore's counter block every sync period, as the verbs counters are.
+ */
+#include <rte_cycles.h>
+
+#include "locusd_net_priv.h"
+
+static const struct {
+	const char *name, *help;
+	enum locus_ctr_kind kind;
+} rail_ctr[RC_N] = {
+	[RC_FAILOVERS] = { "rail_failovers", "connections of the rail lost while up",
+			   LOCUS_CTR_COUNTER },
+	[RC_RESENT] = { "rail_resent", "queued messages moved to another rail to the same peer "
+			"when the rail failed (never posted: the peer cannot have seen them)",
+			LOCUS_CTR_COUNTER },
+	[RC_FAILED] = { "rail_failed", "messages that ended with an error on the rail (posted "
+			"ones when it failed, or queued ones with no other rail up)",
+			LOCUS_CTR_COUNTER },
+	[RC_AWAY] = { "rail_away_msgs", "messages sent on the rail whose source's home is "
+		      "another rail (it was down)", LOCUS_CTR_COUNTER },
+	[RC_DOWN_MS] = { "rail_down_ms", "time without the rail to peers it had been up with, "
+			 "summed over peers (ms)", LOCUS_CTR_COUNTER },
+	[RC_UP] = { "rail_up", "peers connected on the rail now", LOCUS_CTR_GAUGE },
+	[RC_FAILED_AT] = { "rail_failed_at_ms", "when the rail last failed over (CLOCK_REALTIME ms, "
+			   "0: never)", LOCUS_CTR_GAUGE },
+	[RC_MOVED_AT] = { "rail_moved_at_ms", "when a message of the rail's sources first went out "
+			  "on another rail after that (CLOCK_REALTIME ms, 0: not yet)",
+			  LOCUS_CTR_GAUGE },
+};
+
+/* A TSC reading as CLOCK_REALTIME ms (0 stays 0). */
+static int64_t wall_ms(const struct locusd_net *n, uint64_t tsc)
+{
+	uint64_t hz = rte_get_tsc_hz();
+
+	if (!tsc || tsc < n->base_tsc || !hz)
+		return 0;
+	return (int64_t)(n->base_ms + (tsc - n->base_tsc) / (hz / 1000 ? hz / 1000 : 1));
+}
+
+/* rail_*{rail} in the data lcore's block, written by locusd_net_poll's sync. */
+int locusd_net_attach_rail_counters(struct locusd_net *n, struct locus_counters *c,
+				    uint32_t block, struct locus_error *err)
+{
+	n->ctr_block = locus_counters_block(c, block);
+	if (!n->ctr_block)
+		return locus_error_set(err, LOCUS_ERANGE, "no writable counter block %u", block);
+	for (unsigned i = 0; i < RC_N; i++) {
+		struct locus_ctr_desc d = { .name = rail_ctr[i].name, .help = rail_ctr[i].help,
+					    .kind = rail_ctr[i].kind, .ndims = 1,
+					    .dim = { n->n_rails }, .label = { "rail" } };
+		int ret = locus_counters_register(c, &d, &n->ctr_off[i], err);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
+}
+
+/* The rails' failover counts into the data lcore's block (plain stores). */
+void locusd_net_sync_rail_counters(struct locusd_net *n, uint64_t now)
+{
+	uint64_t ms_div = rte_get_tsc_hz() / 1000 ? rte_get_tsc_hz() / 1000 : 1;
+
+	if (!n->ctr_block)
+		return;
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		const struct rail *rl = &n->rail[r];
+		uint64_t down = rl->down_tsc, up = 0;
+
+		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+			if (rl->down_since[node] && now > rl->down_since[node])
+				down += now - rl->down_since[node];
+			up += (uint64_t)rl->up[node];
+		}
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_FAILOVERS], r, (int64_t)rl->failovers);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_RESENT], r, (int64_t)rl->resent);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_FAILED], r, (int64_t)rl->failed);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_AWAY], r, (int64_t)rl->away);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_DOWN_MS], r,
+				     (int64_t)(down / ms_div));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_UP], r, (int64_t)up);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_FAILED_AT], r,
+				     wall_ms(n, rl->failed_tsc));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_MOVED_AT], r,
+				     wall_ms(n, rl->moved_tsc));
+	}
+}

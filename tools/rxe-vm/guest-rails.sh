@@ -1,0 +1,278 @@
+# Sourced INSIDE the qemu guest by guest-locusd.sh (LV_WHAT=rails) with its helpers (say,
+# fail, ctr, snap, snap2, val, loadgen, wait_log, start, mksecret, show_counters, $B, $W,
+# $PID) and the
+# first veth pair up (guest-veth.sh): two locusd nodes with two rails each,
+#   rail 0: n0 rxex  on vx  (192.0.2.20)  <-->  n1 rxey  on vy  (192.0.2.21)
+#   rail 1: n0 rxex2 on vx2 (192.0.3.20)  <-->  n1 rxey2 on vy2 (192.0.3.21)
+#   R1 both nodes up with both rails, tables pushed, traffic across the nodes checked
+#      end to end by locus-loadgen (every byte), both rails carried it (per-rail
+#      counters verbs_* and verbs_r1_*), no errors
+#   R2 under traffic, rail 1 black-holed for 3 s (netem loss 100% on vx2 / vy2: RC's
+#      retries run out, completion errors), then vx2 set down for 2 s (the port's async
+#      event): each time locusd fails rail 1 over (queued messages re-sent on rail 0,
+#      posted ones failed once and counted, new traffic on rail 0); the time from the fault
+#      to the failover and to rail 1's sources' first message on rail 0, from locusd's
+#      clock; after the black hole rail 1 rejoins and its sources come home (after the
+#      link flap Soft-RoCE may refuse new connections: reported); every request once
+#   R3 the same traffic as R1 with the nodes configured with rail 0 only: bytes/s of
+#      two rails against one, same run
+# Exits the guest with the test's status.
+
+# ---- the second pair: the same policy routing as guest-veth.sh's -------------------------------
+ip link add vx2 type veth peer name vy2 || veth_fail "veth 2"
+ip addr add 192.0.3.20/24 dev vx2; ip addr add 192.0.3.21/24 dev vy2
+ip link set vx2 up; ip link set vy2 up
+for k in vx2.accept_local vy2.accept_local; do sysctl -qw net.ipv4.conf.$k=1; done
+for k in vx2.rp_filter vy2.rp_filter; do sysctl -qw net.ipv4.conf.$k=0; done
+ip route replace 192.0.3.21/32 dev vx2 table 122; ip route replace 192.0.3.20/32 dev vy2 table 123
+ip rule add oif vx2 lookup 122 pref 104; ip rule add oif vy2 lookup 123 pref 105
+ip rule add from 192.0.3.20 to 192.0.3.21 lookup 122 pref 106
+ip rule add from 192.0.3.21 to 192.0.3.20 lookup 123 pref 107
+ip rule add iif vx2 lookup local pref 12; ip rule add iif vy2 lookup local pref 13
+rdma link add rxex2 type rxe netdev vx2 || veth_fail "rxex2"
+rdma link add rxey2 type rxe netdev vy2 || veth_fail "rxey2"
+
+# mkconf_rails NODE SECRET RAILS: the nodes of guest-locusd.sh's mkconf, on 1 or 2 rails
+mkconf_rails() {
+	local dev="rxex,rxex2" intra=shm lcores="--lcores 0@0,1@1,2@0" a0 a1
+	[ "$1" = 1 ] && dev="rxey,rxey2" intra=verbs lcores="-l 0-1"
+	a0="192.0.2.20:7471,192.0.3.20:7471" a1="192.0.2.21:7471,192.0.3.21:7471"
+	if [ "$3" = 1 ]; then
+		dev=${dev%%,*} a0=${a0%%,*} a1=${a1%%,*}
+	fi
+	cat > "$W/n$1.conf" <<CONF
+[locusd]
+instance = n$1
+node = $1
+eal_args = $lcores --no-huge --no-pci -m 64
+rdma_device = $dev
+intra_node = $intra
+secret_file = $2
+idle_sleep_us = 50
+client_slots = 16
+client_inbox_slots = ${LV_INBOX_SLOTS:-256}
+[cluster]
+id = 7
+gpus_per_node = 2
+node.0 = $a0
+node.1 = $a1
+CONF
+}
+
+stop_nodes() {
+	local n
+	for n in n0 n1; do
+		[ -n "${PID[$n]}" ] && kill -TERM "${PID[$n]}" && wait "${PID[$n]}" 2>/dev/null
+		PID[$n]=
+	done
+}
+
+# up RAILS: both nodes started on RAILS rails, every rail connected both ways, tables pushed
+up() {
+	local r
+	mkconf_rails 0 "$W/secret" "$1"; mkconf_rails 1 "$W/secret" "$1"
+	: > "$W/n0.log"; : > "$W/n1.log"
+	# the listener first: the dialler's first attempt then finds it
+	start 1 && start 0 || { fail "a locusd did not start ($1 rail(s))"; return 1; }
+	if [ "$1" = 1 ]; then
+		wait_log "$W/n0.log" "peer node 1 up" 1 60 && wait_log "$W/n1.log" "peer node 0 up" 1 30 ||
+			{ show_logs 20; fail "one rail: the nodes did not connect"; return 1; }
+	else
+		for r in 0 1; do
+			wait_log "$W/n0.log" "peer node 1 up on rail $r" 1 60 &&
+				wait_log "$W/n1.log" "peer node 0 up on rail $r" 1 30 ||
+				{ show_logs 20; fail "rail $r did not connect"; return 1; }
+		done
+	fi
+	grep -h "RDMA device\|rail [0-9]: RDMA\|peer node" "$W/n0.log" | sed 's/^/  [n0 log] /'
+	cp "$LV_TABLES/eldr.tbl" "$LV_TABLES/grace.tbl" "$W/" && push_tables 0 1 ||
+		{ fail "push ($1 rail(s))"; return 1; }
+}
+
+# traffic OUT RAILS: the same loadgen run on both configurations; prints and records
+# bytes/s (remote bytes out of both nodes over the run's wall time)
+traffic() {
+	local out=$1 t0 t1 b0 b1 rc
+	snap2 "$W/pre"
+	b0=$(( $(val "$W/pre.0" remote_bytes_out) + $(val "$W/pre.1" remote_bytes_out) ))
+	t0=$(date +%s%N)
+	timeout 400 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 \
+		--decoders 4 --decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 \
+		--requests ${LR_REQUESTS:-100} --batches ${LR_BATCHES:-30} --tokens ${LR_TOKENS:-32} \
+		--row-bytes ${LR_ROW_BYTES:-4096} --decode-us 500 --seconds 360 > "$out" 2>&1
+	rc=$?
+	t1=$(date +%s%N)
+	snap2 "$W/post"
+	b1=$(( $(val "$W/post.0" remote_bytes_out) + $(val "$W/post.1" remote_bytes_out) ))
+	sed 's/^/  /' "$out"
+	grep -q '^loadgen: ok$' "$out" && [ $rc = 0 ] ||
+		{ fail "loadgen on $2 rail(s) (exit $rc)"; show_counters; }
+	for n in 0 1; do
+		for c in remote_send_errors remote_undeliverable remote_bad; do
+			v=$(( $(val "$W/post.$n" $c) - $(val "$W/pre.$n" $c) ))
+			[ "$v" = 0 ] || fail "n$n: $c + $v in this run ($2 rail(s))"
+		done
+	done
+	BYTES[$2]=$((b1 - b0)) NS[$2]=$((t1 - t0))
+	RATE[$2]=$(awk -v b=$((b1 - b0)) -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f", b * 1e9 / ns }')
+	say "   $2 rail(s): $((b1 - b0)) remote bytes out in $(( (t1 - t0) / 1000000 )) ms:" \
+		"${RATE[$2]} B/s; $(grep -o '[0-9]* rows/s' "$out"); host load average at the end:" \
+		"$(cut -d' ' -f1-3 "${LV_OUT:-/nonexistent}/host-loadavg" 2>/dev/null || echo '?')"
+}
+
+# ms since the epoch
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+
+# R2: rail 1 black-holed, then set down, under traffic. fo_report KIND T0: the times from
+# T0 (ms, just before the fault) to n0's failover and to the first message of rail 1's
+# sources on rail 0, from locusd's own clock readings (rail_failed_at_ms, rail_moved_at_ms)
+fo_report() {
+	local f=$W/fo-${1// /-} fa=0 ma=0 end=$((SECONDS + 30))
+	while [ $SECONDS -lt $end ]; do
+		snap 0 "$f"
+		fa=$(val "$f" rail_failed_at_ms 'rail="1"'); ma=$(val "$f" rail_moved_at_ms 'rail="1"')
+		[ "$fa" -ge "$2" ] && [ "$ma" -ge "$fa" ] && break
+		sleep 0.5
+	done
+	if [ "$fa" -ge "$2" ] && [ "$ma" -ge "$fa" ]; then
+		say "   $1: fault -> n0 failed rail 1 over in $((fa - $2)) ms -> rail 1's sources'" \
+			"first message on rail 0 $((ma - fa)) ms later ($((ma - $2)) ms after the fault)"
+	else
+		fail "$1: n0 did not fail rail 1 over (failed at $fa, moved at $ma, fault at $2)"
+	fi
+}
+
+failover() {
+	local t ups f0 back=0
+	say "R2. rail 1 black-holed for 3 s, then vx2 set down for 2 s, under traffic"
+	timeout 400 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 --decoders 4 \
+		--decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 --row-bytes 4096 \
+		--decode-us 500 --requests 100000 --batches 100000 --tokens 16 --seconds 360 \
+		--allow-errors --batch-ms 5000 > "$W/fo.out" 2>&1 &
+	LG=$!
+	snap2 "$W/fo-a"
+	f0=$(val "$W/fo-a.0" verbs_r1_tx_msgs)
+	for _ in $(seq 100); do # rail 1 carries traffic first
+		snap 0 "$W/fo-b.0"
+		[ "$(val "$W/fo-b.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] && break
+		kill -0 $LG 2>/dev/null || break
+	done
+	# R2a: every frame on the second pair lost: RC's retries run out (completion errors)
+	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
+	t=$(now_ms)
+	for d in vx2 vy2; do tc qdisc add dev $d root netem loss 100% || fail "netem on $d"; done
+	sleep 3
+	for d in vx2 vy2; do tc qdisc del dev $d root; done
+	fo_report "black hole" "$t"
+	if wait_log "$W/n0.log" "peer node 1 up on rail 1" $((ups + 1)) 60; then
+		say "   black hole: rail 1 rejoined $(( $(now_ms) - t )) ms after the fault began"
+		back=1
+	else
+		fail "black hole: rail 1 did not rejoin within 60 s"
+	fi
+	grep -h "on rail 1" "$W/n0.log" | tail -n 3 | sed 's/^/  [n0 log] /'
+	# rail 1's sources came home: rail 1 carries n0's messages again
+	snap 0 "$W/fo-c.0"
+	f0=$(val "$W/fo-c.0" verbs_r1_tx_msgs)
+	for _ in $(seq 100); do
+		[ $back = 1 ] || break
+		snap 0 "$W/fo-d.0"
+		[ "$(val "$W/fo-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] && break
+		kill -0 $LG 2>/dev/null || break
+	done
+	[ $back = 0 ] || [ "$(val "$W/fo-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] ||
+		fail "black hole: rail 1 carried no traffic after it rejoined"
+	[ $back = 1 ] && say "   black hole: rail 1 carries n0's messages again" \
+		"($(( $(val "$W/fo-d.0" verbs_r1_tx_msgs) - f0 )) since it rejoined)"
+	# R2b: the netdev down: the port's async event
+	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
+	t=$(now_ms)
+	ip link set vx2 down
+	sleep 2
+	ip link set vx2 up
+	# a link set down loses its routes (guest-veth.sh)
+	ip route replace 192.0.3.21/32 dev vx2 table 122; ip route replace 192.0.3.20/32 dev vy2 table 123
+	fo_report "link down" "$t"
+	# Soft-RoCE in Debian's 6.1 kernel may take no new connection on a pair whose netdev
+	# flapped under traffic (guest-faults.sh, F4): a rejoin is reported, not required
+	if wait_log "$W/n0.log" "peer node 1 up on rail 1" $((ups + 1)) 30; then
+		say "   link down: rail 1 rejoined $(( $(now_ms) - t )) ms after the link went down"
+	else
+		say "   link down: rail 1 did not rejoin within 30 s of the link coming back" \
+			"(Soft-RoCE after a netdev flap, as in guest-faults.sh F4); traffic stays on rail 0"
+	fi
+	sleep 2
+	kill -TERM $LG
+	wait $LG
+	rc=$?
+	sed 's/^/  /' "$W/fo.out"
+	grep -q '^loadgen: ok$' "$W/fo.out" && [ $rc = 0 ] ||
+		fail "loadgen across the failovers (exit $rc): a request lost, corrupt or answered twice"
+	snap2 "$W/fo-e"
+	for n in 0 1; do
+		f=$W/fo-e.$n
+		say "   n$n: rail 1 failovers $(val $f rail_failovers 'rail="1"') (rail 0:" \
+			"$(val $f rail_failovers 'rail="0"')); queued messages re-sent on rail 0" \
+			"$(val $f rail_resent 'rail="1"'); failed on rail 1 $(val $f rail_failed 'rail="1"');" \
+			"sent on rail 0 away from home $(val $f rail_away_msgs 'rail="0"');" \
+			"time without rail 1 $(val $f rail_down_ms 'rail="1"') ms; rail 1 port errors" \
+			"$(val $f verbs_r1_port_errors), ups $(val $f verbs_r1_port_ups)"
+		[ "$(val $f rail_failovers 'rail="1"')" -ge 2 ] ||
+			fail "n$n: fewer than 2 failovers of rail 1"
+		[ "$(val $f rail_failovers 'rail="0"')" = 0 ] || fail "n$n: rail 0 failed over too"
+		[ "$(val $f rail_down_ms 'rail="1"')" -gt 0 ] || fail "n$n: no time without rail 1"
+		[ "$(val $f rail_away_msgs 'rail="0"')" -gt 0 ] || fail "n$n: nothing moved to rail 0"
+		[ "$(val $f remote_bad)" = 0 ] || fail "n$n: malformed messages"
+	done
+	[ "$(val "$W/fo-e.0" verbs_r1_port_errors)" -ge 1 ] ||
+		fail "n0: the link down came without a port error event"
+}
+
+declare -A BYTES NS RATE
+mksecret "$W/secret"
+if [ -z "${LV_TABLES:-}" ]; then
+	fail "no tables (LV_TABLES: locusd-vm-test.sh --rails fits them on the host)"
+	echo "GUEST RESULT rc=1"
+	exit 1
+fi
+
+say "R1. two nodes, two rails each (rxex,rxex2 <-> rxey,rxey2), traffic checked end to end"
+if up 2; then
+	traffic "$W/r2.out" 2
+	for n in 0 1; do
+		f=$W/post.$n
+		m0=$(val $f verbs_tx_msgs); m1=$(val $f verbs_r1_tx_msgs)
+		b0=$(val $f verbs_tx_bytes); b1=$(val $f verbs_r1_tx_bytes)
+		u0=$(val $f verbs_peer_up); u1=$(val $f verbs_r1_peer_up)
+		tf=$(( $(val $f verbs_tx_failed) + $(val $f verbs_r1_tx_failed) ))
+		say "   n$n rail 0 ($( [ $n = 0 ] && echo rxex || echo rxey)): $m0 messages," \
+			"$b0 bytes, peers up $u0; rail 1: $m1 messages, $b1 bytes, peers up $u1;" \
+			"failed sends $tf; rail_up $(val $f rail_up 'rail="0"') $(val $f rail_up 'rail="1"')"
+		[ "$m0" -gt 0 ] && [ "$m1" -gt 0 ] || fail "n$n: a rail carried no messages"
+		[ "$u0" = 1 ] && [ "$u1" = 1 ] || fail "n$n: a rail's connection is not up"
+		[ "$tf" = 0 ] || fail "n$n: sends failed"
+		[ "$(val $f rail_away_msgs)" = 0 ] || fail "n$n: messages left their home rail"
+	done
+	for d in vx vx2; do
+		say "   veth $d: TX $(ip -s link show $d | awk '/TX:/{getline; print $1}') bytes"
+	done
+	[ "${LR_FAILOVER:-1}" = 1 ] && failover
+fi
+stop_nodes
+
+say "R3. the same nodes on rail 0 only, the same traffic as R1"
+if up 1; then
+	traffic "$W/r1.out" 1
+	[ "$(val "$W/post.0" verbs_r1_tx_msgs)" = 0 ] || fail "one rail: rail 1 counters exist"
+fi
+stop_nodes
+
+if [ -n "${RATE[1]:-}" ] && [ -n "${RATE[2]:-}" ] && [ "${RATE[1]}" -gt 0 ]; then
+	say "   two rails against one, same run: ${RATE[2]} / ${RATE[1]} B/s =" \
+		"$(awk -v a=${RATE[2]} -v b=${RATE[1]} 'BEGIN { printf "%.2f", a / b }')x" \
+		"(qemu TCG, 2 vCPUs: both rails' rxe devices run on the same two CPUs, beside the" \
+		"host's other work: the load averages above; TCG's figure says little about NICs)"
+fi
+say "done in $((SECONDS - T0)) s"
+echo "GUEST RESULT rc=$FAILED"
+exit $FAILED

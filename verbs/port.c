@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The device's asynchronous events, on the control thread: a port that goes
+ * down (IBV_EVENT_PORT_ERR: the netdev under a RoCE device set down or its
+ * carrier lost; IBV_EVENT_DEVICE_FATAL) closes every connection of the
+ * endpoint at once with -ENETDOWN, instead of waiting for RC's retries to
+ * run out (7 ACK time-outs) or the stall watch; a port that comes back
+ * (IBV_EVENT_PORT_ACTIVE) makes the dialling peers redial now, with their
+ * back-off reset. Connections are closed the usual way (locus_verbs_ctl_close:
+ * the QP to the error state, the data side drains and fails what did not
+ * complete, once).
+ */
+#include <errno.h>
+#include <fcntl.h>
+
+#include "verbs_priv.h"
+
+int locus_verbs_port_init(struct locus_verbs_ep *ep, struct locus_error *err)
+{
+	int fl = fcntl(ep->ctx->async_fd, F_GETFL);
+
+	if (fl < 0 || fcntl(ep->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return locus_error_set(err, errno, "cannot make %s's async event queue non-blocking",
+				       ep->dev_name);
+	return 0;
+}
+
+static void port_down(struct locus_verbs_ep *ep)
+{
+	ep->stats.port_errors++;
+	for (uint32_t i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		if (p->phase == CTL_CONNECTING || p->phase == CTL_CONNECTED)
+			locus_verbs_ctl_close(p, -ENETDOWN);
+	}
+}
+
+static void port_up(struct locus_verbs_ep *ep)
+{
+	uint64_t now = locus_verbs_now_ns();
+
+	ep->stats.port_ups++;
+	for (uint32_t i = 0; i < ep->n_peers; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		p->backoff_ms = ep->prm.backoff_min_ms;
+		if (p->phase == CTL_BACKOFF)
+			p->deadline_ns = now;
+	}
+}
+
+int locus_verbs_port_events(struct locus_verbs_ep *ep)
+{
+	struct ibv_async_event ev;
+	int n = 0;
+
+	while (!ibv_get_async_event(ep->ctx, &ev)) {
+		switch (ev.event_type) {
+		case IBV_EVENT_PORT_ERR:
+		case IBV_EVENT_DEVICE_FATAL:
+			port_down(ep);
+			break;
+		case IBV_EVENT_PORT_ACTIVE:
+			port_up(ep);
+			break;
+		default:
+			/* QP and CQ errors also end in completion errors, handled there */
+			break;
+		}
+		ibv_ack_async_event(&ev);
+		n++;
+	}
+	return n;
+}
