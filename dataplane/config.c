@@ -450,6 +450,8 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		c->rdma_ack_timeout = (uint8_t)u;
 		return ret;
 	}
+	if (!strcmp(k, "rdma_stall_ms")) /* 0: the verbs default (RC's own end, x2, >= 5 s) */
+		return parse_u32(p, k, v, 0, 3600000, &c->rdma_stall_ms);
 	if (!strcmp(k, "intra_node")) {
 		if (!strcmp(v, "shm"))
 			c->intra_node = LOCUS_INTRA_SHM;

@@ -25,6 +25,8 @@
  *   rdma_ack_timeout = 14              # RC's local ACK time-out, 4.096 us << N (14: 67 ms;
  *                                      # a link is given up after 7 of them, 470 ms); a
  *                                      # fabric that reorders or drops (no PFC) wants more
+ *   rdma_stall_ms   = 0                # a connection whose sends see no completion this
+ *                                      # long fails (0: twice RC's own end, >= 5 s)
  *   intra_node      = shm              # shm | verbs (loopback)
  *   secret_file     = /etc/locus/secret
  *   ring_size       = 1024             # client ring entries, power of two
@@ -124,6 +126,7 @@ struct locus_config {
 	int32_t  rdma_near_numa;                  /* -1: not set */
 	uint8_t  rdma_port;
 	uint8_t  rdma_ack_timeout;                /* 1..31 */
+	uint32_t rdma_stall_ms;                   /* 0 (verbs' default) or 1..3600000 */
 	enum locus_intra_node intra_node;
 	char     secret_file[LOCUS_CFG_PATH_MAX];
 	uint32_t ring_size;

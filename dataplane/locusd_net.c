@@ -532,6 +532,7 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	ep.max_peers = cfg->n_nodes;
 	ep.threaded = threaded;
 	ep.ack_timeout = cfg->rdma_ack_timeout;
+	ep.stall_ms = cfg->rdma_stall_ms; /* 0: the endpoint's default */
 	/* every node is configured with the same max_decoders: the same area */
 	ep.area_len = (uint32_t)locus_load_row_size(cfg->max_decoders);
 	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,

@@ -26,6 +26,7 @@ static const char full[] =
 	"rdma_near_numa = 1\n"
 	"rdma_port = 2\n"
 	"rdma_ack_timeout = 17\n"
+	"rdma_stall_ms = 12000\n"
 	"gpu_pci = 0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:61:00.0,"
 	"0000:97:00.0,0000:b9:00.0,0000:DC:00.0,0000:e0:00.0\n"
 	"intra_node = verbs\n"
@@ -65,6 +66,7 @@ static void test_full_file(void **state)
 	assert_int_equal(c.rdma_near_numa, 1);
 	assert_int_equal(c.rdma_port, 2);
 	assert_int_equal(c.rdma_ack_timeout, 17);
+	assert_int_equal(c.rdma_stall_ms, 12000);
 	assert_int_equal(c.n_gpu_pci, 8);
 	assert_string_equal(c.gpu_pci[0], "0000:17:00.0");
 	assert_string_equal(c.gpu_pci[6], "0000:DC:00.0");
@@ -100,6 +102,7 @@ static void test_defaults_alone(void **state)
 	assert_string_equal(c.instance, "default");
 	assert_int_equal(c.nodes[0].ipv4, htonl(INADDR_LOOPBACK));
 	assert_int_equal(c.rdma_ack_timeout, 14); /* 67 ms, verbs' own default */
+	assert_int_equal(c.rdma_stall_ms, 0);     /* verbs' own default */
 	/* the signature cache: on, 32 MiB of 16-token blocks, top-8 bounds */
 	assert_int_equal(c.sig_cache_bytes, 32u << 20);
 	assert_int_equal(c.sig_cache_block_tokens, 16);
@@ -150,6 +153,8 @@ static void test_refusals(void **state)
 		{ "[locusd]\nrdma_ack_timeout = 0\n", "t.conf:2: rdma_ack_timeout: 0 is outside",
 		  LOCUS_ERANGE },
 		{ "[locusd]\nrdma_ack_timeout = 32\n", "t.conf:2: rdma_ack_timeout: 32 is outside",
+		  LOCUS_ERANGE },
+		{ "[locusd]\nrdma_stall_ms = 3600001\n", "t.conf:2: rdma_stall_ms: 3600001 is outside",
 		  LOCUS_ERANGE },
 		{ "[locusd]\nnode\n", "t.conf:2: expected 'key = value'", LOCUS_EPARSE },
 		{ "[locusd]\nnode =\n", "t.conf:2: node: empty value", LOCUS_EPARSE },

@@ -94,8 +94,8 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 		P("%s%s%s", g ? "," : "gpu_pci = ", c->gpu_pci[g], g + 1 == c->n_gpu_pci ? "\n" : "");
 	if (c->rdma_near_numa >= 0)
 		P("rdma_near_numa = %d\n", c->rdma_near_numa);
-	P("rdma_port = %u\nrdma_ack_timeout = %u\nintra_node = %s\n", c->rdma_port,
-	  c->rdma_ack_timeout,
+	P("rdma_port = %u\nrdma_ack_timeout = %u\nrdma_stall_ms = %u\nintra_node = %s\n",
+	  c->rdma_port, c->rdma_ack_timeout, c->rdma_stall_ms,
 	  c->intra_node == LOCUS_INTRA_VERBS ? "verbs" : "shm");
 	if (c->secret_file[0])
 		P("secret_file = %s\n", c->secret_file);
