@@ -71,10 +71,14 @@ mksecret() { # file
 [ "$WHAT" = faults ] && : "${LV_STALL_MS:=10000}"
 # n1 moves its intra-node rows with the verbs loopback, n0 with the CPU
 N0_ENGINES=${LV_N0_ENGINES:-$([ "$WHAT" = test ] && echo 2 || echo 1)}
-mkconf() { # node secret-file
+# mkconf NODE SECRET-FILE [DEVICES ADDR0 ADDR1]: node NODE's config; the optional lists
+# (one item per rail, guest-rails.sh) replace its device and both nodes' addresses
+mkconf() {
 	local dev=rxex intra=shm lcores="--lcores 0@0,1@1,2@0" engines=1
+	local a0=${4:-192.0.2.20:7471} a1=${5:-192.0.2.21:7471}
 	[ "$1" = 0 ] && [ "$N0_ENGINES" = 2 ] && engines=2 lcores="--lcores 0@0,1@1,2@0,3@1"
 	[ "$1" = 1 ] && dev=rxey intra=${LV_N1_INTRA:-verbs} lcores="-l 0-1"
+	dev=${3:-$dev}
 	[ -n "${LV_LCORES:-}" ] && lcores="-l $LV_LCORES"
 	cat > "$W/n$1.conf" <<CONF
 [locusd]
@@ -93,8 +97,8 @@ ${LV_STALL_MS:+rdma_stall_ms = $LV_STALL_MS}
 [cluster]
 id = 7
 gpus_per_node = 2
-node.0 = 192.0.2.20:7471
-node.1 = 192.0.2.21:7471
+node.0 = $a0
+node.1 = $a1
 CONF
 }
 

@@ -32,31 +32,15 @@ ip rule add iif vx2 lookup local pref 12; ip rule add iif vy2 lookup local pref 
 rdma link add rxex2 type rxe netdev vx2 || veth_fail "rxex2"
 rdma link add rxey2 type rxe netdev vy2 || veth_fail "rxey2"
 
-# mkconf_rails NODE SECRET RAILS: the nodes of guest-locusd.sh's mkconf, on 1 or 2 rails
+# mkconf_rails NODE SECRET RAILS: guest-locusd.sh's mkconf, on 1 or 2 rails
 mkconf_rails() {
-	local dev="rxex,rxex2" intra=shm lcores="--lcores 0@0,1@1,2@0" a0 a1
-	[ "$1" = 1 ] && dev="rxey,rxey2" intra=verbs lcores="-l 0-1"
-	a0="192.0.2.20:7471,192.0.3.20:7471" a1="192.0.2.21:7471,192.0.3.21:7471"
+	local dev="rxex,rxex2" a0="192.0.2.20:7471,192.0.3.20:7471" a1="192.0.2.21:7471,192.0.3.21:7471"
+
+	[ "$1" = 1 ] && dev="rxey,rxey2"
 	if [ "$3" = 1 ]; then
 		dev=${dev%%,*} a0=${a0%%,*} a1=${a1%%,*}
 	fi
-	cat > "$W/n$1.conf" <<CONF
-[locusd]
-instance = n$1
-node = $1
-eal_args = $lcores --no-huge --no-pci -m 64
-rdma_device = $dev
-intra_node = $intra
-secret_file = $2
-idle_sleep_us = 50
-client_slots = 16
-client_inbox_slots = ${LV_INBOX_SLOTS:-256}
-[cluster]
-id = 7
-gpus_per_node = 2
-node.0 = $a0
-node.1 = $a1
-CONF
+	mkconf "$1" "$2" "$dev" "$a0" "$a1"
 }
 
 stop_nodes() {
