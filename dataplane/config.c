@@ -69,6 +69,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->idle_pause_polls = LOCUS_CFG_IDLE_PAUSE_POLLS;
 	cfg->idle_sleep_max_us = LOCUS_CFG_IDLE_SLEEP_MAX_US;
 	cfg->tau = 0.1f;
+	cfg->eldr_precision = 16;
 	cfg->load_timeout_ms = 1000;
 	cfg->watchdog = 1;
 	strcpy(cfg->ctl_group, "locus-ctl");
@@ -524,6 +525,12 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 		if (t < 0.0 || t > 2.0)
 			return CFG_FAIL(p, LOCUS_ERANGE, "tau: %g is outside [0, 2]", t);
 		c->tau = (float)t;
+		return 0;
+	}
+	if (!strcmp(k, "eldr_precision")) {
+		if (strcmp(v, "16") && strcmp(v, "8"))
+			return CFG_FAIL(p, LOCUS_EPARSE, "eldr_precision: '%s' is not 16 or 8", v);
+		c->eldr_precision = (uint32_t)atoi(v);
 		return 0;
 	}
 	if (!strcmp(k, "load_timeout_ms"))

@@ -18,6 +18,18 @@
  * 0 += 1). The scalar kernel does exactly that with fmaf(); AVX2 holds the
  * 16 lanes in two registers, AVX-512 in one. The integer paths' norm (it
  * needs idf per feature) is float too, in 4 chains (eldr_qnorm_scalar()).
+ *
+ * The 8-bit arithmetic (the *_I8 paths, eldr_q8kernels.c): each centroid
+ * (idf folded in) quantised to u8 over its own range, w ~ off + scale x p
+ * with p in 0..ELDR_Q8MAX (off = its smallest element, or 0 if none is
+ * negative: every fitted centroid); a signature's counts rounded to levels
+ * a = round(count / 2^s), the smallest s that keeps every level <=
+ * ELDR_A8MAX; the dot product sum a x p, the levels' sum and the norm^2
+ * sum a^2 x W (W: idf^2 scaled to u16 once, at build) are exact integers,
+ * then one double expression: every 8-bit path gives the same bits.
+ * AVX-512 multiplies the bytes themselves (vpdpbusd: u8 centroid x s8
+ * level, twice the products per instruction of vpdpwssd); scalar and AVX2
+ * run the 16-bit kernels on the same numbers.
  */
 #ifndef LOCUS_ELDR_PRIV_H
 #define LOCUS_ELDR_PRIV_H
@@ -33,6 +45,10 @@
 #define ELDR_QLANES 32u  /* u16 features per block of the integer kernels */
 #define ELDR_QMAX 32767  /* largest |q| of a quantised centroid element */
 #define ELDR_NCHAINS 4u  /* the integer paths' norm: independent accumulator chains */
+#define ELDR_Q8LANES 64u /* u8 features per block of the 8-bit AVX-512 kernel */
+#define ELDR_Q8MAX 255   /* largest p of an 8-bit centroid element (u8) */
+#define ELDR_A8MAX 127   /* largest signature level (s8, vpdpbusd's signed operand) */
+#define ELDR_W8MAX 65535 /* norm weight of the largest idf^2 */
 
 struct locus_eldr_router;
 
@@ -56,12 +72,15 @@ typedef void (*eldr_dots_batch_fn)(const struct locus_eldr_router *r, const floa
 typedef float (*eldr_qload_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
 			       uint16_t *xq, uint32_t *maxc);
 /*
- * Software prefetch of the next batch's counts into L2 while a kernel
- * computes: per_step of the n line addresses at each block step.
+ * Software prefetch of the next batch's counts into L2 while the kernels
+ * compute: the lines off[0..n_lines) of each of the n_sigs counts at base,
+ * per_step of them at each block step, from the cursor (sig, line) that
+ * every kernel of the batch moves on.
  */
 struct eldr_prefetch {
-	const uint8_t *const *addr;
-	uint32_t n, per_step;
+	const uint8_t *base[ELDR_BATCH];
+	const uint32_t *off;
+	uint32_t n_sigs, n_lines, per_step, sig, line;
 };
 
 /*
@@ -71,6 +90,17 @@ struct eldr_prefetch {
 typedef void (*eldr_qdots_fn)(const struct locus_eldr_router *r, const uint16_t *const *xq,
 			      uint32_t n, uint32_t maxc, int64_t *const *dots,
 			      struct eldr_prefetch *pf);
+/*
+ * 8-bit arithmetic: the levels of the masked layers of counts (into xq as
+ * u16 for the 16-bit kernels, or into a8 as bytes for AVX-512); returns
+ * norm^2 = sum a^2 x W and *asum = sum a, exact.
+ */
+typedef uint64_t (*eldr_q8load_fn)(const struct locus_eldr_router *r, const uint16_t *counts,
+				   uint16_t *xq, uint8_t *a8, uint64_t *asum,
+				   struct eldr_prefetch *pf);
+/* dots[s][k_pad] = exact sum of a8[s] x p_c for n (1..ELDR_BATCH) signatures */
+typedef void (*eldr_q8dots_fn)(const struct locus_eldr_router *r, const uint8_t *const *a8,
+			       uint32_t n, int64_t *const *dots, struct eldr_prefetch *pf);
 
 struct eldr_slot {
 	uint64_t reported;   /* last load report */
@@ -95,6 +125,10 @@ struct locus_eldr_router {
 	uint32_t n_qblocks;      /* ceil(n_feat / ELDR_QLANES) */
 	eldr_qload_fn qload;
 	eldr_qdots_fn qdots;
+	int i8;                  /* the 8-bit arithmetic (the *_I8 paths) */
+	uint32_t n_q8blocks;     /* ceil(n_feat / ELDR_Q8LANES) */
+	eldr_q8load_fn q8load;
+	eldr_q8dots_fn q8dots;   /* NULL: the 16-bit qdots on the levels in xq */
 	eldr_loadnorm_fn loadnorm;
 	eldr_dots_fn dots_one;
 	eldr_dots_batch_fn dots_batch;
@@ -115,12 +149,23 @@ struct locus_eldr_router {
 	 */
 	const int16_t *q;
 	const double *qscale;    /* [k_pad] */
+	/*
+	 * The 8-bit paths: u8 centroids (cw's memory again) in AVX-512's
+	 * layout q8[((g * n_q8blocks + b) * ELDR_GROUP + c) * 64 + lane], or
+	 * in q's layout as int16 for the 16-bit kernels; qscale[c] their
+	 * scale, qoff[c] their offset; w8[n_q8blocks * 64] the norm's weights
+	 * (0 in padding), one unit of which is wscale of idf^2.
+	 */
+	const uint8_t *q8;
+	const double *qoff;
+	const uint16_t *w8;
+	double wscale;
+	uint8_t *a8;             /* scratch [ELDR_BATCH][n_q8blocks * 64]: levels as bytes */
 	float *x;                /* scratch [ELDR_BATCH][n_blocks * 16], padding stays 0 */
 	uint16_t *xq;            /* integer path's scratch (x's memory), [ELDR_BATCH][n_qblocks * 32] */
 	int64_t *qdot;           /* scratch [ELDR_BATCH][k_pad] */
 	const uint32_t *line_off; /* [n_lines]: 64-byte lines of the masked counts */
 	uint32_t n_lines;
-	const uint8_t **pf_addr;  /* scratch [ELDR_BATCH][n_lines]: the next batch's lines */
 	float *dots;             /* scratch [ELDR_BATCH][k_pad]: similarity per centroid */
 	/*
 	 * Centroid c's decoder slot (NULL: centroid c is slot c's, and the
@@ -172,6 +217,14 @@ void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *x
 		     uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
 void eldr_qdots_avx512(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
 		       uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf);
+
+uint32_t eldr_a8shift(uint32_t maxc);
+uint64_t eldr_q8load_scalar(const struct locus_eldr_router *r, const uint16_t *counts,
+			    uint16_t *xq, uint8_t *a8, uint64_t *asum, struct eldr_prefetch *pf);
+uint64_t eldr_q8load_avx512(const struct locus_eldr_router *r, const uint16_t *counts,
+			    uint16_t *xq, uint8_t *a8, uint64_t *asum, struct eldr_prefetch *pf);
+void eldr_q8dots_avx512(const struct locus_eldr_router *r, const uint8_t *const *a8, uint32_t n,
+			int64_t *const *dots, struct eldr_prefetch *pf);
 
 void eldr_load_scalar(const struct locus_eldr_router *r, const uint16_t *counts, float *x);
 void eldr_load_avx2(const struct locus_eldr_router *r, const uint16_t *counts, float *x);

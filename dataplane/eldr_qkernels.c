@@ -12,16 +12,7 @@
 #include <string.h>
 #include <immintrin.h>
 
-#include "eldr_priv.h"
-
-/* Prefetch the next lines of pf (NULL: none); i is the caller's cursor. */
-static inline void prefetch_step(const struct eldr_prefetch *pf, uint32_t *i)
-{
-	if (!pf)
-		return;
-	for (uint32_t k = 0; k < pf->per_step && *i < pf->n; k++)
-		__builtin_prefetch(pf->addr[(*i)++], 0, 2);
-}
+#include "eldr_simd_priv.h"
 
 static inline const int16_t *qgroup(const struct locus_eldr_router *r, uint32_t g)
 {
@@ -58,16 +49,6 @@ float eldr_qnorm_scalar(const struct locus_eldr_router *r, const uint16_t *xq, u
 	return eldr_reduce16(sum);
 }
 
-/* The masked layers of counts into xq (read once each); padding stays 0. */
-static inline void copy_masked(const struct locus_eldr_router *r, const uint16_t *counts,
-			       uint16_t *xq)
-{
-	const uint32_t E = r->n_experts;
-
-	for (uint32_t m = 0; m < r->n_masked; m++)
-		memcpy(xq + (size_t)m * E, counts + (size_t)r->layers[m] * E, 2 * (size_t)E);
-}
-
 float eldr_qload_scalar(const struct locus_eldr_router *r, const uint16_t *counts, uint16_t *xq,
 			uint32_t *maxc)
 {
@@ -80,8 +61,6 @@ void eldr_qdots_scalar(const struct locus_eldr_router *r, const uint16_t *const 
 		       uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf)
 {
 	const uint32_t nb = r->n_qblocks;
-	uint32_t pf_i = 0;
-
 	(void)maxc;
 	for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 		for (uint32_t s = 0; s < n; s++) {
@@ -91,7 +70,7 @@ void eldr_qdots_scalar(const struct locus_eldr_router *r, const uint16_t *const 
 			for (uint32_t b = 0; b < nb; b++, q += ELDR_GROUP * ELDR_QLANES) {
 				const uint16_t *x = xq[s] + (size_t)b * ELDR_QLANES;
 
-				prefetch_step(pf, &pf_i);
+				prefetch_step(pf);
 
 				for (unsigned c = 0; c < ELDR_GROUP; c++) {
 					int64_t sum = 0;
@@ -220,7 +199,7 @@ static inline int64_t hsum_epi32_avx2(__m256i v)
 __attribute__((target("avx2,fma"), always_inline))
 static inline void qdots_avx2_ns(const struct locus_eldr_router *r, const uint16_t *const *xq,
 				 uint32_t g, uint32_t chunk, int64_t *const *dots,
-				 const struct eldr_prefetch *pf, uint32_t *pf_i, const int NS)
+				 struct eldr_prefetch *pf, const int NS)
 {
 	const uint32_t nb = r->n_qblocks;
 	const int16_t *q = qgroup(r, g);
@@ -237,7 +216,7 @@ static inline void qdots_avx2_ns(const struct locus_eldr_router *r, const uint16
 			const int16_t *qb = q + (size_t)b * ELDR_GROUP * ELDR_QLANES;
 			__m256i xl[2], xh[2];
 
-			prefetch_step(pf, pf_i);
+			prefetch_step(pf);
 			for (int s = 0; s < NS; s++) {
 				xl[s] = _mm256_load_si256((const __m256i *)(xq[s] + b * 32));
 				xh[s] = _mm256_load_si256((const __m256i *)(xq[s] + b * 32 + 16));
@@ -266,7 +245,7 @@ __attribute__((target("avx2,fma")))
 void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *xq, uint32_t n,
 		     uint32_t maxc, int64_t *const *dots, struct eldr_prefetch *pf)
 {
-	uint32_t chunk = eldr_qchunk(maxc, 4), pf_i = 0;
+	uint32_t chunk = eldr_qchunk(maxc, 4);
 
 	/* counts are signed 16-bit for vpmaddwd */
 	if (maxc > INT16_MAX || chunk == 0) {
@@ -276,9 +255,9 @@ void eldr_qdots_avx2(const struct locus_eldr_router *r, const uint16_t *const *x
 	for (uint32_t s = 0; s < n; s += 2)
 		for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 			if (n - s >= 2)
-				qdots_avx2_ns(r, xq + s, g, chunk, dots + s, pf, &pf_i, 2);
+				qdots_avx2_ns(r, xq + s, g, chunk, dots + s, pf, 2);
 			else
-				qdots_avx2_ns(r, xq + s, g, chunk, dots + s, pf, &pf_i, 1);
+				qdots_avx2_ns(r, xq + s, g, chunk, dots + s, pf, 1);
 		}
 }
 
@@ -354,16 +333,7 @@ float eldr_qload_avx512(const struct locus_eldr_router *r, const uint16_t *count
 			   _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(n), 1)));
 }
 
-__attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
-static inline int64_t hsum_epi32_avx512(__m512i v)
-{
-	return _mm512_reduce_add_epi64(
-		_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(v)),
-				 _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1))));
-}
-
 #define ELDR_L1_BLOCKS 64u /* 32-feature blocks of a span (4 KiB of counts a signature) */
-#define Q512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
 /*
  * a += x . q pairwise (vpdpwssd), in place: GCC 12 copies the accumulator
  * around the intrinsic (a register move per product and spills with 16
@@ -378,7 +348,7 @@ static inline int64_t hsum_epi32_avx512(__m512i v)
  */
 Q512 static void qdots512_x4(const struct locus_eldr_router *r, const uint16_t *const *xq,
 			     uint32_t g, uint32_t b0, uint32_t b1, int64_t *const *dots,
-			     const struct eldr_prefetch *pf, uint32_t *pf_i)
+			     struct eldr_prefetch *pf)
 {
 	int64_t *t0 = dots[0] + g * ELDR_GROUP, *t1 = dots[1] + g * ELDR_GROUP;
 	int64_t *t2 = dots[2] + g * ELDR_GROUP, *t3 = dots[3] + g * ELDR_GROUP;
@@ -394,7 +364,7 @@ Q512 static void qdots512_x4(const struct locus_eldr_router *r, const uint16_t *
 		__m512i q2 = _mm512_load_si512(q + 64), q3 = _mm512_load_si512(q + 96);
 		__m512i v;
 
-		prefetch_step(pf, pf_i);
+		prefetch_step(pf);
 		v = _mm512_load_si512(x0 + b * 32);
 		DPW(a00, v, q0); DPW(a01, v, q1); DPW(a02, v, q2); DPW(a03, v, q3);
 		v = _mm512_load_si512(x1 + b * 32);
@@ -459,7 +429,6 @@ void eldr_qdots_avx512(const struct locus_eldr_router *r, const uint16_t *const 
 {
 	const uint32_t nb = r->n_qblocks, chunk = eldr_qchunk(maxc, 2);
 	const uint32_t span = LOCUS_MIN(chunk, ELDR_L1_BLOCKS);
-	uint32_t pf_i = 0;
 
 	/* counts are signed 16-bit for vpdpwssd */
 	if (maxc > INT16_MAX || chunk == 0) {
@@ -478,7 +447,7 @@ void eldr_qdots_avx512(const struct locus_eldr_router *r, const uint16_t *const 
 
 		for (uint32_t g = 0; g < r->k_pad / ELDR_GROUP; g++) {
 			if (n == 4)
-				qdots512_x4(r, xq, g, b0, b1, dots, pf, &pf_i);
+				qdots512_x4(r, xq, g, b0, b1, dots, pf);
 			else
 				for (uint32_t s = 0; s < n; s++)
 					qdots512_x1(r, xq[s], g, b0, b1, dots[s] + g * ELDR_GROUP);

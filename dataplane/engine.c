@@ -115,7 +115,7 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 
 		nb = e->router_buf ^ 1;
 		if (locus_eldr_router_build(e->router_mem[nb], e->router_mem_len, pl, plen,
-					    LOCUS_ELDR_PATH_AUTO, &nr, NULL) < 0)
+					    (enum locus_eldr_path)e->p.router_path, &nr, NULL) < 0)
 			return;
 		e->router = nr;
 		e->router_buf = nb;
@@ -128,6 +128,8 @@ static void adopt_table(struct locus_engine *e, unsigned ch)
 			if (engine_primary(e)) {
 				locus_gauge_set_elem(e->blk, e->c.table_layers, ch, tl);
 				locus_gauge_set_elem(e->blk, e->c.table_experts, ch, te);
+				locus_gauge_set(e->blk, e->c.router_path,
+						(int64_t)locus_eldr_router_path(nr));
 			}
 		}
 	} else if (engine_grace_adopt(e, t, len, r->cur_gen) < 0) {

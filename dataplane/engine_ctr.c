@@ -86,6 +86,9 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		{ "table_experts", "experts per layer of the table in use, by channel (0: none "
 		  "yet)", LOCUS_CTR_GAUGE, 1, LOCUS_TABLE_N_CHANNELS, 0, "channel", 0,
 		  &o->table_experts },
+		{ "router_path", "ELDR scoring path in use: 0 none, 1-3 scalar/avx2/avx512 "
+		  "(16-bit), 5-7 the same 8-bit (eldr_precision = 8)", LOCUS_CTR_GAUGE, 0, 0, 0, 0,
+		  0, &o->router_path },
 		{ "table_adopted", "tables adopted, by channel", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_adopted },
 		{ "table_rejected", "tables refused by validation, by channel", LOCUS_CTR_COUNTER, 1,

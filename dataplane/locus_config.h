@@ -53,6 +53,9 @@
  *                                      # accepted as the old name of idle_sleep_max_us
  *                                      # (not both in one file). SIGHUP applies them.
  *   tau             = 0.1              # default locality band
+ *   eldr_precision  = 16               # the router's arithmetic: 16 (int16 centroids) or 8
+ *                                      # (u8, about 1.5x the decisions per core, scores within
+ *                                      # 2e-3; locus_eldr_router.h, README)
  *   load_timeout_ms = 1000             # a decoder silent this long is skipped
  *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
  *   ctl_group       = locus-ctl        # who may push tables (a group name or a gid)
@@ -148,6 +151,7 @@ struct locus_config {
 	uint32_t idle_pause_polls;
 	uint32_t idle_sleep_max_us;               /* 0: never sleeps */
 	float    tau;
+	uint32_t eldr_precision;                  /* 16 or 8: the router's arithmetic */
 	uint32_t load_timeout_ms;
 	uint8_t  watchdog;
 	char     ctl_group[LOCUS_CFG_NAME_MAX];      /* name or number; "" none */

@@ -23,13 +23,24 @@
  * plus float rounding (~1e-6). F32 is the float arithmetic of earlier
  * builds (float fused multiply-adds in a fixed order, the widest float ISA
  * the CPU runs), kept as the reference of tests and benchmarks.
+ *
+ * The *_I8 paths share an 8-bit arithmetic and give the same bits as each
+ * other: centroids quantised to int8, counts rounded to levels of at most
+ * 181 (by a power of two when a count exceeds it), idf^2 in the norm to
+ * 16 bits; exact integer sums. AVX512_I8 multiplies bytes (vpdpbusd), about
+ * twice the 16-bit paths' rate; a score is within a stated tolerance of the
+ * exact cosine, not a bound: see README ("The router's 8-bit arithmetic").
  */
 enum locus_eldr_path {
-	LOCUS_ELDR_PATH_AUTO = 0,  /* best the CPU supports */
+	LOCUS_ELDR_PATH_AUTO = 0,  /* best 16-bit path the CPU supports */
 	LOCUS_ELDR_PATH_SCALAR,
 	LOCUS_ELDR_PATH_AVX2,      /* AVX2 + FMA: vpmaddwd */
 	LOCUS_ELDR_PATH_AVX512,    /* AVX-512F/BW + VNNI: vpdpwssd */
 	LOCUS_ELDR_PATH_F32,       /* the float reference */
+	LOCUS_ELDR_PATH_SCALAR_I8, /* the 8-bit arithmetic in plain C */
+	LOCUS_ELDR_PATH_AVX2_I8,   /* the 8-bit arithmetic on AVX2's 16-bit kernel */
+	LOCUS_ELDR_PATH_AVX512_I8, /* the 8-bit arithmetic: vpdpbusd */
+	LOCUS_ELDR_PATH_AUTO_I8,   /* best 8-bit path the CPU supports */
 };
 
 /* Signatures one batch call checks at a time (any n is accepted). */
@@ -46,8 +57,11 @@ struct locus_eldr_decision {
 
 struct locus_eldr_router; /* one per routing lcore, in caller memory */
 
-/* Name of a path ("scalar", "avx2", "avx512", "f32"). */
+/* Name of a path ("scalar", "avx2", "avx512", "f32", "scalar-i8", ..., "auto-i8"). */
 const char *locus_eldr_path_name(enum locus_eldr_path p);
+
+/* The path named name (as locus_eldr_path_name() spells it): 0, or -LOCUS_ERANGE. */
+int locus_eldr_path_parse(const char *name, enum locus_eldr_path *out);
 
 /* Whether this CPU runs path p (AUTO, SCALAR and F32: always). */
 int locus_eldr_path_supported(enum locus_eldr_path p);

@@ -49,6 +49,7 @@ struct locus_engine_ctr {
 	uint64_t expert_tokens;                    /* [layers][experts] */
 	uint64_t table_generation;                 /* gauge [channel] */
 	uint64_t table_layers, table_experts;      /* gauges [channel]: the shape in use */
+	uint64_t router_path;                      /* gauge: enum locus_eldr_path in use */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
 	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
 	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
@@ -215,6 +216,8 @@ struct locus_engine_params {
 	 */
 	struct locus_engine_group *group;
 	uint32_t engine_idx;
+	/* the router's arithmetic: LOCUS_ELDR_PATH_AUTO (16-bit, 0) or LOCUS_ELDR_PATH_AUTO_I8 */
+	uint32_t router_path;
 };
 
 struct locus_engine;

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "locus_eldr_router.h"
 #include "locus_sigcache.h"
 #include "locus_wire.h"
 #include "node_priv.h"
@@ -169,6 +170,7 @@ static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 	ep->tsc_hz = tsc_hz;
 	ep->now = now;
 	ep->group = n->group;
+	ep->router_path = n->cfg.eldr_precision == 8 ? LOCUS_ELDR_PATH_AUTO_I8 : LOCUS_ELDR_PATH_AUTO;
 	for (uint32_t k = 0; k < n->n_eng; k++) {
 		/* the node's signature cache is engine 0's, where every prefiller is */
 		ep->dims.sig_cache_bytes = k == 0 ? n->cfg.sig_cache_bytes : 0;

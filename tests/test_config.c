@@ -36,6 +36,7 @@ static const char full[] =
 	"inbox_slot_size = 65536\n"
 	"client_slots = 32\n"
 	"tau = 0.25\n"
+	"eldr_precision = 8\n"
 	"load_timeout_ms = 500\n"
 	"watchdog = no\n"
 	"\n"
@@ -67,6 +68,7 @@ static void test_full_file(void **state)
 	assert_int_equal(c.rdma_port, 2);
 	assert_int_equal(c.rdma_ack_timeout, 17);
 	assert_int_equal(c.rdma_stall_ms, 12000);
+	assert_int_equal(c.eldr_precision, 8);
 	assert_int_equal(c.n_gpu_pci, 8);
 	assert_string_equal(c.gpu_pci[0], "0000:17:00.0");
 	assert_string_equal(c.gpu_pci[6], "0000:DC:00.0");
@@ -103,6 +105,7 @@ static void test_defaults_alone(void **state)
 	assert_int_equal(c.nodes[0].ipv4, htonl(INADDR_LOOPBACK));
 	assert_int_equal(c.rdma_ack_timeout, 14); /* 67 ms, verbs' own default */
 	assert_int_equal(c.rdma_stall_ms, 0);     /* verbs' own default */
+	assert_int_equal(c.eldr_precision, 16);   /* the 16-bit router */
 	/* the signature cache: on, 32 MiB of 16-token blocks, top-8 bounds */
 	assert_int_equal(c.sig_cache_bytes, 32u << 20);
 	assert_int_equal(c.sig_cache_block_tokens, 16);
@@ -156,6 +159,10 @@ static void test_refusals(void **state)
 		  LOCUS_ERANGE },
 		{ "[locusd]\nrdma_stall_ms = 3600001\n", "t.conf:2: rdma_stall_ms: 3600001 is outside",
 		  LOCUS_ERANGE },
+		{ "[locusd]\neldr_precision = 4\n", "t.conf:2: eldr_precision: '4' is not 16 or 8",
+		  LOCUS_EPARSE },
+		{ "[locusd]\neldr_precision = 16bit\n",
+		  "t.conf:2: eldr_precision: '16bit' is not 16 or 8", LOCUS_EPARSE },
 		{ "[locusd]\nnode\n", "t.conf:2: expected 'key = value'", LOCUS_EPARSE },
 		{ "[locusd]\nnode =\n", "t.conf:2: node: empty value", LOCUS_EPARSE },
 		{ "[cluster]\nnode.0 = 1.2.3:80\n", "t.conf:2: node.0: '1.2.3' is not an IPv4",

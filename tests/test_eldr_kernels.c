@@ -3,12 +3,20 @@
  * The integer scoring kernels against the float reference (the router of
  * earlier builds, LOCUS_ELDR_PATH_F32) on real signatures: the repo's ESFT
  * sample, and the full ESFT data ($LOCUS_DATA_DIR, default ../shared/data)
- * when present. Every integer path this CPU runs must give the same bits;
- * every score must lie within the quantisation bound of the reference's;
- * decisions must be the reference's except at a band edge (a score within
- * twice the bound of a threshold or of another candidate's), and at most
- * 1 in 500 of them. Large counts (chunked int32 sums, the scalar fallback
- * above 32767) on a synthetic table.
+ * when present. Two arithmetics, each checked on its own:
+ *  - 16-bit (scalar, avx2, avx512): every path this CPU runs gives the same
+ *    bits; every score lies within the quantisation bound of the
+ *    reference's; decisions are the reference's except at a band edge (a
+ *    score within twice the bound of a threshold or of another
+ *    candidate's), and at most 1 in 500 of them.
+ *  - 8-bit (scalar-i8, avx2-i8, avx512-i8): the same bits across paths;
+ *    every score equals this file's own evaluation of the arithmetic the
+ *    router's header states (u8 centroids over their range, levels of at
+ *    most 127, idf^2 to 16 bits) to float rounding; every score within the stated
+ *    tolerance TOL8 of the reference's; decisions the reference's except
+ *    at a band edge of width 2 x TOL8, at most 1 in 50.
+ * Large counts (chunked int32 sums, the scalar fallback above 32767, the
+ * 8-bit levels' shifts) on a synthetic table.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,33 +35,53 @@
 
 #define QMAX 32767.0
 #define FLOAT_TOL 4e-6 /* the reference's own rounding, and the final float products */
+/*
+ * The 8-bit arithmetic's stated tolerance: |score - exact cosine| on real
+ * signatures (README, "The router's 8-bit arithmetic", gives the measured
+ * largest deviations).
+ */
+#define TOL8 2e-3
+#define N_INT 3u
 
-static const enum locus_eldr_path int_paths[] = {
-	LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2, LOCUS_ELDR_PATH_AVX512,
+/* An arithmetic and its paths. */
+struct family {
+	const char *name;
+	enum locus_eldr_path paths[N_INT];
+	int i8;
 };
-#define N_INT LOCUS_ARRAY_SIZE(int_paths)
+
+static const struct family fam16 = {
+	"16-bit", { LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2, LOCUS_ELDR_PATH_AVX512 }, 0
+};
+static const struct family fam8 = {
+	"8-bit",
+	{ LOCUS_ELDR_PATH_SCALAR_I8, LOCUS_ELDR_PATH_AVX2_I8, LOCUS_ELDR_PATH_AVX512_I8 }, 1
+};
 
 struct routers {
+	const struct family *fam;
 	struct locus_eldr_tbl_view v;
 	void *mem[N_INT + 1];
-	struct locus_eldr_router *r[N_INT + 1]; /* the integer paths, then F32 */
+	struct locus_eldr_router *r[N_INT + 1]; /* the family's paths, then F32 */
 	double *maxabs;                         /* [n_centroids] largest |idf x c| */
 	uint32_t K;
 };
 
-static void routers_build(struct routers *rs, const void *payload, size_t len)
+static void routers_build(struct routers *rs, const void *payload, size_t len,
+			  const struct family *fam)
 {
 	size_t msz = locus_eldr_router_mem_size(payload, len);
 	const uint32_t L = 0, E = 1; /* indices into shape[] */
 	uint32_t shape[2];
 
 	memset(rs, 0, sizeof(*rs));
+	rs->fam = fam;
 	assert_int_equal(locus_eldr_tbl_validate(payload, len, &rs->v, NULL), 0);
 	shape[L] = rs->v.hdr->n_layers;
 	shape[E] = rs->v.hdr->n_experts;
 	rs->K = rs->v.hdr->n_decoders;
 	for (size_t p = 0; p <= N_INT; p++) {
-		enum locus_eldr_path path = p < N_INT ? int_paths[p] : LOCUS_ELDR_PATH_F32;
+		enum locus_eldr_path path = p < N_INT ? fam->paths[p] : LOCUS_ELDR_PATH_F32;
 
 		if (!locus_eldr_path_supported(path))
 			continue;
@@ -112,29 +140,115 @@ static void score_bound(const struct routers *rs, const uint16_t *cnt, double *b
 		bound[d] += FLOAT_TOL;
 }
 
-/* Scores of every path: integer paths bit-identical, each within bound of F32's. */
+/*
+ * The 8-bit arithmetic as locus_eldr_router.h and eldr_priv.h state it,
+ * evaluated here in plain C from the table: each centroid's idf x c mapped
+ * onto 0..255 over its range [min(0, smallest), largest] and rounded;
+ * counts rounded to levels round(c / 2^s) with the smallest s keeping them
+ * <= 127; idf^2 in units of the largest / 65535, rounded; score = (sum a x
+ * p x range / 255 + sum a x offset) / sqrt(sum a^2 x W x unit). Per
+ * decoder, the best of its centroids'.
+ */
+static void score8_model(const struct routers *rs, const uint16_t *cnt, double *out)
+{
+	const uint32_t L = rs->v.hdr->n_layers, E = rs->v.hdr->n_experts;
+	uint32_t maxc = 0, sh = 0;
+	double m2 = 0, n2 = 0, asum = 0;
+
+	for (uint32_t f = 0; f < L * E; f++)
+		if (rs->v.layer_mask[f / E]) {
+			maxc = cnt[f] > maxc ? cnt[f] : maxc;
+			m2 = fmax(m2, (double)rs->v.idf[f] * rs->v.idf[f]);
+		}
+	while (floor((double)maxc / (1u << sh) + 0.5) > 127)
+		sh++;
+	for (uint32_t f = 0; f < L * E; f++) {
+		double a = floor((double)cnt[f] / (1u << sh) + 0.5);
+
+		if (!rs->v.layer_mask[f / E])
+			continue;
+		n2 += a * a * lrint((double)rs->v.idf[f] * rs->v.idf[f] / (m2 / 65535));
+		asum += a;
+	}
+	for (uint32_t d = 0; d < rs->K; d++)
+		out[d] = -INFINITY;
+	for (uint32_t c = 0; c < rs->v.n_centroids; c++) {
+		const float *cen = rs->v.centroids + (size_t)c * L * E;
+		uint32_t d = rs->v.centroid_slot ? rs->v.centroid_slot[c] : c;
+		double dot = 0, lo = 0, hi = 0, v;
+
+		for (uint32_t f = 0; f < L * E; f++)
+			if (rs->v.layer_mask[f / E]) {
+				lo = fmin(lo, (double)rs->v.idf[f] * cen[f]);
+				hi = fmax(hi, (double)rs->v.idf[f] * cen[f]);
+			}
+		for (uint32_t f = 0; f < L * E; f++) {
+			long p;
+
+			if (!rs->v.layer_mask[f / E] || hi <= lo)
+				continue;
+			p = lrint(((double)rs->v.idf[f] * cen[f] - lo) * (255 / (hi - lo)));
+			p = p > 255 ? 255 : p < 0 ? 0 : p;
+			dot += floor((double)cnt[f] / (1u << sh) + 0.5) * (double)p;
+		}
+		v = n2 > 0 ? (dot * ((hi - lo) / 255) + asum * lo) / sqrt(n2 * (m2 / 65535)) : 0;
+		out[d] = fmax(out[d], v);
+	}
+}
+
+/*
+ * Per decoder, the allowed |score - reference|: the 16-bit arithmetic's
+ * bound, or the 8-bit one's stated tolerance (after checking the scores s
+ * against score8_model, when given).
+ */
+static void path_bound(const struct routers *rs, const uint8_t *sig, const float *s,
+		       double *bound)
+{
+	const uint16_t *cnt = (const uint16_t *)locus_eldr_sig_counts(sig);
+	double model[64];
+
+	if (!rs->fam->i8) {
+		score_bound(rs, cnt, bound);
+		return;
+	}
+	for (uint32_t d = 0; d < rs->K; d++)
+		bound[d] = TOL8;
+	if (!s)
+		return;
+	score8_model(rs, cnt, model);
+	for (uint32_t d = 0; d < rs->K; d++)
+		if (fabs(s[d] - model[d]) > 1e-6 * fmax(1.0, fabs(model[d])))
+			fail_msg("8-bit decoder %u: %.9f, the stated arithmetic gives %.9f", d,
+				 (double)s[d], model[d]);
+}
+
+/*
+ * Scores of every path of the family: bit-identical, each within bound
+ * of F32's (the 8-bit ones also the stated arithmetic's).
+ */
 static double check_scores(struct routers *rs, const uint8_t *sig, size_t slen, double *bound)
 {
 	float s[N_INT + 1][64], *ref = s[N_INT];
 	double worst = 0; /* largest |difference| / bound */
 	int first = -1;
 
-	score_bound(rs, (const uint16_t *)locus_eldr_sig_counts(sig), bound);
 	assert_int_equal(locus_eldr_score(rs->r[N_INT], sig, slen, ref), 0);
 	for (size_t p = 0; p < N_INT; p++) {
 		if (!rs->r[p])
 			continue;
 		assert_int_equal(locus_eldr_score(rs->r[p], sig, slen, s[p]), 0);
-		if (first < 0)
+		if (first < 0) {
 			first = (int)p;
-		else
+			path_bound(rs, sig, s[p], bound);
+		} else {
 			assert_memory_equal(s[p], s[first], sizeof(float) * rs->K);
+		}
 		for (uint32_t d = 0; d < rs->K; d++) {
 			double diff = fabs((double)s[p][d] - ref[d]);
 
 			if (diff > bound[d])
 				fail_msg("path %s decoder %u: %.9f vs reference %.9f, bound %.3g",
-					 locus_eldr_path_name(int_paths[p]), d, (double)s[p][d],
+					 locus_eldr_path_name(rs->fam->paths[p]), d, (double)s[p][d],
 					 (double)ref[d], bound[d]);
 			if (diff / bound[d] > worst)
 				worst = diff / bound[d];
@@ -225,7 +339,7 @@ static void route_lockstep(struct routers *rs, const uint8_t *sigs, uint32_t n, 
 					    fabs((double)a->best - w->best) > bmax)
 						fail_msg("signature %u, path %s (batch): similarity %.9f "
 							 "best %.9f, reference %.9f %.9f", i0 + j,
-							 locus_eldr_path_name(int_paths[p]),
+							 locus_eldr_path_name(rs->fam->paths[p]),
 							 (double)a->similarity, (double)a->best,
 							 (double)w->similarity, (double)w->best);
 					continue;
@@ -236,7 +350,7 @@ static void route_lockstep(struct routers *rs, const uint8_t *sigs, uint32_t n, 
 							  rs->v.hdr->spill_tau : rs->v.hdr->tau))
 					fail_msg("signature %u, path %s: slot %u (%u candidates), "
 						 "reference %u (%u), not at a band edge", i0 + j,
-						 locus_eldr_path_name(int_paths[p]), a->slot,
+						 locus_eldr_path_name(rs->fam->paths[p]), a->slot,
 						 a->n_candidates, w->slot, w->n_candidates);
 				t->edge++;
 				break;
@@ -282,19 +396,25 @@ static void check_trace(const struct locus_trace *fit, const struct locus_trace 
 {
 	struct locus_eldrfit_result res;
 	struct locus_error e = { 0 };
-	struct routers rs;
-	struct tally ty = { 0 };
+	static const struct family *const fams[] = { &fam16, &fam8 };
 	size_t slen;
 	uint8_t *sigs = trace_sigs(t, &slen);
 
 	assert_int_equal(locus_eldrfit_trace(fit, o, &res, &e), 0);
-	routers_build(&rs, (const uint8_t *)res.blob + 64, res.blob_len - 64);
-	route_lockstep(&rs, sigs, t->n_requests, slen, &ty);
-	print_message("%s, K=%u, %u centroids: %u signatures, %u decisions differ (%u at a band "
-		      "edge), largest |score - reference| = %.2f x bound\n", what, rs.K,
-		      rs.v.n_centroids, ty.n, ty.differ, ty.edge, ty.worst);
-	assert_true(ty.differ * 500 <= ty.n * N_INT);
-	routers_free(&rs);
+	for (size_t f = 0; f < LOCUS_ARRAY_SIZE(fams); f++) {
+		struct routers rs;
+		struct tally ty = { 0 };
+
+		routers_build(&rs, (const uint8_t *)res.blob + 64, res.blob_len - 64, fams[f]);
+		route_lockstep(&rs, sigs, t->n_requests, slen, &ty);
+		print_message("%s, %s, K=%u, %u centroids: %u signatures, %u decisions differ (%u "
+			      "at a band edge), largest |score - reference| = %.2f x bound%s\n",
+			      what, fams[f]->name, rs.K, rs.v.n_centroids, ty.n, ty.differ, ty.edge,
+			      ty.worst, fams[f]->i8 ? " (the stated tolerance)" : "");
+		/* per path and signature: 1 in 500 (16-bit), 1 in 50 (8-bit) */
+		assert_true(ty.differ * (fams[f]->i8 ? 50 : 500) <= ty.n * N_INT);
+		routers_free(&rs);
+	}
 	locus_eldrfit_result_free(&res);
 	free(sigs);
 }
@@ -335,20 +455,24 @@ static void test_esft_windows(void **state)
 
 /*
  * Synthetic 8 x 128 table, counts below 2,000 (int32 sums flushed in
- * chunks), below 32,768 (a flush every block) and up to 65,535 (the
- * scalar fallback): every path the same bits, within bound.
+ * chunks; 8-bit levels shifted by 4), below 32,768 (a flush every block),
+ * up to 65,535 (the scalar fallback; levels shifted by 9), and below 100
+ * but for a late layer's below 1,000 (the 8-bit pass at shift 0 stops
+ * there and starts over): every path
+ * of each arithmetic the same bits, within bound (the 8-bit one: its
+ * stated arithmetic exactly, and uniform random counts and centroids are
+ * far from real signatures, so its deviation is printed, not bounded).
  */
 static void test_large_counts(void **state)
 {
 	const uint32_t L = 8, E = 128, K = 12;
-	static const uint32_t ranges[] = { 2000, 32768, 65536 };
+	static const uint32_t ranges[] = { 2000, 32768, 65536, 100 };
+	static const struct family *const fams[] = { &fam16, &fam8 };
 	struct locus_eldr_tbl_layout lay;
 	uint32_t *ids, seed = 777;
 	uint8_t *payload, *mask, *sig;
 	float *idf, *cen;
 	size_t slen = locus_eldr_sig_len((uint16_t)L, (uint16_t)E);
-	struct routers rs;
-	double bound[64], worst = 0;
 	(void)state;
 
 	assert_int_equal(locus_eldr_tbl_layout(L, E, K, &lay), 0);
@@ -377,23 +501,50 @@ static void test_large_counts(void **state)
 		for (uint32_t f = 0; f < L * E; f++)
 			cen[d * L * E + f] = (float)(cen[d * L * E + f] / sqrt(n2));
 	}
-	routers_build(&rs, payload, lay.len);
-	for (int trial = 0; trial < 60; trial++) {
-		struct locus_eldr_sig_hdr *h = (void *)sig;
-		uint16_t *cnt = (uint16_t *)(h + 1);
+	for (size_t fi = 0; fi < LOCUS_ARRAY_SIZE(fams); fi++) {
+		struct routers rs;
+		double bound[64], worst = 0, dev = 0;
+		uint32_t sd = seed;
 
-		h->magic = LOCUS_ELDR_SIG_MAGIC;
-		h->version = LOCUS_ELDR_SIG_VERSION;
-		h->n_layers = (uint16_t)L;
-		h->n_experts = (uint16_t)E;
-		for (uint32_t f = 0; f < L * E; f++) {
-			seed = seed * 1103515245u + 12345u;
-			cnt[f] = (uint16_t)((seed >> 12) % ranges[trial % 3]);
+		routers_build(&rs, payload, lay.len, fams[fi]);
+		for (int trial = 0; trial < 60; trial++) {
+			struct locus_eldr_sig_hdr *h = (void *)sig;
+			uint16_t *cnt = (uint16_t *)(h + 1);
+			float ref[64], got[64];
+
+			h->magic = LOCUS_ELDR_SIG_MAGIC;
+			h->version = LOCUS_ELDR_SIG_VERSION;
+			h->n_layers = (uint16_t)L;
+			h->n_experts = (uint16_t)E;
+			for (uint32_t f = 0; f < L * E; f++) {
+				sd = sd * 1103515245u + 12345u;
+				cnt[f] = (uint16_t)((sd >> 12) %
+						    (trial % 4 == 3 && f / E == 6 ? 1000 :
+						     ranges[trial % 4]));
+			}
+			if (!fams[fi]->i8) {
+				worst = fmax(worst, check_scores(&rs, sig, slen, bound));
+				continue;
+			}
+			/* same bits and the stated arithmetic: check_scores without its tolerance */
+			assert_int_equal(locus_eldr_score(rs.r[N_INT], sig, slen, ref), 0);
+			for (size_t p = 0; p < N_INT; p++) {
+				if (!rs.r[p])
+					continue;
+				assert_int_equal(locus_eldr_score(rs.r[p], sig, slen, got), 0);
+				path_bound(&rs, sig, got, bound);
+				for (uint32_t d = 0; d < K; d++)
+					dev = fmax(dev, fabs((double)got[d] - ref[d]));
+			}
 		}
-		worst = fmax(worst, check_scores(&rs, sig, slen, bound));
+		if (fams[fi]->i8)
+			print_message("large counts, %s: the stated arithmetic on every path, largest "
+				      "|score - reference| = %.4f\n", fams[fi]->name, dev);
+		else
+			print_message("large counts, %s: largest |score - reference| = %.2f x bound\n",
+				      fams[fi]->name, worst);
+		routers_free(&rs);
 	}
-	print_message("large counts: largest |score - reference| = %.2f x bound\n", worst);
-	routers_free(&rs);
 	free(sig);
 	free(payload);
 }
@@ -409,7 +560,11 @@ int main(int argc, char **argv)
 	(void)argc;
 	locus_test_find_root(argv[0]);
 	for (size_t p = 0; p < N_INT; p++)
-		printf("path %s: %s\n", locus_eldr_path_name(int_paths[p]),
-		       locus_eldr_path_supported(int_paths[p]) ? "runs" : "not on this CPU");
+		for (int f = 0; f < 2; f++) {
+			enum locus_eldr_path path = (f ? &fam8 : &fam16)->paths[p];
+
+			printf("path %s: %s\n", locus_eldr_path_name(path),
+			       locus_eldr_path_supported(path) ? "runs" : "not on this CPU");
+		}
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -56,6 +56,7 @@ static struct locus_node *node;
 static pthread_t th_ctl, th_eng[LOCUS_CFG_MAX_ENGINES];
 static volatile int stop;
 static int two_engines; /* the third run: engine_lcores = 2 */
+static int precision8;  /* the fourth: eldr_precision = 8, against the 8-bit router */
 
 /* the test's own view of the segment, as locusctl and locus-stat have it */
 static struct tu_view tv;
@@ -177,6 +178,8 @@ static int setup(void **state)
 	snprintf(conf, sizeof(conf), "%s", base);
 	if (two_engines) /* a section may open twice */
 		snprintf(conf, sizeof(conf), "[locusd]\nengine_lcores = 2\n%s", base);
+	if (precision8)
+		snprintf(conf, sizeof(conf), "[locusd]\neldr_precision = 8\n%s", base);
 
 	snprintf(shm_dir, sizeof(shm_dir), "/tmp/locus-node-test-XXXXXX");
 	if (!mkdtemp(shm_dir))
@@ -208,6 +211,33 @@ static int setup_engines(void **state)
 	memset(&dma, 0, sizeof(dma)); /* the CPU copies: the DMA loopback serves one engine */
 	two_engines = 1;
 	return setup(state);
+}
+
+static int setup_precision8(void **state)
+{
+	memset(&dma, 0, sizeof(dma));
+	two_engines = 0;
+	precision8 = 1;
+	return setup(state);
+}
+
+/* The pure router locusd's decisions are compared with: its arithmetic's scalar path. */
+static enum locus_eldr_path ref_path(void)
+{
+	return precision8 ? LOCUS_ELDR_PATH_SCALAR_I8 : LOCUS_ELDR_PATH_SCALAR;
+}
+
+/* The path locusd's router must run: the best of the configured arithmetic here. */
+static int64_t want_router_path(const void *tbl, size_t tlen)
+{
+	static uint8_t mem[1 << 16] __attribute__((aligned(64)));
+	struct locus_eldr_router *r;
+
+	assert_int_equal(locus_eldr_router_build(mem, sizeof(mem), (const uint8_t *)tbl + 64,
+						 tlen - 64, precision8 ? LOCUS_ELDR_PATH_AUTO_I8 :
+									 LOCUS_ELDR_PATH_AUTO,
+						 &r, NULL), 0);
+	return locus_eldr_router_path(r);
 }
 
 static int setup_dma(void **state)
@@ -245,7 +275,7 @@ static void route_v2(struct locus_client *pre, struct locus_client *dec[2])
 	assert_true(push(0, tbl, tlen, &refused) == 2);
 	assert_false(refused);
 	assert_int_equal(locus_eldr_router_build(mem, sizeof(mem), (uint8_t *)tbl + 64, tlen - 64,
-						 LOCUS_ELDR_PATH_SCALAR, &ref, NULL), 0);
+						 ref_path(), &ref, NULL), 0);
 	locus_eldr_router_set_load(ref, 0, 3); /* as reported */
 	locus_eldr_router_set_load(ref, 1, 1);
 	for (int i = 0; i < 12; i++) {
@@ -345,8 +375,9 @@ static void test_route_matches_pure_router(void **state)
 	assert_false(refused);
 	assert_int_equal(locus_engine_table_generation(locus_node_engine(node), 0), 1);
 	assert_int_equal(locus_eldr_router_build(router_mem, sizeof(router_mem),
-						 (uint8_t *)tbl + 64, tlen - 64,
-						 LOCUS_ELDR_PATH_SCALAR, &ref, NULL), 0);
+						 (uint8_t *)tbl + 64, tlen - 64, ref_path(), &ref,
+						 NULL), 0);
+	assert_int_equal(ctr_("router_path", 0), want_router_path(tbl, tlen));
 	/* loads as the decoders report them, seen by the engine */
 	locus_client_report_load(dec[0], 3);
 	locus_client_report_load(dec[1], 1);
@@ -868,5 +899,7 @@ int main(void)
 	int fails = cmocka_run_group_tests_name("cpu copies", tests, setup, teardown);
 
 	fails += cmocka_run_group_tests_name("intra-node DMA", dma_tests, setup_dma, teardown);
-	return fails + cmocka_run_group_tests_name("two engines", tests, setup_engines, teardown);
+	fails += cmocka_run_group_tests_name("two engines", tests, setup_engines, teardown);
+	return fails + cmocka_run_group_tests_name("8-bit router", tests, setup_precision8,
+						   teardown);
 }

@@ -2,8 +2,9 @@
 /*
  * ELDR benchmarks (figures printed, never asserted):
  *  1. routing decisions/s on one core, L=48 E=128, K=16 and K=64, mask of
- *     12 layers and no mask, per kernel path (the integer paths, and the
- *     float kernels of earlier builds, "f32", as the previous kernel),
+ *     12 layers and no mask (and K=16 unmasked again with long prompts'
+ *     counts), per kernel path (the 16-bit paths, the 8-bit ones "-i8", and
+ *     the float kernels of earlier builds, "f32", as the previous kernel),
  *     against a naive scalar double loop (double precision, table layout
  *     as stored) and against merely reading the 12 KiB of each signature,
  *     in the same run;
@@ -197,13 +198,15 @@ static double run_slice(struct variant *v, const struct locus_eldr_tbl_view *tv,
 	return n / dt;
 }
 
-#define N_PATHS 4
+#define N_PATHS 7
 
-static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask, int rounds)
+static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask, int rounds,
+			const char *what)
 {
 	static const enum locus_eldr_path paths[N_PATHS] = {
 		LOCUS_ELDR_PATH_F32, LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2,
-		LOCUS_ELDR_PATH_AVX512
+		LOCUS_ELDR_PATH_AVX512, LOCUS_ELDR_PATH_SCALAR_I8, LOCUS_ELDR_PATH_AVX2_I8,
+		LOCUS_ELDR_PATH_AVX512_I8
 	};
 	struct locus_eldr_tbl_view tv;
 	struct variant v[2 + 2 * N_PATHS];
@@ -228,7 +231,7 @@ static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask, int 
 		v[nv++] = (struct variant){ locus_eldr_path_name(paths[p]), 2, r, 0 };
 		if (paths[p] == LOCUS_ELDR_PATH_F32)
 			prevb = nv;
-		if (paths[p] != LOCUS_ELDR_PATH_SCALAR)
+		if (paths[p] != LOCUS_ELDR_PATH_SCALAR && paths[p] != LOCUS_ELDR_PATH_SCALAR_I8)
 			v[nv++] = (struct variant){ locus_eldr_path_name(paths[p]), 3, r, 0 };
 	}
 	/* interleaved slices, best of each: the machine is shared */
@@ -239,8 +242,8 @@ static void bench_route(uint8_t *pool, size_t slen, uint32_t K, int n_mask, int 
 			if (rate > v[i].best)
 				v[i].best = rate;
 		}
-	printf("K=%-3u mask=%2d/%d layers (per CPU-second, best of %d slices of 30 ms each)\n", K,
-	       n_mask >= L ? L : n_mask, L, rounds);
+	printf("K=%-3u mask=%2d/%d layers%s (per CPU-second, best of %d slices of 30 ms each)\n", K,
+	       n_mask >= L ? L : n_mask, L, what, rounds);
 	for (int i = 0; i < nv; i++)
 		printf("  %-18s %-6s %10.0f /s  = %6.2fx naive, %5.2fx read-only, %5.2fx f32 single, "
 		       "%5.2fx f32 batch\n", v[i].name,
@@ -419,6 +422,32 @@ static void bench_assign(uint32_t n, uint32_t K)
 }
 
 /*
+ * The pool's signatures: a quarter of the counts 1..63, the rest 0 (short
+ * prompts: no count above the 8-bit levels' 127), or with long every count
+ * 0..499 (a prompt of thousands of tokens: the 8-bit path shifts its levels,
+ * a second pass over the counts).
+ */
+static void fill_pool(uint8_t *pool, size_t slen, int long_prompts)
+{
+	for (uint32_t i = 0; i < POOL; i++) {
+		struct locus_eldr_sig_hdr *h = (void *)(pool + i * slen);
+		uint16_t *c = (uint16_t *)(h + 1);
+
+		memset(h, 0, sizeof(*h));
+		h->magic = LOCUS_ELDR_SIG_MAGIC;
+		h->version = LOCUS_ELDR_SIG_VERSION;
+		h->n_layers = L;
+		h->n_experts = E;
+		for (int f = 0; f < L * E; f++) {
+			uint32_t r = rnd();
+
+			c[f] = long_prompts ? (uint16_t)(r % 500) :
+			       r % 4 ? 0 : (uint16_t)(r >> 8) % 64;
+		}
+	}
+}
+
+/*
  * eldr_bench [--route-only] [--rounds N] [--pool S]: --route-only runs the
  * routing figures alone (K=16 every layer first), N interleaved slices per
  * variant (default 6), a pool of S signatures (default 4096, 48 MiB: from
@@ -449,21 +478,7 @@ int main(int argc, char **argv)
 	}
 	if (!pool)
 		return 1;
-	for (uint32_t i = 0; i < POOL; i++) {
-		struct locus_eldr_sig_hdr *h = (void *)(pool + i * slen);
-		uint16_t *c = (uint16_t *)(h + 1);
-
-		memset(h, 0, sizeof(*h));
-		h->magic = LOCUS_ELDR_SIG_MAGIC;
-		h->version = LOCUS_ELDR_SIG_VERSION;
-		h->n_layers = L;
-		h->n_experts = E;
-		for (int f = 0; f < L * E; f++) {
-			uint32_t r = rnd();
-
-			c[f] = r % 4 ? 0 : (uint16_t)(r >> 8) % 64;
-		}
-	}
+	fill_pool(pool, slen, 0);
 	printf("ELDR routing, one core, L=%d E=%d, pool of %d signatures (%zu MiB)\n", L, E, POOL,
 	       slen * POOL >> 20);
 	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
@@ -472,10 +487,12 @@ int main(int argc, char **argv)
 	printf("paths: avx2 %s, avx512 (VNNI) %s; f32 = the float kernels of earlier builds\n",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
-	bench_route(pool, slen, 16, L, rounds);
-	bench_route(pool, slen, 16, 12, rounds);
-	bench_route(pool, slen, 64, L, rounds);
-	bench_route(pool, slen, 64, 12, rounds);
+	bench_route(pool, slen, 16, L, rounds, "");
+	bench_route(pool, slen, 16, 12, rounds, "");
+	bench_route(pool, slen, 64, L, rounds, "");
+	bench_route(pool, slen, 64, 12, rounds, "");
+	fill_pool(pool, slen, 1);
+	bench_route(pool, slen, 16, L, rounds, ", long prompts");
 	if (sink == 42)
 		printf("\n");
 	free(pool);

@@ -51,7 +51,7 @@
  * the repository's sample, whose intervals are then too narrow). Every random choice has a fixed seed: the output is the
  * same on every run.
  *
- *   eldr_quality [--check] [--trace FILE] [--orders N] [--boot R] [--boot-orders N]
+ *   eldr_quality [--check] [--trace FILE] [--path P] [--orders N] [--boot R] [--boot-orders N]
  *                [--slack S] [--balance-price P] [--restarts R]
  *                [--decode-weight W] [--tau T] [--centroids-per-decoder M]
  *                [--spill-tau T] [--spill-margin M] [--overflow spread|nearest]
@@ -62,6 +62,8 @@
  *        arrival orders of the clairvoyant line, default 4, 0 leaves it out:
  *        the oracle's held-out batches improved by swaps with the decode
  *        experts known, what better batches exist at all)
+ *       (--path: the router's scoring path for every ELDR row, default auto,
+ *        the 16-bit arithmetic; auto-i8 the 8-bit one)
  *       (--check: exit 1 unless the "ELDR" row reads no more pairs per step
  *        than the oracle and its busiest decoder is no busier, held-out, at
  *        every K, B; the figures are deterministic (fixed seeds), so this is
@@ -208,6 +210,9 @@ static struct {
 	int32_t restarts, cpd, spill_margin, spread;
 } variant = { -1, -1, -1, -1, -1, -1, -1, -1, -1 };
 
+/* The router's scoring path for the ELDR rows (--path). */
+static enum locus_eldr_path route_path = LOCUS_ELDR_PATH_AUTO;
+
 /* o with the variant's options; the fixed rows' defaults otherwise. */
 static void apply_variant(struct locus_eldrfit_opts *o)
 {
@@ -308,7 +313,7 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 		size = calloc(K, sizeof(*size));
 		if (!mem[p] || !size ||
 		    locus_eldr_router_build(mem[p], msz, (uint8_t *)res.blob + 64,
-					    res.blob_len - 64, LOCUS_ELDR_PATH_AUTO, &s->r[p],
+					    res.blob_len - 64, route_path, &s->r[p],
 					    e) < 0) {
 			free(size);
 			locus_eldrfit_result_free(&res);
@@ -573,6 +578,10 @@ int main(int argc, char **argv)
 			a--; /* takes no value */
 		} else if (a + 1 < argc && !strcmp(argv[a], "--trace")) {
 			trace = argv[a + 1];
+		} else if (a + 1 < argc && !strcmp(argv[a], "--path")) {
+			if (locus_eldr_path_parse(argv[a + 1], &route_path) < 0 ||
+			    !locus_eldr_path_supported(route_path))
+				goto usage;
 		} else if (a + 1 < argc && !strcmp(argv[a], "--orders")) {
 			if (parse_count(argv[a + 1], 100000, &orders) < 0)
 				goto usage;
@@ -686,7 +695,8 @@ int main(int argc, char **argv)
 		printf("check: ELDR reads no more than the oracle and is no busier at every K, B\n");
 	return ret;
 usage:
-	fprintf(stderr, "usage: eldr_quality [--check] [--trace FILE.jsonl] [--orders N] [--boot R] "
+	fprintf(stderr, "usage: eldr_quality [--check] [--trace FILE.jsonl] [--path auto|auto-i8|...] "
+		"[--orders N] [--boot R] "
 		"[--boot-orders N] [--slack S] [--balance-price P] [--restarts R] "
 		"[--decode-weight W] [--tau T] [--centroids-per-decoder M] [--spill-tau T] "
 		"[--spill-margin M] [--overflow spread|nearest] [--clairvoyant N]\n");

@@ -43,6 +43,8 @@ static void check_ranges(const struct locus_config *c)
 		   c->max_decoders >= 1 && c->max_batch_tokens >= 1 && c->load_timeout_ms >= 1,
 		   "a count is 0");
 	FUZZ_CHECK(isfinite(c->tau) && c->tau >= 0 && c->tau <= 2, "tau %g", (double)c->tau);
+	FUZZ_CHECK(c->eldr_precision == 16 || c->eldr_precision == 8, "eldr_precision %u",
+		   c->eldr_precision);
 	FUZZ_CHECK(c->moe_top_k >= 1 && c->moe_top_k <= 64 && c->sig_cache_block_tokens >= 1 &&
 		   c->sig_cache_block_tokens <= 255 && c->sig_cache_bytes <= (1ull << 40) &&
 		   c->sig_cache_checkpoint_blocks <= 4096,
@@ -113,8 +115,8 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	  c->max_batch_tokens, (unsigned long long)c->table_slot_size);
 	P("idle_spin_polls = %u\nidle_pause_polls = %u\nidle_sleep_max_us = %u\n",
 	  c->idle_spin_polls, c->idle_pause_polls, c->idle_sleep_max_us);
-	P("tau = %.9g\nload_timeout_ms = %u\nwatchdog = %s\n", (double)c->tau,
-	  c->load_timeout_ms, c->watchdog ? "yes" : "no");
+	P("tau = %.9g\neldr_precision = %u\nload_timeout_ms = %u\nwatchdog = %s\n",
+	  (double)c->tau, c->eldr_precision, c->load_timeout_ms, c->watchdog ? "yes" : "no");
 	P("[cluster]\nid = %llu\ngpus_per_node = %u\n", (unsigned long long)c->cluster_id,
 	  c->gpus_per_node);
 	for (uint32_t i = 0; i < c->n_nodes; i++) {

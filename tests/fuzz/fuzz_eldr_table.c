@@ -62,8 +62,11 @@ static void check_view(const struct locus_eldr_tbl_view *v, const void *payload,
 
 static void route_all(const void *payload, size_t len, const struct locus_eldr_tbl_view *v)
 {
-	static const enum locus_eldr_path paths[] = { LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2,
-						      LOCUS_ELDR_PATH_AVX512 };
+	/* each arithmetic's paths, its scalar one first: the others score as it does */
+	static const enum locus_eldr_path paths[] = {
+		LOCUS_ELDR_PATH_SCALAR, LOCUS_ELDR_PATH_AVX2, LOCUS_ELDR_PATH_AVX512,
+		LOCUS_ELDR_PATH_SCALAR_I8, LOCUS_ELDR_PATH_AVX2_I8, LOCUS_ELDR_PATH_AVX512_I8,
+	};
 	uint16_t L = v->hdr->n_layers, E = v->hdr->n_experts;
 	uint32_t K = v->hdr->n_decoders;
 	size_t slen = locus_eldr_sig_len(L, E);
@@ -107,7 +110,7 @@ static void route_all(const void *payload, size_t len, const struct locus_eldr_t
 			FUZZ_CHECK(locus_eldr_score(r1, sp[i], lens[i], s) == 0, "score refused");
 			rc1[i] = locus_eldr_route(r1, sp[i], lens[i], &d1[i]);
 			fe_check_decision(v, sp[i], rc1[i], &d1[i], s, up);
-			if (pi == 0) {
+			if (pi % 3 == 0) {
 				memcpy(s_ref + i * K, s, sizeof(float) * K);
 				continue;
 			}
