@@ -19,11 +19,16 @@ want '^where: route client thread 0 \(tid [0-9]+\): pinned to CPU 0 by sched_get
 want '^where: dispatch client thread \(tid [0-9]+\): pinned to CPU 0 by sched_getaffinity'
 want '^where: locusd thread rte-worker-1 +\(tid [0-9]+\): allowed CPU 1, last ran on CPU 1$'
 for sig in 3360 12320; do
-	want "^route $sig B baseline: the pure router in-process [0-9]+ decisions/s$"
+	want "^route $sig B baseline: the pure router in-process \\(auto\\) [0-9]+ decisions/s$"
 	for w in ' 1' ' 8' 32; do
 		want "^route $sig B, 1 client thread, window $w: +[0-9]+ routes/s = [0-9.]+x the pure router; round trip p50 [0-9.]+ us, p99 [0-9.]+ us"
 	done
 done
+# the 12 KiB route with eldr_precision = 8, against the 8-bit router, which locusd runs
+want "^route 12320 B baseline: the pure router in-process \\(auto-i8\\) [0-9]+ decisions/s$"
+[ "$(grep -c "^route 12320 B, 1 client thread, window 32: " "$tmp/out")" = 2 ] ||
+	{ cat "$tmp/out"; fail "the 12 KiB route not measured with both arithmetics"; }
+want '^router_path +gauge +[5-7]$'
 want '^scaling: (skipped: this machine has 2 cores|client threads on CPUs 0,2)'
 for rb in 4096 7168; do
 	for c in hot cold; do

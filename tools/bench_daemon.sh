@@ -17,7 +17,9 @@
 #   - idle: for pure spinning, the deployment default and the demo's default
 #     idle policy, locusd's CPU while idle and the first request's round trip
 #     after 1 ms / 100 ms / 1 s without any;
-#   - ROUTE against ROUTE_BLOCKS through locus-loadgen (its processes nap).
+#   - ROUTE against ROUTE_BLOCKS through locus-loadgen (its processes nap);
+#   - the 12 KiB route again with eldr_precision = 8 (the router's 8-bit
+#     arithmetic) against the pure 8-bit router.
 # What ran where is printed from sched_getaffinity and /proc.
 # Environment: BUILD, BENCH_SECONDS (per row, default 1), BENCH_QUICK=1 (short
 # idle gaps, no ROUTE_BLOCKS runs: the test's setting).
@@ -142,6 +144,18 @@ if [ "$quick" = 0 ]; then
 		"(90.4 %% cached) %.0f routed/s = %.2fx\n", p, b, (p > 0 ? b / p : 0) }'
 	"$B/locus-stat" -i $inst sigcache_hits sigcache_misses route_blocks_partial 'rejected_blocks'
 fi
+stop_locusd
+
+# The 12 KiB route again with the router's 8-bit arithmetic (eldr_precision =
+# 8), against the pure 8-bit router in-process: same placement, same client.
+echo
+echo "== the 12 KiB route with eldr_precision = 8: engine lcore on CPU 1, one client thread on CPU 0"
+conf "$spin_policy
+eldr_precision = 8" > "$work/spin8.conf"
+start_locusd spin8
+"$BD" route -i $inst --layers 48 --experts 128 --decoders 4 --seconds "$secs" --cpus 0 \
+	--path auto-i8
+"$B/locus-stat" -i $inst router_path
 stop_locusd
 
 # The idle policies, pure spinning first. The deployment default is

@@ -31,6 +31,7 @@
 
 #include "bench_dp.h"
 #include "locus_eldr.h"
+#include "locus_eldr_router.h"
 #include "locus_push.h"
 #include "locus_tblfile.h"
 
@@ -244,6 +245,7 @@ static void usage(void)
 		"usage: bench_dataplane route -i INST (--table T --trace J | --layers L --experts E)\n"
 		"                 [--decoders K] [--windows 1,8,32] [--seconds S] [--cpus C[,C...]]\n"
 		"                 [--no-push]   (the table is in force already)\n"
+		"                 [--path auto|auto-i8]   (the baseline's: locusd's eldr_precision)\n"
 		"       bench_dataplane dispatch -i INST --trace J [--ranks R] [--row-bytes 4096,7168]\n"
 		"                 [--tokens N] [--window W] [--seconds S] [--cpus C]\n"
 		"       bench_dataplane idle -i INST --pid P [--worker-tid T] [--gaps 1,100,1000]\n"
@@ -277,6 +279,7 @@ int main(int argc, char **argv)
 		{ "nodes", required_argument, NULL, 'D' }, { "gpus", required_argument, NULL, 'G' },
 		{ "on-node", required_argument, NULL, 'O' },
 		{ "region", no_argument, NULL, 'Y' }, { "nap-us", required_argument, NULL, 'Z' },
+		{ "path", required_argument, NULL, 'P' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bd_opts o = {
@@ -367,6 +370,13 @@ int main(int argc, char **argv)
 		case 'G': bad |= parse_list(optarg, &o.gpus, 1, 1, 64) != 1; break;
 		case 'O': bad |= parse_list(optarg, &o.on_node, 1, 0, 63) != 1; break;
 		case 'Y': o.region = 1; break;
+		case 'P': {
+			enum locus_eldr_path p;
+
+			bad |= locus_eldr_path_parse(optarg, &p) < 0 || !locus_eldr_path_supported(p);
+			o.router_path = (int)p;
+			break;
+		}
 		case 'Z': bad |= parse_list(optarg, &o.nap_us, 1, 0, 100000) != 1; break;
 		default: usage(); return c == 'h' ? 0 : 2;
 		}

@@ -255,7 +255,8 @@ static double pure_router(const void *payload, size_t plen, const struct route_s
 	double rate = 0;
 
 	if (!mem_len || posix_memalign(&mem, 64, mem_len) ||
-	    locus_eldr_router_build(mem, mem_len, payload, plen, LOCUS_ELDR_PATH_AUTO, &r, &err)) {
+	    locus_eldr_router_build(mem, mem_len, payload, plen,
+				    (enum locus_eldr_path)sh->o->router_path, &r, &err)) {
 		fprintf(stderr, "bench_dataplane: router: %s\n", err.msg);
 		free(mem);
 		return 0;
@@ -405,8 +406,8 @@ int bd_route(const struct bd_opts *o)
 	if (bd_pin("route baseline (pure router in-process)", o->cpus[0]) < 0)
 		goto out;
 	pure = pure_router(payload, plen, &sh);
-	printf("route %zu B baseline: the pure router in-process %.0f decisions/s\n", sh.sig_len,
-	       pure);
+	printf("route %zu B baseline: the pure router in-process (%s) %.0f decisions/s\n",
+	       sh.sig_len, locus_eldr_path_name((enum locus_eldr_path)o->router_path), pure);
 	th = calloc(sh.n_threads, sizeof(*th));
 	if (!th || pthread_barrier_init(&sh.bar, NULL, sh.n_threads + 1))
 		goto out;
