@@ -52,6 +52,7 @@ struct locus_relay {
 	struct locus_engine_sink sink;       /* what the transport below sees */
 	struct locus_engine_sink eng;        /* where the engine side hands things */
 	uint64_t tag;                        /* our id in a mux, in the cookies' top byte */
+	int in_mux;                          /* given to a mux (relay 0's tag is 0 too) */
 	uint32_t ring;
 	struct locus_spsc tx, done, rx;
 	/* engine side */
@@ -415,9 +416,13 @@ int locus_relay_mux_create(struct locus_relay *const *relays, uint32_t n,
 
 	if (!relays || n == 0 || n > LOCUS_RELAY_MUX_MAX)
 		return -EINVAL;
-	for (uint32_t i = 0; i < n; i++)
-		if (!relays[i] || relays[i]->tag)
-			return -EINVAL; /* each relay in one mux, once */
+	for (uint32_t i = 0; i < n; i++) {
+		if (!relays[i] || relays[i]->in_mux)
+			return -EINVAL; /* each relay in one mux */
+		for (uint32_t j = 0; j < i; j++)
+			if (relays[j] == relays[i])
+				return -EINVAL; /* and there once */
+	}
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;
@@ -425,6 +430,7 @@ int locus_relay_mux_create(struct locus_relay *const *relays, uint32_t n,
 	for (uint32_t i = 0; i < n; i++) {
 		m->r[i] = relays[i];
 		relays[i]->tag = (uint64_t)i << LOCUS_RELAY_COOKIE_BITS;
+		relays[i]->in_mux = 1;
 	}
 	m->sink = (struct locus_engine_sink){ .recv = mux_recv, .done = mux_done, .ctx = m };
 	*out = m;

@@ -340,6 +340,7 @@ static void test_mux(void **state)
 	assert_int_equal(locus_relay_mux_create(r, 0, &m), -EINVAL);
 	assert_int_equal(locus_relay_mux_create(r, MUX_N, &m), 0);
 	assert_int_equal(locus_relay_mux_create(r + 1, 1, &m2), -EINVAL); /* already in m */
+	assert_int_equal(locus_relay_mux_create(r, 1, &m2), -EINVAL); /* relay 0 too (tag 0) */
 	ms = locus_relay_mux_sink(m);
 	for (uint32_t i = 0; i < MUX_SENDS; i++) {
 		for (uint32_t k = 0; k < MUX_N; k++) {
@@ -383,6 +384,11 @@ static void test_mux(void **state)
 	locus_relay_mux_destroy(m);
 	/* a lone relay in a mux of one tags nothing: its cookies pass as they are */
 	assert_int_equal(locus_relay_create(&down, 16, &other), 0);
+	{
+		struct locus_relay *twice[2] = { other, other };
+
+		assert_int_equal(locus_relay_mux_create(twice, 2, &m), -EINVAL);
+	}
 	assert_int_equal(locus_relay_mux_create(&other, 1, &m), 0);
 	locus_relay_mux_destroy(m);
 	locus_relay_destroy(other);
