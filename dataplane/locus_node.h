@@ -52,9 +52,11 @@ int locus_node_create_remote(const struct locus_config *cfg, uint64_t (*now)(voi
  * Several engine lcores: the engine owning the receiver of an arriving
  * message, from its header alone (bytes nobody checked yet: a bad or
  * unknown one gives 0, whose engine checks it and refuses it); the
- * network lcore's choice of relay (locus_relay_mux_set_pick). Any engine
- * delivers to any client, so a stale answer (a decoder that moved) costs
- * only a hand-over.
+ * network lcore's choice of relay (locus_relay_mux_set_pick): a decoder's
+ * or a rank's the engine it was granted (a rank that also prefills sits on
+ * engine 0 with the signature cache on), a rank nobody holds its GPU's.
+ * Any engine delivers to any client, so a stale answer (a client that
+ * moved) costs only a hand-over.
  */
 uint32_t locus_node_arrival_engine(const struct locus_node *n, const void *msg, size_t len);
 

@@ -224,12 +224,14 @@ int locus_node_create_remotes(const struct locus_config *cfg, uint64_t (*now)(vo
 	n->decoder_owner = malloc(sizeof(int32_t) * cfg->max_decoders);
 	n->rank_owner = malloc(sizeof(int32_t) * n->n_ranks);
 	n->decoder_engine = calloc(cfg->max_decoders, 1);
+	n->rank_engine = calloc(n->n_ranks, 1);
 	n->draining = calloc(cfg->client_slots, 1);
 	n->n_eng = cfg->engine_lcores ? cfg->engine_lcores : 1;
 	n->slot_engine = calloc(cfg->client_slots, 1);
 	n->eng_ticket = calloc((size_t)cfg->client_slots * n->n_eng, sizeof(*n->eng_ticket));
 	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
-	    !n->rank_owner || !n->decoder_engine || !n->draining || !n->conn || !n->renew ||
+	    !n->rank_owner || !n->decoder_engine || !n->rank_engine || !n->draining || !n->conn ||
+	    !n->renew ||
 	    !n->slot_engine ||
 	    !n->eng_ticket) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
@@ -330,6 +332,7 @@ uint32_t locus_node_arrival_engine(const struct locus_node *n, const void *msg, 
 {
 	struct locus_msg_hdr h;
 	uint32_t gpn = n->cfg.gpus_per_node;
+	uint8_t e;
 
 	if (n->n_eng == 1 || len < sizeof(h))
 		return 0;
@@ -343,7 +346,9 @@ uint32_t locus_node_arrival_engine(const struct locus_node *n, const void *msg, 
 	case LOCUS_MSG_COMBINE:
 		if (h.dst_rank / gpn != n->cfg.node_id || h.dst_rank >= n->n_ranks)
 			return 0;
-		return node_rank_engine(n, h.dst_rank);
+		/* the engine it was granted (a rank that prefills too may sit on engine 0) */
+		e = __atomic_load_n(&n->rank_engine[h.dst_rank], __ATOMIC_RELAXED);
+		return e ? e - 1u : node_rank_engine(n, h.dst_rank);
 	default:
 		return 0;
 	}
@@ -442,6 +447,7 @@ void locus_node_destroy(struct locus_node *n, int remove_segment)
 	free(n->decoder_owner);
 	free(n->rank_owner);
 	free(n->decoder_engine);
+	free(n->rank_engine);
 	free(n->draining);
 	free(n->slot_engine);
 	free(n->eng_ticket);

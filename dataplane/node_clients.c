@@ -157,8 +157,11 @@ static void registry_set(struct locus_node *n, uint32_t slot, int on)
 		__atomic_store_n(&n->decoder_engine[g->decoder_id], on ? (uint8_t)g->engine : 0,
 				 __ATOMIC_RELAXED);
 	}
-	if (g->roles & LOCUS_ROLE_RANK)
+	if (g->roles & LOCUS_ROLE_RANK) {
 		n->rank_owner[g->rank] = on ? (int32_t)slot : -1;
+		__atomic_store_n(&n->rank_engine[g->rank], on ? (uint8_t)(g->engine + 1) : 0,
+				 __ATOMIC_RELAXED);
+	}
 	n->attached[slot] = (uint8_t)on;
 	if (on)
 		n->n_attached++;

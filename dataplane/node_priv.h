@@ -53,6 +53,7 @@ struct locus_node {
 	int32_t *decoder_owner;
 	int32_t *rank_owner;
 	uint8_t *decoder_engine; /* [max_decoders] its owner's engine, for the network lcore */
+	uint8_t *rank_engine;    /* [n_ranks] its owner's engine + 1, 0: none (its GPU's then) */
 	uint8_t *draining;    /* detached, waiting for its regions' release */
 	uint8_t *renew;       /* enum node_renew */
 	int (*renew_hook)(void *ctx, uint32_t slot);

@@ -881,6 +881,33 @@ static void test_killed_client_reclaimed(void **state)
 	assert_true(ctr_("clients_refused", 0) >= 2);
 }
 
+/*
+ * Two engines: arrivals for a rank go to the engine it was granted, not
+ * its GPU's when they differ (a rank that prefills too, with the cache on,
+ * sits on engine 0; rank 3's GPU is engine 1's), and to its GPU's once
+ * nobody holds it.
+ */
+static void test_arrival_follows_grant(void **state)
+{
+	struct locus_msg_hdr h = { .type = LOCUS_MSG_DISPATCH, .dst_rank = 3 };
+	struct locus_client *both = tu_attach(INST, LOCUS_ROLE_RANK | LOCUS_ROLE_PREFILL, 0, 3);
+	struct locus_client *rank2 = tu_attach(INST, LOCUS_ROLE_RANK, 0, 2);
+	(void)state;
+
+	assert_int_equal(locus_node_n_engines(node), 2);
+	assert_int_equal(locus_node_arrival_engine(node, &h, sizeof(h)), 0);
+	h.type = LOCUS_MSG_COMBINE;
+	assert_int_equal(locus_node_arrival_engine(node, &h, sizeof(h)), 0);
+	h.dst_rank = 2; /* a plain rank: its GPU's engine */
+	assert_int_equal(locus_node_arrival_engine(node, &h, sizeof(h)), 1);
+	locus_client_detach(both);
+	locus_client_detach(rank2);
+	h.dst_rank = 3; /* nobody's once the control pass saw the detach: its GPU's */
+	for (int i = 0; i < 50000 && locus_node_arrival_engine(node, &h, sizeof(h)) != 1; i++)
+		tu_nap();
+	assert_int_equal(locus_node_arrival_engine(node, &h, sizeof(h)), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -899,7 +926,14 @@ int main(void)
 	int fails = cmocka_run_group_tests_name("cpu copies", tests, setup, teardown);
 
 	fails += cmocka_run_group_tests_name("intra-node DMA", dma_tests, setup_dma, teardown);
-	fails += cmocka_run_group_tests_name("two engines", tests, setup_engines, teardown);
+	const struct CMUnitTest engine_tests[] = {
+		cmocka_unit_test(test_route_matches_pure_router),
+		cmocka_unit_test(test_table_push_under_traffic),
+		cmocka_unit_test(test_dispatch_combine),
+		cmocka_unit_test(test_killed_client_reclaimed),
+		cmocka_unit_test(test_arrival_follows_grant),
+	};
+	fails += cmocka_run_group_tests_name("two engines", engine_tests, setup_engines, teardown);
 	return fails + cmocka_run_group_tests_name("8-bit router", tests, setup_precision8,
 						   teardown);
 }
