@@ -519,6 +519,7 @@ static void test_centroids_per_decoder(void **state)
 	o.centroids_per_decoder = 16;
 	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e), 0);
 	assert_int_equal(r2.n_centroids, 32);
+	locus_eldrfit_result_free(&r2);
 	o.centroids_per_decoder = 17;
 	assert_int_equal(locus_eldrfit_arrays(pre, NULL, N, L, E, NULL, NULL, 0, 0, &o, &r2, &e),
 			 -LOCUS_ERANGE);
