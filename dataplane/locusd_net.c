@@ -40,6 +40,7 @@
 #include "locusd_loop.h"
 #include "locus_wire.h"
 #include "locus_rails.h"
+#include "locus_rail_devs.h"
 #include "locus_relay.h"
 #include "locusd_net.h"
 
@@ -442,9 +443,10 @@ static void rail_close(struct rail *rl)
 }
 
 /*
- * Open rail r: its device (rail 0 by locusd_rdma_device, which knows auto),
- * bound to this node's address for the rail, listening on its port, and the
- * held-message rings for its peers. ep: the parameters every rail shares.
+ * Open rail r: its device (n->devs, resolved from rdma_device: names, or
+ * auto's choice), bound to this node's address for the rail, listening on
+ * its port, and the held-message rings for its peers. ep: the parameters
+ * every rail shares.
  */
 static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_params *ep,
 		     struct locus_error *err)
@@ -456,12 +458,7 @@ static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_par
 
 	rl->n = n;
 	rl->idx = r;
-	if (r == 0)
-		ret = locusd_rdma_device(cfg, rl->dev, sizeof(rl->dev), err);
-	else
-		ret = snprintf(rl->dev, sizeof(rl->dev), "%s", cfg->rdma_devices[r]) < 0 ? -EINVAL : 0;
-	if (ret < 0)
-		return ret;
+	snprintf(rl->dev, sizeof(rl->dev), "%s", n->devs.name[r]);
 	ep->local_addr.s_addr = me->ipv4;
 	ep->port = me->port;
 	ep->dev_name = rl->dev;
@@ -509,6 +506,28 @@ static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
 	return 0;
 }
 
+/*
+ * rdma_device = auto with gpu_pci: which GPUs' ranks go home to which rail,
+ * "locusd: rails by GPU (nearest RDMA device): rail 0 mlx5_0: GPUs 0 (0000:17:00.0), 1 (...)".
+ */
+static void log_gpu_map(const struct locusd_net *n)
+{
+	const struct locus_config *cfg = n->cfg;
+
+	for (uint32_t r = 0; r < n->n_rails && n->devs.n_gpus; r++) {
+		char list[LOCUS_CFG_MAX_GPUS * 24] = "";
+		size_t at = 0;
+
+		for (uint32_t g = 0; g < n->devs.n_gpus; g++)
+			if (n->devs.gpu_rail[g] == r && at < sizeof(list))
+				at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u (%s)",
+						       at ? ", " : "", g, cfg->gpu_pci[g]);
+		fprintf(stderr, "locusd: rail %u (%s) is the home of the ranks of GPU%s %s: the "
+			"RDMA device nearest them\n", r, n->rail[r].dev, strchr(list, ',') ? "s" : "",
+			list);
+	}
+}
+
 int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
 		      struct locus_error *err)
 {
@@ -522,7 +541,18 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		return locus_error_set(err, ENOMEM, "out of memory");
 	n->cfg = cfg;
 	n->n_rails = cfg->nodes[cfg->node_id].n_rails;
+	ret = locus_rail_devs_resolve(cfg, locusd_sysfs_root(), 1, &n->devs, err);
+	if (ret < 0)
+		goto err_free;
+	if (n->devs.n != n->n_rails) {
+		/* the config parser and the resolution say the same: a bug if not */
+		ret = locus_error_set(err, ERANGE, "%u RDMA device(s) for %u rail(s)", n->devs.n,
+				      n->n_rails);
+		goto err_free;
+	}
 	locus_rails_init(&n->pick, cfg);
+	if (n->devs.n_gpus)
+		locus_rails_map(&n->pick, n->devs.gpu_rail, n->devs.n_gpus);
 	ret = locusd_read_secret(cfg->secret_file, ep.secret, err);
 	if (ret < 0)
 		goto err_free;
@@ -620,6 +650,7 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		fprintf(stderr, "locusd: rail %u: RDMA device %s at %s:%u\n", r, n->rail[r].dev,
 			inet_ntoa(me), cfg->nodes[cfg->node_id].rail[r].port);
 	}
+	log_gpu_map(n);
 	*out = n;
 	return 0;
 

@@ -13,6 +13,7 @@
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_rails.h"
+#include "locus_rail_devs.h"
 #include "locus_regions.h"
 #include "locus_relay.h"
 #include "locus_verbs.h"
@@ -86,6 +87,7 @@ enum { RC_FAILOVERS, RC_RESENT, RC_FAILED, RC_AWAY, RC_DOWN_MS, RC_UP, RC_FAILED
 struct locusd_net {
 	const struct locus_config *cfg;
 	uint32_t n_rails;                    /* this node's */
+	struct locus_rail_devs devs;         /* each rail's device, auto's GPU map */
 	struct rail rail[LOCUS_CFG_MAX_RAILS];
 	uint32_t up_mask[LOCUS_CFG_MAX_NODES]; /* bit r: rail r's connection to node is up */
 	struct locus_rails pick;             /* the data lcore's */

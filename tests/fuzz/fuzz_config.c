@@ -64,6 +64,15 @@ static void check_ranges(const struct locus_config *c)
 			   "a cluster without device or secret");
 	if (c->intra_node == LOCUS_INTRA_VERBS)
 		FUZZ_CHECK(strcmp(c->rdma_device, "none"), "verbs loopback without a device");
+	/* a rail per device listed, or per GPU at most with auto and gpu_pci */
+	if (!strcmp(c->rdma_device, "auto") && c->n_gpu_pci)
+		FUZZ_CHECK(c->nodes[c->node_id].n_rails <= c->n_gpu_pci && !c->rdma_near_pci[0] &&
+			   c->rdma_near_numa < 0, "auto with gpu_pci: %u rails, near_* set",
+			   c->nodes[c->node_id].n_rails);
+	else
+		FUZZ_CHECK(c->nodes[c->node_id].n_rails == c->n_rdma_devices,
+			   "%u rails for %u devices", c->nodes[c->node_id].n_rails,
+			   c->n_rdma_devices);
 }
 
 /* The config in the documented syntax. */
