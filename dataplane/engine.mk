@@ -43,3 +43,7 @@ UNIT_TESTS += tests/test_rails
 $(eval $(call LIBRARY,rail_devs,dataplane/rail_devs.c))
 $(eval $(call PROGRAM,tests/test_rail_auto,tests/test_rail_auto.c,rail_devs verbs_core config common,cmocka libcrypto))
 UNIT_TESTS += tests/test_rail_auto
+# client buffer regions on every rail: a registration per rail, gather or copy per rail
+$(eval $(call LIBRARY,rail_mr,dataplane/rail_mr.c))
+$(eval $(call PROGRAM,tests/test_rail_mr,tests/test_rail_mr.c,rail_mr common,cmocka))
+UNIT_TESTS += tests/test_rail_mr

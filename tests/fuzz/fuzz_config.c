@@ -31,7 +31,7 @@ static void check_ranges(const struct locus_config *c)
 	FUZZ_CHECK(is_pow2(c->ring_size) && c->ring_size >= 16, "ring_size %u", c->ring_size);
 	FUZZ_CHECK(c->engine_lcores >= 1 && c->engine_lcores <= LOCUS_CFG_MAX_ENGINES &&
 		   (c->engine_lcores == 1 ||
-		    (c->n_nodes == 1 && c->intra_node == LOCUS_INTRA_SHM &&
+		    (c->intra_node == LOCUS_INTRA_SHM &&
 		     c->ring_size >= 2 * c->client_inbox_slots &&
 		     c->client_inbox_slots >= c->engine_lcores)),
 		   "engine_lcores %u with what several engines need", c->engine_lcores);
