@@ -499,7 +499,7 @@ static void test_load_file(void **state)
 static void test_shipped_examples(void **state)
 {
 	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf",
-					      "deploy/rails.conf" };
+					      "deploy/rails.conf", "deploy/rails-auto.conf" };
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
