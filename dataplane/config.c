@@ -663,9 +663,39 @@ static int shared_addr(const struct locus_cfg_node *a, const struct locus_cfg_no
 	return 0;
 }
 
+/*
+ * rdma_device = auto with gpu_pci takes the device nearest each GPU, one
+ * rail per distinct device (dataplane/locus_rail_devs.h): node.<id> lists
+ * one address per rail, so never more than GPUs; which devices the GPUs
+ * find, and so how many rails, only the machine can say (locusd checks the
+ * count at start). rdma_near_pci / rdma_near_numa choose auto's one device
+ * without gpu_pci and mean nothing with it.
+ */
+static int check_auto_rails(struct cfg_parser *p)
+{
+	struct locus_config *c = p->cfg;
+	uint32_t rails = c->nodes[c->node_id].n_rails;
+
+	if (strcmp(c->rdma_device, "auto") || !c->n_gpu_pci)
+		return 0;
+	if (c->rdma_near_pci[0] || c->rdma_near_numa >= 0)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "%s with rdma_device = auto and gpu_pci: "
+				"auto takes the device nearest each GPU (a rail per device), "
+				"%s chooses its one device without gpu_pci: drop one of them",
+				c->rdma_near_pci[0] ? "rdma_near_pci" : "rdma_near_numa",
+				c->rdma_near_pci[0] ? "rdma_near_pci" : "rdma_near_numa");
+	if (rails > c->n_gpu_pci)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node.%u lists %u addresses (rails), but "
+				"rdma_device = auto with gpu_pci gives at most one rail per GPU (%u)",
+				c->node_id, rails, c->n_gpu_pci);
+	return 0;
+}
+
 static int check_whole(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
+	int auto_by_gpu = !strcmp(c->rdma_device, "auto") && c->n_gpu_pci;
+	int ret;
 
 	if (c->n_gpu_pci && c->n_gpu_pci != c->gpus_per_node)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "gpu_pci names %u GPUs, gpus_per_node is %u",
@@ -688,10 +718,16 @@ static int check_whole(struct cfg_parser *p)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "rdma_device lists %u devices (rails), but "
 				"node.%u lists %u address(es): one per rail", c->n_rdma_devices,
 				c->node_id, c->nodes[c->node_id].n_rails);
-	if (c->n_rdma_devices == 1 && c->nodes[c->node_id].n_rails > 1)
+	ret = check_auto_rails(p);
+	if (ret < 0)
+		return ret;
+	if (c->n_rdma_devices == 1 && c->nodes[c->node_id].n_rails > 1 && !auto_by_gpu)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node.%u lists %u addresses (rails), but "
-				"rdma_device = %s names one device: list one per rail", c->node_id,
-				c->nodes[c->node_id].n_rails, c->rdma_device);
+				"rdma_device = %s names one device: list one per rail%s", c->node_id,
+				c->nodes[c->node_id].n_rails, c->rdma_device,
+				strcmp(c->rdma_device, "auto") ? "" :
+				", or give gpu_pci (auto then takes the device nearest each GPU, a "
+				"rail per device)");
 	if (c->intra_node == LOCUS_INTRA_VERBS && !strcmp(c->rdma_device, "none"))
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "intra_node = verbs needs an rdma_device");
 	if (c->n_nodes > 1 && !strcmp(c->rdma_device, "none"))

@@ -125,8 +125,9 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		{ "rejected_region_unmapped", "requests refused: rows of a region locusd cannot "
 		  "map needed a CPU copy", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
 		  &o->rej_region_unmapped },
-		{ "region_rows_zero_copy", "rows sent to other nodes straight from a region's MR",
-		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->region_rows_zero_copy },
+		{ "region_rows_zero_copy", "rows to other nodes handed over to be gathered from a "
+		  "region's MRs (see rail_region_rows_*)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
+		  &o->region_rows_zero_copy },
 		{ "region_messages_copied", "region rows messages to other nodes that were copied "
 		  "(no MR, or more row runs than gather entries)", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
 		  &o->region_msgs_copied },

@@ -18,9 +18,15 @@
  *                                      # one on its GPU's NUMA node (sysfs numa_node)
  *   rdma_device     = auto             # a device name, "auto" or "none", or a list of
  *                                      # names, one per rail (mlx5_0,mlx5_1): this node's
- *                                      # node.<id> then lists one address per rail
- *   rdma_near_pci   = 0000:3b:00.0     # with auto: nearest to this PCI device
- *   rdma_near_numa  = 0                # with auto: nearest to this NUMA node
+ *                                      # node.<id> then lists one address per rail.
+ *                                      # auto with gpu_pci: the device nearest each GPU
+ *                                      # by PCIe distance, a rail per distinct device in
+ *                                      # the order of the GPUs' first appearance (node.<id>
+ *                                      # lists their addresses in that order; locusd
+ *                                      # refuses to start on another count), and a rank's
+ *                                      # home rail is its GPU's (locus_rail_devs.h)
+ *   rdma_near_pci   = 0000:3b:00.0     # auto without gpu_pci: nearest to this PCI device
+ *   rdma_near_numa  = 0                # auto without gpu_pci: nearest to this NUMA node
  *   rdma_port       = 1
  *   rdma_ack_timeout = 14              # RC's local ACK time-out, 4.096 us << N (14: 67 ms;
  *                                      # a link is given up after 7 of them, 470 ms); a

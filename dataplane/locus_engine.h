@@ -153,9 +153,12 @@ struct locus_engine_remote {
 	int (*peer_up)(void *ctx, uint32_t node);
 	/*
 	 * Optional (NULL: the engine copies): like send, but the message is the
-	 * first hdr_len bytes of buf followed by the n_sg segments of sg, memory
-	 * registered with the transport's device (lkey). The transport copies
-	 * the list; the segments must stay untouched until the send is done.
+	 * first hdr_len bytes of buf followed by the n_sg segments of sg, all of
+	 * one region the transport registered, their lkey the region's key from
+	 * that registration (locusd: a key the transport turns into the lkey of
+	 * the rail that carries the message, locus_rail_mr.h). The transport
+	 * copies the list; the segments must stay untouched until the send is
+	 * done.
 	 */
 	int (*send_sg)(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 		       const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie);

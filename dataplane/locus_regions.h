@@ -12,9 +12,10 @@
  * Buffer regions: clients pass a dma-buf fd over the registration socket
  * (locus_client.h); this module authenticates the sender (SO_PEERCRED pid =
  * the slot's owner, the slot's generation), checks the fd (a dma-buf per
- * /proc/self/fdinfo's exp_name, its size, the alignment, the per-client
- * limits), maps it where the exporter allows, registers it with the RDMA
- * device through mr ops (a dma-buf MR first, else an MR on the mapping), and
+ * /proc/self/fdinfo's exp_name, or host memory: a memfd sealed against
+ * shrinking; its size, the alignment, the per-client limits), maps it where
+ * the exporter allows, registers it with every rail's RDMA device through mr
+ * ops (a dma-buf MR first, else an MR on the mapping), and
  * hands it to the engine with a region command. A region is released (DEL
  * acknowledged by the engine, then unmap, deregister, close) when the client
  * unregisters it, detaches or dies.
@@ -32,18 +33,22 @@
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_err.h"
+#include "locus_rail_mr.h"
 
-/* How locusd registers a region with its RDMA device (locusd_net.c). */
+/* How locusd registers a region with its RDMA devices, one per rail (locusd_net.c). */
 struct locus_regions_mr_ops {
 	/*
-	 * MR straight from the dma-buf: 0 with *lkey, *iova (address of byte
-	 * offset in SGEs) and *handle; -EOPNOTSUPP when the device refuses.
+	 * Register [offset, offset + len) of fd (a dma-buf; -1 for host memory,
+	 * which only map can register) with every rail's device: a dma-buf MR
+	 * where the device takes one, else an MR on map (locusd's mapping, NULL:
+	 * none). 0 with *lkey (the key the engine's gather entries carry: the
+	 * transport gives each rail its own lkey, locus_rail_mr.h), *iova (the
+	 * address of the region's byte 0 in the entries) and *handle;
+	 * -EOPNOTSUPP when no rail has an MR. *how (rails by path, the reasons)
+	 * either way.
 	 */
-	int (*reg_dmabuf)(void *ctx, int fd, uint64_t offset, uint64_t len, uint32_t *lkey,
-			  uint64_t *iova, void **handle, struct locus_error *err);
-	/* MR on locusd's mapping of the region. */
-	int (*reg_mapped)(void *ctx, void *addr, uint64_t len, uint32_t *lkey, uint64_t *iova,
-			  void **handle, struct locus_error *err);
+	int (*reg)(void *ctx, int fd, uint64_t offset, uint64_t len, void *map, uint32_t *lkey,
+		   uint64_t *iova, void **handle, struct locus_rail_mr_how *how);
 	void (*dereg)(void *ctx, void *handle);
 	void *ctx;
 };

@@ -338,7 +338,7 @@ static void free_relays(struct locusd *d)
  */
 static int place_gpus(struct locusd *d)
 {
-	const char *root = getenv("LOCUS_SYSFS_ROOT");
+	const char *root = locusd_sysfs_root();
 	int gpu_numa[LOCUS_CFG_MAX_GPUS], eng_numa[LOCUS_CFG_MAX_ENGINES];
 	uint8_t map[LOCUS_CFG_MAX_GPUS];
 	uint32_t G = d->cfg.n_gpu_pci;

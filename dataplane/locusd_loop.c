@@ -14,6 +14,7 @@
 #include "locus_verbs.h"
 #include "locus_verbs_loop.h"
 #include "locusd_loop.h"
+#include "locus_rail_devs.h"
 
 #define LOOP_DEPTH 1024
 
@@ -29,25 +30,25 @@ struct locusd_loop {
 	struct locus_engine_ldma ops;
 };
 
+const char *locusd_sysfs_root(void)
+{
+	const char *root = getenv("LOCUS_SYSFS_ROOT");
+
+	return root && root[0] ? root : "/sys";
+}
+
 int locusd_rdma_device(const struct locus_config *cfg, char *name, size_t len,
 		       struct locus_error *err)
 {
-	struct locus_verbs_devinfo devs[16];
-	int n, i;
+	struct locus_rail_devs rd;
+	int ret;
 
-	if (strcmp(cfg->rdma_device, "auto")) {
-		snprintf(name, len, "%s", cfg->rdma_device);
-		return 0;
-	}
-	n = locus_verbs_dev_list("/sys", devs, 16);
-	if (n <= 0)
-		return locus_error_set(err, ENODEV, "rdma_device = auto: no RDMA device found");
-	i = locus_verbs_dev_pick(devs, (unsigned)LOCUS_MIN(n, 16), "auto", "/sys",
-				 cfg->rdma_near_pci[0] ? cfg->rdma_near_pci : NULL,
-				 cfg->rdma_near_numa, err);
-	if (i < 0)
-		return i;
-	snprintf(name, len, "%s", devs[i].name);
+	ret = locus_rail_devs_resolve(cfg, locusd_sysfs_root(), cfg->n_nodes > 1, &rd, err);
+	if (ret < 0)
+		return ret;
+	if (!rd.n)
+		return locus_error_set(err, ENODEV, "rdma_device = none");
+	snprintf(name, len, "%s", rd.name[0]);
 	return 0;
 }
 

@@ -16,7 +16,13 @@
 
 struct locusd_loop;
 
-/* The RDMA device of cfg: its rdma_device, or for auto the nearest one. */
+/* The sysfs root device choices read: $LOCUS_SYSFS_ROOT (tests' fake trees), else /sys. */
+const char *locusd_sysfs_root(void);
+
+/*
+ * The RDMA device of cfg's first rail (dataplane/locus_rail_devs.h): its
+ * rdma_device, or for auto the nearest one (with gpu_pci: GPU 0's).
+ */
 int locusd_rdma_device(const struct locus_config *cfg, char *name, size_t len,
 		       struct locus_error *err);
 

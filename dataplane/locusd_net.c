@@ -39,7 +39,9 @@
 #include "locus_verbs.h"
 #include "locusd_loop.h"
 #include "locus_wire.h"
+#include "locus_dispatch.h"
 #include "locus_rails.h"
+#include "locus_rail_devs.h"
 #include "locus_relay.h"
 #include "locusd_net.h"
 
@@ -169,8 +171,43 @@ static void flush_backlog(struct rail *n, uint32_t node)
 		posted = locus_verbs_post(n->peer[node], m, k);
 		if (posted <= 0)
 			return; /* no credits or send queue room now; a down peer is drained */
+		for (int j = 0; j < posted; j++) {
+			const struct tx_rec *r = &n->n->rec[b->idx[(b->head + (uint32_t)j) % BACKLOG]];
+
+			if (r->n_sg)
+				n->rows_zc += r->rows;
+			else
+				n->rows_copied += r->rows;
+		}
 		b->head += (uint32_t)posted;
 	}
+}
+
+/*
+ * Make record r sendable on rail k: its region's segments take rail k's
+ * lkey, or are copied into its buffer when rail k's device has no MR of the
+ * region (then it is whole and goes anywhere). 0 or negative (nothing to
+ * copy from: a region neither mapped nor registered with k's device).
+ */
+static int place(struct locusd_net *n, struct tx_rec *r, uint32_t k)
+{
+	int ret;
+
+	if (!r->key)
+		return 0;
+	ret = locus_rail_mrs_resolve(&n->mrs, r->key, k, r->buf, &r->len, POOL_OBJ, r->sg,
+				     &r->n_sg);
+	if (ret == 1)
+		r->key = 0;
+	return ret < 0 ? ret : 0;
+}
+
+/* Rows of a client region in a rows message (header, rows header, ...), or 0. */
+static uint32_t region_rows(const void *buf, size_t len)
+{
+	if (len < sizeof(struct locus_msg_hdr) + sizeof(struct locus_rows_hdr))
+		return 0;
+	return locus_rows_hdr_of((void *)buf)->n_rows;
 }
 
 /*
@@ -186,12 +223,16 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 	struct backlog *b;
 	struct tx_rec *r;
 	uint32_t idx, src;
-	int k;
+	int k, ret;
 
 	if (node >= n->cfg->n_nodes || node == n->cfg->node_id)
 		return -LOCUS_EPEERDOWN;
 	if (n_sg > LOCUS_VERBS_MAX_SGE - 1)
 		return -LOCUS_ERANGE;
+	/* the segments come from one region, their lkey its key (locus_engine.h) */
+	for (uint32_t j = 1; j < n_sg; j++)
+		if (sg[j].lkey != sg[0].lkey)
+			return -EINVAL;
 	/* the engine's messages start with the header; the rail follows its source rank */
 	src = locus_rails_src(&n->pick, len >= sizeof(*h) ? h->src_rank : 0);
 	k = locus_rails_pick(&n->pick, node, src, n->up_mask[node]);
@@ -200,13 +241,6 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 	b = &n->rail[k].bl[node];
 	if (!n->n_rec_free || b->tail - b->head >= BACKLOG)
 		return -LOCUS_EFULL;
-	if ((uint32_t)k != locus_rails_home(&n->pick, node, src)) {
-		struct rail *home = &n->rail[locus_rails_home(&n->pick, node, src)];
-
-		n->rail[k].away++;
-		if (unlikely(!home->moved_tsc))
-			home->moved_tsc = rte_get_tsc_cycles();
-	}
 	idx = n->rec_free[--n->n_rec_free];
 	r = &n->rec[idx];
 	r->buf = buf;
@@ -215,9 +249,23 @@ static int enqueue(struct locusd_net *n, uint32_t node, void *buf, size_t len, u
 	r->cookie = cookie;
 	r->n_sg = n_sg;
 	r->src = src;
+	r->key = n_sg ? sg[0].lkey : 0;
+	r->rows = n_sg ? region_rows(buf, len) : 0;
 	for (uint32_t j = 0; j < n_sg; j++)
 		r->sg[j] = (struct locus_verbs_sge){ .addr = sg[j].addr, .len = sg[j].len,
 						     .lkey = sg[j].lkey };
+	ret = place(n, r, (uint32_t)k);
+	if (ret < 0) {
+		rec_put(n, idx);
+		return ret;
+	}
+	if ((uint32_t)k != locus_rails_home(&n->pick, node, src)) {
+		struct rail *home = &n->rail[locus_rails_home(&n->pick, node, src)];
+
+		n->rail[k].away++;
+		if (unlikely(!home->moved_tsc))
+			home->moved_tsc = rte_get_tsc_cycles();
+	}
 	b->idx[b->tail++ % BACKLOG] = idx;
 	locus_rails_sent(&n->pick, node, src);
 	return 0;
@@ -230,8 +278,11 @@ static int rt_send(void *ctx, uint32_t node, void *buf, size_t len, uint64_t coo
 
 /*
  * A message whose rows stay in a client's registered region: the header
- * from our pool buffer, then the region's segments, in one WRITE_WITH_IMM.
- * The engine keeps the region registered until this send completes.
+ * from our pool buffer, then the region's segments, in one WRITE_WITH_IMM
+ * on whichever rail the message takes (each rail has its own MR of the
+ * region: the segments carry the region's key, place() gives them the
+ * rail's lkey, or copies them where the rail has none). The engine keeps
+ * the region registered until this send completes.
  */
 static int rt_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 		      const struct locus_engine_sge *sg, uint32_t n_sg, uint64_t cookie)
@@ -239,61 +290,78 @@ static int rt_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 	return enqueue(ctx, node, buf, hdr_len, cookie, sg, n_sg);
 }
 
-/* ---- client buffer regions: MRs (main lcore; verbs calls are thread-safe) ------------- */
+/* ---- client buffer regions: an MR per rail (main lcore; verbs calls are thread-safe) ---- */
 
-static int mr_reg_dmabuf(void *ctx, int fd, uint64_t offset, uint64_t len, uint32_t *lkey,
-			 uint64_t *iova, void **handle, struct locus_error *err)
+static int dev_reg_dmabuf(void *ctx, uint32_t rail, int fd, uint64_t offset, uint64_t len,
+			  uint64_t iova, uint32_t *lkey, void **mr, struct locus_error *err)
 {
 	struct locusd_net *n = ctx;
-	struct locus_verbs_mr *mr = calloc(1, sizeof(*mr));
+	struct locus_verbs_mr *m = calloc(1, sizeof(*m));
 	int ret;
 
-	if (!mr)
+	if (!m)
 		return locus_error_set(err, ENOMEM, "out of memory");
-	/* the region's own offsets as iova: SGE addresses are offsets in the region + iova */
-	ret = locus_verbs_mr_reg_dmabuf(n->rail[0].ep, fd, offset, len, offset, 0, mr, err);
+	ret = locus_verbs_mr_reg_dmabuf(n->rail[rail].ep, fd, offset, len, iova, 0, m, err);
 	if (ret < 0) {
-		free(mr);
+		free(m);
 		return ret;
 	}
-	*lkey = mr->lkey;
-	*iova = offset;
-	*handle = mr;
+	*lkey = m->lkey;
+	*mr = m;
 	return 0;
 }
 
-static int mr_reg_mapped(void *ctx, void *addr, uint64_t len, uint32_t *lkey, uint64_t *iova,
-			 void **handle, struct locus_error *err)
+static int dev_reg_mapped(void *ctx, uint32_t rail, void *addr, uint64_t len, uint32_t *lkey,
+			  void **mr, struct locus_error *err)
 {
 	struct locusd_net *n = ctx;
-	struct locus_verbs_mr *mr = calloc(1, sizeof(*mr));
+	struct locus_verbs_mr *m = calloc(1, sizeof(*m));
 	int ret;
 
-	if (!mr)
+	if (!m)
 		return locus_error_set(err, ENOMEM, "out of memory");
-	ret = locus_verbs_mr_reg(n->rail[0].ep, addr, len, 0, mr, err);
+	ret = locus_verbs_mr_reg(n->rail[rail].ep, addr, len, 0, m, err);
 	if (ret < 0) {
-		free(mr);
+		free(m);
 		return ret;
 	}
-	*lkey = mr->lkey;
-	*iova = (uintptr_t)addr;
-	*handle = mr;
+	*lkey = m->lkey;
+	*mr = m;
+	return 0;
+}
+
+static void dev_dereg(void *ctx, uint32_t rail, void *mr)
+{
+	(void)ctx;
+	(void)rail;
+	locus_verbs_mr_free(mr);
+	free(mr);
+}
+
+/* A region on every rail: its key is what the engine's gather entries carry as lkey. */
+static int mr_reg(void *ctx, int fd, uint64_t offset, uint64_t len, void *map, uint32_t *lkey,
+		  uint64_t *iova, void **handle, struct locus_rail_mr_how *how)
+{
+	struct locusd_net *n = ctx;
+	int key = locus_rail_mrs_reg(&n->mrs, fd, offset, len, map, iova, how);
+
+	if (key < 0)
+		return key;
+	*lkey = (uint32_t)key;
+	*handle = (void *)(uintptr_t)key;
 	return 0;
 }
 
 static void mr_dereg(void *ctx, void *handle)
 {
-	(void)ctx;
-	locus_verbs_mr_free(handle);
-	free(handle);
+	struct locusd_net *n = ctx;
+
+	locus_rail_mrs_dereg(&n->mrs, (uint32_t)(uintptr_t)handle);
 }
 
 const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n)
 {
-	n->mr_ops = (struct locus_regions_mr_ops){ .reg_dmabuf = mr_reg_dmabuf,
-						   .reg_mapped = mr_reg_mapped,
-						   .dereg = mr_dereg, .ctx = n };
+	n->mr_ops = (struct locus_regions_mr_ops){ .reg = mr_reg, .dereg = mr_dereg, .ctx = n };
 	return &n->mr_ops;
 }
 
@@ -384,7 +452,9 @@ static void on_peer_up(void *arg, struct locus_verbs_peer *p)
  * Rail failover: messages of this rail's backlog never reached the wire, so
  * the peer cannot have seen them: each goes to the backlog of the rail its
  * source moves to (in order: a source's messages were all on this rail),
- * or fails once when no rail to node is up or that backlog is full.
+ * its region rows given that rail's lkey or copied (place()), or fails once
+ * when no rail to node is up, that backlog is full or the rows cannot go
+ * there.
  * Everything posted on this connection has ended before (locus_verbs.h,
  * "Failure"): once the rail is down to node, nothing of it is in flight.
  */
@@ -414,7 +484,7 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 		int k = locus_rails_pick(&n->pick, node, n->rec[idx].src, n->up_mask[node]);
 		struct backlog *to = k >= 0 ? &n->rail[k].bl[node] : NULL;
 
-		if (to && to->tail - to->head < BACKLOG) {
+		if (to && to->tail - to->head < BACKLOG && place(n, &n->rec[idx], (uint32_t)k) == 0) {
 			to->idx[to->tail++ % BACKLOG] = idx;
 			rl->resent++;
 			if (!rl->moved_tsc)
@@ -442,9 +512,10 @@ static void rail_close(struct rail *rl)
 }
 
 /*
- * Open rail r: its device (rail 0 by locusd_rdma_device, which knows auto),
- * bound to this node's address for the rail, listening on its port, and the
- * held-message rings for its peers. ep: the parameters every rail shares.
+ * Open rail r: its device (n->devs, resolved from rdma_device: names, or
+ * auto's choice), bound to this node's address for the rail, listening on
+ * its port, and the held-message rings for its peers. ep: the parameters
+ * every rail shares.
  */
 static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_params *ep,
 		     struct locus_error *err)
@@ -456,12 +527,7 @@ static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_par
 
 	rl->n = n;
 	rl->idx = r;
-	if (r == 0)
-		ret = locusd_rdma_device(cfg, rl->dev, sizeof(rl->dev), err);
-	else
-		ret = snprintf(rl->dev, sizeof(rl->dev), "%s", cfg->rdma_devices[r]) < 0 ? -EINVAL : 0;
-	if (ret < 0)
-		return ret;
+	snprintf(rl->dev, sizeof(rl->dev), "%s", n->devs.name[r]);
 	ep->local_addr.s_addr = me->ipv4;
 	ep->port = me->port;
 	ep->dev_name = rl->dev;
@@ -509,10 +575,33 @@ static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
 	return 0;
 }
 
+/*
+ * rdma_device = auto with gpu_pci: which GPUs' ranks go home to which rail,
+ * "locusd: rails by GPU (nearest RDMA device): rail 0 mlx5_0: GPUs 0 (0000:17:00.0), 1 (...)".
+ */
+static void log_gpu_map(const struct locusd_net *n)
+{
+	const struct locus_config *cfg = n->cfg;
+
+	for (uint32_t r = 0; r < n->n_rails && n->devs.n_gpus; r++) {
+		char list[LOCUS_CFG_MAX_GPUS * 24] = "";
+		size_t at = 0;
+
+		for (uint32_t g = 0; g < n->devs.n_gpus; g++)
+			if (n->devs.gpu_rail[g] == r && at < sizeof(list))
+				at += (size_t)snprintf(list + at, sizeof(list) - at, "%s%u (%s)",
+						       at ? ", " : "", g, cfg->gpu_pci[g]);
+		fprintf(stderr, "locusd: rail %u (%s) is the home of the ranks of GPU%s %s: the "
+			"RDMA device nearest them\n", r, n->rail[r].dev, strchr(list, ',') ? "s" : "",
+			list);
+	}
+}
+
 int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
 		      struct locus_error *err)
 {
 	struct locus_verbs_ep_params ep = { 0 };
+	uint32_t max_sge = LOCUS_VERBS_MAX_SGE;
 	struct in_addr me;
 	struct locusd_net *n;
 	int ret;
@@ -522,7 +611,18 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		return locus_error_set(err, ENOMEM, "out of memory");
 	n->cfg = cfg;
 	n->n_rails = cfg->nodes[cfg->node_id].n_rails;
+	ret = locus_rail_devs_resolve(cfg, locusd_sysfs_root(), 1, &n->devs, err);
+	if (ret < 0)
+		goto err_free;
+	if (n->devs.n != n->n_rails) {
+		/* the config parser and the resolution say the same: a bug if not */
+		ret = locus_error_set(err, ERANGE, "%u RDMA device(s) for %u rail(s)", n->devs.n,
+				      n->n_rails);
+		goto err_free;
+	}
 	locus_rails_init(&n->pick, cfg);
+	if (n->devs.n_gpus)
+		locus_rails_map(&n->pick, n->devs.gpu_rail, n->devs.n_gpus);
 	ret = locusd_read_secret(cfg->secret_file, ep.secret, err);
 	if (ret < 0)
 		goto err_free;
@@ -581,22 +681,31 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	}
 	for (uint32_t i = 0; i < POOL_N; i++)
 		rec_put(n, POOL_N - 1 - i);
+	{
+		const struct locus_rail_mr_dev dev = { .reg_dmabuf = dev_reg_dmabuf,
+						       .reg_mapped = dev_reg_mapped,
+						       .dereg = dev_dereg, .ctx = n };
+
+		ret = locus_rail_mrs_init(&n->mrs, n->n_rails,
+					  cfg->client_slots * LOCUS_CLIENT_MAX_REGIONS, &dev);
+		if (ret < 0) {
+			ret = locus_error_set(err, -ret, "client regions' table: %s", strerror(-ret));
+			goto err_pool;
+		}
+	}
 	for (uint32_t r = 0; r < n->n_rails; r++) {
 		ret = rail_peers(n, r, err);
 		if (ret < 0)
-			goto err_pool;
+			goto err_mrs;
 	}
+	for (uint32_t r = 0; r < n->n_rails; r++)
+		max_sge = LOCUS_MIN(max_sge, (uint32_t)locus_verbs_ep_max_send_sge(n->rail[r].ep));
 	n->rt = (struct locus_engine_remote){
 		.alloc = rt_alloc, .free = rt_free, .send = rt_send, .peer_up = rt_peer_up,
-		/*
-		 * Rows gathered from a client region carry lkeys of rail 0's device (the
-		 * region is registered there): with several rails the engine copies them
-		 * into the message instead.
-		 */
-		.send_sg = n->n_rails == 1 ? rt_send_sg : NULL,
-		/* the header takes one entry */
-		.max_sge = n->n_rails == 1 ? LOCUS_MIN(locus_verbs_ep_max_send_sge(n->rail[0].ep),
-						       LOCUS_VERBS_MAX_SGE) - 1 : 0,
+		/* rows gathered from a client region on any rail: each has an MR of it */
+		.send_sg = rt_send_sg,
+		/* what every rail's QPs take; the header takes one entry */
+		.max_sge = max_sge - 1,
 		.write_load = rt_write_load, .load_area = rt_load_area,
 		.ctx = n, .max_msg = LOCUS_MIN((size_t)POOL_OBJ,
 					       (size_t)(cfg->inbox_slots / 2) * cfg->inbox_slot_size),
@@ -620,9 +729,12 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		fprintf(stderr, "locusd: rail %u: RDMA device %s at %s:%u\n", r, n->rail[r].dev,
 			inet_ntoa(me), cfg->nodes[cfg->node_id].rail[r].port);
 	}
+	log_gpu_map(n);
 	*out = n;
 	return 0;
 
+err_mrs:
+	locus_rail_mrs_fini(&n->mrs);
 err_pool:
 	for (uint32_t r = 0; r < n->n_rails; r++) {
 		for (unsigned i = 0; i < n->rail[r].n_mr; i++)
@@ -742,6 +854,8 @@ void locusd_net_destroy(struct locusd_net *n)
 {
 	if (!n)
 		return;
+	/* regions left registered (locusd releases them first): MRs before their PDs */
+	locus_rail_mrs_fini(&n->mrs);
 	for (uint32_t r = n->n_rails; r-- > 0;)
 		rail_close(&n->rail[r]);
 	rte_mempool_free(n->pool);

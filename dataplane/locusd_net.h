@@ -27,9 +27,11 @@ struct locusd_net;
 int locusd_read_secret(const char *path, uint8_t secret[32], struct locus_error *err);
 
 /*
- * Open the RDMA device of cfg (a name, or auto: nearest rdma_near_pci /
- * rdma_near_numa), bind node cfg->node_id's address, listen, declare every
- * other node (the lower id dials), create and register the message pool.
+ * Open the RDMA device of each rail of cfg (names, or auto: the one nearest
+ * rdma_near_pci / rdma_near_numa, or with gpu_pci the device nearest each
+ * GPU: locus_rail_devs.h), bind node cfg->node_id's address for each rail,
+ * listen, declare every other node on every rail both have (the lower id
+ * dials), create and register the message pool with every rail's device.
  * Needs an initialised EAL. cfg must outlive the transport.
  */
 int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locusd_net **out,
@@ -46,7 +48,7 @@ const struct locus_engine_remote *locusd_net_transport(struct locusd_net *n);
 int locusd_net_attach(struct locusd_net *n, struct locus_engine *eng, struct locus_counters *c,
 		      uint32_t engine_block, uint32_t ctl_block, struct locus_error *err);
 
-/* How client buffer regions get MRs on this transport's device (main lcore). */
+/* How client buffer regions get MRs, one per rail's device (main lcore). */
 const struct locus_regions_mr_ops *locusd_net_mr_ops(struct locusd_net *n);
 
 struct locus_engine_sink;

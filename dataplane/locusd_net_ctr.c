@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The rails' failover counters (rail_*{rail}): locusd_net keeps the counts
+ * The rails' failover and region counters (rail_*{rail}): locusd_net keeps the counts
  * in its rail structs on the data lcore and copies them here into that
  * lcore's counter block every sync period, as the verbs counters are.
  */
@@ -30,6 +30,14 @@ static const struct {
 	[RC_MOVED_AT] = { "rail_moved_at_ms", "when a message of the rail's sources first went out "
 			  "on another rail after that (CLOCK_REALTIME ms, 0: not yet)",
 			  LOCUS_CTR_GAUGE },
+	[RC_ROWS_ZC] = { "rail_region_rows_zero_copy", "rows of clients' registered regions posted "
+			 "on the rail gathered straight from the region (its MR on the rail's "
+			 "device)", LOCUS_CTR_COUNTER },
+	[RC_ROWS_COPIED] = { "rail_region_rows_copied", "rows of clients' registered regions "
+			     "posted on the rail copied into the message (the region has no MR "
+			     "on the rail's device)", LOCUS_CTR_COUNTER },
+	[RC_NO_MR] = { "rail_region_no_mr", "regions registered with other rails' devices but "
+		       "not this one's (their rows are copied on this rail)", LOCUS_CTR_COUNTER },
 };
 
 /* A TSC reading as CLOCK_REALTIME ms (0 stays 0). */
@@ -88,5 +96,10 @@ void locusd_net_sync_rail_counters(struct locusd_net *n, uint64_t now)
 				     wall_ms(n, rl->failed_tsc));
 		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_MOVED_AT], r,
 				     wall_ms(n, rl->moved_tsc));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_ROWS_ZC], r, (int64_t)rl->rows_zc);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_ROWS_COPIED], r,
+				     (int64_t)rl->rows_copied);
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_NO_MR], r,
+				     (int64_t)locus_rail_mrs_no_mr(&n->mrs, r));
 	}
 }

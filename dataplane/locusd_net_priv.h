@@ -13,6 +13,8 @@
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_rails.h"
+#include "locus_rail_devs.h"
+#include "locus_rail_mr.h"
 #include "locus_regions.h"
 #include "locus_relay.h"
 #include "locus_verbs.h"
@@ -31,7 +33,9 @@ struct tx_rec {
 	uint64_t cookie;     /* the engine's */
 	uint32_t n_sg;       /* rows gathered from a client region after buf */
 	uint32_t src;        /* the source's rail slot (locus_rails_src) */
-	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE];
+	uint32_t key;        /* the region of sg (locus_rail_mr.h), 0: none */
+	uint32_t rows;       /* rows of a client region in the message (counted per rail) */
+	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE]; /* lkeys: the rail's it is queued on */
 };
 
 struct backlog {
@@ -78,14 +82,17 @@ struct rail {
 	uint64_t failed_tsc; /* TSC of the last failover */
 	uint64_t moved_tsc;  /* TSC of the first message of this rail's sources on another
 			      * rail after it (0: none yet) */
+	uint64_t rows_zc;    /* region rows posted here gathered from the region's MR */
+	uint64_t rows_copied; /* region rows posted here copied (no MR on this device) */
 };
 
 enum { RC_FAILOVERS, RC_RESENT, RC_FAILED, RC_AWAY, RC_DOWN_MS, RC_UP, RC_FAILED_AT, RC_MOVED_AT,
-       RC_N };
+       RC_ROWS_ZC, RC_ROWS_COPIED, RC_NO_MR, RC_N };
 
 struct locusd_net {
 	const struct locus_config *cfg;
 	uint32_t n_rails;                    /* this node's */
+	struct locus_rail_devs devs;         /* each rail's device, auto's GPU map */
 	struct rail rail[LOCUS_CFG_MAX_RAILS];
 	uint32_t up_mask[LOCUS_CFG_MAX_NODES]; /* bit r: rail r's connection to node is up */
 	struct locus_rails pick;             /* the data lcore's */
@@ -97,6 +104,7 @@ struct locusd_net {
 	struct locus_engine_sink sink;      /* the engine, or a relay to the engine's lcore */
 	struct locus_engine_remote rt;
 	struct locus_regions_mr_ops mr_ops;
+	struct locus_rail_mrs mrs;          /* clients' regions, an MR per rail */
 	uint64_t next_sync, sync_period;
 	void *ctr_block;                    /* the data lcore's, for the rail_* counters */
 	uint64_t base_tsc, base_ms;         /* one TSC reading and CLOCK_REALTIME ms at create */

@@ -12,9 +12,22 @@ void locus_rails_init(struct locus_rails *r, const struct locus_config *cfg)
 	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
 		r->common[node] = node == cfg->node_id ? 0 :
 				  (uint8_t)locus_config_common_rails(cfg, cfg->node_id, node);
-		for (uint32_t s = 0; s < LOCUS_CFG_MAX_GPUS; s++)
-			r->cur[node][s] = (uint8_t)locus_rails_home(r, node, s);
+		for (uint32_t s = 0; s < LOCUS_CFG_MAX_GPUS; s++) {
+			r->home[node][s] = (uint8_t)(s % (r->common[node] ? r->common[node] : 1));
+			r->cur[node][s] = r->home[node][s];
+		}
 	}
+}
+
+void locus_rails_map(struct locus_rails *r, const uint8_t *gpu_rail, uint32_t n)
+{
+	for (uint32_t node = 0; node < r->n_nodes; node++)
+		for (uint32_t s = 0; s < n && s < LOCUS_CFG_MAX_GPUS; s++) {
+			uint32_t c = r->common[node] ? r->common[node] : 1;
+
+			r->home[node][s] = (uint8_t)(gpu_rail[s] < c ? gpu_rail[s] : s % c);
+			r->cur[node][s] = r->home[node][s];
+		}
 }
 
 int locus_rails_pick(struct locus_rails *r, uint32_t node, uint32_t src, uint32_t up_mask)

@@ -70,7 +70,7 @@ struct locus_regions {
 	struct conn conns[MAX_CONNS];
 	uint64_t pass;           /* locus_regions_poll calls so far */
 	uint64_t c_registered, c_released, c_refused, c_held;
-	uint64_t c_dmabuf_regs, c_fallbacks, c_dmabuf_refused, c_no_mr, c_unmapped;
+	uint64_t c_dmabuf_regs, c_fallbacks, c_dmabuf_refused, c_no_mr, c_unmapped, c_host;
 };
 
 static uint64_t mono_ns(void)
@@ -99,12 +99,15 @@ static int register_counters(struct locus_regions *rs, struct locus_error *err)
 		{ "regions_held", "client buffer regions held", LOCUS_CTR_GAUGE, 0, &rs->c_held },
 		{ "dmabuf_regs", "regions registered with the RDMA device as dma-buf MRs",
 		  LOCUS_CTR_COUNTER, 0, &rs->c_dmabuf_regs },
-		{ "dmabuf_reg_fallbacks", "regions registered as MRs on locusd's mapping after the "
-		  "device refused the dma-buf MR", LOCUS_CTR_COUNTER, 0, &rs->c_fallbacks },
-		{ "dmabuf_refused", "dma-buf MR registrations the RDMA device refused",
+		{ "dmabuf_reg_fallbacks", "regions registered as MRs on locusd's mapping only (the "
+		  "devices refused the dma-buf MR, or host memory)", LOCUS_CTR_COUNTER, 0,
+		  &rs->c_fallbacks },
+		{ "dmabuf_refused", "regions whose dma-buf MR a rail's RDMA device refused",
 		  LOCUS_CTR_COUNTER, 0, &rs->c_dmabuf_refused },
-		{ "regions_no_mr", "regions without an MR on a multi-node locusd: rows to other "
-		  "nodes are copied", LOCUS_CTR_COUNTER, 0, &rs->c_no_mr },
+		{ "regions_no_mr", "regions without an MR on any rail of a multi-node locusd: rows "
+		  "to other nodes are copied", LOCUS_CTR_COUNTER, 0, &rs->c_no_mr },
+		{ "regions_host", "host-memory regions registered (memfds sealed against "
+		  "shrinking)", LOCUS_CTR_COUNTER, 0, &rs->c_host },
 		{ "regions_unmapped", "regions the exporter does not let locusd map: no "
 		  "intra-node copies from them", LOCUS_CTR_COUNTER, 0, &rs->c_unmapped },
 	};
@@ -207,6 +210,18 @@ static int is_dmabuf(int fd, char *exp, size_t len)
 	return 0;
 }
 
+/*
+ * Whether fd is host memory locusd can hold as a region: a memfd (or any
+ * shmem file that allows seals) sealed against shrinking, so that no holder
+ * can take pages from under locusd's mapping or its MRs.
+ */
+static int is_host_memfd(int fd)
+{
+	int seals = fcntl(fd, F_GET_SEALS);
+
+	return seals >= 0 && (seals & F_SEAL_SHRINK);
+}
+
 /* The request names the sender's own, attached slot in its current generation. */
 static int peer_ok(struct locus_regions *rs, int ci, const struct locus_reg_req *q)
 {
@@ -245,44 +260,66 @@ static void ent_release(struct locus_regions *rs, uint32_t slot, struct ent *g)
 	*g = (struct ent){ .state = ENT_FREE, .fd = -1, .conn = -1 };
 }
 
+/*
+ * Register g with every rail's device (mr ops): a dma-buf MR where a device
+ * takes one, else an MR on the mapping; counted by the best path any rail
+ * took. Fills *lkey (the engine's gather key, 0: no MR) and *iova; how says
+ * what each rail got.
+ */
+static void ent_register(struct locus_regions *rs, struct ent *g, int fd,
+			 const struct locus_reg_req *q, uint32_t *lkey, uint64_t *iova,
+			 struct locus_rail_mr_how *how)
+{
+	int host = g->flags & LOCUS_REGION_HOST;
+
+	if (rs->p.mr->reg(rs->p.mr->ctx, host ? -1 : fd, q->offset, q->len, g->map, lkey, iova,
+			  &g->mr, how) < 0) {
+		g->mr = NULL;
+		*lkey = 0;
+		*iova = 0;
+	}
+	if (how->dmabuf_refused)
+		locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_refused);
+	if (how->dmabuf && g->mr) {
+		g->flags |= LOCUS_REGION_MR_DMABUF;
+		locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_regs);
+	} else if (how->mapped && g->mr) {
+		g->flags |= LOCUS_REGION_MR_MAPPED;
+		locus_counter_inc(rs->p.ctl_blk, rs->c_fallbacks);
+	} else {
+		locus_counter_inc(rs->p.ctl_blk, rs->c_no_mr);
+	}
+}
+
 /* Map and register; fills g and the engine's view of it. Returns 0 or negative. */
 static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
 		     const struct locus_reg_req *q, const char *exp,
 		     struct locus_engine_region *er)
 {
-	struct locus_error err = { 0 }, err2 = { 0 };
+	struct locus_rail_mr_how how = { .why = "no RDMA device" };
 	uint64_t iova = 0;
 	uint32_t lkey = 0;
-	int ret = -1;
 
-	g->map = mmap(NULL, q->len, PROT_READ, MAP_SHARED, fd, (off_t)q->offset);
+	/*
+	 * Read-only, but host memory read-write where its seals allow: before
+	 * Linux 6.2 the kernel pins the pages of an MR without write access with
+	 * FOLL_WRITE | FOLL_FORCE (ib_umem_get), which a read-only shared mapping
+	 * refuses ("Bad address"). locusd never writes through either mapping.
+	 */
+	g->map = MAP_FAILED;
+	if (g->flags & LOCUS_REGION_HOST)
+		g->map = mmap(NULL, q->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd,
+			      (off_t)q->offset);
+	if (g->map == MAP_FAILED)
+		g->map = mmap(NULL, q->len, PROT_READ, MAP_SHARED, fd, (off_t)q->offset);
 	if (g->map == MAP_FAILED) {
 		g->map = NULL;
 		locus_counter_inc(rs->p.ctl_blk, rs->c_unmapped);
 	} else {
 		g->flags |= LOCUS_REGION_MAPPED;
 	}
-	if (rs->p.mr) {
-		ret = rs->p.mr->reg_dmabuf(rs->p.mr->ctx, fd, q->offset, q->len, &lkey, &iova,
-					   &g->mr, &err);
-		if (ret == 0) {
-			g->flags |= LOCUS_REGION_MR_DMABUF;
-			locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_regs);
-		} else {
-			if (ret == -EOPNOTSUPP)
-				locus_counter_inc(rs->p.ctl_blk, rs->c_dmabuf_refused);
-			if (g->map &&
-			    rs->p.mr->reg_mapped(rs->p.mr->ctx, g->map, q->len, &lkey, &iova, &g->mr,
-						 &err2) == 0) {
-				g->flags |= LOCUS_REGION_MR_MAPPED;
-				locus_counter_inc(rs->p.ctl_blk, rs->c_fallbacks);
-			} else {
-				g->mr = NULL;
-				lkey = 0;
-				locus_counter_inc(rs->p.ctl_blk, rs->c_no_mr);
-			}
-		}
-	}
+	if (rs->p.mr)
+		ent_register(rs, g, fd, q, &lkey, &iova, &how);
 	if (!g->map && !g->mr) {
 		refuse(rs, ci, LOCUS_REGREF_REGISTER, -EOPNOTSUPP,
 		       rs->p.mr ? "locusd can neither map this dma-buf nor register it with its "
@@ -292,15 +329,13 @@ static int ent_setup(struct locus_regions *rs, int ci, struct ent *g, int fd,
 	}
 	*er = (struct locus_engine_region){ .id = g->id, .lkey = lkey, .addr = g->map,
 					    .iova = iova, .len = q->len };
-	/* rare and what an operator asks about: which path, and why not the better one */
-	fprintf(stderr,
-		"locusd: client slot %u: region %#x, %llu bytes of a %s dma-buf: %s, %s%s%s%s%s\n",
-		q->slot, g->id, (unsigned long long)q->len, exp, g->map ? "mapped" : "not mappable",
-		!rs->p.mr ? "no RDMA device"
-		: (g->flags & LOCUS_REGION_MR_DMABUF) ? "dma-buf MR"
-		: (g->flags & LOCUS_REGION_MR_MAPPED) ? "MR on the mapping" : "no MR",
-		err.msg[0] ? "; dma-buf MR: " : "", err.msg,
-		err2.msg[0] ? "; MR on the mapping: " : "", err2.msg);
+	if (g->flags & LOCUS_REGION_HOST)
+		locus_counter_inc(rs->p.ctl_blk, rs->c_host);
+	/* rare and what an operator asks about: which path on each rail, and why not a better one */
+	fprintf(stderr, "locusd: client slot %u: region %#x, %llu bytes of a %s%s: %s, %s\n",
+		q->slot, g->id, (unsigned long long)q->len, exp,
+		(g->flags & LOCUS_REGION_HOST) ? " (host memory)" : " dma-buf",
+		g->map ? "mapped" : "not mappable", how.why);
 	return 0;
 }
 
@@ -310,6 +345,7 @@ static void do_register(struct locus_regions *rs, int ci, const struct locus_reg
 	struct locus_engine_region er;
 	struct ent *g = NULL;
 	char exp[64], msg[160];
+	int host = 0;
 	off_t size;
 	uint32_t idx;
 
@@ -327,15 +363,21 @@ static void do_register(struct locus_regions *rs, int ci, const struct locus_reg
 		goto err_close;
 	}
 	if (!is_dmabuf(fd, exp, sizeof(exp))) {
-		refuse(rs, ci, LOCUS_REGREF_NOT_DMABUF, -ENOTSUP,
-		       "the fd is not a dma-buf (its fdinfo names no exporter)");
-		goto err_close;
+		if (!is_host_memfd(fd)) {
+			refuse(rs, ci, LOCUS_REGREF_NOT_DMABUF, -ENOTSUP,
+			       "the fd is not a dma-buf (its fdinfo names no exporter) nor a "
+			       "memfd sealed against shrinking (F_SEAL_SHRINK)");
+			goto err_close;
+		}
+		host = 1;
+		snprintf(exp, sizeof(exp), "memfd");
 	}
 	size = lseek(fd, 0, SEEK_END);
 	if (size < 0 || q->offset > (uint64_t)size || q->len > (uint64_t)size - q->offset) {
-		snprintf(msg, sizeof(msg), "region [%llu, +%llu) does not fit the %s dma-buf of "
+		snprintf(msg, sizeof(msg), "region [%llu, +%llu) does not fit the %s%s of "
 			 "%lld bytes in %u-byte aligned pieces", (unsigned long long)q->offset,
-			 (unsigned long long)q->len, exp, (long long)size, LOCUS_REGION_ALIGN);
+			 (unsigned long long)q->len, exp, host ? "" : " dma-buf", (long long)size,
+			 LOCUS_REGION_ALIGN);
 		refuse(rs, ci, LOCUS_REGREF_RANGE, -LOCUS_ERANGE, msg);
 		goto err_close;
 	}
@@ -351,7 +393,8 @@ static void do_register(struct locus_regions *rs, int ci, const struct locus_reg
 	}
 	g = &rs->ents[(size_t)q->slot * MAXR + idx];
 	*g = (struct ent){ .fd = fd, .len = q->len, .conn = -1,
-			   .id = (++rs->seq[q->slot] << 3) | idx };
+			   .id = (++rs->seq[q->slot] << 3) | idx,
+			   .flags = host ? LOCUS_REGION_HOST : 0 };
 	if (ent_setup(rs, ci, g, fd, q, exp, &er) < 0)
 		goto err_ent;
 	g->state = ENT_ADDING;

@@ -18,6 +18,7 @@ install-deploy:
 	install -m 0644 deploy/default.conf $(DESTDIR)$(SYSCONFDIR)/locus/default.conf.example
 	install -m 0644 deploy/two-node.conf $(DESTDIR)$(SYSCONFDIR)/locus/two-node.conf.example
 	install -m 0644 deploy/rails.conf $(DESTDIR)$(SYSCONFDIR)/locus/rails.conf.example
+	install -m 0644 deploy/rails-auto.conf $(DESTDIR)$(SYSCONFDIR)/locus/rails-auto.conf.example
 	install -m 0755 deploy/locusd-cpus $(DESTDIR)$(PREFIX)/bin/locusd-cpus
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 

@@ -576,16 +576,18 @@ enum locus_reg_op {
 
 /*
  * How locusd holds a region (reply flags). A region may be CPU-mapped by
- * locusd (intra-node tiers copy from the mapping) and registered with the
- * RDMA device straight from the dma-buf (ibv_reg_dmabuf_mr) or through the
- * mapping (ibv_reg_mr); then rows leave the node zero-copy. Without an MR,
- * inter-node rows are copied out of the mapping; without a mapping, only
- * the same-GPU tier and zero-copy sends can use the region.
+ * locusd (intra-node tiers copy from the mapping) and registered with each
+ * rail's RDMA device straight from the dma-buf (ibv_reg_dmabuf_mr) or
+ * through the mapping (ibv_reg_mr); then rows leave the node zero-copy on
+ * that rail. Without an MR on a rail, inter-node rows leaving on it are
+ * copied out of the mapping; without a mapping, only the same-GPU tier and
+ * zero-copy sends can use the region.
  */
 enum locus_region_flags {
 	LOCUS_REGION_MAPPED    = 1u << 0,
-	LOCUS_REGION_MR_DMABUF = 1u << 1,
-	LOCUS_REGION_MR_MAPPED = 1u << 2,
+	LOCUS_REGION_MR_DMABUF = 1u << 1, /* a dma-buf MR (on at least one rail) */
+	LOCUS_REGION_MR_MAPPED = 1u << 2, /* MRs on the mapping only */
+	LOCUS_REGION_HOST      = 1u << 3, /* host memory: a memfd sealed against shrinking */
 };
 
 /*
@@ -641,11 +643,12 @@ LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_rep) == 192, "registration reply");
 /*
  * Register [offset, offset + len) of the dma-buf fd as a buffer region of
  * this client: the fd is passed to locusd (we keep ours), which checks it
- * (a dma-buf, large enough, offset and len multiples of 4096, our slot,
+ * (a dma-buf, or host memory: a memfd sealed against shrinking with
+ * F_SEAL_SHRINK; large enough, offset and len multiples of 4096, our slot,
  * LOCUS_CLIENT_MAX_REGIONS), maps it where the exporter allows and
- * registers it with its RDMA device. Returns 0 with *region_id (and the
+ * registers it with the RDMA device of every rail. Returns 0 with *region_id (and the
  * enum locus_region_flags in *flags, may be NULL), or the refusal:
- * -EBADF, -EINVAL / -LOCUS_ERANGE (offsets), -ENOTSUP (not a dma-buf),
+ * -EBADF, -EINVAL / -LOCUS_ERANGE (offsets), -ENOTSUP (neither a dma-buf nor a sealed memfd),
  * -LOCUS_EFULL, -EACCES (not our slot), -ETIMEDOUT (timeout_ms, 0 = 2000),
  * -ECONNREFUSED / -ENOENT (no locusd listening); err says which.
  */

@@ -21,9 +21,7 @@ static const char full[] =
 	"instance = prod-a   # trailing comment\n"
 	"node = 1\n"
 	"eal_args = -l 2-5 --no-huge --no-pci -m 64\n"
-	"rdma_device = auto\n"
-	"rdma_near_pci = 0000:3b:00.0\n"
-	"rdma_near_numa = 1\n"
+	"rdma_device = auto   # the NIC nearest each GPU: a rail per NIC\n"
 	"rdma_port = 2\n"
 	"rdma_ack_timeout = 17\n"
 	"rdma_stall_ms = 12000\n"
@@ -43,8 +41,10 @@ static const char full[] =
 	"[cluster]\n"
 	"id = 0x2a\n"
 	"gpus_per_node = 8\n"
-	"node.1 = 10.0.0.2:7000\n"
-	"node.0 = 10.0.0.1:7000\n";
+	"node.1 = 10.0.0.2:7000,10.0.1.2:7000,10.0.2.2:7000,10.0.3.2:7000,"
+	"10.0.4.2:7000,10.0.5.2:7000,10.0.6.2:7000,10.0.7.2:7000\n"
+	"node.0 = 10.0.0.1:7000,10.0.1.1:7000,10.0.2.1:7000,10.0.3.1:7000,"
+	"10.0.4.1:7000,10.0.5.1:7000,10.0.6.1:7000,10.0.7.1:7000\n";
 
 static int parse(const char *text, struct locus_config *c, struct locus_error *e)
 {
@@ -63,8 +63,12 @@ static void test_full_file(void **state)
 	assert_int_equal(c.node_id, 1);
 	assert_string_equal(c.eal_args, "-l 2-5 --no-huge --no-pci -m 64");
 	assert_string_equal(c.rdma_device, "auto");
-	assert_string_equal(c.rdma_near_pci, "0000:3b:00.0");
-	assert_int_equal(c.rdma_near_numa, 1);
+	assert_string_equal(c.rdma_near_pci, "");
+	assert_int_equal(c.rdma_near_numa, -1);
+	assert_int_equal(c.nodes[1].n_rails, 8);
+	assert_int_equal(c.nodes[0].n_rails, 8);
+	inet_ntop(AF_INET, &c.nodes[1].rail[7].ipv4, ip, sizeof(ip));
+	assert_string_equal(ip, "10.0.7.2");
 	assert_int_equal(c.rdma_port, 2);
 	assert_int_equal(c.rdma_ack_timeout, 17);
 	assert_int_equal(c.rdma_stall_ms, 12000);
@@ -346,7 +350,28 @@ static void test_rails(void **state)
 		  LOCUS_ERANGE },
 		{ "[locusd]\nrdma_device = auto\nsecret_file = /s\n[cluster]\n"
 		  "node.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1\n",
-		  "rdma_device = auto names one device", LOCUS_ERANGE },
+		  "rdma_device = auto names one device: list one per rail, or give gpu_pci (auto "
+		  "then takes the device nearest each GPU, a rail per device)", LOCUS_ERANGE },
+		/* auto with gpu_pci: at most a rail per GPU; rdma_near_* mean nothing there */
+		{ "[locusd]\nrdma_device = auto\ngpu_pci = 0000:17:00.0,0000:3b:00.0\n"
+		  "secret_file = /s\n[cluster]\ngpus_per_node = 2\n"
+		  "node.0 = 10.0.0.1:1,10.0.1.1:1,10.0.2.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "t.conf: node.0 lists 3 addresses (rails), but rdma_device = auto with gpu_pci "
+		  "gives at most one rail per GPU (2)", LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = auto\ngpu_pci = 0000:17:00.0,0000:3b:00.0\n"
+		  "rdma_near_pci = 0000:3b:00.0\n[cluster]\ngpus_per_node = 2\n",
+		  "t.conf: rdma_near_pci with rdma_device = auto and gpu_pci: auto takes the device "
+		  "nearest each GPU (a rail per device), rdma_near_pci chooses its one device "
+		  "without gpu_pci: drop one of them", LOCUS_ERANGE },
+		{ "[locusd]\nrdma_device = auto\ngpu_pci = 0000:17:00.0,0000:3b:00.0\n"
+		  "rdma_near_numa = 0\n[cluster]\ngpus_per_node = 2\n",
+		  "t.conf: rdma_near_numa with rdma_device = auto and gpu_pci", LOCUS_ERANGE },
+		/* a named device lists no GPU map: one rail */
+		{ "[locusd]\nrdma_device = mlx5_0\ngpu_pci = 0000:17:00.0,0000:3b:00.0\n"
+		  "secret_file = /s\n[cluster]\ngpus_per_node = 2\n"
+		  "node.0 = 10.0.0.1:1,10.0.1.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "t.conf: node.0 lists 2 addresses (rails), but rdma_device = mlx5_0 names one "
+		  "device: list one per rail", LOCUS_ERANGE },
 		{ "[cluster]\nnode.0 = 10.0.0.1:1,10.0.0.1:1\n",
 		  "t.conf:2: node.0: '10.0.0.1:1' listed twice", LOCUS_EPARSE },
 		{ "[cluster]\nnode.0 = 10.0.0.1:1,10.0.0.2\n",
@@ -374,6 +399,27 @@ static void test_rails(void **state)
 	assert_int_equal(parse("[locusd]\nrdma_device = auto\n", &c, &e), 0);
 	assert_int_equal(c.n_rdma_devices, 1);
 	assert_string_equal(c.rdma_device, "auto");
+	/* auto without gpu_pci: its one device nearest a PCI device or a NUMA node */
+	assert_int_equal(parse("[locusd]\nrdma_device = auto\nrdma_near_pci = 0000:3b:00.0\n"
+			       "rdma_near_numa = 1\n", &c, &e), 0);
+	assert_string_equal(c.rdma_near_pci, "0000:3b:00.0");
+	assert_int_equal(c.rdma_near_numa, 1);
+	/* auto with gpu_pci: one address (all GPUs nearest one NIC) up to one per GPU */
+	for (unsigned n = 1; n <= 4; n++) {
+		static const char *const a[4] = { "10.0.0.1:1", ",10.0.1.1:1", ",10.0.2.1:1",
+						  ",10.0.3.1:1" };
+		char addrs[64] = "";
+
+		for (unsigned i = 0; i < n; i++)
+			strcat(addrs, a[i]);
+		snprintf(text, sizeof(text), "[locusd]\nrdma_device = auto\ngpu_pci = "
+			 "0000:17:00.0,0000:3b:00.0,0000:5d:00.0,0000:61:00.0\nsecret_file = /s\n"
+			 "[cluster]\ngpus_per_node = 4\nnode.0 = %s\nnode.1 = 10.0.9.2:1\n", addrs);
+		if (parse(text, &c, &e) < 0)
+			fail_msg("%u addresses: %s", n, e.msg);
+		assert_int_equal(c.nodes[0].n_rails, n);
+		assert_string_equal(c.rdma_device, "auto");
+	}
 	assert_int_equal(parse("", &c, &e), 0);
 	assert_int_equal(c.n_rdma_devices, 1);
 	assert_string_equal(c.rdma_devices[0], "none");
@@ -460,7 +506,7 @@ static void test_load_file(void **state)
 static void test_shipped_examples(void **state)
 {
 	static const char *const files[] = { "deploy/default.conf", "deploy/two-node.conf",
-					      "deploy/rails.conf" };
+					      "deploy/rails.conf", "deploy/rails-auto.conf" };
 	(void)state;
 
 	for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {

@@ -1,7 +1,8 @@
 #!/bin/bash
 # locus-loadgen's flags for several instances and for a peer killed under
 # traffic, on one host node (the two-node runs are in make test-locusd-vm):
-# per-process instances, bad instance lists refused, an unreachable instance
+# per-process instances, rows from host-memory regions (--host-region), bad
+# instance lists refused, an unreachable instance
 # reported, a locusd killed under traffic: with --allow-errors the run ends
 # ok and says what its dead locusd left unanswered; without, it fails (never
 # hangs); either way within 5 s of the kill (the client API's poll says so).
@@ -98,6 +99,18 @@ grep -q '"eldr_generation":[1-9]' <<<"$info" || fail "telemetry: no ELDR table i
 "$B/locus-stat" -i "$inst-absent" --telemetry /locus/info > /dev/null 2>&1
 [ $? = 2 ] || fail "telemetry of an absent instance did not exit 2"
 echo "test_loadgen: locus-stat --telemetry /locus/info: $info"
+
+# 1e. --host-region: every rank's rows in a memfd sealed against shrinking, registered with
+#     locusd as host memory (no RDMA device here: mapped, no MR), every byte checked
+reclaimed
+timeout 60 "${LG[@]}" --requests 200 --batches 20 --host-region > "$tmp/1e.out" 2>&1 ||
+	{ cat "$tmp/1e.out"; fail "run with --host-region"; }
+grep -q '^host-memory regions (memfd): 4 of 4 ranks registered, 4 unregistered; locusd mapped 4, dma-buf MR 0, MR on the mapping 0, no MR 4$' \
+	"$tmp/1e.out" || fail "host-memory regions: $(cat "$tmp/1e.out")"
+grep -q '^loadgen: ok$' "$tmp/1e.out" || fail "$(cat "$tmp/1e.out")"
+hr=$("$B/locus-stat" -i "$inst" regions_host | awk '$1 == "regions_host" { print $3 }')
+[ "$hr" = 4 ] || fail "regions_host $hr, want 4"
+echo "test_loadgen: host-memory regions (sealed memfds): 4 registered, rows from them checked"
 
 # 2. lists that do not fit are refused before anything starts
 timeout 10 "${LG[@]}" --decoder-at $a,$a > "$tmp/2.out" 2>&1

@@ -2,7 +2,10 @@
 # locusd as a process: the demo end to end (tables, traffic, mid-run push,
 # zero errors, clean stop), a second daemon for the same instance refused, a
 # killed daemon's stale segment replaced on restart, SIGHUP re-reading the
-# config, SIGTERM removing the segment. Segments live in a private directory.
+# config, SIGTERM removing the segment, rdma_device = auto with gpu_pci on a
+# cluster refused at start when the GPUs' nearest devices are not as many as
+# node.<id>'s addresses (a sysfs tree of its own, $LOCUS_SYSFS_ROOT). Segments
+# live in a private directory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
@@ -124,4 +127,34 @@ grep -q '^STOPPING=1$' "$tmp/notify.log" || fail "no STOPPING"
 kill -TERM $second
 wait $second || fail "locusd exited non-zero on SIGTERM"
 [ ! -e "$LOCUS_SHM_DIR/locus.t-a" ] || fail "segment left after SIGTERM"
-echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, sd_notify, SIGTERM ok"
+# 7. rdma_device = auto with gpu_pci: GPU 0 nearest mlx5_1 (socket 1), GPU 1 nearest mlx5_0,
+# so two rails in that order; node.0 lists one address: refused before any device is opened
+S=$tmp/sys
+for d in pci0000:00/0000:00:01.0/0000:03:00.0 pci0000:00/0000:00:01.0/0000:04:00.0 \
+	 pci0000:80/0000:80:01.0/0000:83:00.0 pci0000:80/0000:80:01.0/0000:84:00.0; do
+	mkdir -p "$S/devices/$d"
+done
+mkdir -p "$S/bus/pci/devices" "$S/class/infiniband/mlx5_0" "$S/class/infiniband/mlx5_1"
+ln -s "$S/devices/pci0000:80/0000:80:01.0/0000:83:00.0" "$S/bus/pci/devices/0000:83:00.0"
+ln -s "$S/devices/pci0000:00/0000:00:01.0/0000:03:00.0" "$S/bus/pci/devices/0000:03:00.0"
+ln -s "$S/devices/pci0000:00/0000:00:01.0/0000:04:00.0" "$S/class/infiniband/mlx5_0/device"
+ln -s "$S/devices/pci0000:80/0000:80:01.0/0000:84:00.0" "$S/class/infiniband/mlx5_1/device"
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$tmp/secret")
+cat > "$tmp/r.conf" <<CONF
+[locusd]
+instance = t-r
+eal_args = -l 0-1 --no-huge --no-pci -m 64
+rdma_device = auto
+gpu_pci = 0000:83:00.0,0000:03:00.0
+secret_file = $tmp/secret
+[cluster]
+gpus_per_node = 2
+node.0 = 10.0.0.1:7471
+node.1 = 10.0.0.2:7471
+CONF
+"$B/locusd" -c "$tmp/r.conf" --check-config > /dev/null 2>&1 || fail "auto with gpu_pci: --check-config"
+LOCUS_SYSFS_ROOT=$S timeout 60 "$B/locusd" -c "$tmp/r.conf" > "$tmp/r.log" 2>&1 &&
+	fail "auto with two rails' devices and one address started"
+grep -q "locusd: rdma_device = auto: gpu_pci's 2 GPUs are nearest to 2 RDMA device(s), rails in this order: mlx5_1 mlx5_0; node.0 lists 1 address(es): list one per rail, in that order" \
+	"$tmp/r.log" || fail "auto with gpu_pci, one address: $(cat "$tmp/r.log")"
+echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, sd_notify, SIGTERM, rails by GPU refused on a count ok"

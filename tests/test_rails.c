@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The rail choice (dataplane/rails.c): home rails by local rank, and the
+ * The rail choice (dataplane/rails.c): home rails by local rank or by a GPU
+ * map (rdma_device = auto with gpu_pci), and the
  * order promise of locus_rails.h under rails going down and coming back,
  * against a model of the transport: one FIFO per rail and peer (an RC
  * connection behind its backlog), messages delivered from its front at
@@ -68,9 +69,73 @@ static void test_home_rails(void **state)
 	assert_int_equal(locus_rails_pick(&r, 1, 3, 7), 1);
 }
 
+/*
+ * Home rails by a GPU map: the rail of the device nearest each GPU where the
+ * peer has that rail, the mod rule where it does not.
+ */
+static void test_home_rails_map(void **state)
+{
+	/* 4 GPUs on 2 NICs: GPUs 0, 1 share rail 0's NIC, 2, 3 rail 1's */
+	static const uint8_t shared_nics[4] = { 0, 0, 1, 1 };
+	/* 8 GPUs, 8 NICs: GPU g's nearest NIC is rail 7 - g */
+	static const uint8_t reversed[8] = { 7, 6, 5, 4, 3, 2, 1, 0 };
+	struct locus_config c;
+	static struct locus_rails r;
+	(void)state;
+
+	two_nodes(&c, 2, 2, 4);
+	locus_rails_init(&r, &c);
+	locus_rails_map(&r, shared_nics, 4);
+	for (uint32_t s = 0; s < 4; s++) {
+		assert_int_equal(locus_rails_home(&r, 1, s), shared_nics[s]);
+		assert_int_equal(locus_rails_pick(&r, 1, s, 3), shared_nics[s]);
+		/* node 2 has rail 0 only: everything there */
+		assert_int_equal(locus_rails_pick(&r, 2, s, 1), 0);
+	}
+	/* the mod rule would have spread them 0, 1, 0, 1 */
+	assert_int_equal(locus_rails_pick(&r, 1, 1, 3), 0);
+	assert_int_equal(locus_rails_pick(&r, 1, 2, 3), 1);
+	/* rail 1 down: GPU 2's rank moves to rail 0 and back home once it is up */
+	assert_int_equal(locus_rails_pick(&r, 1, 2, 1), 0);
+	assert_int_equal(locus_rails_pick(&r, 1, 2, 3), 1);
+
+	/* eight rails here, three there: homes 7..3 are not shared, they take the mod rule */
+	two_nodes(&c, 8, 3, 8);
+	locus_rails_init(&r, &c);
+	locus_rails_map(&r, reversed, 8);
+	for (uint32_t s = 0; s < 8; s++)
+		assert_int_equal(locus_rails_home(&r, 1, s), reversed[s] < 3 ? reversed[s] : s % 3);
+	/* a map given again replaces the first */
+	locus_rails_map(&r, shared_nics, 4);
+	assert_int_equal(locus_rails_home(&r, 1, 2), 1);
+	assert_int_equal(locus_rails_home(&r, 1, 1), 0);
+}
+
 #define RAILS 3
 #define SRCS  4
 #define DEPTH 64
+
+/* A map for the random runs: every source's home differs from the mod rule's. */
+static const uint8_t flap_map[SRCS] = { 2, 2, 0, 1 };
+
+/*
+ * Every source's most used rail while all rails were up and it had nothing
+ * outstanding elsewhere is its home (the map's rail, or the mod rule's).
+ */
+static void check_homes(uint64_t (*sent_on)[RAILS], const uint8_t *map)
+{
+	for (uint32_t s = 0; s < SRCS; s++) {
+		uint32_t best = 0, want = map ? map[s] : s % RAILS;
+
+		for (uint32_t k = 1; k < RAILS; k++)
+			if (sent_on[s][k] > sent_on[s][best])
+				best = k;
+		if (best != want)
+			fail_msg("source %u sent mostly on rail %u (%llu messages), its home is %u "
+				 "(%llu)", s, best, (unsigned long long)sent_on[s][best], want,
+				 (unsigned long long)sent_on[s][want]);
+	}
+}
 
 struct fifo {
 	uint32_t src[DEPTH], seq[DEPTH];
@@ -83,17 +148,19 @@ struct fifo {
  * sequence number; what is delivered must be increasing per source, and
  * every message ends exactly once (delivered or failed).
  */
-static void test_order_under_flaps(void **state)
+static void order_under_flaps(const uint8_t *map)
 {
 	struct locus_config c;
 	static struct locus_rails r;
 	static struct fifo q[RAILS];
 	uint32_t next[SRCS] = { 0 }, last[SRCS], up = (1u << RAILS) - 1;
-	uint64_t rng = 16, sent = 0, ended = 0, moves_seen;
-	(void)state;
+	uint64_t rng = 16, sent = 0, ended = 0, moves_seen, sent_on[SRCS][RAILS] = { { 0 } };
 
 	two_nodes(&c, RAILS, RAILS, SRCS);
 	locus_rails_init(&r, &c);
+	if (map)
+		locus_rails_map(&r, map, SRCS);
+	memset(q, 0, sizeof(q));
 	memset(last, 0xff, sizeof(last));
 	for (int step = 0; step < 200000; step++) {
 		uint32_t what = locus_splitmix_below(&rng, 100);
@@ -104,6 +171,8 @@ static void test_order_under_flaps(void **state)
 
 			if (k < 0 || q[k].tail - q[k].head == DEPTH)
 				continue;
+			if (up == (1u << RAILS) - 1)
+				sent_on[s][k]++;
 			q[k].src[q[k].tail % DEPTH] = s;
 			q[k].seq[q[k].tail % DEPTH] = next[s]++;
 			q[k].tail++;
@@ -144,6 +213,20 @@ static void test_order_under_flaps(void **state)
 	assert_true(moves_seen > 100);
 	for (uint32_t s = 0; s < SRCS; s++)
 		assert_true(last[s] != UINT32_MAX && last[s] > 1000);
+	check_homes(sent_on, map);
+}
+
+static void test_order_under_flaps(void **state)
+{
+	(void)state;
+	order_under_flaps(NULL);
+}
+
+/* The same with home rails from a GPU map (rdma_device = auto with gpu_pci). */
+static void test_order_under_flaps_map(void **state)
+{
+	(void)state;
+	order_under_flaps(flap_map);
 }
 
 /*
@@ -159,17 +242,19 @@ struct rail_model {
 	unsigned posted;
 };
 
-static void test_failover_requeue(void **state)
+static void failover_requeue(const uint8_t *map)
 {
 	struct locus_config c;
 	static struct locus_rails r;
 	static struct rail_model m[RAILS];
 	uint32_t next[SRCS] = { 0 }, last[SRCS], up = (1u << RAILS) - 1;
 	uint64_t rng = 7, sent = 0, delivered = 0, failed = 0, requeued = 0;
-	(void)state;
+	uint64_t sent_on[SRCS][RAILS] = { { 0 } };
 
 	two_nodes(&c, RAILS, RAILS, SRCS);
 	locus_rails_init(&r, &c);
+	if (map)
+		locus_rails_map(&r, map, SRCS);
 	memset(last, 0xff, sizeof(last));
 	memset(m, 0, sizeof(m));
 	for (int step = 0; step < 300000; step++) {
@@ -183,6 +268,8 @@ static void test_failover_requeue(void **state)
 
 			if (to < 0 || m[to].q.tail - m[to].q.head == DEPTH)
 				continue;
+			if (up == (1u << RAILS) - 1)
+				sent_on[s][to]++;
 			m[to].q.src[m[to].q.tail % DEPTH] = s;
 			m[to].q.seq[m[to].q.tail % DEPTH] = next[s]++;
 			m[to].q.tail++;
@@ -234,14 +321,30 @@ static void test_failover_requeue(void **state)
 	assert_true(r.moves > 100);
 	for (uint32_t s = 0; s < SRCS; s++)
 		assert_true(last[s] != UINT32_MAX && last[s] > 1000);
+	check_homes(sent_on, map);
+}
+
+static void test_failover_requeue(void **state)
+{
+	(void)state;
+	failover_requeue(NULL);
+}
+
+static void test_failover_requeue_map(void **state)
+{
+	(void)state;
+	failover_requeue(flap_map);
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_home_rails),
+		cmocka_unit_test(test_home_rails_map),
 		cmocka_unit_test(test_order_under_flaps),
+		cmocka_unit_test(test_order_under_flaps_map),
 		cmocka_unit_test(test_failover_requeue),
+		cmocka_unit_test(test_failover_requeue_map),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -7,7 +7,7 @@
  * This host has no dma-buf exporter (no /dev/udmabuf, /dev/dri or DMA
  * heaps), so what needs a real dma-buf runs in the Soft-RoCE VM (vgem,
  * tools/rxe-vm/guest-locusd.sh). Checked here: a memfd is refused as not a
- * dma-buf; bad offsets and lengths, a malformed request, a slot that is not
+ * dma-buf unless it is sealed against shrinking (host memory: taken, mapped); bad offsets and lengths, a malformed request, a slot that is not
  * the sender's (unknown, another process's, a stale generation), an unknown
  * region, a request without its fd and a connection closed without a
  * request are refused with a clear status and counted by reason; a DISPATCH
@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -233,6 +234,45 @@ static void test_memfd_refused(void **state)
 	assert_int_equal(ctr_("regions_held", 0), 0);
 	/* our fd is still ours */
 	assert_int_equal(ftruncate(fd, 2 << 20), 0);
+	close(fd);
+	locus_client_detach(c);
+}
+
+/*
+ * Host memory: a memfd sealed against shrinking is taken (mapped; no RDMA
+ * device here, so no MR), counted, and given back; one that allows seals
+ * but has not sealed shrinking is refused like any memfd.
+ */
+static void test_sealed_memfd(void **state)
+{
+	struct locus_client *c = attach_rank(3);
+	uint64_t host = ctr_("regions_host", 0), reg = ctr_("regions_registered", 0);
+	uint64_t ref = ctr_("regions_refused", LOCUS_REGREF_NOT_DMABUF);
+	struct locus_error e = { 0 };
+	uint32_t id = 0, flags = 0;
+	int fd = memfd_create("rows", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	(void)state;
+
+	assert_true(fd >= 0);
+	assert_int_equal(ftruncate(fd, 1 << 20), 0);
+	assert_int_equal(locus_client_register_dmabuf(c, fd, 0, 65536, 5000, &id, &flags, &e),
+			 -ENOTSUP);
+	assert_non_null(strstr(e.msg, "nor a memfd sealed against shrinking"));
+	assert_int_equal(ctr_("regions_refused", LOCUS_REGREF_NOT_DMABUF), ref + 1);
+	assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK), 0);
+	if (locus_client_register_dmabuf(c, fd, 4096, 65536, 5000, &id, &flags, &e) < 0)
+		fail_msg("%s", e.msg);
+	assert_true(id != 0);
+	assert_int_equal(flags, LOCUS_REGION_MAPPED | LOCUS_REGION_HOST);
+	assert_int_equal(ctr_("regions_host", 0), host + 1);
+	assert_int_equal(ctr_("regions_registered", 0), reg + 1);
+	assert_int_equal(ctr_("regions_held", 0), 1);
+	/* past its end, sealed or not */
+	assert_int_equal(locus_client_register_dmabuf(c, fd, 1 << 20, 4096, 5000, &id, NULL, &e),
+			 -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "does not fit the memfd of 1048576 bytes"));
+	assert_int_equal(locus_client_unregister_region(c, id, 5000, &e), 0);
+	assert_int_equal(ctr_("regions_held", 0), 0);
 	close(fd);
 	locus_client_detach(c);
 }
@@ -590,6 +630,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_memfd_refused),
+		cmocka_unit_test(test_sealed_memfd),
 		cmocka_unit_test(test_bad_offsets),
 		cmocka_unit_test(test_raw_refusals),
 		cmocka_unit_test(test_region_flag_without_registration),

@@ -39,7 +39,8 @@ struct opts {
 	uint32_t n_decoder_at, n_rank_at;
 	int allow_errors;
 	uint32_t batch_ms;               /* with allow_errors: give a batch up after this */
-	int dmabuf;                      /* ranks' rows in registered dma-buf regions */
+	int dmabuf;                      /* ranks' rows in registered regions ... */
+	int host_region;                 /* ... of host memory (sealed memfds), not dma-bufs */
 	/* --kill-rank R:dispatch:B | R:combine:N: rank R's first process raises
 	 * SIGKILL right after submitting the DISPATCH of batch B / its N-th COMBINE */
 	int kill_rank;                   /* -1: none */
@@ -136,6 +137,8 @@ void own_daemon_lost(struct proc_stats *s, int ret);
 
 /* --dmabuf (loadgen_dmabuf.c): a dma-buf of len bytes (udmabuf, else vgem), or -errno. */
 int lg_dmabuf_create(size_t len, const char **how);
+/* --host-region: a memfd of len bytes sealed against shrinking, or -errno. */
+int lg_hostmem_create(size_t len, const char **how);
 void *lg_dmabuf_map(int fd, size_t len);
 void lg_dmabuf_sync(int fd, int start);
 

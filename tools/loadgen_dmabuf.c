@@ -4,7 +4,9 @@
  * rank hands GPU memory over. Without a GPU: udmabuf (a memfd's pages as a
  * dma-buf) where /dev/udmabuf exists, else vgem (a DRM dumb buffer exported
  * with PRIME; Debian's kernel builds vgem but not udmabuf). The DRM ioctls
- * are declared here: the build host has no libdrm headers.
+ * are declared here: the build host has no libdrm headers. --host-region:
+ * host memory, a memfd sealed against shrinking (Soft-RoCE registers its
+ * pages, which it cannot do for vgem's).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -115,6 +117,23 @@ int lg_dmabuf_create(size_t len, const char **how)
 	if (fd >= 0)
 		return fd;
 	return from_vgem(len, how);
+}
+
+int lg_hostmem_create(size_t len, const char **how)
+{
+	int fd = memfd_create("locus-rows", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -errno;
+	/* sealed against shrinking: what locusd takes as host memory */
+	if (ftruncate(fd, (off_t)len) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) < 0) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	*how = "memfd";
+	return fd;
 }
 
 void *lg_dmabuf_map(int fd, size_t len)

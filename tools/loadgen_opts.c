@@ -23,6 +23,8 @@ void lg_usage(void)
 		"                                 by code; lost, duplicate, corrupt still fail)\n"
 		"         [--dmabuf]             (ranks dispatch their rows from a dma-buf they\n"
 		"                                 register with locusd: udmabuf, else vgem)\n"
+		"         [--host-region]        (the same from host memory: a memfd sealed\n"
+		"                                 against shrinking, which any RDMA device takes)\n"
 		"         [--kill-rank R:dispatch:B | R:combine:N [--respawn]]\n"
 		"                                (with --allow-errors: rank R's process dies by\n"
 		"                                 SIGKILL right after submitting the DISPATCH of\n"
@@ -95,6 +97,7 @@ int lg_parse_args(int argc, char **argv)
 		{ "allow-errors", no_argument, NULL, 'E' },
 		{ "batch-ms", required_argument, NULL, 'B' },
 		{ "dmabuf", no_argument, NULL, 'G' },
+		{ "host-region", no_argument, NULL, 'M' },
 		{ "kill-rank", required_argument, NULL, 'X' },
 		{ "respawn", no_argument, NULL, 'W' },
 		{ "linger-ms", required_argument, NULL, 'L' },
@@ -138,6 +141,7 @@ int lg_parse_args(int argc, char **argv)
 		case 'E': O.allow_errors = 1; break;
 		case 'B': O.batch_ms = (uint32_t)v; break;
 		case 'G': O.dmabuf = 1; break;
+		case 'M': O.dmabuf = 1; O.host_region = 1; break;
 		case 'X':
 			if (parse_kill(optarg) < 0)
 				return -1;

@@ -471,7 +471,7 @@ static void build_batch(struct rank_state *rs, uint32_t b)
 					  .top_k = T->k, .n_tokens = O.tokens,
 					  .row_bytes = O.row_bytes, .rows_off = rs->rows_off,
 					  .batch_id = b };
-	if (rs->dmafd >= 0)
+	if (rs->dmafd >= 0 && !O.host_region)
 		lg_dmabuf_sync(rs->dmafd, 1);
 	for (uint32_t t = 0; t < O.tokens; t++) {
 		const uint16_t *ids = locus_trace_tok(T, r->prompt, t % r->prompt_len, layer);
@@ -480,14 +480,14 @@ static void build_batch(struct rank_state *rs, uint32_t b)
 		for (uint32_t x = 0; x < O.row_bytes; x++)
 			rs->rows[(size_t)t * O.row_bytes + x] = row_byte(rs->rank, b, t, x);
 	}
-	if (rs->dmafd >= 0)
+	if (rs->dmafd >= 0 && !O.host_region)
 		lg_dmabuf_sync(rs->dmafd, 0);
 	g = (float *)((uint8_t *)ex + locus_ids_bytes(O.tokens, T->k));
 	for (uint32_t i = 0; i < O.tokens * T->k; i++)
 		g[i] = 1.0f / T->k;
 }
 
-/* --dmabuf: the batch's rows go to a dma-buf registered with our locusd. */
+/* --dmabuf / --host-region: the batch's rows go to a region registered with our locusd. */
 static int region_setup(struct rank_state *rs, struct proc_stats *s)
 {
 	struct locus_error e = { 0 };
@@ -495,11 +495,13 @@ static int region_setup(struct rank_state *rs, struct proc_stats *s)
 	int ret;
 
 	rs->rlen = LOCUS_ALIGN_UP((size_t)O.tokens * O.row_bytes, (size_t)LOCUS_REGION_ALIGN);
-	rs->dmafd = lg_dmabuf_create(rs->rlen, &how);
+	rs->dmafd = O.host_region ? lg_hostmem_create(rs->rlen, &how)
+				  : lg_dmabuf_create(rs->rlen, &how);
 	snprintf(s->region_how, sizeof(s->region_how), "%s", how);
 	if (rs->dmafd < 0) {
-		snprintf(s->why, sizeof(s->why), "rank %u: no dma-buf (udmabuf or vgem): %s",
-			 rs->rank, strerror(-rs->dmafd));
+		snprintf(s->why, sizeof(s->why), "rank %u: no %s: %s", rs->rank,
+			 O.host_region ? "sealed memfd" : "dma-buf (udmabuf or vgem)",
+			 strerror(-rs->dmafd));
 		return -1;
 	}
 	rs->rows = lg_dmabuf_map(rs->dmafd, rs->rlen);

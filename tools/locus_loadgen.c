@@ -684,8 +684,9 @@ int main(int argc, char **argv)
 			fl[3] += s->region_registered &&
 				 !(s->region_flags & (LOCUS_REGION_MR_DMABUF | LOCUS_REGION_MR_MAPPED));
 		}
-		printf("dma-buf regions (%s): %u of %u ranks registered, %u unregistered; locusd "
-		       "mapped %u, dma-buf MR %u, MR on the mapping %u, no MR %u\n", how, reg,
+		printf("%s regions (%s): %u of %u ranks registered, %u unregistered; locusd "
+		       "mapped %u, dma-buf MR %u, MR on the mapping %u, no MR %u\n",
+		       O.host_region ? "host-memory" : "dma-buf", how, reg,
 		       O.ranks, rel, fl[0], fl[1], fl[2], fl[3]);
 		if (reg != O.ranks || (!O.allow_errors && rel != O.ranks))
 			failed = 1;

@@ -365,6 +365,25 @@ int locus_verbs_dev_pick(const struct locus_verbs_devinfo *devs, unsigned n, con
 			 struct locus_error *err);
 
 /*
+ * rdma_device = auto with the node's GPUs (devmap.c): for each GPU g (PCI
+ * address gpus[g], "dddd:bb:dd.f") the RDMA device nearest it in the PCIe
+ * tree under sysfs_root: the deepest common ancestor of the two devices'
+ * paths below <root>/devices (the same switch beats the same root complex),
+ * then the fewest hops between them; devices that share no ancestor with the
+ * GPU (another host bridge, a software device) are equally far. Ties go to a
+ * device on the GPU's NUMA node, then to the device the fewest earlier GPUs
+ * took (GPUs equally near two NICs spread over them), then to the lowest
+ * name. Fills devs (sorted by name, *n_devs of them, at most max) and
+ * gpu_dev[g] (an index into devs). Returns 0, or negative with err naming
+ * the entry at fault: no device, a GPU missing under <root>/bus/pci/devices,
+ * a dangling link or one leading outside <root>/devices or to another
+ * device, a malformed GPU address or numa_node, more than max devices.
+ */
+int locus_verbs_dev_near_gpus(const char *sysfs_root, const char *const *gpus, unsigned n_gpus,
+			      struct locus_verbs_devinfo *devs, unsigned max, unsigned *n_devs,
+			      unsigned *gpu_dev, struct locus_error *err);
+
+/*
  * Find the RoCE v2 GID holding an IPv4-mapped address (::ffff:a.b.c.d) on
  * port of dev: reads ports/<port>/gids/<i> and gid_attrs/types/<i>. If want
  * is non-NULL only that address matches. Returns the GID index and *addr, or

@@ -4,7 +4,7 @@
 #                          linking it names libcrypto among its packages
 #   liblocus_verbs.a       endpoint, connections, data path, memory (libibverbs, librdmacm, libnuma)
 VERBS_PKGS := libibverbs librdmacm numa
-$(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/auth.c verbs/sysfs.c))
+$(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/auth.c verbs/sysfs.c verbs/devmap.c))
 $(eval $(call USES_PKG,verbs/auth.c,libcrypto))
 $(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c))
 $(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c,libibverbs librdmacm numa))

@@ -31,7 +31,7 @@ static void check_ranges(const struct locus_config *c)
 	FUZZ_CHECK(is_pow2(c->ring_size) && c->ring_size >= 16, "ring_size %u", c->ring_size);
 	FUZZ_CHECK(c->engine_lcores >= 1 && c->engine_lcores <= LOCUS_CFG_MAX_ENGINES &&
 		   (c->engine_lcores == 1 ||
-		    (c->n_nodes == 1 && c->intra_node == LOCUS_INTRA_SHM &&
+		    (c->intra_node == LOCUS_INTRA_SHM &&
 		     c->ring_size >= 2 * c->client_inbox_slots &&
 		     c->client_inbox_slots >= c->engine_lcores)),
 		   "engine_lcores %u with what several engines need", c->engine_lcores);
@@ -66,6 +66,15 @@ static void check_ranges(const struct locus_config *c)
 			   "a cluster without device or secret");
 	if (c->intra_node == LOCUS_INTRA_VERBS)
 		FUZZ_CHECK(strcmp(c->rdma_device, "none"), "verbs loopback without a device");
+	/* a rail per device listed, or per GPU at most with auto and gpu_pci */
+	if (!strcmp(c->rdma_device, "auto") && c->n_gpu_pci)
+		FUZZ_CHECK(c->nodes[c->node_id].n_rails <= c->n_gpu_pci && !c->rdma_near_pci[0] &&
+			   c->rdma_near_numa < 0, "auto with gpu_pci: %u rails, near_* set",
+			   c->nodes[c->node_id].n_rails);
+	else
+		FUZZ_CHECK(c->nodes[c->node_id].n_rails == c->n_rdma_devices,
+			   "%u rails for %u devices", c->nodes[c->node_id].n_rails,
+			   c->n_rdma_devices);
 }
 
 /* The config in the documented syntax. */

@@ -4,8 +4,8 @@
  * real SOCK_SEQPACKET connections to the registration socket of a
  * locus_regions instance (dataplane/regions.c) over a real engine
  * (fuzz_engine.h, node 0), each carrying any bytes and 0..5 file
- * descriptors (memfds, /dev/null, a socket: this host has no dma-buf
- * exporter, so none can be registered). Input: up to 8 requests, each a
+ * descriptors (memfds none of which is sealed against shrinking, /dev/null,
+ * a socket: this host has no dma-buf exporter, so none can be registered). Input: up to 8 requests, each a
  * flags byte (fd count and kinds; bit 7 sets slot and generation to the
  * sender's own), a length byte and the bytes. Contract, from
  * locus_regions.h and locus_client.h: every connection gets exactly one
@@ -125,7 +125,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FUZZ_CHECK(n == sizeof(rep), "an answer of %zd bytes", n);
 			FUZZ_CHECK(rep.magic == LOCUS_REG_MAGIC && rep.version == LOCUS_REG_VERSION,
 				   "answer magic/version");
-			FUZZ_CHECK(rep.status < 0, "a registration accepted without a dma-buf");
+			FUZZ_CHECK(rep.status < 0, "a registration accepted without a dma-buf or a "
+				   "sealed memfd");
 			FUZZ_CHECK(memchr(rep.msg, 0, sizeof(rep.msg)) && rep.msg[0],
 				   "a refusal without a sentence");
 			got++;

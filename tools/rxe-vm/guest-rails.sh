@@ -6,14 +6,22 @@
 #   rail 1: n0 rxex2 on vx2 (192.0.3.20)  <-->  n1 rxey2 on vy2 (192.0.3.21)
 #   R1 both nodes up with both rails, tables pushed, traffic across the nodes checked
 #      end to end by locus-loadgen (every byte), both rails carried it (per-rail
-#      counters verbs_* and verbs_r1_*), no errors
-#   R2 under traffic, rail 1 black-holed for 3 s (netem loss 100% on vx2 / vy2: RC's
+#      counters verbs_* and verbs_r1_*), no errors. n0 finds its two devices itself:
+#      rdma_device = auto with gpu_pci, on a made-up PCIe tree ($LOCUS_SYSFS_ROOT: rxe
+#      devices have no PCI parent) that puts rxex beside GPU 0 and rxex2 beside GPU 1
+#   R1b the same traffic with every rank's rows in a host-memory region it registered
+#      (a sealed memfd: Soft-RoCE cannot register vgem's pages): each region has an MR on
+#      both rails' devices, rows leave zero-copy on whichever rail carries them, counted
+#      per rail (rail_region_rows_zero_copy / _copied)
+#   R2 under traffic from host-memory regions, rail 1 black-holed for 3 s (netem loss
+#      100% on vx2 / vy2: RC's
 #      retries run out, completion errors), then vx2 set down for 2 s (the port's async
 #      event): each time locusd fails rail 1 over (queued messages re-sent on rail 0,
 #      posted ones failed once and counted, new traffic on rail 0); the time from the fault
 #      to the failover and to rail 1's sources' first message on rail 0, from locusd's
 #      clock; after the black hole rail 1 rejoins and its sources come home (after the
-#      link flap Soft-RoCE may refuse new connections: reported); every request once
+#      link flap Soft-RoCE may refuse new connections: reported); every request once,
+#      every byte checked (region rows re-sent on rail 0 take rail 0's MR of the region)
 #   R3 the same traffic as R1 with the nodes configured with rail 0 only: bytes/s of
 #      two rails against one, same run
 # Exits the guest with the test's status.
@@ -43,6 +51,28 @@ mkconf_rails() {
 	mkconf "$1" "$2" "$dev" "$a0" "$a1"
 }
 
+# fake_sysfs DIR: a two-socket PCIe tree for n0's rdma_device = auto: GPU 0 (0000:03:00.0)
+# beside rxex under one switch, GPU 1 (0000:83:00.0) beside rxex2 under another; n1's
+# devices without a parent (as every rxe device is). The devices are real, the tree made up.
+fake_sysfs() {
+	local S=$1 p
+	rm -rf "$S"
+	mkdir -p "$S/bus/pci/devices" "$S/class/infiniband/rxey" "$S/class/infiniband/rxey2"
+	for p in "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0 0" \
+		 "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0 0" \
+		 "pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:00.0/0000:83:00.0 1" \
+		 "pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:01.0/0000:84:00.0 1"; do
+		mkdir -p "$S/devices/${p% *}"
+		echo "${p#* }" > "$S/devices/${p% *}/numa_node"
+		ln -s "$S/devices/${p% *}" "$S/bus/pci/devices/$(basename "${p% *}")"
+	done
+	mkdir -p "$S/class/infiniband/rxex" "$S/class/infiniband/rxex2"
+	ln -s "$S/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0" \
+		"$S/class/infiniband/rxex/device"
+	ln -s "$S/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:01.0/0000:84:00.0" \
+		"$S/class/infiniband/rxex2/device"
+}
+
 stop_nodes() {
 	local n
 	for n in n0 n1; do
@@ -55,9 +85,22 @@ stop_nodes() {
 up() {
 	local r
 	mkconf_rails 0 "$W/secret" "$1"; mkconf_rails 1 "$W/secret" "$1"
+	if [ "$1" = 2 ] && [ "${LR_AUTO:-1}" = 1 ]; then
+		# n0 finds its rails itself: the device nearest each GPU
+		sed -i 's/^rdma_device = .*/rdma_device = auto\ngpu_pci = 0000:03:00.0,0000:83:00.0/' \
+			"$W/n0.conf"
+		fake_sysfs "$W/sys"
+	fi
 	: > "$W/n0.log"; : > "$W/n1.log"
 	# the listener first: the dialler's first attempt then finds it
-	start 1 && start 0 || { fail "a locusd did not start ($1 rail(s))"; return 1; }
+	start 1 && LOCUSD_WRAP="env LOCUS_SYSFS_ROOT=$W/sys" start 0 ||
+		{ fail "a locusd did not start ($1 rail(s))"; return 1; }
+	if [ "$1" = 2 ] && [ "${LR_AUTO:-1}" = 1 ]; then
+		grep -h "is the home of the ranks" "$W/n0.log" | sed 's/^/  [n0 log] /'
+		grep -q "rail 0 (rxex) is the home of the ranks of GPU 0 (0000:03:00.0)" "$W/n0.log" &&
+			grep -q "rail 1 (rxex2) is the home of the ranks of GPU 1 (0000:83:00.0)" \
+				"$W/n0.log" || fail "n0: rdma_device = auto did not map GPU 0 to rxex, 1 to rxex2"
+	fi
 	if [ "$1" = 1 ]; then
 		wait_log "$W/n0.log" "peer node 1 up" 1 60 && wait_log "$W/n1.log" "peer node 0 up" 1 30 ||
 			{ show_logs 20; fail "one rail: the nodes did not connect"; return 1; }
@@ -73,34 +116,35 @@ up() {
 		{ fail "push ($1 rail(s))"; return 1; }
 }
 
-# traffic OUT RAILS: the same loadgen run on both configurations; prints and records
-# bytes/s (remote bytes out of both nodes over the run's wall time)
+# traffic OUT RAILS [LOADGEN-ARGS...]: the same loadgen run on both configurations; prints
+# and records bytes/s (remote bytes out of both nodes over the run's wall time)
 traffic() {
-	local out=$1 t0 t1 b0 b1 rc
+	local out=$1 rails=$2 t0 t1 b0 b1 rc
+	shift 2
 	snap2 "$W/pre"
 	b0=$(( $(val "$W/pre.0" remote_bytes_out) + $(val "$W/pre.1" remote_bytes_out) ))
 	t0=$(date +%s%N)
 	timeout 400 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 \
 		--decoders 4 --decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 \
 		--requests ${LR_REQUESTS:-100} --batches ${LR_BATCHES:-30} --tokens ${LR_TOKENS:-32} \
-		--row-bytes ${LR_ROW_BYTES:-4096} --decode-us 500 --seconds 360 > "$out" 2>&1
+		--row-bytes ${LR_ROW_BYTES:-4096} --decode-us 500 --seconds 360 "$@" > "$out" 2>&1
 	rc=$?
 	t1=$(date +%s%N)
 	snap2 "$W/post"
 	b1=$(( $(val "$W/post.0" remote_bytes_out) + $(val "$W/post.1" remote_bytes_out) ))
 	sed 's/^/  /' "$out"
 	grep -q '^loadgen: ok$' "$out" && [ $rc = 0 ] ||
-		{ fail "loadgen on $2 rail(s) (exit $rc)"; show_counters; }
+		{ fail "loadgen on $rails rail(s) (exit $rc)"; show_counters; }
 	for n in 0 1; do
 		for c in remote_send_errors remote_undeliverable remote_bad; do
 			v=$(( $(val "$W/post.$n" $c) - $(val "$W/pre.$n" $c) ))
-			[ "$v" = 0 ] || fail "n$n: $c + $v in this run ($2 rail(s))"
+			[ "$v" = 0 ] || fail "n$n: $c + $v in this run ($rails rail(s))"
 		done
 	done
-	BYTES[$2]=$((b1 - b0)) NS[$2]=$((t1 - t0))
-	RATE[$2]=$(awk -v b=$((b1 - b0)) -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f", b * 1e9 / ns }')
-	say "   $2 rail(s): $((b1 - b0)) remote bytes out in $(( (t1 - t0) / 1000000 )) ms:" \
-		"${RATE[$2]} B/s; $(grep -o '[0-9]* rows/s' "$out"); host load average at the end:" \
+	BYTES[$rails]=$((b1 - b0)) NS[$rails]=$((t1 - t0))
+	RATE[$rails]=$(awk -v b=$((b1 - b0)) -v ns=$((t1 - t0)) 'BEGIN { printf "%.0f", b * 1e9 / ns }')
+	say "   $rails rail(s): $((b1 - b0)) remote bytes out in $(( (t1 - t0) / 1000000 )) ms:" \
+		"${RATE[$rails]} B/s; $(grep -o '[0-9]* rows/s' "$out"); host load average at the end:" \
 		"$(cut -d' ' -f1-3 "${LV_OUT:-/nonexistent}/host-loadavg" 2>/dev/null || echo '?')"
 }
 
@@ -126,13 +170,41 @@ fo_report() {
 	fi
 }
 
+# regions_report TAG PRE POST: per node and rail, rows of host-memory regions that left
+# zero-copy and copied between two snaps, beside the engine's own counts; checks that every
+# row the engines handed over for gathering left zero-copy on some rail, none copied
+regions_report() {
+	local n f g z0 z1 c0 c1 ez ec
+	for n in 0 1; do
+		f=$2.$n g=$3.$n
+		z0=$(( $(val $g rail_region_rows_zero_copy 'rail="0"') - $(val $f rail_region_rows_zero_copy 'rail="0"') ))
+		z1=$(( $(val $g rail_region_rows_zero_copy 'rail="1"') - $(val $f rail_region_rows_zero_copy 'rail="1"') ))
+		c0=$(( $(val $g rail_region_rows_copied 'rail="0"') - $(val $f rail_region_rows_copied 'rail="0"') ))
+		c1=$(( $(val $g rail_region_rows_copied 'rail="1"') - $(val $f rail_region_rows_copied 'rail="1"') ))
+		ez=$(( $(val $g region_rows_zero_copy) - $(val $f region_rows_zero_copy) ))
+		ec=$(( $(val $g region_messages_copied) - $(val $f region_messages_copied) ))
+		say "   $1 n$n: region rows out on rail 0: $z0 zero-copy, $c0 copied; on rail 1:" \
+			"$z1 zero-copy, $c1 copied (engine: $ez rows handed over to gather, $ec" \
+			"messages it copied itself: more row runs than gather entries); regions" \
+			"without an MR on rail 0 / 1: $(val $g rail_region_no_mr 'rail="0"') /" \
+			"$(val $g rail_region_no_mr 'rail="1"')"
+		[ $((c0 + c1)) = 0 ] || fail "$1 n$n: region rows copied on a rail that has their MR"
+		[ $((z0 + z1)) = "$ez" ] ||
+			fail "$1 n$n: the rails sent $((z0 + z1)) region rows zero-copy, the engine handed $ez"
+		[ "$(val $g rail_region_no_mr)" = 0 ] || fail "$1 n$n: a region without an MR on a rail"
+		RZ[$1.$n.0]=$z0 RZ[$1.$n.1]=$z1
+	done
+}
+
 failover() {
 	local t ups f0 back=0
-	say "R2. rail 1 black-holed for 3 s, then vx2 set down for 2 s, under traffic"
+	say "R2. rail 1 black-holed for 3 s, then vx2 set down for 2 s, under traffic (rows from" \
+		"host-memory regions)"
+	snap2 "$W/fo-r0"
 	timeout 400 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 --decoders 4 \
 		--decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 --row-bytes 4096 \
 		--decode-us 500 --requests 100000 --batches 100000 --tokens 16 --seconds 360 \
-		--allow-errors --batch-ms 5000 > "$W/fo.out" 2>&1 &
+		--allow-errors --batch-ms 5000 --host-region > "$W/fo.out" 2>&1 &
 	LG=$!
 	snap2 "$W/fo-a"
 	f0=$(val "$W/fo-a.0" verbs_r1_tx_msgs)
@@ -203,16 +275,25 @@ failover() {
 			"$(val $f verbs_r1_port_errors), ups $(val $f verbs_r1_port_ups)"
 		[ "$(val $f rail_failovers 'rail="1"')" -ge 2 ] ||
 			fail "n$n: fewer than 2 failovers of rail 1"
-		[ "$(val $f rail_failovers 'rail="0"')" = 0 ] || fail "n$n: rail 0 failed over too"
+		# during R2's faults (the count from the start may hold a flap of the first connect:
+		# on a loaded host the dialler's last leg can time out after the listener went up)
+		[ "$(val $f rail_failovers 'rail="0"')" = "$(val $W/fo-r0.$n rail_failovers 'rail="0"')" ] ||
+			{ fail "n$n: rail 0 failed over too"; grep -h "on rail 0" "$W/n$n.log" |
+				tail -n 4 | sed "s/^/  [n$n log] /"; }
+		say "   n$n: rail 1's completion errors by status (ibv_wc_status):" \
+			"$(awk '$1 ~ /^locus_verbs_r1_cq_errors(_total)?\{/ && $2 > 0 { sub(/.*status="/, "", $1);
+				sub(/".*/, "", $1); printf "%s%s: %d", sep, $1, $2; sep = ", " }' "$f")"
 		[ "$(val $f rail_down_ms 'rail="1"')" -gt 0 ] || fail "n$n: no time without rail 1"
 		[ "$(val $f rail_away_msgs 'rail="0"')" -gt 0 ] || fail "n$n: nothing moved to rail 0"
 		[ "$(val $f remote_bad)" = 0 ] || fail "n$n: malformed messages"
 	done
 	[ "$(val "$W/fo-e.0" verbs_r1_port_errors)" -ge 1 ] ||
 		fail "n0: the link down came without a port error event"
+	regions_report R2 "$W/fo-r0" "$W/fo-e"
+	[ "${RZ[R2.0.0]}" -gt 0 ] || fail "R2 n0: no region row left zero-copy on rail 0"
 }
 
-declare -A BYTES NS RATE
+declare -A BYTES NS RATE RZ
 mksecret "$W/secret"
 if [ -z "${LV_TABLES:-}" ]; then
 	fail "no tables (LV_TABLES: locusd-vm-test.sh --rails fits them on the host)"
@@ -239,6 +320,21 @@ if up 2; then
 	done
 	for d in vx vx2; do
 		say "   veth $d: TX $(ip -s link show $d | awk '/TX:/{getline; print $1}') bytes"
+	done
+	say "R1b. the same traffic from host-memory regions (sealed memfds): an MR per rail"
+	cp "$W/post.0" "$W/hr-a.0"; cp "$W/post.1" "$W/hr-a.1"
+	traffic "$W/r2h.out" "2 (host-memory regions)" --host-region
+	grep -q "host-memory regions (memfd): 4 of 4 ranks registered, 4 unregistered; locusd mapped 4, dma-buf MR 0, MR on the mapping 4, no MR 0" \
+		"$W/r2h.out" || fail "R1b: the regions were not all registered on the mapping"
+	for n in 0 1; do
+		grep -m1 "region 0x" "$W/n$n.log" | sed "s/^/  [n$n log] /"
+		grep -q "bytes of a memfd (host memory): mapped, rail 0 MR on the mapping, rail 1 MR on the mapping" \
+			"$W/n$n.log" || fail "n$n: a region without an MR on both rails"
+	done
+	regions_report R1b "$W/hr-a" "$W/post"
+	for n in 0 1; do
+		[ "${RZ[R1b.$n.0]}" -gt 0 ] && [ "${RZ[R1b.$n.1]}" -gt 0 ] ||
+			fail "R1b n$n: a rail sent no region rows zero-copy"
 	done
 	[ "${LR_FAILOVER:-1}" = 1 ] && failover
 fi

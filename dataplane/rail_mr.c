@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT
+/* Client buffer regions on every rail (locus_rail_mr.h). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "locus_rail_mr.h"
+
+static const char *const path_name[] = {
+	[LOCUS_RAIL_MR_NONE] = "no MR",
+	[LOCUS_RAIL_MR_DMABUF] = "dma-buf MR",
+	[LOCUS_RAIL_MR_MAPPED] = "MR on the mapping",
+};
+
+int locus_rail_mrs_init(struct locus_rail_mrs *t, uint32_t n_rails, uint32_t cap,
+			const struct locus_rail_mr_dev *dev)
+{
+	memset(t, 0, sizeof(*t));
+	if (!n_rails || n_rails > LOCUS_CFG_MAX_RAILS || !cap)
+		return -EINVAL;
+	t->e = calloc(cap, sizeof(*t->e));
+	if (!t->e)
+		return -ENOMEM;
+	t->dev = *dev;
+	t->n_rails = n_rails;
+	t->cap = cap;
+	return 0;
+}
+
+void locus_rail_mrs_fini(struct locus_rail_mrs *t)
+{
+	for (uint32_t k = 1; t->e && k <= t->cap; k++)
+		locus_rail_mrs_dereg(t, k);
+	free(t->e);
+	t->e = NULL;
+}
+
+/* Append to how->why (what stays if it is full: the line is for people). */
+static void say(struct locus_rail_mr_how *how, size_t *at, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*at >= sizeof(how->why))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(how->why + *at, sizeof(how->why) - *at, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*at += (size_t)n;
+}
+
+/*
+ * Register m on rail r: a dma-buf MR if fd says so and the device takes it,
+ * else an MR on the mapping. Says what it got, and why not better, in how.
+ */
+static void reg_rail(struct locus_rail_mrs *t, struct locus_rail_mr *m, uint32_t r, int fd,
+		     uint64_t offset, void *map, struct locus_rail_mr_how *how, size_t *at)
+{
+	struct locus_error e1 = { 0 }, e2 = { 0 };
+	int ret = -1;
+
+	m->path[r] = LOCUS_RAIL_MR_NONE;
+	if (fd >= 0) {
+		ret = t->dev.reg_dmabuf(t->dev.ctx, r, fd, offset, m->len, m->iova, &m->lkey[r],
+					&m->mr[r], &e1);
+		if (ret == 0)
+			m->path[r] = LOCUS_RAIL_MR_DMABUF;
+		else if (ret == -EOPNOTSUPP)
+			how->dmabuf_refused++;
+	}
+	if (ret < 0 && map &&
+	    t->dev.reg_mapped(t->dev.ctx, r, map, m->len, &m->lkey[r], &m->mr[r], &e2) == 0)
+		m->path[r] = LOCUS_RAIL_MR_MAPPED;
+	if (m->path[r] == LOCUS_RAIL_MR_NONE) {
+		m->lkey[r] = 0;
+		m->mr[r] = NULL;
+	}
+	how->dmabuf += m->path[r] == LOCUS_RAIL_MR_DMABUF;
+	how->mapped += m->path[r] == LOCUS_RAIL_MR_MAPPED;
+	how->none += m->path[r] == LOCUS_RAIL_MR_NONE;
+	/* one rail: "MR on the mapping; dma-buf MR: why", as locusd always said it */
+	if (t->n_rails == 1) {
+		say(how, at, "%s", path_name[m->path[r]]);
+		if (e1.msg[0])
+			say(how, at, "; dma-buf MR: %s", e1.msg);
+		if (e2.msg[0])
+			say(how, at, "; MR on the mapping: %s", e2.msg);
+		return;
+	}
+	say(how, at, "%srail %u %s", r ? ", " : "", r, path_name[m->path[r]]);
+	if (e1.msg[0] || e2.msg[0])
+		say(how, at, " (%s%s%s%s%s)", e1.msg[0] ? "dma-buf MR: " : "", e1.msg,
+		    e1.msg[0] && e2.msg[0] ? "; " : "", e2.msg[0] ? "MR on the mapping: " : "",
+		    e2.msg);
+}
+
+int locus_rail_mrs_reg(struct locus_rail_mrs *t, int fd, uint64_t offset, uint64_t len,
+		       void *map, uint64_t *iova, struct locus_rail_mr_how *how)
+{
+	struct locus_rail_mr *m = NULL;
+	size_t at = 0;
+
+	memset(how, 0, sizeof(*how));
+	for (uint32_t i = 0; i < t->cap && !m; i++)
+		if (!t->e[i].used)
+			m = &t->e[i];
+	if (!m) {
+		say(how, &at, "no MR: all %u region registrations are in use", t->cap);
+		return -ENOSPC;
+	}
+	*m = (struct locus_rail_mr){ .iova = map ? (uint64_t)(uintptr_t)map : offset,
+				     .addr = map, .len = len };
+	for (uint32_t r = 0; r < t->n_rails; r++)
+		reg_rail(t, m, r, fd, offset, map, how, &at);
+	if (how->none == t->n_rails)
+		return -EOPNOTSUPP; /* nothing registered: the entry stays free */
+	for (uint32_t r = 0; r < t->n_rails; r++)
+		if (m->path[r] == LOCUS_RAIL_MR_NONE)
+			__atomic_add_fetch(&t->no_mr[r], 1, __ATOMIC_RELAXED);
+	m->used = 1;
+	*iova = m->iova;
+	return (int)(m - t->e) + 1;
+}
+
+void locus_rail_mrs_dereg(struct locus_rail_mrs *t, uint32_t key)
+{
+	struct locus_rail_mr *m;
+
+	if (key == 0 || key > t->cap || !t->e[key - 1].used)
+		return;
+	m = &t->e[key - 1];
+	for (uint32_t r = 0; r < t->n_rails; r++)
+		if (m->path[r] != LOCUS_RAIL_MR_NONE)
+			t->dev.dereg(t->dev.ctx, r, m->mr[r]);
+	memset(m, 0, sizeof(*m));
+}
+
+int locus_rail_mrs_resolve(const struct locus_rail_mrs *t, uint32_t key, uint32_t rail,
+			   void *buf, uint32_t *len, size_t cap, struct locus_verbs_sge *sg,
+			   uint32_t *n_sg)
+{
+	const struct locus_rail_mr *m;
+	uint64_t total = *len;
+	uint8_t *to;
+
+	if (key == 0 || key > t->cap || rail >= t->n_rails || !t->e[key - 1].used)
+		return -EINVAL;
+	m = &t->e[key - 1];
+	for (uint32_t j = 0; j < *n_sg; j++) {
+		uint64_t off = sg[j].addr - m->iova;
+
+		if (sg[j].addr < m->iova || off > m->len || sg[j].len > m->len - off)
+			return -EINVAL;
+		total += sg[j].len;
+	}
+	if (m->path[rail] != LOCUS_RAIL_MR_NONE) {
+		for (uint32_t j = 0; j < *n_sg; j++)
+			sg[j].lkey = m->lkey[rail];
+		return 0;
+	}
+	if (!m->addr)
+		return -EOPNOTSUPP;
+	if (total > cap)
+		return -EMSGSIZE;
+	to = (uint8_t *)buf + *len;
+	for (uint32_t j = 0; j < *n_sg; j++) {
+		memcpy(to, m->addr + (sg[j].addr - m->iova), sg[j].len);
+		to += sg[j].len;
+	}
+	*len = (uint32_t)total;
+	*n_sg = 0;
+	return 1;
+}
