@@ -237,8 +237,6 @@ Q512 static void q8dots_x4(const struct locus_eldr_router *r, const uint8_t *con
 			   uint32_t g, uint32_t b0, uint32_t b1, int64_t *const *dots,
 			   struct eldr_prefetch *pf)
 {
-	int64_t *t0 = dots[0] + g * ELDR_GROUP, *t1 = dots[1] + g * ELDR_GROUP;
-	int64_t *t2 = dots[2] + g * ELDR_GROUP, *t3 = dots[3] + g * ELDR_GROUP;
 	const uint8_t *q = q8group(r, g) + (size_t)b0 * ELDR_GROUP * ELDR_Q8LANES;
 	const uint8_t *x0 = a8[0], *x1 = a8[1], *x2 = a8[2], *x3 = a8[3];
 	__m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00;
@@ -261,14 +259,12 @@ Q512 static void q8dots_x4(const struct locus_eldr_router *r, const uint8_t *con
 		v = _mm512_load_si512(x3 + (size_t)b * 64);
 		DPB(a30, q0, v); DPB(a31, q1, v); DPB(a32, q2, v); DPB(a33, q3, v);
 	}
-	t0[0] += hsum_epi32_avx512(a00); t0[1] += hsum_epi32_avx512(a01);
-	t0[2] += hsum_epi32_avx512(a02); t0[3] += hsum_epi32_avx512(a03);
-	t1[0] += hsum_epi32_avx512(a10); t1[1] += hsum_epi32_avx512(a11);
-	t1[2] += hsum_epi32_avx512(a12); t1[3] += hsum_epi32_avx512(a13);
-	t2[0] += hsum_epi32_avx512(a20); t2[1] += hsum_epi32_avx512(a21);
-	t2[2] += hsum_epi32_avx512(a22); t2[3] += hsum_epi32_avx512(a23);
-	t3[0] += hsum_epi32_avx512(a30); t3[1] += hsum_epi32_avx512(a31);
-	t3[2] += hsum_epi32_avx512(a32); t3[3] += hsum_epi32_avx512(a33);
+	{
+		const __m512i acc[16] = { a00, a01, a02, a03, a10, a11, a12, a13,
+					  a20, a21, a22, a23, a30, a31, a32, a33 };
+
+		add_block4x4(dots, g, acc);
+	}
 }
 
 /* The same for one signature, two blocks per step (8 independent chains). */

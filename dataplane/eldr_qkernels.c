@@ -350,8 +350,6 @@ Q512 static void qdots512_x4(const struct locus_eldr_router *r, const uint16_t *
 			     uint32_t g, uint32_t b0, uint32_t b1, int64_t *const *dots,
 			     struct eldr_prefetch *pf)
 {
-	int64_t *t0 = dots[0] + g * ELDR_GROUP, *t1 = dots[1] + g * ELDR_GROUP;
-	int64_t *t2 = dots[2] + g * ELDR_GROUP, *t3 = dots[3] + g * ELDR_GROUP;
 	const int16_t *q = qgroup(r, g) + (size_t)b0 * ELDR_GROUP * ELDR_QLANES;
 	const uint16_t *x0 = xq[0], *x1 = xq[1], *x2 = xq[2], *x3 = xq[3];
 	__m512i a00 = _mm512_setzero_si512(), a01 = a00, a02 = a00, a03 = a00;
@@ -374,14 +372,12 @@ Q512 static void qdots512_x4(const struct locus_eldr_router *r, const uint16_t *
 		v = _mm512_load_si512(x3 + b * 32);
 		DPW(a30, v, q0); DPW(a31, v, q1); DPW(a32, v, q2); DPW(a33, v, q3);
 	}
-	t0[0] += hsum_epi32_avx512(a00); t0[1] += hsum_epi32_avx512(a01);
-	t0[2] += hsum_epi32_avx512(a02); t0[3] += hsum_epi32_avx512(a03);
-	t1[0] += hsum_epi32_avx512(a10); t1[1] += hsum_epi32_avx512(a11);
-	t1[2] += hsum_epi32_avx512(a12); t1[3] += hsum_epi32_avx512(a13);
-	t2[0] += hsum_epi32_avx512(a20); t2[1] += hsum_epi32_avx512(a21);
-	t2[2] += hsum_epi32_avx512(a22); t2[3] += hsum_epi32_avx512(a23);
-	t3[0] += hsum_epi32_avx512(a30); t3[1] += hsum_epi32_avx512(a31);
-	t3[2] += hsum_epi32_avx512(a32); t3[3] += hsum_epi32_avx512(a33);
+	{
+		const __m512i acc[16] = { a00, a01, a02, a03, a10, a11, a12, a13,
+					  a20, a21, a22, a23, a30, a31, a32, a33 };
+
+		add_block4x4(dots, g, acc);
+	}
 }
 
 /*

@@ -36,6 +36,17 @@ Q512 static inline int64_t hsum_epi32_avx512(__m512i v)
 				 _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(v, 1))));
 }
 
+/*
+ * A 4 signatures x 4 centroids register block's int32 lanes (acc[s * 4 +
+ * c]) summed into dots[s][g * 4 + c], exactly.
+ */
+Q512 static inline void add_block4x4(int64_t *const *dots, uint32_t g, const __m512i acc[16])
+{
+	for (unsigned s = 0; s < 4; s++)
+		for (unsigned c = 0; c < ELDR_GROUP; c++)
+			dots[s][g * ELDR_GROUP + c] += hsum_epi32_avx512(acc[s * 4 + c]);
+}
+
 /* The masked layers of counts into xq (read once each); padding stays 0. */
 static inline void copy_masked(const struct locus_eldr_router *r, const uint16_t *counts,
 			       uint16_t *xq)
