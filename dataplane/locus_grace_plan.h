@@ -146,6 +146,7 @@ struct locus_grace_plan {
 /* How an expert resolves from one batch's source (planner scratch). */
 struct locus_grace_eroute {
 	uint64_t cand;   /* SWRR candidates (copy bits) of a choice */
+	uint64_t ranks;  /* ranks (bit r) of a choice's copies, on maps of <= 64 ranks */
 	uint32_t stamp;  /* plan seq this entry was made for */
 	uint16_t dest;   /* the rank every pair goes to, or n_ranks: a choice */
 	uint8_t wide;    /* a choice of more copies than held: the map's */

@@ -8,7 +8,8 @@
  *  - GRACE tables fitted on the ESFT sample at 1 x 4, 2 x 4 and 4 x 8 GPUs
  *    (replicas everywhere), batches of the sample's tokens and of the full
  *    ESFT data ($LOCUS_DATA_DIR, default ../shared/data) when present;
- *  - synthetic placements, 1 x 1 up to 9 x 8 GPUs (72 ranks), 1 to 63
+ *  - synthetic placements, 1 x 1 up to 16 x 8 GPUs (up to 64 ranks the
+ *    planner keeps a token's ranks as bit sets, beyond as marks), 1 to 63
  *    replica slots, copies repeated on a GPU and on the primary's, loads
  *    from idle (the 1e-9 floor) to heavy; random batches (top-1 to top-32,
  *    ids repeated inside a token, empty batches), states seeded near the
@@ -307,8 +308,9 @@ struct synth {
 /*
  * A random placement of s's shape: primaries anywhere, a third of the
  * experts without replicas, the rest with 1 to R copies more (ascending,
- * ranks repeated and the primary's allowed) within the replica budget;
- * rank loads from idle to 1000x the lightest.
+ * ranks repeated and the primary's allowed) within the replica budget,
+ * with R = 63 on several nodes a few experts with all 64 copies on the last
+ * node; rank loads from idle to 1000x the lightest.
  */
 static void *synth_payload(const struct synth *s, size_t *plen)
 {
@@ -332,13 +334,18 @@ static void *synth_payload(const struct synth *s, size_t *plen)
 			size_t le = (size_t)l * s->E + e;
 			uint16_t *rep = v.replica + le * s->R;
 			uint32_t want = rnd() % 3 == 0 ? 0 : 1 + rnd() % s->R, n = 0;
+			uint32_t full = s->R == LOCUS_GRACE_MAX_REPLICAS && s->nodes > 1 &&
+					e % 32 == 1;
 
 			if (rnd() % 4 && want > 4)
 				want = 1 + want % 4; /* mostly few copies, as fitted tables */
-			v.primary[le] = (uint16_t)(rnd() % N);
+			if (full) /* 64 copies on the last node: all of them the fallback */
+				want = s->R;
+			v.primary[le] = (uint16_t)(full ? N - 1 : rnd() % N);
 			v.expert_load[le] = (float)(rnd() % 1000);
 			for (uint32_t i = 0; i < want; i++) {
-				uint32_t r = rnd() % 5 == 0 ? v.primary[le] : rnd() % N;
+				uint32_t r = full ? N - s->gpn + rnd() % s->gpn :
+					     rnd() % 5 == 0 ? v.primary[le] : rnd() % N;
 
 				if (n_rep[r] < s->E) {
 					n_rep[r]++;
@@ -443,6 +450,7 @@ static void test_synthetic(void **state)
 		{ 2, 4, 2, 64, 2 },  { 2, 4, 7, 128, 2 }, { 4, 8, 6, 128, 3 },
 		{ 4, 8, 31, 128, 2 }, { 3, 5, 4, 60, 2 }, { 9, 8, 5, 256, 2 },
 		{ 1, 4, 63, 256, 1 }, { 2, 2, 63, 64, 1 }, { 4, 8, 1, 16, 2 },
+		{ 16, 8, 7, 512, 2 }, { 2, 33, 3, 128, 2 },
 	};
 	static uint16_t ex[512 * LOCUS_GRACE_MAX_TOPK];
 	uint64_t plans = 0, pairs = 0, refused = 0;
