@@ -108,47 +108,48 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
  * rank no copy is on) a choice per token whose fallback is SWRR over the
  * copies on src's node, else over all (cand). A choice of at most
  * LOCUS_GRACE_EROUTE_COPIES copies, with a counter row (S) as wide, keeps
- * them here, padded with the spare rank N + 1 (no token goes there) and
- * weight 0; else it is wide and the planner reads the map. With N <= 64,
- * ranks is the set of a choice's copies' ranks. The same for every pair of
- * a batch, made once per batch on first use.
+ * them here (all), padded with the spare rank N + 1 (no token goes there)
+ * and weight 0; else it is wide (all 0) and the planner reads the map. With
+ * N <= 64, bit is the set of the fixed rank (0 for a choice), ranks that
+ * of a choice's copies. The same for every pair of a batch, made once per
+ * batch on first use.
  */
 static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks,
-			       const uint16_t *w, uint32_t n, uint32_t S, uint32_t N,
-			       uint32_t src, uint32_t gpn, uint32_t seq)
+				  const uint16_t *w, uint32_t n, uint32_t S, uint32_t N,
+				  uint32_t src, uint32_t gpn, uint32_t seq)
 {
 	uint64_t local = 0;
-	uint32_t src_node = src / gpn;
+	uint32_t src_node = src / gpn, dest = N;
 
 	er->stamp = seq;
 	er->cand = 0;
 	er->ranks = 0;
-	er->wide = 0;
+	er->choice = 0;
 	er->all = 0;
 	for (uint32_t i = 0; i < LOCUS_GRACE_EROUTE_COPIES; i++) {
 		er->rank[i] = (uint16_t)(N + 1);
 		er->weight[i] = 0;
 	}
-	if (likely(n == 1)) {
-		er->dest = ranks[0];
-		return;
-	}
-	for (uint32_t i = 0; i < n; i++) {
+	if (likely(n == 1))
+		dest = ranks[0];
+	for (uint32_t i = 0; n > 1 && i < n; i++) {
 		if (ranks[i] == src) {
-			er->dest = (uint16_t)src;
-			return;
+			dest = src;
+			break;
 		}
 		if (ranks[i] / gpn == src_node)
 			local |= 1ull << i;
 	}
-	er->dest = (uint16_t)N;
+	er->dest = (uint16_t)dest;
+	er->bit = dest < N && N <= 64 ? 1ull << dest : 0;
+	if (dest < N)
+		return;
+	er->choice = 1;
 	er->cand = local ? local : (n == 64) ? ~0ull : (1ull << n) - 1;
 	for (uint32_t i = 0; N <= 64 && i < n; i++)
 		er->ranks |= 1ull << ranks[i];
-	if (n > LOCUS_GRACE_EROUTE_COPIES || S < LOCUS_GRACE_EROUTE_COPIES) {
-		er->wide = 1;
+	if (n > LOCUS_GRACE_EROUTE_COPIES || S < LOCUS_GRACE_EROUTE_COPIES)
 		return;
-	}
 	er->all = (uint8_t)((1u << n) - 1);
 	for (uint32_t i = 0; i < n; i++) {
 		er->rank[i] = ranks[i];
@@ -187,22 +188,22 @@ static uint16_t max_u16(const uint16_t *v, size_t n)
 
 /*
  * SWRR order of copy i with counter c: the larger counter, then the lower
- * index, wins; a copy outside win never does (INT64_MIN, below every key
- * of a copy in it: counters are within +-SWRR_BOUND).
+ * index, wins; a copy outside win never does (0, below every key of a copy
+ * in it: counters are within +-SWRR_BOUND, so c + SWRR_BOUND >= 0, and
+ * 64 - i >= 1).
  */
-static PLAN_INLINE int64_t swrr_key(int32_t c, uint32_t i, uint64_t win)
+static PLAN_INLINE uint64_t swrr_key(int32_t c, uint32_t i, uint64_t win)
 {
-	int64_t key = (int64_t)((uint64_t)(int64_t)c << 6) | (int64_t)(63 - i);
-	int64_t in = -(int64_t)(win >> i & 1);
+	uint64_t key = (uint64_t)((uint32_t)c + (uint32_t)SWRR_BOUND) << 7 | (64 - i);
 
 	/* branch-free: whether the copy is in win is data */
-	return (key & in) | (INT64_MIN & ~in);
+	return key & -(win >> i & 1);
 }
 
 /* The copy whose key (swrr_key) this is. */
-static PLAN_INLINE uint32_t swrr_key_copy(int64_t key)
+static PLAN_INLINE uint32_t swrr_key_copy(uint64_t key)
 {
-	return 63 - (uint32_t)(key & 63);
+	return 64 - (uint32_t)(key & 127);
 }
 
 /*
@@ -234,14 +235,13 @@ static PLAN_INLINE uint64_t swrr_win(uint64_t hit, uint64_t shared, uint64_t can
 static PLAN_RARE uint32_t pick_wide(const uint16_t *ranks, const uint16_t *w, int32_t *cur,
 				    uint32_t n, uint64_t hit, uint64_t shared, uint64_t cand)
 {
-	uint64_t win = swrr_win(hit, shared, cand), charge = cand | win;
-	int64_t best = INT64_MIN;
+	uint64_t win = swrr_win(hit, shared, cand), charge = cand | win, best = 0;
 	int32_t total = 0;
 	uint32_t i;
 
 	for (i = 0; i < n; i++) {
 		int32_t add = (int32_t)w[i] & -(int32_t)(charge >> i & 1);
-		int64_t key;
+		uint64_t key;
 
 		cur[i] = cur[i] + add > SWRR_BOUND ? SWRR_BOUND : cur[i] + add;
 		total += add;
@@ -264,7 +264,7 @@ static PLAN_INLINE uint32_t pick_held(const struct locus_grace_eroute *er, int32
 {
 	uint64_t cand = er->cand, win = swrr_win(hit & er->all, shared & er->all, cand);
 	uint64_t charge = cand | win;
-	int64_t key[LOCUS_GRACE_EROUTE_COPIES], k01, k23, best;
+	uint64_t key[LOCUS_GRACE_EROUTE_COPIES], k01, k23, best;
 	int32_t total = 0;
 	uint32_t i;
 
@@ -332,12 +332,22 @@ static PLAN_INLINE void copies_marked(const uint16_t *ranks, const int32_t *cur,
 /*
  * Slot sl goes to d: its row is d's latest if the token already uses d
  * (rep), else d's next. Branch-free: whether a slot repeats a rank is data.
+ * The slot { rank, pad 0, row } as one store.
  */
 static PLAN_INLINE void slot_row(struct locus_grace_slot *sl, uint32_t d, uint32_t rep,
 				 uint32_t *count)
 {
-	*sl = (struct locus_grace_slot){ .rank = (uint16_t)d, .row = count[d] - rep };
-	count[d] += !rep;
+	uint32_t row = count[d] - rep;
+	uint64_t v;
+
+	LOCUS_STATIC_ASSERT(sizeof(*sl) == 8 && offsetof(struct locus_grace_slot, row) == 4,
+			    "a slot is rank, pad, row");
+	if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+		v = (uint64_t)row << 32 | d;
+	else
+		v = (uint64_t)d << 48 | row;
+	memcpy(sl, &v, sizeof(v));
+	count[d] = row + 1;
 }
 
 /* Where pass 1 reads the batch and the map's layer, and writes the slots. */
@@ -371,7 +381,7 @@ static PLAN_INLINE uint32_t pass1_pick(const struct pass1 *a,
 {
 	size_t o = (size_t)e * a->S;
 
-	if (likely(!er->wide))
+	if (likely(er->all))
 		return pick_held(er, a->cur + o, hit, shared);
 	return pick_wide(a->rk + o, a->wt + o, a->cur + o, a->ncp[e], hit, shared, er->cand);
 }
@@ -391,7 +401,7 @@ static void plan_assign_sets(const struct pass1 *arg)
 	const struct pass1 a = *arg; /* a copy: stores through the arrays cannot change it */
 	const uint16_t *ex = a.ex;
 	struct locus_grace_slot *sl = a.sl;
-	const uint32_t k = a.k, N = a.N;
+	const uint32_t k = a.k;
 
 	for (uint32_t t = 0; t < a.n_tokens; t++, ex += k, sl += k) {
 		uint64_t used = 0, rest = 0, later[LOCUS_GRACE_MAX_TOPK];
@@ -399,18 +409,17 @@ static void plan_assign_sets(const struct pass1 *arg)
 
 		/*
 		 * branch-free: a slot with a choice goes to the spare rank N
-		 * for now (its row is never read, its bit never set) and is
+		 * for now (its row is never read, its bit is 0) and is
 		 * assigned again below. Last slot first, so that choice gets
 		 * slot j's bit at j and later[j] the copies of the slots after
 		 * j; the rows do not depend on the order
 		 */
 		for (uint32_t j = k; j-- > 0;) {
 			const struct locus_grace_eroute *er = pass1_eroute(&a, ex[j]);
-			uint32_t d = er->dest;
 
-			choice = choice << 1 | (d == N);
-			slot_row(&sl[j], d, (uint32_t)(used >> (d & 63) & 1), a.count);
-			used |= (uint64_t)(d != N) << (d & 63);
+			choice = choice << 1 | er->choice;
+			slot_row(&sl[j], er->dest, (used & er->bit) != 0, a.count);
+			used |= er->bit;
 			later[j] = rest;
 			rest |= er->ranks;
 		}
@@ -420,7 +429,7 @@ static void plan_assign_sets(const struct pass1 *arg)
 			uint64_t hit, shared;
 
 			choice &= choice - 1;
-			if (likely(!er->wide))
+			if (likely(er->all))
 				copies_in_sets(er->rank, a.cur + (size_t)e * a.S,
 					       LOCUS_GRACE_EROUTE_COPIES, used, later[j], &hit,
 					       &shared);
@@ -446,16 +455,17 @@ static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t 
 	const struct pass1 a = *arg; /* a copy: stores through the arrays cannot change it */
 	const uint16_t *ex = a.ex;
 	struct locus_grace_slot *sl = a.sl;
-	const uint32_t k = a.k, N = a.N, S = a.S;
+	const uint32_t k = a.k, S = a.S;
 
 	for (uint32_t t1 = 1; t1 <= a.n_tokens; t1++, ex += k, sl += k) {
 		uint32_t choice = 0; /* slots whose expert has a choice of copies */
 
 		/* branch-free, as plan_assign_sets */
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t d = pass1_eroute(&a, ex[j])->dest;
+			const struct locus_grace_eroute *er = pass1_eroute(&a, ex[j]);
+			uint32_t d = er->dest;
 
-			choice |= (uint32_t)(d == N) << j;
+			choice |= (uint32_t)er->choice << j;
 			slot_row(&sl[j], d, last[d] == t1, a.count);
 			last[d] = t1;
 		}
@@ -465,7 +475,7 @@ static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t 
 				const struct locus_grace_eroute *er = &a.eroute[e];
 				uint64_t tag = (uint64_t)t1 << 8 | f;
 
-				if (likely(!er->wide)) {
+				if (likely(er->all)) {
 #pragma GCC unroll 4
 					for (uint32_t q = 0; q < LOCUS_GRACE_EROUTE_COPIES; q++)
 						want[er->rank[q]] = tag;
@@ -480,7 +490,7 @@ static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t 
 			uint64_t tag = (uint64_t)t1 << 8 | j, hit, shared;
 
 			choice &= choice - 1;
-			if (likely(!er->wide))
+			if (likely(er->all))
 				copies_marked(er->rank, a.cur + (size_t)e * S,
 					      LOCUS_GRACE_EROUTE_COPIES, last, want, t1, tag, &hit,
 					      &shared);

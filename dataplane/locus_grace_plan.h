@@ -147,10 +147,11 @@ struct locus_grace_plan {
 struct locus_grace_eroute {
 	uint64_t cand;   /* SWRR candidates (copy bits) of a choice */
 	uint64_t ranks;  /* ranks (bit r) of a choice's copies, on maps of <= 64 ranks */
+	uint64_t bit;    /* bit dest when fixed, on maps of <= 64 ranks; else 0 */
 	uint32_t stamp;  /* plan seq this entry was made for */
 	uint16_t dest;   /* the rank every pair goes to, or n_ranks: a choice */
-	uint8_t wide;    /* a choice of more copies than held: the map's */
-	uint8_t all;     /* bits of the copies held */
+	uint8_t choice;  /* 1: a choice per token */
+	uint8_t all;     /* bits of the copies held; 0: none, a wide choice reads the map */
 	uint16_t rank[LOCUS_GRACE_EROUTE_COPIES];   /* a choice's copies, then spares */
 	uint16_t weight[LOCUS_GRACE_EROUTE_COPIES]; /* their SWRR weights, spares 0 */
 };
