@@ -7,6 +7,7 @@
  * lives in caller memory; a batch costs no allocation and no system call.
  */
 #include <errno.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -157,23 +158,30 @@ static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t 
 	}
 }
 
-/* Largest of n ids (0 for none), four independent maxima per step. */
-static uint16_t max_u16(const uint16_t *v, size_t n)
+/*
+ * Whether any of the n ids is >= E (1 <= E <= LOCUS_GRACE_MAX_EXPERTS <
+ * 2^15), four 16-bit ids a 64-bit word: an id of 2^15 or more has its top
+ * bit set; below that, adding 2^15 - E sets the top bit exactly when the
+ * id is >= E, and carries nothing into the next id.
+ */
+static bool any_id_from(const uint16_t *v, size_t n, uint32_t E)
 {
-	uint16_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+	const uint64_t top = 0x8000800080008000ull;
+	const uint64_t add = (0x8000ull - E) * 0x0001000100010001ull;
+	uint64_t bad = 0;
 	size_t i = 0;
 
+	LOCUS_STATIC_ASSERT(LOCUS_GRACE_MAX_EXPERTS < 0x8000, "ids below 2^15");
 	for (; i + 4 <= n; i += 4) {
-		m0 = v[i] > m0 ? v[i] : m0;
-		m1 = v[i + 1] > m1 ? v[i + 1] : m1;
-		m2 = v[i + 2] > m2 ? v[i + 2] : m2;
-		m3 = v[i + 3] > m3 ? v[i + 3] : m3;
+		uint64_t x;
+
+		memcpy(&x, v + i, sizeof(x));
+		bad |= x | ((x & ~top) + add);
 	}
+	bad &= top;
 	for (; i < n; i++)
-		m0 = v[i] > m0 ? v[i] : m0;
-	m0 = m1 > m0 ? m1 : m0;
-	m2 = m3 > m2 ? m3 : m2;
-	return m2 > m0 ? m2 : m0;
+		bad |= v[i] >= E;
+	return bad != 0;
 }
 
 /*
@@ -550,7 +558,7 @@ static int check_batch(const struct locus_grace_plan_state *st, const struct loc
 				       p->n_ranks, m->n_ranks);
 	if (n && !b->experts)
 		return locus_error_set(err, EINVAL, "batch without expert ids");
-	if (likely(max_u16(b->experts, n) < m->dims.n_experts))
+	if (likely(!any_id_from(b->experts, n, m->dims.n_experts)))
 		return 0;
 	for (size_t i = 0; i < n; i++)
 		if (b->experts[i] >= m->dims.n_experts)

@@ -422,10 +422,14 @@ static void synth_bad(const struct rig *g, struct locus_grace_batch *b, uint16_t
 	if (b->n_tokens == 0)
 		b->n_tokens = 1;
 	switch (rnd() % 5) {
-	case 0:
-		ex[rnd() % ((size_t)b->n_tokens * b->top_k)] = (uint16_t)(m->dims.n_experts +
-									  rnd() % 3);
+	case 0: { /* an id just past E, or far: every 16-bit id is checked */
+		static const uint16_t far[] = { 0x7fff, 0x8000, 0x8000 + 5, 0xffff };
+		uint16_t id = rnd() % 2 ? (uint16_t)(m->dims.n_experts + rnd() % 3) :
+					  far[rnd() % LOCUS_ARRAY_SIZE(far)];
+
+		ex[rnd() % ((size_t)b->n_tokens * b->top_k)] = id;
 		break;
+	}
 	case 1:
 		b->layer = m->dims.n_layers;
 		break;
@@ -459,7 +463,7 @@ static void test_synthetic(void **state)
 	rng_s = 0x9e3779b97f4a7c15ull;
 	for (size_t i = 0; i < LOCUS_ARRAY_SIZE(shapes); i++) {
 		const struct synth *s = &shapes[i];
-		uint32_t max_k = i % 3 == 0 ? LOCUS_GRACE_MAX_TOPK : 8, max_tok = 1 + rnd() % 512;
+		uint32_t max_k = i % 3 == 0 ? LOCUS_GRACE_MAX_TOPK : 8, max_tok = 32 + rnd() % 481;
 		size_t plen;
 		void *pl = synth_payload(s, &plen);
 		struct rig g;
