@@ -80,7 +80,7 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	p->max_tokens = max_tokens;
 	p->max_k = max_k;
 	p->n_ranks = n_ranks;
-	/* eroutes of 32 bytes, a cache line's half each */
+	/* the eroutes, a cache line each */
 	c = (uint8_t *)LOCUS_ALIGN_UP((uintptr_t)mem, (uintptr_t)LOCUS_CACHE_LINE);
 	p->eroute = (struct locus_grace_eroute *)c; /* stamps 0: p->seq starts at 1 */
 	memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));

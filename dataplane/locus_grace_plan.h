@@ -143,7 +143,7 @@ struct locus_grace_plan {
 /* Copies of a choice an eroute holds (planner scratch). */
 #define LOCUS_GRACE_EROUTE_COPIES 4
 
-/* How an expert resolves from one batch's source (planner scratch). */
+/* How an expert resolves from one batch's source (planner scratch, a cache line each). */
 struct locus_grace_eroute {
 	uint64_t cand;   /* SWRR candidates (copy bits) of a choice */
 	uint64_t ranks;  /* ranks (bit r) of a choice's copies, on maps of <= 64 ranks */
@@ -154,7 +154,7 @@ struct locus_grace_eroute {
 	uint8_t all;     /* bits of the copies held; 0: none, a wide choice reads the map */
 	uint16_t rank[LOCUS_GRACE_EROUTE_COPIES];   /* a choice's copies, then spares */
 	uint16_t weight[LOCUS_GRACE_EROUTE_COPIES]; /* their SWRR weights, spares 0 */
-};
+} __locus_cache_aligned;
 
 /* Bytes for a plan's arrays (excluding the struct). */
 size_t locus_grace_plan_mem_size(uint32_t max_tokens, uint32_t max_k, uint32_t n_ranks);
