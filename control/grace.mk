@@ -28,6 +28,9 @@ BENCHES += tools/grace_bench
 # The planner against the planner of earlier builds (the same plans) on real routings.
 $(eval $(call PROGRAM,tests/test_grace_plan_ref,tests/test_grace_plan_ref.c tools/grace_plan_ref.c tests/test_paths.c,gracefit grace_plan formats trace common,cmocka lapacke openblas))
 UNIT_TESTS += tests/test_grace_plan_ref
+# The planner against its frozen copy and the reference, on fitted and synthetic tables.
+$(eval $(call PROGRAM,tests/test_grace_plan_same,tests/test_grace_plan_same.c tests/grace_plan_frozen.c tools/grace_plan_ref.c tests/test_paths.c,gracefit grace_plan formats trace common,cmocka lapacke openblas))
+UNIT_TESTS += tests/test_grace_plan_same
 # Per-decoder placement against one global placement on ELDR-routed held-out requests.
 $(eval $(call PROGRAM,tools/epgroups_figures,tools/epgroups_figures.c tools/epgroups_score.c,gracefit eldrfit eldr_router grace_plan formats trace common,lapacke openblas))
 BENCHES += tools/epgroups_figures

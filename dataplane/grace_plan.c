@@ -7,9 +7,17 @@
  * lives in caller memory; a batch costs no allocation and no system call.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "locus_grace_plan.h"
+
+/* Pass 1's helpers: inlined whatever the compiler's size heuristics say. */
+#define PLAN_INLINE inline __attribute__((always_inline))
+
+/* Pass 1's rare paths (an eroute made, a wide choice): out of the loop's way. */
+#define PLAN_RARE __attribute__((noinline, cold))
 
 size_t locus_grace_plan_state_size(const struct locus_grace_dims *d)
 {
@@ -51,8 +59,10 @@ size_t locus_grace_plan_mem_size(uint32_t max_tokens, uint32_t max_k, uint32_t n
 
 	return n_ranks * sizeof(uint16_t) + 8 + (n_ranks + 1) * sizeof(uint32_t) +
 	       slots * (2 * sizeof(uint32_t) + sizeof(struct locus_grace_slot)) +
-	       2 * (size_t)n_ranks * sizeof(uint32_t) + (size_t)n_ranks * sizeof(uint64_t) +
-	       LOCUS_GRACE_MAX_EXPERTS * sizeof(struct locus_grace_eroute) + 64;
+	       2 * ((size_t)n_ranks + 2) * sizeof(uint32_t) +
+	       ((size_t)n_ranks + 2) * sizeof(uint64_t) +
+	       LOCUS_GRACE_MAX_EXPERTS * sizeof(struct locus_grace_eroute) +
+	       LOCUS_CACHE_LINE; /* the eroutes' alignment */
 }
 
 int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
@@ -70,12 +80,13 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	p->max_tokens = max_tokens;
 	p->max_k = max_k;
 	p->n_ranks = n_ranks;
-	c = (uint8_t *)LOCUS_ALIGN_UP((uintptr_t)mem, (uintptr_t)8);
+	/* the eroutes, a cache line each */
+	c = (uint8_t *)LOCUS_ALIGN_UP((uintptr_t)mem, (uintptr_t)LOCUS_CACHE_LINE);
 	p->eroute = (struct locus_grace_eroute *)c; /* stamps 0: p->seq starts at 1 */
 	memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
 	c += LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute);
 	p->want = (uint64_t *)c; /* 8-byte aligned after the eroutes */
-	c += n_ranks * sizeof(uint64_t);
+	c += (n_ranks + 2) * sizeof(uint64_t);
 	p->slots = (struct locus_grace_slot *)c;
 	c += slots * sizeof(struct locus_grace_slot);
 	p->rows = (uint32_t *)c;
@@ -84,61 +95,93 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	c += slots * sizeof(uint32_t);
 	p->dest_start = (uint32_t *)c;
 	c += (n_ranks + 1) * sizeof(uint32_t);
-	p->count = (uint32_t *)c;
-	c += n_ranks * sizeof(uint32_t);
+	p->count = (uint32_t *)c; /* + 2: the spare ranks (eroute_make) */
+	c += (n_ranks + 2) * sizeof(uint32_t);
 	p->first = (uint32_t *)c;
-	c += n_ranks * sizeof(uint32_t);
+	c += (n_ranks + 2) * sizeof(uint32_t);
 	p->dest = (uint16_t *)c;
 	return 0;
 }
 
 /*
- * How expert e (copies ranks[0..n-1]) resolves from src: the copy on src,
- * the only copy, or a choice per token (token_pick) whose fallback is SWRR
- * over the copies on src's node, else over all. The same for every pair of
- * a batch, made once per batch on first use.
+ * How expert e (copies ranks[0..n-1], weights w[0..n-1]) resolves from src
+ * on a map of N ranks: the copy on src, the only copy, or (dest N, a spare
+ * rank no copy is on) a choice per token whose fallback is SWRR over the
+ * copies on src's node, else over all (cand). A choice of at most
+ * LOCUS_GRACE_EROUTE_COPIES copies, with a counter row (S) as wide, keeps
+ * them here (all), padded with the spare rank N + 1 (no token goes there)
+ * and weight 0; else it is wide (all 0) and the planner reads the map. With
+ * N <= 64, bit is the set of the fixed rank (0 for a choice), ranks that
+ * of a choice's copies. The same for every pair of a batch, made once per
+ * batch on first use.
  */
-static inline void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks, uint32_t n,
-			       uint32_t src, uint32_t gpn, uint32_t seq)
+static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks,
+				  const uint16_t *w, uint32_t n, uint32_t S, uint32_t N,
+				  uint32_t src, uint32_t gpn, uint32_t seq)
 {
 	uint64_t local = 0;
-	uint32_t src_node = src / gpn;
+	uint32_t src_node = src / gpn, dest = N;
 
 	er->stamp = seq;
 	er->cand = 0;
-	if (likely(n == 1)) {
-		er->fixed = ranks[0];
-		return;
+	er->ranks = 0;
+	er->choice = 0;
+	er->all = 0;
+	for (uint32_t i = 0; i < LOCUS_GRACE_EROUTE_COPIES; i++) {
+		er->rank[i] = (uint16_t)(N + 1);
+		er->weight[i] = 0;
 	}
-	for (uint32_t i = 0; i < n; i++) {
+	if (likely(n == 1))
+		dest = ranks[0];
+	for (uint32_t i = 0; n > 1 && i < n; i++) {
 		if (ranks[i] == src) {
-			er->fixed = (int32_t)src;
-			return;
+			dest = src;
+			break;
 		}
 		if (ranks[i] / gpn == src_node)
 			local |= 1ull << i;
 	}
-	er->fixed = -1;
+	er->dest = (uint16_t)dest;
+	er->bit = dest < N && N <= 64 ? 1ull << dest : 0;
+	if (dest < N)
+		return;
+	er->choice = 1;
 	er->cand = local ? local : (n == 64) ? ~0ull : (1ull << n) - 1;
+	for (uint32_t i = 0; N <= 64 && i < n; i++)
+		er->ranks |= 1ull << ranks[i];
+	if (n > LOCUS_GRACE_EROUTE_COPIES || S < LOCUS_GRACE_EROUTE_COPIES)
+		return;
+	er->all = (uint8_t)((1u << n) - 1);
+	for (uint32_t i = 0; i < n; i++) {
+		er->rank[i] = ranks[i];
+		er->weight[i] = w[i];
+	}
 }
 
-/* Largest of n ids (0 for none), four independent maxima per step. */
-static uint16_t max_u16(const uint16_t *v, size_t n)
+/*
+ * Whether any of the n ids is >= E (1 <= E <= LOCUS_GRACE_MAX_EXPERTS <
+ * 2^15), four 16-bit ids a 64-bit word: an id of 2^15 or more has its top
+ * bit set; below that, adding 2^15 - E sets the top bit exactly when the
+ * id is >= E, and carries nothing into the next id.
+ */
+static bool any_id_from(const uint16_t *v, size_t n, uint32_t E)
 {
-	uint16_t m0 = 0, m1 = 0, m2 = 0, m3 = 0;
+	const uint64_t top = 0x8000800080008000ull;
+	const uint64_t add = (0x8000ull - E) * 0x0001000100010001ull;
+	uint64_t bad = 0;
 	size_t i = 0;
 
+	LOCUS_STATIC_ASSERT(LOCUS_GRACE_MAX_EXPERTS < 0x8000, "ids below 2^15");
 	for (; i + 4 <= n; i += 4) {
-		m0 = v[i] > m0 ? v[i] : m0;
-		m1 = v[i + 1] > m1 ? v[i + 1] : m1;
-		m2 = v[i + 2] > m2 ? v[i + 2] : m2;
-		m3 = v[i + 3] > m3 ? v[i + 3] : m3;
+		uint64_t x;
+
+		memcpy(&x, v + i, sizeof(x));
+		bad |= x | ((x & ~top) + add);
 	}
+	bad &= top;
 	for (; i < n; i++)
-		m0 = v[i] > m0 ? v[i] : m0;
-	m0 = m1 > m0 ? m1 : m0;
-	m2 = m3 > m2 ? m3 : m2;
-	return m2 > m0 ? m2 : m0;
+		bad |= v[i] >= E;
+	return bad != 0;
 }
 
 /*
@@ -152,123 +195,319 @@ static uint16_t max_u16(const uint16_t *v, size_t n)
 #define SWRR_BOUND (1 << 30)
 
 /*
- * The copy of a multi-copy expert (copies ranks[0..n-1], none on src) for
- * token t: a copy on a GPU the token already goes to (last[r] == t + 1),
- * which costs no row; else one on a GPU where a later choice of the token
- * (want[r] > tag, this slot's own tag) has a copy, which then costs that
- * expert no row, unless the copy is SHARE_SLACK ahead of its share; else
- * one of the nearest tier's copies (er->cand). The winner among those by
- * smooth weighted round robin (the nginx scheme): every copy of the nearest
- * tier and of the winner's set gains its weight, the largest value in the
- * winner's set wins and pays back the total gained. With no token-aware
- * choice, over a total-weight cycle each copy is chosen weight times,
- * evenly interleaved; a copy such a choice took owes the others the turns,
- * so the shares stay the weights while the round robin can pay them back.
+ * SWRR order of copy i with counter c: the larger counter, then the lower
+ * index, wins; a copy outside win never does (0, below every key of a copy
+ * in it: counters are within +-SWRR_BOUND, so c + SWRR_BOUND >= 0, and
+ * 64 - i >= 1).
  */
-static inline uint32_t token_pick(const struct locus_grace_eroute *er, const uint16_t *ranks,
-				  const uint16_t *w, int32_t *cur, uint32_t n,
-				  const uint32_t *last, const uint64_t *want, uint32_t t,
-				  uint64_t tag)
+static PLAN_INLINE uint64_t swrr_key(int32_t c, uint32_t i, uint64_t win)
 {
-	uint64_t hit = 0, shared = 0, win, charge;
-	int32_t total = 0, best_v = INT32_MIN;
-	uint32_t best = 0;
+	uint64_t key = (uint64_t)((uint32_t)c + (uint32_t)SWRR_BOUND) << 7 | (64 - i);
 
-	/* branch-free: which copies qualify is data */
-	for (uint32_t i = 0; i < n; i++) {
-		hit |= (uint64_t)(last[ranks[i]] == t + 1) << i;
-		shared |= (uint64_t)((want[ranks[i]] > tag) & (cur[i] >= -SHARE_SLACK)) << i;
-	}
-	win = hit ? hit : shared ? shared : er->cand;
-	charge = er->cand | win;
-	for (uint32_t i = 0; i < n; i++) {
-		int32_t add = (int32_t)w[i] & -(int32_t)(charge >> i & 1);
-		int take;
-
-		cur[i] = cur[i] + add > SWRR_BOUND ? SWRR_BOUND : cur[i] + add;
-		total += add;
-		take = (int)(win >> i & 1) & (cur[i] > best_v);
-		best = take ? i : best;
-		best_v = take ? cur[i] : best_v;
-	}
-	cur[best] = cur[best] - total < -SWRR_BOUND ? -SWRR_BOUND : cur[best] - total;
-	return ranks[best];
+	/* branch-free: whether the copy is in win is data */
+	return key & -(win >> i & 1);
 }
 
-/* Slot sl of token t goes to d: its row is d's latest if t already uses d. */
-static inline void slot_assign(struct locus_grace_slot *sl, uint32_t d, uint32_t t,
-			       uint32_t *last, uint32_t *count)
+/* The copy whose key (swrr_key) this is. */
+static PLAN_INLINE uint32_t swrr_key_copy(uint64_t key)
 {
-	/* branch-free: whether a slot repeats a rank is data */
-	uint32_t rep = last[d] == t + 1;
-
-	sl->rank = (uint16_t)d;
-	sl->row = count[d] - rep;
-	sl->pad = 0;
-	count[d] += !rep;
-	last[d] = t + 1;
+	return 64 - (uint32_t)(key & 127);
 }
 
 /*
- * Pass 1: destination of every slot, row position per (token, dest). A
- * token's experts with a fixed destination (one copy, or a copy on the
- * source GPU) go first; those with a choice then, in slot order, take a
- * copy the token already uses or one a later slot can share (token_pick),
- * else the nearest tier's round robin. Rows of a
- * destination are handed out in token order, so a token sending a second
- * slot to d finds its row as d's latest. The arrays are locals so the
- * stores through them do not make the compiler reload p's fields.
+ * The set a multi-copy expert's copy is chosen from (copy bits), for a
+ * token: the copies on a GPU the token already goes to (hit), which cost
+ * no row; else those on a GPU where a later choice of the token has a copy
+ * (shared, less any copy SHARE_SLACK ahead of its share), which then costs
+ * that expert no row; else the nearest tier's copies (cand). Branch-free:
+ * which set it is is data.
  */
-static void plan_assign(struct locus_grace_plan *p, const struct locus_grace_batch *b,
-			const uint8_t *ncp, const uint16_t *rk, const uint16_t *wt, int32_t *cur,
-			uint32_t S, uint32_t src, uint32_t gpn)
+static PLAN_INLINE uint64_t swrr_win(uint64_t hit, uint64_t shared, uint64_t cand)
 {
-	struct locus_grace_eroute *const eroute = p->eroute;
-	uint32_t *const last = p->first; /* last token (+1) sent to each rank */
-	uint32_t *const count = p->count;
-	uint64_t *const want = p->want; /* the token's last choice slot per rank */
-	const uint32_t seq = p->seq, k = b->top_k, n_tokens = b->n_tokens;
-	const uint16_t *ex = b->experts;
-	struct locus_grace_slot *sl = p->slots;
+	uint64_t win = shared | (cand & -(uint64_t)(shared == 0));
 
-	for (uint32_t t = 0; t < n_tokens; t++, ex += k, sl += k) {
+	return hit | (win & -(uint64_t)(hit == 0));
+}
+
+/*
+ * The copy of a multi-copy expert (copies ranks[0..n-1], none on src,
+ * weights w[], counters cur[]) for a token, from the sets of swrr_win, by
+ * smooth weighted round robin (the nginx scheme): every copy of the nearest
+ * tier and of the winner's set gains its weight, the largest value in the
+ * winner's set wins (the first of equals) and pays back the total gained.
+ * With no token-aware choice, over a total-weight cycle each copy is chosen
+ * weight times, evenly interleaved; a copy such a choice took owes the
+ * others the turns, so the shares stay the weights while the round robin
+ * can pay them back. Returns the copy's rank.
+ */
+static PLAN_RARE uint32_t pick_wide(const uint16_t *ranks, const uint16_t *w, int32_t *cur,
+				    uint32_t n, uint64_t hit, uint64_t shared, uint64_t cand)
+{
+	uint64_t win = swrr_win(hit, shared, cand), charge = cand | win, best = 0;
+	int32_t total = 0;
+	uint32_t i;
+
+	for (i = 0; i < n; i++) {
+		int32_t add = (int32_t)w[i] & -(int32_t)(charge >> i & 1);
+		uint64_t key;
+
+		cur[i] = cur[i] + add > SWRR_BOUND ? SWRR_BOUND : cur[i] + add;
+		total += add;
+		key = swrr_key(cur[i], i, win);
+		best = key > best ? key : best;
+	}
+	i = swrr_key_copy(best);
+	cur[i] = cur[i] - total < -SWRR_BOUND ? -SWRR_BOUND : cur[i] - total;
+	return ranks[i];
+}
+
+/*
+ * pick_wide for a choice among the copies er holds (counters
+ * cur[0..LOCUS_GRACE_EROUTE_COPIES-1]: a spare is never in hit or shared,
+ * whatever the bits say, never charged, so its counter stays), unrolled
+ * and branch-free.
+ */
+static PLAN_INLINE uint32_t pick_held(const struct locus_grace_eroute *er, int32_t *cur,
+				      uint64_t hit, uint64_t shared)
+{
+	uint64_t cand = er->cand, win = swrr_win(hit & er->all, shared & er->all, cand);
+	uint64_t charge = cand | win;
+	uint64_t key[LOCUS_GRACE_EROUTE_COPIES], k01, k23, best;
+	int32_t total = 0;
+	uint32_t i;
+
+#pragma GCC unroll 4
+	for (i = 0; i < LOCUS_GRACE_EROUTE_COPIES; i++) {
+		int32_t add = (int32_t)er->weight[i] & -(int32_t)(charge >> i & 1);
+
+		cur[i] = cur[i] + add > SWRR_BOUND ? SWRR_BOUND : cur[i] + add;
+		total += add;
+		key[i] = swrr_key(cur[i], i, win);
+	}
+	/* the largest key, as a tree: the picks of a token wait on each other */
+	k01 = key[0] > key[1] ? key[0] : key[1];
+	k23 = key[2] > key[3] ? key[2] : key[3];
+	best = k01 > k23 ? k01 : k23;
+	i = swrr_key_copy(best);
+	cur[i] = cur[i] - total < -SWRR_BOUND ? -SWRR_BOUND : cur[i] - total;
+	return er->rank[i];
+}
+
+/*
+ * Which of the copies ranks[0..n-1] (counters cur[]) the token already goes
+ * to (*hit: bit r of used) and which a later choice of it has a copy on
+ * (*shared: bit r of later, unless the copy is SHARE_SLACK ahead of its
+ * share), for maps of at most 64 ranks (a spare's rank wraps: pick_held
+ * masks it).
+ */
+static PLAN_INLINE void copies_in_sets(const uint16_t *ranks, const int32_t *cur, uint32_t n,
+				       uint64_t used, uint64_t later, uint64_t *hit,
+				       uint64_t *shared)
+{
+	uint64_t h = 0, s = 0;
+
+#pragma GCC unroll 4
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t r = ranks[i] & 63;
+
+		h |= (used >> r & 1) << i;
+		s |= (later >> r & (uint64_t)(cur[i] >= -SHARE_SLACK)) << i;
+	}
+	*hit = h;
+	*shared = s;
+}
+
+/*
+ * copies_in_sets for any map: the token t1 - 1 goes to r when last[r] ==
+ * t1, a later choice of it has a copy on r when want[r] > tag (this
+ * slot's own).
+ */
+static PLAN_INLINE void copies_marked(const uint16_t *ranks, const int32_t *cur, uint32_t n,
+				      const uint32_t *last, const uint64_t *want, uint32_t t1,
+				      uint64_t tag, uint64_t *hit, uint64_t *shared)
+{
+	uint64_t h = 0, s = 0;
+
+#pragma GCC unroll 4
+	for (uint32_t i = 0; i < n; i++) {
+		h |= (uint64_t)(last[ranks[i]] == t1) << i;
+		s |= (uint64_t)((want[ranks[i]] > tag) & (cur[i] >= -SHARE_SLACK)) << i;
+	}
+	*hit = h;
+	*shared = s;
+}
+
+/*
+ * Slot sl goes to d: its row is d's latest if the token already uses d
+ * (rep), else d's next. Branch-free: whether a slot repeats a rank is data.
+ * The slot { rank, pad 0, row } as one store.
+ */
+static PLAN_INLINE void slot_row(struct locus_grace_slot *sl, uint32_t d, uint32_t rep,
+				 uint32_t *count)
+{
+	uint32_t row = count[d] - rep;
+	uint64_t v;
+
+	LOCUS_STATIC_ASSERT(sizeof(*sl) == 8 && offsetof(struct locus_grace_slot, row) == 4,
+			    "a slot is rank, pad, row");
+	if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__)
+		v = (uint64_t)row << 32 | d;
+	else
+		v = (uint64_t)d << 48 | row;
+	memcpy(sl, &v, sizeof(v));
+	count[d] = row + 1;
+}
+
+/* Where pass 1 reads the batch and the map's layer, and writes the slots. */
+struct pass1 {
+	struct locus_grace_eroute *eroute;
+	uint32_t *count;         /* rows per rank so far */
+	struct locus_grace_slot *sl;
+	const uint16_t *ex;      /* the batch's ids */
+	const uint8_t *ncp;      /* the layer's copies per expert */
+	const uint16_t *rk, *wt; /* the layer's ranks and weights, S per expert */
+	int32_t *cur;            /* the layer's SWRR counters, S per expert */
+	uint32_t S, N, src, gpn, seq, k, n_tokens;
+};
+
+/* Expert e's eroute, made for this batch on first use. */
+static PLAN_INLINE const struct locus_grace_eroute *pass1_eroute(const struct pass1 *a,
+								 uint32_t e)
+{
+	struct locus_grace_eroute *er = &a->eroute[e];
+
+	if (unlikely(er->stamp != a->seq))
+		eroute_make(er, a->rk + (size_t)e * a->S, a->wt + (size_t)e * a->S, a->ncp[e],
+			    a->S, a->N, a->src, a->gpn, a->seq);
+	return er;
+}
+
+/* The copy a choice of expert e takes, from hit and shared (copy bits). */
+static PLAN_INLINE uint32_t pass1_pick(const struct pass1 *a,
+				       const struct locus_grace_eroute *er, uint32_t e, uint64_t hit,
+				       uint64_t shared)
+{
+	size_t o = (size_t)e * a->S;
+
+	if (likely(er->all))
+		return pick_held(er, a->cur + o, hit, shared);
+	return pick_wide(a->rk + o, a->wt + o, a->cur + o, a->ncp[e], hit, shared, er->cand);
+}
+
+/*
+ * Pass 1 for a map of at most 64 ranks: destination of every slot, row
+ * position per (token, dest), a token's ranks as bit sets. The token's
+ * experts with a fixed destination (one copy, or a copy on the source GPU)
+ * go first; those with a choice then, in slot order, take a copy the token
+ * already uses (used), or one a later slot with a choice can share (later,
+ * the union of those slots' copies' ranks), else the nearest tier's round
+ * robin. Rows of a destination are handed out in token order, so a token
+ * sending a second slot to d finds its row as d's latest.
+ */
+static void plan_assign_sets(const struct pass1 *arg)
+{
+	const struct pass1 a = *arg; /* a copy: stores through the arrays cannot change it */
+	const uint16_t *ex = a.ex;
+	struct locus_grace_slot *sl = a.sl;
+	const uint32_t k = a.k;
+
+	for (uint32_t t = 0; t < a.n_tokens; t++, ex += k, sl += k) {
+		uint64_t used = 0, rest = 0, later[LOCUS_GRACE_MAX_TOPK];
 		uint32_t choice = 0; /* slots whose expert has a choice of copies */
 
-		for (uint32_t j = 0; j < k; j++) {
-			uint32_t e = ex[j];
-			struct locus_grace_eroute *er = &eroute[e];
-
-			if (unlikely(er->stamp != seq))
-				eroute_make(er, rk + (size_t)e * S, ncp[e], src, gpn, seq);
-			if (likely(er->fixed >= 0)) {
-				slot_assign(&sl[j], (uint32_t)er->fixed, t, last, count);
-				continue;
-			}
-			choice |= 1u << j;
-		}
 		/*
-		 * want[r]: (t + 1) << 8 | the last choice slot with a copy on r,
-		 * so a choice at slot j sees a later one's copy as want[r] > its
-		 * own tag (older tokens' marks are smaller); the first choice
-		 * needs no mark
+		 * branch-free: a slot with a choice goes to the spare rank N
+		 * for now (its row is never read, its bit is 0) and is
+		 * assigned again below. Last slot first, so that choice gets
+		 * slot j's bit at j and later[j] the copies of the slots after
+		 * j; the rows do not depend on the order
 		 */
+		for (uint32_t j = k; j-- > 0;) {
+			const struct locus_grace_eroute *er = pass1_eroute(&a, ex[j]);
+
+			choice = choice << 1 | er->choice;
+			slot_row(&sl[j], er->dest, (used & er->bit) != 0, a.count);
+			used |= er->bit;
+			later[j] = rest;
+			rest |= er->ranks;
+		}
+		while (unlikely(choice)) {
+			uint32_t j = (uint32_t)__builtin_ctz(choice), e = ex[j], d;
+			const struct locus_grace_eroute *er = &a.eroute[e];
+			uint64_t hit, shared;
+
+			choice &= choice - 1;
+			if (likely(er->all))
+				copies_in_sets(er->rank, a.cur + (size_t)e * a.S,
+					       LOCUS_GRACE_EROUTE_COPIES, used, later[j], &hit,
+					       &shared);
+			else
+				copies_in_sets(a.rk + (size_t)e * a.S, a.cur + (size_t)e * a.S,
+					       a.ncp[e], used, later[j], &hit, &shared);
+			d = pass1_pick(&a, er, e, hit, shared);
+			slot_row(&sl[j], d, (uint32_t)(used >> d & 1), a.count);
+			used |= 1ull << d;
+		}
+	}
+}
+
+/*
+ * plan_assign_sets for any map, the token's ranks as marks per rank: last[r]
+ * the last token (+ 1) sent to r, want[r] the last slot with a choice (its
+ * token + 1, << 8 | slot) with a copy on r, so that a choice at slot j sees
+ * a later one's copy as want[r] > its own tag (older tokens' marks are
+ * smaller; the first choice needs no mark).
+ */
+static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t *want)
+{
+	const struct pass1 a = *arg; /* a copy: stores through the arrays cannot change it */
+	const uint16_t *ex = a.ex;
+	struct locus_grace_slot *sl = a.sl;
+	const uint32_t k = a.k, S = a.S;
+
+	for (uint32_t t1 = 1; t1 <= a.n_tokens; t1++, ex += k, sl += k) {
+		uint32_t choice = 0; /* slots whose expert has a choice of copies */
+
+		/* branch-free, as plan_assign_sets */
+		for (uint32_t j = 0; j < k; j++) {
+			const struct locus_grace_eroute *er = pass1_eroute(&a, ex[j]);
+			uint32_t d = er->dest;
+
+			choice |= (uint32_t)er->choice << j;
+			slot_row(&sl[j], d, last[d] == t1, a.count);
+			last[d] = t1;
+		}
 		if (unlikely(choice & (choice - 1)))
 			for (uint32_t c = choice & (choice - 1); c; c &= c - 1) {
 				uint32_t f = (uint32_t)__builtin_ctz(c), e = ex[f];
-				uint64_t tag = (uint64_t)(t + 1) << 8 | f;
+				const struct locus_grace_eroute *er = &a.eroute[e];
+				uint64_t tag = (uint64_t)t1 << 8 | f;
 
-				for (uint32_t q = 0; q < ncp[e]; q++)
-					want[rk[(size_t)e * S + q]] = tag;
+				if (likely(er->all)) {
+#pragma GCC unroll 4
+					for (uint32_t q = 0; q < LOCUS_GRACE_EROUTE_COPIES; q++)
+						want[er->rank[q]] = tag;
+					continue;
+				}
+				for (uint32_t q = 0; q < a.ncp[e]; q++)
+					want[a.rk[(size_t)e * S + q]] = tag;
 			}
 		while (unlikely(choice)) {
-			uint32_t j = (uint32_t)__builtin_ctz(choice), e = ex[j];
-			size_t o = (size_t)e * S;
+			uint32_t j = (uint32_t)__builtin_ctz(choice), e = ex[j], d;
+			const struct locus_grace_eroute *er = &a.eroute[e];
+			uint64_t tag = (uint64_t)t1 << 8 | j, hit, shared;
 
 			choice &= choice - 1;
-			slot_assign(&sl[j],
-				    token_pick(&eroute[e], rk + o, wt + o, cur + o, ncp[e], last, want,
-					       t, (uint64_t)(t + 1) << 8 | j),
-				    t, last, count);
+			if (likely(er->all))
+				copies_marked(er->rank, a.cur + (size_t)e * S,
+					      LOCUS_GRACE_EROUTE_COPIES, last, want, t1, tag, &hit,
+					      &shared);
+			else
+				copies_marked(a.rk + (size_t)e * S, a.cur + (size_t)e * S,
+					      a.ncp[e], last, want, t1, tag, &hit, &shared);
+			d = pass1_pick(&a, er, e, hit, shared);
+			slot_row(&sl[j], d, last[d] == t1, a.count);
+			last[d] = t1;
 		}
 	}
 }
@@ -319,7 +558,7 @@ static int check_batch(const struct locus_grace_plan_state *st, const struct loc
 				       p->n_ranks, m->n_ranks);
 	if (n && !b->experts)
 		return locus_error_set(err, EINVAL, "batch without expert ids");
-	if (likely(max_u16(b->experts, n) < m->dims.n_experts))
+	if (likely(!any_id_from(b->experts, n, m->dims.n_experts)))
 		return 0;
 	for (size_t i = 0; i < n; i++)
 		if (b->experts[i] >= m->dims.n_experts)
@@ -337,6 +576,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	uint32_t E, S, N, gpn, k, src, nd = 0, pos = 0;
 	const uint8_t *ncp;
 	const uint16_t *rk, *wt;
+	struct pass1 a;
 	int32_t *cur;
 	int rc;
 
@@ -369,16 +609,24 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	wt = locus_grace_map_weights(m) + (size_t)b->layer * E * S;
 	cur = st->cur + (size_t)b->layer * E * S;
 	p->gates = b->gates;
-	memset(p->count, 0, N * sizeof(uint32_t));
-	memset(p->first, 0, N * sizeof(uint32_t)); /* pass 1: last token (+1) sent to r */
-	memset(p->want, 0, N * sizeof(uint64_t));  /* pass 1: no later choice anywhere */
+	/* N + 2: the spare ranks of a choice (N) and of a held copy's padding (N + 1) */
+	memset(p->count, 0, (N + 2) * sizeof(uint32_t));
+	memset(p->first, 0, (N + 2) * sizeof(uint32_t)); /* pass 1: last token (+1) sent to r */
+	memset(p->want, 0, (N + 2) * sizeof(uint64_t));  /* pass 1: no later choice anywhere */
 	if (unlikely(++p->seq == 0)) {
 		memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
 		p->seq = 1;
 	}
 
 	/* pass 1: destination of every slot, row position per (token, dest) */
-	plan_assign(p, b, ncp, rk, wt, cur, S, src, gpn);
+	a = (struct pass1){ .eroute = p->eroute, .count = p->count, .sl = p->slots,
+			    .ex = b->experts, .ncp = ncp, .rk = rk, .wt = wt, .cur = cur, .S = S,
+			    .N = N, .src = src, .gpn = gpn, .seq = p->seq, .k = k,
+			    .n_tokens = b->n_tokens };
+	if (N <= 64)
+		plan_assign_sets(&a);
+	else
+		plan_assign_marks(&a, p->first, p->want);
 
 	/* destinations in tier order: own GPU, own node, other nodes */
 	for (uint32_t tier = 0; tier < LOCUS_GRACE_N_TIERS; tier++) {

@@ -133,19 +133,28 @@ struct locus_grace_plan {
 	uint32_t *rows;                  /* [max_tokens * max_k] */
 	uint32_t *kmask;                 /* [max_tokens * max_k] */
 	struct locus_grace_slot *slots;  /* [max_tokens * max_k] */
-	uint32_t *count;                 /* [n_ranks] scratch */
-	uint32_t *first;                 /* [n_ranks] scratch */
-	uint64_t *want;                  /* [n_ranks] scratch */
+	uint32_t *count;                 /* [n_ranks + 2] scratch */
+	uint32_t *first;                 /* [n_ranks + 2] scratch */
+	uint64_t *want;                  /* [n_ranks + 2] scratch */
 	struct locus_grace_eroute *eroute; /* [LOCUS_GRACE_MAX_EXPERTS] scratch */
 	uint32_t seq;                    /* batches planned: eroute's stamp */
 };
 
-/* How an expert resolves from one batch's source (planner scratch). */
+/* Copies of a choice an eroute holds (planner scratch). */
+#define LOCUS_GRACE_EROUTE_COPIES 4
+
+/* How an expert resolves from one batch's source (planner scratch, a cache line each). */
 struct locus_grace_eroute {
-	uint64_t cand;   /* SWRR candidates (copy bits) when fixed < 0 */
+	uint64_t cand;   /* SWRR candidates (copy bits) of a choice */
+	uint64_t ranks;  /* ranks (bit r) of a choice's copies, on maps of <= 64 ranks */
+	uint64_t bit;    /* bit dest when fixed, on maps of <= 64 ranks; else 0 */
 	uint32_t stamp;  /* plan seq this entry was made for */
-	int32_t fixed;   /* the rank every pair goes to, or -1 */
-};
+	uint16_t dest;   /* the rank every pair goes to, or n_ranks: a choice */
+	uint8_t choice;  /* 1: a choice per token */
+	uint8_t all;     /* bits of the copies held; 0: none, a wide choice reads the map */
+	uint16_t rank[LOCUS_GRACE_EROUTE_COPIES];   /* a choice's copies, then spares */
+	uint16_t weight[LOCUS_GRACE_EROUTE_COPIES]; /* their SWRR weights, spares 0 */
+} __locus_cache_aligned;
 
 /* Bytes for a plan's arrays (excluding the struct). */
 size_t locus_grace_plan_mem_size(uint32_t max_tokens, uint32_t max_k, uint32_t n_ranks);
