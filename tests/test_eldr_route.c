@@ -15,6 +15,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "eldr_rand.h"
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
@@ -382,32 +383,13 @@ static void test_paths_agree_random(void **state)
 		idf[i] = 1.0f + (float)(seed >> 16) / 65536.0f * 3.0f;
 	}
 	for (uint32_t d = 0; d < K; d++) {
-		double n2 = 0;
-
 		ids[d] = 100 + d;
-		for (uint32_t f = 0; f < L * E; f++) {
-			seed = seed * 1103515245u + 12345u;
-			if (mask[f / E])
-				cen[d * L * E + f] = (float)(seed >> 16) / 65536.0f;
-			n2 += (double)cen[d * L * E + f] * cen[d * L * E + f];
-		}
-		for (uint32_t f = 0; f < L * E; f++)
-			cen[d * L * E + f] = (float)(cen[d * L * E + f] / sqrt(n2));
+		er_unit_centroid(cen + d * L * E, L, E, mask, &seed);
 	}
 	for (int trial = 0; trial < 50; trial++) {
-		struct locus_eldr_sig_hdr *h = (void *)sig;
-		uint16_t *cnt = (uint16_t *)(h + 1);
 		int have_ref = 0;
-
-		memset(sig, 0, sizeof(sig));
-		h->magic = LOCUS_ELDR_SIG_MAGIC;
-		h->version = LOCUS_ELDR_SIG_VERSION;
-		h->n_layers = (uint16_t)L;
-		h->n_experts = (uint16_t)E;
-		for (uint32_t f = 0; f < L * E; f++) {
-			seed = seed * 1103515245u + 12345u;
-			cnt[f] = (uint16_t)((seed >> 16) % (trial < 25 ? 50 : 65536));
-		}
+		const uint16_t *cnt = er_random_sig(sig, sizeof(sig), (uint16_t)L, (uint16_t)E, trial < 25 ? 50 : 65536,
+			      &seed);
 		for (size_t p = 0; p < LOCUS_ARRAY_SIZE(all_paths); p++) {
 			size_t msz = locus_eldr_router_mem_size(payload, lay.len);
 			void *mem = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));

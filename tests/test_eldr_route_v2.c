@@ -13,6 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "eldr_rand.h"
 #include "locus_eldr_router.h"
 
 static const enum locus_eldr_path all_paths[] = {
@@ -180,33 +181,15 @@ static void test_map_paths_random(void **state)
 	for (uint32_t d = 0; d < K; d++)
 		ids[d] = 40 + d;
 	for (uint32_t c = 0; c < C; c++) {
-		double n2 = 0;
+		uint32_t r = er_next(&seed);
 
-		seed = seed * 1103515245u + 12345u;
-		map[c] = (uint16_t)(c < K ? K - 1 - c : (seed >> 16) % K); /* every slot owns one */
-		for (uint32_t f = 0; f < L * E; f++) {
-			seed = seed * 1103515245u + 12345u;
-			if (mask[f / E])
-				cen[c * L * E + f] = (float)(seed >> 16) / 65536.0f;
-			n2 += (double)cen[c * L * E + f] * cen[c * L * E + f];
-		}
-		for (uint32_t f = 0; f < L * E; f++)
-			cen[c * L * E + f] = (float)(cen[c * L * E + f] / sqrt(n2));
+		map[c] = (uint16_t)(c < K ? K - 1 - c : r % K); /* every slot owns one */
+		er_unit_centroid(cen + c * L * E, L, E, mask, &seed);
 	}
 	for (int trial = 0; trial < 40; trial++) {
-		struct locus_eldr_sig_hdr *h = (void *)buf;
-		uint16_t *cnt = (uint16_t *)(h + 1);
 		int have_ref = 0;
-
-		memset(buf, 0, sizeof(buf));
-		h->magic = LOCUS_ELDR_SIG_MAGIC;
-		h->version = LOCUS_ELDR_SIG_VERSION;
-		h->n_layers = (uint16_t)L;
-		h->n_experts = (uint16_t)E;
-		for (uint32_t f = 0; f < L * E; f++) {
-			seed = seed * 1103515245u + 12345u;
-			cnt[f] = (uint16_t)((seed >> 16) % 40);
-		}
+		const uint16_t *cnt = er_random_sig(buf, sizeof(buf), (uint16_t)L, (uint16_t)E, 40,
+						    &seed);
 		for (size_t p = 0; p < LOCUS_ARRAY_SIZE(all_paths); p++) {
 			size_t msz = locus_eldr_router_mem_size(payload, lay.len);
 			void *mem = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
