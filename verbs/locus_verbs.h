@@ -660,7 +660,11 @@ struct locus_verbs_mr {
 };
 int locus_verbs_mr_alloc(struct locus_verbs_ep *ep, size_t len, unsigned access,
 			 struct locus_verbs_mr *mr, struct locus_error *err);
-/* Register caller memory. */
+/*
+ * Register caller memory. Every registration here and below is the caller's
+ * to release in dev_cb.release (the device's PD goes after it) and to make
+ * again in dev_cb.restore; while the device is gone they fail with -ENODEV.
+ */
 int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsigned access,
 		       struct locus_verbs_mr *mr, struct locus_error *err);
 /*

@@ -236,13 +236,13 @@ device_gone() {
 	[ "$(val "$W/dg-b.0" rail_device_lost 'rail="1"')" = $((lost0 + 1)) ] && [ "$la" -ge "$t" ] &&
 		say "   device removed: n0 saw it go $((la - t)) ms after the delete began" ||
 		fail "device removed: n0's rail_device_lost{rail=1} did not count it"
-	grep -h "RDMA device rxex2" "$W/n0.log" | tail -n 2 | sed 's/^/  [n0 log] /'
 	wait_log "$W/n0.log" "peer node 1 up on rail 1" $((ups + 1)) 30 || {
 		fail "device back: rail 1 did not rejoin within 30 s of rdma link add"
 		grep -h "rxex2\|on rail 1" "$W/n0.log" | tail -n 6 | sed 's/^/  [n0 log] /'
 		return
 	}
-	grep -h "RDMA device rxex2" "$W/n0.log" | tail -n 1 | sed 's/^/  [n0 log] /'
+	# lost, released, (listed again but not reopened yet,) back
+	grep -h "RDMA device rxex2 (rail 1)" "$W/n0.log" | tail -n 4 | sed 's/^/  [n0 log] /'
 	# the rail carries n0's messages again: its first one after it came up, from locusd's clock
 	end=$((SECONDS + 30))
 	while [ $SECONDS -lt $end ]; do
