@@ -203,31 +203,41 @@ regions_report() {
 }
 
 # R2b: n0's rail 1 device removed under traffic for 3 s, then added again (device_gone, from
-# failover). The times come from locusd's clock (rail_*_at_ms) against the script's
+# failover). The times come from locusd's clock (rail_*_at_ms) against the script's. Returns
+# 1 only when n0 kept the device and had to be killed for the kernel to finish (failed)
 device_gone() {
-	local t td ta ups f0 f rc lost0 back0 ba ua la end
+	local t td ta ups f0 f rc lost0 back0 ba ua la end del
 	snap 0 "$W/dg-a.0"
 	lost0=$(val "$W/dg-a.0" rail_device_lost 'rail="1"')
 	back0=$(val "$W/dg-a.0" rail_device_back 'rail="1"')
 	f0=$(val "$W/dg-a.0" verbs_r1_tx_msgs)
 	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
+	rm -f "$W/del.rc"
 	t=$(now_ms)
 	# the kernel's unregistration of a device waits until every process closed it (rxe
-	# cannot disassociate a context): its return says n0's locusd let go of all of it
-	timeout 60 rdma link delete rxex2
-	rc=$?
-	td=$(now_ms)
-	if [ $rc != 0 ]; then
-		fail "device removed: rdma link delete rxex2 did not return within 60 s (exit $rc):" \
-			"n0's locusd kept the device open"
+	# cannot disassociate a context), uninterruptibly: its return says n0's locusd let go
+	# of all of it (a locusd that does not leaves the command blocked for good)
+	( rdma link delete rxex2; echo "$? $(now_ms)" > "$W/del.rc" ) &
+	del=$!
+	end=$((SECONDS + 60))
+	while [ ! -s "$W/del.rc" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done
+	if [ ! -s "$W/del.rc" ]; then
+		fail "device removed: rdma link delete rxex2 did not return within 60 s: n0's locusd" \
+			"kept the device open"
 		grep -h "rxex2" "$W/n0.log" | tail -n 5 | sed 's/^/  [n0 log] /'
-		dmesg | tail -n 10 | sed 's/^/  [dmesg] /'
-		return
+		dmesg | grep -A 3 "blocked for more" | head -n 4 | sed 's/^/  [dmesg] /'
+		# only n0 holds the device: stopped, it lets the kernel finish
+		kill -9 "${PID[n0]}"
+		wait $del
+		return 1
 	fi
+	wait $del
+	read -r rc td < "$W/del.rc"
+	[ "$rc" = 0 ] || { fail "device removed: rdma link delete rxex2 failed (exit $rc)"; return 0; }
 	# gone for 3 s, then back under its name on the same netdev
 	sleep 3
 	ta=$(now_ms)
-	rdma link add rxex2 type rxe netdev vx2 || { fail "rdma link add rxex2 again"; return; }
+	rdma link add rxex2 type rxe netdev vx2 || { fail "rdma link add rxex2 again"; return 0; }
 	say "   device removed: rdma link delete rxex2 returned after $((td - t)) ms (n0's locusd" \
 		"had freed everything it had on the device), added again $((ta - td)) ms later"
 	fo_report "device removed" "$t"
@@ -239,7 +249,7 @@ device_gone() {
 	wait_log "$W/n0.log" "peer node 1 up on rail 1" $((ups + 1)) 30 || {
 		fail "device back: rail 1 did not rejoin within 30 s of rdma link add"
 		grep -h "rxex2\|on rail 1" "$W/n0.log" | tail -n 6 | sed 's/^/  [n0 log] /'
-		return
+		return 0
 	}
 	# lost, released, (listed again but not reopened yet,) back
 	grep -h "RDMA device rxex2 (rail 1)" "$W/n0.log" | tail -n 4 | sed 's/^/  [n0 log] /'
@@ -271,6 +281,7 @@ device_gone() {
 		fail "device back: n0 did not register its host-memory regions on rxex2 again"
 	[ "$(val "$W/dg-d.0" rail_region_no_mr 'rail="1"')" = 0 ] ||
 		fail "device back: a region without an MR on the new rxex2"
+	return 0
 }
 
 failover() {
@@ -317,7 +328,12 @@ failover() {
 		fail "black hole: rail 1 carried no traffic after it rejoined"
 	[ $back = 1 ] && say "   black hole: rail 1 carries n0's messages again" \
 		"($(( $(val "$W/fo-d.0" verbs_r1_tx_msgs) - f0 )) since it rejoined)"
-	[ $back = 1 ] && device_gone
+	if [ $back = 1 ] && ! device_gone; then
+		# n0 is gone with the device it kept: nothing more to fail over
+		kill -TERM $LG 2>/dev/null
+		wait $LG
+		return
+	fi
 	# R2c: the netdev down: the port's async event
 	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
 	t=$(now_ms)
