@@ -22,6 +22,14 @@
  * messages, credits (the endpoint's) and connection state are per rail and
  * peer; a message goes out on the one rail locus_rails_pick() chose from its
  * header's source rank (dataplane/locus_rails.h: the order it keeps).
+ *
+ * A rail whose device goes away (removed, reset: verbs/dev.c) fails over as
+ * on a port error (its connections end, queued messages move to another
+ * rail, posted ones fail once); its endpoint then frees the device's verbs
+ * objects, asking us first to release what we registered there (rail_release:
+ * the message pool's MRs and every client region's), looks for the device
+ * by name and, when it is back, reopens it and asks us to register again
+ * (rail_restore) before its peers reconnect. All on the main lcore.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -68,6 +76,27 @@ static void reg_chunk(struct rte_mempool *mp, void *opaque, struct rte_mempool_m
 		return;
 	}
 	n->n_mr++;
+}
+
+/* Deregister the message pool from rail rl's device (main lcore; nothing of it in use there). */
+static void pool_unreg(struct rail *rl)
+{
+	for (unsigned i = 0; i < rl->n_mr; i++)
+		locus_verbs_mr_free(&rl->mr[i]);
+	rl->n_mr = 0;
+}
+
+/* Register every chunk of the message pool with rail rl's device: 0, or -EIO with none left. */
+static int pool_reg(struct locusd_net *n, struct rail *rl)
+{
+	rl->mr_err = 0;
+	rl->n_mr = 0;
+	rte_mempool_mem_iter(n->pool, reg_chunk, rl);
+	if (rl->mr_err || !rl->n_mr) {
+		pool_unreg(rl);
+		return -EIO;
+	}
+	return 0;
 }
 
 static uint32_t lkey_of(const struct rail *n, const void *buf)
@@ -171,6 +200,8 @@ static void flush_backlog(struct rail *n, uint32_t node)
 		posted = locus_verbs_post(n->peer[node], m, k);
 		if (posted <= 0)
 			return; /* no credits or send queue room now; a down peer is drained */
+		if (unlikely(!n->up_msg_tsc))
+			n->up_msg_tsc = rte_get_tsc_cycles(); /* the rail carries traffic again */
 		for (int j = 0; j < posted; j++) {
 			const struct tx_rec *r = &n->n->rec[b->idx[(b->head + (uint32_t)j) % BACKLOG]];
 
@@ -292,13 +323,30 @@ static int rt_send_sg(void *ctx, uint32_t node, void *buf, size_t hdr_len,
 
 /* ---- client buffer regions: an MR per rail (main lcore; verbs calls are thread-safe) ---- */
 
+/*
+ * -ENODEV when rail's device is going or gone (its endpoint frees it next,
+ * or has): locus_rail_mrs registers the region there when it is back. While
+ * it is being reopened (REOPENING: the restore) it takes registrations.
+ */
+static int dev_gone(const struct locusd_net *n, uint32_t rail, struct locus_error *err)
+{
+	unsigned st = locus_verbs_ep_device_state(n->rail[rail].ep);
+
+	if (st == LOCUS_DEV_LIVE || st == LOCUS_DEV_REOPENING)
+		return 0;
+	return locus_error_set(err, ENODEV, "%s is gone", n->rail[rail].dev);
+}
+
 static int dev_reg_dmabuf(void *ctx, uint32_t rail, int fd, uint64_t offset, uint64_t len,
 			  uint64_t iova, uint32_t *lkey, void **mr, struct locus_error *err)
 {
 	struct locusd_net *n = ctx;
-	struct locus_verbs_mr *m = calloc(1, sizeof(*m));
-	int ret;
+	struct locus_verbs_mr *m;
+	int ret = dev_gone(n, rail, err);
 
+	if (ret < 0)
+		return ret;
+	m = calloc(1, sizeof(*m));
 	if (!m)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	ret = locus_verbs_mr_reg_dmabuf(n->rail[rail].ep, fd, offset, len, iova, 0, m, err);
@@ -315,9 +363,12 @@ static int dev_reg_mapped(void *ctx, uint32_t rail, void *addr, uint64_t len, ui
 			  void **mr, struct locus_error *err)
 {
 	struct locusd_net *n = ctx;
-	struct locus_verbs_mr *m = calloc(1, sizeof(*m));
-	int ret;
+	struct locus_verbs_mr *m;
+	int ret = dev_gone(n, rail, err);
 
+	if (ret < 0)
+		return ret;
+	m = calloc(1, sizeof(*m));
 	if (!m)
 		return locus_error_set(err, ENOMEM, "out of memory");
 	ret = locus_verbs_mr_reg(n->rail[rail].ep, addr, len, 0, m, err);
@@ -439,6 +490,7 @@ static void on_peer_up(void *arg, struct locus_verbs_peer *p)
 	struct rail *rl = arg;
 	uint16_t node = locus_verbs_peer_node(p);
 
+	rl->up_msg_tsc = 0; /* flush_backlog stamps the rail's first message from here */
 	if (rl->down_since[node]) {
 		rl->down_tsc += rte_get_tsc_cycles() - rl->down_since[node];
 		rl->down_since[node] = 0;
@@ -496,15 +548,125 @@ static void on_peer_down(void *arg, struct locus_verbs_peer *p, int reason)
 	}
 }
 
+/* ---- a rail's device going away and coming back (main lcore, verbs/dev.c) ------------------ */
+
+/*
+ * "RDMA device rxex2 (rail 1)" with several rails, "RDMA device rxex" with
+ * one: the rail's name in the log lines below.
+ */
+static const char *dev_tag(const struct rail *rl, char *buf, size_t len)
+{
+	if (rl->n->n_rails > 1)
+		snprintf(buf, len, "RDMA device %s (rail %u)", rl->dev, rl->idx);
+	else
+		snprintf(buf, len, "RDMA device %s", rl->dev);
+	return buf;
+}
+
+/* CLOCK_REALTIME in ms (the rail_*_at_ms counters' clock). */
+static int64_t wall_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/*
+ * The rail's endpoint is about to free its PD (lost: its device went away;
+ * else the transport is being destroyed): the message pool's MRs and every
+ * client region's MR on this rail go first, and rail_mr forgets their keys.
+ * Why none of them is in use: the endpoint calls this only once every
+ * connection of the rail ended (on_peer_down ran for each on the data lcore:
+ * the rail's backlog moved to other rails or failed, nothing posted is
+ * outstanding) and the data lcore acked that it touches the device no more
+ * (the endpoint's device word, locus_verbs_dev.h: a quiescent handshake). The
+ * data lcore reads a rail's lkeys (lkey_of, place()) only for a rail it has
+ * a connection up on, and has one again only after rail_restore and a new
+ * connection, both published to it with release / acquire.
+ */
+static void rail_release(void *arg, struct locus_verbs_ep *ep, bool lost)
+{
+	struct rail *rl = arg;
+	char tag[96];
+
+	(void)ep;
+	pool_unreg(rl);
+	locus_rail_mrs_drop_rail(&rl->n->mrs, rl->idx);
+	if (lost)
+		fprintf(stderr, "locusd: %s released: its QPs, CQ, the message pool's and the "
+			"client regions' MRs, PD and context\n", dev_tag(rl, tag, sizeof(tag)));
+}
+
+/*
+ * The rail's device is back (reopened by its endpoint, new PD): the message
+ * pool and every client region registered with it again, before any
+ * connection of it (a region its device does not take copies its rows on
+ * this rail only, counted in rail_region_no_mr). 0, or -EIO with the pool
+ * left unregistered (the endpoint closes the device and tries again later).
+ */
+static int rail_restore(void *arg, struct locus_verbs_ep *ep, struct locus_error *err)
+{
+	struct rail *rl = arg;
+
+	(void)ep;
+	if (pool_reg(rl->n, rl) < 0)
+		return locus_error_set(err, EIO, "cannot register the message pool with %s again",
+				       rl->dev);
+	rl->restored_regions = locus_rail_mrs_restore_rail(&rl->n->mrs, rl->idx,
+							   &rl->restored_no_mr);
+	return 0;
+}
+
+/* What the rail's device did since the last control pass: counted, timed, logged. */
+static void rail_dev_news(struct rail *rl)
+{
+	const struct locus_verbs_ep_stats *st = locus_verbs_ep_stats(rl->ep);
+	const char *note = locus_verbs_ep_device_note(rl->ep);
+	char tag[96];
+
+	if (st->dev_lost != rl->seen_dev_lost) {
+		rl->seen_dev_lost = st->dev_lost;
+		rl->failed_note[0] = '\0';
+		__atomic_store_n(&rl->dev_lost_ms, wall_now_ms(), __ATOMIC_RELAXED);
+		__atomic_store_n(&rl->dev_lost, rl->dev_lost + 1, __ATOMIC_RELAXED);
+		fprintf(stderr, "locusd: %s lost (%s): its connections close, then its verbs "
+			"objects are freed and it is looked for every %u ms\n",
+			dev_tag(rl, tag, sizeof(tag)), note, rl->n->dev_probe_ms);
+	}
+	if (st->dev_reopen_failed != rl->seen_reopen_failed) {
+		rl->seen_reopen_failed = st->dev_reopen_failed;
+		/* the same reason every probe: once */
+		if (strncmp(rl->failed_note, note, sizeof(rl->failed_note) - 1)) {
+			snprintf(rl->failed_note, sizeof(rl->failed_note), "%s", note);
+			fprintf(stderr, "locusd: %s %s (tried again every %u ms)\n",
+				dev_tag(rl, tag, sizeof(tag)), note, rl->n->dev_probe_ms);
+		}
+	}
+	if (st->dev_back != rl->seen_dev_back) {
+		int64_t now = wall_now_ms();
+
+		rl->seen_dev_back = st->dev_back;
+		__atomic_store_n(&rl->dev_back_ms, now, __ATOMIC_RELAXED);
+		__atomic_store_n(&rl->dev_back, rl->dev_back + 1, __ATOMIC_RELAXED);
+		fprintf(stderr, "locusd: %s back %lld ms after it was lost: reopened, the message "
+			"pool and %u client region(s) registered with it again (%u without an MR "
+			"there: copied on it); its peers reconnect\n", dev_tag(rl, tag, sizeof(tag)),
+			(long long)(now - rl->dev_lost_ms), rl->restored_regions, rl->restored_no_mr);
+	}
+}
+
 /* ---- life cycle ----------------------------------------------------------------------------- */
 
 /* Free what rail_open() and the set-up made of rl (NULL endpoint: nothing). */
 static void rail_close(struct rail *rl)
 {
-	/* tearing the peers down completes what is in flight (engine still alive) */
+	/*
+	 * tearing the peers down completes what is in flight (engine still
+	 * alive); the pool's MRs go before the PD (rail_release)
+	 */
 	locus_verbs_ep_destroy(rl->ep);
-	for (unsigned i = 0; i < rl->n_mr; i++)
-		locus_verbs_mr_free(&rl->mr[i]);
+	pool_unreg(rl);
 	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
 		free(rl->rx_held[node].data);
 		free(rl->rx_held[node].len);
@@ -532,6 +694,7 @@ static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_par
 	ep->port = me->port;
 	ep->dev_name = rl->dev;
 	ep->cb.arg = rl;
+	ep->dev_cb.arg = rl;
 	ret = locus_verbs_ep_create(ep, &rl->ep, err);
 	if (ret < 0 && n->n_rails > 1) {
 		char why[sizeof(err->msg)];
@@ -638,6 +801,8 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	ep.cb = (struct locus_verbs_callbacks){ .on_recv = on_recv, .on_send_done = on_send_done,
 						.on_peer_up = on_peer_up,
 						.on_peer_down = on_peer_down };
+	ep.dev_cb = (struct locus_verbs_dev_callbacks){ .release = rail_release,
+							.restore = rail_restore };
 	for (unsigned s = 6; s <= 24; s++)
 		if ((1u << s) == cfg->inbox_slot_size)
 			ep.slot_shift = s;
@@ -647,6 +812,7 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		goto err_rails;
 	}
 	locus_verbs_ep_params_default(&ep);
+	n->dev_probe_ms = ep.dev_probe_ms;
 	for (uint32_t r = 0; r < n->n_rails; r++) {
 		ret = rail_open(n, r, &ep, err);
 		if (ret < 0)
@@ -670,12 +836,9 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		goto err_rails;
 	}
 	for (uint32_t r = 0; r < n->n_rails; r++) {
-		struct rail *rl = &n->rail[r];
-
-		rte_mempool_mem_iter(n->pool, reg_chunk, rl);
-		if (rl->mr_err || !rl->n_mr) {
+		if (pool_reg(n, &n->rail[r]) < 0) {
 			ret = locus_error_set(err, EIO, "cannot register the message pool with %s",
-					      rl->dev);
+					      n->rail[r].dev);
 			goto err_pool;
 		}
 	}
@@ -736,11 +899,8 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 err_mrs:
 	locus_rail_mrs_fini(&n->mrs);
 err_pool:
-	for (uint32_t r = 0; r < n->n_rails; r++) {
-		for (unsigned i = 0; i < n->rail[r].n_mr; i++)
-			locus_verbs_mr_free(&n->rail[r].mr[i]);
-		n->rail[r].n_mr = 0;
-	}
+	for (uint32_t r = 0; r < n->n_rails; r++)
+		pool_unreg(&n->rail[r]);
 	rte_mempool_free(n->pool);
 err_rails:
 	for (uint32_t r = n->n_rails; r-- > 0;)
@@ -829,8 +989,9 @@ void locusd_net_control(struct locusd_net *n)
 	for (uint32_t r = 0; r < n->n_rails; r++) {
 		struct rail *rl = &n->rail[r];
 
-		/* rdma_cm events, redials, hand-overs: a non-blocking look */
+		/* rdma_cm events, redials, hand-overs, the device's life: a non-blocking look */
 		locus_verbs_service(rl->ep, 0);
+		rail_dev_news(rl);
 		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
 			uint32_t up = __atomic_load_n(&rl->n_up[node], __ATOMIC_ACQUIRE);
 			uint32_t down = __atomic_load_n(&rl->n_down[node], __ATOMIC_ACQUIRE);

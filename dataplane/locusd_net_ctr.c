@@ -38,6 +38,19 @@ static const struct {
 			     "on the rail's device)", LOCUS_CTR_COUNTER },
 	[RC_NO_MR] = { "rail_region_no_mr", "regions registered with other rails' devices but "
 		       "not this one's (their rows are copied on this rail)", LOCUS_CTR_COUNTER },
+	[RC_DEV_LOST] = { "rail_device_lost", "times the rail's RDMA device went away (removed, "
+			  "reset, fatal error): connections closed, verbs objects freed",
+			  LOCUS_CTR_COUNTER },
+	[RC_DEV_BACK] = { "rail_device_back", "times the rail's RDMA device came back under its "
+			  "name and was reopened (memory registered again, peers redialled)",
+			  LOCUS_CTR_COUNTER },
+	[RC_DEV_LOST_AT] = { "rail_device_lost_at_ms", "when the rail's device last went away "
+			     "(CLOCK_REALTIME ms, 0: never)", LOCUS_CTR_GAUGE },
+	[RC_DEV_BACK_AT] = { "rail_device_back_at_ms", "when the rail's device was last reopened "
+			     "(CLOCK_REALTIME ms, 0: never)", LOCUS_CTR_GAUGE },
+	[RC_UP_MSG_AT] = { "rail_up_msg_at_ms", "when the rail's first message went out after a "
+			   "connection of it last came up (CLOCK_REALTIME ms, 0: not yet)",
+			   LOCUS_CTR_GAUGE },
 };
 
 /* A TSC reading as CLOCK_REALTIME ms (0 stays 0). */
@@ -101,5 +114,15 @@ void locusd_net_sync_rail_counters(struct locusd_net *n, uint64_t now)
 				     (int64_t)rl->rows_copied);
 		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_NO_MR], r,
 				     (int64_t)locus_rail_mrs_no_mr(&n->mrs, r));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_DEV_LOST], r,
+				     (int64_t)__atomic_load_n(&rl->dev_lost, __ATOMIC_RELAXED));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_DEV_BACK], r,
+				     (int64_t)__atomic_load_n(&rl->dev_back, __ATOMIC_RELAXED));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_DEV_LOST_AT], r,
+				     __atomic_load_n(&rl->dev_lost_ms, __ATOMIC_RELAXED));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_DEV_BACK_AT], r,
+				     __atomic_load_n(&rl->dev_back_ms, __ATOMIC_RELAXED));
+		locus_gauge_set_elem(n->ctr_block, n->ctr_off[RC_UP_MSG_AT], r,
+				     wall_ms(n, rl->up_msg_tsc));
 	}
 }

@@ -84,10 +84,23 @@ struct rail {
 			      * rail after it (0: none yet) */
 	uint64_t rows_zc;    /* region rows posted here gathered from the region's MR */
 	uint64_t rows_copied; /* region rows posted here copied (no MR on this device) */
+	uint64_t up_msg_tsc; /* TSC of the first message posted here after a connection of the
+			      * rail last came up (0: none yet) */
+	/*
+	 * The device's life (main lcore; the data lcore exports them, relaxed):
+	 * times it went away and came back, and when (CLOCK_REALTIME ms)
+	 */
+	uint64_t dev_lost, dev_back;
+	int64_t dev_lost_ms, dev_back_ms;
+	/* main's: what locusd_net_control logged of the endpoint's device */
+	uint64_t seen_dev_lost, seen_dev_back, seen_reopen_failed;
+	uint32_t restored_regions, restored_no_mr; /* the last restore's, for its log line */
+	char failed_note[128];           /* the last reopening failure logged */
 };
 
 enum { RC_FAILOVERS, RC_RESENT, RC_FAILED, RC_AWAY, RC_DOWN_MS, RC_UP, RC_FAILED_AT, RC_MOVED_AT,
-       RC_ROWS_ZC, RC_ROWS_COPIED, RC_NO_MR, RC_N };
+       RC_ROWS_ZC, RC_ROWS_COPIED, RC_NO_MR, RC_DEV_LOST, RC_DEV_BACK, RC_DEV_LOST_AT,
+       RC_DEV_BACK_AT, RC_UP_MSG_AT, RC_N };
 
 struct locusd_net {
 	const struct locus_config *cfg;
@@ -108,6 +121,7 @@ struct locusd_net {
 	uint64_t next_sync, sync_period;
 	void *ctr_block;                    /* the data lcore's, for the rail_* counters */
 	uint64_t base_tsc, base_ms;         /* one TSC reading and CLOCK_REALTIME ms at create */
+	uint32_t dev_probe_ms;              /* how often a rail's gone device is looked for */
 	uint64_t ctr_off[RC_N];
 };
 

@@ -9,7 +9,12 @@
  * failover (before it was posted) follows the new rail's way; what cannot
  * be sent on a rail (no MR and no mapping) is refused there; bad keys and
  * segments are refused without a change; a full table; deregistration of
- * exactly what was registered.
+ * exactly what was registered. A rail whose device goes away and comes
+ * back: its MRs dropped and its keys forgotten (resolve refuses the rail in
+ * between, so no message is ever given the key of a freed MR: the fake
+ * devices know which keys are live), regions registered meanwhile skip it,
+ * and every region is registered on it again as at first (the same dma-buf,
+ * the same iova) or copied there when the device no longer takes it.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,8 +33,12 @@
 struct fake {
 	int dmabuf_ok[LOCUS_CFG_MAX_RAILS]; /* 1 takes it, 0 -EOPNOTSUPP, -1 -EIO */
 	int mapped_ok[LOCUS_CFG_MAX_RAILS];
+	int enodev[LOCUS_CFG_MAX_RAILS];    /* 1: the device is going (-ENODEV to both calls) */
 	unsigned regs[LOCUS_CFG_MAX_RAILS], deregs[LOCUS_CFG_MAX_RAILS];
 	uint64_t iova_seen[LOCUS_CFG_MAX_RAILS];
+	int fd_seen[LOCUS_CFG_MAX_RAILS];
+	uint64_t offset_seen[LOCUS_CFG_MAX_RAILS];
+	uint8_t live[1 << 16];               /* by lkey: an MR registered and not deregistered */
 	unsigned next;
 };
 
@@ -38,13 +47,18 @@ static int f_dmabuf(void *ctx, uint32_t rail, int fd, uint64_t offset, uint64_t 
 {
 	struct fake *f = ctx;
 
-	(void)fd, (void)offset, (void)len;
+	(void)len;
+	if (f->enodev[rail])
+		return locus_error_set(err, ENODEV, "rail %u is gone", rail);
 	if (f->dmabuf_ok[rail] <= 0)
 		return locus_error_set(err, f->dmabuf_ok[rail] ? EIO : EOPNOTSUPP, "rail %u says no",
 				       rail);
 	f->regs[rail]++;
 	f->iova_seen[rail] = iova;
+	f->fd_seen[rail] = fd;
+	f->offset_seen[rail] = offset;
 	*lkey = 0x1000 * (rail + 1) + ++f->next;
+	f->live[*lkey & 0xffff] = 1;
 	*mr = (void *)(uintptr_t)*lkey;
 	return 0;
 }
@@ -55,11 +69,14 @@ static int f_mapped(void *ctx, uint32_t rail, void *addr, uint64_t len, uint32_t
 	struct fake *f = ctx;
 
 	(void)len;
+	if (f->enodev[rail])
+		return locus_error_set(err, ENODEV, "rail %u is gone", rail);
 	if (!f->mapped_ok[rail])
 		return locus_error_set(err, EFAULT, "Bad address on rail %u", rail);
 	f->regs[rail]++;
 	f->iova_seen[rail] = (uintptr_t)addr;
 	*lkey = 0x1000 * (rail + 1) + ++f->next;
+	f->live[*lkey & 0xffff] = 1;
 	*mr = (void *)(uintptr_t)*lkey;
 	return 0;
 }
@@ -69,6 +86,9 @@ static void f_dereg(void *ctx, uint32_t rail, void *mr)
 	struct fake *f = ctx;
 
 	assert_non_null(mr);
+	/* each MR deregistered once */
+	assert_int_equal(f->live[(uintptr_t)mr & 0xffff], 1);
+	f->live[(uintptr_t)mr & 0xffff] = 0;
 	f->deregs[rail]++;
 }
 
@@ -111,6 +131,25 @@ static void expect_copied(const struct msg *m)
 		assert_int_equal(m->buf[32 + i], 'C');
 		assert_int_equal(m->buf[96 + i], 'A');
 	}
+}
+
+/*
+ * Resolve a fresh message of key for rail: its return; on 0 every segment
+ * carries the key of an MR that is registered now (never a freed one's).
+ */
+static int resolve_live(const struct locus_rail_mrs *t, struct msg *m, uint64_t iova,
+			uint32_t key, uint32_t rail)
+{
+	int ret;
+
+	msg_of(m, iova, key);
+	ret = locus_rail_mrs_resolve(t, key, rail, m->buf, &m->len, sizeof(m->buf), m->sg,
+				     &m->n_sg);
+	for (uint32_t j = 0; ret == 0 && j < m->n_sg; j++) {
+		assert_int_equal(F.live[m->sg[j].lkey & 0xffff], 1);
+		assert_int_equal(m->sg[j].lkey, t->e[key - 1].lkey[rail]);
+	}
+	return ret;
 }
 
 static int reset(void **state)
@@ -334,6 +373,158 @@ static void test_bad_keys(void **state)
 	locus_rail_mrs_fini(&t);
 }
 
+/*
+ * Rail 1's device goes away and comes back: its MRs are dropped and its keys
+ * forgotten, resolve refuses the rail meanwhile (the message untouched),
+ * rail 0 goes on; a region registered meanwhile gets rail 0 only, not
+ * counted as refused by rail 1; at the restore both get an MR on rail 1
+ * again, under new keys, and every key resolve gives is a live MR's.
+ */
+static void test_rail_gone_and_back(void **state)
+{
+	struct locus_rail_mrs t;
+	struct locus_rail_mr_how how;
+	struct msg m;
+	uint64_t iova = 0, iova_b = 0;
+	uint32_t none = 99, old;
+	int a, b;
+	(void)state;
+
+	F.mapped_ok[0] = F.mapped_ok[1] = 1;
+	assert_int_equal(locus_rail_mrs_init(&t, 2, 4, &dev), 0);
+	a = locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova, &how);
+	assert_true(a >= 1);
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 1), 0);
+	old = m.sg[0].lkey;
+
+	locus_rail_mrs_drop_rail(&t, 1);
+	assert_int_equal(F.deregs[1], 1);
+	assert_int_equal(F.live[old & 0xffff], 0);
+	assert_int_equal(t.e[a - 1].lkey[1], 0);
+	/* refused, nothing changed: not the old key, not a copy */
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 1), -ENODEV);
+	assert_int_equal(m.len, 32);
+	assert_int_equal(m.n_sg, 2);
+	assert_int_equal(m.sg[0].lkey, (uint32_t)a);
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 0), 0);
+	/* twice: nothing more to drop */
+	locus_rail_mrs_drop_rail(&t, 1);
+	assert_int_equal(F.deregs[1], 1);
+
+	/* a region registered while rail 1 is gone: rail 0 only, rail 1 not asked */
+	b = locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova_b, &how);
+	assert_true(b >= 1);
+	assert_int_equal(how.mapped, 1);
+	assert_int_equal(how.gone, 1);
+	assert_int_equal(how.none, 0);
+	assert_string_equal(how.why, "rail 0 MR on the mapping, rail 1 device gone (an MR when it "
+			    "is back)");
+	assert_int_equal(F.regs[1], 1);
+	assert_int_equal(locus_rail_mrs_no_mr(&t, 1), 0);
+	assert_int_equal(resolve_live(&t, &m, iova_b, (uint32_t)b, 1), -ENODEV);
+
+	/* back: both regions on rail 1 again, new keys, live ones */
+	assert_int_equal(locus_rail_mrs_restore_rail(&t, 1, &none), 2);
+	assert_int_equal(none, 0);
+	assert_int_equal(F.regs[1], 3);
+	assert_int_equal(F.iova_seen[1], (uintptr_t)region);
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 1), 0);
+	assert_int_not_equal(m.sg[0].lkey, old);
+	assert_int_equal(resolve_live(&t, &m, iova_b, (uint32_t)b, 1), 0);
+	assert_int_equal(resolve_live(&t, &m, iova_b, (uint32_t)b, 0), 0);
+	assert_int_equal(locus_rail_mrs_no_mr(&t, 1), 0);
+	locus_rail_mrs_dereg(&t, (uint32_t)a);
+	locus_rail_mrs_fini(&t);
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(F.regs[r], F.deregs[r]);
+}
+
+/*
+ * The device comes back but no longer takes the region on the mapping: that
+ * rail copies its rows (counted as refused), the other still gathers; a
+ * dma-buf is registered again from the same fd and offset at the same iova.
+ */
+static void test_rail_back_otherwise(void **state)
+{
+	struct locus_rail_mrs t;
+	struct locus_rail_mr_how how;
+	struct msg m;
+	uint64_t iova = 0, iova_d = 0;
+	uint32_t none = 0;
+	int a, d;
+	(void)state;
+
+	F.mapped_ok[0] = F.mapped_ok[1] = 1;
+	F.dmabuf_ok[0] = F.dmabuf_ok[1] = 1;
+	assert_int_equal(locus_rail_mrs_init(&t, 2, 4, &dev), 0);
+	a = locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova, &how);
+	d = locus_rail_mrs_reg(&t, 9, 8192, sizeof(region), NULL, &iova_d, &how);
+	assert_true(a >= 1 && d >= 1);
+	assert_int_equal(how.dmabuf, 2);
+	locus_rail_mrs_drop_rail(&t, 1);
+	F.fd_seen[1] = -1;
+	F.mapped_ok[1] = 0;
+	assert_int_equal(locus_rail_mrs_restore_rail(&t, 1, &none), 1);
+	assert_int_equal(none, 1);
+	assert_int_equal(locus_rail_mrs_no_mr(&t, 1), 1);
+	assert_int_equal(F.fd_seen[1], 9);
+	assert_int_equal(F.offset_seen[1], 8192);
+	assert_int_equal(F.iova_seen[1], 8192);
+	assert_int_equal(t.e[d - 1].path[1], LOCUS_RAIL_MR_DMABUF);
+	assert_int_equal(resolve_live(&t, &m, iova_d, (uint32_t)d, 1), 0);
+	/* the host region: copied on rail 1 now, gathered on rail 0 */
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 1), 1);
+	expect_copied(&m);
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 0), 0);
+	locus_rail_mrs_fini(&t);
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(F.regs[r], F.deregs[r]);
+}
+
+/*
+ * A registration that meets a device on its way out (-ENODEV before the
+ * rail was dropped) counts as gone there, not as refused, and gets its MR at
+ * the restore; with every rail gone there is nothing to register.
+ */
+static void test_rail_going(void **state)
+{
+	struct locus_rail_mrs t;
+	struct locus_rail_mr_how how;
+	struct msg m;
+	uint64_t iova = 0;
+	uint32_t none = 0;
+	int a;
+	(void)state;
+
+	F.mapped_ok[0] = F.mapped_ok[1] = 1;
+	F.enodev[1] = 1;
+	assert_int_equal(locus_rail_mrs_init(&t, 2, 4, &dev), 0);
+	a = locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova, &how);
+	assert_true(a >= 1);
+	assert_int_equal(how.gone, 1);
+	assert_int_equal(how.none, 0);
+	assert_int_equal(locus_rail_mrs_no_mr(&t, 1), 0);
+	locus_rail_mrs_drop_rail(&t, 1);
+	assert_int_equal(F.deregs[1], 0);
+	F.enodev[1] = 0;
+	assert_int_equal(locus_rail_mrs_restore_rail(&t, 1, &none), 1);
+	assert_int_equal(resolve_live(&t, &m, iova, (uint32_t)a, 1), 0);
+	locus_rail_mrs_fini(&t);
+
+	/* one rail, gone: nothing registered, the entry stays free */
+	assert_int_equal(locus_rail_mrs_init(&t, 1, 2, &dev), 0);
+	locus_rail_mrs_drop_rail(&t, 0);
+	assert_int_equal(locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova, &how),
+			 -EOPNOTSUPP);
+	assert_int_equal(how.gone, 1);
+	assert_int_equal(t.e[0].used, 0);
+	assert_int_equal(locus_rail_mrs_restore_rail(&t, 0, &none), 0);
+	assert_int_equal(none, 0);
+	locus_rail_mrs_fini(&t);
+	for (uint32_t r = 0; r < 2; r++)
+		assert_int_equal(F.regs[r], F.deregs[r]);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -342,6 +533,9 @@ int main(void)
 		cmocka_unit_test_setup(test_dmabuf_mixed, reset),
 		cmocka_unit_test_setup(test_one_rail_and_none, reset),
 		cmocka_unit_test_setup(test_bad_keys, reset),
+		cmocka_unit_test_setup(test_rail_gone_and_back, reset),
+		cmocka_unit_test_setup(test_rail_back_otherwise, reset),
+		cmocka_unit_test_setup(test_rail_going, reset),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -206,6 +206,8 @@ static void ctl_reap(struct locus_verbs_peer *p)
 		struct rdma_cm_id *id = p->pend_id;
 
 		p->pend_id = NULL;
+		if (locus_verbs_dev_state(&ep->dev) != LOCUS_DEV_LIVE)
+			return reject(ep, id, LOCUS_VERBS_REJ_BUSY); /* the device is going */
 		accept_request(p, id, &p->pend_pd, p->pend_qpn);
 	}
 }
@@ -274,7 +276,9 @@ static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
 	rc = make_qp(p, id);
 	if (rc < 0) {
 		ctl_set_phase(p, CTL_DOWN); /* no QP: nothing to hand over */
-		return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
+		reject(ep, id, LOCUS_VERBS_REJ_BUSY);
+		locus_verbs_dev_check(ep, rc);
+		return;
 	}
 	rc = hs_begin(p, in->from, ep->prm.node_id);
 	if (rc == 0) {
@@ -289,7 +293,7 @@ static void accept_request(struct locus_verbs_peer *p, struct rdma_cm_id *id,
 		rc = ctl_arm(p);
 	if (rc < 0) {
 		rdma_reject(p->id, NULL, 0);
-		return locus_verbs_ctl_close(p, rc);
+		return locus_verbs_ctl_close(p, locus_verbs_dev_check(ep, rc));
 	}
 	memset(&cp, 0, sizeof(cp));
 	cp.private_data = rep;
@@ -322,6 +326,9 @@ static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
 		return reject(ep, id, LOCUS_VERBS_REJ_INVALID);
 	if (in.cluster_id != ep->prm.cluster_id)
 		return reject(ep, id, LOCUS_VERBS_REJ_CLUSTER);
+	/* the device is going: nothing can be built on it */
+	if (locus_verbs_dev_state(&ep->dev) != LOCUS_DEV_LIVE)
+		return reject(ep, id, LOCUS_VERBS_REJ_BUSY);
 	for (i = 0; i < ep->n_peers; i++)
 		if (ep->peers[i]->node_id == in.from && !ep->peers[i]->active)
 			p = ep->peers[i];
@@ -381,7 +388,7 @@ static void on_established_active(struct locus_verbs_peer *p, const uint8_t *pd,
 	if (rc == 0)
 		rc = ctl_arm(p);
 	if (rc < 0)
-		return locus_verbs_ctl_close(p, rc);
+		return locus_verbs_ctl_close(p, locus_verbs_dev_check(ep, rc));
 	/*
 	 * The last leg gets a bound of its own: the passive side goes up on our
 	 * hello, so giving up on its answer early would make it flap.
@@ -397,6 +404,9 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 	struct locus_verbs_peer *p = id->context;
 
 	ep->stats.cm_events++;
+	/* on any id of ours, the listener's too: the device went away (dev.c) */
+	if (type == RDMA_CM_EVENT_DEVICE_REMOVAL)
+		return locus_verbs_dev_lost(ep, "device removal (rdma_cm)");
 	if (type == RDMA_CM_EVENT_CONNECT_REQUEST)
 		return on_connect_request(ep, id, pd, pdlen, qpn);
 	if (!p) {
@@ -429,7 +439,7 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 			rc = len = hs_pdata(p, LOCUS_VERBS_PD_REQ, req);
 		}
 		if (rc < 0)
-			return locus_verbs_ctl_close(p, rc);
+			return locus_verbs_ctl_close(p, locus_verbs_dev_check(ep, rc));
 		memset(&cp, 0, sizeof(cp));
 		cp.private_data = req;
 		cp.private_data_len = (uint8_t)len;
@@ -460,7 +470,6 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 		locus_verbs_ctl_close(p, -EHOSTUNREACH);
 		break;
 	case RDMA_CM_EVENT_DISCONNECTED:
-	case RDMA_CM_EVENT_DEVICE_REMOVAL:
 	case RDMA_CM_EVENT_TIMEWAIT_EXIT:
 		locus_verbs_ctl_close(p, -ECONNRESET);
 		break;
@@ -478,7 +487,9 @@ void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
 
 		switch (locus_verbs_link_state_of(w)) {
 		case LOCUS_LINK_FAILING:
-			locus_verbs_ctl_close(p, locus_verbs_link_reason_of(w));
+			/* a post failing with ENODEV / EIO may say the device is gone */
+			locus_verbs_ctl_close(p, locus_verbs_dev_check(ep,
+							locus_verbs_link_reason_of(w)));
 			break;
 		case LOCUS_LINK_QUIESCED:
 			ctl_reap(p);
@@ -495,9 +506,10 @@ void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
 
 int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 {
-	/* rdma_cm's events, and the device's async events (port.c) */
+	/* rdma_cm's events, and the device's async events (port.c) while there is one */
 	struct pollfd pfd[2] = { { .fd = ep->ch->fd, .events = POLLIN },
-				 { .fd = ep->ctx->async_fd, .events = POLLIN } };
+				 { .fd = ep->ctx ? ep->ctx->async_fd : -1, .events = POLLIN } };
+	bool live = locus_verbs_dev_state(&ep->dev) == LOCUS_DEV_LIVE;
 	uint64_t now = locus_verbs_now_ns(), next = UINT64_MAX;
 	uint8_t pd[256];
 	int handled = 0;
@@ -505,12 +517,14 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 
 	if (timeout_ms < 0)
 		timeout_ms = 0; /* never an unbounded wait */
-	for (i = 0; i < ep->n_peers; i++) {
+	for (i = 0; i < ep->n_peers && live; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
 		if (p->phase == CTL_BACKOFF || p->phase == CTL_CONNECTING)
 			next = LOCUS_MIN(next, p->deadline_ns);
 	}
+	if (locus_verbs_dev_state(&ep->dev) == LOCUS_DEV_DEAD)
+		next = LOCUS_MIN(next, ep->dev_next_probe_ns);
 	if (next != UINT64_MAX) {
 		uint64_t wait = next > now ? (next - now) / 1000000ull : 0;
 
@@ -540,8 +554,12 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 		handled += locus_verbs_port_events(ep);
 	/* after the events: a reject or disconnect says why better than the flushes */
 	locus_verbs_ctl_handover(ep);
+	/* a lost device: let go of it, look for it, reopen it (dev.c) */
+	locus_verbs_dev_step(ep);
+	live = locus_verbs_dev_state(&ep->dev) == LOCUS_DEV_LIVE;
 	now = locus_verbs_now_ns();
-	for (i = 0; i < ep->n_peers; i++) {
+	/* no device: nothing to dial, nothing connecting (dev.c redials when it is back) */
+	for (i = 0; i < ep->n_peers && live; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
 		if (p->phase == CTL_BACKOFF && now >= p->deadline_ns) {

@@ -20,6 +20,7 @@ enum {
 	C_CREDIT_WRITES, C_TX_DOORBELLS, C_TX_SIGNALED, C_CQES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
 	C_PROTO_ERRORS, C_STALLS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
 	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS, C_CQ_BURSTS, C_PORT_ERRORS, C_PORT_UPS,
+	C_DEV_LOST, C_DEV_BACK, C_DEV_REOPEN_FAILED,
 	C_N
 };
 
@@ -71,6 +72,13 @@ static const struct {
 			    "connection closed", LOCUS_CTR_COUNTER, 0 },
 	[C_PORT_UPS] = { "port_ups", "the device's port came back (async event)",
 			 LOCUS_CTR_COUNTER, 0 },
+	[C_DEV_LOST] = { "device_lost", "the device went away (removed, reset, fatal error): "
+			 "every connection closed, its verbs objects freed", LOCUS_CTR_COUNTER, 0 },
+	[C_DEV_BACK] = { "device_back", "the device was listed again under its name and "
+			 "reopened", LOCUS_CTR_COUNTER, 0 },
+	[C_DEV_REOPEN_FAILED] = { "device_reopen_failed", "attempts to reopen the device, "
+				  "listed again, that failed (retried at the next probe)",
+				  LOCUS_CTR_COUNTER, 0 },
 };
 
 LOCUS_STATIC_ASSERT(C_N <= LOCUS_VERBS_COUNTER_ENTRIES, "the directory room locusd keeps");
@@ -214,6 +222,9 @@ void locus_verbs_counters_sync_ctl(struct locus_verbs_ep *ep)
 	put(x->cblock, x, C_PEER_REJECTS, 0, ep->stats.peer_rejects);
 	put(x->cblock, x, C_PORT_ERRORS, 0, ep->stats.port_errors);
 	put(x->cblock, x, C_PORT_UPS, 0, ep->stats.port_ups);
+	put(x->cblock, x, C_DEV_LOST, 0, ep->stats.dev_lost);
+	put(x->cblock, x, C_DEV_BACK, 0, ep->stats.dev_back);
+	put(x->cblock, x, C_DEV_REOPEN_FAILED, 0, ep->stats.dev_reopen_failed);
 	if (x->dblock == x->cblock)
 		put(x->cblock, x, C_CQ_BURSTS, 0, ep->cq_bursts);
 }

@@ -721,12 +721,21 @@ static void watch_stalls(struct locus_verbs_ep *ep)
 int locus_verbs_poll(struct locus_verbs_ep *ep)
 {
 	struct ibv_wc wc[POLL_BURST];
-	int n, i;
+	int n, i, ret;
 
+	/*
+	 * The device first: while control frees or reopens it (locus_verbs_dev.h)
+	 * nothing of it is touched, and this poll is the ack that says so. No
+	 * connection is ours then (they all ended before control parked it).
+	 */
+	if (unlikely(!locus_verbs_dev_use(&ep->dev)))
+		return 0;
 	locus_verbs_data_sync(ep);
 	n = ibv_poll_cq(ep->cq, POLL_BURST, wc);
+	/* a CQ that cannot be polled (a device gone): closing connections still end, bounded */
+	ret = unlikely(n < 0) ? -EIO : n;
 	if (unlikely(n < 0))
-		return -EIO;
+		n = 0;
 	for (i = 0; i < n; i++) {
 		uint32_t pidx = (uint32_t)(wc[i].wr_id >> 48);
 		uint16_t gen = (uint16_t)(wc[i].wr_id >> 32) & WRID_GEN_MASK;
@@ -773,5 +782,5 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 		else if (now - ep->idle_since_ns >= ep->credit_idle_ns)
 			locus_verbs_flush_all_credits(ep);
 	}
-	return n;
+	return ret;
 }

@@ -3,7 +3,6 @@
  * Endpoint and peer set-up and teardown, the completion-channel wait, and
  * accessors. Connection handling lives in cm.c.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -68,6 +67,8 @@ void locus_verbs_ep_params_default(struct locus_verbs_ep_params *p)
 		p->ack_timeout = 14;
 	if (!p->credit_idle_us)
 		p->credit_idle_us = 50;
+	if (!p->dev_probe_ms)
+		p->dev_probe_ms = 500;
 	if (!p->stall_ms) {
 		/* RC's own end: (RC_RETRY_COUNT + 1) ACK time-outs, 4.096 us << ack_timeout */
 		uint64_t rc_ms = 7ull * (4096ull << LOCUS_MIN(p->ack_timeout, 31u)) / 1000000ull;
@@ -102,26 +103,9 @@ static int check_params(const struct locus_verbs_ep_params *p, struct locus_erro
 	return 0;
 }
 
-static int read_numa(const char *dev)
-{
-	char path[256], line[16];
-	FILE *f;
-	int v = -1;
-
-	snprintf(path, sizeof(path), "/sys/class/infiniband/%s/device/numa_node", dev);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	if (!fgets(line, sizeof(line), f) || sscanf(line, "%d", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
 int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_verbs_ep **out,
 			  struct locus_error *err)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET };
 	struct locus_verbs_ep *ep;
 	int rc, fl;
 
@@ -135,6 +119,7 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 		goto err_free;
 	ep->credit_idle_ns = (uint64_t)ep->prm.credit_idle_us * 1000u;
 	ep->stall_ns = (uint64_t)ep->prm.stall_ms * 1000000ull;
+	ep->dev_probe_ns = (uint64_t)ep->prm.dev_probe_ms * 1000000ull;
 	ep->tsc_mult = locus_verbs_tsc_mult();
 	ep->peers = calloc(ep->prm.max_peers, sizeof(*ep->peers));
 	if (!ep->peers) {
@@ -152,73 +137,13 @@ int locus_verbs_ep_create(const struct locus_verbs_ep_params *prm, struct locus_
 		rc = locus_error_set(err, errno, "cannot make the CM channel non-blocking");
 		goto err_ch;
 	}
-	if (rdma_create_id(ep->ch, &ep->listen_id, NULL, RDMA_PS_TCP)) {
-		rc = locus_error_set(err, errno, "rdma_create_id: %s", strerror(errno));
-		goto err_ch;
-	}
-	sin.sin_addr = prm->local_addr;
-	sin.sin_port = htons(prm->port);
-	if (rdma_bind_addr(ep->listen_id, (struct sockaddr *)&sin) || !ep->listen_id->verbs) {
-		rc = locus_error_set(err, errno ? errno : ENODEV,
-				     "cannot bind %s to an RDMA device: %s", inet_ntoa(prm->local_addr),
-				     strerror(errno ? errno : ENODEV));
-		goto err_id;
-	}
-	ep->ctx = ep->listen_id->verbs;
-	snprintf(ep->dev_name, sizeof(ep->dev_name), "%s", ibv_get_device_name(ep->ctx->device));
-	if (prm->dev_name && strcmp(prm->dev_name, ep->dev_name)) {
-		rc = locus_error_set(err, ENODEV, "%s belongs to device %s, not %s",
-				     inet_ntoa(prm->local_addr), ep->dev_name, prm->dev_name);
-		goto err_id;
-	}
-	rc = locus_verbs_port_init(ep, err);
+	/* the device: listener, context, PD, CQ (dev.c: the same when it comes back) */
+	rc = locus_verbs_dev_open(ep, false, err);
 	if (rc < 0)
-		goto err_id;
-	ep->numa_node = read_numa(ep->dev_name);
-	{
-		struct ibv_device_attr da;
-
-		/* gather entries for zero-copy rows; 1 if the device will not say */
-		ep->max_send_sge = ibv_query_device(ep->ctx, &da) == 0 && da.max_sge > 1
-					   ? LOCUS_MIN((uint32_t)da.max_sge, LOCUS_VERBS_MAX_SGE) : 1;
-	}
-	ep->pd = ibv_alloc_pd(ep->ctx);
-	if (!ep->pd) {
-		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_alloc_pd on %s failed", ep->dev_name);
-		goto err_id;
-	}
-	ep->comp = ibv_create_comp_channel(ep->ctx);
-	if (!ep->comp) {
-		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_create_comp_channel on %s",
-				     ep->dev_name);
-		goto err_pd;
-	}
-	fl = fcntl(ep->comp->fd, F_GETFL);
-	if (fl < 0 || fcntl(ep->comp->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
-		rc = locus_error_set(err, errno, "cannot make the completion channel non-blocking");
-		goto err_comp;
-	}
-	ep->cq = ibv_create_cq(ep->ctx, (int)ep->prm.cq_depth, NULL, ep->comp, 0);
-	if (!ep->cq) {
-		rc = locus_error_set(err, errno ? errno : ENOMEM, "ibv_create_cq(%u) on %s: %s",
-				     ep->prm.cq_depth, ep->dev_name, strerror(errno));
-		goto err_comp;
-	}
-	if (prm->port && rdma_listen(ep->listen_id, 16)) {
-		rc = locus_error_set(err, errno, "rdma_listen on port %u: %s", prm->port, strerror(errno));
-		goto err_cq;
-	}
+		goto err_ch;
 	*out = ep;
 	return 0;
 
-err_cq:
-	ibv_destroy_cq(ep->cq);
-err_comp:
-	ibv_destroy_comp_channel(ep->comp);
-err_pd:
-	ibv_dealloc_pd(ep->pd);
-err_id:
-	rdma_destroy_id(ep->listen_id);
 err_ch:
 	rdma_destroy_event_channel(ep->ch);
 err_peers:
@@ -289,14 +214,10 @@ void locus_verbs_ep_destroy(struct locus_verbs_ep *ep)
 	/* drain completions of the torn-down QPs before the CQ goes */
 	while (locus_verbs_poll(ep) > 0)
 		;
+	/* the device's objects (the caller's MRs before the PD: dev_cb.release), then memory */
+	locus_verbs_dev_close(ep, false);
 	for (i = 0; i < ep->n_peers; i++)
 		peer_free(ep->peers[i]);
-	if (ep->cq_events)
-		ibv_ack_cq_events(ep->cq, ep->cq_events);
-	ibv_destroy_cq(ep->cq);
-	ibv_destroy_comp_channel(ep->comp);
-	ibv_dealloc_pd(ep->pd);
-	rdma_destroy_id(ep->listen_id);
 	rdma_destroy_event_channel(ep->ch);
 	free(ep->ctrs);
 	free(ep->peers);
@@ -375,6 +296,12 @@ int locus_verbs_wait(struct locus_verbs_ep *ep, int timeout_ms)
 	void *ctx;
 	int n;
 
+	if (!locus_verbs_dev_use(&ep->dev)) {
+		/* no device (being freed or reopened): only rdma_cm can say anything */
+		if (poll(&pfd[1], 1, timeout_ms < 0 ? 0 : timeout_ms) < 0 && errno != EINTR)
+			return -errno;
+		return 0;
+	}
 	if (ibv_req_notify_cq(ep->cq, 0))
 		return -errno;
 	/* whatever completed before the notification was armed is in the CQ */

@@ -52,6 +52,7 @@
 
 #include "locus_common.h"
 #include "locus_err.h"
+#include "locus_verbs_dev.h"
 
 /* ------------------------------------------------------------------ */
 /* Connection handshake (pure: no verbs dependency; OpenSSL libcrypto) */
@@ -435,6 +436,9 @@ struct locus_verbs_ep_stats {
 	uint64_t stale_cqes;          /* completions of a torn-down connection (data side) */
 	uint64_t port_errors;         /* the device's port went down (async event) */
 	uint64_t port_ups;            /* ... and came back */
+	uint64_t dev_lost;            /* the device went away (locus_verbs_dev.h: LOST) */
+	uint64_t dev_back;            /* ... was reopened and is the data side's again */
+	uint64_t dev_reopen_failed;   /* it was listed again but could not be reopened (yet) */
 } __locus_cache_aligned;
 
 #define LOCUS_VERBS_HOLD 1 /* on_recv return value: the caller releases later */
@@ -460,6 +464,36 @@ struct locus_verbs_callbacks {
 	 */
 	void (*on_peer_up)(void *arg, struct locus_verbs_peer *p);
 	void (*on_peer_down)(void *arg, struct locus_verbs_peer *p, int reason);
+	void *arg;
+};
+
+/*
+ * The device's life, on the control thread (locus_verbs_service, and
+ * locus_verbs_ep_destroy for release). A device that goes away (rdma_cm's
+ * device removal: `rdma link delete`, a NIC reset or unplugged; a fatal
+ * async event; a verbs call failing with ENODEV / EIO that a query of the
+ * device confirms) has every connection closed as a port error would
+ * (what was posted fails once, on_peer_down, with -ENODEV), then its verbs
+ * objects freed once the data side let go of it, and is looked for by name
+ * every dev_probe_ms; when it is listed again it is reopened (context, PD,
+ * CQ, the inboxes' MRs, the listener) and the dialling peers redial at once.
+ * NULL members are skipped.
+ */
+struct locus_verbs_dev_callbacks {
+	/*
+	 * The endpoint's PD is about to be freed: deregister every MR made
+	 * with it (locus_verbs_mr_reg / _reg_dmabuf / _alloc). lost: the
+	 * device went away (false: the endpoint is being destroyed). No
+	 * connection is left and the data side touches nothing of the device.
+	 */
+	void (*release)(void *arg, struct locus_verbs_ep *ep, bool lost);
+	/*
+	 * The device is back under its name, with a new PD: register again
+	 * what release deregistered. 0, or negative with err saying why
+	 * (having undone its own part): the device is closed again and looked
+	 * for at the next probe. Before any connection of the new device.
+	 */
+	int (*restore)(void *arg, struct locus_verbs_ep *ep, struct locus_error *err);
 	void *arg;
 };
 
@@ -490,6 +524,9 @@ struct locus_verbs_ep_params {
 	uint8_t ack_timeout;           /* RC local ACK timeout, 4.096 us * 2^n (default 14:
 					* 67 ms; rdma_cm's own default on RoCE is ~1 s,
 					* which makes every lost packet cost a second) */
+	uint32_t dev_probe_ms;         /* while the device is gone, look for it this often
+					* (default 500 ms; no work while it is there) */
+	struct locus_verbs_dev_callbacks dev_cb;
 	uint32_t stall_ms;             /* sends outstanding this long with none completing
 					* fail the connection (-ETIMEDOUT, counted in
 					* stalls): RC gives up by itself after 7 ACK time-
@@ -616,13 +653,18 @@ struct locus_verbs_mr {
 	size_t len;
 	size_t alloc_len;  /* page-rounded size we allocated (owned only) */
 	uint32_t lkey, rkey;
-	void *ibv_mr;      /* struct ibv_mr * */
+	unsigned access;   /* the IBV_ACCESS_* flags it was registered with */
+	void *ibv_mr;      /* struct ibv_mr *; NULL: not registered (memory still ours if owned) */
 	bool numa_alloc;   /* freed with numa_free */
 	bool owned;        /* we allocated addr */
 };
 int locus_verbs_mr_alloc(struct locus_verbs_ep *ep, size_t len, unsigned access,
 			 struct locus_verbs_mr *mr, struct locus_error *err);
-/* Register caller memory. */
+/*
+ * Register caller memory. Every registration here and below is the caller's
+ * to release in dev_cb.release (the device's PD goes after it) and to make
+ * again in dev_cb.restore; while the device is gone they fail with -ENODEV.
+ */
 int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsigned access,
 		       struct locus_verbs_mr *mr, struct locus_error *err);
 /*
@@ -632,6 +674,7 @@ int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsign
 int locus_verbs_mr_reg_dmabuf(struct locus_verbs_ep *ep, int fd, uint64_t offset, size_t len,
 			      uint64_t iova, unsigned access, struct locus_verbs_mr *mr,
 			      struct locus_error *err);
+/* Deregister mr (if registered) and free its memory if we allocated it. */
 void locus_verbs_mr_free(struct locus_verbs_mr *mr);
 
 /*
@@ -642,7 +685,8 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
  * _peer_node, _peer_up (vectors by "peer", the index in declaration order,
  * max_peers long), _cq_errors ("peer" x "status", the ibv_wc_status),
  * _auth_refused (by "reason", enum locus_verbs_auth_reason) and the scalars
- * _version_rejects, _peer_rejects, _cq_bursts. The values land in block
+ * _version_rejects, _peer_rejects, _cq_bursts, _port_errors, _port_ups,
+ * _device_lost, _device_back, _device_reopen_failed. The values land in block
  * data_lcore (what the data path counts, connects and refused hellos too;
  * that thread must own the block) and ctl_lcore (disconnects, rejects, the
  * other refusals, peer_up; the control thread's block; the same block when
@@ -673,6 +717,13 @@ uint32_t locus_verbs_ep_max_inline(const struct locus_verbs_ep *ep);
 /* Scatter/gather entries one message may have (buf + sg), 1..LOCUS_VERBS_MAX_SGE. */
 uint32_t locus_verbs_ep_max_send_sge(const struct locus_verbs_ep *ep);
 const char *locus_verbs_ep_dev_name(const struct locus_verbs_ep *ep);
+/* The device's life (enum locus_verbs_dev_state, locus_verbs_dev.h); either thread. */
+unsigned locus_verbs_ep_device_state(const struct locus_verbs_ep *ep);
+/*
+ * Control: what the device's life last said, for the log: why it was taken
+ * for lost ("device removal (rdma_cm)"), or why its reopening failed.
+ */
+const char *locus_verbs_ep_device_note(const struct locus_verbs_ep *ep);
 int locus_verbs_ep_numa_node(const struct locus_verbs_ep *ep);
 /* Raw handles for tests that play a misbehaving peer (struct ibv_qp *, ibv_pd *). */
 void *locus_verbs_peer_qp(struct locus_verbs_peer *p);

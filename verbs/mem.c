@@ -45,6 +45,8 @@ int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsign
 	memset(mr, 0, sizeof(*mr));
 	if (!addr || len == 0)
 		return locus_error_set(err, EINVAL, "cannot register an empty region");
+	if (!ep->pd)
+		return locus_error_set(err, ENODEV, "%s is gone", ep->dev_name);
 	m = ibv_reg_mr(ep->pd, addr, len, (int)access);
 	if (!m)
 		return reg_fail(err, errno ? errno : ENOMEM, "ibv_reg_mr", len);
@@ -52,6 +54,7 @@ int locus_verbs_mr_reg(struct locus_verbs_ep *ep, void *addr, size_t len, unsign
 	mr->len = len;
 	mr->lkey = m->lkey;
 	mr->rkey = m->rkey;
+	mr->access = access;
 	mr->ibv_mr = m;
 	return 0;
 }
@@ -103,6 +106,8 @@ int locus_verbs_mr_reg_dmabuf(struct locus_verbs_ep *ep, int fd, uint64_t offset
 	memset(mr, 0, sizeof(*mr));
 	if (fd < 0 || len == 0)
 		return locus_error_set(err, EINVAL, "dma-buf registration needs a fd and a length");
+	if (!ep->pd)
+		return locus_error_set(err, ENODEV, "%s is gone", ep->dev_name);
 	m = ibv_reg_dmabuf_mr(ep->pd, offset, len, iova, fd, (int)access);
 	if (!m) {
 		e = errno ? errno : EOPNOTSUPP;
@@ -116,16 +121,45 @@ int locus_verbs_mr_reg_dmabuf(struct locus_verbs_ep *ep, int fd, uint64_t offset
 	mr->len = len;
 	mr->lkey = m->lkey;
 	mr->rkey = m->rkey;
+	mr->access = access;
+	mr->ibv_mr = m;
+	return 0;
+}
+
+void locus_verbs_mr_unreg(struct locus_verbs_mr *mr)
+{
+	if (!mr->ibv_mr)
+		return;
+	ibv_dereg_mr(mr->ibv_mr);
+	mr->ibv_mr = NULL;
+	mr->lkey = mr->rkey = 0; /* no key of a freed MR is ever handed out */
+}
+
+int locus_verbs_mr_rereg(struct locus_verbs_ep *ep, struct locus_verbs_mr *mr,
+			 struct locus_error *err)
+{
+	struct ibv_mr *m;
+
+	if (!mr->addr || mr->ibv_mr)
+		return 0; /* nothing there, or registered already */
+	if (!ep->pd)
+		return locus_error_set(err, ENODEV, "%s is gone", ep->dev_name);
+	m = ibv_reg_mr(ep->pd, mr->addr, mr->len, (int)mr->access);
+	if (!m)
+		return reg_fail(err, errno ? errno : ENOMEM, "ibv_reg_mr", mr->len);
+	mr->lkey = m->lkey;
+	mr->rkey = m->rkey;
 	mr->ibv_mr = m;
 	return 0;
 }
 
 void locus_verbs_mr_free(struct locus_verbs_mr *mr)
 {
-	if (!mr || !mr->ibv_mr)
+	if (!mr)
 		return;
-	ibv_dereg_mr(mr->ibv_mr);
-	if (mr->owned) {
+	locus_verbs_mr_unreg(mr);
+	/* ours even while unregistered (a device gone for good) */
+	if (mr->owned && mr->addr) {
 		if (mr->numa_alloc)
 			numa_free(mr->addr, mr->alloc_len);
 		else

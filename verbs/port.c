@@ -2,28 +2,21 @@
 /*
  * The device's asynchronous events, on the control thread: a port that goes
  * down (IBV_EVENT_PORT_ERR: the netdev under a RoCE device set down or its
- * carrier lost; IBV_EVENT_DEVICE_FATAL) closes every connection of the
- * endpoint at once with -ENETDOWN, instead of waiting for RC's retries to
- * run out (7 ACK time-outs) or the stall watch; a port that comes back
+ * carrier lost) closes every connection of the endpoint at once with
+ * -ENETDOWN, instead of waiting for RC's retries to run out (7 ACK
+ * time-outs) or the stall watch; a port that comes back
  * (IBV_EVENT_PORT_ACTIVE) makes the dialling peers redial now, with their
  * back-off reset. Connections are closed the usual way (locus_verbs_ctl_close:
  * the QP to the error state, the data side drains and fails what did not
- * complete, once).
+ * complete, once). A fatal error (IBV_EVENT_DEVICE_FATAL: the device was
+ * reset or removed and its context disassociated) loses the device (dev.c):
+ * its connections close the same way, then its verbs objects are freed and
+ * it is reopened when it comes back. (The queue is made non-blocking when
+ * the device is opened: dev.c.)
  */
 #include <errno.h>
-#include <fcntl.h>
 
 #include "verbs_priv.h"
-
-int locus_verbs_port_init(struct locus_verbs_ep *ep, struct locus_error *err)
-{
-	int fl = fcntl(ep->ctx->async_fd, F_GETFL);
-
-	if (fl < 0 || fcntl(ep->ctx->async_fd, F_SETFL, fl | O_NONBLOCK) < 0)
-		return locus_error_set(err, errno, "cannot make %s's async event queue non-blocking",
-				       ep->dev_name);
-	return 0;
-}
 
 static void port_down(struct locus_verbs_ep *ep)
 {
@@ -55,11 +48,15 @@ int locus_verbs_port_events(struct locus_verbs_ep *ep)
 	struct ibv_async_event ev;
 	int n = 0;
 
+	if (!ep->ctx)
+		return 0; /* the device is gone: its queue with it */
 	while (!ibv_get_async_event(ep->ctx, &ev)) {
 		switch (ev.event_type) {
 		case IBV_EVENT_PORT_ERR:
-		case IBV_EVENT_DEVICE_FATAL:
 			port_down(ep);
+			break;
+		case IBV_EVENT_DEVICE_FATAL:
+			locus_verbs_dev_lost(ep, "fatal device error (async event)");
 			break;
 		case IBV_EVENT_PORT_ACTIVE:
 			port_up(ep);

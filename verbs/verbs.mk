@@ -6,8 +6,8 @@
 VERBS_PKGS := libibverbs librdmacm numa
 $(eval $(call LIBRARY,verbs_core,verbs/proto.c verbs/auth.c verbs/sysfs.c verbs/devmap.c))
 $(eval $(call USES_PKG,verbs/auth.c,libcrypto))
-$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c))
-$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c,libibverbs librdmacm numa))
+$(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c verbs/dev.c))
+$(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c verbs/dev.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
 $(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka libcrypto))
@@ -17,6 +17,8 @@ $(eval $(call USES_PKG,tests/verbs/test_verbs_auth.c,libcrypto))
 UNIT_TESTS += tests/test_verbs_auth
 $(eval $(call PROGRAM,tests/test_verbs_link,tests/verbs/test_verbs_link.c,common,cmocka))
 UNIT_TESTS += tests/test_verbs_link
+$(eval $(call PROGRAM,tests/test_verbs_dev,tests/verbs/test_verbs_dev.c,common,cmocka))
+UNIT_TESTS += tests/test_verbs_dev
 
 # guest-side programs (run inside the Soft-RoCE VM by tools/rxe-vm/verbs-vm-test.sh)
 VERBS_GUEST_LIBS := verbs verbs_core counters common

@@ -110,15 +110,22 @@ struct locus_verbs_peer {
 enum { BLOCKED_CREDITS = 1, BLOCKED_SQ = 2 };
 
 struct locus_verbs_ep {
-	/* const */
+	/*
+	 * The device's objects: ctl's (set at creation, freed and made again
+	 * when the device goes away and comes back: dev.c); the data side
+	 * reads cq only while dev allows it (LIVE or LOST), which orders its
+	 * reads after control's writes (locus_verbs_dev.h). NULL while DEAD.
+	 */
 	struct ibv_context *ctx;
 	struct ibv_pd *pd;
 	struct ibv_cq *cq;
 	struct ibv_comp_channel *comp;  /* for locus_verbs_wait() */
-	struct rdma_event_channel *ch;
 	struct rdma_cm_id *listen_id;
+	/* const */
+	struct rdma_event_channel *ch;
 	struct locus_verbs_ep_params prm;
-	uint32_t max_send_sge;          /* asked of every QP (device max, capped) */
+	uint32_t max_send_sge;          /* asked of every QP (device max, capped; a device
+					 * that comes back with fewer is not reopened) */
 	int numa_node;
 	char dev_name[LOCUS_VERBS_NAME_MAX];
 	struct locus_verbs_peer **peers;
@@ -137,6 +144,12 @@ struct locus_verbs_ep {
 	uint64_t hello_refused;         /* data: hellos refused (auth_refused[HELLO]) */
 	struct locus_verbs_ep_stats stats_sum; /* locus_verbs_ep_stats() snapshot */
 	struct locus_verbs_ctrs *ctrs;  /* counter export, NULL if none */
+	/* the device's life: ctl writes the word, the data side acks (locus_verbs_dev.h) */
+	struct locus_verbs_dev dev;
+	/* ctl */
+	uint64_t dev_probe_ns;          /* prm.dev_probe_ms */
+	uint64_t dev_next_probe_ns;     /* DEAD: when to look for the device next */
+	char dev_note[320];             /* locus_verbs_ep_device_note() */
 };
 
 uint64_t locus_verbs_now_ns(void);
@@ -190,12 +203,55 @@ void locus_verbs_ctl_close(struct locus_verbs_peer *p, int reason);
 void locus_verbs_ctl_handover(struct locus_verbs_ep *ep);
 
 /*
- * The device's async events (port.c, control thread): make the queue non-
- * blocking at creation; drain it every service (port down closes every
- * connection, port up redials now). Returns the events handled.
+ * The device's async events (port.c, control thread), drained every service
+ * (port down closes every connection, port up redials now, a fatal error
+ * loses the device). Returns the events handled.
  */
-int locus_verbs_port_init(struct locus_verbs_ep *ep, struct locus_error *err);
 int locus_verbs_port_events(struct locus_verbs_ep *ep);
+
+/* ---- the device's life (dev.c, control thread) ---- */
+/*
+ * Open the device ep->prm.local_addr is on: the listener's rdma_cm id bound
+ * to it (its context is the device's), async queue non-blocking, PD,
+ * completion channel, CQ, the peers' memory registered with the PD, the
+ * listener listening. At creation (reopen false) the device's name becomes
+ * ep->dev_name (and must be prm.dev_name if set); reopening, it must be
+ * ep->dev_name again and offer ep->max_send_sge gather entries. 0, or
+ * negative with err (everything it made undone).
+ */
+int locus_verbs_dev_open(struct locus_verbs_ep *ep, bool reopen, struct locus_error *err);
+/*
+ * Free what locus_verbs_dev_open made, in order: the CQ and its channel, the
+ * caller's MRs (dev_cb.release, told lost), the peers' MRs (their memory
+ * stays: the inboxes keep their addresses), the PD, the listener (the
+ * context goes with the last rdma_cm id on it). No QP may be left; the data
+ * side must touch nothing of the device (parked, or stopped).
+ */
+void locus_verbs_dev_close(struct locus_verbs_ep *ep, bool lost);
+/*
+ * The device went away (why: for the log): LIVE -> LOST, counted; every
+ * connection closes with -ENODEV, waiting requests are refused. Nothing
+ * when it was known already.
+ */
+void locus_verbs_dev_lost(struct locus_verbs_ep *ep, const char *why);
+/*
+ * A control-side verbs call failed with rc: when rc is -ENODEV or -EIO and
+ * a query of the device fails too, the device is lost. Returns rc.
+ */
+int locus_verbs_dev_check(struct locus_verbs_ep *ep, int rc);
+/*
+ * One step of the device's life, every service: LOST with no connection
+ * left -> GONE; GONE acked -> everything freed, DEAD; DEAD -> probe by name
+ * every dev_probe_ms, reopen, dev_cb.restore, LIVE, redial now.
+ */
+void locus_verbs_dev_step(struct locus_verbs_ep *ep);
+
+/* ---- memory kept across a device's death (mem.c, control thread) ---- */
+/* Deregister mr, keeping its memory (owned or not) and its access flags. */
+void locus_verbs_mr_unreg(struct locus_verbs_mr *mr);
+/* Register mr's memory again with ep's PD, with its access flags. 0 or negative (err). */
+int locus_verbs_mr_rereg(struct locus_verbs_ep *ep, struct locus_verbs_mr *mr,
+			 struct locus_error *err);
 
 static inline void ctl_set_phase(struct locus_verbs_peer *p, enum ctl_phase ph)
 {

@@ -13,14 +13,20 @@
 #      (a sealed memfd: Soft-RoCE cannot register vgem's pages): each region has an MR on
 #      both rails' devices, rows leave zero-copy on whichever rail carries them, counted
 #      per rail (rail_region_rows_zero_copy / _copied)
-#   R2 under traffic from host-memory regions, rail 1 black-holed for 3 s (netem loss
-#      100% on vx2 / vy2: RC's
-#      retries run out, completion errors), then vx2 set down for 2 s (the port's async
-#      event): each time locusd fails rail 1 over (queued messages re-sent on rail 0,
-#      posted ones failed once and counted, new traffic on rail 0); the time from the fault
-#      to the failover and to rail 1's sources' first message on rail 0, from locusd's
-#      clock; after the black hole rail 1 rejoins and its sources come home (after the
-#      link flap Soft-RoCE may refuse new connections: reported); every request once,
+#   R2 under traffic from host-memory regions, rail 1 black-holed for 3 s (R2a: netem
+#      loss 100% on vx2 / vy2: RC's retries run out, completion errors), then n0's rail 1
+#      device removed for 3 s and added again (R2b: rdma link delete rxex2 / rdma link add
+#      rxex2 type rxe netdev vx2: rdma_cm's device removal), then vx2 set down for 2 s
+#      (R2c: the port's async event): each time locusd fails rail 1 over (queued
+#      messages re-sent on rail 0, posted ones failed once and counted, new traffic on
+#      rail 0); the time from the fault to the failover and to rail 1's sources' first
+#      message on rail 0, from locusd's clock; after the black hole rail 1 rejoins and
+#      its sources come home; the removed device is let go of (the kernel's `rdma link
+#      delete` waits until every process closed it), found again once it is added,
+#      reopened with the message pool and the regions registered on it again, and rail 1
+#      carries n0's messages again within 30 s (the time from the add to the device
+#      reopened, to rail 1 up and to its first message, from locusd's clock); after the
+#      link flap Soft-RoCE may refuse new connections: reported; every request once,
 #      every byte checked (region rows re-sent on rail 0 take rail 0's MR of the region)
 #   R3 the same traffic as R1 with the nodes configured with rail 0 only: bytes/s of
 #      two rails against one, same run
@@ -196,10 +202,92 @@ regions_report() {
 	done
 }
 
+# R2b: n0's rail 1 device removed under traffic for 3 s, then added again (device_gone, from
+# failover). The times come from locusd's clock (rail_*_at_ms) against the script's. Returns
+# 1 only when n0 kept the device and had to be killed for the kernel to finish (failed)
+device_gone() {
+	local t td ta ups f0 f rc lost0 back0 ba ua la end del
+	snap 0 "$W/dg-a.0"
+	lost0=$(val "$W/dg-a.0" rail_device_lost 'rail="1"')
+	back0=$(val "$W/dg-a.0" rail_device_back 'rail="1"')
+	f0=$(val "$W/dg-a.0" verbs_r1_tx_msgs)
+	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
+	rm -f "$W/del.rc"
+	t=$(now_ms)
+	# the kernel's unregistration of a device waits until every process closed it (rxe
+	# cannot disassociate a context), uninterruptibly: its return says n0's locusd let go
+	# of all of it (a locusd that does not leaves the command blocked for good)
+	( rdma link delete rxex2; echo "$? $(now_ms)" > "$W/del.rc" ) &
+	del=$!
+	end=$((SECONDS + 60))
+	while [ ! -s "$W/del.rc" ] && [ $SECONDS -lt $end ]; do sleep 0.2; done
+	if [ ! -s "$W/del.rc" ]; then
+		fail "device removed: rdma link delete rxex2 did not return within 60 s: n0's locusd" \
+			"kept the device open"
+		grep -h "rxex2" "$W/n0.log" | tail -n 5 | sed 's/^/  [n0 log] /'
+		dmesg | grep -A 3 "blocked for more" | head -n 4 | sed 's/^/  [dmesg] /'
+		# only n0 holds the device: stopped, it lets the kernel finish
+		kill -9 "${PID[n0]}"
+		wait $del
+		return 1
+	fi
+	wait $del
+	read -r rc td < "$W/del.rc"
+	[ "$rc" = 0 ] || { fail "device removed: rdma link delete rxex2 failed (exit $rc)"; return 0; }
+	# gone for 3 s, then back under its name on the same netdev
+	sleep 3
+	ta=$(now_ms)
+	rdma link add rxex2 type rxe netdev vx2 || { fail "rdma link add rxex2 again"; return 0; }
+	say "   device removed: rdma link delete rxex2 returned after $((td - t)) ms (n0's locusd" \
+		"had freed everything it had on the device), added again $((ta - td)) ms later"
+	fo_report "device removed" "$t"
+	snap 0 "$W/dg-b.0"
+	la=$(val "$W/dg-b.0" rail_device_lost_at_ms 'rail="1"')
+	[ "$(val "$W/dg-b.0" rail_device_lost 'rail="1"')" = $((lost0 + 1)) ] && [ "$la" -ge "$t" ] &&
+		say "   device removed: n0 saw it go $((la - t)) ms after the delete began" ||
+		fail "device removed: n0's rail_device_lost{rail=1} did not count it"
+	wait_log "$W/n0.log" "peer node 1 up on rail 1" $((ups + 1)) 30 || {
+		fail "device back: rail 1 did not rejoin within 30 s of rdma link add"
+		grep -h "rxex2\|on rail 1" "$W/n0.log" | tail -n 6 | sed 's/^/  [n0 log] /'
+		return 0
+	}
+	# lost, released, (listed again but not reopened yet,) back
+	grep -h "RDMA device rxex2 (rail 1)" "$W/n0.log" | tail -n 4 | sed 's/^/  [n0 log] /'
+	# the rail carries n0's messages again: its first one after it came up, from locusd's clock
+	end=$((SECONDS + 30))
+	while [ $SECONDS -lt $end ]; do
+		snap 0 "$W/dg-d.0"
+		ua=$(val "$W/dg-d.0" rail_up_msg_at_ms 'rail="1"')
+		[ "$ua" -ge "$ta" ] && [ "$(val "$W/dg-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] && break
+		kill -0 $LG 2>/dev/null || break
+		sleep 0.5
+	done
+	ba=$(val "$W/dg-d.0" rail_device_back_at_ms 'rail="1"')
+	if [ "$ua" -ge "$ta" ] && [ "$(val "$W/dg-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ]; then
+		say "   device back: rdma link add -> n0 reopened rxex2 in $((ba - ta)) ms -> rail 1's" \
+			"first message $((ua - ta)) ms after the add (the device away $((ua - la)) ms" \
+			"in all); $(( $(val "$W/dg-d.0" verbs_r1_tx_msgs) - f0 )) messages on rail 1" \
+			"since the delete"
+	else
+		fail "device back: rail 1 carried no traffic within 30 s (first message at $ua," \
+			"add at $ta)"
+	fi
+	[ "$(val "$W/dg-d.0" rail_device_back 'rail="1"')" = $((back0 + 1)) ] ||
+		fail "device back: n0's rail_device_back{rail=1} did not count it"
+	# the regions the ranks on n0 hold (host memory) on the new device too, none copied
+	f=$(grep -h "RDMA device rxex2 (rail 1) back" "$W/n0.log" | tail -n 1 |
+		sed -n 's/.*the message pool and \([0-9]*\) client region(s) registered with it again (0 without an MR.*/\1/p')
+	[ "${f:-0}" -ge 1 ] ||
+		fail "device back: n0 did not register its host-memory regions on rxex2 again"
+	[ "$(val "$W/dg-d.0" rail_region_no_mr 'rail="1"')" = 0 ] ||
+		fail "device back: a region without an MR on the new rxex2"
+	return 0
+}
+
 failover() {
 	local t ups f0 back=0
-	say "R2. rail 1 black-holed for 3 s, then vx2 set down for 2 s, under traffic (rows from" \
-		"host-memory regions)"
+	say "R2. rail 1 black-holed for 3 s, then n0's rail 1 device removed for 3 s and added" \
+		"again, then vx2 set down for 2 s, under traffic (rows from host-memory regions)"
 	snap2 "$W/fo-r0"
 	timeout 400 "$B/locus-loadgen" -i n0 $LG_ATTACH --trace $TRACE --prefill-at n0 --decoders 4 \
 		--decoder-at n0,n0,n1,n1 --ranks 4 --rank-at n0,n0,n1,n1 --row-bytes 4096 \
@@ -240,7 +328,13 @@ failover() {
 		fail "black hole: rail 1 carried no traffic after it rejoined"
 	[ $back = 1 ] && say "   black hole: rail 1 carries n0's messages again" \
 		"($(( $(val "$W/fo-d.0" verbs_r1_tx_msgs) - f0 )) since it rejoined)"
-	# R2b: the netdev down: the port's async event
+	if [ $back = 1 ] && ! device_gone; then
+		# n0 is gone with the device it kept: nothing more to fail over
+		kill -TERM $LG 2>/dev/null
+		wait $LG
+		return
+	fi
+	# R2c: the netdev down: the port's async event
 	ups=$(grep -c "peer node 1 up on rail 1" "$W/n0.log")
 	t=$(now_ms)
 	ip link set vx2 down
@@ -273,8 +367,8 @@ failover() {
 			"sent on rail 0 away from home $(val $f rail_away_msgs 'rail="0"');" \
 			"time without rail 1 $(val $f rail_down_ms 'rail="1"') ms; rail 1 port errors" \
 			"$(val $f verbs_r1_port_errors), ups $(val $f verbs_r1_port_ups)"
-		[ "$(val $f rail_failovers 'rail="1"')" -ge 2 ] ||
-			fail "n$n: fewer than 2 failovers of rail 1"
+		[ "$(val $f rail_failovers 'rail="1"')" -ge 3 ] ||
+			fail "n$n: fewer than 3 failovers of rail 1"
 		# during R2's faults (the count from the start may hold a flap of the first connect:
 		# on a loaded host the dialler's last leg can time out after the listener went up)
 		[ "$(val $f rail_failovers 'rail="0"')" = "$(val $W/fo-r0.$n rail_failovers 'rail="0"')" ] ||
