@@ -41,7 +41,7 @@ $(eval $(call PROGRAM,tests/test_rails,tests/test_rails.c,rails config common,cm
 UNIT_TESTS += tests/test_rails
 # rdma_device = auto with gpu_pci: the device nearest each GPU and the rails it gives
 $(eval $(call LIBRARY,rail_devs,dataplane/rail_devs.c))
-$(eval $(call PROGRAM,tests/test_rail_auto,tests/test_rail_auto.c,rail_devs verbs_core config common,cmocka libcrypto))
+$(eval $(call PROGRAM,tests/test_rail_auto,tests/test_rail_auto.c tests/fake_sysfs.c,rail_devs verbs_core config common,cmocka libcrypto))
 UNIT_TESTS += tests/test_rail_auto
 # client buffer regions on every rail: a registration per rail, gather or copy per rail
 $(eval $(call LIBRARY,rail_mr,dataplane/rail_mr.c))

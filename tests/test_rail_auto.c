@@ -31,50 +31,10 @@
 
 #include <cmocka.h>
 
+#include "fake_sysfs.h"
 #include "locus_config.h"
 #include "locus_rail_devs.h"
 #include "locus_verbs.h"
-
-static char root[64];
-
-static void mk(const char *rel)
-{
-	char p[512], *s;
-
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	mkdir(p, 0755);
-}
-
-static void put(const char *rel, const char *text)
-{
-	char p[512];
-	FILE *f;
-
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
-/* A symlink at rel to target (absolute when it starts with '/', else under root). */
-static void link_to(const char *target, const char *rel)
-{
-	char t[512], p[512];
-
-	if (target[0] == '/')
-		snprintf(t, sizeof(t), "%s", target);
-	else
-		snprintf(t, sizeof(t), "%s/%s", root, target);
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	unlink(p);
-	assert_int_equal(symlink(t, p), 0);
-}
 
 /*
  * A PCI function at devices/<path> (its last component its address), on NUMA
@@ -85,15 +45,15 @@ static void pci(const char *path, const char *numa)
 	char d[256], l[128];
 
 	snprintf(d, sizeof(d), "devices/%s", path);
-	mk(d);
+	fs_mk(d);
 	if (numa) {
 		snprintf(d, sizeof(d), "devices/%s/numa_node", path);
-		put(d, numa);
+		fs_put(d, numa);
 	}
-	mk("bus/pci/devices");
+	fs_mk("bus/pci/devices");
 	snprintf(d, sizeof(d), "devices/%s", path);
 	snprintf(l, sizeof(l), "bus/pci/devices/%s", strrchr(path, '/') + 1);
-	link_to(d, l);
+	fs_link(d, l);
 }
 
 /* An RDMA device name on the PCI function at devices/<path> (NULL: a software device). */
@@ -102,29 +62,25 @@ static void nic(const char *name, const char *path, const char *numa)
 	char d[256], t[256];
 
 	snprintf(d, sizeof(d), "class/infiniband/%s/ports/1", name);
-	mk(d);
+	fs_mk(d);
 	if (!path)
 		return;
 	pci(path, numa);
 	snprintf(t, sizeof(t), "devices/%s", path);
 	snprintf(d, sizeof(d), "class/infiniband/%s/device", name);
-	link_to(t, d);
+	fs_link(t, d);
 }
 
 static int tree_setup(void **state)
 {
 	(void)state;
-	snprintf(root, sizeof(root), "/tmp/locus-railauto-XXXXXX");
-	return mkdtemp(root) ? 0 : -1;
+	return fs_make_root("railauto");
 }
 
 static int tree_teardown(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return fs_remove_root();
 }
 
 /* Map gpus onto the tree; names[g] of the devices chosen. 0 or the error. */
@@ -132,7 +88,7 @@ static int map(const char *const *gpus, unsigned n, const char **names, struct l
 {
 	static struct locus_verbs_devinfo devs[64];
 	unsigned gd[LOCUS_CFG_MAX_GPUS], nd = 0;
-	int ret = locus_verbs_dev_near_gpus(root, gpus, n, devs, 64, &nd, gd, err);
+	int ret = locus_verbs_dev_near_gpus(fs_root, gpus, n, devs, 64, &nd, gd, err);
 
 	for (unsigned g = 0; ret == 0 && g < n; g++) {
 		assert_true(gd[g] < nd);
@@ -223,7 +179,7 @@ static void test_eight_by_eight(void **state)
 	expect_map(gpus8, 8, want);
 	/* one rail per NIC, numbered as the GPUs name them */
 	auto_cfg(&c, gpus8, 8, 8);
-	if (locus_rail_devs_resolve(&c, root, 1, &rd, &err) < 0)
+	if (locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err) < 0)
 		fail_msg("%s", err.msg);
 	assert_int_equal(rd.n, 8);
 	assert_int_equal(rd.n_gpus, 8);
@@ -233,12 +189,12 @@ static void test_eight_by_eight(void **state)
 	}
 	/* node.0 with one address: refused, naming the rails it needs */
 	auto_cfg(&c, gpus8, 8, 1);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), -ERANGE);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), -ERANGE);
 	assert_non_null(strstr(err.msg, "gpu_pci's 8 GPUs are nearest to 8 RDMA device(s), rails "
 				 "in this order: mlx5_0 mlx5_1 mlx5_2 mlx5_3 mlx5_6 mlx5_7 mlx5_4 "
 				 "mlx5_5; node.0 lists 1 address(es)"));
 	/* one node (the loopback alone): rail 0's device, no count to match */
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 0, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 0, &rd, &err), 0);
 	assert_string_equal(rd.name[0], "mlx5_0");
 	assert_int_equal(rd.n_gpus, 0);
 }
@@ -267,21 +223,21 @@ static void test_four_by_two(void **state)
 	expect_map(gpus, 4, want);
 
 	auto_cfg(&c, gpus, 4, 2);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_int_equal(rd.n, 2);
 	assert_string_equal(rd.name[0], "mlx5_0");
 	assert_string_equal(rd.name[1], "mlx5_1");
 	assert_memory_equal(rd.gpu_rail, ((uint8_t[]){ 0, 0, 1, 1 }), 4);
 
 	auto_cfg(&c, gpus2, 4, 2);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_string_equal(rd.name[0], "mlx5_1");
 	assert_string_equal(rd.name[1], "mlx5_0");
 	assert_memory_equal(rd.gpu_rail, ((uint8_t[]){ 0, 1, 0, 1 }), 4);
 
 	/* more addresses than the map's rails */
 	auto_cfg(&c, gpus, 4, 4);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), -ERANGE);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), -ERANGE);
 	assert_non_null(strstr(err.msg, "nearest to 2 RDMA device(s), rails in this order: "
 				 "mlx5_0 mlx5_1; node.0 lists 4 address(es)"));
 }
@@ -289,7 +245,7 @@ static void test_four_by_two(void **state)
 /*
  * The deepest common ancestor first, hops second: a NIC behind a nested
  * switch under the GPU's switch beats an integrated NIC on the host bridge
- * (fewer hops, but only the root complex in common); between two NICs
+ * (fewer hops, but only the fs_root complex in common); between two NICs
  * under the GPU's switch, the one fewer hops away wins.
  */
 static void test_switch_then_hops(void **state)
@@ -298,7 +254,7 @@ static void test_switch_then_hops(void **state)
 	(void)state;
 
 	pci("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", "0\n");
-	/* on the host bridge itself: 5 hops from the GPU, the root complex in common */
+	/* on the host bridge itself: 5 hops from the GPU, the fs_root complex in common */
 	nic("mlx5_0", "pci0000:00/0000:00:1c.0", "0\n");
 	/* behind a second switch under the GPU's: 6 hops, the GPU's switch in common */
 	nic("mlx5_1", "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/"
@@ -354,7 +310,7 @@ static void test_malformed(void **state)
 	(void)state;
 
 	/* no RDMA device at all */
-	mk("devices");
+	fs_mk("devices");
 	pci("pci0000:00/0000:00:01.0/0000:03:00.0", "0\n");
 	expect_err(one, 1, ENODEV, "no RDMA device under");
 	nic("mlx5_0", "pci0000:00/0000:00:02.0/0000:05:00.0", "0\n");
@@ -368,45 +324,45 @@ static void test_malformed(void **state)
 	expect_err((const char *const[]){ "../../../etc" }, 1, EINVAL, "is not a PCI address");
 	expect_err((const char *const[]){ "0000:03:00.8" }, 1, EINVAL, "is not a PCI address");
 	/* a GPU link that leads nowhere */
-	link_to("devices/pci0000:00/0000:00:01.0/0000:42:00.0", "bus/pci/devices/0000:42:00.0");
+	fs_link("devices/pci0000:00/0000:00:01.0/0000:42:00.0", "bus/pci/devices/0000:42:00.0");
 	expect_err(two, 2, ENODEV, "GPU 1 (0000:42:00.0): ");
 	expect_err(two, 2, ENODEV, "is a dangling link");
 	/* ... to another device */
-	link_to("devices/pci0000:00/0000:00:01.0/0000:03:00.0", "bus/pci/devices/0000:42:00.0");
+	fs_link("devices/pci0000:00/0000:00:01.0/0000:03:00.0", "bus/pci/devices/0000:42:00.0");
 	expect_err(two, 2, EINVAL, "0000:03:00.0, another device");
 	/* ... outside the devices tree */
-	mk("elsewhere/0000:42:00.0");
-	link_to("elsewhere/0000:42:00.0", "bus/pci/devices/0000:42:00.0");
+	fs_mk("elsewhere/0000:42:00.0");
+	fs_link("elsewhere/0000:42:00.0", "bus/pci/devices/0000:42:00.0");
 	expect_err(two, 2, EINVAL, "outside");
-	unlink(strcat(strcpy(p, root), "/bus/pci/devices/0000:42:00.0"));
+	unlink(strcat(strcpy(p, fs_root), "/bus/pci/devices/0000:42:00.0"));
 
 	/* a numa_node that is not a number, on the GPU and on a NIC */
-	put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "zero\n");
+	fs_put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "zero\n");
 	expect_err(one, 1, EINVAL, "GPU 0 (0000:03:00.0): ");
 	expect_err(one, 1, EINVAL, "numa_node is not a NUMA node number");
-	put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "4096\n");
+	fs_put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "4096\n");
 	expect_err(one, 1, EINVAL, "numa_node is not a NUMA node number");
-	put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "");
+	fs_put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "");
 	expect_err(one, 1, EINVAL, "numa_node is not a NUMA node number");
-	put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "-1\n");
+	fs_put("devices/pci0000:00/0000:00:01.0/0000:03:00.0/numa_node", "-1\n");
 	expect_map(one, 1, (const char *const[]){ "mlx5_0" });
-	put("devices/pci0000:00/0000:00:02.0/0000:05:00.0/numa_node", "0x1\n");
+	fs_put("devices/pci0000:00/0000:00:02.0/0000:05:00.0/numa_node", "0x1\n");
 	expect_err(one, 1, EINVAL, "RDMA device mlx5_0: ");
-	put("devices/pci0000:00/0000:00:02.0/0000:05:00.0/numa_node", "0\n");
+	fs_put("devices/pci0000:00/0000:00:02.0/0000:05:00.0/numa_node", "0\n");
 
 	/* an RDMA device whose device link dangles, or leads outside */
 	nic("mlx5_1", NULL, NULL);
-	link_to("devices/pci0000:00/0000:00:09.0/0000:09:00.0", "class/infiniband/mlx5_1/device");
+	fs_link("devices/pci0000:00/0000:00:09.0/0000:09:00.0", "class/infiniband/mlx5_1/device");
 	expect_err(one, 1, ENODEV, "RDMA device mlx5_1: ");
 	expect_err(one, 1, ENODEV, "class/infiniband/mlx5_1/device is a dangling link");
-	link_to("elsewhere", "class/infiniband/mlx5_1/device");
+	fs_link("elsewhere", "class/infiniband/mlx5_1/device");
 	expect_err(one, 1, EINVAL, "RDMA device mlx5_1: ");
 	/* no link at all: a software device, taken as one (never nearer than a PCI NIC) */
-	unlink(strcat(strcpy(p, root), "/class/infiniband/mlx5_1/device"));
+	unlink(strcat(strcpy(p, fs_root), "/class/infiniband/mlx5_1/device"));
 	expect_map(one, 1, (const char *const[]){ "mlx5_0" });
 
 	/* no devices tree */
-	snprintf(p, sizeof(p), "rm -rf '%s/devices'", root);
+	snprintf(p, sizeof(p), "rm -rf '%s/devices'", fs_root);
 	assert_int_equal(system(p), 0);
 	expect_err(one, 1, ENOENT, "/devices");
 }
@@ -430,33 +386,33 @@ static void test_resolve_forms(void **state)
 	strcpy(c.rdma_devices[0], "b");
 	strcpy(c.rdma_devices[1], "a");
 	c.n_rdma_devices = 2;
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_int_equal(rd.n, 2);
 	assert_string_equal(rd.name[0], "b");
 	assert_string_equal(rd.name[1], "a");
 	assert_int_equal(rd.n_gpus, 0);
 	/* none: no rail */
 	locus_config_defaults(&c);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_int_equal(rd.n, 0);
 	/* auto without gpu_pci: one device, nearest rdma_near_pci, as before */
 	strcpy(c.rdma_device, "auto");
 	strcpy(c.rdma_near_pci, "0000:82:00.0");
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_int_equal(rd.n, 1);
 	assert_string_equal(rd.name[0], "mlx5_1");
 	assert_int_equal(rd.n_gpus, 0);
 	c.rdma_near_pci[0] = '\0';
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_string_equal(rd.name[0], "mlx5_0");
 	/* auto with a GPU that is not there: the map's error, said to be auto's */
 	auto_cfg(&c, (const char *const[]){ "0000:82:00.0", "0000:99:00.0" }, 2, 1);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), -ENODEV);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), -ENODEV);
 	assert_non_null(strstr(err.msg, "rdma_device = auto with gpu_pci: GPU 1 (0000:99:00.0): "
 				 "no such PCI device"));
 	/* both GPUs nearest one NIC: one rail, one address */
 	auto_cfg(&c, (const char *const[]){ "0000:82:00.0", "0000:82:00.0" }, 2, 1);
-	assert_int_equal(locus_rail_devs_resolve(&c, root, 1, &rd, &err), 0);
+	assert_int_equal(locus_rail_devs_resolve(&c, fs_root, 1, &rd, &err), 0);
 	assert_int_equal(rd.n, 1);
 	assert_string_equal(rd.name[0], "mlx5_1");
 	assert_memory_equal(rd.gpu_rail, ((uint8_t[]){ 0, 0 }), 2);

@@ -10,7 +10,7 @@ $(eval $(call LIBRARY,verbs,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs
 $(eval $(call USES_PKG,verbs/ep.c verbs/cm.c verbs/data.c verbs/mem.c verbs/counters.c verbs/loop.c verbs/port.c verbs/dev.c,libibverbs librdmacm numa))
 
 # host unit tests (no device)
-$(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c,verbs_core common,cmocka libcrypto))
+$(eval $(call PROGRAM,tests/test_verbs_unit,tests/verbs/test_verbs_unit.c tests/fake_sysfs.c,verbs_core common,cmocka libcrypto))
 UNIT_TESTS += tests/test_verbs_unit
 $(eval $(call PROGRAM,tests/test_verbs_auth,tests/verbs/test_verbs_auth.c,verbs_core common,cmocka libcrypto))
 $(eval $(call USES_PKG,tests/verbs/test_verbs_auth.c,libcrypto))

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "../fake_sysfs.h"
 #include "locus_verbs.h"
 
 static void test_reject_codes(void **state)
@@ -162,58 +163,22 @@ static void test_ring_simulation(void **state)
 
 /* ---- fake sysfs ---- */
 
-static char root[64];
-
-static void mk(const char *rel)
-{
-	char p[512], *s;
-
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	for (s = p + strlen(root) + 1; (s = strchr(s, '/')); s++) {
-		*s = '\0';
-		mkdir(p, 0755);
-		*s = '/';
-	}
-	mkdir(p, 0755);
-}
-
-static void put(const char *rel, const char *text)
-{
-	char p[512];
-	FILE *f;
-
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	f = fopen(p, "w");
-	assert_non_null(f);
-	fputs(text, f);
-	fclose(f);
-}
-
-static void link_to(const char *target_rel, const char *rel)
-{
-	char t[512], p[512];
-
-	snprintf(t, sizeof(t), "%s/%s", root, target_rel);
-	snprintf(p, sizeof(p), "%s/%s", root, rel);
-	assert_int_equal(symlink(t, p), 0);
-}
-
 static void ib_dev(const char *name, const char *pci_rel, const char *numa)
 {
 	char d[256];
 
 	snprintf(d, sizeof(d), "class/infiniband/%s/ports/1/gids", name);
-	mk(d);
+	fs_mk(d);
 	snprintf(d, sizeof(d), "class/infiniband/%s/ports/1/gid_attrs/types", name);
-	mk(d);
+	fs_mk(d);
 	if (pci_rel) {
 		char n[256];
 
-		mk(pci_rel);
+		fs_mk(pci_rel);
 		snprintf(n, sizeof(n), "%s/numa_node", pci_rel);
-		put(n, numa);
+		fs_put(n, numa);
 		snprintf(d, sizeof(d), "class/infiniband/%s/device", name);
-		link_to(pci_rel, d);
+		fs_link(pci_rel, d);
 	}
 }
 
@@ -222,17 +187,16 @@ static void gid(const char *dev, int i, const char *g, const char *type)
 	char p[256];
 
 	snprintf(p, sizeof(p), "class/infiniband/%s/ports/1/gids/%d", dev, i);
-	put(p, g);
+	fs_put(p, g);
 	snprintf(p, sizeof(p), "class/infiniband/%s/ports/1/gid_attrs/types/%d", dev, i);
 	if (type)
-		put(p, type);
+		fs_put(p, type);
 }
 
 static int setup_sysfs(void **state)
 {
 	(void)state;
-	snprintf(root, sizeof(root), "/tmp/locus-fakesys-XXXXXX");
-	if (!mkdtemp(root))
+	if (fs_make_root("fakesys") < 0)
 		return -1;
 	/* socket 0: root port 00:01.0 -> switch 01:00.0 -> {mlx5_0 @ 02:00.0, GPU @ 02:01.0} */
 	ib_dev("mlx5_0", "devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0", "0\n");
@@ -241,12 +205,12 @@ static int setup_sysfs(void **state)
 	/* socket 1 */
 	ib_dev("mlx5_2", "devices/pci0000:80/0000:80:01.0/0000:81:00.0", "1\n");
 	ib_dev("rxe0", NULL, NULL); /* software device: no parent */
-	mk("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0");
-	mk("devices/pci0000:80/0000:80:02.0/0000:83:00.0");
-	mk("bus/pci/devices");
-	link_to("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0",
+	fs_mk("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0");
+	fs_mk("devices/pci0000:80/0000:80:02.0/0000:83:00.0");
+	fs_mk("bus/pci/devices");
+	fs_link("devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0",
 		"bus/pci/devices/0000:02:01.0");
-	link_to("devices/pci0000:80/0000:80:02.0/0000:83:00.0", "bus/pci/devices/0000:83:00.0");
+	fs_link("devices/pci0000:80/0000:80:02.0/0000:83:00.0", "bus/pci/devices/0000:83:00.0");
 	gid("mlx5_0", 0, "fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", "IB/RoCE v1\n");
 	gid("mlx5_0", 1, "fe80:0000:0000:0000:0202:c9ff:fe00:0001\n", "RoCE v2\n");
 	gid("mlx5_0", 2, "0000:0000:0000:0000:0000:ffff:0a00:0005\n", "IB/RoCE v1\n");
@@ -258,11 +222,8 @@ static int setup_sysfs(void **state)
 
 static int teardown_sysfs(void **state)
 {
-	char cmd[128];
-
 	(void)state;
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-	return system(cmd) == 0 ? 0 : -1;
+	return fs_remove_root();
 }
 
 static void test_dev_list(void **state)
@@ -270,7 +231,7 @@ static void test_dev_list(void **state)
 	struct locus_verbs_devinfo d[8];
 
 	(void)state;
-	assert_int_equal(locus_verbs_dev_list(root, d, 8), 4);
+	assert_int_equal(locus_verbs_dev_list(fs_root, d, 8), 4);
 	assert_string_equal(d[0].name, "mlx5_0");
 	assert_string_equal(d[3].name, "rxe0");
 	assert_int_equal(d[0].numa_node, 0);
@@ -280,7 +241,7 @@ static void test_dev_list(void **state)
 	assert_non_null(strstr(d[0].pci, "0000:02:00.0"));
 	assert_int_equal(d[0].n_ports, 1);
 	/* a short array still reports how many exist */
-	assert_int_equal(locus_verbs_dev_list(root, d, 2), 4);
+	assert_int_equal(locus_verbs_dev_list(fs_root, d, 2), 4);
 	/* no infiniband class at all: zero devices, not an error */
 	assert_int_equal(locus_verbs_dev_list("/nonexistent-sysfs", d, 8), 0);
 }
@@ -292,27 +253,27 @@ static void test_dev_pick(void **state)
 	int n;
 
 	(void)state;
-	n = locus_verbs_dev_list(root, d, 8);
+	n = locus_verbs_dev_list(fs_root, d, 8);
 	assert_int_equal(n, 4);
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_2", root, NULL, -1, &err), 2);
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_9", root, NULL, -1, &err), -ENODEV);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_2", fs_root, NULL, -1, &err), 2);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "mlx5_9", fs_root, NULL, -1, &err), -ENODEV);
 	assert_non_null(strstr(err.msg, "mlx5_9"));
 	/* GPU behind the same switch as mlx5_0 beats mlx5_1 on the same socket */
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:02:01.0", -1, &err), 0);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, "0000:02:01.0", -1, &err), 0);
 	/* a GPU on socket 1: same root complex as mlx5_2 */
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:83:00.0", -1, &err), 2);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, "0000:83:00.0", -1, &err), 2);
 	/* NUMA only */
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, NULL, 1, &err), 2);
-	assert_int_equal(locus_verbs_dev_pick(d, 4, NULL, root, NULL, 0, &err), 0);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, NULL, 1, &err), 2);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, NULL, fs_root, NULL, 0, &err), 0);
 	/* nothing to go by: the lowest name */
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, NULL, -1, &err), 0);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, NULL, -1, &err), 0);
 	/* bad PCI references */
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "0000:99:00.0", -1, &err), -ENODEV);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, "0000:99:00.0", -1, &err), -ENODEV);
 	assert_non_null(strstr(err.msg, "0000:99:00.0"));
-	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", root, "../../etc", -1, &err), -ENODEV);
-	assert_int_equal(locus_verbs_dev_pick(d, 0, "auto", root, NULL, -1, &err), -ENODEV);
+	assert_int_equal(locus_verbs_dev_pick(d, 4, "auto", fs_root, "../../etc", -1, &err), -ENODEV);
+	assert_int_equal(locus_verbs_dev_pick(d, 0, "auto", fs_root, NULL, -1, &err), -ENODEV);
 	/* a software device only: auto still works */
-	assert_int_equal(locus_verbs_dev_pick(&d[3], 1, "auto", root, NULL, 0, &err), 0);
+	assert_int_equal(locus_verbs_dev_pick(&d[3], 1, "auto", fs_root, NULL, 0, &err), 0);
 }
 
 static void test_gid_ipv4(void **state)
@@ -321,16 +282,16 @@ static void test_gid_ipv4(void **state)
 
 	(void)state;
 	/* skips RoCE v1 and the link-local v2 GID */
-	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, NULL, &a), 3);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "mlx5_0", 1, NULL, &a), 3);
 	assert_string_equal(inet_ntoa(a), "10.0.0.5");
 	inet_aton("10.0.1.5", &want);
-	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, &want, &a), 4);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "mlx5_0", 1, &want, &a), 4);
 	assert_string_equal(inet_ntoa(a), "10.0.1.5");
 	inet_aton("10.9.9.9", &want);
-	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 1, &want, &a), -ENOENT);
-	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_1", 1, NULL, &a), -ENOENT);
-	assert_int_equal(locus_verbs_gid_ipv4(root, "mlx5_0", 2, NULL, &a), -ENOENT);
-	assert_int_equal(locus_verbs_gid_ipv4(root, "../x", 1, NULL, &a), -EINVAL);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "mlx5_0", 1, &want, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "mlx5_1", 1, NULL, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "mlx5_0", 2, NULL, &a), -ENOENT);
+	assert_int_equal(locus_verbs_gid_ipv4(fs_root, "../x", 1, NULL, &a), -EINVAL);
 }
 
 int main(void)
