@@ -671,19 +671,24 @@ static int shared_addr(const struct locus_cfg_node *a, const struct locus_cfg_no
  * count at start). rdma_near_pci / rdma_near_numa choose auto's one device
  * without gpu_pci and mean nothing with it.
  */
+static int rails_by_gpu(const struct locus_config *c)
+{
+	return !strcmp(c->rdma_device, "auto") && c->n_gpu_pci;
+}
+
 static int check_auto_rails(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
 	uint32_t rails = c->nodes[c->node_id].n_rails;
+	const char *near = c->rdma_near_pci[0] ? "rdma_near_pci" : "rdma_near_numa";
 
-	if (strcmp(c->rdma_device, "auto") || !c->n_gpu_pci)
+	if (!rails_by_gpu(c))
 		return 0;
 	if (c->rdma_near_pci[0] || c->rdma_near_numa >= 0)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "%s with rdma_device = auto and gpu_pci: "
 				"auto takes the device nearest each GPU (a rail per device), "
 				"%s chooses its one device without gpu_pci: drop one of them",
-				c->rdma_near_pci[0] ? "rdma_near_pci" : "rdma_near_numa",
-				c->rdma_near_pci[0] ? "rdma_near_pci" : "rdma_near_numa");
+				near, near);
 	if (rails > c->n_gpu_pci)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node.%u lists %u addresses (rails), but "
 				"rdma_device = auto with gpu_pci gives at most one rail per GPU (%u)",
@@ -694,7 +699,6 @@ static int check_auto_rails(struct cfg_parser *p)
 static int check_whole(struct cfg_parser *p)
 {
 	struct locus_config *c = p->cfg;
-	int auto_by_gpu = !strcmp(c->rdma_device, "auto") && c->n_gpu_pci;
 	int ret;
 
 	if (c->n_gpu_pci && c->n_gpu_pci != c->gpus_per_node)
@@ -721,7 +725,7 @@ static int check_whole(struct cfg_parser *p)
 	ret = check_auto_rails(p);
 	if (ret < 0)
 		return ret;
-	if (c->n_rdma_devices == 1 && c->nodes[c->node_id].n_rails > 1 && !auto_by_gpu)
+	if (c->n_rdma_devices == 1 && c->nodes[c->node_id].n_rails > 1 && !rails_by_gpu(c))
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node.%u lists %u addresses (rails), but "
 				"rdma_device = %s names one device: list one per rail%s", c->node_id,
 				c->nodes[c->node_id].n_rails, c->rdma_device,
