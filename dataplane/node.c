@@ -231,9 +231,7 @@ int locus_node_create_remotes(const struct locus_config *cfg, uint64_t (*now)(vo
 	n->eng_ticket = calloc((size_t)cfg->client_slots * n->n_eng, sizeof(*n->eng_ticket));
 	if (!n->ticket || !n->cmd || !n->attached || !n->claim || !n->grant || !n->decoder_owner ||
 	    !n->rank_owner || !n->decoder_engine || !n->rank_engine || !n->draining || !n->conn ||
-	    !n->renew ||
-	    !n->slot_engine ||
-	    !n->eng_ticket) {
+	    !n->renew || !n->slot_engine || !n->eng_ticket) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
