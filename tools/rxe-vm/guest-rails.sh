@@ -206,7 +206,7 @@ regions_report() {
 # failover). The times come from locusd's clock (rail_*_at_ms) against the script's. Returns
 # 1 only when n0 kept the device and had to be killed for the kernel to finish (failed)
 device_gone() {
-	local t td ta ups f0 f rc lost0 back0 ba ua la end del
+	local t td ta ups f0 f rc lost0 back0 ba ua la end del carried=0
 	snap 0 "$W/dg-a.0"
 	lost0=$(val "$W/dg-a.0" rail_device_lost 'rail="1"')
 	back0=$(val "$W/dg-a.0" rail_device_back 'rail="1"')
@@ -258,12 +258,13 @@ device_gone() {
 	while [ $SECONDS -lt $end ]; do
 		snap 0 "$W/dg-d.0"
 		ua=$(val "$W/dg-d.0" rail_up_msg_at_ms 'rail="1"')
-		[ "$ua" -ge "$ta" ] && [ "$(val "$W/dg-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] && break
+		[ "$ua" -ge "$ta" ] && [ "$(val "$W/dg-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ] &&
+			{ carried=1; break; }
 		kill -0 $LG 2>/dev/null || break
 		sleep 0.5
 	done
 	ba=$(val "$W/dg-d.0" rail_device_back_at_ms 'rail="1"')
-	if [ "$ua" -ge "$ta" ] && [ "$(val "$W/dg-d.0" verbs_r1_tx_msgs)" -gt $((f0 + 20)) ]; then
+	if [ $carried = 1 ]; then
 		say "   device back: rdma link add -> n0 reopened rxex2 in $((ba - ta)) ms -> rail 1's" \
 			"first message $((ua - ta)) ms after the add (the device away $((ua - la)) ms" \
 			"in all); $(( $(val "$W/dg-d.0" verbs_r1_tx_msgs) - f0 )) messages on rail 1" \
