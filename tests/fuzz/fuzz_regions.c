@@ -5,9 +5,10 @@
  * locus_regions instance (dataplane/regions.c) over a real engine
  * (fuzz_engine.h, node 0), each carrying any bytes and 0..5 file
  * descriptors (memfds none of which is sealed against shrinking, /dev/null,
- * a socket: this host has no dma-buf exporter, so none can be registered). Input: up to 8 requests, each a
- * flags byte (fd count and kinds; bit 7 sets slot and generation to the
- * sender's own), a length byte and the bytes. Contract, from
+ * a socket: this host has no dma-buf exporter, so none can be registered).
+ * Input: up to 8 requests, each a flags byte (fd count and kinds; bit 7 sets
+ * slot and generation to the sender's own), a length byte and the bytes.
+ * Contract, from
  * locus_regions.h and locus_client.h: every connection gets exactly one
  * well-formed answer (magic, version, a refusal with a sentence) and every
  * refusal is counted once in regions_refused; no descriptor passed in is
