@@ -60,7 +60,7 @@
  *                                      # (not both in one file). SIGHUP applies them.
  *   tau             = 0.1              # default locality band
  *   eldr_precision  = 16               # the router's arithmetic: 16 (int16 centroids) or 8
- *                                      # (u8, about 1.5x the decisions per core, scores within
+ *                                      # (u8, about 1.35x the decisions per core, scores within
  *                                      # 2e-3; locus_eldr_router.h, README)
  *   load_timeout_ms = 1000             # a decoder silent this long is skipped
  *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
