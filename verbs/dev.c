@@ -333,7 +333,6 @@ static void dev_reopen(struct locus_verbs_ep *ep)
 {
 	const struct locus_verbs_dev_callbacks *cb = &ep->prm.dev_cb;
 	struct locus_error err = { 0 };
-	uint64_t now;
 	int rc;
 
 	locus_verbs_dev_reopen(&ep->dev);
@@ -357,14 +356,7 @@ static void dev_reopen(struct locus_verbs_ep *ep)
 	snprintf(ep->dev_note, sizeof(ep->dev_note), "reopened");
 	locus_verbs_dev_revive(&ep->dev);
 	/* as when a port comes back: the dialling peers redial now */
-	now = locus_verbs_now_ns();
-	for (uint32_t i = 0; i < ep->n_peers; i++) {
-		struct locus_verbs_peer *p = ep->peers[i];
-
-		p->backoff_ms = ep->prm.backoff_min_ms;
-		if (p->phase == CTL_BACKOFF)
-			p->deadline_ns = now;
-	}
+	locus_verbs_redial_now(ep);
 }
 
 void locus_verbs_dev_step(struct locus_verbs_ep *ep)
