@@ -876,14 +876,9 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		.load_period_us = 1000,
 	};
 	n->sync_period = rte_get_tsc_hz() / 1000000 * SYNC_US;
-	{
-		struct timespec ts;
-
-		/* failover instants are exported as wall-clock ms (rail_*_at_ms) */
-		clock_gettime(CLOCK_REALTIME, &ts);
-		n->base_tsc = rte_get_tsc_cycles();
-		n->base_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-	}
+	/* failover instants are exported as wall-clock ms (rail_*_at_ms) */
+	n->base_ms = (uint64_t)wall_now_ms();
+	n->base_tsc = rte_get_tsc_cycles();
 	me.s_addr = cfg->nodes[cfg->node_id].ipv4;
 	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", n->rail[0].dev,
 		cfg->node_id, inet_ntoa(me), cfg->nodes[cfg->node_id].port, cfg->n_nodes - 1);

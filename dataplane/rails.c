@@ -4,6 +4,12 @@
 
 #include "locus_rails.h"
 
+/* The mod rule: local rank s over the rails shared with node (none: rail 0). */
+static uint8_t mod_home(const struct locus_rails *r, uint32_t node, uint32_t s)
+{
+	return (uint8_t)(s % (r->common[node] ? r->common[node] : 1));
+}
+
 void locus_rails_init(struct locus_rails *r, const struct locus_config *cfg)
 {
 	memset(r, 0, sizeof(*r));
@@ -13,7 +19,7 @@ void locus_rails_init(struct locus_rails *r, const struct locus_config *cfg)
 		r->common[node] = node == cfg->node_id ? 0 :
 				  (uint8_t)locus_config_common_rails(cfg, cfg->node_id, node);
 		for (uint32_t s = 0; s < LOCUS_CFG_MAX_GPUS; s++) {
-			r->home[node][s] = (uint8_t)(s % (r->common[node] ? r->common[node] : 1));
+			r->home[node][s] = mod_home(r, node, s);
 			r->cur[node][s] = r->home[node][s];
 		}
 	}
@@ -23,9 +29,9 @@ void locus_rails_map(struct locus_rails *r, const uint8_t *gpu_rail, uint32_t n)
 {
 	for (uint32_t node = 0; node < r->n_nodes; node++)
 		for (uint32_t s = 0; s < n && s < LOCUS_CFG_MAX_GPUS; s++) {
-			uint32_t c = r->common[node] ? r->common[node] : 1;
-
-			r->home[node][s] = (uint8_t)(gpu_rail[s] < c ? gpu_rail[s] : s % c);
+			/* the map's rail where node has it too */
+			r->home[node][s] = gpu_rail[s] < r->common[node] ? gpu_rail[s] :
+					   mod_home(r, node, s);
 			r->cur[node][s] = r->home[node][s];
 		}
 }

@@ -245,7 +245,7 @@ static void test_four_by_two(void **state)
 /*
  * The deepest common ancestor first, hops second: a NIC behind a nested
  * switch under the GPU's switch beats an integrated NIC on the host bridge
- * (fewer hops, but only the fs_root complex in common); between two NICs
+ * (fewer hops, but only the root complex in common); between two NICs
  * under the GPU's switch, the one fewer hops away wins.
  */
 static void test_switch_then_hops(void **state)
@@ -254,7 +254,7 @@ static void test_switch_then_hops(void **state)
 	(void)state;
 
 	pci("pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0", "0\n");
-	/* on the host bridge itself: 5 hops from the GPU, the fs_root complex in common */
+	/* on the host bridge itself: 5 hops from the GPU, the root complex in common */
 	nic("mlx5_0", "pci0000:00/0000:00:1c.0", "0\n");
 	/* behind a second switch under the GPU's: 6 hops, the GPU's switch in common */
 	nic("mlx5_1", "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0/"

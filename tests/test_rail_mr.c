@@ -133,6 +133,13 @@ static void expect_copied(const struct msg *m)
 	}
 }
 
+/* Resolve m as it is now for rail (the whole of its buffer to copy into). */
+static int resolve(const struct locus_rail_mrs *t, struct msg *m, uint32_t key, uint32_t rail)
+{
+	return locus_rail_mrs_resolve(t, key, rail, m->buf, &m->len, sizeof(m->buf), m->sg,
+				      &m->n_sg);
+}
+
 /*
  * Resolve a fresh message of key for rail: its return; on 0 every segment
  * carries the key of an MR that is registered now (never a freed one's).
@@ -143,8 +150,7 @@ static int resolve_live(const struct locus_rail_mrs *t, struct msg *m, uint64_t 
 	int ret;
 
 	msg_of(m, iova, key);
-	ret = locus_rail_mrs_resolve(t, key, rail, m->buf, &m->len, sizeof(m->buf), m->sg,
-				     &m->n_sg);
+	ret = resolve(t, m, key, rail);
 	for (uint32_t j = 0; ret == 0 && j < m->n_sg; j++) {
 		assert_int_equal(F.live[m->sg[j].lkey & 0xffff], 1);
 		assert_int_equal(m->sg[j].lkey, t->e[key - 1].lkey[rail]);
@@ -183,8 +189,7 @@ static void test_every_rail(void **state)
 	assert_string_equal(how.why, "rail 0 MR on the mapping, rail 1 MR on the mapping");
 	for (uint32_t r = 0; r < 2; r++) {
 		msg_of(&m, iova, (uint32_t)key);
-		assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, r, m.buf, &m.len,
-							sizeof(m.buf), m.sg, &m.n_sg), 0);
+		assert_int_equal(resolve(&t, &m, (uint32_t)key, r), 0);
 		assert_int_equal(m.len, 32);
 		assert_int_equal(m.n_sg, 2);
 		assert_int_equal(m.sg[0].lkey, t.e[key - 1].lkey[r]);
@@ -227,20 +232,16 @@ static void test_one_rail_refuses(void **state)
 	assert_int_equal(locus_rail_mrs_no_mr(&t, 2), 0);
 	/* rail 1: copied from the mapping, in the segments' order */
 	msg_of(&m, iova, (uint32_t)key);
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 1, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), 1);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 1), 1);
 	expect_copied(&m);
 	/* resolved for rail 0 (gathered), then moved to rail 1 before it was posted */
 	msg_of(&m, iova, (uint32_t)key);
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 0, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), 0);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 0), 0);
 	assert_int_equal(m.sg[0].lkey, t.e[key - 1].lkey[0]);
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 1, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), 1);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 1), 1);
 	expect_copied(&m);
 	/* ... and from rail 1 to rail 2: already whole, nothing left to resolve */
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 2, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), 0);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 2), 0);
 	expect_copied(&m);
 	/* a message that would not fit its buffer is refused there, unchanged */
 	msg_of(&m, iova, (uint32_t)key);
@@ -288,11 +289,9 @@ static void test_dmabuf_mixed(void **state)
 	assert_int_equal(iova, 4096);
 	assert_int_equal(how.none, 1);
 	msg_of(&m, iova, (uint32_t)key);
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 1, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), -EOPNOTSUPP);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 1), -EOPNOTSUPP);
 	assert_int_equal(m.n_sg, 2);
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 0, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), 0);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 0), 0);
 	locus_rail_mrs_fini(&t);
 	assert_int_equal(F.regs[0], 2);
 	assert_int_equal(F.deregs[0], 2);
@@ -348,20 +347,14 @@ static void test_bad_keys(void **state)
 	assert_int_equal(locus_rail_mrs_init(&t, 2, 4, &dev), 0);
 	key = locus_rail_mrs_reg(&t, -1, 0, sizeof(region), region, &iova, &how);
 	msg_of(&m, iova, (uint32_t)key);
-	assert_int_equal(locus_rail_mrs_resolve(&t, 0, 0, m.buf, &m.len, sizeof(m.buf), m.sg,
-						&m.n_sg), -EINVAL);
-	assert_int_equal(locus_rail_mrs_resolve(&t, 5, 0, m.buf, &m.len, sizeof(m.buf), m.sg,
-						&m.n_sg), -EINVAL);
-	assert_int_equal(locus_rail_mrs_resolve(&t, 2, 0, m.buf, &m.len, sizeof(m.buf), m.sg,
-						&m.n_sg), -EINVAL); /* not registered */
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 2, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), -EINVAL); /* no rail 2 */
+	assert_int_equal(resolve(&t, &m, 0, 0), -EINVAL);
+	assert_int_equal(resolve(&t, &m, 5, 0), -EINVAL);
+	assert_int_equal(resolve(&t, &m, 2, 0), -EINVAL); /* not registered */
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 2), -EINVAL); /* no rail 2 */
 	m.sg[1].addr = iova + 200; /* 200 + 64 > 256 */
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 0, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), -EINVAL);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 0), -EINVAL);
 	m.sg[1].addr = iova - 64;
-	assert_int_equal(locus_rail_mrs_resolve(&t, (uint32_t)key, 0, m.buf, &m.len, sizeof(m.buf),
-						m.sg, &m.n_sg), -EINVAL);
+	assert_int_equal(resolve(&t, &m, (uint32_t)key, 0), -EINVAL);
 	assert_int_equal(m.sg[0].lkey, (uint32_t)key);
 	assert_int_equal(m.len, 32);
 	locus_rail_mrs_dereg(&t, (uint32_t)key);

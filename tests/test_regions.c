@@ -7,7 +7,8 @@
  * This host has no dma-buf exporter (no /dev/udmabuf, /dev/dri or DMA
  * heaps), so what needs a real dma-buf runs in the Soft-RoCE VM (vgem,
  * tools/rxe-vm/guest-locusd.sh). Checked here: a memfd is refused as not a
- * dma-buf unless it is sealed against shrinking (host memory: taken, mapped); bad offsets and lengths, a malformed request, a slot that is not
+ * dma-buf unless it is sealed against shrinking (host memory: taken,
+ * mapped); bad offsets and lengths, a malformed request, a slot that is not
  * the sender's (unknown, another process's, a stale generation), an unknown
  * region, a request without its fd and a connection closed without a
  * request are refused with a clear status and counted by reason; a DISPATCH

@@ -56,31 +56,6 @@ static int read_numa(const char *dev)
 	return v;
 }
 
-/* Register (again) the memory of every peer with the new PD; undo on failure. */
-static int peers_rereg(struct locus_verbs_ep *ep, struct locus_error *err)
-{
-	uint32_t i;
-	int rc = 0;
-
-	for (i = 0; i < ep->n_peers && rc == 0; i++) {
-		struct locus_verbs_peer *p = ep->peers[i];
-
-		rc = locus_verbs_mr_rereg(ep, &p->inbox, err);
-		if (rc == 0)
-			rc = locus_verbs_mr_rereg(ep, &p->hs_mr, err);
-		if (rc == 0)
-			rc = locus_verbs_mr_rereg(ep, &p->area_tx, err);
-	}
-	if (rc == 0)
-		return 0;
-	while (i-- > 0) {
-		locus_verbs_mr_unreg(&ep->peers[i]->inbox);
-		locus_verbs_mr_unreg(&ep->peers[i]->hs_mr);
-		locus_verbs_mr_unreg(&ep->peers[i]->area_tx);
-	}
-	return rc;
-}
-
 /* Deregister every peer's memory (kept: the inboxes keep their addresses). */
 static void peers_unreg(struct locus_verbs_ep *ep)
 {
@@ -89,6 +64,29 @@ static void peers_unreg(struct locus_verbs_ep *ep)
 		locus_verbs_mr_unreg(&ep->peers[i]->hs_mr);
 		locus_verbs_mr_unreg(&ep->peers[i]->area_tx);
 	}
+}
+
+/*
+ * Register (again) the memory of every peer with the new PD; undo on
+ * failure (every peer's: none had an MR before, dev_free unregistered them
+ * and a peer cannot be added while there is no PD).
+ */
+static int peers_rereg(struct locus_verbs_ep *ep, struct locus_error *err)
+{
+	int rc = 0;
+
+	for (uint32_t i = 0; i < ep->n_peers && rc == 0; i++) {
+		struct locus_verbs_peer *p = ep->peers[i];
+
+		rc = locus_verbs_mr_rereg(ep, &p->inbox, err);
+		if (rc == 0)
+			rc = locus_verbs_mr_rereg(ep, &p->hs_mr, err);
+		if (rc == 0)
+			rc = locus_verbs_mr_rereg(ep, &p->area_tx, err);
+	}
+	if (rc)
+		peers_unreg(ep);
+	return rc;
 }
 
 int locus_verbs_dev_open(struct locus_verbs_ep *ep, bool reopen, struct locus_error *err)
@@ -333,7 +331,6 @@ static void dev_reopen(struct locus_verbs_ep *ep)
 {
 	const struct locus_verbs_dev_callbacks *cb = &ep->prm.dev_cb;
 	struct locus_error err = { 0 };
-	uint64_t now;
 	int rc;
 
 	locus_verbs_dev_reopen(&ep->dev);
@@ -357,14 +354,7 @@ static void dev_reopen(struct locus_verbs_ep *ep)
 	snprintf(ep->dev_note, sizeof(ep->dev_note), "reopened");
 	locus_verbs_dev_revive(&ep->dev);
 	/* as when a port comes back: the dialling peers redial now */
-	now = locus_verbs_now_ns();
-	for (uint32_t i = 0; i < ep->n_peers; i++) {
-		struct locus_verbs_peer *p = ep->peers[i];
-
-		p->backoff_ms = ep->prm.backoff_min_ms;
-		if (p->phase == CTL_BACKOFF)
-			p->deadline_ns = now;
-	}
+	locus_verbs_redial_now(ep);
 }
 
 void locus_verbs_dev_step(struct locus_verbs_ep *ep)

@@ -29,11 +29,10 @@ static void port_down(struct locus_verbs_ep *ep)
 	}
 }
 
-static void port_up(struct locus_verbs_ep *ep)
+void locus_verbs_redial_now(struct locus_verbs_ep *ep)
 {
 	uint64_t now = locus_verbs_now_ns();
 
-	ep->stats.port_ups++;
 	for (uint32_t i = 0; i < ep->n_peers; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
@@ -41,6 +40,12 @@ static void port_up(struct locus_verbs_ep *ep)
 		if (p->phase == CTL_BACKOFF)
 			p->deadline_ns = now;
 	}
+}
+
+static void port_up(struct locus_verbs_ep *ep)
+{
+	ep->stats.port_ups++;
+	locus_verbs_redial_now(ep);
 }
 
 int locus_verbs_port_events(struct locus_verbs_ep *ep)

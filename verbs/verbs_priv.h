@@ -208,6 +208,11 @@ void locus_verbs_ctl_handover(struct locus_verbs_ep *ep);
  * loses the device). Returns the events handled.
  */
 int locus_verbs_port_events(struct locus_verbs_ep *ep);
+/*
+ * The dialling peers redial at the next service, their back-off reset (a
+ * port up, a device reopened: dev.c).
+ */
+void locus_verbs_redial_now(struct locus_verbs_ep *ep);
 
 /* ---- the device's life (dev.c, control thread) ---- */
 /*
