@@ -456,7 +456,7 @@ static void plan_assign_sets(const struct pass1 *arg)
  * the last token (+ 1) sent to r, want[r] the last slot with a choice (its
  * token + 1, << 8 | slot) with a copy on r, so that a choice at slot j sees
  * a later one's copy as want[r] > its own tag (older tokens' marks are
- * smaller; the first choice needs no mark).
+ * smaller; the first choice needs no mark). Both N + 2 long, as count.
  */
 static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t *want)
 {
@@ -465,6 +465,8 @@ static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t 
 	struct locus_grace_slot *sl = a.sl;
 	const uint32_t k = a.k, S = a.S;
 
+	memset(last, 0, (a.N + 2) * sizeof(*last)); /* no token sent anywhere yet */
+	memset(want, 0, (a.N + 2) * sizeof(*want)); /* no later choice anywhere */
 	for (uint32_t t1 = 1; t1 <= a.n_tokens; t1++, ex += k, sl += k) {
 		uint32_t choice = 0; /* slots whose expert has a choice of copies */
 
@@ -611,8 +613,6 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	p->gates = b->gates;
 	/* N + 2: the spare ranks of a choice (N) and of a held copy's padding (N + 1) */
 	memset(p->count, 0, (N + 2) * sizeof(uint32_t));
-	memset(p->first, 0, (N + 2) * sizeof(uint32_t)); /* pass 1: last token (+1) sent to r */
-	memset(p->want, 0, (N + 2) * sizeof(uint64_t));  /* pass 1: no later choice anywhere */
 	if (unlikely(++p->seq == 0)) {
 		memset(p->eroute, 0, LOCUS_GRACE_MAX_EXPERTS * sizeof(*p->eroute));
 		p->seq = 1;
@@ -625,7 +625,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 			    .n_tokens = b->n_tokens };
 	if (N <= 64)
 		plan_assign_sets(&a);
-	else
+	else /* first[] serves as last[] until the tier loop below */
 		plan_assign_marks(&a, p->first, p->want);
 
 	/* destinations in tier order: own GPU, own node, other nodes */

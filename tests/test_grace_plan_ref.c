@@ -135,8 +135,8 @@ static void plan_trace(struct rig *g, const struct locus_trace *t, uint32_t src)
 
 				if (tok < len) {
 					const uint16_t *ids = tok < rq->prompt_len ?
-						rq->prompt + ((size_t)tok * L + l) * k :
-						rq->gen + ((size_t)(tok - rq->prompt_len) * L + l) * k;
+						locus_trace_tok(t, rq->prompt, tok, l) :
+						locus_trace_tok(t, rq->gen, tok - rq->prompt_len, l);
 
 					memcpy(ex + (size_t)n * k, ids, sizeof(*ids) * k);
 					n++;
