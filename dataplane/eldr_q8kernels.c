@@ -59,9 +59,6 @@ uint64_t eldr_q8load_scalar(const struct locus_eldr_router *r, const uint16_t *c
 	return n2;
 }
 
-/* a += x . q pairwise in place (see DPW in eldr_qkernels.c: no accumulator copies) */
-#define DPW8(a, x, q) __asm__("vpdpwssd %2, %1, %0" : "+v"(a) : "v"(x), "v"(q))
-
 /* The int32 lanes of v added into the int64 lanes of acc. */
 Q512 static inline __m512i add_epi32_to_64(__m512i acc, __m512i v)
 {
@@ -97,8 +94,8 @@ Q512 static inline __m512i add_epu16_to_64(__m512i acc, __m512i v)
 					      amax);                                        \
 		sq_ = _mm512_mullo_epi16(v_, v_);                                           \
 		as = _mm512_add_epi16(as, v_);                                              \
-		DPW8(hi, sq_, _mm512_srli_epi16(w_, 8));                                    \
-		DPW8(lo, sq_, _mm512_and_si512(w_, lo8));                                   \
+		DPW(hi, sq_, _mm512_srli_epi16(w_, 8));                                     \
+		DPW(lo, sq_, _mm512_and_si512(w_, lo8));                                    \
 		_mm256_storeu_si256((__m256i *)(a8 + (f)), _mm512_cvtepi16_epi8(v_));       \
 	} while (0)
 
@@ -220,7 +217,7 @@ Q512 uint64_t eldr_q8load_avx512(const struct locus_eldr_router *r, const uint16
 /*
  * a += u x s, u bytes unsigned (a centroid's), s signed (a signature's
  * levels), four products per int32 lane, in place (see DPW in
- * eldr_qkernels.c)
+ * eldr_simd_priv.h)
  */
 #define DPB(a, u, s) __asm__("vpdpbusd %2, %1, %0" : "+v"(a) : "v"(u), "v"(s))
 
