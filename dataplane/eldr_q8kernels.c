@@ -19,20 +19,20 @@
  */
 #define W8_CHUNK (INT32_MAX / (2u * ELDR_A8MAX * ELDR_A8MAX * 255u))
 
+/* Level of count c at shift s: round half up, without overflow. */
+static inline uint32_t level(uint32_t c, uint32_t s)
+{
+	return s ? ((c >> (s - 1)) + 1) >> 1 : c;
+}
+
 /* The smallest s with every level round(c / 2^s), c <= maxc, at most ELDR_A8MAX. */
 uint32_t eldr_a8shift(uint32_t maxc)
 {
 	uint32_t s = 0;
 
-	while (s < 16 && (s ? ((maxc >> (s - 1)) + 1) >> 1 : maxc) > ELDR_A8MAX)
+	while (s < 16 && level(maxc, s) > ELDR_A8MAX)
 		s++;
 	return s;
-}
-
-/* Level of count c at shift s: round half up, without overflow. */
-static inline uint32_t level(uint32_t c, uint32_t s)
-{
-	return s ? ((c >> (s - 1)) + 1) >> 1 : c;
 }
 
 uint64_t eldr_q8load_scalar(const struct locus_eldr_router *r, const uint16_t *counts,
