@@ -2,7 +2,7 @@
 /*
  * The 8-bit arithmetic's kernels (eldr_priv.h): a signature's counts to
  * levels a <= ELDR_A8MAX with the exact norm^2 sum a^2 x W, and, on
- * AVX-512 VNNI, the dot products of the levels as bytes with the int8
+ * AVX-512 VNNI, the dot products of the levels as bytes with the u8
  * centroids (vpdpbusd: 64 products per instruction, twice vpdpwssd's).
  * Scalar and AVX2 run the 16-bit kernels on the same levels: the same
  * integers, so every 8-bit path gives the same bits.
@@ -14,7 +14,7 @@
 
 /*
  * Steps of 32 features whose norm products an int32 lane may sum, over
- * all chains together: a step adds two a^2 x (a byte of W) <= 2 x 32761 x
+ * all chains together: a step adds two a^2 x (a byte of W) <= 2 x 127^2 x
  * 255 to a lane of one chain.
  */
 #define W8_CHUNK (INT32_MAX / (2u * ELDR_A8MAX * ELDR_A8MAX * 255u))

@@ -37,7 +37,7 @@
 #define FLOAT_TOL 4e-6 /* the reference's own rounding, and the final float products */
 /*
  * The 8-bit arithmetic's stated tolerance: |score - exact cosine| on real
- * signatures (README, "The router's 8-bit arithmetic", gives the measured
+ * signatures (README-eldr.md, "The 8-bit arithmetic", gives the measured
  * largest deviations).
  */
 #define TOL8 2e-3
