@@ -77,6 +77,14 @@ Q512 static inline __m512i add_epu16_to_64(__m512i acc, __m512i v)
 		_mm512_slli_epi64(_mm512_sad_epu8(_mm512_srli_epi16(v, 8), zero), 8)));
 }
 
+/* The largest of the 32 u16 lanes of v. */
+Q512 static inline uint32_t max_epu16(__m512i v)
+{
+	return (uint32_t)_mm512_reduce_max_epu32(
+		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)),
+				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1))));
+}
+
 /*
  * One step of 32 counts at src (features f..f+31): their levels at shift s
  * (vpavgw rounds half up without overflow; clamped to ELDR_A8MAX, so a
@@ -164,9 +172,7 @@ Q512 static uint32_t q8pass(const struct locus_eldr_router *r, const uint16_t *c
 						    _mm512_add_epi32(l2, l3)));
 	*n2 = (uint64_t)_mm512_reduce_add_epi64(h64) * 256 + (uint64_t)_mm512_reduce_add_epi64(l64);
 	*asum = (uint64_t)_mm512_reduce_add_epi64(add_epu16_to_64(as64, as));
-	return (uint32_t)_mm512_reduce_max_epu32(
-		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1))));
+	return max_epu16(mx);
 }
 
 /* The largest of the masked counts (whole layers of 32, or the copy in xq). */
@@ -183,9 +189,7 @@ Q512 static uint32_t max_counts(const struct locus_eldr_router *r, const uint16_
 		for (uint32_t i = 0; i < E; i += 32)
 			mx = _mm512_max_epu16(mx, _mm512_loadu_si512(src + i));
 	}
-	return (uint32_t)_mm512_reduce_max_epu32(
-		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1))));
+	return max_epu16(mx);
 }
 
 /*
