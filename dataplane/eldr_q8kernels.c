@@ -2,7 +2,7 @@
 /*
  * The 8-bit arithmetic's kernels (eldr_priv.h): a signature's counts to
  * levels a <= ELDR_A8MAX with the exact norm^2 sum a^2 x W, and, on
- * AVX-512 VNNI, the dot products of the levels as bytes with the int8
+ * AVX-512 VNNI, the dot products of the levels as bytes with the u8
  * centroids (vpdpbusd: 64 products per instruction, twice vpdpwssd's).
  * Scalar and AVX2 run the 16-bit kernels on the same levels: the same
  * integers, so every 8-bit path gives the same bits.
@@ -14,25 +14,25 @@
 
 /*
  * Steps of 32 features whose norm products an int32 lane may sum, over
- * all chains together: a step adds two a^2 x (a byte of W) <= 2 x 32761 x
+ * all chains together: a step adds two a^2 x (a byte of W) <= 2 x 127^2 x
  * 255 to a lane of one chain.
  */
 #define W8_CHUNK (INT32_MAX / (2u * ELDR_A8MAX * ELDR_A8MAX * 255u))
+
+/* Level of count c at shift s: round half up, without overflow. */
+static inline uint32_t level(uint32_t c, uint32_t s)
+{
+	return s ? ((c >> (s - 1)) + 1) >> 1 : c;
+}
 
 /* The smallest s with every level round(c / 2^s), c <= maxc, at most ELDR_A8MAX. */
 uint32_t eldr_a8shift(uint32_t maxc)
 {
 	uint32_t s = 0;
 
-	while (s < 16 && (s ? ((maxc >> (s - 1)) + 1) >> 1 : maxc) > ELDR_A8MAX)
+	while (s < 16 && level(maxc, s) > ELDR_A8MAX)
 		s++;
 	return s;
-}
-
-/* Level of count c at shift s: round half up, without overflow. */
-static inline uint32_t level(uint32_t c, uint32_t s)
-{
-	return s ? ((c >> (s - 1)) + 1) >> 1 : c;
 }
 
 uint64_t eldr_q8load_scalar(const struct locus_eldr_router *r, const uint16_t *counts,
@@ -59,9 +59,6 @@ uint64_t eldr_q8load_scalar(const struct locus_eldr_router *r, const uint16_t *c
 	return n2;
 }
 
-/* a += x . q pairwise in place (see DPW in eldr_qkernels.c: no accumulator copies) */
-#define DPW8(a, x, q) __asm__("vpdpwssd %2, %1, %0" : "+v"(a) : "v"(x), "v"(q))
-
 /* The int32 lanes of v added into the int64 lanes of acc. */
 Q512 static inline __m512i add_epi32_to_64(__m512i acc, __m512i v)
 {
@@ -78,6 +75,14 @@ Q512 static inline __m512i add_epu16_to_64(__m512i acc, __m512i v)
 	return _mm512_add_epi64(acc, _mm512_add_epi64(
 		_mm512_sad_epu8(_mm512_and_si512(v, _mm512_set1_epi16(0xff)), zero),
 		_mm512_slli_epi64(_mm512_sad_epu8(_mm512_srli_epi16(v, 8), zero), 8)));
+}
+
+/* The largest of the 32 u16 lanes of v. */
+Q512 static inline uint32_t max_epu16(__m512i v)
+{
+	return (uint32_t)_mm512_reduce_max_epu32(
+		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(v)),
+				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(v, 1))));
 }
 
 /*
@@ -97,8 +102,8 @@ Q512 static inline __m512i add_epu16_to_64(__m512i acc, __m512i v)
 					      amax);                                        \
 		sq_ = _mm512_mullo_epi16(v_, v_);                                           \
 		as = _mm512_add_epi16(as, v_);                                              \
-		DPW8(hi, sq_, _mm512_srli_epi16(w_, 8));                                    \
-		DPW8(lo, sq_, _mm512_and_si512(w_, lo8));                                   \
+		DPW(hi, sq_, _mm512_srli_epi16(w_, 8));                                     \
+		DPW(lo, sq_, _mm512_and_si512(w_, lo8));                                    \
 		_mm256_storeu_si256((__m256i *)(a8 + (f)), _mm512_cvtepi16_epi8(v_));       \
 	} while (0)
 
@@ -167,9 +172,7 @@ Q512 static uint32_t q8pass(const struct locus_eldr_router *r, const uint16_t *c
 						    _mm512_add_epi32(l2, l3)));
 	*n2 = (uint64_t)_mm512_reduce_add_epi64(h64) * 256 + (uint64_t)_mm512_reduce_add_epi64(l64);
 	*asum = (uint64_t)_mm512_reduce_add_epi64(add_epu16_to_64(as64, as));
-	return (uint32_t)_mm512_reduce_max_epu32(
-		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1))));
+	return max_epu16(mx);
 }
 
 /* The largest of the masked counts (whole layers of 32, or the copy in xq). */
@@ -186,9 +189,7 @@ Q512 static uint32_t max_counts(const struct locus_eldr_router *r, const uint16_
 		for (uint32_t i = 0; i < E; i += 32)
 			mx = _mm512_max_epu16(mx, _mm512_loadu_si512(src + i));
 	}
-	return (uint32_t)_mm512_reduce_max_epu32(
-		_mm512_max_epu32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(mx)),
-				 _mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(mx, 1))));
+	return max_epu16(mx);
 }
 
 /*
@@ -220,7 +221,7 @@ Q512 uint64_t eldr_q8load_avx512(const struct locus_eldr_router *r, const uint16
 /*
  * a += u x s, u bytes unsigned (a centroid's), s signed (a signature's
  * levels), four products per int32 lane, in place (see DPW in
- * eldr_qkernels.c)
+ * eldr_simd_priv.h)
  */
 #define DPB(a, u, s) __asm__("vpdpbusd %2, %1, %0" : "+v"(a) : "v"(u), "v"(s))
 

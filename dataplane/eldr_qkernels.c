@@ -334,12 +334,6 @@ float eldr_qload_avx512(const struct locus_eldr_router *r, const uint16_t *count
 }
 
 #define ELDR_L1_BLOCKS 64u /* 32-feature blocks of a span (4 KiB of counts a signature) */
-/*
- * a += x . q pairwise (vpdpwssd), in place: GCC 12 copies the accumulator
- * around the intrinsic (a register move per product and spills with 16
- * accumulators), so the kernels state the instruction themselves.
- */
-#define DPW(a, x, q) __asm__("vpdpwssd %2, %1, %0" : "+v"(a) : "v"(x), "v"(q))
 
 /*
  * Blocks [b0, b1) of group g for 4 signatures: 16 accumulators in

@@ -46,7 +46,7 @@ static int router_layout(uint32_t L, uint32_t E, uint32_t K, uint32_t C, uint32_
 	off = LOCUS_ALIGN_UP(off + 2 * (size_t)M, (size_t)LOCUS_CACHE_LINE);
 	o->off_idf = off;
 	off = LOCUS_ALIGN_UP(off + 4 * feat, (size_t)LOCUS_CACHE_LINE);
-	o->off_cw = off; /* float centroids, or the integer paths' int16 or int8 ones */
+	o->off_cw = off; /* float centroids, or the integer paths' int16 or u8 ones */
 	off = LOCUS_ALIGN_UP(off + LOCUS_MAX(LOCUS_MAX(4 * feat, 2 * qfeat), q8feat) * o->k_pad,
 			     (size_t)LOCUS_CACHE_LINE);
 	o->off_qscale = off;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Helpers both integer kernel files use (eldr_qkernels.c: 16-bit,
- * eldr_q8kernels.c: 8-bit): the next batch's prefetch, the AVX-512 target
- * and horizontal sums. Only the functions carry target attributes, so the
- * files build without -march.
+ * eldr_q8kernels.c: 8-bit): the next batch's prefetch, the AVX-512 target,
+ * vpdpwssd in place and horizontal sums. Only the functions carry target
+ * attributes, so the files build without -march.
  */
 #ifndef LOCUS_ELDR_SIMD_PRIV_H
 #define LOCUS_ELDR_SIMD_PRIV_H
@@ -13,6 +13,13 @@
 #include "eldr_priv.h"
 
 #define Q512 __attribute__((target("avx512f,avx512bw,avx512vnni,avx2,fma")))
+
+/*
+ * a += x . q pairwise (vpdpwssd), in place: GCC 12 copies the accumulator
+ * around the intrinsic (a register move per product and spills with 16
+ * accumulators), so the kernels state the instruction themselves.
+ */
+#define DPW(a, x, q) __asm__("vpdpwssd %2, %1, %0" : "+v"(a) : "v"(x), "v"(q))
 
 /* Prefetch the next lines of pf (NULL: none) and move its cursor on. */
 static inline void prefetch_step(struct eldr_prefetch *pf)

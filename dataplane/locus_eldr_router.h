@@ -25,11 +25,12 @@
  * the CPU runs), kept as the reference of tests and benchmarks.
  *
  * The *_I8 paths share an 8-bit arithmetic and give the same bits as each
- * other: centroids quantised to int8, counts rounded to levels of at most
- * 181 (by a power of two when a count exceeds it), idf^2 in the norm to
- * 16 bits; exact integer sums. AVX512_I8 multiplies bytes (vpdpbusd), about
- * twice the 16-bit paths' rate; a score is within a stated tolerance of the
- * exact cosine, not a bound: see README ("The router's 8-bit arithmetic").
+ * other: centroids quantised to u8 over their own range, counts rounded to
+ * levels of at most 127 (by a power of two when a count exceeds it), idf^2
+ * in the norm to 16 bits; exact integer sums. AVX512_I8 multiplies bytes
+ * (vpdpbusd), about twice the 16-bit paths' rate; a score is within a
+ * stated tolerance of the exact cosine, not a bound: see
+ * control/README-eldr.md ("The 8-bit arithmetic").
  */
 enum locus_eldr_path {
 	LOCUS_ELDR_PATH_AUTO = 0,  /* best 16-bit path the CPU supports */

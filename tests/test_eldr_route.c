@@ -378,18 +378,17 @@ static void test_paths_agree_random(void **state)
 					     &cen), 0);
 	mask[0] = mask[2] = mask[3] = 1;
 	((struct locus_eldr_tbl_hdr *)payload)->n_masked = 3;
-	for (uint32_t i = 0; i < L * E; i++) {
-		seed = seed * 1103515245u + 12345u;
-		idf[i] = 1.0f + (float)(seed >> 16) / 65536.0f * 3.0f;
-	}
+	for (uint32_t i = 0; i < L * E; i++)
+		idf[i] = 1.0f + (float)er_next(&seed) / 65536.0f * 3.0f;
 	for (uint32_t d = 0; d < K; d++) {
 		ids[d] = 100 + d;
 		er_unit_centroid(cen + d * L * E, L, E, mask, &seed);
 	}
 	for (int trial = 0; trial < 50; trial++) {
 		int have_ref = 0;
-		const uint16_t *cnt = er_random_sig(sig, sizeof(sig), (uint16_t)L, (uint16_t)E, trial < 25 ? 50 : 65536,
-			      &seed);
+		const uint16_t *cnt = er_random_sig(sig, sizeof(sig), (uint16_t)L, (uint16_t)E,
+						    trial < 25 ? 50 : 65536, &seed);
+
 		for (size_t p = 0; p < LOCUS_ARRAY_SIZE(all_paths); p++) {
 			size_t msz = locus_eldr_router_mem_size(payload, lay.len);
 			void *mem = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));

@@ -174,10 +174,8 @@ static void test_map_paths_random(void **state)
 						    &mask, &idf, &cen), 0);
 	mask[1] = mask[3] = 1;
 	((struct locus_eldr_tbl_hdr *)payload)->n_masked = 2;
-	for (uint32_t i = 0; i < L * E; i++) {
-		seed = seed * 1103515245u + 12345u;
-		idf[i] = 1.0f + (float)(seed >> 16) / 65536.0f;
-	}
+	for (uint32_t i = 0; i < L * E; i++)
+		idf[i] = 1.0f + (float)er_next(&seed) / 65536.0f;
 	for (uint32_t d = 0; d < K; d++)
 		ids[d] = 40 + d;
 	for (uint32_t c = 0; c < C; c++) {
@@ -190,6 +188,7 @@ static void test_map_paths_random(void **state)
 		int have_ref = 0;
 		const uint16_t *cnt = er_random_sig(buf, sizeof(buf), (uint16_t)L, (uint16_t)E, 40,
 						    &seed);
+
 		for (size_t p = 0; p < LOCUS_ARRAY_SIZE(all_paths); p++) {
 			size_t msz = locus_eldr_router_mem_size(payload, lay.len);
 			void *mem = aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64));
