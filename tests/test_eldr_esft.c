@@ -36,24 +36,12 @@ static const char *const domains[] = { "law", "translation", "summary", "intent"
 
 static char esft2jsonl[4096];
 
-static const char *data_dir(void)
-{
-	const char *d = getenv("LOCUS_DATA_DIR");
-
-	static char def[1100];
-
-	if (d && *d)
-		return d;
-	snprintf(def, sizeof(def), "%s/../shared/data", locus_test_root());
-	return def;
-}
-
 static int have_esft(void)
 {
 	char p[4096];
 
 	snprintf(p, sizeof(p), "%s/esft/results/expert_scores/law/expert_weights_1.txt",
-		 data_dir());
+		 locus_test_data_dir());
 	return access(p, R_OK) == 0;
 }
 
@@ -160,7 +148,7 @@ static void test_converter_matches_token_scores(void **state)
 		struct locus_trace *t, *u;
 		uint64_t tokens = 0;
 
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(),
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_test_data_dir(),
 			 domains[d]);
 		snprintf(path, sizeof(path), "%s/summary.json", dir);
 		assert_int_equal(read_token_scores(path, ts, &e), 0);
@@ -208,7 +196,7 @@ static struct locus_trace *esft_windows(void)
 	char dir[4096];
 
 	for (size_t d = 0; d < 4; d++) {
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", data_dir(),
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_test_data_dir(),
 			 domains[d]);
 		assert_int_equal(locus_trace_load_esft(dir, domains[d], L_ESFT, K_ESFT, E_ESFT,
 						       &src[d], &e), 0);
@@ -358,7 +346,7 @@ static void test_esft2jsonl_cli(void **state)
 
 	if (!have_esft())
 		skip();
-	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores", data_dir());
+	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores", locus_test_data_dir());
 	snprintf(l1, sizeof(l1), "%s/law/expert_weights_1.txt", dir);
 	snprintf(l26, sizeof(l26), "%s/law/expert_weights_26.txt", dir);
 	for (uint32_t line = 1;; line++) {
@@ -454,6 +442,6 @@ int main(int argc, char **argv)
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(esft2jsonl, sizeof(esft2jsonl), "%s/../bin/esft2jsonl", dirname(self));
 	if (!have_esft())
-		printf("ESFT data not found under %s: tests skipped\n", data_dir());
+		printf("ESFT data not found under %s: tests skipped\n", locus_test_data_dir());
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -274,25 +274,14 @@ static void test_esft_sample(void **state)
 	locus_trace_free(t);
 }
 
-static const char *data_dir(void)
-{
-	static char def[1100];
-	const char *d = getenv("LOCUS_DATA_DIR");
-
-	if (d && *d)
-		return d;
-	snprintf(def, sizeof(def), "%s/../shared/data", locus_test_root());
-	return def;
-}
-
 static void test_esft_windows(void **state)
 {
 	struct locus_error e = { 0 };
 	struct locus_trace *t, *fit;
 	(void)state;
 
-	if (locus_trace_esft_windows(data_dir(), 32, 32, &t, &e) < 0) {
-		print_message("skipped: no ESFT data under %s (%s)\n", data_dir(), e.msg);
+	if (locus_trace_esft_windows(locus_test_data_dir(), 32, 32, &t, &e) < 0) {
+		print_message("skipped: no ESFT data under %s (%s)\n", locus_test_data_dir(), e.msg);
 		skip();
 	}
 	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &fit, &e), 0);

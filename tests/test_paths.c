@@ -44,3 +44,14 @@ const char *locus_test_sample_path(void)
 	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", repo_root);
 	return buf;
 }
+
+const char *locus_test_data_dir(void)
+{
+	static char def[1100];
+	const char *d = getenv("LOCUS_DATA_DIR");
+
+	if (d && *d)
+		return d;
+	snprintf(def, sizeof(def), "%s/../shared/data", repo_root);
+	return def;
+}

@@ -15,4 +15,7 @@ const char *locus_test_root(void);
 /* tests/data/calib_sample.jsonl under the root. */
 const char *locus_test_sample_path(void);
 
+/* The real traces (../shared/data/README): $LOCUS_DATA_DIR, else ../shared/data beside the root. */
+const char *locus_test_data_dir(void);
+
 #endif /* LOCUS_TEST_PATHS_H */
