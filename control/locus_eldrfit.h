@@ -181,7 +181,7 @@ void locus_eldrfit_result_free(struct locus_eldrfit_result *res);
  * the rest of the round), *load = the busiest decoder's requests over the
  * mean B with no cap, both averaged over rounds and orders. The control
  * plane does not link the data plane's router: the caller hands one in
- * (eldr_replay_router, tools/eldr_replay.c). Returns 0 or a
+ * (eldr_replay_router, control/eldr_replay.c). Returns 0 or a
  * negative code with err set.
  */
 typedef int (*locus_eldrfit_replay_fn)(void *arg, const struct locus_trace *t,

@@ -62,7 +62,7 @@ int locusctl_grace_diff(const void *a, size_t alen, const void *b, size_t blen,
 
 /*
  * The router's replay of calibration requests for fit --tau auto, a
- * locus_eldrfit_replay_fn (locus_eldrfit.h). Defined in tools/eldr_replay.c,
+ * locus_eldrfit_replay_fn (locus_eldrfit.h). Defined in control/eldr_replay.c,
  * which links the data plane's pure-C router (lib eldr_router) whose header
  * the control plane does not include; the definition sees this declaration.
  */
@@ -76,7 +76,7 @@ int eldr_replay_domain(void *arg, const struct locus_trace *t, uint32_t K, const
 		       double *load, struct locus_error *err);
 
 /*
- * locusctl simulate (tools/sim_ctl.c): the trace-driven serving simulation,
+ * locusctl simulate (control/sim_ctl.c): the trace-driven serving simulation,
  * which links the data plane's pure-C router as the replay above does.
  */
 int locusctl_simulate(int argc, char **argv);

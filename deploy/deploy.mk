@@ -1,5 +1,7 @@
 # deploy/: systemd unit, tmpfiles/sysusers, example configs, the CPU drop-in tool.
-SYSCONFDIR     ?= /etc
+# Configuration goes under the prefix, as autotools' sysconfdir does, except
+# for PREFIX=/usr (a distribution's layout), whose configuration is /etc.
+SYSCONFDIR     ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
 SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 DOCDIR         ?= $(PREFIX)/share/doc/locus
 
@@ -11,7 +13,7 @@ install-deploy:
 		$(DESTDIR)$(PREFIX)/lib/sysusers.d $(DESTDIR)$(SYSCONFDIR)/locus \
 		$(DESTDIR)$(DOCDIR) $(DESTDIR)$(PREFIX)/bin
 	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
-		deploy/locusd@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/locusd@.service
+		-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/locusd@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/locusd@.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/locusd@.service
 	install -m 0644 deploy/locus-tmpfiles.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/locus.conf
 	install -m 0644 deploy/locus-sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/locus.conf
@@ -19,7 +21,8 @@ install-deploy:
 	install -m 0644 deploy/two-node.conf $(DESTDIR)$(SYSCONFDIR)/locus/two-node.conf.example
 	install -m 0644 deploy/rails.conf $(DESTDIR)$(SYSCONFDIR)/locus/rails.conf.example
 	install -m 0644 deploy/rails-auto.conf $(DESTDIR)$(SYSCONFDIR)/locus/rails-auto.conf.example
-	install -m 0755 deploy/locusd-cpus $(DESTDIR)$(PREFIX)/bin/locusd-cpus
+	sed -e 's|^confdir=.*|confdir=$${LOCUS_CONF_DIR:-$(SYSCONFDIR)/locus}|' \
+		deploy/locusd-cpus > $(DESTDIR)$(PREFIX)/bin/locusd-cpus
+	chmod 0755 $(DESTDIR)$(PREFIX)/bin/locusd-cpus
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
 
-EXTRA_TESTS += tests/test_deploy.sh

@@ -56,5 +56,3 @@ install-lib: $(LIBLOCUS)
 		shm/locus.pc.in > $(DESTDIR)$(PKGCONFIGDIR)/locus.pc
 	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/locus.pc
 
-# installed, linked through pkg-config by a small client, run against locusd
-EXTRA_TESTS += tests/test_liblocus.sh

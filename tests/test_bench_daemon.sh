@@ -1,5 +1,5 @@
 #!/bin/bash
-# tools/bench_daemon.sh runs on this machine and prints every line it
+# tools/bench/bench_daemon.sh runs on this machine and prints every line it
 # promises (a short run: BENCH_QUICK=1, 0.2 s a row). Not a timed test: no
 # figure is judged, only that each row was measured and what ran where.
 set -uo pipefail
@@ -8,7 +8,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "test_bench_daemon: $*" >&2; exit 1; }
 
-BENCH_QUICK=1 BENCH_SECONDS=0.2 tools/bench_daemon.sh > "$tmp/out" 2>&1 ||
+BENCH_QUICK=1 BENCH_SECONDS=0.2 tools/bench/bench_daemon.sh > "$tmp/out" 2>&1 ||
 	{ cat "$tmp/out"; fail "bench_daemon.sh failed"; }
 want() {
 	grep -qE "$1" "$tmp/out" || { cat "$tmp/out"; fail "no line matching: $1"; }

@@ -25,7 +25,8 @@ for k in 'Type=notify' 'WatchdogSec=' 'LimitMEMLOCK=infinity' 'Restart=on-failur
 done
 
 # verify the unit as an instance whose binaries exist on this machine
-sed -e "s|@BINDIR@|$PWD/$build/bin|g" -e "s|@DOCDIR@|$PWD|g" deploy/locusd@.service.in \
+sed -e "s|@BINDIR@|$PWD/$build/bin|g" -e "s|@DOCDIR@|$PWD|g" -e "s|@SYSCONFDIR@|/etc|g" \
+	deploy/locusd@.service.in \
 	> "$tmp/locusd@default.service"
 out=$(systemd-analyze verify --man=no "$tmp/locusd@default.service" 2>&1) ||
 	fail "systemd-analyze verify: $out"
@@ -47,4 +48,17 @@ cp deploy/two-node.conf "$tmp/r/etc/locus/node0.conf"
 LOCUSD="$build/bin/locusd" deploy/locusd-cpus node0 "$tmp/r" >/dev/null
 grep -qx 'CPUAffinity=2-5' "$tmp/r/etc/systemd/system/locusd@node0.service.d/cpus.conf" ||
 	fail "drop-in: $(cat "$tmp/r/etc/systemd/system/locusd@node0.service.d/cpus.conf")"
-echo "test_deploy: install, unit verify, configs and CPU drop-in ok"
+# Another prefix: everything lands under DESTDIR/PREFIX, configuration
+# included (SYSCONFDIR defaults to PREFIX/etc), and the unit and locusd-cpus
+# name that directory.
+make --no-print-directory -s install DESTDIR="$tmp/p" PREFIX=/opt/locus >/dev/null
+outside=$(cd "$tmp/p" && find . \( -type f -o -type l \) ! -path './opt/locus/*')
+[ -z "$outside" ] || fail "PREFIX=/opt/locus installed outside the prefix: $outside"
+[ -e "$tmp/p/opt/locus/etc/locus/default.conf.example" ] ||
+	fail "PREFIX=/opt/locus: no etc/locus/default.conf.example under the prefix"
+grep -q '^ExecStart=/opt/locus/bin/locusd -c /opt/locus/etc/locus/%i.conf$' \
+	"$tmp/p/opt/locus/lib/systemd/system/locusd@.service" ||
+	fail "PREFIX=/opt/locus: the unit does not read /opt/locus/etc/locus"
+grep -q '^confdir=${LOCUS_CONF_DIR:-/opt/locus/etc/locus}$' "$tmp/p/opt/locus/bin/locusd-cpus" ||
+	fail "PREFIX=/opt/locus: locusd-cpus does not read /opt/locus/etc/locus"
+echo "test_deploy: install, unit verify, configs, CPU drop-in and PREFIX=/opt/locus ok"

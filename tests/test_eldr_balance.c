@@ -23,7 +23,7 @@
 #include "locus_eldrfit.h"
 #include "locus_tblfile.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 static uint32_t lcg(uint32_t *s)
 {
@@ -411,7 +411,7 @@ static void test_sample_default_fit_purity(void **state)
 	double worst = 1;
 	(void)state;
 
-	snprintf(path, sizeof(path), "%s/tests/data/calib_sample.jsonl", locus_test_root());
+	snprintf(path, sizeof(path), "%s/tests/data/calib_sample.jsonl", locus_data_root());
 	assert_int_equal(locus_trace_load(path, NULL, &t, &e), 0);
 	assert_true(t->n_domains >= 5);
 	for (uint64_t seed = 0; seed < 8; seed++) {
@@ -550,6 +550,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,7 @@
 #include "locus_tblfile.h"
 #include "push_util.h"
 #include "trace_json.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 
 static char locusctl[4096];
@@ -39,7 +39,7 @@ static const char *sample(void)
 {
 	static char buf[4200];
 
-	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", locus_test_root());
+	snprintf(buf, sizeof(buf), "%s/tests/data/calib_sample.jsonl", locus_data_root());
 	return buf;
 }
 
@@ -501,7 +501,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(locusctl, sizeof(locusctl), "%s/../bin/locusctl", dirname(self));
 	if (!mkdtemp(tmpdir)) {

@@ -23,7 +23,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 #include "trace_json.h"
 #include "trace_priv.h"
 
@@ -41,7 +41,7 @@ static int have_esft(void)
 	char p[4096];
 
 	snprintf(p, sizeof(p), "%s/esft/results/expert_scores/law/expert_weights_1.txt",
-		 locus_test_data_dir());
+		 locus_data_dir());
 	return access(p, R_OK) == 0;
 }
 
@@ -148,7 +148,7 @@ static void test_converter_matches_token_scores(void **state)
 		struct locus_trace *t, *u;
 		uint64_t tokens = 0;
 
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_test_data_dir(),
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_data_dir(),
 			 domains[d]);
 		snprintf(path, sizeof(path), "%s/summary.json", dir);
 		assert_int_equal(read_token_scores(path, ts, &e), 0);
@@ -196,7 +196,7 @@ static struct locus_trace *esft_windows(void)
 	char dir[4096];
 
 	for (size_t d = 0; d < 4; d++) {
-		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_test_data_dir(),
+		snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores/%s", locus_data_dir(),
 			 domains[d]);
 		assert_int_equal(locus_trace_load_esft(dir, domains[d], L_ESFT, K_ESFT, E_ESFT,
 						       &src[d], &e), 0);
@@ -333,7 +333,7 @@ static uint32_t read_ids(const char *path, uint32_t line, uint16_t *ids, uint32_
 	return n;
 }
 
-/* tools/esft2jsonl on the law domain, checked against the raw text files. */
+/* control/esft2jsonl on the law domain, checked against the raw text files. */
 static void test_esft2jsonl_cli(void **state)
 {
 	char dir[2048], l1[4096], l26[4096], cmd[8192], out[] = "/tmp/test_esft2jsonl.XXXXXX";
@@ -346,7 +346,7 @@ static void test_esft2jsonl_cli(void **state)
 
 	if (!have_esft())
 		skip();
-	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores", locus_test_data_dir());
+	snprintf(dir, sizeof(dir), "%s/esft/results/expert_scores", locus_data_dir());
 	snprintf(l1, sizeof(l1), "%s/law/expert_weights_1.txt", dir);
 	snprintf(l26, sizeof(l26), "%s/law/expert_weights_26.txt", dir);
 	for (uint32_t line = 1;; line++) {
@@ -438,10 +438,10 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	snprintf(self, sizeof(self), "%s", argv[0]);
 	snprintf(esft2jsonl, sizeof(esft2jsonl), "%s/../bin/esft2jsonl", dirname(self));
 	if (!have_esft())
-		printf("ESFT data not found under %s: tests skipped\n", locus_test_data_dir());
+		printf("ESFT data not found under %s: tests skipped\n", locus_data_dir());
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

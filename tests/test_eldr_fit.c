@@ -19,7 +19,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 
 static void test_idf_by_hand(void **state)
@@ -249,7 +249,7 @@ static void test_fit_sample(void **state)
 	double pa, pn;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(t->n_requests, 96);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &a, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &b, &e), 0);
@@ -289,7 +289,7 @@ static void test_fit_split_half_without_decode(void **state)
 	struct locus_error e = { 0 };
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	reqs = calloc(t->n_requests, sizeof(*reqs));
 	assert_non_null(reqs);
 	for (uint32_t i = 0; i < t->n_requests; i++) {
@@ -322,6 +322,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

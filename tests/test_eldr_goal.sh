@@ -15,7 +15,7 @@ if [ ! -f "$data/esft/results/expert_scores/law/expert_weights_1.txt" ]; then
 	exit 0
 fi
 rc=0
-out=$("${BUILD:-build}/tools/eldr_quality" --check --clairvoyant 0) || rc=$?
+out=$("${BUILD:-build}/tools/eval/eldr_quality" --check --clairvoyant 0) || rc=$?
 echo "$out"
 [ "$rc" -eq 0 ]
 grep -q '^ESFT (full data)' <<<"$out"

@@ -31,7 +31,7 @@
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 #define QMAX 32767.0
 #define FLOAT_TOL 4e-6 /* the reference's own rounding, and the final float products */
@@ -415,7 +415,7 @@ static void test_sample_trace(void **state)
 	struct locus_trace *t;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	check_trace(t, t, &o, "ESFT sample");
 	o.n_decoders = 4;
 	o.centroids_per_decoder = 3; /* a version 2 table: the best of 3 centroids */
@@ -432,11 +432,11 @@ static void test_esft_windows(void **state)
 	struct locus_trace *t, *fit;
 	(void)state;
 
-	if (locus_trace_esft_windows(locus_test_data_dir(), 64, 0, &t, &e) < 0) {
-		print_message("skipped: no ESFT data under %s (%s)\n", locus_test_data_dir(), e.msg);
+	if (locus_trace_esft_windows(locus_data_dir(), 64, 0, &t, &e) < 0) {
+		print_message("skipped: no ESFT data under %s (%s)\n", locus_data_dir(), e.msg);
 		skip();
 	}
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &fit, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &fit, &e), 0);
 	check_trace(fit, t, &o, "ESFT, 64-token windows");
 	locus_trace_free(fit);
 	locus_trace_free(t);
@@ -552,7 +552,7 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	for (size_t p = 0; p < N_INT; p++)
 		for (int f = 0; f < 2; f++) {
 			enum locus_eldr_path path = (f ? &fam8 : &fam16)->paths[p];

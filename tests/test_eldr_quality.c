@@ -5,7 +5,7 @@
  * in nothing but the count of decoders (4), fitted by `locusctl fit`'s
  * default options and by the original exact-balance fit, the held-out
  * requests routed by the real router in eldr_quality's rounds
- * (tools/eldr_quality_sim.c, the same simulation). Exact balance must split
+ * (control/eldr_quality_sim.c, the same simulation). Exact balance must split
  * the 3 clusters over 4 equal centroids and mix one of them; the default fit
  * keeps each cluster whole (a centroid is never shared by two clusters) and
  * routes with no busier decoder than the oracle that knows the labels, and
@@ -237,7 +237,7 @@ static uint32_t even_half(const struct locus_trace *t, uint32_t *calib)
 }
 
 /*
- * tau auto (the real router's replay, tools/eldr_replay.c) reads the
+ * tau auto (the real router's replay, control/eldr_replay.c) reads the
  * calibration requests and nothing else: the held-out half's prompt and
  * decode experts replaced by noise leave the choice and every figure it
  * measured bit-identical, while the same noise in 16 calibration requests

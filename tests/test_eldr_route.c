@@ -19,7 +19,7 @@
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 /* The repo's calibration sample; tests run from the repository root. */
 
@@ -444,7 +444,7 @@ static void test_paths_agree_real(void **state)
 	uint32_t disagreements = 0, routed = 0;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
 	payload = (const uint8_t *)res.blob + 64;
 	plen = res.blob_len - 64;
@@ -500,7 +500,7 @@ static void test_batch_matches_sequential(void **state)
 	uint8_t *sigs;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
 	payload = (const uint8_t *)res.blob + 64;
 	plen = res.blob_len - 64;
@@ -588,6 +588,6 @@ int main(int argc, char **argv)
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -20,7 +20,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 struct mock {
 	const uint8_t *is_calib; /* [n_requests] */
@@ -56,7 +56,7 @@ static struct locus_trace *sample(void)
 	struct locus_trace *t = NULL;
 	char path[4096];
 
-	snprintf(path, sizeof(path), "%s/tests/data/calib_sample.jsonl", locus_test_root());
+	snprintf(path, sizeof(path), "%s/tests/data/calib_sample.jsonl", locus_data_root());
 	assert_int_equal(locus_trace_load(path, NULL, &t, &e), 0);
 	return t;
 }
@@ -222,6 +222,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 #!/bin/bash
 # Faults injected into one locusd on this host, under traffic (the inter-node
-# ones, on Soft-RoCE, are in tools/rxe-vm/guest-faults.sh):
+# ones, on Soft-RoCE, are in tests/vm/guest-faults.sh):
 #  1. locusctl push killed by SIGKILL at random points, 60 times in a row,
 #     while locus-loadgen routes: after each kill the table in force is the
 #     old one, or the new one whole when the kill came after the publish;

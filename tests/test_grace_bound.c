@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 /*
- * The oracle bound of tools/grace_bound.c: its terms on a hand case worked
+ * The oracle bound of tools/eval/grace_bound.c: its terms on a hand case worked
  * out below, the assignment solver on hand matrices, and, on small random
  * token sets, that the bound never exceeds the true optimum, which the test
  * finds by trying every placement (6 experts, 3 GPUs, 2 primaries and one
  * copy each) and every token's best routing; and the pairing placements
- * of tools/grace_pairs.c on a hand case.
+ * of tools/eval/grace_pairs.c on a hand case.
  */
 #include <errno.h>
 #include <setjmp.h>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * grace_figures' per-sequence scoring (tools/grace_heldout.c) on a hand
+ * grace_figures' per-sequence scoring (tools/eval/grace_heldout.c) on a hand
  * case: 2 nodes x 2 GPUs, 4 experts, top-2, 5 tokens in 2 sequences, token
  * t on GPU t mod 4. Every row count, load and metric below is worked by
  * hand from the placements, not taken from the code.

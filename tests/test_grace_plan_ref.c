@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * The dispatch planner against the reference planner, the same rules
- * written plainly (tools/grace_plan_ref.c), on real routings: GRACE tables fitted on the
+ * written plainly (tests/oracle/grace_plan_ref.c), on real routings: GRACE tables fitted on the
  * repo's ESFT sample (2 x 4 GPUs, and 4 x 8 with most experts replicated:
  * SWRR everywhere), batches of the sample's tokens and of the full ESFT
  * data ($LOCUS_DATA_DIR, default ../shared/data) when present, from
@@ -21,7 +21,7 @@
 #include "grace_plan_ref.h"
 #include "locus_gracefit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 #define MAX_TOK 512
 
@@ -190,7 +190,7 @@ static void test_sample_trace(void **state)
 	struct locus_trace *t;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	check_maps(t, t, "ESFT sample");
 	locus_trace_free(t);
 }
@@ -201,11 +201,11 @@ static void test_esft_windows(void **state)
 	struct locus_trace *t, *fit;
 	(void)state;
 
-	if (locus_trace_esft_windows(locus_test_data_dir(), 32, 32, &t, &e) < 0) {
-		print_message("skipped: no ESFT data under %s (%s)\n", locus_test_data_dir(), e.msg);
+	if (locus_trace_esft_windows(locus_data_dir(), 32, 32, &t, &e) < 0) {
+		print_message("skipped: no ESFT data under %s (%s)\n", locus_data_dir(), e.msg);
 		skip();
 	}
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &fit, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &fit, &e), 0);
 	check_maps(fit, t, "ESFT, 64-token windows");
 	locus_trace_free(fit);
 	locus_trace_free(t);
@@ -219,6 +219,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

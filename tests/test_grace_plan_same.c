@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * The dispatch planner against its frozen copy (tests/grace_plan_frozen.c:
- * the planner as of 6d5f9e0, before issue 15's second round) and the
- * reference planner (tools/grace_plan_ref.c), three-way, every output bit
- * and the SWRR state after every batch:
+ * The dispatch planner against the reference planner (tests/oracle/
+ * grace_plan_ref.c: the same rules written plainly), every output bit and
+ * the SWRR state after every batch:
  *
  *  - GRACE tables fitted on the ESFT sample at 1 x 4, 2 x 4 and 4 x 8 GPUs
  *    (replicas everywhere), batches of the sample's tokens and of the full
@@ -27,13 +26,12 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "grace_plan_frozen.h"
 #include "grace_plan_ref.h"
 #include "locus_gracefit.h"
 #include "locus_trace.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
-#define N_SIDES 3 /* 0: the planner, 1: its frozen copy, 2: the reference */
+#define N_SIDES 2 /* 0: the planner, 1: the reference */
 
 struct side {
 	struct locus_grace_plan plan;
@@ -145,7 +143,6 @@ static void plan_all(struct rig *g, const struct locus_grace_batch *b)
 
 		memset(&s->err, 0, sizeof(s->err));
 		s->rc = i == 0 ? locus_grace_plan_batch(s->st, g->map, b, &s->plan, &s->err) :
-			i == 1 ? grace_plan_frozen_batch(s->st, g->map, b, &s->plan, &s->err) :
 				 grace_plan_ref_batch(s->st, g->map, b, &s->plan, &s->err);
 	}
 	for (int i = 1; i < N_SIDES; i++) {
@@ -269,7 +266,7 @@ static void test_esft_sample(void **state)
 	struct locus_trace *t;
 	(void)state;
 
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	check_fitted(t, t, "ESFT sample", 3);
 	locus_trace_free(t);
 }
@@ -280,11 +277,11 @@ static void test_esft_windows(void **state)
 	struct locus_trace *t, *fit;
 	(void)state;
 
-	if (locus_trace_esft_windows(locus_test_data_dir(), 32, 32, &t, &e) < 0) {
-		print_message("skipped: no ESFT data under %s (%s)\n", locus_test_data_dir(), e.msg);
+	if (locus_trace_esft_windows(locus_data_dir(), 32, 32, &t, &e) < 0) {
+		print_message("skipped: no ESFT data under %s (%s)\n", locus_data_dir(), e.msg);
 		skip();
 	}
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &fit, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &fit, &e), 0);
 	check_fitted(fit, t, "ESFT, 64-token windows", 7);
 	locus_trace_free(fit);
 	locus_trace_free(t);
@@ -502,6 +499,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,7 +29,7 @@
 #include "locus_tblfile.h"
 #include "mini_json.h"
 #include "node_util.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 #define INST "t-gsetctl"
 
@@ -133,22 +133,22 @@ static void test_fit_show(void **state)
 	(void)state;
 
 	CTL_OK("fit --trace '%s/tests/data/calib_sample.jsonl' --decoders 2 -o eldr.tbl",
-	       locus_test_root());
+	       locus_data_root());
 	CTL_OK("fit --grace --trace '%s/tests/data/calib_sample.jsonl' --eldr-table eldr.tbl "
 	       "--ep-ranks-per-decoder 2 --nodes 1 --gpus 4 --replica-budget 2 -o set1.tbl",
-	       locus_test_root());
+	       locus_data_root());
 	assert_non_null(strstr(out, "2 decoders x 2 EP ranks on 1 x 4 GPUs"));
 	/* the same with no replication: another placement to push, diff and roll back from */
 	CTL_OK("fit --grace --trace '%s/tests/data/calib_sample.jsonl' --eldr-table eldr.tbl "
 	       "--ep-ranks-per-decoder 2 --nodes 1 --gpus 4 --no-replication -o set2.tbl",
-	       locus_test_root());
+	       locus_data_root());
 	/* mismatched options are usage errors */
 	assert_int_equal(ctl("fit --grace --trace '%s/tests/data/calib_sample.jsonl' "
 			     "--ep-ranks-per-decoder 2 --nodes 1 --gpus 4 -o x.tbl",
-			     locus_test_root()), 2);
+			     locus_data_root()), 2);
 	assert_int_equal(ctl("fit --grace --trace '%s/tests/data/calib_sample.jsonl' "
 			     "--eldr-table eldr.tbl --ep-ranks-per-decoder 3 --nodes 1 --gpus 4 "
-			     "-o x.tbl", locus_test_root()), 1);
+			     "-o x.tbl", locus_data_root()), 1);
 	assert_non_null(strstr(out, "2 decoders x 3 EP ranks each = 6 ranks, the cluster has 4"));
 
 	CTL_OK("show set1.tbl --json");
@@ -218,7 +218,7 @@ static void test_single_table_and_back(void **state)
 
 	/* one table for every rank after a set: one group */
 	CTL_OK("fit --grace --trace '%s/tests/data/calib_sample.jsonl' --nodes 1 --gpus 4 "
-	       "-o one.tbl", locus_test_root());
+	       "-o one.tbl", locus_data_root());
 	CTL_OK("push -i " INST " one.tbl");
 	g = grace_gen();
 	assert_int_equal(ctr("grace_groups", 0), 1);
@@ -261,7 +261,7 @@ static void test_refusals(void **state)
 
 	/* a valid set for 2 nodes x 2 GPUs: locusd refuses it, counted, the old one stays */
 	CTL_OK("fit --grace --trace '%s/tests/data/calib_sample.jsonl' --eldr-table eldr.tbl "
-	       "--ep-ranks-per-decoder 2 --nodes 2 --gpus 2 -o other.tbl", locus_test_root());
+	       "--ep-ranks-per-decoder 2 --nodes 2 --gpus 2 -o other.tbl", locus_data_root());
 	assert_int_equal(ctl("push -i " INST " other.tbl"), 1);
 	assert_non_null(strstr(out, "this node runs 1 x 4 GPUs"));
 	assert_int_equal(ctr("grace_set_refused", LOCUS_GRACESET_DIMS - 1), 1);
@@ -282,7 +282,7 @@ int main(int argc, char **argv)
 	int ret;
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	if (!realpath(argv[0], self)) {
 		perror(argv[0]);
 		return 1;

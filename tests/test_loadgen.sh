@@ -83,7 +83,7 @@ echo "test_loadgen: ROUTE_BLOCKS through locusd: $n cached blocks named and foun
 
 # 1c. the exposition of a daemon that has carried traffic passes Prometheus's own linter
 #     (base units, histogram series): promtool prints nothing and exits 0
-command -v promtool > /dev/null || fail "promtool missing (Debian package prometheus; tools/deps.sh)"
+command -v promtool > /dev/null || fail "promtool missing (Debian package prometheus; tools/dev/deps.sh)"
 lint=$(promtool check metrics <<<"$stat" 2>&1) || fail "promtool check metrics: $lint"
 [ -z "$lint" ] || fail "promtool check metrics: $lint"
 grep -q '^locus_route_seconds_count [1-9]' <<<"$stat" || fail "no locus_route_seconds_count"

@@ -23,7 +23,7 @@ fail() { echo "test_locusd: $*" >&2; exit 1; }
 
 
 # 1. the README's main job
-DEMO_REQUESTS=1500 DEMO_BATCHES=20 tools/demo.sh > "$tmp/demo.out" 2>&1 ||
+DEMO_REQUESTS=1500 DEMO_BATCHES=20 tools/demo/demo.sh > "$tmp/demo.out" 2>&1 ||
 	{ cat "$tmp/demo.out"; fail "demo failed"; }
 grep -q '^demo: ok$' "$tmp/demo.out" || fail "demo did not finish"
 grep -q '^loadgen: ok$' "$tmp/demo.out" || fail "loadgen did not pass"

@@ -2,7 +2,7 @@
 /*
  * Client buffer regions on every rail (dataplane/rail_mr.c), with a fake
  * device per rail standing in for verbs (the registrations themselves are
- * tested for real in the Soft-RoCE VM: tools/rxe-vm/guest-rails.sh): one
+ * tested for real in the Soft-RoCE VM: tests/vm/guest-rails.sh): one
  * registration per rail at one iova; a rail whose device refuses the region
  * copies its rows (that rail only, counted) while the others gather them
  * zero-copy; a message resolved for one rail and moved to another by a

@@ -6,7 +6,7 @@
  *
  * This host has no dma-buf exporter (no /dev/udmabuf, /dev/dri or DMA
  * heaps), so what needs a real dma-buf runs in the Soft-RoCE VM (vgem,
- * tools/rxe-vm/guest-locusd.sh). Checked here: a memfd is refused as not a
+ * tests/vm/guest-locusd.sh). Checked here: a memfd is refused as not a
  * dma-buf unless it is sealed against shrinking (host memory: taken,
  * mapped); bad offsets and lengths, a malformed request, a slot that is not
  * the sender's (unknown, another process's, a stale generation), an unknown

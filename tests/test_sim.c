@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * locusctl simulate's core (tools/sim.c): every expected figure is worked
+ * locusctl simulate's core (control/sim.c): every expected figure is worked
  * out by hand in the comment above its test from a tiny trace (one layer,
  * four experts, top-1), or is a closed form (M/D/1), or is the router's own
  * decision replayed apart from the simulation.
@@ -16,7 +16,7 @@
 
 #include "eldr_quality.h"
 #include "locus_sim.h"
-#include "test_paths.h"
+#include "data_paths.h"
 
 /* Steps in milliseconds: 1 ms fixed, 1 ms per distinct expert, no KV read. */
 static const struct locus_sim_hw ms_hw = {
@@ -526,7 +526,7 @@ static void test_presets(void **state)
  * decoders of B=24 all at t=0 under rr hold the batches eldr_quality's rr
  * forms from one round of K x B (decoder d: requests d, d+4, ..), and
  * every batch decodes its 7 steps together: the distinct pairs per step
- * are eldr_quality's (tools/eldr_quality_sim.c, its own counting).
+ * are eldr_quality's (control/eldr_quality_sim.c, its own counting).
  */
 static void test_pairs_equal_eldr_quality(void **state)
 {
@@ -540,7 +540,7 @@ static void test_pairs_equal_eldr_quality(void **state)
 	uint32_t *seq;
 
 	(void)state;
-	assert_int_equal(locus_trace_load(locus_test_sample_path(), NULL, &t, &e), 0);
+	assert_int_equal(locus_trace_load(locus_data_sample_path(), NULL, &t, &e), 0);
 	assert_int_equal(t->n_requests, 96);
 	arr = calloc(96, sizeof(*arr));
 	seq = calloc(96, sizeof(*seq));
@@ -593,6 +593,6 @@ int main(int argc, char **argv)
 	};
 
 	(void)argc;
-	locus_test_find_root(argv[0]);
+	locus_data_find_root(argv[0]);
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * simulate --moe's layer model (tools/sim_moe.c): every expected time is
+ * simulate --moe's layer model (control/sim_moe.c): every expected time is
  * worked out by hand in the comment above its test, on tokens small enough
  * to follow; one test times a placement the GRACE fit and the locus
  * planner (what locusd runs) produce and checks it against the same model

@@ -3,7 +3,7 @@
 # with a table fitted from it: the table and --json name every policy, the
 # same seed prints the same report and another seed another, every bad input
 # is refused with its reason (exit 2 for the command line, 1 for the files),
-# and tools/sim_plot.py turns the JSON into the SVG files it names.
+# and control/sim_plot.py turns the JSON into the SVG files it names.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIM="simulate"
@@ -119,14 +119,14 @@ expect 2 'fit-trace picks one of several --tau' --trace "$trace" --decoders 4 \
 expect 1 'absent.jsonl' "${run[@]}" --fit-trace "$tmp/absent.jsonl"
 
 # the plots
-/usr/bin/python3 tools/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
+/usr/bin/python3 control/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
 cat "$tmp/plot.out"
 for f in tpot_cdf.svg tpot_vs_tau.svg; do
 	grep -q "wrote $tmp/plots/$f" "$tmp/plot.out" && grep -q '<svg' "$tmp/plots/$f" ||
 		fail "no $f"
 done
 echo '{"policies": []}' >"$tmp/bad.json"
-/usr/bin/python3 tools/sim_plot.py "$tmp/bad.json" -o "$tmp/plots" 2>"$tmp/err" &&
+/usr/bin/python3 control/sim_plot.py "$tmp/bad.json" -o "$tmp/plots" 2>"$tmp/err" &&
 	fail "sim_plot took a run with no policies"
 grep -q 'not a locusctl simulate --json run' "$tmp/err" || fail "sim_plot's refusal: $(cat "$tmp/err")"
 

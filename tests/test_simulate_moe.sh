@@ -6,7 +6,7 @@
 # latency and compute); --fit-trace with the sample's even/odd requests in two
 # files equals the built-in split; presets and overrides reach the layer
 # model; bad input is refused with its reason (exit 2 for the command line, 1
-# for the files); tools/sim_plot.py draws moe_layer_time.svg.
+# for the files); control/sim_plot.py draws moe_layer_time.svg.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIM="simulate --moe"
@@ -146,7 +146,7 @@ head -c 3000 "$trace" >"$tmp/cut.jsonl"
 expect 1 'cut.jsonl' --trace "$trace" --fit-trace "$tmp/cut.jsonl"
 
 # the plot
-/usr/bin/python3 tools/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
+/usr/bin/python3 control/sim_plot.py "$tmp/a.json" -o "$tmp/plots" >"$tmp/plot.out" || fail "sim_plot"
 cat "$tmp/plot.out"
 grep -q "wrote $tmp/plots/moe_layer_time.svg" "$tmp/plot.out" &&
 	grep -q '<svg' "$tmp/plots/moe_layer_time.svg" || fail "no moe_layer_time.svg"

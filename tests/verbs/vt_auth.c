@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * Soft-RoCE tests of the handshake (protocol 2), run inside the qemu guest by
- * tools/rxe-vm/guest-auth.sh while tcpdump captures the RoCEv2 traffic of the
+ * tests/vm/guest-auth.sh while tcpdump captures the RoCEv2 traffic of the
  * veth pair into $VT_CAPTURE. Two endpoints connect across the pair; what
  * they put on the wire is then taken from the capture and replayed through
  * rdma_cm by raw clients and listeners of this file, each leg against a

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
  * Soft-RoCE tests of the verbs transport, run inside the qemu guest by
- * tools/rxe-vm/verbs-vm-test.sh. Needs rxe0 (192.0.2.1 on dummy0) and
- * rxex/rxey on the two ends of a veth pair (see tools/rxe-vm/guest-verbs.sh).
+ * tests/vm/verbs-vm-test.sh. Needs rxe0 (192.0.2.1 on dummy0) and
+ * rxex/rxey on the two ends of a veth pair (see tests/vm/guest-verbs.sh).
  * Every received byte is checked against the sender's generator.
  */
 #include <arpa/inet.h>

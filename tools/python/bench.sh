@@ -1,6 +1,6 @@
 #!/bin/bash
 # The Python package against the C client on the same locusd (make bench):
-# locusd's engine lcore spins alone on CPU 1 (as in tools/bench_daemon.sh), the
+# locusd's engine lcore spins alone on CPU 1 (as in tools/bench/bench_daemon.sh), the
 # client on CPU 0: bench_dataplane's one thread, then tools/python/bench_python.py
 # (one thread for route; for dispatch one thread per rank, all on CPU 0).
 #   - route round trip at window 1 (submit, wait for the decision), the trace's
@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 B=${BUILD:-build}/bin
-BD=${BUILD:-build}/tools/bench_dataplane
+BD=${BUILD:-build}/tools/bench/bench_dataplane
 PY="/usr/bin/python3 tools/python/bench_python.py"
 trace=tests/data/calib_sample.jsonl
 secs=${BENCH_SECONDS:-1}

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: MIT
 """The Python package's cost through a running locusd, for tools/python/bench.sh
-(make bench), which runs the C client (build/tools/bench_dataplane) on the
+(make bench), which runs the C client (build/tools/bench/bench_dataplane) on the
 same daemon for the ratio:
 
   bench_python.py route -i INST --trace T [--seconds S] [--cpu C]

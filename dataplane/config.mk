@@ -1,2 +1,0 @@
-# locusd configuration parser (pure C).
-$(eval $(call LIBRARY,config,dataplane/config.c))

@@ -1,0 +1,41 @@
+#!/bin/bash
+# The inter-node benchmark's breakdown (README, "Inter-node against ib_write_bw"):
+# locusd built at each commit of the change, all measured against ib_write_bw in one
+# guest run (guest-bench.sh, LV_VARIANTS).
+#   tests/vm/bench-breakdown.sh [label=commit[:placement] ...]
+# Without arguments, the commits of the README's table. Each commit's locusd is built
+# from `git archive` in a temporary tree (only locusd; everything else is this
+# checkout's); LV_REPEATS, LV_SECONDS and the other LV_* variables go to the guest.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$ROOT"
+BUILD=${BUILD:-build}
+case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
+if [ $# = 0 ]; then
+	# main before the change; then the commits that changed locusd, in order
+	set -- main-lcores=42a1961:lcores main=42a1961 clock=f67c827 blocked=0a4f577 \
+		doorbell=5521f1f control=35b1308 onelcore=5e82622 all-lcores=5e82622:lcores
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$BUILD/variants"
+variants=
+for v in "$@"; do
+	label=${v%%=*} spec=${v#*=}
+	commit=${spec%%:*} placement=split
+	[ "$spec" != "$commit" ] && placement=${spec#*:}
+	bin=$BUILD/variants/locusd-$(git rev-parse --short=12 "$commit")
+	if [ ! -x "$bin" ]; then
+		rm -rf "$tmp/tree" && mkdir -p "$tmp/tree"
+		git archive "$commit" | tar -x -C "$tmp/tree"
+		make --no-print-directory -C "$tmp/tree" -j2 build/bin/locusd > "$tmp/build.log" 2>&1 ||
+			{ tail -n 20 "$tmp/build.log"; echo "building locusd at $commit failed"; exit 1; }
+		cp "$tmp/tree/build/bin/locusd" "$bin"
+	fi
+	echo "variant $label: locusd of $commit ($(git log -1 --format=%s "$commit" | cut -c1-70)), placement $placement"
+	variants="$variants $label=$bin:$placement"
+done
+export LV_VARIANTS="${variants# }"
+# about 90 s a variant in the guest: more than the single benchmark's time-out
+export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-$((300 + 150 * $#))}
+"$ROOT/tests/vm/locusd-vm-test.sh" --bench

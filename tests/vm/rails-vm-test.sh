@@ -1,0 +1,8 @@
+#!/bin/sh
+# make test-rails-vm (and make test): two locusd nodes with two rails each on Soft-RoCE in
+# the qemu guest (tests/vm/guest-rails.sh): traffic checked end to end on both rails,
+# per-rail counters, bytes/s on two rails against one in the same run.
+# test-timeout: 900
+# (~330 s in the TCG guest at host load 3: two node starts, two loadgen runs; a loaded
+# host doubles that, as it did for the faults run)
+RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-880} exec "$(dirname "$0")/locusd-vm-test.sh" --rails

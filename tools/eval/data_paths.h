@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Where a test or an evaluation finds the repository and the real traces:
+ * the root is $LOCUS_SRCDIR, else the nearest directory above the program
+ * (<root>/<build>/<folder>/.../<program>) that holds
+ * tests/data/calib_sample.jsonl, so programs run from any directory. Call
+ * locus_data_find_root(argv[0]) first in main().
+ */
+#ifndef LOCUS_DATA_PATHS_H
+#define LOCUS_DATA_PATHS_H
+
+void locus_data_find_root(const char *argv0);
+
+/* The repository root ("." until found). */
+const char *locus_data_root(void);
+
+/* tests/data/calib_sample.jsonl under the root. */
+const char *locus_data_sample_path(void);
+
+/* The real traces (../shared/data/README): $LOCUS_DATA_DIR, else ../shared/data beside the root. */
+const char *locus_data_dir(void);
+
+#endif /* LOCUS_DATA_PATHS_H */
