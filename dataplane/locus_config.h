@@ -60,8 +60,8 @@
  *                                      # (not both in one file). SIGHUP applies them.
  *   tau             = 0.1              # default locality band
  *   eldr_precision  = 16               # the router's arithmetic: 16 (int16 centroids) or 8
- *                                      # (u8, about 1.35x the decisions per core, scores within
- *                                      # 2e-3; locus_eldr_router.h, README)
+ *                                      # (u8 centroids, scores within 2e-3 of the float
+ *                                      # reference; dataplane/README.md, "The ELDR router")
  *   load_timeout_ms = 1000             # a decoder silent this long is skipped
  *   watchdog        = yes              # sd_notify WATCHDOG=1 when systemd asks
  *   ctl_group       = locus-ctl        # who may push tables (a group name or a gid)
@@ -91,11 +91,11 @@
 
 /*
  * The compiled-in (deployment) idle policy, tuned for latency on a core of
- * its own: gaps between requests shorter than the spins and pauses (about
- * 100 ms at the 25 M empty polls/s measured here) are never slept through;
- * after that the engine sleeps at most 50 us at a time, which bounds what
- * the first request after a long pause waits (plus the kernel's wake-up)
- * while idle costs a fraction of a core (README, "Idle policy": figures).
+ * its own: gaps between requests shorter than the spins and pauses are
+ * never slept through; after that the engine sleeps at most 50 us at a
+ * time, which bounds what the first request after a long pause waits (plus
+ * the kernel's wake-up) while idle costs a fraction of a core
+ * (dataplane/README.md, "Idle policy"; figures: make bench's results).
  */
 #define LOCUS_CFG_IDLE_SPIN_POLLS   1000000u
 #define LOCUS_CFG_IDLE_PAUSE_POLLS  1000000u

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * ELDR locality-band decode router (DESIGN.md, "ELDR"): built from a
- * validated ELDR table payload (locus_eldr.h, the format both planes share)
- * into caller memory, run by the data plane's routing lcores. Pure C: no
- * EAL, verbs or shm.
+ * ELDR locality-band decode router (dataplane/README.md, "The ELDR
+ * router"): built from a validated ELDR table payload (locus_eldr.h, the
+ * format both planes share) into caller memory, run by the data plane's
+ * routing lcores. Pure C: no EAL, verbs or shm.
  */
 #ifndef LOCUS_ELDR_ROUTER_H
 #define LOCUS_ELDR_ROUTER_H
@@ -28,9 +28,10 @@
  * other: centroids quantised to u8 over their own range, counts rounded to
  * levels of at most 127 (by a power of two when a count exceeds it), idf^2
  * in the norm to 16 bits; exact integer sums. AVX512_I8 multiplies bytes
- * (vpdpbusd), about twice the 16-bit paths' rate; a score is within a
- * stated tolerance of the exact cosine, not a bound: see
- * control/README-eldr.md ("The 8-bit arithmetic").
+ * (vpdpbusd), twice the products per instruction of vpdpwssd; a score is
+ * within a stated tolerance of the exact cosine, not a bound: see
+ * dataplane/README.md ("The ELDR router") and control/README-eldr.md
+ * ("The 8-bit arithmetic").
  */
 enum locus_eldr_path {
 	LOCUS_ELDR_PATH_AUTO = 0,  /* best 16-bit path the CPU supports */

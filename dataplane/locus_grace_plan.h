@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GRACE planner map and dispatch planner (DESIGN.md, "GRACE-MoE"): the map
- * is built from a validated GRACE table payload (locus_grace.h, the format
- * both planes share) and read by the data plane's lcores. Pure C: no EAL,
- * verbs or shm.
+ * GRACE planner map and dispatch planner (dataplane/README.md, "The GRACE
+ * planner"): the map is built from a validated GRACE table payload
+ * (locus_grace.h, the format both planes share) and read by the data
+ * plane's lcores. Pure C: no EAL, verbs or shm.
  */
 #ifndef LOCUS_GRACE_PLAN_H
 #define LOCUS_GRACE_PLAN_H

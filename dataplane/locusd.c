@@ -51,7 +51,7 @@
 /*
  * What runs without -c (make demo). Its idle policy is for a shared laptop:
  * the engine sleeps after about 1 ms without work, up to 1 ms at a time
- * (1 % of a core while idle; README, "Idle policy"). With one lcore only
+ * (dataplane/README.md, "Idle policy"). With one lcore only
  * (eal_args -l N) the main lcore polls the engine between control passes
  * and never sleeps.
  */
