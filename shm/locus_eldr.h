@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ELDR formats: expert signatures and the ELDR table payload, with their
- * validators (DESIGN.md, "ELDR"). The contract between the control plane,
- * which fits and seals tables, and the data plane, whose router
- * (dataplane/locus_eldr_router.h) is built from them. Pure C: no EAL, verbs
- * or shm.
+ * validators (shm/README.md, "ELDR signature" and "ELDR table"). The
+ * contract between the control plane, which fits and seals tables, and the
+ * data plane, whose router (dataplane/locus_eldr_router.h) is built from
+ * them. Pure C: no EAL, verbs or shm.
  *
  * Signature (payload of a LOCUS_MSG_SIGNATURE message, and of a prefill
  * client's submit descriptor):
@@ -200,7 +200,7 @@ struct locus_eldr_tbl_view {
 int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_tbl_view *view,
 			    struct locus_error *err);
 
-/* The segment's table channel that carries ELDR tables (DESIGN.md, "Tables"). */
+/* The table channel that carries ELDR tables (shm/README.md, "Table channels"). */
 #define LOCUS_ELDR_TABLE_CHANNEL 0u
 
 /*

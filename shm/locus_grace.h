@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GRACE placement table format and its validators (DESIGN.md, "GRACE-MoE"),
+ * GRACE placement table format and its validators (shm/README.md, "GRACE table"),
  * shared by the control plane that fits it and the data plane that plans
  * with it; the planner map and the planner are dataplane/locus_grace_plan.h.
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The message header every locus RDMA message starts with (DESIGN.md, "Wire
+ * The message header every locus RDMA message starts with (shm/README.md, "Wire
  * formats"). 32 bytes, little-endian, naturally aligned. The payload that
  * follows is defined by the type's own module (signature: locus_eldr.h;
  * dispatch/combine: locus_grace.h / the data plane).
