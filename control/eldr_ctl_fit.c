@@ -324,7 +324,7 @@ static int fit_opt(int c, const char *arg, struct fit_args *a)
 			return -1;
 		a->tune = !strcmp(arg, "auto") ? 1 : 0;
 		return 0;
-	case 'X': /* the original fit: exact balance, one seed, prefill only, nothing tuned */
+	case 'X': /* the exact-balance fit: one seed, prefill only, nothing tuned */
 		o->slack = 0;
 		o->balance_price = 0;
 		o->restarts = 1;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The offline ELDR fit (DESIGN.md, "ELDR"; control/README-eldr.md):
+ * The offline ELDR fit (control/README-eldr.md, "The fit"):
  *
  *   1. counts[i][l][e] from each calibration request's prompt (saturating,
  *      as the router's signatures are built);
@@ -158,8 +158,8 @@ int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32
  * LOCUS_ELDR_TAU_DEFAULT, slack LOCUS_ELDRFIT_SLACK_DEFAULT, balance_price
  * LOCUS_ELDRFIT_BALANCE_PRICE_DEFAULT, restarts
  * LOCUS_ELDRFIT_RESTARTS_DEFAULT, decode_weight LOCUS_ELDRFIT_DECODE_WEIGHT_DEFAULT.
- * A zero-initialised struct (with n_decoders and tau) is the original fit:
- * exact balance, one seed, prefill only.
+ * A zero-initialised struct (with n_decoders and tau) is the exact-balance
+ * fit (locusctl fit --exact-balance): floor/ceil(N/K), one seed, prefill only.
  */
 void locus_eldrfit_opts_default(struct locus_eldrfit_opts *o, uint32_t n_decoders);
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * GRACE fitting (control plane): profile -> hierarchical grouping ->
- * hot-expert replication -> sealed table (locus_grace.h payload).
+ * GRACE fitting (control plane; control/README-grace.md): profile ->
+ * hierarchical grouping -> balance -> per-layer objective -> replication ->
+ * sealed table (locus_grace.h payload).
  *
  * Profile: per layer W[e] (tokens routed to e) and A[i][j] (tokens that
  * chose both i and j), from per-token top-k ids (a calibration trace) or W
@@ -20,18 +21,20 @@
  *     then the same repair with sizes in [floor(m)-d, ceil(m)+d] (and <=
  *     capacity), m = node's experts / gpus_per_node, d = floor(m r).
  *  3. r: for r on a grid 0, 1/16, ... 1, U(r) = intra-GPU affinity / total
- *     affinity and S(r) = sum over GPUs |size - m| / E are measured; r is the
+ *     affinity and S(r) = sum over GPUs |size - m| / E are computed; r is the
  *     knee of U against S: both normalised to [0,1] over the grid, the knee is
  *     the point farthest above the chord from first to last point (Kneedle's
  *     difference curve; ties to the smaller r).
  *
- * Replication, per layer (the issue's formulas): group loads W_g by GPU,
- * rho = W_max / mean; n_rep = min(max(1, floor(rho)), n_gpu - 1); hot =
- * experts of the most loaded GPU in descending load until their sum reaches
- * W_max n_rep / (1 + n_rep); each hot expert gets one replica on each of the
- * n_rep GPUs with the lowest predicted load W' that do not hold it and have
- * replica budget left (fewer when budget runs out). W' = W - W_removed +
- * W_received with an expert's load split evenly over its copies.
+ * Balance (locus_gracefit_balance_layer), objective and fallback to EPLB's
+ * packing (locus_gracefit_layer_cost, locus_gracefit_fit): below.
+ *
+ * Replication, per layer (locus_gracefit_replicate_layer): one copy at a
+ * time, the heaviest GPU that can shed load giving its expert with the most
+ * load per copy a copy on a GPU that stays below it, while a copy lowers a
+ * GPU and the per-GPU replica budget lasts. Predicted loads W' = W -
+ * W_removed + W_received per GPU, an expert's load split evenly over its
+ * copies.
  */
 #ifndef LOCUS_GRACEFIT_H
 #define LOCUS_GRACEFIT_H
@@ -272,7 +275,7 @@ int locus_gracefit_eplb_export(const void *payload, size_t payload_len, char **j
 
 /*
  * Import such JSON for a topology: slots per rank = P / ranks (P must
- * divide); each expert's primary is its lowest physical slot, others are
+ * divide); each expert's primary is its first slot in log2phy, others are
  * replicas; capacity and budget are the largest per-rank counts seen (and
  * at least topo's when given). W (may be NULL: every expert 1) gives the
  * expert loads. Checks phy2log against log2phy and logcnt. Writes a sealed
