@@ -116,7 +116,7 @@ static const struct locusctl_cmd cmds[] = {
 	  "  locusctl simulate --moe --trace FILE [--fit-trace FILE] [--topo 1x8,2x4,4x8]\n"
 	  "        [--tokens-per-step B] [--model M] [--gpu G] [--fabric F] [--intra-gbps G]\n"
 	  "        [--inter-gbps G] [--tflops T] [--hbm-gbps G] [--latency-us U]\n"
-	  "        [--replica-budget B] [--seed S] [--bootstrap N] [--json]" },
+	  "        [--replica-budget B] [--seed S] [--groups N] [--json]" },
 	{ "rebalance", grace_other,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"
