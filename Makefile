@@ -78,6 +78,7 @@ FUZZ_TESTS    :=
 BENCHES       :=
 BENCH_SCRIPTS :=
 INSTALL_EXTRA :=
+MANPAGES      :=
 
 .PHONY: all
 all: all-targets
@@ -207,12 +208,18 @@ bench:
 bench-run: $(addprefix $(BUILD)/,$(BENCHES)) $(ALL_TARGETS)
 	BUILD=$(BUILD) tools/bench/run.sh $(addprefix $(BUILD)/,$(BENCHES)) $(BENCH_SCRIPTS)
 
-.PHONY: install install-bins
-install: install-bins $(INSTALL_EXTRA)
+.PHONY: install install-bins install-man
+install: install-bins install-man $(INSTALL_EXTRA)
 
 install-bins: all-targets
 	install -d $(DESTDIR)$(PREFIX)/bin
 	$(if $(BINS),install -m 0755 $(addprefix $(BUILD)/,$(BINS)) $(DESTDIR)$(PREFIX)/bin/)
+
+# Each fragment lists its man pages in MANPAGES; a page's suffix is its section.
+MANDIR ?= $(PREFIX)/share/man
+install-man:
+	$(foreach m,$(MANPAGES),install -d $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m))) && \
+		install -m 0644 $(m) $(DESTDIR)$(MANDIR)/man$(subst .,,$(suffix $(m)))/ &&) true
 
 .PHONY: clean
 clean:

@@ -38,3 +38,4 @@ BINS += bin/locusctl
 # ESFT's expert_scores to a calibration trace
 $(eval $(call PROGRAM,bin/esft2jsonl,control/esft2jsonl.c,trace))
 BINS += bin/esft2jsonl
+MANPAGES += control/man/locusctl.8

@@ -41,3 +41,4 @@ $(eval $(call PROGRAM,bin/locusd,$(LOCUSD_SRCS),node rails rail_devs rail_mr idl
 $(eval $(call USES_PKG,dataplane/locusd.c dataplane/locusd_net.c dataplane/locusd_net_ctr.c \
 	dataplane/locusd_loop.c,libdpdk libsystemd libibverbs librdmacm))
 BINS += bin/locusd
+MANPAGES += dataplane/man/locusd.8 dataplane/man/locusd.conf.5

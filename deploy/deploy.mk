@@ -25,4 +25,5 @@ install-deploy:
 		deploy/locusd-cpus > $(DESTDIR)$(PREFIX)/bin/locusd-cpus
 	chmod 0755 $(DESTDIR)$(PREFIX)/bin/locusd-cpus
 	install -m 0644 README.md $(DESTDIR)$(DOCDIR)/README.md
+	install -m 0644 deploy/README.md $(DESTDIR)$(DOCDIR)/deploy.md
 

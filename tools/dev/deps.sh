@@ -15,11 +15,11 @@ libnuma-dev libjemalloc-dev liblapacke-dev libopenblas-dev libsystemd-dev libssl
 # The unit tests (cmocka).
 UNIT_PKGS="libcmocka-dev"
 # The host tests: systemd-analyze verifies the unit, promtool lints locus-stat's
-# Prometheus output, ps and ip; the Python package's tests: Debian's
+# Prometheus output, ps and ip, groff checks the man pages; the Python package's tests: Debian's
 # interpreter, numpy, pytest, torch (CPU; the tests skip what torch would check
 # when it is absent), aiohttp (the PD proxy example), matplotlib (the plots of
 # locusctl simulate, control/sim_plot.py).
-HOST_PKGS="systemd procps iproute2 prometheus"
+HOST_PKGS="systemd procps iproute2 prometheus groff-base"
 PY_PKGS="python3 python3-numpy python3-pytest python3-torch python3-aiohttp python3-matplotlib"
 # libFuzzer targets (make fuzz, and the smoke in make test): clang and its runtime.
 FUZZ_PKGS="clang libclang-rt-14-dev"

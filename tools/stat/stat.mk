@@ -6,3 +6,4 @@ $(eval $(call LIBRARY,statfmt,tools/stat/stat_snap.c tools/stat/stat_fmt.c \
 $(eval $(call PROGRAM,bin/locus-stat,tools/stat/locus_stat.c tools/stat/stat_telemetry.c,\
 	statfmt))
 BINS += bin/locus-stat
+MANPAGES += tools/stat/man/locus-stat.1
