@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "grace_plan_frozen.h"
+#include "locus_err_priv.h"
 
 /* How an expert resolves from one batch's source (this copy's scratch). */
 struct frozen_eroute {
