@@ -10,8 +10,11 @@
 #include <time.h>
 
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldrfit.h"
+#include "locus_err_priv.h"
 #include "locus_grace.h"
+#include "locus_grace_priv.h"
 #include "locus_graceset.h"
 #include "locus_push.h"
 #include "locus_tblfile.h"

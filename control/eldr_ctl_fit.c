@@ -16,6 +16,7 @@
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 #include "locusctl.h"
 

@@ -7,7 +7,10 @@
 
 #include "eldr_fit_priv.h"
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define DEF_MASK_SAMPLE 512u
 #define DEF_NEIGHBOURS  8u

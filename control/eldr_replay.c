@@ -12,6 +12,7 @@
 
 #include "eldr_quality.h"
 #include "eldr_replay.h"
+#include "locus_err_priv.h"
 #include "locusctl.h"
 
 /* Both declarations of each replay (control/ and tools/) are one type. */

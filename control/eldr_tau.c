@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "locus_eldrfit.h"
+#include "locus_err_priv.h"
 
 static const float default_grid[] = { 0.0f,   0.025f, 0.05f, 0.075f, 0.1f,
 				      0.125f, 0.15f,  0.2f,  0.25f,  0.3f };

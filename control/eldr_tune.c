@@ -15,6 +15,7 @@
 
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
+#include "locus_err_priv.h"
 
 #define FOLDS 2
 

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_trace.h"
 
 #define ESFT_LAYERS  26

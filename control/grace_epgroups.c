@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace_epgroups.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 
 #define HDR sizeof(struct locus_tbl_hdr)

@@ -20,8 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define HDR sizeof(struct locus_tbl_hdr)
 #define JSON_MAX_DEPTH 3

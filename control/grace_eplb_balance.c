@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 
 struct idx_w {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 
 #define R_GRID 17 /* r = 0, 1/16, ..., 1 */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 
 int locus_gracefit_profile_keep_tokens(struct locus_gracefit_profile *p, uint32_t k,

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 #include "locus_trace.h"
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_gracefit.h"
 
 double locus_gracefit_predict(const struct locus_grace_dims *d, const double *W,

@@ -11,10 +11,13 @@
 #include <time.h>
 
 #include "locus_counters.h"
+#include "locus_err_priv.h"
+#include "locus_grace_priv.h"
 #include "locus_gracefit.h"
 #include "locus_push.h"
 #include "locus_shm.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 #include "locusctl.h"
 #include "locusctl_grace.h"

@@ -14,6 +14,7 @@
 #include "locus_grace_epgroups.h"
 #include "locus_graceset.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 #include "locusctl.h"
 

@@ -19,11 +19,13 @@
 #include <unistd.h>
 
 #include "locus_eldr.h"
+#include "locus_err_priv.h"
 #include "locus_grace.h"
 #include "locus_graceset.h"
 #include "locus_push.h"
 #include "locus_shm.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locusctl.h"
 
 #define STATE_DIR_ENV "LOCUS_STATE_DIR"

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_sim.h"
 
 static const char *const policy_names[LOCUS_SIM_N_POLICIES] = {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "locus_eldr.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
 #include "locusctl.h"
 #include "sim_args.h"

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "locus_common.h"
+#include "locus_err_priv.h"
 #include "locus_sim_moe.h"
 
 #define MAX_GPUS 4096u

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_sim.h"

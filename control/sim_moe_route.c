@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_sim_moe.h"

@@ -16,6 +16,7 @@
 #include "trace_json.h"
 #include "locus_file.h"
 #include "trace_priv.h"
+#include "locus_err_priv.h"
 
 #define DEF_MAX_REQUESTS 1000000u
 #define DEF_MAX_TOKENS   1000000u

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_trace.h"
 #include "trace_priv.h"
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "trace_json.h"
 
 void tj_init(struct tj *j, const char *buf, size_t len, const char *name, uint32_t line,

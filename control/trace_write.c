@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "locus_err_priv.h"
 #include "locus_trace.h"
 #include "trace_json.h"
 #include "trace_priv.h"

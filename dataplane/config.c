@@ -10,6 +10,7 @@
 
 #include "locus_common.h"
 #include "locus_config.h"
+#include "locus_err_priv.h"
 #include "locus_file.h"
 #include "locus_idle.h"
 

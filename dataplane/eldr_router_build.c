@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "eldr_priv.h"
+#include "locus_err_priv.h"
 
 struct router_layout {
 	size_t off_slots, off_layers, off_idf, off_cw, off_qscale, off_qoff, off_x, off_dots, off_qdot;

@@ -9,6 +9,9 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
 
 #define HOUSEKEEPING_US 100

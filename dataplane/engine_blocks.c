@@ -13,6 +13,8 @@
 
 #include "engine_priv.h"
 #include "locus_blocks.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 
 int engine_blocks_create(struct locus_engine *e, struct locus_error *err)
 {

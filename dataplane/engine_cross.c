@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_err_priv.h"
 #include "locus_spsc.h"
 
 #define CROSS_BURST 64 /* hand-overs or releases taken from one ring per poll */

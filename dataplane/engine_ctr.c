@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
 /* The engine's counters: names, help, shapes. */
+#include "locus_counters_priv.h"
 #include "locus_engine.h"
 #include "locus_grace_plan.h"
 #include "locus_graceset.h"

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
 
 #define RES_REMOTE UINT32_MAX /* res_client of a transport buffer */
 

@@ -17,6 +17,8 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "locus_graceset.h"
 #include "locus_tblfile.h"
 

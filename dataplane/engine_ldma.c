@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
 
 int engine_ldma_create(struct locus_engine *e)
 {

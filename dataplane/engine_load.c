@@ -21,7 +21,9 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_crc32c.h"
+#include "locus_err_priv.h"
 #include "locus_wire.h"
 
 int engine_load_init(struct locus_engine *e, struct locus_error *err)

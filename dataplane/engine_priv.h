@@ -3,6 +3,8 @@
 #ifndef LOCUS_ENGINE_PRIV_H
 #define LOCUS_ENGINE_PRIV_H
 
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_dispatch.h"
 #include "locus_eldr_router.h"
 #include "locus_engine.h"

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
 
 #define MAXR LOCUS_CLIENT_MAX_REGIONS
 

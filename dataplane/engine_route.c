@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "engine_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_wire.h"
 
 /* A decoder is routable when attached here and reporting, or reported by a live peer. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace.h"
 #include "locus_grace_plan.h"
 

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace_plan.h"
 
 /* Pass 1's helpers: inlined whatever the compiler's size heuristics say. */

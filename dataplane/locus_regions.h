@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_counters.h"
 #include "locus_engine.h"
 #include "locus_err.h"

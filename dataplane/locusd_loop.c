@@ -15,6 +15,7 @@
 #include "locus_verbs_loop.h"
 #include "locusd_loop.h"
 #include "locus_rail_devs.h"
+#include "locus_err_priv.h"
 
 #define LOOP_DEPTH 1024
 

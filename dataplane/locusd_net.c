@@ -52,6 +52,7 @@
 #include "locus_rail_devs.h"
 #include "locus_relay.h"
 #include "locusd_net.h"
+#include "locus_err_priv.h"
 
 #include "locusd_net_priv.h"
 

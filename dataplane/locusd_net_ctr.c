@@ -6,6 +6,8 @@
  */
 #include <rte_cycles.h>
 
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "locusd_net_priv.h"
 
 static const struct {

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "locus_err_priv.h"
 #include "locusd_net.h"
 
 

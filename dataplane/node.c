@@ -5,7 +5,11 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_eldr_router.h"
+#include "locus_err_priv.h"
+#include "locus_shm_priv.h"
 #include "locus_sigcache.h"
 #include "locus_wire.h"
 #include "node_priv.h"

@@ -10,6 +10,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
+#include "locus_shm_priv.h"
 #include "node_priv.h"
 
 /*

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "locus_push.h"
 #include "locus_pushsrv.h"
 #include "locus_seqpkt.h"

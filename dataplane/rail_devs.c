@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_rail_devs.h"
 
 #define MAX_DEVS 64

@@ -16,9 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "locus_regions.h"
 #include "locus_seqpkt.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define MAXR             LOCUS_CLIENT_MAX_REGIONS
 #define MAX_CONNS        16

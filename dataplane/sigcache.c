@@ -14,6 +14,7 @@
 #include "locus_blocks.h"
 #include "locus_eldr.h"
 #include "sigcache_priv.h"
+#include "locus_err_priv.h"
 
 #define MAX_SLOTS  (1u << 30)
 

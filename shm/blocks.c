@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "locus_blocks.h"
+#include "locus_err_priv.h"
 
 static size_t new_stride(uint32_t n_layers, uint32_t n_experts)
 {

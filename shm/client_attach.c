@@ -13,8 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client_priv.h"
 #include "locus_client.h"
+#include "locus_client_priv.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
 
 #define MAX_ATTACH_TIMEOUT_MS 60000u /* what locusd waits for our confirmation at most */

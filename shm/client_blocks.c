@@ -4,6 +4,7 @@
 
 #include "locus_blocks.h"
 #include "locus_client.h"
+#include "locus_err_priv.h"
 
 /* The stage from off on, 8-byte aligned, or NULL (err says). */
 static uint8_t *stage_at(struct locus_client *c, uint64_t off, size_t *room,

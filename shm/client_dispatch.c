@@ -10,7 +10,9 @@
 #include <string.h>
 
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_dispatch.h"
+#include "locus_err_priv.h"
 #include "locus_wire.h"
 
 /* [a, a + alen) and [b, b + blen) overlap. */

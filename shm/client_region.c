@@ -12,10 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "client_priv.h"
 #include "locus_client.h"
+#include "locus_client_priv.h"
+#include "locus_err_priv.h"
 #include "locus_seqpkt.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define DEFAULT_TIMEOUT_MS 2000u
 

@@ -8,6 +8,7 @@
 
 #include "locus_client.h"
 #include "locus_eldr.h"
+#include "locus_err_priv.h"
 #include "locus_wire.h"
 
 int locus_client_route(struct locus_client *c, uint64_t off,

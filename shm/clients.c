@@ -13,7 +13,10 @@
 #include <unistd.h>
 
 #include "locus_client.h"
+#include "locus_client_priv.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define BUF_ALIGN 4096u /* the buffer is registered memory: page aligned */
 #define MAX_SLOTS 4096u

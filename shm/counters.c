@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 
 /* Bounds on geometry a sane creator uses; larger values are corruption. */
 #define CTR_MAX_ENTRIES  (1u << 16)

@@ -4,6 +4,7 @@
 
 #include "locus_common.h"
 #include "locus_crc32c.h"
+#include "locus_crc32c_priv.h"
 
 #define CRC32C_POLY_REFLECTED 0x82f63b78u
 

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "locus_dispatch.h"
+#include "locus_err_priv.h"
 
 /* [off, off + len) inside [0, size), without overflow. */
 static int inside(uint64_t off, uint64_t len, uint64_t size)

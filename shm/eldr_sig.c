@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "locus_eldr.h"
+#include "locus_err_priv.h"
 
 int locus_eldr_sig_check(const void *payload, size_t len, uint16_t n_layers,
 			 uint16_t n_experts, struct locus_error *err)

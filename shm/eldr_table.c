@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
 
 #define SECTION_ALIGN 64u

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "locus_err.h"
+#include "locus_err_priv.h"
 
 static const char *const locus_errnames[LOCUS_E_END - LOCUS_E_BASE] = {
 	[LOCUS_EBADMAGIC - LOCUS_E_BASE] = "bad magic",

@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "locus_err_priv.h"
 #include "locus_file.h"
 
 int locus_file_read(const char *path, uint64_t max, char **buf, size_t *len,

@@ -4,8 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define TBL_HDR sizeof(struct locus_tbl_hdr)
 

@@ -4,7 +4,9 @@
 #include <math.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_grace.h"
+#include "locus_grace_priv.h"
 #include "locus_tblfile.h"
 
 struct layout {

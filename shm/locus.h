@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * liblocus (pkg-config locus): every public header of the client library
- * in one include. What the library exports is listed in shm/liblocus.map;
- * the daemon-side functions some of these headers also declare (creating
- * segments, slots and counters) are not in it.
+ * in one include. Each function they declare is exported (shm/liblocus.map).
  */
 #ifndef LOCUS_H
 #define LOCUS_H
@@ -11,7 +9,6 @@
 #include "locus_common.h"
 #include "locus_err.h"
 #include "locus_crc32c.h"
-#include "locus_ring.h"
 #include "locus_shm.h"
 #include "locus_counters.h"
 #include "locus_client.h"

@@ -11,7 +11,7 @@
  *     to be (roles, decoder id, rank), the daemon's answer;
  *   - a load line the decoder writes (one-sided, plain stores);
  *   - a submit ring (client -> locusd) and a completion ring (locusd ->
- *     client) of 64-byte descriptors (locus_ring.h);
+ *     client) of 64-byte descriptors (struct locus_desc);
  *   - the client's buffer: the rank's registered memory. The client stages
  *     what it submits in [0, stage_size); locusd writes what it delivers into
  *     the inbox, inbox_slots fixed slots after the staging area, and the
@@ -51,18 +51,8 @@
 
 #include "locus_common.h"
 #include "locus_err.h"
-#include "locus_ring.h"
 
-#define LOCUS_CLIENTS_MAGIC   0x53544e45494c434cull /* "LCLIENTS" */
-#define LOCUS_CLIENTS_VERSION 2u
-#define LOCUS_DESC_SIZE       64u
-
-enum locus_client_state {
-	LOCUS_CLIENT_FREE      = 0,
-	LOCUS_CLIENT_CLAIMED   = 1, /* locusd attaches it for a request */
-	LOCUS_CLIENT_ACTIVE    = 2,
-	LOCUS_CLIENT_DETACHING = 4,
-};
+#define LOCUS_DESC_SIZE 64u
 
 enum locus_client_role {
 	LOCUS_ROLE_PREFILL = 1u << 0,
@@ -127,57 +117,6 @@ struct locus_clients_params {
 	uint32_t inbox_slot_size; /* bytes per inbox slot, multiple of 64 */
 };
 
-/* Region header: geometry fixed at creation. */
-struct locus_clients_hdr {
-	uint64_t magic;
-	uint32_t version;
-	uint32_t n_slots;
-	uint32_t ring_size;
-	uint32_t inbox_slots;
-	uint32_t inbox_slot_size;
-	uint32_t reserved0;
-	uint64_t stage_size;
-	uint64_t slot_stride;     /* bytes from one slot to the next */
-	uint64_t slots_off;       /* slot 0, from the region start */
-	uint64_t region_size;
-	uint8_t  reserved[8];
-};
-
-/* The control and load lines at the start of every slot. */
-struct locus_client_ctl {
-	uint64_t state_pid;       /* state | (u64)owner pid << 32; one atomic word
-				   * so a slot is never claimed without an owner */
-	uint64_t start_ticks;     /* owner's start time (pid reuse guard) */
-	uint32_t roles;           /* requested: enum locus_client_role bits */
-	uint32_t decoder_id;      /* with LOCUS_ROLE_DECODE */
-	uint32_t rank;            /* with LOCUS_ROLE_RANK (global rank id) */
-	uint32_t reserved0;       /* 0 */
-	uint64_t generation;      /* bumped by the daemon at every activation */
-	uint8_t  pad[LOCUS_CACHE_LINE - 40];
-	/* the decoder's load report, written only by the client */
-	uint64_t load_seq __locus_cache_aligned; /* bumped after each report */
-	uint32_t load;            /* requests in its batch / queue */
-	uint32_t reserved;
-	uint8_t  pad2[LOCUS_CACHE_LINE - 16];
-};
-
-LOCUS_STATIC_ASSERT(sizeof(struct locus_client_ctl) == 2 * LOCUS_CACHE_LINE, "ctl lines");
-
-static inline uint32_t locus_client_state_of(uint64_t state_pid)
-{
-	return (uint32_t)state_pid;
-}
-
-static inline pid_t locus_client_pid_of(uint64_t state_pid)
-{
-	return (pid_t)(state_pid >> 32);
-}
-
-static inline uint64_t locus_client_state_pid(uint32_t state, pid_t pid)
-{
-	return (uint64_t)state | ((uint64_t)(uint32_t)pid << 32);
-}
-
 /*
  * Process-local, validated view of the region. In locusd, base is the
  * reserved range holding the header page and every slot; a client's view
@@ -195,99 +134,11 @@ struct locus_clients {
 	int *fd;                   /* locusd: [n_slots] each slot's memfd; else NULL */
 };
 
-/* Bytes of a region with these params, or 0 if they are out of range. */
-uint64_t locus_clients_region_size(const struct locus_clients_params *p);
-
-/* Lay out an empty region in memory of one piece (all slots FREE). Returns 0 or -EINVAL. */
-int locus_clients_init(void *region, uint64_t size, const struct locus_clients_params *p);
-
-/* Validate an existing region and fill the view. Returns 0 or -LOCUS_E*. */
-int locus_clients_open(struct locus_clients *v, void *region, uint64_t size);
-
-/* The geometry of p into v (base NULL, no fds): a client's view. -EINVAL if p is bad. */
-int locus_clients_geometry(struct locus_clients *v, const struct locus_clients_params *p);
-
-/*
- * Daemon side: reserve the region's range in this process, the header page
- * in private memory and every slot a memfd of its own ("locus-slot-<i>",
- * sealed against shrinking and growing, so no holder can make locusd's
- * accesses fault) mapped at its offset. Returns 0 with v open, or a
- * negative code (err says).
- */
-int locus_clients_create(struct locus_clients *v, const struct locus_clients_params *p,
-			 struct locus_error *err);
-
-/* Unmap the range and close the memfds (v from locus_clients_create). */
-void locus_clients_destroy(struct locus_clients *v);
-
-/*
- * Give slot a fresh memfd, mapped over the old one at the same address:
- * whoever still maps the old object keeps an orphan nobody reads. Only while
- * no thread of this process touches the slot (the engine let go of it). 0,
- * or -errno with the old object left in place.
- */
-int locus_clients_renew(struct locus_clients *v, uint32_t slot);
-
-static inline struct locus_client_ctl *locus_clients_ctl(const struct locus_clients *v,
-							 uint32_t slot)
-{
-	return (struct locus_client_ctl *)(v->base + v->slots_off + (uint64_t)slot * v->slot_stride);
-}
-
-static inline void *locus_clients_submit_ring(const struct locus_clients *v, uint32_t slot)
-{
-	return (uint8_t *)locus_clients_ctl(v, slot) + sizeof(struct locus_client_ctl);
-}
-
-static inline void *locus_clients_completion_ring(const struct locus_clients *v, uint32_t slot)
-{
-	return (uint8_t *)locus_clients_submit_ring(v, slot) + v->ring_bytes;
-}
-
-static inline uint8_t *locus_clients_buf(const struct locus_clients *v, uint32_t slot)
-{
-	return (uint8_t *)locus_clients_ctl(v, slot) + v->buf_off;
-}
-
 /* Offset of inbox slot i in the client's buffer. */
 static inline uint64_t locus_clients_inbox_off(const struct locus_clients *v, uint32_t i)
 {
 	return v->p.stage_size + (uint64_t)i * v->p.inbox_slot_size;
 }
-
-/*
- * Daemon side, for a FREE slot a request is granted: claim writes the
- * request and its sender into the control line (state CLAIMED), prepare
- * lays out fresh rings (state unchanged), publish makes it ACTIVE if its
- * state word is still the claimed one (read after prepare) and bumps the
- * generation. 0, -LOCUS_ESTATE (the slot is not in that state), -LOCUS_ERANGE.
- * release returns a slot to FREE (the caller renewed its memfd first).
- */
-int locus_clients_claim(struct locus_clients *v, uint32_t slot, pid_t pid, uint64_t start_ticks,
-			uint32_t roles, uint32_t decoder_id, uint32_t rank);
-int locus_clients_prepare(struct locus_clients *v, uint32_t slot);
-int locus_clients_publish(struct locus_clients *v, uint32_t slot, uint64_t claimed);
-void locus_clients_release(struct locus_clients *v, uint32_t slot);
-
-enum locus_clients_event {
-	LOCUS_CLIENTS_IDLE  = 0, /* nothing for the daemon to do */
-	LOCUS_CLIENTS_GONE  = 2, /* the client detached, died or broke its state
-				  * word: stop using the slot, then release it */
-};
-
-/*
- * The daemon's periodic look at an attached slot (control thread only: it
- * reads /proc): IDLE while it is ACTIVE and its owner lives, else GONE.
- */
-int locus_clients_check(struct locus_clients *v, uint32_t slot);
-
-/*
- * The same look without /proc (no system call): GONE only when the slot's
- * state word says the client left (detached, or broke it). A daemon calls it
- * every pass and locus_clients_check(), which also sees a client that died,
- * less often.
- */
-int locus_clients_check_state(struct locus_clients *v, uint32_t slot);
 
 /* ------------------------------------------------------------------ */
 /* Client side: the library a serving worker links.                     */
@@ -563,16 +414,6 @@ int locus_client_evict(struct locus_client *c, uint64_t off, const uint64_t *has
 #define LOCUS_CLIENT_MAX_REGIONS 8u          /* per client */
 #define LOCUS_REGION_MAX_LEN     (1ull << 36) /* 64 GiB */
 #define LOCUS_REGION_ALIGN       4096u       /* offset and length */
-#define LOCUS_REG_MAGIC          0x47455244u /* "DREG" */
-#define LOCUS_REG_VERSION        2u
-#define LOCUS_REG_SOCK_SUFFIX    ".reg"
-
-enum locus_reg_op {
-	LOCUS_REG_DMABUF     = 1, /* the message carries one fd (SCM_RIGHTS) */
-	LOCUS_REG_UNREGISTER = 2,
-	LOCUS_REG_ATTACH     = 3, /* a slot, please: the answer carries its memfd */
-	LOCUS_REG_ATTACHED   = 4, /* on the same connection: the slot is mapped, keep it */
-};
 
 /*
  * How locusd holds a region (reply flags). A region may be CPU-mapped by
@@ -589,56 +430,6 @@ enum locus_region_flags {
 	LOCUS_REGION_MR_MAPPED = 1u << 2, /* MRs on the mapping only */
 	LOCUS_REGION_HOST      = 1u << 3, /* host memory: a memfd sealed against shrinking */
 };
-
-/*
- * The registration socket's messages (SOCK_SEQPACKET, one request and one
- * reply per connection; ATTACH adds the client's ATTACHED). The daemon
- * checks the sender with SO_PEERCRED: for DMABUF and UNREGISTER its pid
- * must own slot, in generation; an ATTACH makes it the owner of the slot
- * granted.
- */
-struct locus_reg_req {
-	uint32_t magic;       /* LOCUS_REG_MAGIC */
-	uint32_t version;     /* LOCUS_REG_VERSION */
-	uint32_t op;          /* enum locus_reg_op */
-	uint32_t slot;        /* the sender's client slot (ATTACH: 0) */
-	uint64_t generation;  /* the slot's activation generation (ATTACH: 0) */
-	union {
-		struct {
-			uint64_t offset; /* REG_DMABUF: region start in the dma-buf */
-			uint64_t len;    /* REG_DMABUF: region bytes */
-		};
-		struct {
-			uint32_t roles;      /* ATTACH: enum locus_client_role bits */
-			uint32_t decoder_id; /* ATTACH: with LOCUS_ROLE_DECODE */
-			uint32_t rank;       /* ATTACH: with LOCUS_ROLE_RANK */
-			uint32_t attach_reserved; /* 0 */
-		};
-	};
-	uint32_t region;      /* UNREGISTER: the id */
-	uint32_t reserved;    /* 0 */
-};
-
-struct locus_reg_rep {
-	uint32_t magic;
-	uint32_t version;
-	int32_t  status;      /* 0 or -code */
-	uint32_t region;      /* REG_DMABUF: the new region's id (never 0) */
-	uint32_t flags;       /* enum locus_region_flags */
-	uint32_t slot;        /* ATTACH: the slot granted; its memfd comes with SCM_RIGHTS */
-	uint64_t generation;  /* ATTACH: its activation generation */
-	/* ATTACH: the slot's geometry (struct locus_clients_params but n_slots) */
-	uint32_t ring_size;
-	uint32_t inbox_slots;
-	uint32_t inbox_slot_size;
-	uint32_t clients_version; /* LOCUS_CLIENTS_VERSION: the slot's layout */
-	uint64_t stage_size;
-	uint64_t slot_size;   /* bytes of the memfd */
-	char     msg[128];    /* why, when status < 0 (NUL-terminated) */
-};
-
-LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_req) == 48, "registration request");
-LOCUS_STATIC_ASSERT(sizeof(struct locus_reg_rep) == 192, "registration reply");
 
 /*
  * Register [offset, offset + len) of the dma-buf fd as a buffer region of

@@ -16,7 +16,4 @@ uint32_t locus_crc32c(const void *buf, size_t len);
 /* Continue a CRC: crc = locus_crc32c_update(crc, ...) from crc = 0. */
 uint32_t locus_crc32c_update(uint32_t crc, const void *buf, size_t len);
 
-/* The portable path alone, for tests and benchmarks. */
-uint32_t locus_crc32c_sw_update(uint32_t crc, const void *buf, size_t len);
-
 #endif /* LOCUS_CRC32C_H */

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ELDR formats: expert signatures and the ELDR table payload, with their
- * validators (shm/README.md, "ELDR signature" and "ELDR table"). The
- * contract between the control plane, which fits and seals tables, and the
- * data plane, whose router (dataplane/locus_eldr_router.h) is built from
- * them. Pure C: no EAL, verbs or shm.
+ * validators (DESIGN.md, "ELDR"). The contract between the control plane,
+ * which fits and seals tables, and the data plane, whose router
+ * (dataplane/locus_eldr_router.h) is built from them. Pure C: no EAL, verbs
+ * or shm.
  *
  * Signature (payload of a LOCUS_MSG_SIGNATURE message, and of a prefill
  * client's submit descriptor):
@@ -28,8 +28,8 @@
  * owns at least one, and a decoder's score is the best of its centroids'.
  * Version 2 adds n_centroids, the centroid map, flags and the load spill
  * (spill_tau, spill_margin); a version 1 table has them all zero, and a
- * table that uses none of them is written as version 1
- * (locus_eldr_tbl_kind_version), which builds that only read version 1 accept.
+ * table that uses none of them is written as version 1, which builds that
+ * only read version 1 accept.
  */
 #ifndef LOCUS_ELDR_H
 #define LOCUS_ELDR_H
@@ -168,14 +168,6 @@ struct locus_eldr_tbl_layout {
 int locus_eldr_tbl_layout(uint32_t n_layers, uint32_t n_experts, uint32_t n_decoders,
 			  struct locus_eldr_tbl_layout *out);
 
-/*
- * The same with n_centroids C: 0 is locus_eldr_tbl_layout(); else the
- * centroid map section and C centroids (-LOCUS_ERANGE unless
- * K <= C <= LOCUS_ELDR_MAX_CENTROIDS).
- */
-int locus_eldr_tbl_layout_mapped(uint32_t n_layers, uint32_t n_experts, uint32_t n_decoders,
-				 uint32_t n_centroids, struct locus_eldr_tbl_layout *out);
-
 /* Pointers into a validated payload. */
 struct locus_eldr_tbl_view {
 	const struct locus_eldr_tbl_hdr *hdr;
@@ -200,15 +192,6 @@ struct locus_eldr_tbl_view {
 int locus_eldr_tbl_validate(const void *payload, size_t len, struct locus_eldr_tbl_view *view,
 			    struct locus_error *err);
 
-/* The table channel that carries ELDR tables (shm/README.md, "Table channels"). */
-#define LOCUS_ELDR_TABLE_CHANNEL 0u
-
-/*
- * The kind_version a payload is sealed with: 1 when it uses none of version
- * 2's fields (n_centroids, flags, spill), else 2.
- */
-uint32_t locus_eldr_tbl_kind_version(const struct locus_eldr_tbl_hdr *h);
-
 /*
  * Check a whole sealed blob (locus_tblfile.h header + payload): locus_tbl_check
  * with kind LOCUS_TBL_ELDR, kind_version LOCUS_ELDR_TBL_VERSION_MIN ..
@@ -218,26 +201,5 @@ uint32_t locus_eldr_tbl_kind_version(const struct locus_eldr_tbl_hdr *h);
  */
 int locus_eldr_blob_check(const void *blob, size_t len, struct locus_eldr_tbl_view *view,
 			  struct locus_error *err);
-int locus_eldr_table_validate_cb(const void *blob, size_t len, void *arg,
-				 struct locus_error *err);
-
-/*
- * Start a payload in buf (zeroed, len == layout.len): writes the header's
- * shape fields and tau, and returns writable section pointers through the
- * out parameters. The caller fills them and then validates and seals.
- */
-int locus_eldr_tbl_init(void *buf, size_t len, uint16_t n_layers, uint16_t n_experts,
-			uint16_t n_decoders, float tau, uint32_t **ids, uint8_t **mask,
-			float **idf, float **centroids);
-
-/*
- * The same for n_centroids C (locus_eldr_tbl_layout_mapped): also writes
- * the header's n_centroids and returns the centroid map (*map, NULL when C
- * is 0), which the caller fills.
- */
-int locus_eldr_tbl_init_mapped(void *buf, size_t len, uint16_t n_layers, uint16_t n_experts,
-			       uint16_t n_decoders, uint16_t n_centroids, float tau,
-			       uint32_t **ids, uint16_t **map, uint8_t **mask, float **idf,
-			       float **centroids);
 
 #endif /* LOCUS_ELDR_H */

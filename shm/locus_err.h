@@ -44,13 +44,6 @@ struct locus_error {
 /* Name of -code or code (errno or LOCUS_E*). Never NULL. */
 const char *locus_strerror(int code);
 
-/*
- * Record an error with a printf-style detail; returns -code so validators can
- * `return locus_error_set(err, LOCUS_ERANGE, "...", ...);`. err may be NULL.
- */
-int locus_error_set(struct locus_error *err, int code, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
 /* Reset err (may be NULL). */
 void locus_error_clear(struct locus_error *err);
 

@@ -109,27 +109,11 @@ int locus_grace_view_init(struct locus_grace_view *v, void *payload, size_t len,
 int locus_grace_validate(const struct locus_grace_view *v, struct locus_error *err);
 
 /*
- * A group map (CSR: rank r holds members[start[r] .. start[r+1]-1]) to a
- * primary[E] array. Rejects an expert id >= E, an expert placed twice, an
- * expert placed nowhere, and start[] not monotone or not ending at E.
- */
-int locus_grace_groups_to_primary(uint32_t n_experts, uint32_t n_ranks, const uint32_t *start,
-				  const uint16_t *members, uint16_t *primary,
-				  struct locus_error *err);
-
-/* The segment's table channel that carries GRACE tables. */
-#define LOCUS_GRACE_TABLE_CHANNEL 1u
-
-/*
  * Check a whole sealed blob: locus_tbl_check with kind LOCUS_TBL_GRACE and
  * kind_version LOCUS_GRACE_KIND_VERSION, then locus_grace_validate. On
  * success *payload / *payload_len (may be NULL) point into blob.
  */
 int locus_grace_blob_check(const void *blob, size_t len, const void **payload,
 			   size_t *payload_len, struct locus_error *err);
-
-/* locus_grace_blob_check with the table channel's validate signature. */
-int locus_grace_table_validate_cb(const void *blob, size_t len, void *arg,
-				  struct locus_error *err);
 
 #endif /* LOCUS_GRACE_H */

@@ -13,6 +13,9 @@
  * Indices are free-running 64-bit counters; head is written only by the
  * producer, tail only by the consumer, each on its own cache line. Entries
  * are fixed-size (a multiple of 8 bytes), copied in and out in bursts.
+ *
+ * Used by locusd and inside the client library; not installed (a client
+ * submits and polls through locus_client.h).
  */
 #ifndef LOCUS_RING_H
 #define LOCUS_RING_H

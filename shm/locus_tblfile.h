@@ -48,14 +48,6 @@ _Static_assert(sizeof(struct locus_tbl_hdr) == 64, "table header is 64 bytes");
 const char *locus_tbl_kind_name(unsigned kind);
 
 /*
- * Fill the header at buf for a payload already written at buf + 64 and
- * compute both checksums. buf_len must hold header + payload_len.
- * Returns 0 or -EINVAL / -LOCUS_ERANGE.
- */
-int locus_tbl_seal(void *buf, size_t buf_len, unsigned kind, uint32_t kind_version,
-		   size_t payload_len);
-
-/*
  * Check a sealed blob of len bytes: magic, format version, kind (when
  * expect_kind is non-zero), exact length, both checksums. On success
  * returns 0 and, when non-NULL, *payload and *payload_len. Each failure has
@@ -71,9 +63,5 @@ int locus_tbl_check(const void *buf, size_t len, unsigned expect_kind,
  */
 int locus_tbl_read_file(const char *path, unsigned expect_kind, void **buf, size_t *len,
 			struct locus_error *err);
-
-/* Write a sealed blob to path atomically (temp file, fsync, rename). */
-int locus_tbl_write_file(const char *path, const void *buf, size_t len,
-			 struct locus_error *err);
 
 #endif /* LOCUS_TBLFILE_H */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 /*
  * Parse /proc/<pid>/stat. comm (field 2) may hold spaces and ')' so fields

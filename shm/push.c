@@ -11,9 +11,11 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "locus_err_priv.h"
 #include "locus_push.h"
 #include "locus_seqpkt.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define DEFAULT_TIMEOUT_MS 2000u
 #define ANSWER_MARGIN_MS   3000u /* locusd's own passes on top of the push's bound */

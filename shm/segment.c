@@ -19,7 +19,9 @@
 #include <unistd.h>
 
 #include "locus_common.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define SHM_MODE          0640 /* written by locusd alone, read by its group */
 #define SHM_PAGE          4096

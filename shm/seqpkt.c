@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_err_priv.h"
 #include "locus_seqpkt.h"
 
 /* sockaddr_un for path; -ENAMETOOLONG if it does not fit. */

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "locus_common.h"
+#include "locus_err_priv.h"
 #include "table_priv.h"
 
 struct chan_layout {

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include "locus_crc32c.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "table_priv.h"
 
 /* Rounds of "announce, fence, re-read P" before leaving it to the next poll. */

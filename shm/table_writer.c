@@ -11,7 +11,9 @@
 #include <time.h>
 
 #include "locus_crc32c.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "table_priv.h"
 
 struct locus_table_writer {

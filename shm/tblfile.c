@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include "locus_crc32c.h"
+#include "locus_err_priv.h"
 #include "locus_file.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define HDR_SIZE sizeof(struct locus_tbl_hdr)
 

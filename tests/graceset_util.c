@@ -9,7 +9,9 @@
 #include <cmocka.h>
 
 #include "graceset_util.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 void *gs_table(uint32_t n_layers, uint32_t n_experts, uint32_t n_nodes, uint32_t gpn,
 	       uint32_t R, const uint16_t *primary, const uint16_t *replica, size_t *len)

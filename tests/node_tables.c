@@ -10,8 +10,10 @@
 #include <cmocka.h>
 
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_grace.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "node_tables.h"
 
 /*

@@ -8,6 +8,7 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "locus_counters_priv.h"
 #include "push_util.h"
 
 void tpush_open(struct tpush *tp, const char *instance, const struct locus_table_params *p,

@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "locus_counters_priv.h"
+#include "locus_shm_priv.h"
 #include "stat_test_run.h"
 
 char stat_tmpdir[64];

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 #include "locus_shm.h"
 
 extern char stat_tmpdir[64];

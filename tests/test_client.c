@@ -24,8 +24,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "client_priv.h"
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_shm.h"
 #include "node_util.h"
 

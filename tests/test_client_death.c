@@ -28,6 +28,7 @@
 
 #include "locus_client.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "node_util.h"
 
 #define DEATH_BOUND_MS (LOCUS_CLIENT_CHECK_MS + 400) /* poll's period, plus a loaded box */

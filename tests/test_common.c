@@ -11,8 +11,11 @@
 #include <cmocka.h>
 
 #include "locus_crc32c.h"
+#include "locus_crc32c_priv.h"
 #include "locus_err.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 static void test_crc32c_known_answers(void **state)
 {

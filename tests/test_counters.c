@@ -19,6 +19,7 @@
 #include <cmocka.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 
 struct region {
 	void *mem;

@@ -22,7 +22,9 @@
 #include <cmocka.h>
 
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_grace.h"
+#include "locus_grace_priv.h"
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"

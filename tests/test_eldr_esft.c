@@ -22,6 +22,7 @@
 
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
+#include "locus_err_priv.h"
 #include "locus_trace.h"
 #include "data_paths.h"
 #include "trace_json.h"

@@ -28,6 +28,7 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"

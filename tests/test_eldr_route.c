@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "eldr_rand.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_trace.h"

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "eldr_rand.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 
 static const enum locus_eldr_path all_paths[] = {

@@ -11,7 +11,9 @@
 #include <cmocka.h>
 
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 /* ---- signatures ---- */
 

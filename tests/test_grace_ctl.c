@@ -19,9 +19,12 @@
 #include <cmocka.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 #include "locus_grace.h"
+#include "locus_grace_priv.h"
 #include "locus_gracefit.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
 #include "locusctl_grace.h"

@@ -10,7 +10,9 @@
 #include <cmocka.h>
 
 #include "locus_grace_plan.h"
+#include "locus_grace_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define NR LOCUS_GRACE_NO_RANK
 

@@ -16,7 +16,9 @@
 
 #include "graceset_util.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 #define NL 2
 #define NE 8

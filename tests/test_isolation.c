@@ -36,8 +36,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "client_priv.h"
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_eldr.h"
 #include "locus_push.h"
 #include "locus_regions.h"

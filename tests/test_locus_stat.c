@@ -19,7 +19,9 @@
 #include <cmocka.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "locus_stat.h"
 #include "mini_json.h"
 #include "stat_test_prom.h"

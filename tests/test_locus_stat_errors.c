@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
+#include "locus_shm_priv.h"
 #include "locus_stat.h"
 #include "stat_test_run.h"
 

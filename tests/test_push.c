@@ -27,6 +27,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "locus_counters_priv.h"
 #include "locus_push.h"
 #include "locus_shm.h"
 #include "push_util.h"

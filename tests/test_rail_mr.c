@@ -27,6 +27,7 @@
 
 #include <cmocka.h>
 
+#include "locus_err_priv.h"
 #include "locus_rail_mr.h"
 
 /* The fake devices: what each rail takes, and what it was asked. */

@@ -35,6 +35,7 @@
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "node_util.h"
 
 #define L 2

@@ -39,6 +39,7 @@
 #include <cmocka.h>
 
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_counters.h"
 #include "locus_dispatch.h"
 #include "locus_grace.h"
@@ -47,6 +48,7 @@
 #include "locus_shm.h"
 #include "locus_table.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "node_util.h"
 
 #define L 2

@@ -24,6 +24,7 @@
 
 #include "locus_common.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define INST "t0"
 #define NOBODY 65534

@@ -33,10 +33,12 @@
 
 #include "locus_blocks.h"
 #include "locus_client.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_node.h"
 #include "locus_shm.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 #include "locus_wire.h"
 #include "node_util.h"

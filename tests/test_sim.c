@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "eldr_quality.h"
+#include "locus_eldr_priv.h"
 #include "locus_sim.h"
 #include "data_paths.h"
 

@@ -20,7 +20,9 @@
 #include <cmocka.h>
 
 #include "locus_common.h"
+#include "locus_err_priv.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "locus_table.h"
 
 #define SLOT_SIZE 256

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include "locus_common.h"
+#include "locus_err_priv.h"
 #include "locus_table.h"
 
 #define N_READERS      2

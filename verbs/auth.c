@@ -15,6 +15,7 @@
 #include <openssl/params.h>
 #include <openssl/rand.h>
 
+#include "locus_err_priv.h"
 #include "locus_verbs.h"
 
 /* Domain separation: the secret keys nothing else with this prefix. */

@@ -13,6 +13,8 @@
 #include <string.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
 #include "verbs_priv.h"
 
 enum {

@@ -37,6 +37,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "verbs_priv.h"
 
 /* The device's NUMA node from sysfs (-1: unknown). */

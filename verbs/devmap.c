@@ -16,6 +16,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 
+#include "locus_err_priv.h"
 #include "locus_verbs.h"
 
 #define MAX_DEPTH 64 /* path components below <root>/devices */

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "locus_err_priv.h"
 #include "verbs_priv.h"
 
 uint64_t locus_verbs_now_ns(void)

@@ -18,6 +18,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "locus_err_priv.h"
 #include "locus_verbs_loop.h"
 
 #define MAX_SGE  16

@@ -14,6 +14,7 @@
 
 #include <infiniband/verbs.h>
 
+#include "locus_err_priv.h"
 #include "verbs_priv.h"
 
 static void memlock_str(char *buf, size_t len)

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_verbs.h"
 
 static void put16(uint8_t *b, uint16_t v)

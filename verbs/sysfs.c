@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locus_err_priv.h"
 #include "locus_verbs.h"
 
 /* Read the first line of a small text file; returns its length or -errno. */

@@ -17,6 +17,7 @@
 #include "fuzz.h"
 #include "fuzz_eldr_common.h"
 #include "fuzz_tables.h"
+#include "locus_eldr_priv.h"
 #include "locus_tblfile.h"
 
 #define N_SIGS 8

@@ -6,10 +6,13 @@
 #include "fuzz.h"
 #include "fuzz_engine.h"
 #include "fuzz_tables.h"
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_dispatch.h"
 #include "locus_eldr.h"
 #include "locus_grace.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 #include "locus_wire.h"
 
 static uint64_t clock_ns = 1000000000ull;

@@ -35,6 +35,7 @@
 #include "locus_client.h"
 #include "locus_counters.h"
 #include "locus_engine.h"
+#include "locus_ring.h"
 #include "locus_table.h"
 
 #define FE_L          2

@@ -2,6 +2,7 @@
 /* The engine fuzz targets' operations (fuzz_engine_ops.h). */
 #include "fuzz_engine_ops.h"
 #include "fuzz_tables.h"
+#include "locus_client_priv.h"
 #include "locus_crc32c.h"
 #include "locus_dispatch.h"
 #include "locus_eldr.h"

@@ -11,6 +11,7 @@
 #include "fuzz.h"
 #include "fuzz_plan.h"
 #include "fuzz_tables.h"
+#include "locus_grace_priv.h"
 #include "locus_tblfile.h"
 
 #define MAX_TOKENS 16

@@ -14,6 +14,7 @@
 #include "fuzz_plan.h"
 #include "fuzz_tables.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
 
 #define MAX_TOKENS 8

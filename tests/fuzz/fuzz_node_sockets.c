@@ -38,12 +38,14 @@
 #include "fuzz_sock.h"
 #include "fuzz_tables.h"
 #include "locus_client.h"
+#include "locus_client_priv.h"
 #include "locus_config.h"
 #include "locus_counters.h"
 #include "locus_node.h"
 #include "locus_push.h"
 #include "locus_seqpkt.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 #define MAX_REQS   6
 #define PASSES     64

@@ -24,6 +24,8 @@
 #include "fuzz.h"
 #include "fuzz_engine.h"
 #include "fuzz_sock.h"
+#include "locus_client_priv.h"
+#include "locus_counters_priv.h"
 #include "locus_regions.h"
 #include "locus_shm.h"
 

@@ -17,6 +17,7 @@
 #include "fuzz.h"
 #include "locus_counters.h"
 #include "locus_shm.h"
+#include "locus_shm_priv.h"
 
 static char dir[64], path[128];
 

@@ -19,6 +19,7 @@
 #include "fuzz.h"
 #include "fuzz_tables.h"
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_table.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -5,7 +5,9 @@
 
 #include "fuzz_tables.h"
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 void *ft_eldr_payload_mapped(uint16_t L, uint16_t E, uint16_t K, uint16_t C, uint32_t id0,
 			     float tau, float spill_tau, uint32_t spill_margin, uint32_t flags,

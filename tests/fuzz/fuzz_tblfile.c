@@ -13,8 +13,11 @@
 #include "fuzz.h"
 #include "locus_crc32c.h"
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_grace.h"
+#include "locus_grace_priv.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
 
 /* Both checksums as locus_tbl_seal computes them, over whatever the header says. */

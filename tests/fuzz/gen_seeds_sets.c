@@ -12,6 +12,7 @@
 #include "gen_seeds.h"
 #include "locus_grace_epgroups.h"
 #include "locus_graceset.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
 
 struct shape {

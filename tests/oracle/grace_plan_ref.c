@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "grace_plan_ref.h"
+#include "locus_err_priv.h"
 
 /*
  * Smooth weighted round robin (the nginx scheme) over the copies whose bit

@@ -22,6 +22,7 @@
 #include <infiniband/verbs.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 #include "vt_util.h"
 
 #define DEV_LO "rxe0"

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "locus_counters.h"
+#include "locus_counters_priv.h"
 
 #define ITERS 100000000ull
 #define REPS  5

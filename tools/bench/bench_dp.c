@@ -31,9 +31,11 @@
 
 #include "bench_dp.h"
 #include "locus_eldr.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_push.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 
 int bd_pin(const char *who, int cpu)
 {

@@ -32,6 +32,7 @@
 #include "locus_dispatch.h"
 #include "locus_grace.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 #include "locus_wire.h"
 

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 

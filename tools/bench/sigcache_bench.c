@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "locus_blocks.h"
+#include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
 #include "locus_sigcache.h"
 

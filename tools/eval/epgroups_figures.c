@@ -47,6 +47,7 @@
 #include "locus_eldr_router.h"
 #include "locus_eldrfit.h"
 #include "locus_grace_epgroups.h"
+#include "locus_graceset_priv.h"
 #include "locus_tblfile.h"
 
 #define HDR sizeof(struct locus_tbl_hdr)

@@ -26,6 +26,7 @@
 #include "locus_grace_plan.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locus_trace.h"
 
 #define N_DOM LOCUS_TRACE_ESFT_DOMAINS

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "locus_counters_priv.h"
 #include "locus_stat.h"
 
 static int selected(const char *name, char *const *pat, int npat)
