@@ -9,7 +9,8 @@ HOST_TESTS += tests/test_layering.sh tests/test_locusd.sh tests/test_isolation.s
 	tests/test_push_kill.sh tests/test_engines.sh tests/test_faults.sh \
 	tests/test_loadgen.sh tests/test_bench_daemon.sh tests/test_liblocus.sh \
 	tests/test_deploy.sh tests/test_eldr_goal.sh tests/test_sigcache_evidence.sh \
-	tests/test_simulate.sh tests/test_simulate_moe.sh tests/test_soak.sh tests/test_docs.sh
+	tests/test_simulate.sh tests/test_simulate_moe.sh tests/test_soak.sh tests/test_docs.sh \
+	tests/test_api_exports.sh
 
 # make soak: one locusd under 10^6 signatures and 10^5 dispatch batches, its
 # memory, descriptors and inbox occupancy sampled and held flat, every counter
