@@ -10,7 +10,7 @@
 #   make check      unit and host tests: no VM, no fuzzing (the inner loop)
 #   make test-unit  the cmocka unit tests only
 #   make asan       the unit tests under AddressSanitizer + UBSan
-#   make fuzz       every libFuzzer target for FUZZ_SECONDS each (tests/fuzz.mk)
+#   make fuzz       every libFuzzer target for FUZZ_SECONDS each (tests/fuzz/fuzz.mk)
 #   make bench      the benchmarks; writes tools/bench/results/<date>.txt
 #   make demo       the main job: locusd on the embedded default with client traffic
 #   make install    PREFIX=/usr/local DESTDIR= (deploy/deploy.mk lists the rest)
