@@ -33,7 +33,7 @@ SANFLAGS   := -fsanitize=address,undefined -fno-omit-frame-pointer \
 OPT        ?= -O1
 endif
 # `make FUZZ=1 ...` builds the libFuzzer targets into their own tree with
-# clang (tests/fuzz.mk): every object gets the fuzzer's coverage, ASan and
+# clang (tests/fuzz/fuzz.mk): every object gets the fuzzer's coverage, ASan and
 # UBSan, and undefined behaviour aborts like a crash.
 ifeq ($(FUZZ),1)
 BUILD      := build-fuzz

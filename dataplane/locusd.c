@@ -698,7 +698,8 @@ int main(int argc, char **argv)
 	if (D.worker_lcore >= RTE_MAX_LCORE)
 		fprintf(stderr, "locusd: one lcore only: the engine shares the main lcore\n");
 	locus_node_set_running(D.node);
-	if (D.cfg.watchdog && sd_watchdog_enabled(0, &watchdog_usec) <= 0)
+	/* systemd's interval; the config's watchdog key (SIGHUP may change it) says whether to ping */
+	if (sd_watchdog_enabled(0, &watchdog_usec) <= 0)
 		watchdog_usec = 0;
 	sd_notifyf(0, "READY=1\nSTATUS=instance %s: %u node(s) x %u ranks, worker lcore %d\n"
 		      "MAINPID=%lu", D.cfg.instance, D.cfg.n_nodes, D.cfg.gpus_per_node,
@@ -733,7 +734,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "locusd: worker lcore stopped\n");
 			break;
 		}
-		if (watchdog_usec && now >= next_watchdog) {
+		if (D.cfg.watchdog && watchdog_usec && now >= next_watchdog) {
 			sd_notify(0, "WATCHDOG=1");
 			next_watchdog = now + hz / 1000000 * (watchdog_usec / 2);
 		}

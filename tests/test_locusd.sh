@@ -113,6 +113,28 @@ tel=$("${BUILD:-build}/tests/telemetry_query" locus-t-w /locus/info) || fail "te
 case "$tel" in *'"/locus/info":'*'"instance":"t-w"'*'"eldr_generation":0'*) ;;
 	*) fail "telemetry answer: $tel" ;; esac
 sleep 1
+# SIGHUP applies the watchdog key: off, no ping; on again, pings
+n_pings() { grep -c '^WATCHDOG=1$' "$tmp/notify.log" || true; }
+hup_w() {
+	local before
+	before=$(grep -c 'SIGHUP' "$tmp/w.log" || true)
+	kill -HUP $wpid
+	for _ in $(seq 100); do
+		[ "$(grep -c 'SIGHUP' "$tmp/w.log" || true)" -gt "$before" ] && return 0
+		sleep 0.05
+	done
+	fail "SIGHUP not answered: $(cat "$tmp/w.log")"
+}
+printf 'watchdog = no\n' >> "$tmp/w.conf"
+hup_w
+sleep 0.3
+off=$(n_pings)
+sleep 0.6
+[ "$(n_pings)" -eq "$off" ] || fail "watchdog = no on SIGHUP: pings went on ($off, then $(n_pings))"
+sed -i 's/^watchdog = no$/watchdog = yes/' "$tmp/w.conf"
+hup_w
+sleep 0.6
+[ "$(n_pings)" -ge $((off + 3)) ] || fail "watchdog = yes on SIGHUP: $(n_pings) pings, $off before"
 kill -TERM $wpid
 wait $wpid || fail "locusd t-w exited non-zero"
 # notify_listen quits by itself after 60 s: gone already is no error under set -e
