@@ -583,15 +583,21 @@ int main(int argc, char **argv)
 	if (cpus)
 		return print_cpus(&D.cfg);
 
-	/* say who holds the instance before EAL's own lock says it less clearly */
+	/*
+	 * Say who holds the instance before EAL's own lock says it less clearly.
+	 * Alive is the clients' rule (pid and start time): a killed owner not yet
+	 * reaped, or its pid reused by another process, leaves a stale segment
+	 * that locus_shm_create replaces.
+	 */
 	{
 		struct locus_shm *old;
 
 		if (locus_shm_attach(D.cfg.instance, LOCUS_SHM_RDONLY, &old, NULL) == 0) {
 			pid_t owner = locus_shm_owner_pid(old);
+			int alive = locus_shm_owner_alive(old);
 
 			locus_shm_detach(old);
-			if (owner > 0 && kill(owner, 0) == 0) {
+			if (alive) {
 				fprintf(stderr, "locusd: instance %s is already served by pid %d\n",
 					D.cfg.instance, (int)owner);
 				return 1;

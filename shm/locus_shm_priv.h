@@ -57,7 +57,8 @@ int locus_shm_run_path(const char *instance, const char *suffix, char *buf, size
  * reused, a pid plus its start time (clock ticks since boot, field 22 of
  * /proc/<pid>/stat) cannot. locus_proc_start_ticks returns 0 and *ticks,
  * or -ESRCH if there is no such process. locus_proc_alive returns 1 if pid
- * runs and started at start_ticks, 0 otherwise (a pid <= 0 is never alive).
+ * runs and started at start_ticks, 0 otherwise (a pid <= 0 is never alive;
+ * nor is a zombie, though kill(pid, 0) still finds it).
  */
 int locus_proc_start_ticks(pid_t pid, uint64_t *ticks);
 int locus_proc_alive(pid_t pid, uint64_t start_ticks);

@@ -1,7 +1,8 @@
 #!/bin/bash
 # locusd as a process: the demo end to end (tables, traffic, mid-run push,
 # zero errors, clean stop), a second daemon for the same instance refused, a
-# killed daemon's stale segment replaced on restart, SIGHUP re-reading the
+# killed daemon's stale segment replaced on restart (also while the killed one
+# is a zombie its parent has not reaped), SIGHUP re-reading the
 # config, SIGTERM removing the segment, rdma_device = auto with gpu_pci on a
 # cluster refused at start when the GPUs' nearest devices are not as many as
 # node.<id>'s addresses (a sysfs tree of its own, $LOCUS_SYSFS_ROOT). Segments
@@ -55,6 +56,32 @@ pids+=($second)
 wait_running t-a $second "$tmp/c.log" || fail "locusd t-a (the second) did not come up"
 "$B/locus-stat" -i t-a --json | tr -d ' \n' | grep "\"owner_pid\":$second," >/dev/null ||
 	fail "restarted locusd does not own the segment"
+# the same when the killed daemon is a zombie its parent has not reaped: the pid still
+# answers kill(pid, 0) but runs nothing. perl forks it and sleeps without waiting.
+proc_state() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1; }
+sed 's/^instance = t-a$/instance = t-z/' "$tmp/a.conf" > "$tmp/z.conf"
+perl -e 'open(my $f, ">", shift) or die; my $p = fork() // die;
+	if (!$p) { exec(@ARGV) or exit 127 } print $f "$p\n"; close($f); sleep(60)' \
+	"$tmp/z.pid" "$B/locusd" -c "$tmp/z.conf" > "$tmp/z.log" 2>&1 &
+parent=$!
+pids+=($parent)
+for _ in $(seq 100); do [ -s "$tmp/z.pid" ] && break; sleep 0.05; done
+zombie=$(cat "$tmp/z.pid")
+pids+=($zombie)
+wait_running t-z $zombie "$tmp/z.log" || fail "locusd t-z did not come up"
+kill -9 "$zombie"
+for _ in $(seq 100); do [ "$(proc_state $zombie)" = Z ] && break; sleep 0.05; done
+[ "$(proc_state $zombie)" = Z ] || fail "killed locusd t-z is not a zombie: '$(proc_state $zombie)'"
+"$B/locusd" -c "$tmp/z.conf" > "$tmp/z2.log" 2>&1 &
+znew=$!
+pids+=($znew)
+wait_running t-z $znew "$tmp/z2.log" || fail "locusd t-z did not take over from its zombie"
+"$B/locus-stat" -i t-z --json | tr -d ' \n' | grep "\"owner_pid\":$znew," >/dev/null ||
+	fail "locusd t-z does not own the segment its zombie left"
+kill -TERM $znew
+wait $znew || fail "locusd t-z exited non-zero on SIGTERM"
+kill $parent
+wait $parent 2>/dev/null || true
 
 # 3. SIGHUP re-reads the config: the safe key is applied, others named
 sed -i 's/idle_sleep_us = 100/idle_sleep_us = 20/; s/client_slots = 4/client_slots = 5/' "$tmp/a.conf"
@@ -179,4 +206,4 @@ LOCUS_SYSFS_ROOT=$S timeout 60 "$B/locusd" -c "$tmp/r.conf" > "$tmp/r.log" 2>&1 
 	fail "auto with two rails' devices and one address started"
 grep -q "locusd: rdma_device = auto: gpu_pci's 2 GPUs are nearest to 2 RDMA device(s), rails in this order: mlx5_1 mlx5_0; node.0 lists 1 address(es): list one per rail, in that order" \
 	"$tmp/r.log" || fail "auto with gpu_pci, one address: $(cat "$tmp/r.log")"
-echo "test_locusd: demo, single instance, stale takeover, SIGHUP, diff/rollback, sd_notify, SIGTERM, rails by GPU refused on a count ok"
+echo "test_locusd: demo, single instance, stale takeover (also from a zombie), SIGHUP, diff/rollback, sd_notify, SIGTERM, rails by GPU refused on a count ok"

@@ -4,20 +4,25 @@
 (make bench), which runs the C client (build/tools/bench/bench_dataplane) on the
 same daemon for the ratio:
 
-  bench_python.py route -i INST --trace T [--seconds S] [--cpu C]
+  bench_python.py route -i INST --trace T [--seconds S] [--min-calls N] [--cpu C]
       Client.route() of the trace's prompts one at a time (window 1: submit,
       wait for the decision), as a serving engine calls it: the routed experts
       checked and the signature built (by the C library) on every call. One
       thread holds the prefiller and the 4 decoders; the decoders' signatures
       are taken between calls (not timed).
   bench_python.py dispatch -i INST --trace T [--row-bytes B] [--tokens N]
-                           [--seconds S] [--cpu C]
+                           [--seconds S] [--min-calls N] [--cpu C]
       Buffer.dispatch() on 4 ranks: each rank's N tokens of the trace at one
       layer (its real top-k), rows of B bytes staged in place (dispatch_input),
       recv_x copied out of the inbox. The dispatch is a collective, so each rank
       is a thread of its own; all of them are pinned to CPU C (the GIL runs one
       at a time: one core, as the C client's one thread).
-Prints one result line each; figures are measured, never asserted.
+The timed window opens after the warm-up and lasts S seconds (default 1), then
+runs on until at least N calls (rounds for dispatch; default 100) completed,
+for at most 10 s more: a loaded machine still gets a figure. Prints one result
+line each; figures are measured, never asserted. A window in which nothing
+completed (--min-calls 0, or nothing in the 10 s) prints a sentence saying so
+on stderr and exits 1.
 """
 import argparse
 import json
@@ -31,6 +36,10 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import locus  # noqa: E402
 
+WARM_CALLS = 200    # route calls before the window opens (not timed)
+MIN_CALLS = 100     # the window runs on until this many calls completed...
+EXTRA_SECONDS = 10  # ...for at most this long past its end
+
 
 def load_trace(path):
     with open(path) as f:
@@ -43,9 +52,25 @@ def pin(cpu):
         os.sched_setaffinity(0, {cpu})
 
 
+def window_open(start, n, a):
+    """True while the timed window that opened at start (monotonic) goes on,
+    n calls done: its seconds, then on until --min-calls, bounded."""
+    now = time.monotonic()
+    if now < start + a.seconds:
+        return True
+    return n < a.min_calls and now < start + a.seconds + EXTRA_SECONDS
+
+
+def nothing_done(what, a, one, many):
+    """Exit 1 with a sentence: the timed window of what measured nothing."""
+    raise SystemExit(f"bench_python: {what}: no {one} completed in the timed window "
+                     f"({a.seconds:g} s, at least {a.min_calls} {many}): nothing to report")
+
+
 def bench_route(a, reqs):
-    p = locus.attach(a.instance, prefill=True)
-    decs = [locus.attach(a.instance, decoder=i) for i in range(4)]
+    # waits bounded at 10 s, as dispatch's: a loaded machine may hold a call a while
+    p = locus.attach(a.instance, prefill=True, timeout=10)
+    decs = [locus.attach(a.instance, decoder=i, timeout=10) for i in range(4)]
     for d in decs:
         d.report_load(0)
     with locus.Counters(a.instance) as ctr:  # locusd's housekeeping takes the reports
@@ -55,32 +80,39 @@ def bench_route(a, reqs):
                 raise SystemExit("bench_python: the decoders are not up after 10 s")
             time.sleep(0.01)
     reported = time.monotonic()
-    lat = []
-    end = time.monotonic() + a.seconds
-    warm = 200
     i = 0
-    while time.monotonic() < end or i < warm:
+
+    def call():  # one route; returns its round trip in ns
+        nonlocal i, reported
         x = reqs[i % len(reqs)]
+        i += 1
         t0 = time.perf_counter_ns()
         d = p.route(x)
         t1 = time.perf_counter_ns()
-        if i >= warm:
-            lat.append(t1 - t0)
         decs[d.decoder].poll_signatures(max=64)
-        i += 1
         if time.monotonic() - reported > 0.05:  # reports keep the decoders up (load_timeout_ms)
             for dc in decs:
                 dc.report_load(0)
             reported = time.monotonic()
+        return t1 - t0
+
+    for _ in range(WARM_CALLS):
+        call()
+    lat = []
+    start = time.monotonic()
+    while window_open(start, len(lat), a):
+        lat.append(call())
+    layers, experts = p.table_shape()
+    for c in decs + [p]:
+        c.close()
+    if not lat:
+        nothing_done("route", a, "call", "calls")
     lat = np.array(lat, dtype=np.float64)
     total = lat.sum() / 1e9
-    layers, experts = p.table_shape()
     print(f"python route {locus._lib.ELDR_SIG_HDR_SIZE + layers * experts * 2} B signatures, "
           f"window 1: {len(lat) / total:.0f} routes/s over the timed calls; round trip p50 "
           f"{np.percentile(lat, 50) / 1e3:.2f} us, p99 {np.percentile(lat, 99) / 1e3:.2f} us "
           f"({len(lat)} routes)")
-    for c in decs + [p]:
-        c.close()
 
 
 def bench_dispatch(a, reqs):
@@ -115,9 +147,10 @@ def bench_dispatch(a, reqs):
             for i in range(20):
                 ids, g, layer = batches[(i * ranks + r) % len(batches)]
                 b.dispatch(x, ids, g, layer)
-            if bar.wait() == 0:
-                per = (time.monotonic() - t[0]) / 20
-                n_rounds[0] = max(20, int(a.seconds / max(per, 1e-6)))
+            if bar.wait() == 0:  # the window's rounds at this pace (see window_open)
+                per = max((time.monotonic() - t[0]) / 20, 1e-6)
+                n_rounds[0] = min(max(int(a.seconds / per), a.min_calls),
+                                  int((a.seconds + EXTRA_SECONDS) / per))
             bar.wait()
             if bar.wait() == 0:
                 t[0] = time.monotonic()
@@ -140,16 +173,18 @@ def bench_dispatch(a, reqs):
         th.join()
     if errs:
         raise errs[0]
+    for b in bufs:
+        b.close()
+    for c in clients:
+        c.close()
+    if not n_rounds[0]:
+        nothing_done("dispatch", a, "collective round", "rounds")
     secs = t[1] - t[0]
     total = sum(rows)
     print(f"python dispatch {a.row_bytes} B rows: {ranks} ranks (threads on one CPU), "
           f"{a.tokens} tokens x top-{k}, {n_rounds[0]} collective rounds: {total / secs:.0f} "
           f"rows/s ({total} rows, {secs * 1e6 / n_rounds[0]:.0f} us per round, of which "
           f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU)")
-    for b in bufs:
-        b.close()
-    for c in clients:
-        c.close()
 
 
 def main():
@@ -158,6 +193,7 @@ def main():
     p.add_argument("-i", "--instance", required=True)
     p.add_argument("--trace", required=True)
     p.add_argument("--seconds", type=float, default=1.0)
+    p.add_argument("--min-calls", type=int, default=MIN_CALLS)
     p.add_argument("--cpu", type=int, default=None)
     p.add_argument("--row-bytes", type=int, default=4096)
     p.add_argument("--tokens", type=int, default=32)
