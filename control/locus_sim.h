@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * locusctl simulate: a trace-driven discrete-event simulation of xPyD decode
- * serving (issue 17). Requests of a calibration trace arrive, a policy picks
+ * serving. Requests of a calibration trace arrive, a policy picks
  * a decoder for each (the ELDR one through the data plane's own router,
  * lib eldr_router, the code locusd runs), every decoder batches
  * continuously (requests join at step boundaries up to a cap and leave
