@@ -342,7 +342,7 @@ static int fit_args_check(struct fit_args *a)
 	const char *why = NULL;
 
 	if (a->exact && a->tune == 1)
-		why = "--exact-balance is the original fit: no --tune auto";
+		why = "--exact-balance tunes nothing: no --tune auto";
 	else if (a->tau_auto && a->tune == 1)
 		why = "--tau auto chooses tau alone: no --tune auto";
 	else if (a->margin_given && !(a->fixed & LOCUS_ELDRFIT_FIX_SPILL))

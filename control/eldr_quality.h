@@ -16,7 +16,7 @@ enum {
 	QPOL_ELDR,        /* locusctl fit's default: tuned on the calibration half (eldr_tune.c) */
 	QPOL_ELDR_FIXED,  /* --tune off: tau 0.1, one centroid per decoder, no spill */
 	QPOL_ELDR_NOMASK, /* the same with every layer */
-	QPOL_ELDR_EXACT,  /* main's fit: exact balance, one seed, prefill only */
+	QPOL_ELDR_EXACT,  /* --exact-balance: floor/ceil(N/K), one seed, prefill only */
 	QPOL_N,
 };
 

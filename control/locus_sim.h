@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * locusctl simulate: a trace-driven discrete-event simulation of xPyD decode
- * serving (issue 17). Requests of a calibration trace arrive, a policy picks
- * a decoder for each (the ELDR one through the data plane's own router,
+ * serving. Requests of a calibration trace arrive, a policy picks a decoder
+ * for each (the ELDR one through the data plane's own router,
  * lib eldr_router, the code locusd runs), every decoder batches
  * continuously (requests join at step boundaries up to a cap and leave
  * after their generated tokens) and a decode step takes

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * locusctl simulate --moe: MoE-layer time per expert placement (issue 17,
- * the GRACE side). Tokens of a trace are dealt into steps of B tokens over
- * the cluster's N GPUs (token i of a step on source GPU i mod N); each
+ * locusctl simulate --moe: MoE-layer time per expert placement (the GRACE
+ * side of the simulation). Tokens of a trace are dealt into steps of B
+ * tokens over the cluster's N GPUs (token i of a step on source GPU i mod N); each
  * (step, layer) batch of a source GPU is routed by a placement (the locus
  * GRACE planner over a fitted map, or EPLB's copies as vLLM picks them),
  * and the layer's time is

@@ -26,7 +26,7 @@ struct cfg_parser {
 	struct locus_error *err;
 	int nodes_seen;          /* the file lists its own nodes: drop the default */
 	unsigned line_sleep_max; /* line of idle_sleep_max_us, 0: not set */
-	unsigned line_sleep_old; /* line of idle_sleep_us (its old name), 0: not set */
+	unsigned line_sleep_alias; /* line of idle_sleep_us (its alias), 0: not set */
 	unsigned line_of_node[LOCUS_CFG_MAX_NODES];
 };
 
@@ -354,11 +354,6 @@ static int parse_rdma_devices(struct cfg_parser *p, const char *k, const char *v
 	return copy_str(p, k, c->rdma_devices[0], c->rdma_device, sizeof(c->rdma_device));
 }
 
-/*
- * idle_sleep_max_us, or idle_sleep_us: its name before the adaptive idle
- * policy (a fixed sleep of N us once idle), kept as an alias with the new
- * meaning (the sleep grows from 1 us up to N). One file sets one of them.
- */
 /* gpu_pci = a,b,...: the node's GPUs by PCI address, in rank order; a later line replaces. */
 static int parse_gpu_pci(struct cfg_parser *p, const char *key, const char *v,
 			 struct locus_config *c)
@@ -392,17 +387,21 @@ static int parse_gpu_pci(struct cfg_parser *p, const char *key, const char *v,
 	}
 }
 
+/*
+ * idle_sleep_max_us, or its alias idle_sleep_us, same meaning (the sleep
+ * grows from 1 us up to N). One file sets one of them.
+ */
 static int set_sleep_max(struct cfg_parser *p, const char *k, const char *v)
 {
-	int old = !strcmp(k, "idle_sleep_us");
-	unsigned *mine = old ? &p->line_sleep_old : &p->line_sleep_max;
-	unsigned other = old ? p->line_sleep_max : p->line_sleep_old;
+	int alias = !strcmp(k, "idle_sleep_us");
+	unsigned *mine = alias ? &p->line_sleep_alias : &p->line_sleep_max;
+	unsigned other = alias ? p->line_sleep_max : p->line_sleep_alias;
 
 	if (other)
 		return CFG_FAIL(p, LOCUS_EPARSE,
-				"%s: idle_sleep_%s is already set on line %u (idle_sleep_us is the "
-				"old name of idle_sleep_max_us: keep one)",
-				k, old ? "max_us" : "us", other);
+				"%s: idle_sleep_%s is already set on line %u (idle_sleep_us is an "
+				"alias of idle_sleep_max_us: keep one)",
+				k, alias ? "max_us" : "us", other);
 	if (*mine)
 		return CFG_FAIL(p, LOCUS_EPARSE, "%s listed twice (first on line %u)", k, *mine);
 	*mine = p->line;

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 /*
- * The float scoring kernels: path LOCUS_ELDR_PATH_F32, the router of
- * earlier builds kept as the reference of tests and benchmarks (the
- * routing paths are eldr_qkernels.c's). One arithmetic (eldr_priv.h),
+ * The float scoring kernels: path LOCUS_ELDR_PATH_F32, the float
+ * reference router of tests and benchmarks (the routing paths are
+ * eldr_qkernels.c's). One arithmetic (eldr_priv.h),
  * three instruction sets, the widest the CPU runs; only the functions
  * carry target attributes, so the file builds without -march and runs on
  * any x86-64.

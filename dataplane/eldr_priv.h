@@ -10,8 +10,8 @@
  * before they can overflow, see eldr_qchunk()): exact integers do not
  * depend on the order of the sum, so every path gives the same bits.
  *
- * The float one (LOCUS_ELDR_PATH_F32, the router of earlier builds, kept
- * as the reference of tests and benchmarks): features are processed in
+ * The float one (LOCUS_ELDR_PATH_F32, the reference of tests and
+ * benchmarks): features are processed in
  * blocks of 16 lanes; lane i of a block accumulates with a fused
  * multiply-add into accumulator lane i; the 16 lanes are then summed in
  * the fixed tree of eldr_reduce16() (i += i+8, i += i+4, i += i+2,

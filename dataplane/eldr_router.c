@@ -299,8 +299,8 @@ static uint32_t route_checked(struct locus_eldr_router *r,
 		/*
 		 * Evenly over the steps; the 8-bit path's batch is short
 		 * enough that its requests must be out by the middle of it
-		 * (eldr_bench from memory: 0.87 M/s against 0.80 M/s evenly;
-		 * the same for the 16-bit path would lose 10 %).
+		 * (eldr_bench from memory: faster than spreading them evenly;
+		 * the same for the 16-bit path is slower).
 		 */
 		pf.per_step = (pf.n_sigs * pf.n_lines * (r->q8dots ? 2 : 1) + steps - 1) / steps;
 		score_rows(r, cs, m, pf.n_sigs ? &pf : NULL);

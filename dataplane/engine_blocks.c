@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The signature cache on the engine's lcore (issue 12): ROUTE_BLOCKS sums
+ * The signature cache on the engine's lcore: ROUTE_BLOCKS sums
  * the cached blocks' counts (from the deepest prefix checkpoint named), the
  * new blocks' and the tail's into a private signature, routes it as a ROUTE would (engine_route_signature) and caches
  * the new blocks; EVICT drops blocks. The cache is the engine's alone (one

@@ -56,7 +56,7 @@
  *   idle_sleep_max_us = 50             # sleeps of 1, 2, 4 ... up to this many us while
  *                                      # idle (0: never sleep); any work starts over
  *                                      # (dataplane/locus_idle.h). idle_sleep_us = N is
- *                                      # accepted as the old name of idle_sleep_max_us
+ *                                      # accepted as an alias of idle_sleep_max_us
  *                                      # (not both in one file). SIGHUP applies them.
  *   tau             = 0.1              # default locality band
  *   eldr_precision  = 16               # the router's arithmetic: 16 (int16 centroids) or 8

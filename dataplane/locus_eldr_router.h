@@ -20,9 +20,9 @@
  * exact integer dot products with the u16 counts. A score differs from the
  * exact cosine by at most (sum of the masked counts) x (the centroid's
  * largest |idf x element|) / (2 x 32767) / (the signature's idf norm),
- * plus float rounding (~1e-6). F32 is the float arithmetic of earlier
- * builds (float fused multiply-adds in a fixed order, the widest float ISA
- * the CPU runs), kept as the reference of tests and benchmarks.
+ * plus float rounding (~1e-6). F32 is float arithmetic (float fused
+ * multiply-adds in a fixed order, the widest float ISA the CPU runs), the
+ * reference of tests and benchmarks.
  *
  * The *_I8 paths share an 8-bit arithmetic and give the same bits as each
  * other: centroids quantised to u8 over their own range, counts rounded to

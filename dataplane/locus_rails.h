@@ -16,8 +16,8 @@
  * current rail for a peer only when nothing of it is outstanding there (or
  * the rail is down: then everything on it has ended, delivered or failed,
  * before the transport reports it down), and comes back home the same way.
- * Between two source ranks of a node there is no order (there was none
- * worth relying on before either: a receiving engine interleaves them).
+ * Between two source ranks of a node there is no order (a receiving
+ * engine interleaves them anyway).
  */
 #ifndef LOCUS_RAILS_H
 #define LOCUS_RAILS_H

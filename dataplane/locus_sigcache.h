@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The signature cache: each prefix-cached KV block's expert counts, kept
- * beside it by the serving engine's block hash (issue 12, ELDR's "signature
- * cache co-indexed with KV blocks"). A request whose prefix hit the KV cache
+ * beside it by the serving engine's block hash (ELDR's "signature cache
+ * co-indexed with KV blocks"). A request whose prefix hit the KV cache
  * is routed on the sum of its cached blocks' counts and its new tokens'
  * counts: the same signature the whole prompt would give.
  *

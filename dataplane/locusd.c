@@ -50,7 +50,7 @@
 
 /*
  * What runs without -c (make demo). Its idle policy is for a shared laptop:
- * the engine sleeps after about 1 ms without work, up to 1 ms at a time
+ * the engine sleeps after 20000 empty polls, up to 1 ms at a time
  * (dataplane/README.md, "Idle policy"). With one lcore only
  * (eal_args -l N) the main lcore polls the engine between control passes
  * and never sleeps.

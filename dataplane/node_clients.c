@@ -372,9 +372,10 @@ static void log_sigcache_resets(struct locus_node *n)
 
 /*
  * Whether this pass also asks /proc whether attached clients still live: an
- * open and a read per client, every 1 ms control period, took a fifth of a
- * CPU in the Soft-RoCE guest from the lcores beside it. The state word (a
- * client that detached) is looked at every pass.
+ * open and a read per client every 1 ms control period costs CPU the
+ * lcores beside the control thread need, so it runs every
+ * NODE_LIVENESS_NS. The state word (a client that detached) is looked at
+ * every pass.
  */
 static int liveness_due(struct locus_node *n)
 {

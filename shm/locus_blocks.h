@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The blocks ROUTE and EVICT requests (issue 12, the signature cache
- * co-indexed with KV blocks): what a prefill client of a prefix-cached
+ * The blocks ROUTE and EVICT requests (the signature cache co-indexed
+ * with KV blocks): what a prefill client of a prefix-cached
  * serving engine (vLLM automatic prefix caching, SGLang RadixAttention)
  * stages for LOCUS_OP_ROUTE_BLOCKS and LOCUS_OP_EVICT. Shared by the client
  * library, which writes them, and locusd, which checks them. Pure C: no

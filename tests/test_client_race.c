@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * A client rewrites its request while the engine handles it (issue 11,
- * defect 1): the stage is the client's memory, so nothing stops a thread of
+ * A client rewrites its request while the engine handles it: the stage is the client's memory, so nothing stops a thread of
  * the client from changing expert ids, row refs or a signature header
  * between the engine's check and its use. Each test runs the engine on a
  * thread (as locusd's worker lcore), submits requests from one thread and

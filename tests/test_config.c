@@ -214,7 +214,7 @@ static void test_refusals(void **state)
 		  "t.conf:2: idle_sleep_us: 200000 is outside [0, 100000]", LOCUS_ERANGE },
 		{ "[locusd]\nidle_sleep_us = 50\nnode = 0\nidle_sleep_max_us = 20\n",
 		  "t.conf:4: idle_sleep_max_us: idle_sleep_us is already set on line 2 (idle_sleep_us "
-		  "is the old name of idle_sleep_max_us: keep one)", LOCUS_EPARSE },
+		  "is an alias of idle_sleep_max_us: keep one)", LOCUS_EPARSE },
 		{ "[locusd]\nidle_sleep_max_us = 20\nidle_sleep_us = 50\n",
 		  "t.conf:3: idle_sleep_us: idle_sleep_max_us is already set on line 2",
 		  LOCUS_EPARSE },
@@ -234,7 +234,7 @@ static void test_refusals(void **state)
 	}
 }
 
-/* The idle keys, the compiled-in policy, and idle_sleep_us as the old name. */
+/* The idle keys, the compiled-in policy, and idle_sleep_us as an alias. */
 static void test_idle_policy(void **state)
 {
 	struct locus_config c;

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 12 part 4's acceptance on the full ESFT data (eldr_quality --check):
+# ELDR's acceptance on the full ESFT data (eldr_quality --check):
 # held-out, the "ELDR" row (locusctl fit's default, every choice made on the
 # calibration half) reads no more expert pairs per decode step than the
 # domain oracle and its busiest decoder is no busier, at every K, B the tool

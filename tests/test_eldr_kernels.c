@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
- * The integer scoring kernels against the float reference (the router of
- * earlier builds, LOCUS_ELDR_PATH_F32) on real signatures: the repo's ESFT
+ * The integer scoring kernels against the float reference
+ * (LOCUS_ELDR_PATH_F32) on real signatures: the repo's ESFT
  * sample, and the full ESFT data ($LOCUS_DATA_DIR, default ../shared/data)
  * when present. Two arithmetics, each checked on its own:
  *  - 16-bit (scalar, avx2, avx512): every path this CPU runs gives the same
@@ -38,8 +38,8 @@
 #define FLOAT_TOL 4e-6 /* the reference's own rounding, and the final float products */
 /*
  * The 8-bit arithmetic's stated tolerance: |score - exact cosine| on real
- * signatures (README-eldr.md, "The 8-bit arithmetic", gives the measured
- * largest deviations).
+ * signatures (README-eldr.md, "The 8-bit arithmetic"). The test prints the
+ * largest deviation it sees as a multiple of it.
  */
 #define TOL8 2e-3
 #define N_INT 3u

@@ -56,10 +56,10 @@ static void test_good_trace(void **state)
 }
 
 /*
- * Keys longer than the parser's key buffer (issue 11, defect 4): a valid line
- * with such an unknown key is read like the same line without it, and a line
- * whose over-long "key" never closes, so that the rest is not JSON, is
- * refused (it was accepted: the parser resumed inside the string).
+ * Keys longer than the parser's key buffer: a valid line with such an
+ * unknown key is read like the same line without it, and a line whose
+ * over-long "key" never closes, so that the rest is not JSON, is refused
+ * (the parser must not resume inside the string).
  */
 static void test_long_keys(void **state)
 {

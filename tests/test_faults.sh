@@ -109,7 +109,7 @@ for i in $(seq 60); do
 			break
 		elif [ "$gen1" = $((gen0 + 1)) ] && in_force "$cur"; then
 			# the table in force pushed again: an earlier kill's sender had handed
-			# it over whole and locusd published it only now (CI, host load ~8)
+			# it over whole and locusd published it only now (a loaded host)
 			state=stale
 			break
 		fi

@@ -187,9 +187,9 @@ static void test_import_rejects(void **state)
 }
 
 /*
- * An expert with copies on more ranks than a table's replica row holds
- * (issue 11, defect 2: the import wrote past the row into layer 0's loads
- * and kept the extra copies silently). N ranks, one slot each: expert 0 on
+ * An expert with copies on more ranks than a table's replica row holds is
+ * refused (writing past the row would land in layer 0's loads, and
+ * dropping the extra copies would be silent). N ranks, one slot each: expert 0 on
  * ranks 0..n0-1, expert 1 on the rest; n0 = R + 1 fits exactly, R + 2 not.
  */
 static char *eplb_wide(uint32_t n_ranks, uint32_t n0)

@@ -39,7 +39,7 @@ static void test_window(void **state)
 	assert_true(fabs(W[0] - 10.5) < 1e-12);
 	assert_true(fabs(W[1] - 105) < 1e-12);
 	locus_gracefit_window_free(&w);
-	/* decay 1, window 1: the newest interval alone (the old behaviour) */
+	/* decay 1, window 1 (the defaults): the newest interval alone */
 	assert_int_equal(locus_gracefit_window_init(&w, 1, 2, 1, 1, &err), 0);
 	x[0] = 3;
 	x[1] = 4;

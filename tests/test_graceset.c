@@ -229,9 +229,9 @@ static void test_bytes(void **state)
 	assert_int_equal(locus_tbl_seal(c, len, LOCUS_TBL_GRACE_SET, 1, len - 64), 0);
 	assert_int_equal(check(c, len, NULL, &err), -LOCUS_ERANGE);
 	/*
-	 * an offset near 2^64: refused before any pointer to it is formed (found
-	 * by fuzz_graceset, tests/fuzz/regress/graceset/offset-past-payload:
-	 * UBSan's pointer overflow under make asan before the fix)
+	 * an offset near 2^64: refused before any pointer to it is formed
+	 * (tests/fuzz/regress/graceset/offset-past-payload: forming one is
+	 * UBSan's pointer overflow under make asan)
 	 */
 	memcpy(c, b, len);
 	x = (struct locus_graceset_entry *)((struct locus_graceset_hdr *)(c + 64) + 1);

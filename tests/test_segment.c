@@ -55,7 +55,7 @@ static int teardown(void **state)
 	return system(cmd) == 0 ? 0 : -1;
 }
 
-/* The segment lays out regions by id whatever module owns them: 0 is unused today. */
+/* The segment lays out regions by id whatever module owns them: 0 is unused. */
 #define REGION_0 ((enum locus_shm_region_id)0)
 
 static struct locus_shm *create_default(void)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 /*
- * The signature cache through a whole node (issue 12, part 1): the node's
+ * The signature cache through a whole node: the node's
  * control work and its engine on threads, clients through the client
  * library, tables pushed through the control socket.
  *
@@ -712,7 +712,7 @@ static void test_cache_off_and_reshape(void **state)
 	free(tbl);
 	assert_int_equal(ctr("sigcache_resets", 0), 1);
 	assert_int_equal(ctr("sigcache_entries", 0), 0);
-	/* a request of the old shape is refused now */
+	/* a request shaped for the replaced table is refused */
 	len = stage_request(&p, &lay);
 	assert_int_equal(submit_raw(LOCUS_OP_ROUTE_BLOCKS, len, 4), -LOCUS_ERANGE);
 	stop_node();

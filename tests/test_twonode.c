@@ -503,7 +503,7 @@ static void test_bad_remote_messages(void **state)
 		tu_nap();
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 10), -LOCUS_ETRUNCATED);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, sizeof(junk)), -LOCUS_EBADMAGIC);
-	/* loads no longer come as messages (load rows): a LOAD message is refused */
+	/* loads come as load rows, never as messages: a LOAD message is refused */
 	locus_msg_hdr_init(h, LOCUS_MSG_LOAD, 8, 0, 0, 1, 0);
 	assert_int_equal(locus_engine_remote_recv(e, 0, junk, 40), -LOCUS_EPROTO);
 	locus_msg_hdr_init(h, LOCUS_MSG_DISPATCH, 32, 0, 0, 2, 0);
@@ -517,9 +517,9 @@ static void test_bad_remote_messages(void **state)
 }
 
 /*
- * A signature from a peer gets the local path's whole check (issue 11,
- * defect 3: only magic and a self-consistent length were checked). Each
- * defect is refused and counted; the valid signature beside them arrives.
+ * A signature from a peer gets the local path's whole check, not only its
+ * magic and a self-consistent length. Each defect is refused and counted;
+ * the valid signature beside them arrives.
  */
 static void test_remote_signature_checked(void **state)
 {

@@ -160,8 +160,8 @@ uint64_t locus_verbs_tsc_mult(void);
 /*
  * The data path's clock: the TSC scaled to ns, so that an empty poll makes
  * no system call (clock_gettime is one wherever the kernel's clocksource has
- * no vDSO read: HPET, as in a TCG guest, where it cost the network lcore a
- * quarter of its time). Its values are compared only with each other (the
+ * no vDSO read: HPET, as in a TCG guest, where every empty poll would pay
+ * for one). Its values are compared only with each other (the
  * stall, drain and credit-idle bounds of the data side), never with
  * locus_verbs_now_ns().
  */

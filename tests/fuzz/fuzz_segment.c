@@ -3,9 +3,9 @@
  * A segment file as clients, locusctl and locus-stat attach it
  * (locus_shm_attach on $LOCUS_SHM_DIR/locus.<instance>), whatever its
  * bytes: the input is written as the segment of instance "fz" in a private
- * directory, attached read-only (clients, locus-stat, locusctl: mode 0640
- * since ABI 2) and read-write (a stale segment locusd looks at), and the
- * counters region, the only one a segment still holds, is opened as
+ * directory, attached read-only (clients, locus-stat, locusctl: mode 0640)
+ * and read-write (a stale segment locusd looks at), and the counters
+ * region, the only one a segment holds, is opened as
  * locus-stat opens it (locus_counters_open, read-only) and summed.
  * Contract, from locus_shm.h and locus_counters.h: an attached segment's
  * regions lie inside it, aligned and apart; whatever the counters module

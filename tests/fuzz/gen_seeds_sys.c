@@ -103,7 +103,7 @@ void segment(void)
 	if (!mkdtemp(dir))
 		exit(1);
 	setenv(LOCUS_SHM_DIR_ENV, dir, 1);
-	/* since ABI 2 the counters are all a segment holds */
+	/* the counters are all a segment holds */
 	sp.region_size[LOCUS_REGION_COUNTERS] = locus_counters_region_size(&cp);
 	if (locus_shm_create(&sp, &shm, NULL))
 		exit(1);

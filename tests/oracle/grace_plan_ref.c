@@ -3,9 +3,9 @@
  * The dispatch planner written plainly (the reference of
  * tests/test_grace_plan_ref and of tools/bench/grace_bench): the same contract as
  * locus_grace_plan_batch(), the plans the planner must reproduce exactly.
- * It is the planner before issue 15's optimisation (one loop, no per-batch
- * cache, a repeat found by scanning the token's earlier slots) with issue
- * 14's per-token copy choice added as plainly: the token's fixed slots (one
+ * It is one loop, with no per-batch cache and a repeat found by scanning
+ * the token's earlier slots, and the per-token copy choice written as
+ * plainly: the token's fixed slots (one
  * copy, or a copy on the source GPU) first, then each slot with a choice, in
  * slot order, takes a copy on a rank the token's resolved slots already use,
  * else one where a later slot with a choice has a copy (unless that copy is

@@ -1,20 +1,20 @@
 #!/bin/bash
-# The inter-node benchmark's breakdown (README, "Inter-node against ib_write_bw"):
-# locusd built at each commit of the change, all measured against ib_write_bw in one
-# guest run (guest-bench.sh, LV_VARIANTS).
+# The inter-node benchmark over several locusd builds in one guest run
+# (guest-bench.sh, LV_VARIANTS): label=commit is locusd built at that commit, and
+# every variant is measured against ib_write_bw in the same guest, so their
+# ratios compare.
 #   tests/vm/bench-breakdown.sh [label=commit[:placement] ...]
-# Without arguments, the commits of the README's table. Each commit's locusd is built
-# from `git archive` in a temporary tree (only locusd; everything else is this
-# checkout's); LV_REPEATS, LV_SECONDS and the other LV_* variables go to the guest.
+# Without arguments: this checkout's HEAD, with the split and the lcores
+# placements. Each commit's locusd is built from `git archive` in a temporary
+# tree (only locusd; everything else is this checkout's); LV_REPEATS, LV_SECONDS
+# and the other LV_* variables go to the guest.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$ROOT"
 BUILD=${BUILD:-build}
 case "$BUILD" in /*) ;; *) BUILD=$ROOT/$BUILD;; esac
 if [ $# = 0 ]; then
-	# main before the change; then the commits that changed locusd, in order
-	set -- main-lcores=42a1961:lcores main=42a1961 clock=f67c827 blocked=0a4f577 \
-		doorbell=5521f1f control=35b1308 onelcore=5e82622 all-lcores=5e82622:lcores
+	set -- split=HEAD lcores=HEAD:lcores
 fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -36,6 +36,7 @@ for v in "$@"; do
 	variants="$variants $label=$bin:$placement"
 done
 export LV_VARIANTS="${variants# }"
-# about 90 s a variant in the guest: more than the single benchmark's time-out
+# each variant is one more benchmark run in the guest: more than the single
+# benchmark's time-out
 export RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-$((300 + 150 * $#))}
 "$ROOT/tests/vm/locusd-vm-test.sh" --bench

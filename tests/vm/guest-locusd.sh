@@ -60,13 +60,13 @@ trap cleanup EXIT
 mksecret() { # file
 	(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
 }
-# RC's ACK time-out: a round trip through locusd takes 15-40 ms in this guest, not
-# microseconds; under the faults' netem 67 ms (14) timed out for packets that had arrived
-# and gave connections up (README, Configuration). 16: 268 ms, a dead link after 1.9 s,
-# still inside F2's 3 s black holes.
+# RC's ACK time-out: a round trip through locusd takes milliseconds in this TCG guest, not
+# microseconds, so under the faults' netem the default 14 (67 ms) can time out packets that
+# arrived and give connections up (deploy/README.md, rdma_ack_timeout). 16: 268 ms, a dead
+# link after 1.9 s, still inside F2's 3 s black holes.
 [ "$WHAT" = faults ] && : "${LV_ACK_TIMEOUT:=16}"
-# a connection whose sends see no completion for 5 s fails (locusd's stall watch); at host
-# load ~10 this oversubscribed guest once went that long under F1's 1 % netem with no RC
+# a connection whose sends see no completion for 5 s fails (locusd's stall watch); on a
+# loaded host this oversubscribed guest can go that long under F1's 1 % netem with no RC
 # error, so the faults run gives it 10 s (still inside F4's 20 s wait for the drop)
 [ "$WHAT" = faults ] && : "${LV_STALL_MS:=10000}"
 # n1 moves its intra-node rows with the verbs loopback, n0 with the CPU
@@ -132,7 +132,7 @@ ctr() {
 			(f == "" || index($1, f)) { s += $2 } END { printf "%d\n", s }'
 }
 
-# snap NODE FILE: every counter of node NODE in one locus-stat call (each costs ~0.5 s here)
+# snap NODE FILE: every counter of node NODE in one locus-stat call (each call is slow here)
 snap() { "$B/locus-stat" -i "n$1" -p > "$2" 2>/dev/null; }
 # snap2 PREFIX: both nodes at once, into PREFIX.0 and PREFIX.1 (never a bare wait: the
 # locusd processes are background jobs of this shell too)
@@ -164,8 +164,8 @@ show_counters() {
 }
 
 # loadgen across the two nodes: prefill on n0, decoders/ranks where told. Each attach
-# may take 20 s: in this guest on a loaded host a main lcore once took more than
-# loadgen's default 5 s to answer one (the faults run's clean F1 traffic, host load 6).
+# may take 20 s: in this guest on a loaded host a main lcore can take more than
+# loadgen's default 5 s to answer one.
 LG_ATTACH="--attach-timeout-ms 20000"
 loadgen() { # out-file decoder-at rank-at extra-args...
 	local out=$1 dec=$2 rk=$3

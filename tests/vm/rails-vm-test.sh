@@ -3,6 +3,6 @@
 # the qemu guest (tests/vm/guest-rails.sh): traffic checked end to end on both rails,
 # per-rail counters, bytes/s on two rails against one in the same run.
 # test-timeout: 900
-# (~330 s in the TCG guest at host load 3: two node starts, two loadgen runs; a loaded
-# host doubles that, as it did for the faults run)
+# (two node starts and two loadgen runs in the TCG guest; a loaded host can double their
+# time, as for the faults run)
 RXE_VM_TIMEOUT=${RXE_VM_TIMEOUT:-880} exec "$(dirname "$0")/locusd-vm-test.sh" --rails

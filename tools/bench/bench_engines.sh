@@ -14,8 +14,8 @@
 # 0@0,1@1,2@1); two engines on CPUs 0 and 1 (--lcores 0@0,1@0,2@1, engine 0
 # beside the main lcore and the client thread). On a machine with fewer
 # cores than engines + client threads the engines share cores: the ratios
-# then show what splitting the work costs, not how it scales (README,
-# "Several engine lcores"). Figures are printed, never asserted.
+# then show what splitting the work costs, not how it scales
+# (dataplane/README.md, "Several engines"). Figures are printed, never asserted.
 # Environment: BUILD, BENCH_SECONDS (per row, default 2).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,7 +4,7 @@
  *  1. routing decisions/s on one core, L=48 E=128, K=16 and K=64, mask of
  *     12 layers and no mask (and K=16 unmasked again with long prompts'
  *     counts), per kernel path (the 16-bit paths, the 8-bit ones "-i8", and
- *     the float kernels of earlier builds, "f32", as the previous kernel),
+ *     the float reference kernels, "f32"),
  *     against a naive scalar double loop (double precision, table layout
  *     as stored) and against merely reading the 12 KiB of each signature,
  *     in the same run;
@@ -485,7 +485,7 @@ int main(int argc, char **argv)
 	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0)
 		printf("ran on cpu %d, allowed %d of %ld online cpus (pin with taskset -c N)\n",
 		       sched_getcpu(), CPU_COUNT(&cpus), sysconf(_SC_NPROCESSORS_ONLN));
-	printf("paths: avx2 %s, avx512 (VNNI) %s; f32 = the float kernels of earlier builds\n",
+	printf("paths: avx2 %s, avx512 (VNNI) %s; f32 = the float reference kernels\n",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
 	bench_route(pool, slen, 16, L, rounds, "");

@@ -13,7 +13,7 @@
  *     slices.
  *
  * grace_bench [--blob PATH] [--rounds N]: --blob reads the fitted table
- * from PATH when it exists (the fit is skipped; it takes ~20 s), else fits
+ * from PATH when it exists (the fit, the slow part, is skipped), else fits
  * and writes it there; N slices of 0.1 s per planner (default 8).
  */
 #include <errno.h>
@@ -325,7 +325,7 @@ int main(int argc, char **argv)
 			double r;
 
 			if (i == 2 && round > 0)
-				continue; /* the naive planner once: 10x slower */
+				continue; /* the naive planner once: the slowest by far */
 			r = plan_slice(&v[i], map, &plan, batch, 0.1, &rc, &err);
 			if (rc < 0)
 				goto fail;

@@ -78,7 +78,7 @@ echo "      each check every byte they get. The data plane's own speed follows."
 step "the data plane: one client thread pinned to CPU 0 (the prefill and the 4 decoders), locusd's engine lcore on CPU 1"
 if [ "$(nproc)" -ge 2 ]; then
 	# the same daemon and table (in force since the mid-run push); the engine spins
-	# while requests keep coming (its idle policy sleeps only after ~1 ms without any)
+	# while requests keep coming (its idle policy sleeps only after 20000 empty polls)
 	"$BUILD_DIR/tools/bench/bench_dataplane" route -i $inst --table "$work/eldr2.tbl" --no-push \
 		--trace $trace --windows 1,8 --seconds 0.5 --cpus 0 | grep -v '^where: route baseline'
 	echo "   (tools/bench/bench_daemon.sh, in make bench: 12 KiB signatures, dispatch against memcpy, idle)"

@@ -24,10 +24,10 @@
  *                decoder, tau, overflow rule and load spill chosen on the
  *                calibration half alone by two-fold replay, eldr_tune.c),
  *                "ELDR fixed" (`--tune off`: tau 0.1, one centroid per
- *                decoder, no spill: the default before the tuning), the same
- *                with every layer (--no-mask), and main's original fit
- *                (exact balance floor/ceil(N/K), one k-means++ seed, prefill
- *                only).
+ *                decoder, no spill: nothing tuned), the same with every
+ *                layer (--no-mask), and the exact-balance fit
+ *                (--exact-balance: floor/ceil(N/K), one k-means++ seed,
+ *                prefill only).
  * Figures per (K, B) and half (both halves printed side by side, each with
  * its interval):
  *   per decode step  distinct pairs of the batch's t-th generated tokens
@@ -67,8 +67,8 @@
  *       (--check: exit 1 unless the "ELDR" row reads no more pairs per step
  *        than the oracle and its busiest decoder is no busier, held-out, at
  *        every K, B; the figures are deterministic (fixed seeds), so this is
- *        the acceptance of issue 12 part 4 on this sample, not a test of it
- *        on new requests: the differences are inside their intervals)
+ *        ELDR's acceptance on this sample, not a test of it on new
+ *        requests: the differences are inside their intervals)
  *       (default trace: the full ESFT data under $LOCUS_DATA_DIR, default
  *        <repo>/../shared/data, else <repo>/tests/data/calib_sample.jsonl)
  */
@@ -96,7 +96,7 @@ static struct locus_trace *load_esft(const char *base)
 
 static const char *const pol_name[QPOL_N] = { "round-robin", "domain (oracle)", "ELDR",
 					      "ELDR fixed", "ELDR --no-mask",
-					      "ELDR exact (main)" };
+					      "ELDR exact balance" };
 
 enum { NB = 3 }; /* figures per policy and replicate */
 
@@ -204,7 +204,8 @@ out:
  * Options of the ELDR fits beyond the defaults (--slack, --balance-price,
  * --restarts, --decode-weight, --tau, --centroids-per-decoder, --spill-tau,
  * --spill-margin, --overflow; < 0: the default), to measure a variant
- * against the oracle and main's fit. In the tuned row each fixes its choice.
+ * against the oracle and the exact-balance fit. In the tuned row each fixes
+ * its choice.
  */
 static struct {
 	float slack, price, weight, tau, spill_tau;
@@ -305,7 +306,7 @@ static int fit_policies(const struct locus_trace *t, const uint32_t *calib, uint
 		apply_variant(&o);
 		if (p == QPOL_ELDR && tune(t, calib, n_calib, &o, s->B, e) < 0)
 			return -1;
-		if (p == QPOL_ELDR_EXACT) /* main's fit as main's eldr_quality ran it */
+		if (p == QPOL_ELDR_EXACT) /* the exact-balance fit: no options, tau 0.1, seed 1 */
 			o = (struct locus_eldrfit_opts){ .n_decoders = K, .tau = 0.1f, .seed = 1 };
 		if (locus_eldrfit_trace(calt, &o, &res, e) < 0)
 			return -1;

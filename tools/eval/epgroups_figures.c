@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 /*
  * epgroups_figures: per-decoder expert placement against one global
- * placement, on requests ELDR routes (issue 12, part 2).
+ * placement, on requests ELDR routes.
  *
  * Every decoder is expert-parallel over R ranks of its own (group k = ranks
  * k*R .. k*R+R-1 of a cluster of K*R GPUs, 4 per node). Requests split

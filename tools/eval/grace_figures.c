@@ -292,7 +292,7 @@ static void print_interval(double point, double *x, int pct)
 }
 
 /*
- * The issue's goal, judged on the intervals: rows off the GPU at least 20 %
+ * GRACE's goal, judged on the intervals: rows off the GPU at least 20 %
  * fewer (the interval's upper end at or below -20 %) and max/mean not
  * shown worse (the interval's lower end at or below 0).
  */

@@ -505,8 +505,9 @@ int main(int argc, char **argv)
 	/*
 	 * Traffic starts once every decoder is attached (locusd processed its
 	 * attach: it is routable) and reported, or failed to attach (its record
-	 * says so). A fixed nap here was too short on a loaded machine: the first
-	 * requests found no decoder. Bounded by twice the attach timeout. Then
+	 * says so): a fixed nap would be too short on a loaded machine, and the
+	 * first requests would find no decoder. Bounded by twice the attach
+	 * timeout. Then
 	 * 200 ms more, for decoders on other nodes, whose loads reach this node
 	 * by the load rows.
 	 */
