@@ -23,7 +23,7 @@ fail() { echo "test_locusd: $*" >&2; exit 1; }
 . tests/lib.sh # wait_running
 
 
-# 1. the README's main job
+# 1. the README's main job (make demo)
 DEMO_REQUESTS=1500 DEMO_BATCHES=20 tools/demo/demo.sh > "$tmp/demo.out" 2>&1 ||
 	{ cat "$tmp/demo.out"; fail "demo failed"; }
 grep -q '^demo: ok$' "$tmp/demo.out" || fail "demo did not finish"

@@ -43,7 +43,7 @@ static void test_params(void **state)
 	struct locus_error err = { 0 };
 	(void)state;
 
-	/* 48 x 128 bytes of counts and the 32-byte header: the README's figure */
+	/* 48 x 128 bytes of counts and the 32-byte header: locus_sigcache.h's figure */
 	assert_int_equal(locus_sigcache_entry_bytes(&p), 6176);
 	assert_int_equal(locus_sigcache_create(&p, &c, &err), -LOCUS_ERANGE);
 	assert_non_null(strstr(err.msg, "room for 0 entries"));
