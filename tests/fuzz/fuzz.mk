@@ -15,7 +15,7 @@ FUZZ_ALL := tblfile eldr_table grace_table graceset eldr_sig blocks_req dispatch
 	table_region segment verbs_proto node_sockets
 
 # per target: the libraries it uses, extra sources, pkg-config modules
-FUZZ_LIBS_tblfile      := common
+FUZZ_LIBS_tblfile      := formats
 FUZZ_LIBS_eldr_table   := eldr_router
 FUZZ_SRCS_eldr_table   := tests/fuzz/fuzz_tables.c tests/fuzz/fuzz_eldr_common.c
 FUZZ_LIBS_grace_table  := grace_plan
