@@ -5,6 +5,8 @@ $(BUILD)/control/%.o: INCLUDES = -Ishm -Icontrol
 $(BUILD)/control/sim.o $(BUILD)/control/sim_%.o $(BUILD)/control/eldr_replay.o \
 	$(BUILD)/control/eldr_quality_sim.o: INCLUDES += -Idataplane
 
+# an etcd v3 client over etcd's JSON gateway (libcurl, jansson, OpenSSL's base64)
+$(eval $(call LIBRARY,etcd,control/etcd.c control/etcd_watch.c,common,libcurl jansson libcrypto))
 # calibration traces: JSON Lines, ESFT, writing
 $(eval $(call LIBRARY,trace,control/trace.c control/trace_json.c control/trace_write.c \
 	control/trace_esft.c,common))

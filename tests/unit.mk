@@ -88,3 +88,8 @@ $(eval $(call TEST,test_locus_stat_errors,tests/test_locus_stat_errors.c \
 $(BUILD)/tests/test_locus_stat $(BUILD)/tests/test_locus_stat_errors: $(BUILD)/bin/locus-stat
 $(eval $(call TEST,test_grace_heldout,tests/test_grace_heldout.c,eval))
 $(eval $(call TEST,test_grace_bound,tests/test_grace_bound.c,eval))
+
+# control/'s etcd client, against a real etcd the test starts
+$(eval $(call TEST,test_etcd,tests/test_etcd.c tests/etcd_util.c,etcd))
+# dataplane/'s membership agent, several nodes in one process, against a real etcd
+$(eval $(call TEST,test_cluster,tests/test_cluster.c tests/etcd_util.c,cluster))

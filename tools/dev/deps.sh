@@ -9,17 +9,20 @@ set -eu
 
 # What builds locusd, locusctl, locus-stat and locus-loadgen: rdma-core,
 # DPDK, libnuma, jemalloc, LAPACKE/OpenBLAS (spectral grouping), libsystemd
-# (sd_notify), OpenSSL's libcrypto (the handshake's HMAC).
+# (sd_notify), OpenSSL's libcrypto (the handshake's HMAC), libcurl and
+# jansson (the etcd client, over etcd's JSON gateway).
 CORE_PKGS="build-essential pkg-config libibverbs-dev librdmacm-dev libdpdk-dev
-libnuma-dev libjemalloc-dev liblapacke-dev libopenblas-dev libsystemd-dev libssl-dev"
+libnuma-dev libjemalloc-dev liblapacke-dev libopenblas-dev libsystemd-dev libssl-dev
+libcurl4-openssl-dev libjansson-dev"
 # The unit tests (cmocka).
 UNIT_PKGS="libcmocka-dev"
 # The host tests: systemd-analyze verifies the unit, promtool lints locus-stat's
-# Prometheus output, ps and ip, groff checks the man pages; the Python package's tests: Debian's
+# Prometheus output, ps and ip, groff checks the man pages, a real etcd (the
+# tests start their own; etcdctl, and openssl for TLS certificates); the Python package's tests: Debian's
 # interpreter, numpy, pytest, torch (CPU; the tests skip what torch would check
 # when it is absent), aiohttp (the PD proxy example), matplotlib (the plots of
 # locusctl simulate, control/sim_plot.py).
-HOST_PKGS="systemd procps iproute2 prometheus groff-base"
+HOST_PKGS="systemd procps iproute2 prometheus groff-base etcd-server etcd-client openssl"
 PY_PKGS="python3 python3-numpy python3-pytest python3-torch python3-aiohttp python3-matplotlib"
 # libFuzzer targets (make fuzz, and the smoke in make test): clang and its runtime.
 FUZZ_PKGS="clang libclang-rt-14-dev"

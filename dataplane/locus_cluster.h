@@ -1,0 +1,123 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Cluster membership through etcd (dataplane/README.md, "The cluster"): a
+ * node keeps its record under <prefix>/<cluster id>/nodes/<node id>, held
+ * by a lease it keeps alive, and watches the other records. A record that
+ * appears or changes is a peer to dial or accept; one that goes away (its
+ * node stopped, or its lease lapsed) is a dead peer.
+ *
+ * The node id is claimed create-if-absent in one transaction: a second node
+ * with an id in use is refused for as long as the first one's lease lives.
+ * The lease id is kept in a file, so a node that restarts on the same host
+ * takes its own record back at once instead of waiting for the lease.
+ *
+ * When etcd cannot be reached the agent keeps the membership it has (no
+ * peer is dropped for it), retries with a growing pause, counts and says
+ * so, and catches up from the last revision it saw once etcd answers.
+ *
+ * Plain C over the etcd client (control/locus_etcd.h): no EAL, verbs or
+ * segment. locus_cluster_poll() never blocks; it belongs to one thread
+ * (locusd's main lcore), as do the callbacks it runs.
+ */
+#ifndef LOCUS_CLUSTER_H
+#define LOCUS_CLUSTER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "locus_err.h"
+
+#define LOCUS_CLUSTER_MAX_RAILS   8
+#define LOCUS_CLUSTER_PROTO       2     /* the inter-node protocol (verbs handshake) */
+#define LOCUS_CLUSTER_RECORD_MAX  4096  /* bytes of a node record */
+
+/* What a node says of itself. */
+struct locus_node_record {
+	uint32_t node;
+	uint64_t cluster;
+	uint32_t proto;
+	uint32_t gpus;                    /* GPUs (ranks) on the node */
+	uint32_t n_rails;
+	uint32_t rail_ipv4[LOCUS_CLUSTER_MAX_RAILS]; /* network byte order */
+	uint16_t rail_port[LOCUS_CLUSTER_MAX_RAILS];
+	bool draining;                    /* "state": "draining": leaving, take no new work */
+	uint64_t boot;                    /* random per start of its locusd */
+	char host[64];                    /* informative */
+};
+
+/*
+ * Parse and check a record read from etcd for node `node` of cluster
+ * `cluster`: JSON with the fields above, ids that match the key and the
+ * cluster, 1..8 rails of IPv4:port, a non-zero boot. Anything else is
+ * refused with a sentence.
+ */
+int locus_node_record_parse(const void *buf, size_t len, uint32_t node, uint64_t cluster,
+			    struct locus_node_record *out, struct locus_error *err);
+
+/* The record as JSON into buf (NUL-terminated). Returns its length, or -LOCUS_ERANGE. */
+int locus_node_record_format(const struct locus_node_record *r, char *buf, size_t len);
+
+struct locus_cluster_params {
+	const char *endpoints;        /* etcd URLs, comma-separated */
+	const char *cacert, *cert, *key; /* TLS files, or NULL */
+	const char *prefix;           /* key prefix; NULL: "/locus" */
+	const char *lease_file;       /* where the lease id survives a restart; NULL: none */
+	uint32_t lease_ttl_s;         /* 0: 5 */
+	uint32_t timeout_ms;          /* one request's bound; 0: 2000 */
+	struct locus_node_record self;
+};
+
+/* What the agent tells its owner. Every callback may be NULL. */
+struct locus_cluster_ops {
+	/* a node's record appeared or changed (new addresses, a new boot) */
+	void (*node_up)(void *arg, const struct locus_node_record *r);
+	/* a node's record went away: its node stopped or its lease lapsed */
+	void (*node_gone)(void *arg, uint32_t node);
+	/* a record that does not parse: refused, the last good one kept */
+	void (*record_bad)(void *arg, uint32_t node, const struct locus_error *why);
+	/* the agent's own state changed (logging) */
+	void (*state)(void *arg, int state, const struct locus_error *why);
+};
+
+enum locus_cluster_state {
+	LOCUS_CLUSTER_JOINING,     /* getting a lease and claiming the id */
+	LOCUS_CLUSTER_MEMBER,      /* the record is ours, the watch runs */
+	LOCUS_CLUSTER_REFUSED,     /* the id is held by another node's lease; trying again */
+	LOCUS_CLUSTER_UNREACHABLE, /* etcd did not answer; keeping the membership we have */
+};
+
+/* Counters the owner exports. */
+struct locus_cluster_stats {
+	uint64_t etcd_requests, etcd_errors;
+	uint64_t joins, refusals, lease_lost;
+	uint64_t records_up, records_gone, records_bad;
+	uint64_t watch_restarts, resyncs;
+};
+
+struct locus_cluster;
+
+/* Start joining (nothing blocks: the requests go out from locus_cluster_poll). */
+int locus_cluster_open(const struct locus_cluster_params *p, const struct locus_cluster_ops *ops,
+		       void *arg, struct locus_cluster **out, struct locus_error *err);
+
+/* Move the agent on; now_ms is a monotonic clock. Never blocks. */
+void locus_cluster_poll(struct locus_cluster *c, uint64_t now_ms);
+
+/*
+ * Leave: revoke the lease so the others see this node go at once (bounded
+ * by the request time-out), forget the lease file, free. NULL is a no-op.
+ */
+void locus_cluster_close(struct locus_cluster *c);
+
+enum locus_cluster_state locus_cluster_state(const struct locus_cluster *c);
+const char *locus_cluster_state_name(int state);
+const struct locus_cluster_stats *locus_cluster_stats(const struct locus_cluster *c);
+
+/* The record the agent holds for node (a member, not this node), or NULL. */
+const struct locus_node_record *locus_cluster_node(const struct locus_cluster *c, uint32_t node);
+
+/* Nodes with a record now, this one included when it is a member. */
+uint32_t locus_cluster_n_members(const struct locus_cluster *c);
+
+#endif /* LOCUS_CLUSTER_H */
