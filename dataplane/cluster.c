@@ -83,8 +83,8 @@ static void failed(struct locus_cluster *c, const struct locus_etcd_resp *r)
 	if (c->retry_ms > RETRY_MAX_MS)
 		c->retry_ms = RETRY_MAX_MS;
 	c->retry_at_ms = c->now_ms + c->retry_ms;
-	if (r->status == -ENOTCONN || r->status == -ETIMEDOUT || c->state == LOCUS_CLUSTER_MEMBER)
-		set_state(c, LOCUS_CLUSTER_UNREACHABLE, &r->err);
+	/* down, or refusing us (TLS, permissions): the reason goes with the state */
+	set_state(c, LOCUS_CLUSTER_UNREACHABLE, &r->err);
 }
 
 /* ---- members ---- */

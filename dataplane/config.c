@@ -25,6 +25,7 @@ struct cfg_parser {
 	struct locus_config *cfg;
 	struct locus_error *err;
 	int nodes_seen;          /* the file lists its own nodes: drop the default */
+	unsigned line_nodes;     /* line of nodes = N, 0: not set */
 	unsigned line_sleep_max; /* line of idle_sleep_max_us, 0: not set */
 	unsigned line_sleep_alias; /* line of idle_sleep_us (its alias), 0: not set */
 	unsigned line_of_node[LOCUS_CFG_MAX_NODES];
@@ -82,6 +83,8 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->nodes[0].set = 1;
 	cfg->nodes[0].n_rails = 1;
 	cfg->nodes[0].rail[0] = (struct locus_cfg_addr){ cfg->nodes[0].ipv4, cfg->nodes[0].port };
+	strcpy(cfg->etcd_prefix, "/locus");
+	cfg->etcd_lease_s = 5;
 }
 
 static int parse_u64(struct cfg_parser *p, const char *key, const char *v, uint64_t lo,
@@ -554,6 +557,33 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 		return parse_u64(p, k, v, 0, UINT64_MAX, &c->cluster_id);
 	if (!strcmp(k, "gpus_per_node"))
 		return parse_u32(p, k, v, 1, LOCUS_CFG_MAX_GPUS, &c->gpus_per_node);
+	if (!strcmp(k, "etcd")) {
+		if (strncmp(v, "http://", 7) && strncmp(v, "https://", 8))
+			return CFG_FAIL(p, LOCUS_EPARSE, "etcd: '%s' is not a list of http:// or "
+					"https:// URLs", v);
+		return copy_str(p, k, v, c->etcd, sizeof(c->etcd));
+	}
+	if (!strcmp(k, "etcd_prefix")) {
+		if (v[0] != '/' || strchr(v, ' '))
+			return CFG_FAIL(p, LOCUS_EPARSE, "etcd_prefix: '%s' is not a key starting "
+					"with /", v);
+		return copy_str(p, k, v, c->etcd_prefix, sizeof(c->etcd_prefix));
+	}
+	if (!strcmp(k, "etcd_cacert") || !strcmp(k, "etcd_cert") || !strcmp(k, "etcd_key")) {
+		char *dst = !strcmp(k, "etcd_cacert") ? c->etcd_cacert :
+			    !strcmp(k, "etcd_cert") ? c->etcd_cert : c->etcd_key;
+
+		if (v[0] != '/')
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not an absolute path", k, v);
+		return copy_str(p, k, v, dst, LOCUS_CFG_PATH_MAX);
+	}
+	if (!strcmp(k, "etcd_lease_s"))
+		return parse_u32(p, k, v, 2, 3600, &c->etcd_lease_s);
+	if (!strcmp(k, "nodes")) {
+		p->line_nodes = p->line;
+		return parse_u32(p, k, v, 1, LOCUS_CFG_MAX_NODES, &c->n_nodes);
+	}
+	/* nodes = N given after node.<id> lines: N rules (checked against them at the end) */
 	if (!strncmp(k, "node.", 5)) {
 		uint32_t id = 0;
 
@@ -561,7 +591,8 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 			return -p->err->code;
 		if (!p->nodes_seen) {
 			memset(c->nodes, 0, sizeof(c->nodes));
-			c->n_nodes = 0;
+			if (!p->line_nodes)
+				c->n_nodes = 0;
 			p->nodes_seen = 1;
 		}
 		if (c->nodes[id].set)
@@ -570,11 +601,53 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 		p->line_of_node[id] = p->line;
 		if (parse_node_addrs(p, k, v, &c->nodes[id]) < 0)
 			return -p->err->code;
-		if (id + 1 > c->n_nodes)
+		if (id + 1 > c->n_nodes && !p->line_nodes)
 			c->n_nodes = id + 1;
 		return 0;
 	}
 	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [cluster]", k);
+}
+
+/*
+ * Static: node.<id> for every id 0..n-1 (nodes = N, if given, must agree).
+ * With etcd: this node's line only, and nodes = N for the cluster's size;
+ * the others' addresses come from their records.
+ */
+static int check_membership(struct cfg_parser *p)
+{
+	struct locus_config *c = p->cfg;
+	uint32_t listed = 0, top = 0;
+
+	for (uint32_t i = 0; i < LOCUS_CFG_MAX_NODES; i++)
+		if (c->nodes[i].set) {
+			listed++;
+			top = i + 1;
+		}
+	if (c->etcd[0]) {
+		if (!p->line_nodes)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE, "etcd needs nodes = N in [cluster] "
+					     "(the cluster's node ids are 0..N-1)");
+		if (!p->nodes_seen || listed != 1 || !c->nodes[c->node_id].set)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE, "with etcd, [cluster] lists this "
+					     "node's node.%u line only (the others' addresses come "
+					     "from etcd): %u node.<id> line(s) given", c->node_id,
+					     listed);
+		if (!!c->etcd_cert[0] != !!c->etcd_key[0])
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE, "etcd_cert and etcd_key go together");
+		return 0;
+	}
+	if (c->etcd_cacert[0] || c->etcd_cert[0] || c->etcd_key[0])
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "etcd_cacert, etcd_cert and etcd_key need "
+				     "etcd = URL,...");
+	if (p->line_nodes && top && c->n_nodes != top)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "nodes = %u, but [cluster] lists node.0.."
+				     "node.%u", c->n_nodes, top - 1);
+	for (uint32_t i = 0; i < c->n_nodes; i++)
+		if (!c->nodes[i].set)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE,
+					"[cluster] lists node.%u but not node.%u: ids must be 0..n-1",
+					c->n_nodes - 1, i);
+	return 0;
 }
 
 static char *trim(char *s)
@@ -705,17 +778,16 @@ static int check_whole(struct cfg_parser *p)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "gpu_pci names %u GPUs, gpus_per_node is %u",
 				     c->n_gpu_pci, c->gpus_per_node);
 
-	for (uint32_t i = 0; i < c->n_nodes; i++)
-		if (!c->nodes[i].set)
-			return CFG_FAIL_FILE(p, LOCUS_ERANGE,
-					"[cluster] lists node.%u but not node.%u: ids must be 0..n-1",
-					c->n_nodes - 1, i);
+	ret = check_membership(p);
+	if (ret < 0)
+		return ret;
 	if (c->node_id >= c->n_nodes)
 		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node = %u, but [cluster] has nodes 0..%u",
 				c->node_id, c->n_nodes - 1);
 	for (uint32_t i = 0; i < c->n_nodes; i++)
 		for (uint32_t j = i + 1; j < c->n_nodes; j++)
-			if (shared_addr(&c->nodes[i], &c->nodes[j]))
+			if (c->nodes[i].set && c->nodes[j].set &&
+			    shared_addr(&c->nodes[i], &c->nodes[j]))
 				return CFG_FAIL_FILE(p, LOCUS_ERANGE,
 						"node.%u and node.%u have the same address", i, j);
 	if (c->n_rdma_devices > 1 && c->n_rdma_devices != c->nodes[c->node_id].n_rails)

@@ -37,8 +37,9 @@ $(eval $(call LIBRARY,rail_mr,dataplane/rail_mr.c))
 
 # locusd: the daemon (DPDK EAL + libsystemd)
 LOCUSD_SRCS := dataplane/locusd.c dataplane/locusd_net.c dataplane/locusd_net_ctr.c \
-	dataplane/locusd_secret.c dataplane/locusd_loop.c
-$(eval $(call PROGRAM,bin/locusd,$(LOCUSD_SRCS),node rails rail_devs rail_mr idle verbs config,\
+	dataplane/locusd_secret.c dataplane/locusd_loop.c dataplane/locusd_cluster.c
+$(eval $(call PROGRAM,bin/locusd,$(LOCUSD_SRCS),node rails rail_devs rail_mr idle verbs config \
+	cluster,\
 	libdpdk libsystemd libibverbs librdmacm numa libcrypto $(JEMALLOC)))
 $(eval $(call USES_PKG,dataplane/locusd.c dataplane/locusd_net.c dataplane/locusd_net_ctr.c \
 	dataplane/locusd_loop.c,libdpdk libsystemd libibverbs librdmacm))

@@ -73,6 +73,17 @@
  *                                      # IPv4:port,IPv4:port,... (rail 0 first): two
  *                                      # nodes connect on every rail both list
  *   node.1          = 127.0.0.2:7471
+ *
+ * With etcd (dataplane/README.md, "The cluster"), [cluster] lists this
+ * node's node.<id> line only and the cluster's size; the others' addresses
+ * come from their records in etcd:
+ *   etcd            = http://10.0.0.9:2379,...  # etcd URLs (https:// with TLS)
+ *   etcd_prefix     = /locus           # keys under <prefix>/<id>/
+ *   etcd_cacert     = /etc/locus/etcd-ca.pem    # TLS: the CA, this node's
+ *   etcd_cert       = /etc/locus/etcd.pem       # certificate and key
+ *   etcd_key        = /etc/locus/etcd.key
+ *   etcd_lease_s    = 5                # a stopped node leaves within this
+ *   nodes           = 4                # node ids 0..nodes-1
  */
 #ifndef LOCUS_CONFIG_H
 #define LOCUS_CONFIG_H
@@ -165,7 +176,13 @@ struct locus_config {
 	uint64_t cluster_id;
 	uint32_t gpus_per_node;
 	uint32_t n_nodes;
-	struct locus_cfg_node nodes[LOCUS_CFG_MAX_NODES];
+	struct locus_cfg_node nodes[LOCUS_CFG_MAX_NODES]; /* with etcd: this node's only */
+	char     etcd[LOCUS_CFG_EAL_MAX];         /* "": no etcd, the static node list */
+	char     etcd_prefix[LOCUS_CFG_NAME_MAX];
+	char     etcd_cacert[LOCUS_CFG_PATH_MAX];
+	char     etcd_cert[LOCUS_CFG_PATH_MAX];
+	char     etcd_key[LOCUS_CFG_PATH_MAX];
+	uint32_t etcd_lease_s;                    /* 2..3600 */
 };
 
 /* Fill cfg with the defaults (one node, 4 GPUs, shared-memory tiers). */
@@ -189,12 +206,20 @@ static inline uint32_t locus_config_n_ranks(const struct locus_config *cfg)
 	return cfg->n_nodes * cfg->gpus_per_node;
 }
 
-/* Rails nodes a and b have in common: rail i of one connects to rail i of the other. */
+/*
+ * Rails nodes a and b have in common: rail i of one connects to rail i of
+ * the other. With etcd the others' addresses come from their records, and
+ * every node has this node's rails (a record with another count is refused).
+ */
 static inline uint32_t locus_config_common_rails(const struct locus_config *cfg, uint32_t a,
 						 uint32_t b)
 {
 	uint32_t na = cfg->nodes[a].n_rails, nb = cfg->nodes[b].n_rails;
 
+	if (cfg->etcd[0] && !cfg->nodes[b].set)
+		nb = na;
+	if (cfg->etcd[0] && !cfg->nodes[a].set)
+		na = nb;
 	return na < nb ? na : nb;
 }
 

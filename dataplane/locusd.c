@@ -40,6 +40,7 @@
 #include "locus_node.h"
 #include "locus_shm.h"
 #include "locus_relay.h"
+#include "locusd_cluster.h"
 #include "locusd_loop.h"
 #include "locusd_net.h"
 
@@ -77,6 +78,7 @@ struct locusd {
 	const char *config_path;
 	struct locus_node *node;
 	struct locusd_net *net;     /* NULL on a single node */
+	struct locusd_cluster *cluster; /* membership through etcd, or NULL */
 	struct locusd_loop *loop;   /* intra_node = verbs, else NULL */
 	/* the engines and the network on worker lcores of their own: a relay per engine */
 	struct locus_relay *relay[LOCUS_CFG_MAX_ENGINES];
@@ -671,6 +673,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "locusd: buffer regions: %s\n", err.msg);
 		goto err_node;
 	}
+	/* membership through etcd: this node's record, the others' as peers */
+	if (D.cfg.etcd[0]) {
+		if (locusd_cluster_create(&D.cfg, D.net, locus_node_counters(D.node),
+					  LOCUS_NODE_CTL_BLOCK, &D.cluster, &err) < 0 ||
+		    locusd_cluster_join(D.cluster, 3000, &err) < 0) {
+			fprintf(stderr, "locusd: %s\n", err.msg);
+			goto err_node;
+		}
+	}
 	idle_publish(&D, &D.cfg);
 	sigaction(SIGTERM, &sa, NULL);
 	sigaction(SIGINT, &sa, NULL);
@@ -721,6 +732,8 @@ int main(int argc, char **argv)
 		locusd_loop_reap(D.loop);
 		if (D.net)
 			locusd_net_control(D.net);
+		if (D.cluster)
+			locusd_cluster_poll(D.cluster);
 		if (D.worker_lcore >= RTE_MAX_LCORE) {
 			/*
 			 * One lcore: poll for a control period between control passes
@@ -754,6 +767,9 @@ int main(int argc, char **argv)
 	}
 	ret = 0;
 	sd_notify(0, "STOPPING=1");
+	/* leave first: the others stop sending here while the rings drain */
+	locusd_cluster_destroy(D.cluster);
+	D.cluster = NULL;
 	fprintf(stderr, "locusd: stopping: draining client rings\n");
 	/* clients see STOPPING and attach no more; the worker drains, then leaves */
 	locus_node_set_stopping(D.node);
@@ -778,6 +794,8 @@ err_engines:
 			(unsigned long long)rs.rx_no_room, (unsigned long long)rs.rx_refused);
 	}
 err_node:
+	locusd_cluster_destroy(D.cluster);
+	D.cluster = NULL;
 	locus_node_on_renew(D.node, NULL, NULL);
 	locusd_loop_destroy(D.loop);
 	D.loop = NULL;

@@ -717,7 +717,11 @@ static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_par
 	return 0;
 }
 
-/* Declare every node that shares rail r (the lower id dials, the higher accepts). */
+/*
+ * Declare every node that shares rail r (the lower id dials, the higher
+ * accepts). With etcd a node is a member only once its record is read
+ * (locusd_net_member): until then it is neither dialled nor accepted.
+ */
 static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
 {
 	const struct locus_config *cfg = n->cfg;
@@ -729,12 +733,43 @@ static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
 
 		if (node == cfg->node_id || r >= locus_config_common_rails(cfg, cfg->node_id, node))
 			continue;
-		sa.sin_addr.s_addr = cfg->nodes[node].rail[r].ipv4;
-		sa.sin_port = htons(cfg->nodes[node].rail[r].port);
+		if (cfg->nodes[node].set) {
+			sa.sin_addr.s_addr = cfg->nodes[node].rail[r].ipv4;
+			sa.sin_port = htons(cfg->nodes[node].rail[r].port);
+		}
 		ret = locus_verbs_peer_add(rl->ep, (uint16_t)node,
 					   cfg->node_id < node ? &sa : NULL, &rl->peer[node], err);
 		if (ret < 0)
 			return ret;
+		if (cfg->etcd[0])
+			locus_verbs_peer_set_member(rl->peer[node], false, NULL);
+	}
+	return 0;
+}
+
+int locusd_net_member(struct locusd_net *n, uint32_t node, const uint32_t *ipv4,
+		      const uint16_t *port, uint32_t n_rails, struct locus_error *err)
+{
+	const struct locus_config *cfg = n->cfg;
+
+	if (node >= cfg->n_nodes || node == cfg->node_id)
+		return locus_error_set(err, LOCUS_ERANGE, "node %u is not a peer of node %u (ids "
+				       "0..%u)", node, cfg->node_id, cfg->n_nodes - 1);
+	if (ipv4 && n_rails != n->n_rails)
+		return locus_error_set(err, LOCUS_ERANGE, "node %u lists %u rail(s), this node %u: "
+				       "the cluster's nodes have the same rails", node, n_rails,
+				       n->n_rails);
+	for (uint32_t r = 0; r < n->n_rails; r++) {
+		struct locus_verbs_peer *p = n->rail[r].peer[node];
+		struct sockaddr_in sa = { .sin_family = AF_INET };
+
+		if (!p)
+			continue;
+		if (ipv4) {
+			sa.sin_addr.s_addr = ipv4[r];
+			sa.sin_port = htons(port[r]);
+		}
+		locus_verbs_peer_set_member(p, ipv4 != NULL, ipv4 ? &sa : NULL);
 	}
 	return 0;
 }

@@ -10,7 +10,7 @@ HOST_TESTS += tests/test_layering.sh tests/test_locusd.sh tests/test_isolation.s
 	tests/test_loadgen.sh tests/test_bench_daemon.sh tests/test_liblocus.sh \
 	tests/test_deploy.sh tests/test_eldr_goal.sh tests/test_sigcache_evidence.sh \
 	tests/test_simulate.sh tests/test_simulate_moe.sh tests/test_soak.sh tests/test_docs.sh \
-	tests/test_api_exports.sh
+	tests/test_api_exports.sh tests/test_cluster_locusd.sh
 
 # make soak: one locusd under 10^6 signatures and 10^5 dispatch batches, its
 # memory, descriptors and inbox occupancy sampled and held flat, every counter

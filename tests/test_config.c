@@ -464,6 +464,71 @@ static void test_rails(void **state)
 	}
 }
 
+/* [cluster] with etcd: this node's line, the cluster's size, the TLS files. */
+static void test_etcd(void **state)
+{
+	static const char ok[] =
+		"[locusd]\nnode = 2\nrdma_device = mlx5_0\nsecret_file = /etc/locus/secret\n"
+		"[cluster]\nid = 9\nnodes = 5\nnode.2 = 10.0.0.3:7471\n"
+		"etcd = https://10.0.0.9:2379,https://10.0.0.10:2379\n"
+		"etcd_prefix = /prod/locus\netcd_cacert = /etc/locus/ca.pem\n"
+		"etcd_cert = /etc/locus/node.pem\netcd_key = /etc/locus/node.key\n"
+		"etcd_lease_s = 3\n";
+	static const struct bad_case cases[] = {
+		{ "[cluster]\netcd = 10.0.0.9:2379\n", "t.conf:2: etcd: '10.0.0.9:2379' is not",
+		  LOCUS_EPARSE },
+		{ "[cluster]\netcd_prefix = locus\n", "t.conf:2: etcd_prefix:", LOCUS_EPARSE },
+		{ "[cluster]\netcd_cert = node.pem\n", "t.conf:2: etcd_cert: 'node.pem' is not an "
+		  "absolute path", LOCUS_EPARSE },
+		{ "[cluster]\netcd_lease_s = 1\n", "t.conf:2: etcd_lease_s: 1 is outside",
+		  LOCUS_ERANGE },
+		{ "[cluster]\nnodes = 65\n", "t.conf:2: nodes: 65 is outside", LOCUS_ERANGE },
+		{ "[cluster]\netcd = http://e:2379\nnode.0 = 10.0.0.1:7471\n",
+		  "etcd needs nodes = N", LOCUS_ERANGE },
+		{ "[cluster]\netcd = http://e:2379\nnodes = 2\n",
+		  "lists this node's node.0 line only", LOCUS_ERANGE },
+		{ "[cluster]\netcd = http://e:2379\nnodes = 2\nnode.0 = 10.0.0.1:1\n"
+		  "node.1 = 10.0.0.2:1\n", "2 node.<id> line(s) given", LOCUS_ERANGE },
+		{ "[cluster]\netcd = http://e:2379\nnodes = 2\nnode.1 = 10.0.0.2:1\n",
+		  "lists this node's node.0 line only", LOCUS_ERANGE },
+		{ "[cluster]\netcd = http://e:2379\nnodes = 1\nnode.0 = 10.0.0.1:1\n"
+		  "etcd_cert = /a.pem\n", "etcd_cert and etcd_key go together", LOCUS_ERANGE },
+		{ "[cluster]\nnode.0 = 10.0.0.1:1\netcd_cacert = /a.pem\n",
+		  "need etcd = URL", LOCUS_ERANGE },
+		{ "[cluster]\nnodes = 3\nnode.0 = 10.0.0.1:1\nnode.1 = 10.0.0.2:1\n",
+		  "nodes = 3, but [cluster] lists node.0..node.1", LOCUS_ERANGE },
+	};
+	struct locus_config c;
+	struct locus_error e = { 0 };
+	(void)state;
+
+	assert_int_equal(parse(ok, &c, &e), 0);
+	assert_int_equal(c.n_nodes, 5);
+	assert_int_equal(c.node_id, 2);
+	assert_string_equal(c.etcd, "https://10.0.0.9:2379,https://10.0.0.10:2379");
+	assert_string_equal(c.etcd_prefix, "/prod/locus");
+	assert_string_equal(c.etcd_cacert, "/etc/locus/ca.pem");
+	assert_string_equal(c.etcd_cert, "/etc/locus/node.pem");
+	assert_string_equal(c.etcd_key, "/etc/locus/node.key");
+	assert_int_equal(c.etcd_lease_s, 3);
+	assert_true(c.nodes[2].set);
+	assert_false(c.nodes[0].set);
+	/* the defaults: no etcd, prefix /locus, 5 s */
+	assert_int_equal(parse("[locusd]\n", &c, &e), 0);
+	assert_string_equal(c.etcd, "");
+	assert_string_equal(c.etcd_prefix, "/locus");
+	assert_int_equal(c.etcd_lease_s, 5);
+	/* a static list may say its size too, when it agrees */
+	assert_int_equal(parse("[cluster]\nnodes = 1\nnode.0 = 10.0.0.1:1\n", &c, &e), 0);
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int ret = parse(cases[i].text, &c, &e);
+
+		if (ret != -cases[i].code || !strstr(e.msg, cases[i].needle))
+			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
+				 -cases[i].code, e.msg, cases[i].needle);
+	}
+}
+
 static void test_binary_and_long_lines(void **state)
 {
 	struct locus_config c;
@@ -527,6 +592,7 @@ int main(void)
 		cmocka_unit_test(test_idle_policy),
 		cmocka_unit_test(test_engine_lcores),
 		cmocka_unit_test(test_rails),
+		cmocka_unit_test(test_etcd),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_shipped_examples),

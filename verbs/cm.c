@@ -206,6 +206,8 @@ static void ctl_reap(struct locus_verbs_peer *p)
 		struct rdma_cm_id *id = p->pend_id;
 
 		p->pend_id = NULL;
+		if (!p->member)
+			return reject(ep, id, LOCUS_VERBS_REJ_PEER); /* it left meanwhile */
 		if (locus_verbs_dev_state(&ep->dev) != LOCUS_DEV_LIVE)
 			return reject(ep, id, LOCUS_VERBS_REJ_BUSY); /* the device is going */
 		accept_request(p, id, &p->pend_pd, p->pend_qpn);
@@ -332,7 +334,7 @@ static void on_connect_request(struct locus_verbs_ep *ep, struct rdma_cm_id *id,
 	for (i = 0; i < ep->n_peers; i++)
 		if (ep->peers[i]->node_id == in.from && !ep->peers[i]->active)
 			p = ep->peers[i];
-	if (!p || in.to != ep->prm.node_id)
+	if (!p || !p->member || in.to != ep->prm.node_id)
 		return reject(ep, id, LOCUS_VERBS_REJ_PEER);
 	t.active_node = in.from;
 	memcpy(t.nonce_a, in.nonce, LOCUS_VERBS_NONCE_LEN);
@@ -478,6 +480,37 @@ static void handle_event(struct locus_verbs_ep *ep, enum rdma_cm_event_type type
 	}
 }
 
+void locus_verbs_peer_set_member(struct locus_verbs_peer *p, bool member,
+				 const struct sockaddr_in *remote)
+{
+	struct locus_verbs_ep *ep = p->ep;
+	bool moved = remote && p->active &&
+		     (p->remote.sin_addr.s_addr != remote->sin_addr.s_addr ||
+		      p->remote.sin_port != remote->sin_port);
+	bool was = p->member;
+
+	if (remote && p->active)
+		p->remote = *remote;
+	p->member = member;
+	if (!member) {
+		if (p->pend_id) {
+			reject(ep, p->pend_id, LOCUS_VERBS_REJ_PEER);
+			p->pend_id = NULL;
+		}
+		if (p->phase != CTL_DOWN && p->phase != CTL_BACKOFF)
+			locus_verbs_ctl_close(p, -LOCUS_EPEERDOWN);
+		return;
+	}
+	/* a connection to the address it left: close it; the reap dials the new one */
+	if (moved && p->phase != CTL_DOWN && p->phase != CTL_BACKOFF)
+		locus_verbs_ctl_close(p, -ECONNRESET);
+	if (p->active && (!was || moved)) {
+		p->backoff_ms = ep->prm.backoff_min_ms;
+		if (p->phase == CTL_BACKOFF)
+			p->deadline_ns = locus_verbs_now_ns();
+	}
+}
+
 /* The data side's half of the hand-over: failures to flush, quiesced connections to reap. */
 void locus_verbs_ctl_handover(struct locus_verbs_ep *ep)
 {
@@ -520,7 +553,7 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 	for (i = 0; i < ep->n_peers && live; i++) {
 		struct locus_verbs_peer *p = ep->peers[i];
 
-		if (p->phase == CTL_BACKOFF || p->phase == CTL_CONNECTING)
+		if ((p->phase == CTL_BACKOFF && p->member) || p->phase == CTL_CONNECTING)
 			next = LOCUS_MIN(next, p->deadline_ns);
 	}
 	if (locus_verbs_dev_state(&ep->dev) == LOCUS_DEV_DEAD)
@@ -563,7 +596,8 @@ int locus_verbs_service(struct locus_verbs_ep *ep, int timeout_ms)
 		struct locus_verbs_peer *p = ep->peers[i];
 
 		if (p->phase == CTL_BACKOFF && now >= p->deadline_ns) {
-			dial(p);
+			if (p->member)
+				dial(p);
 		} else if (p->phase == CTL_CONNECTING && now >= p->deadline_ns) {
 			/* the data side may have taken it up since the hand-over above */
 			if (locus_verbs_link_state_of(locus_verbs_link_load(&p->link)) ==

@@ -246,6 +246,7 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
 	p->ep = ep;
 	p->idx = (uint16_t)ep->n_peers;
 	p->node_id = node_id;
+	p->member = true;
 	p->lring.slot_count = ep->prm.slot_count;
 	p->lring.slot_shift = ep->prm.slot_shift;
 	p->backoff_ms = ep->prm.backoff_min_ms;

@@ -563,6 +563,18 @@ int locus_verbs_peer_add(struct locus_verbs_ep *ep, uint16_t node_id,
 			 struct locus_error *err);
 
 /*
+ * A declared peer's membership (control side), for clusters whose members
+ * come and go (dataplane/locus_cluster.h). A peer that is not a member is
+ * neither dialled nor accepted, and its connection is closed as a dead
+ * peer's (what it had in flight fails once). remote: a dialled peer's new
+ * address (NULL keeps it); a member whose address changed is disconnected
+ * and dialled again at its new address at once. A peer is a member from
+ * locus_verbs_peer_add on.
+ */
+void locus_verbs_peer_set_member(struct locus_verbs_peer *p, bool member,
+				 const struct sockaddr_in *remote);
+
+/*
  * Post up to n messages to p as one work-request list. Messages below the
  * device's inline limit are copied at post time (buf may be reused on
  * return); larger ones must stay untouched in memory registered with the

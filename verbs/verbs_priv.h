@@ -44,6 +44,7 @@ struct locus_verbs_peer {
 	uint16_t idx;
 	uint16_t node_id;
 	bool active;
+	bool member;                 /* ctl: dialled or accepted (locus_verbs_peer_set_member) */
 	struct locus_verbs_mr inbox;
 	volatile uint64_t *credit_in;/* peer's released count, written by the peer */
 	volatile uint64_t *credit_src; /* source word for non-inline credit writes */

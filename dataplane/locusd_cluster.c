@@ -1,0 +1,238 @@
+// SPDX-License-Identifier: MIT
+/* locusd's membership through etcd (locusd_cluster.h). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "locus_cluster.h"
+#include "locus_counters_priv.h"
+#include "locus_err_priv.h"
+#include "locus_shm_priv.h"
+#include "locusd_cluster.h"
+#include "locusd_net.h"
+
+enum {
+	CC_STATE, CC_MEMBERS, CC_REQUESTS, CC_ERRORS, CC_JOINS, CC_REFUSALS, CC_LEASE_LOST,
+	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_N
+};
+
+static const struct {
+	const char *name, *help;
+	enum locus_ctr_kind kind;
+} cc[CC_N] = {
+	[CC_STATE] = { "cluster_state", "membership through etcd: 0 joining, 1 member, 2 node id "
+		       "in use elsewhere, 3 etcd unreachable (membership kept)", LOCUS_CTR_GAUGE },
+	[CC_MEMBERS] = { "cluster_members", "nodes with a record in etcd, this one included",
+			 LOCUS_CTR_GAUGE },
+	[CC_REQUESTS] = { "cluster_etcd_requests", "requests and watches sent to etcd",
+			  LOCUS_CTR_COUNTER },
+	[CC_ERRORS] = { "cluster_etcd_errors", "etcd requests and watches that failed (etcd "
+			"unreachable or refusing)", LOCUS_CTR_COUNTER },
+	[CC_JOINS] = { "cluster_joins", "times this node's record was written under its lease",
+		       LOCUS_CTR_COUNTER },
+	[CC_REFUSALS] = { "cluster_refusals", "claims of this node's id refused: another node "
+			  "holds it", LOCUS_CTR_COUNTER },
+	[CC_LEASE_LOST] = { "cluster_lease_lost", "times this node's lease or record was lost "
+			    "(lapsed while etcd was unreachable, or deleted) and claimed again",
+			    LOCUS_CTR_COUNTER },
+	[CC_UP] = { "cluster_records_up", "other nodes' records that appeared or changed",
+		    LOCUS_CTR_COUNTER },
+	[CC_GONE] = { "cluster_records_gone", "other nodes' records that went away (stopped, "
+		      "lease lapsed)", LOCUS_CTR_COUNTER },
+	[CC_BAD] = { "cluster_records_bad", "records refused: not a node record, another "
+		     "cluster or protocol (the last good one kept)", LOCUS_CTR_COUNTER },
+	[CC_WATCH] = { "cluster_watch_restarts", "times the watch of the records ended and was "
+		       "started again", LOCUS_CTR_COUNTER },
+	[CC_RESYNCS] = { "cluster_resyncs", "times every record was read again (a compacted "
+			 "revision)", LOCUS_CTR_COUNTER },
+	[CC_PEER_REFUSED] = { "cluster_peers_refused", "records the transport refused: a node "
+			      "id outside the cluster, or another number of rails",
+			      LOCUS_CTR_COUNTER },
+};
+
+struct locusd_cluster {
+	const struct locus_config *cfg;
+	struct locus_cluster *c;
+	struct locusd_net *net;
+	void *block;
+	uint64_t off[CC_N];
+	uint64_t peer_refused;
+	uint64_t log_at_ms;          /* one "etcd unreachable" line per 10 s at most */
+};
+
+static uint64_t mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void on_up(void *arg, const struct locus_node_record *r)
+{
+	struct locusd_cluster *lc = arg;
+	struct locus_error err = { 0 };
+
+	fprintf(stderr, "locusd: cluster: node %u is up (host %s, %u rail(s)%s)\n", r->node,
+		r->host, r->n_rails, r->draining ? ", draining" : "");
+	if (lc->net && locusd_net_member(lc->net, r->node, r->rail_ipv4, r->rail_port, r->n_rails,
+					 &err) < 0) {
+		lc->peer_refused++;
+		fprintf(stderr, "locusd: cluster: node %u refused: %s\n", r->node, err.msg);
+	}
+}
+
+static void on_gone(void *arg, uint32_t node)
+{
+	struct locusd_cluster *lc = arg;
+
+	fprintf(stderr, "locusd: cluster: node %u left (its record is gone)\n", node);
+	if (lc->net)
+		locusd_net_member(lc->net, node, NULL, NULL, 0, NULL);
+}
+
+static void on_bad(void *arg, uint32_t node, const struct locus_error *why)
+{
+	(void)arg;
+	fprintf(stderr, "locusd: cluster: node %u's record refused: %s\n", node, why->msg);
+}
+
+static void on_state(void *arg, int state, const struct locus_error *why)
+{
+	struct locusd_cluster *lc = arg;
+	uint64_t now = mono_ms();
+
+	if (state == LOCUS_CLUSTER_UNREACHABLE) {
+		if (now < lc->log_at_ms)
+			return;
+		lc->log_at_ms = now + 10000;
+	}
+	fprintf(stderr, "locusd: cluster: %s%s%s%s\n", locus_cluster_state_name(state),
+		state == LOCUS_CLUSTER_UNREACHABLE ? " (running on the membership it has; joins "
+						     "and table changes wait)" : "",
+		why && why->msg[0] ? ": " : "", why ? why->msg : "");
+}
+
+int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net,
+			  struct locus_counters *c, uint32_t block, struct locusd_cluster **out,
+			  struct locus_error *err)
+{
+	static const struct locus_cluster_ops ops = { on_up, on_gone, on_bad, on_state };
+	const struct locus_cfg_node *me = &cfg->nodes[cfg->node_id];
+	struct locus_cluster_params p = {
+		.endpoints = cfg->etcd, .prefix = cfg->etcd_prefix,
+		.cacert = cfg->etcd_cacert[0] ? cfg->etcd_cacert : NULL,
+		.cert = cfg->etcd_cert[0] ? cfg->etcd_cert : NULL,
+		.key = cfg->etcd_key[0] ? cfg->etcd_key : NULL,
+		.lease_ttl_s = cfg->etcd_lease_s,
+	};
+	char lease_file[256];
+	struct locusd_cluster *lc = calloc(1, sizeof(*lc));
+	int ret;
+
+	*out = NULL;
+	if (!lc)
+		return locus_error_set(err, ENOMEM, "cluster: out of memory");
+	lc->cfg = cfg;
+	lc->net = net;
+	p.self.node = cfg->node_id;
+	p.self.cluster = cfg->cluster_id;
+	p.self.gpus = cfg->gpus_per_node;
+	p.self.n_rails = me->n_rails;
+	for (uint32_t r = 0; r < me->n_rails; r++) {
+		p.self.rail_ipv4[r] = me->rail[r].ipv4;
+		p.self.rail_port[r] = me->rail[r].port;
+	}
+	while (!p.self.boot)
+		if (getrandom(&p.self.boot, sizeof(p.self.boot), 0) != sizeof(p.self.boot))
+			p.self.boot = (uint64_t)getpid() << 32 ^ (uint64_t)mono_ms();
+	if (gethostname(p.self.host, sizeof(p.self.host)) < 0)
+		snprintf(p.self.host, sizeof(p.self.host), "?");
+	p.self.host[sizeof(p.self.host) - 1] = 0;
+	if (locus_shm_run_path(cfg->instance, ".lease", lease_file, sizeof(lease_file)) == 0)
+		p.lease_file = lease_file;
+	lc->block = locus_counters_block(c, block);
+	if (!lc->block) {
+		ret = locus_error_set(err, LOCUS_ERANGE, "cluster: no counter block %u", block);
+		goto err_free;
+	}
+	for (unsigned i = 0; i < CC_N; i++) {
+		struct locus_ctr_desc d = { .name = cc[i].name, .help = cc[i].help,
+					    .kind = cc[i].kind };
+
+		ret = locus_counters_register(c, &d, &lc->off[i], err);
+		if (ret < 0)
+			goto err_free;
+	}
+	ret = locus_cluster_open(&p, &ops, lc, &lc->c, err);
+	if (ret < 0)
+		goto err_free;
+	fprintf(stderr, "locusd: cluster: node %u of %u, etcd %s, keys under %s/%" PRIu64
+		"/, lease %u s\n", cfg->node_id, cfg->n_nodes, cfg->etcd, cfg->etcd_prefix,
+		cfg->cluster_id, cfg->etcd_lease_s);
+	*out = lc;
+	return 0;
+
+err_free:
+	free(lc);
+	return ret;
+}
+
+static void sync_counters(struct locusd_cluster *lc)
+{
+	const struct locus_cluster_stats *s = locus_cluster_stats(lc->c);
+	const uint64_t v[CC_N] = {
+		[CC_STATE] = (uint64_t)locus_cluster_state(lc->c),
+		[CC_MEMBERS] = locus_cluster_n_members(lc->c),
+		[CC_REQUESTS] = s->etcd_requests, [CC_ERRORS] = s->etcd_errors,
+		[CC_JOINS] = s->joins, [CC_REFUSALS] = s->refusals,
+		[CC_LEASE_LOST] = s->lease_lost, [CC_UP] = s->records_up,
+		[CC_GONE] = s->records_gone, [CC_BAD] = s->records_bad,
+		[CC_WATCH] = s->watch_restarts, [CC_RESYNCS] = s->resyncs,
+		[CC_PEER_REFUSED] = lc->peer_refused,
+	};
+
+	for (unsigned i = 0; i < CC_N; i++)
+		locus_gauge_set(lc->block, lc->off[i], (int64_t)v[i]);
+}
+
+void locusd_cluster_poll(struct locusd_cluster *lc)
+{
+	locus_cluster_poll(lc->c, mono_ms());
+	sync_counters(lc);
+}
+
+int locusd_cluster_join(struct locusd_cluster *lc, uint32_t wait_ms, struct locus_error *err)
+{
+	uint64_t until = mono_ms() + wait_ms;
+
+	for (;;) {
+		enum locus_cluster_state s;
+
+		locusd_cluster_poll(lc);
+		s = locus_cluster_state(lc->c);
+		if (s == LOCUS_CLUSTER_MEMBER)
+			return 0;
+		if (s == LOCUS_CLUSTER_REFUSED)
+			return locus_error_set(err, EEXIST, "node id %u is in use in cluster %" PRIu64
+					       " (etcd %s): another locusd runs with it",
+					       lc->cfg->node_id, lc->cfg->cluster_id, lc->cfg->etcd);
+		if (mono_ms() >= until)
+			return 0;
+		usleep(2000);
+	}
+}
+
+void locusd_cluster_destroy(struct locusd_cluster *lc)
+{
+	if (!lc)
+		return;
+	locus_cluster_close(lc->c);
+	fprintf(stderr, "locusd: cluster: left (lease revoked)\n");
+	free(lc);
+}
