@@ -36,8 +36,9 @@ ln -s /bin/busybox "$R"/sbin/modprobe   # kernel request_module() calls /sbin/mo
 # vgem: a dma-buf exporter without a GPU (Debian's 6.1 builds no udmabuf), for locusd's
 # buffer-region test
 # sch_netem: loss, delay, reordering and duplication on the veth pair (guest-faults.sh)
+# bridge: three nodes on one bridge (guest-bridge3.sh)
 MODS="rdma_rxe rdma_ucm ib_uverbs ib_umad veth dummy overlay 9p 9pnet_virtio virtio_pci \
-      crc32_generic crc32-pclmul crc32c_generic crc32c-intel vgem sch_netem"
+      crc32_generic crc32-pclmul crc32c_generic crc32c-intel vgem sch_netem bridge"
 for m in $MODS; do
     modprobe -d kernel -S "$KV" --show-depends "$m" | awk '/^insmod/{print $2}'
 done | sort -u | while read -r f; do
@@ -82,7 +83,7 @@ echo "GUEST_INIT uptime=$(cut -d' ' -f1 /proc/uptime)"
 for a in $(cat /proc/cmdline); do case $a in rxe.*=*) k=${a%%=*}; k=${k#rxe.}; eval "RXE_$k=\${a#*=}";; esac; done
 MODE=${RXE_mode:-full}
 [ "$MODE" = probe ] && { echo GUEST_PROBE_OK; poweroff -f; }
-for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0" vgem sch_netem; do modprobe $m || echo "modprobe $m failed"; done
+for m in crc32_generic crc32-pclmul rdma_rxe rdma_ucm veth "dummy numdummies=0" vgem sch_netem bridge; do modprobe $m || echo "modprobe $m failed"; done
 echo "GUEST_MODULES_LOADED uptime=$(cut -d' ' -f1 /proc/uptime)"
 rc=1
 if [ "$MODE" = 9p ]; then

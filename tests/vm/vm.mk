@@ -9,8 +9,11 @@ VM_TESTS += tests/vm/locusd-vm-test.sh
 VM_TESTS += tests/vm/faults-vm-test.sh
 # two rails per node (guest-rails.sh)
 VM_TESTS += tests/vm/rails-vm-test.sh
+# three nodes whose membership goes through etcd (guest-cluster.sh)
+VM_TESTS += tests/vm/cluster-vm-test.sh
 
-.PHONY: test-verbs bench-verbs test-locusd-vm bench-locusd-vm test-faults-vm test-rails-vm
+.PHONY: test-verbs bench-verbs test-locusd-vm bench-locusd-vm test-faults-vm test-rails-vm \
+	test-cluster-vm
 test-verbs: $(BUILD)/tests/verbs/vt_verbs $(BUILD)/tests/verbs/vt_loop $(BUILD)/tests/verbs/vt_auth
 	BUILD=$(BUILD) tests/vm/verbs-vm-test.sh
 
@@ -28,5 +31,8 @@ test-faults-vm:
 
 test-rails-vm:
 	BUILD=$(BUILD) tests/vm/rails-vm-test.sh
+
+test-cluster-vm:
+	BUILD=$(BUILD) tests/vm/cluster-vm-test.sh
 
 BENCH_SCRIPTS += tests/vm/bench-locusd-vm.sh

@@ -1,0 +1,216 @@
+#!/bin/sh
+# Runs INSIDE the qemu guest (host root over 9p), started by cluster-vm-test.sh:
+# three locusd nodes of one cluster on Soft-RoCE, their membership through a
+# real etcd in the guest (Debian's etcd-server, seen through the host's root):
+#   n0 on rxea (192.0.2.30), n1 on rxeb (.31), n2 on rxec (.32), one bridge
+#   1 etcd up; n0 and n1 started from configs that name no other node: they
+#     find each other through etcd and connect; routing traffic between them
+#   2 n2 started at run time: n0 and n1 connect to it without a restart;
+#     traffic across the three nodes, dispatch and combine included, checked
+#     end to end; the time from n2's start to carrying traffic
+#   3 n2 killed (-9): n0 and n1 see it leave within its lease; the time
+#     measured; routing between n0 and n1 goes on
+#   4 n2 started again: it takes its record back (its lease file) and carries
+#     traffic
+# Every step is bounded; the exit status is the test's.
+[ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
+set -u
+ROOT=${LV_ROOT:?}
+B=${LV_BUILD:-$ROOT/build}/bin
+cd "$ROOT" || exit 1
+T0=$SECONDS
+say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+fail() { say "FAIL: $*"; FAILED=1; }
+FAILED=0
+LEASE_S=${LV_LEASE_S:-2}
+
+ip link set lo up
+. "$ROOT/tests/vm/guest-bridge3.sh"
+ulimit -l unlimited 2>/dev/null
+
+W=$(mktemp -d /tmp/cluster-vm.XXXXXX)
+export LOCUS_SHM_DIR=$W/shm LOCUS_STATE_DIR=$W/state
+mkdir -p "$LOCUS_SHM_DIR" "$LOCUS_STATE_DIR"
+TRACE=tests/data/calib_sample.jsonl
+declare -A PID
+cleanup() {
+	for n in "${!PID[@]}"; do
+		[ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null
+	done
+}
+trap cleanup EXIT
+
+now_ms() { date +%s%3N; }
+
+# wait_log FILE PATTERN COUNT SECONDS: until PATTERN occurs COUNT times in FILE
+wait_log() {
+	local end=$((SECONDS + $4))
+	while [ $SECONDS -lt $end ]; do
+		[ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+show_logs() {
+	for n in 0 1 2; do
+		[ -f "$W/n$n.log" ] && tail -n "${1:-8}" "$W/n$n.log" | sed "s/^/  [n$n log] /"
+	done
+}
+
+# ---- etcd ---------------------------------------------------------------------------------------
+say "1. etcd on 127.0.0.1:2379 in the guest; n0 and n1 with configs that name no other node"
+etcd --name default --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:2379 \
+	--advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
+	--initial-advertise-peer-urls http://127.0.0.1:2380 \
+	--initial-cluster default=http://127.0.0.1:2380 > "$W/etcd.log" 2>&1 &
+PID[etcd]=$!
+for _ in $(seq 300); do
+	ETCDCTL_API=3 etcdctl --endpoints http://127.0.0.1:2379 endpoint health > /dev/null 2>&1 &&
+		break
+	sleep 0.1
+done
+ETCDCTL_API=3 etcdctl --endpoints http://127.0.0.1:2379 endpoint health > /dev/null 2>&1 ||
+	{ tail "$W/etcd.log"; fail "etcd did not answer"; echo "GUEST RESULT rc=1"; exit 1; }
+
+(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+# mkconf NODE: node NODE's config: its own address only, the rest from etcd
+mkconf() {
+	local dev=rxe${BR3_IF[$1]#v}
+	cat > "$W/n$1.conf" <<CONF
+[locusd]
+instance = n$1
+node = $1
+eal_args = -l 0 --no-huge --no-pci -m 64
+rdma_device = $dev
+secret_file = $W/secret
+idle_sleep_us = 200
+client_slots = 16
+client_inbox_slots = 256
+[cluster]
+id = 11
+gpus_per_node = 2
+nodes = 3
+node.$1 = ${BR3_IP[$1]}:7471
+etcd = http://127.0.0.1:2379
+etcd_lease_s = $LEASE_S
+CONF
+}
+
+start() { # node [count]: start locusd nN; bounded wait for "running"
+	"$B/locusd" -c "$W/n$1.conf" >> "$W/n$1.log" 2>&1 &
+	PID[n$1]=$!
+	for _ in $(seq 600); do
+		[ "$(grep -c "instance n$1 running" "$W/n$1.log")" -ge "${2:-1}" ] && return 0
+		kill -0 "${PID[n$1]}" 2>/dev/null || break
+		sleep 0.1
+	done
+	sed 's/^/  [n'"$1"'] /' "$W/n$1.log"
+	return 1
+}
+
+loadgen() { # out-file decoders-at ranks ranks-at extra-args...
+	local out=$1 dec=$2 nr=$3 rk=$4
+	shift 4
+	timeout 200 "$B/locus-loadgen" -i n0 --attach-timeout-ms 20000 --trace $TRACE \
+		--prefill-at n0 --decoders 4 --decoder-at "$dec" --ranks "$nr" \
+		${rk:+--rank-at "$rk"} "$@" > "$out" 2>&1
+}
+
+push() { # node...
+	local n
+	for n in "$@"; do
+		"$B/locusctl" push -i "n$n" "$LV_TABLES/eldr.tbl" > "$W/push.out" 2>&1 &&
+			"$B/locusctl" push -i "n$n" "$LV_TABLES/grace.tbl" >> "$W/push.out" 2>&1 ||
+			{ cat "$W/push.out"; return 1; }
+	done
+}
+
+for n in 0 1 2; do mkconf $n; : > "$W/n$n.log"; done
+start 0 && start 1 || { fail "n0 or n1 did not start"; echo "GUEST RESULT rc=1"; exit 1; }
+if wait_log "$W/n0.log" "peer node 1 up" 1 90 && wait_log "$W/n1.log" "peer node 0 up" 1 30; then
+	say "   n0 and n1 found each other through etcd and connected"
+else
+	show_logs 20
+	fail "n0 and n1 did not connect"
+	echo "GUEST RESULT rc=1"
+	exit 1
+fi
+grep -q 'cluster: node 1 is up' "$W/n0.log" || fail "n0 did not log node 1's record"
+push 0 1 || fail "push to n0 and n1"
+loadgen "$W/t1.out" n0,n0,n1,n1 0 "" --requests 200 --decode-us 500 --seconds 60
+rc=$?
+sed 's/^/  /' "$W/t1.out" | tail -n 4
+grep -q '^loadgen: ok$' "$W/t1.out" && [ $rc = 0 ] || fail "routing across n0 and n1 (exit $rc)"
+
+# ---- a node added at run time -----------------------------------------------------------------
+say "2. n2 started at run time: n0 and n1 connect to it; traffic across the three nodes"
+t_start=$(now_ms)
+start 2 || { fail "n2 did not start"; show_logs 20; echo "GUEST RESULT rc=1"; exit 1; }
+if wait_log "$W/n0.log" "peer node 2 up" 1 90 && wait_log "$W/n1.log" "peer node 2 up" 1 60 &&
+   wait_log "$W/n2.log" "peer node 0 up" 1 30 && wait_log "$W/n2.log" "peer node 1 up" 1 30; then
+	t_conn=$(now_ms)
+	say "   n2 connected to n0 and n1 $((t_conn - t_start)) ms after its start (n0, n1 not restarted)"
+else
+	show_logs 20
+	fail "n2 did not connect to both"
+fi
+push 2 || fail "push to n2"
+loadgen "$W/t2.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 200 --batches 10 --tokens 16 \
+	--row-bytes 1024 --decode-us 500 --seconds 90
+rc=$?
+t_traffic=$(now_ms)
+sed 's/^/  /' "$W/t2.out" | tail -n 6
+grep -q '^loadgen: ok$' "$W/t2.out" && [ $rc = 0 ] || fail "traffic across three nodes (exit $rc)"
+for n in 0 1 2; do
+	o=$("$B/locus-stat" -i "n$n" remote_messages_out | awk '{s += $3} END {print s + 0}')
+	[ "${o:-0}" -gt 0 ] || fail "n$n sent nothing to other nodes"
+done
+say "   from n2's start to the end of its first checked traffic: $((t_traffic - t_start)) ms"
+
+# ---- a node that dies ----------------------------------------------------------------------------
+say "3. n2 killed (-9): n0 and n1 see it leave within its lease ($LEASE_S s)"
+t_kill=$(now_ms)
+kill -9 "${PID[n2]}"
+wait "${PID[n2]}" 2>/dev/null
+unset 'PID[n2]'
+if wait_log "$W/n0.log" "cluster: node 2 left" 1 30 && wait_log "$W/n1.log" "cluster: node 2 left" 1 10
+then
+	t_gone=$(now_ms)
+	say "   n0 and n1 saw node 2 leave $((t_gone - t_kill)) ms after the kill (lease $LEASE_S s)"
+	[ $((t_gone - t_kill)) -le $((LEASE_S * 1000 * 2 + 3000)) ] ||
+		fail "node 2 left later than twice its lease plus 3 s"
+else
+	show_logs 10
+	fail "node 2's departure not seen"
+fi
+loadgen "$W/t3.out" n0,n0,n1,n1 0 "" --requests 100 --decode-us 500 --seconds 60
+rc=$?
+sed 's/^/  /' "$W/t3.out" | tail -n 4
+grep -q '^loadgen: ok$' "$W/t3.out" && [ $rc = 0 ] || fail "routing between n0 and n1 after n2 left"
+
+# ---- back -----------------------------------------------------------------------------------------
+say "4. n2 started again: its record back at once (its lease file), traffic again"
+t_start=$(now_ms)
+start 2 2 || { fail "n2 did not come back"; show_logs 20; }
+if wait_log "$W/n0.log" "peer node 2 up" 2 90 && wait_log "$W/n1.log" "peer node 2 up" 2 60; then
+	say "   n2 connected again $(( $(now_ms) - t_start)) ms after its start"
+else
+	show_logs 20
+	fail "n2 did not connect again"
+fi
+grep -q 'in use' "$W/n2.log" && fail "n2 was refused its own id"
+# a restarted locusd starts without tables: push them again
+push 2 || fail "push to n2 again"
+loadgen "$W/t4.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 100 --batches 10 --tokens 16 \
+	--row-bytes 1024 --decode-us 500 --seconds 90
+rc=$?
+sed 's/^/  /' "$W/t4.out" | tail -n 6
+grep -q '^loadgen: ok$' "$W/t4.out" && [ $rc = 0 ] || fail "traffic after n2 came back (exit $rc)"
+for n in 0 1 2; do
+	"$B/locus-stat" -i "n$n" 'cluster_*' 2>/dev/null | sed "s/^/  [n$n] /" | grep -v 'KIND' |
+		head -n 14
+done
+say "done in $((SECONDS - T0)) s"
+echo "GUEST RESULT rc=$FAILED"
+exit $FAILED
