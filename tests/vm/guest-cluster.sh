@@ -18,39 +18,17 @@ set -u
 ROOT=${LV_ROOT:?}
 B=${LV_BUILD:-$ROOT/build}/bin
 cd "$ROOT" || exit 1
-T0=$SECONDS
-say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
-fail() { say "FAIL: $*"; FAILED=1; }
-FAILED=0
+. "$ROOT/tests/vm/guest-lib.sh" # say, fail, W, PID, mksecret, wait_log
 LEASE_S=${LV_LEASE_S:-2}
 
 ip link set lo up
 . "$ROOT/tests/vm/guest-bridge3.sh"
 ulimit -l unlimited 2>/dev/null
 
-W=$(mktemp -d /tmp/cluster-vm.XXXXXX)
-export LOCUS_SHM_DIR=$W/shm LOCUS_STATE_DIR=$W/state
-mkdir -p "$LOCUS_SHM_DIR" "$LOCUS_STATE_DIR"
+guest_work cluster-vm
 TRACE=tests/data/calib_sample.jsonl
-declare -A PID
-cleanup() {
-	for n in "${!PID[@]}"; do
-		[ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null
-	done
-}
-trap cleanup EXIT
 
 now_ms() { date +%s%3N; }
-
-# wait_log FILE PATTERN COUNT SECONDS: until PATTERN occurs COUNT times in FILE
-wait_log() {
-	local end=$((SECONDS + $4))
-	while [ $SECONDS -lt $end ]; do
-		[ "$(grep -c -- "$2" "$1" 2>/dev/null)" -ge "$3" ] && return 0
-		sleep 0.1
-	done
-	return 1
-}
 
 show_logs() {
 	for n in 0 1 2; do
@@ -73,7 +51,7 @@ done
 ETCDCTL_API=3 etcdctl --endpoints http://127.0.0.1:2379 endpoint health > /dev/null 2>&1 ||
 	{ tail "$W/etcd.log"; fail "etcd did not answer"; echo "GUEST RESULT rc=1"; exit 1; }
 
-(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$W/secret")
+mksecret "$W/secret"
 # mkconf NODE: node NODE's config: its own address only, the rest from etcd
 mkconf() {
 	local dev=rxe${BR3_IF[$1]#v}

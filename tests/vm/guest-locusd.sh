@@ -34,32 +34,15 @@ B=${LV_BUILD:-$ROOT/build}/bin
 WHAT=${LV_WHAT:-test}
 LOCUSD_BIN=${LV_LOCUSD:-} # another locusd build to run (the default: $B/locusd)
 cd "$ROOT" || exit 1
-T0=$SECONDS
-say() { printf '[guest %4ds] %s\n' $((SECONDS - T0)) "$*"; }
-fail() { say "FAIL: $*"; FAILED=1; }
-FAILED=0
+. "$ROOT/tests/vm/guest-lib.sh" # say, fail, W, PID, mksecret, wait_log
 
 # ---- Soft-RoCE: two devices on a veth pair -------------------------------------------------
 ip link set lo up
 . "$ROOT/tests/vm/guest-veth.sh"
 ulimit -l unlimited 2>/dev/null
 
-W=$(mktemp -d /tmp/locusd-vm.XXXXXX)
-export LOCUS_SHM_DIR=$W/shm LOCUS_STATE_DIR=$W/state
-mkdir -p "$LOCUS_SHM_DIR" "$LOCUS_STATE_DIR"
+guest_work locusd-vm
 TRACE=tests/data/calib_sample.jsonl
-declare -A PID
-cleanup() {
-	for n in "${!PID[@]}"; do
-		[ -n "${PID[$n]}" ] && kill -9 "${PID[$n]}" 2>/dev/null
-	done
-}
-trap cleanup EXIT
-
-# secret: 64 hex characters, mode 0600 (locusd refuses a world-readable one)
-mksecret() { # file
-	(umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$1")
-}
 # RC's ACK time-out: a round trip through locusd takes milliseconds in this TCG guest, not
 # microseconds, so under the faults' netem the default 14 (67 ms) can time out packets that
 # arrived and give connections up (deploy/README.md, rdma_ack_timeout). 16: 268 ms, a dead
@@ -114,15 +97,6 @@ start() { # node: start locusd nN, appending to its log; bounded wait for "runni
 	return 1
 }
 
-# wait_log FILE PATTERN COUNT SECONDS: until PATTERN occurs COUNT times in FILE
-wait_log() {
-	local end=$((SECONDS + $4))
-	while [ $SECONDS -lt $end ]; do
-		[ "$(grep -c -- "$2" "$1")" -ge "$3" ] && return 0
-		sleep 0.2
-	done
-	return 1
-}
 
 # ctr INSTANCE NAME [LABEL-FILTER]: sum of a counter's elements (Prometheus text)
 ctr() {
