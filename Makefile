@@ -157,6 +157,10 @@ $(BUILD)/%.o: %.c
 .PHONY: all-targets
 all-targets: $(ALL_TARGETS)
 
+# The targets below build on every core first (the tests themselves run one
+# at a time).
+NPROC := $(shell nproc 2>/dev/null || echo 1)
+
 # `make deps` installs every package of every target; each target below
 # installs what it needs first (tools/dev/deps.sh), then recurses so that
 # pkg-config sees what was just installed.
@@ -164,10 +168,13 @@ all-targets: $(ALL_TARGETS)
 deps:
 	tools/dev/deps.sh install all
 
-.PHONY: test test-run
+.PHONY: test test-build check-build test-run
 test:
 	tools/dev/deps.sh ensure test
+	$(MAKE) --no-print-directory -j$(NPROC) test-build
 	$(MAKE) --no-print-directory test-run
+
+test-build check-build: $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(ALL_TARGETS)
 
 test-run: $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(ALL_TARGETS)
 	tests/run-tests.sh $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(HOST_TESTS) $(FUZZ_TESTS) \
@@ -176,6 +183,7 @@ test-run: $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(ALL_TARGETS)
 .PHONY: check check-run
 check:
 	tools/dev/deps.sh ensure check
+	$(MAKE) --no-print-directory -j$(NPROC) check-build
 	$(MAKE) --no-print-directory check-run
 
 check-run: $(addprefix $(BUILD)/,$(UNIT_TESTS)) $(ALL_TARGETS)
@@ -196,13 +204,14 @@ asan:
 .PHONY: demo
 demo:
 	tools/dev/deps.sh ensure demo
-	$(MAKE) --no-print-directory $(BUILD)/bin/locusd $(BUILD)/bin/locusctl \
+	$(MAKE) --no-print-directory -j$(NPROC) $(BUILD)/bin/locusd $(BUILD)/bin/locusctl \
 		$(BUILD)/bin/locus-loadgen $(BUILD)/bin/locus-stat $(BUILD)/tools/bench/bench_dataplane
 	BUILD=$(BUILD) tools/demo/demo.sh
 
 .PHONY: bench bench-run
 bench:
 	tools/dev/deps.sh ensure bench
+	$(MAKE) --no-print-directory -j$(NPROC) check-build $(addprefix $(BUILD)/,$(BENCHES))
 	$(MAKE) --no-print-directory bench-run
 
 bench-run: $(addprefix $(BUILD)/,$(BENCHES)) $(ALL_TARGETS)

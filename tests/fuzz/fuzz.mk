@@ -78,8 +78,8 @@ fuzz:
 
 # The smoke in `make test` needs the clang tree built first.
 fuzz-build:
-	$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
-test-run: fuzz-build
+	+$(MAKE) --no-print-directory FUZZ=1 fuzz-bins
+test-build test-run: fuzz-build
 FUZZ_TESTS += tests/fuzz/smoke.sh
 endif
 
