@@ -53,9 +53,13 @@ static void finish(struct locus_eldr_router *r, uint32_t i, float norm2, uint64_
 		const int64_t *qd = r->qdot + (size_t)i * r->k_pad;
 		double inv8 = n8 ? 1.0 / sqrt((double)n8 * r->wscale) : 0.0;
 
+		/*
+		 * A cosine is in [-1, 1]; the rounded idf^2 of the norm can put the
+		 * quotient past it when a table's idf spans a wide range: clamp.
+		 */
 		for (uint32_t c = 0; c < r->n_cent; c++)
-			dots[c] = (float)(((double)qd[c] * r->qscale[c] + (double)asum * r->qoff[c]) *
-					  inv8);
+			dots[c] = (float)fmin(1.0, fmax(-1.0, ((double)qd[c] * r->qscale[c] +
+							       (double)asum * r->qoff[c]) * inv8));
 	} else {
 		const int64_t *qd = r->qdot + (size_t)i * r->k_pad;
 

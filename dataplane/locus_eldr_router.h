@@ -27,7 +27,8 @@
  * The *_I8 paths share an 8-bit arithmetic and give the same bits as each
  * other: centroids quantised to u8 over their own range, counts rounded to
  * levels of at most 127 (by a power of two when a count exceeds it), idf^2
- * in the norm to 16 bits; exact integer sums. AVX512_I8 multiplies bytes
+ * in the norm to 16 bits; exact integer sums; the quotient clamped to
+ * [-1, 1] (the rounded norm can put it past 1 when the idf spans a wide range). AVX512_I8 multiplies bytes
  * (vpdpbusd), twice the products per instruction of vpdpwssd; a score is
  * within a stated tolerance of the exact cosine, not a bound: see
  * dataplane/README.md ("The ELDR router") and control/README-eldr.md

@@ -147,8 +147,8 @@ static void score_bound(const struct routers *rs, const uint16_t *cnt, double *b
  * onto 0..255 over its range [min(0, smallest), largest] and rounded;
  * counts rounded to levels round(c / 2^s) with the smallest s keeping them
  * <= 127; idf^2 in units of the largest / 65535, rounded; score = (sum a x
- * p x range / 255 + sum a x offset) / sqrt(sum a^2 x W x unit). Per
- * decoder, the best of its centroids'.
+ * p x range / 255 + sum a x offset) / sqrt(sum a^2 x W x unit), clamped to
+ * [-1, 1]. Per decoder, the best of its centroids'.
  */
 static void score8_model(const struct routers *rs, const uint16_t *cnt, double *out)
 {
@@ -193,7 +193,7 @@ static void score8_model(const struct routers *rs, const uint16_t *cnt, double *
 			dot += floor((double)cnt[f] / (1u << sh) + 0.5) * (double)p;
 		}
 		v = n2 > 0 ? (dot * ((hi - lo) / 255) + asum * lo) / sqrt(n2 * (m2 / 65535)) : 0;
-		out[d] = fmax(out[d], v);
+		out[d] = fmax(out[d], fmin(1.0, fmax(-1.0, v)));
 	}
 }
 

@@ -30,11 +30,12 @@ struct tbl {
 
 /*
  * L=1, E=4, K decoders with ids 5, 7, 9.., C centroids (0: one per decoder),
- * centroid c the unit vector cen[c] (4 floats), map[c] its slot.
+ * centroid c the unit vector cen[c] (4 floats), map[c] its slot; idf4 the
+ * four idf values (NULL: 1 each).
  */
-static void build(struct tbl *t, uint16_t K, uint16_t C, const float (*cen)[4],
-		  const uint16_t *map, float tau, float spill_tau, uint32_t margin,
-		  uint32_t flags, enum locus_eldr_path path)
+static void build_idf(struct tbl *t, uint16_t K, uint16_t C, const float (*cen)[4],
+		      const uint16_t *map, float tau, float spill_tau, uint32_t margin,
+		      uint32_t flags, enum locus_eldr_path path, const float *idf4)
 {
 	struct locus_eldr_tbl_layout lay;
 	struct locus_eldr_tbl_hdr *h;
@@ -59,7 +60,7 @@ static void build(struct tbl *t, uint16_t K, uint16_t C, const float (*cen)[4],
 	h->flags = flags;
 	mask[0] = 1;
 	for (int i = 0; i < 4; i++)
-		idf[i] = 1.0f;
+		idf[i] = idf4 ? idf4[i] : 1.0f;
 	for (uint16_t d = 0; d < K; d++)
 		ids[d] = 5 + 2u * d;
 	for (uint16_t c = 0; c < (C ? C : K); c++) {
@@ -74,6 +75,13 @@ static void build(struct tbl *t, uint16_t K, uint16_t C, const float (*cen)[4],
 	assert_non_null(t->mem);
 	assert_int_equal(locus_eldr_router_build(t->mem, msz, t->payload, t->len, path, &t->r, &e),
 			 0);
+}
+
+static void build(struct tbl *t, uint16_t K, uint16_t C, const float (*cen)[4],
+		  const uint16_t *map, float tau, float spill_tau, uint32_t margin,
+		  uint32_t flags, enum locus_eldr_path path)
+{
+	build_idf(t, K, C, cen, map, tau, spill_tau, margin, flags, path, NULL);
 }
 
 static void unbuild(struct tbl *t)
@@ -374,6 +382,46 @@ static void test_bad_map_no_router(void **state)
 	free(payload);
 }
 
+/*
+ * The 8-bit arithmetic rounds idf^2 to units of the largest / 65535: with
+ * idf 216.4 beside 1, the small one's idf^2 is 1.4 units, rounded to 1, and
+ * the norm comes out short by sqrt(1.4). A signature along the centroid
+ * (cosine 1) then scores about 1.18 unclamped; every score stays in [-1, 1]
+ * (tests/fuzz/regress/eldr_table/idf-wide-range is the case the fuzzer found).
+ */
+static void test_i8_score_clamped(void **state)
+{
+	static const enum locus_eldr_path i8[] = {
+		LOCUS_ELDR_PATH_SCALAR_I8, LOCUS_ELDR_PATH_AVX2_I8, LOCUS_ELDR_PATH_AVX512_I8,
+	};
+	static const float cen[2][4] = { { 0, 1, 0, 0 }, { 0.6f, 0.8f, 0, 0 } };
+	static const float idf4[4] = { 216.4f, 1, 1, 1 };
+	static const uint16_t along[4] = { 0, 5, 0, 0 };
+	uint8_t s1[64];
+	size_t len = sig(s1, along, 0);
+	(void)state;
+
+	for (size_t p = 0; p < LOCUS_ARRAY_SIZE(i8); p++) {
+		struct locus_eldr_decision d;
+		struct tbl t;
+		float sc[2];
+
+		if (!locus_eldr_path_supported(i8[p]))
+			continue;
+		build_idf(&t, 2, 0, cen, NULL, 0.1f, 0, 0, 0, i8[p], idf4);
+		assert_int_equal(locus_eldr_score(t.r, s1, len, sc), 0);
+		for (int k = 0; k < 2; k++)
+			if (!(sc[k] >= -1.0f && sc[k] <= 1.0f))
+				fail_msg("%s: slot %d scores %g, outside [-1, 1]",
+					 locus_eldr_path_name(i8[p]), k, (double)sc[k]);
+		assert_true(sc[0] == 1.0f); /* the clamp, not a rounding below it */
+		assert_int_equal(locus_eldr_route(t.r, s1, len, &d), 0);
+		assert_int_equal(d.slot, 0);
+		assert_true(d.similarity == 1.0f && d.best == 1.0f);
+		unbuild(&t);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -382,6 +430,7 @@ int main(void)
 		cmocka_unit_test(test_overflow_spread),
 		cmocka_unit_test(test_table_spill),
 		cmocka_unit_test(test_bad_map_no_router),
+		cmocka_unit_test(test_i8_score_clamped),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
