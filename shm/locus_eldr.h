@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ELDR formats: expert signatures and the ELDR table payload, with their
- * validators (shm/README.md, "ELDR signature" and "ELDR table"). The contract between the control plane,
- * which fits and seals tables, and the data plane, whose router
+ * validators (shm/README.md, "ELDR signature" and "ELDR table"). The
+ * contract between the control plane, which fits and seals tables, and the
+ * data plane, whose router
  * (dataplane/locus_eldr_router.h) is built from them. Pure C: no EAL, verbs
  * or shm.
  *
