@@ -3,9 +3,8 @@
  * ELDR formats: expert signatures and the ELDR table payload, with their
  * validators (shm/README.md, "ELDR signature" and "ELDR table"). The
  * contract between the control plane, which fits and seals tables, and the
- * data plane, whose router
- * (dataplane/locus_eldr_router.h) is built from them. Pure C: no EAL, verbs
- * or shm.
+ * data plane, whose router (dataplane/locus_eldr_router.h) is built from
+ * them. Pure C: no EAL, verbs or shm.
  *
  * Signature (payload of a LOCUS_MSG_SIGNATURE message, and of a prefill
  * client's submit descriptor):
