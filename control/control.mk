@@ -33,9 +33,10 @@ $(eval $(call LIBRARY,eldr_replay,control/eldr_replay.c control/eldr_quality_sim
 	eldrfit eldr_router trace formats common))
 
 $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c \
-	control/eldr_ctl_fit.c control/locusctl_history.c control/sim_args.c control/sim_ctl.c \
-	control/sim_report.c control/sim_moe_ctl.c control/sim_moe_report.c,\
-	eldr_replay sim sim_moe gracectl,$(JEMALLOC)))
+	control/eldr_ctl_fit.c control/locusctl_history.c control/locusctl_cluster.c \
+	control/sim_args.c control/sim_ctl.c control/sim_report.c control/sim_moe_ctl.c \
+	control/sim_moe_report.c,eldr_replay sim sim_moe gracectl etcd,$(JEMALLOC)))
+$(eval $(call USES_PKG,control/locusctl_cluster.c,jansson))
 BINS += bin/locusctl
 # ESFT's expert_scores to a calibration trace
 $(eval $(call PROGRAM,bin/esft2jsonl,control/esft2jsonl.c,trace))

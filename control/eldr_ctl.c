@@ -216,6 +216,42 @@ static int keep_history(const char *inst, unsigned kind, uint64_t gen, const voi
 	return ret;
 }
 
+int locusctl_table_for_push(const char *path, void **buf, size_t *len, unsigned *kind,
+			    unsigned *channel, struct locus_error *err)
+{
+	size_t k;
+	int ret;
+
+	*buf = NULL;
+	ret = locus_tbl_read_file(path, 0, buf, len, err);
+	if (ret < 0)
+		return ret;
+	*kind = ((const struct locus_tbl_hdr *)*buf)->kind;
+	for (k = 0; k < LOCUS_ARRAY_SIZE(push_kinds); k++)
+		if (push_kinds[k].kind == *kind)
+			break;
+	if (k == LOCUS_ARRAY_SIZE(push_kinds)) {
+		ret = locus_error_set(err, LOCUS_ERANGE, "%s: no table channel for kind %s", path,
+				      locus_tbl_kind_name(*kind));
+		goto err_free;
+	}
+	*channel = push_kinds[k].channel;
+	ret = check_kind(*kind, *buf, *len, err);
+	if (ret < 0) {
+		char msg[LOCUS_ERRMSG_MAX];
+
+		memcpy(msg, err->msg, sizeof(msg));
+		locus_error_set(err, ret, "%s: %.200s", path, msg);
+		goto err_free;
+	}
+	return 0;
+
+err_free:
+	free(*buf);
+	*buf = NULL;
+	return ret;
+}
+
 int locusctl_push(int argc, char **argv)
 {
 	struct locus_error err = { 0 };
@@ -223,11 +259,14 @@ int locusctl_push(int argc, char **argv)
 	const char *inst = NULL, *path = NULL;
 	uint64_t timeout_ms = 2000;
 	void *buf = NULL;
-	size_t len, k;
+	size_t len;
 	uint64_t pub[LOCUS_TABLE_MAX_CHANNELS], next = 0;
 	unsigned kind, ch = 0, n_ch = 0;
 	int ret, status = 1, kept = 0;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--cluster"))
+			return locusctl_push_cluster(argc, argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-i") && i + 1 < argc)
 			inst = argv[++i];
@@ -241,27 +280,9 @@ int locusctl_push(int argc, char **argv)
 	}
 	if (!inst || !path)
 		goto usage;
-	ret = locus_tbl_read_file(path, 0, &buf, &len, &err);
+	ret = locusctl_table_for_push(path, &buf, &len, &kind, &ch, &err);
 	if (ret < 0)
 		goto fail;
-	kind = ((const struct locus_tbl_hdr *)buf)->kind;
-	for (k = 0; k < LOCUS_ARRAY_SIZE(push_kinds); k++)
-		if (push_kinds[k].kind == kind)
-			break;
-	if (k == LOCUS_ARRAY_SIZE(push_kinds)) {
-		ret = locus_error_set(&err, LOCUS_ERANGE, "%s: no table channel for kind %s", path,
-				      locus_tbl_kind_name(kind));
-		goto fail;
-	}
-	ch = push_kinds[k].channel;
-	ret = check_kind(kind, buf, len, &err);
-	if (ret < 0) {
-		char msg[LOCUS_ERRMSG_MAX];
-
-		memcpy(msg, err.msg, sizeof(msg));
-		locus_error_set(&err, ret, "%s: %.200s", path, msg);
-		goto fail;
-	}
 	/*
 	 * Kept under the generation it is about to get before locusd publishes
 	 * it: a push killed after the publish still leaves what runs on record

@@ -62,6 +62,9 @@ static int cmd_show(int argc, char **argv)
 	struct locus_tbl_hdr h;
 	int fd = -1;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--cluster"))
+			return locusctl_show_cluster(argc, argv);
 	for (int i = 1; i < argc && fd < 0; i++)
 		if (argv[i][0] != '-')
 			fd = open(argv[i], O_RDONLY | O_CLOEXEC);
@@ -95,8 +98,11 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--peak-weight W] [--cost-gpu C] [--cost-node C] -o TABLE\n"
 	  "  locusctl fit --grace --trace FILE --eldr-table ELDR_TABLE --ep-ranks-per-decoder R\n"
 	  "        --nodes N --gpus G [--capacity C] [--replica-budget B] -o SET" },
-	{ "show", cmd_show, "show TABLE [--json]" },
-	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N]" },
+	{ "show", cmd_show, "show TABLE [--json] | show --cluster --etcd URL[,URL] [--cluster-id N] "
+			    "[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F]" },
+	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N] | push --cluster --etcd "
+				 "URL[,URL] [--cluster-id N] [--etcd-prefix P] [--etcd-cacert F "
+				 "--etcd-cert F --etcd-key F] [--timeout-ms N] TABLE" },
 	{ "diff", locusctl_diff, "diff TABLE_A TABLE_B | diff -i INSTANCE TABLE" },
 	{ "rollback", locusctl_rollback,
 	  "rollback -i INSTANCE [--kind eldr|grace|graceset] [--to GEN]" },

@@ -29,6 +29,21 @@ int locusctl_eldr_show(int argc, char **argv);
 int locusctl_push(int argc, char **argv);
 
 /*
+ * A table file read for a push: its kind and table channel, checked with its
+ * kind's validator (control/eldr_ctl.c). *buf is the caller's to free.
+ */
+int locusctl_table_for_push(const char *path, void **buf, size_t *len, unsigned *kind,
+			    unsigned *channel, struct locus_error *err);
+
+/*
+ * The cluster's tables in etcd (control/locusctl_cluster.c): push --cluster
+ * stores a table once and prints each node's answer; show --cluster prints
+ * the tables in force and what each node did with them.
+ */
+int locusctl_push_cluster(int argc, char **argv);
+int locusctl_show_cluster(int argc, char **argv);
+
+/*
  * History, diff, rollback (control/locusctl_history.c). push keeps a table
  * under the generation it gets before publishing it (a push killed after
  * the publish still leaves what runs on record; one killed before leaves an

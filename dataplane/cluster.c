@@ -15,44 +15,8 @@
 #include "locus_cluster.h"
 #include "locus_err_priv.h"
 #include "locus_etcd.h"
+#include "cluster_priv.h"
 
-#define RETRY_MIN_MS 100
-#define RETRY_MAX_MS 1000
-
-struct member {
-	struct locus_node_record r;
-	uint8_t live;
-};
-
-struct locus_cluster {
-	struct locus_etcd *e;
-	struct locus_cluster_ops ops;
-	void *arg;
-	struct locus_node_record self;
-	char prefix[256];            /* <prefix>/<cluster>/nodes/ */
-	char key[300];               /* our record's key */
-	char record[LOCUS_CLUSTER_RECORD_MAX];
-	size_t record_len;
-	char *lease_file;
-	uint32_t ttl_s;
-	enum locus_cluster_state state;
-	struct locus_cluster_stats st;
-
-	int64_t lease;               /* 0: none yet */
-	uint64_t next_keepalive_ms;
-	uint8_t lease_busy, claim_busy, sync_busy, leaving;
-	uint8_t claimed, synced, lease_checked;
-	int64_t claim_rev;           /* our own record from before a restart, to write again */
-	uint64_t retry_at_ms, retry_ms;
-	uint64_t now_ms;
-
-	struct locus_etcd_watch *w;
-	int64_t rev;                 /* every change up to it applied */
-	uint64_t watch_at_ms, watch_retry_ms;
-
-	struct member *m;            /* sorted by node id */
-	uint32_t n_m, cap_m;
-};
 
 const char *locus_cluster_state_name(int state)
 {
@@ -65,7 +29,7 @@ const char *locus_cluster_state_name(int state)
 	}
 }
 
-static void set_state(struct locus_cluster *c, enum locus_cluster_state s,
+void set_state(struct locus_cluster *c, enum locus_cluster_state s,
 		      const struct locus_error *why)
 {
 	if (c->state == s)
@@ -308,6 +272,7 @@ static void on_claim(void *arg, const struct locus_etcd_resp *r)
 	if (r->succeeded) {
 		c->claimed = 1;
 		c->st.joins++;
+		cluster_tables_rejoined(c);
 		set_state(c, LOCUS_CLUSTER_MEMBER, NULL);
 		return;
 	}
@@ -466,6 +431,8 @@ void locus_cluster_poll(struct locus_cluster *c, uint64_t now_ms)
 		else
 			watch_start(c);
 	}
+	if (c->claimed && c->synced)
+		cluster_tables_poll(c);
 	locus_etcd_poll(c->e);
 }
 
@@ -498,6 +465,13 @@ int locus_cluster_open(const struct locus_cluster_params *p, const struct locus_
 	snprintf(c->prefix, sizeof(c->prefix), "%s%s%" PRIu64 "/nodes/", prefix,
 		 prefix[strlen(prefix) - 1] == '/' ? "" : "/", c->self.cluster);
 	snprintf(c->key, sizeof(c->key), "%s%u", c->prefix, c->self.node);
+	{
+		char base[256];
+
+		snprintf(base, sizeof(base), "%s%s%" PRIu64 "/", prefix,
+			 prefix[strlen(prefix) - 1] == '/' ? "" : "/", c->self.cluster);
+		cluster_tables_init(c, base);
+	}
 	ret = locus_node_record_format(&c->self, c->record, sizeof(c->record));
 	if (ret < 0) {
 		locus_error_set(err, LOCUS_ERANGE, "cluster: this node's record is too long");
@@ -537,6 +511,7 @@ void locus_cluster_close(struct locus_cluster *c)
 	c->leaving = 1;
 	locus_etcd_watch_cancel(c->w);
 	c->w = NULL;
+	cluster_tables_close(c);
 	if (c->lease && c->claimed) {
 		struct locus_etcd_resp r;
 

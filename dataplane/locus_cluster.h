@@ -15,6 +15,14 @@
  * peer is dropped for it), retries with a growing pause, counts and says
  * so, and catches up from the last revision it saw once etcd answers.
  *
+ * The cluster's tables live there too: locusctl push --cluster stores a
+ * table under <prefix>/<cluster id>/tables/blob/<kind>/<generation> and
+ * moves tables/current/<kind> to that generation in one transaction; every
+ * member fetches it, hands it to its owner (who adopts it as a local push,
+ * through the same validation) and writes what it did under
+ * reports/<kind>/<node>, held by its lease. A node that joins or comes back
+ * reads the current tables first.
+ *
  * Plain C over the etcd client (control/locus_etcd.h): no EAL, verbs or
  * segment. locus_cluster_poll() never blocks; it belongs to one thread
  * (locusd's main lcore), as do the callbacks it runs.
@@ -29,6 +37,7 @@
 #include "locus_err.h"
 
 #define LOCUS_CLUSTER_MAX_RAILS   8
+#define LOCUS_CLUSTER_TABLE_KINDS 2     /* 0 ELDR (table channel 0), 1 GRACE (channel 1) */
 #define LOCUS_CLUSTER_PROTO       2     /* the inter-node protocol (verbs handshake) */
 #define LOCUS_CLUSTER_RECORD_MAX  4096  /* bytes of a node record */
 
@@ -78,6 +87,14 @@ struct locus_cluster_ops {
 	void (*record_bad)(void *arg, uint32_t node, const struct locus_error *why);
 	/* the agent's own state changed (logging) */
 	void (*state)(void *arg, int state, const struct locus_error *why);
+	/*
+	 * the cluster's table of kind moved to generation: its sealed blob
+	 * (valid during the call); the owner adopts it and answers with
+	 * locus_cluster_report. why non-NULL: the blob could not be read
+	 * (blob NULL): the owner reports the refusal.
+	 */
+	void (*table)(void *arg, unsigned kind, uint64_t generation, const void *blob, size_t len,
+		      const struct locus_error *why);
 };
 
 enum locus_cluster_state {
@@ -93,6 +110,7 @@ struct locus_cluster_stats {
 	uint64_t joins, refusals, lease_lost;
 	uint64_t records_up, records_gone, records_bad;
 	uint64_t watch_restarts, resyncs;
+	uint64_t tables_seen, table_fetch_errors, reports;
 };
 
 struct locus_cluster;
@@ -116,6 +134,18 @@ const struct locus_cluster_stats *locus_cluster_stats(const struct locus_cluster
 
 /* The record the agent holds for node (a member, not this node), or NULL. */
 const struct locus_node_record *locus_cluster_node(const struct locus_cluster *c, uint32_t node);
+
+/* "eldr" or "grace". */
+const char *locus_cluster_table_kind_name(unsigned kind);
+
+/*
+ * What this node did with the cluster's table of kind at generation:
+ * status 0, adopted as local generation local_gen; or -code and reason.
+ * Written under reports/<kind>/<node> with the node's lease (again after a
+ * rejoin); a later report replaces it. 0, or -LOCUS_ERANGE for a bad kind.
+ */
+int locus_cluster_report(struct locus_cluster *c, unsigned kind, uint64_t generation,
+			 int status, uint64_t local_gen, const char *reason);
 
 /* Nodes with a record now, this one included when it is a member. */
 uint32_t locus_cluster_n_members(const struct locus_cluster *c);

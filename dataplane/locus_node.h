@@ -130,6 +130,10 @@ uint32_t locus_node_engine_inflight(const struct locus_node *n);
 /* The segment's counters (read-write handle: register more entries). */
 struct locus_counters *locus_node_counters(struct locus_node *n);
 
+struct locus_pushsrv;
+/* The control socket's server: the channels' one writer (locus_pushsrv.h). */
+struct locus_pushsrv *locus_node_pushsrv(struct locus_node *n);
+
 /*
  * The client region as mapped here: every client's rings and buffer. The
  * intra-node DMA registers it and names places by offsets from its start.

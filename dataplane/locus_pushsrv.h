@@ -43,6 +43,19 @@ struct locus_pushsrv;
 int locus_pushsrv_create(const struct locus_pushsrv_params *p, struct locus_pushsrv **out,
 			 struct locus_error *err);
 
+/*
+ * A push from inside locusd (a table the cluster stored in etcd): the same
+ * way as a sender's (the checks, a free slot, the publish, the readers'
+ * verdict), its answer handed to done(arg, rep) once decided, from a later
+ * locus_pushsrv_poll (or from this call when refused at once). Returns 0,
+ * or -EBUSY when every connection is taken (try again), or -errno when the
+ * table cannot be put in a memfd; then done never runs.
+ */
+struct locus_push_rep;
+int locus_pushsrv_submit(struct locus_pushsrv *s, unsigned channel, const void *buf, size_t len,
+			 uint32_t timeout_ms,
+			 void (*done)(void *arg, const struct locus_push_rep *rep), void *arg);
+
 /* One pass: accept, read requests, move pushes on, answer what is decided. */
 void locus_pushsrv_poll(struct locus_pushsrv *s);
 

@@ -12,13 +12,16 @@
 #include "locus_cluster.h"
 #include "locus_counters_priv.h"
 #include "locus_err_priv.h"
+#include "locus_push.h"
+#include "locus_pushsrv.h"
 #include "locus_shm_priv.h"
 #include "locusd_cluster.h"
 #include "locusd_net.h"
 
 enum {
 	CC_STATE, CC_MEMBERS, CC_REQUESTS, CC_ERRORS, CC_JOINS, CC_REFUSALS, CC_LEASE_LOST,
-	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_N
+	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_TABLES_SEEN,
+	CC_TABLES_ADOPTED, CC_TABLES_REFUSED, CC_N
 };
 
 static const struct {
@@ -53,6 +56,22 @@ static const struct {
 	[CC_PEER_REFUSED] = { "cluster_peers_refused", "records the transport refused: a node "
 			      "id outside the cluster, or another number of rails",
 			      LOCUS_CTR_COUNTER },
+	[CC_TABLES_SEEN] = { "cluster_tables_seen", "generations of the cluster's tables (locusctl "
+			     "push --cluster) this node learnt of", LOCUS_CTR_COUNTER },
+	[CC_TABLES_ADOPTED] = { "cluster_tables_adopted", "cluster tables this node adopted (as "
+				"a local push: the same validation)", LOCUS_CTR_COUNTER },
+	[CC_TABLES_REFUSED] = { "cluster_tables_refused", "cluster tables this node refused or "
+				"could not read (the table in force kept)", LOCUS_CTR_COUNTER },
+};
+
+/* A cluster table on its way into this node's channel. */
+struct pending {
+	struct locusd_cluster *lc;
+	unsigned kind;
+	uint64_t gen;
+	void *blob;             /* a copy while it waits for the push server */
+	size_t len;
+	uint8_t queued, in_push;
 };
 
 struct locusd_cluster {
@@ -63,6 +82,9 @@ struct locusd_cluster {
 	uint64_t off[CC_N];
 	uint64_t peer_refused;
 	uint64_t log_at_ms;          /* one "etcd unreachable" line per 10 s at most */
+	struct locus_pushsrv *push;  /* the channels' writer */
+	struct pending pend[LOCUS_CLUSTER_TABLE_KINDS];
+	uint64_t adopted, refused;
 };
 
 static uint64_t mono_ms(void)
@@ -118,11 +140,100 @@ static void on_state(void *arg, int state, const struct locus_error *why)
 		why && why->msg[0] ? ": " : "", why ? why->msg : "");
 }
 
-int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net,
-			  struct locus_counters *c, uint32_t block, struct locusd_cluster **out,
-			  struct locus_error *err)
+static void refused(struct locusd_cluster *lc, unsigned kind, uint64_t gen, int status,
+		    const char *why)
 {
-	static const struct locus_cluster_ops ops = { on_up, on_gone, on_bad, on_state };
+	lc->refused++;
+	locus_cluster_report(lc->c, kind, gen, status, 0, why);
+	fprintf(stderr, "locusd: cluster: %s table generation %llu refused: %s\n",
+		locus_cluster_table_kind_name(kind), (unsigned long long)gen, why);
+}
+
+/* The push server's verdict on a cluster table: adopted or refused, reported in etcd. */
+static void on_pushed(void *arg, const struct locus_push_rep *rep)
+{
+	struct pending *p = arg;
+	struct locusd_cluster *lc = p->lc;
+	char why[LOCUS_TABLE_REJECT_MSG + 64];
+
+	p->in_push = 0;
+	if (rep->status < 0) {
+		refused(lc, p->kind, p->gen, rep->status, rep->msg);
+	} else if (rep->n_refused) {
+		snprintf(why, sizeof(why), "%s", rep->refused_msg);
+		refused(lc, p->kind, p->gen, rep->refused_code ? rep->refused_code : -LOCUS_ESTATE,
+			why);
+	} else if (rep->timed_out) {
+		refused(lc, p->kind, p->gen, -ETIMEDOUT, "the engines did not decide in time");
+	} else {
+		lc->adopted++;
+		locus_cluster_report(lc->c, p->kind, p->gen, 0, rep->generation, "");
+		fprintf(stderr, "locusd: cluster: %s table generation %llu adopted (channel %u "
+			"generation %llu)\n", locus_cluster_table_kind_name(p->kind),
+			(unsigned long long)p->gen, p->kind, (unsigned long long)rep->generation);
+	}
+}
+
+/* Hand waiting tables to the push server (one per kind; a busy server: next pass). */
+static void push_pending(struct locusd_cluster *lc)
+{
+	for (unsigned k = 0; k < LOCUS_CLUSTER_TABLE_KINDS; k++) {
+		struct pending *p = &lc->pend[k];
+		int ret;
+
+		if (!p->queued || p->in_push)
+			continue;
+		ret = locus_pushsrv_submit(lc->push, k, p->blob, p->len, 5000, on_pushed, p);
+		if (ret == -EBUSY)
+			continue;
+		p->queued = 0;
+		free(p->blob);
+		p->blob = NULL;
+		if (ret < 0)
+			refused(lc, k, p->gen, ret, strerror(-ret));
+		else
+			p->in_push = 1; /* on_pushed may have run already: it clears this */
+	}
+}
+
+static void on_table(void *arg, unsigned kind, uint64_t gen, const void *blob, size_t len,
+		     const struct locus_error *why)
+{
+	struct locusd_cluster *lc = arg;
+	struct pending *p = &lc->pend[kind];
+
+	if (why) {
+		refused(lc, kind, gen, -why->code, why->msg);
+		return;
+	}
+	if (!lc->push) {
+		refused(lc, kind, gen, -ENOTSUP, "this node takes no pushes");
+		return;
+	}
+	free(p->blob);
+	p->blob = malloc(len ? len : 1);
+	if (!p->blob) {
+		refused(lc, kind, gen, -ENOMEM, "out of memory for the table");
+		return;
+	}
+	memcpy(p->blob, blob, len);
+	p->len = len;
+	p->gen = gen;
+	p->kind = kind;
+	p->lc = lc;
+	p->queued = 1;
+	fprintf(stderr, "locusd: cluster: %s table generation %llu (%zu bytes) read from etcd\n",
+		locus_cluster_table_kind_name(kind), (unsigned long long)gen, len);
+	push_pending(lc);
+}
+
+int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net,
+			  struct locus_pushsrv *push, struct locus_counters *c, uint32_t block,
+			  struct locusd_cluster **out, struct locus_error *err)
+{
+	static const struct locus_cluster_ops ops = { .node_up = on_up, .node_gone = on_gone,
+						      .record_bad = on_bad, .state = on_state,
+						      .table = on_table };
 	const struct locus_cfg_node *me = &cfg->nodes[cfg->node_id];
 	struct locus_cluster_params p = {
 		.endpoints = cfg->etcd, .prefix = cfg->etcd_prefix,
@@ -140,6 +251,7 @@ int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net
 		return locus_error_set(err, ENOMEM, "cluster: out of memory");
 	lc->cfg = cfg;
 	lc->net = net;
+	lc->push = push;
 	p.self.node = cfg->node_id;
 	p.self.cluster = cfg->cluster_id;
 	p.self.gpus = cfg->gpus_per_node;
@@ -194,7 +306,8 @@ static void sync_counters(struct locusd_cluster *lc)
 		[CC_LEASE_LOST] = s->lease_lost, [CC_UP] = s->records_up,
 		[CC_GONE] = s->records_gone, [CC_BAD] = s->records_bad,
 		[CC_WATCH] = s->watch_restarts, [CC_RESYNCS] = s->resyncs,
-		[CC_PEER_REFUSED] = lc->peer_refused,
+		[CC_PEER_REFUSED] = lc->peer_refused, [CC_TABLES_SEEN] = s->tables_seen,
+		[CC_TABLES_ADOPTED] = lc->adopted, [CC_TABLES_REFUSED] = lc->refused,
 	};
 
 	for (unsigned i = 0; i < CC_N; i++)
@@ -203,6 +316,7 @@ static void sync_counters(struct locusd_cluster *lc)
 
 void locusd_cluster_poll(struct locusd_cluster *lc)
 {
+	push_pending(lc);
 	locus_cluster_poll(lc->c, mono_ms());
 	sync_counters(lc);
 }
@@ -234,5 +348,7 @@ void locusd_cluster_destroy(struct locusd_cluster *lc)
 		return;
 	locus_cluster_close(lc->c);
 	fprintf(stderr, "locusd: cluster: left (lease revoked)\n");
+	for (unsigned k = 0; k < LOCUS_CLUSTER_TABLE_KINDS; k++)
+		free(lc->pend[k].blob);
 	free(lc);
 }

@@ -19,12 +19,14 @@ struct locusd_net;
 
 /*
  * The agent for cfg (cfg->etcd set), this node's record from cfg, peers
- * made members of net (NULL on a single node), counters registered in
+ * made members of net (NULL on a single node), the cluster's tables pushed
+ * through push (the channels' writer) and reported, counters registered in
  * block of c. Nothing is sent yet.
  */
+struct locus_pushsrv;
 int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net,
-			  struct locus_counters *c, uint32_t block, struct locusd_cluster **out,
-			  struct locus_error *err);
+			  struct locus_pushsrv *push, struct locus_counters *c, uint32_t block,
+			  struct locusd_cluster **out, struct locus_error *err);
 
 /*
  * At start: run the agent until this node is a member, its id is refused

@@ -385,6 +385,11 @@ struct locus_counters *locus_node_counters(struct locus_node *n)
 	return n->ctrs;
 }
 
+struct locus_pushsrv *locus_node_pushsrv(struct locus_node *n)
+{
+	return n->push;
+}
+
 int locus_node_regions_open(struct locus_node *n, const struct locus_regions_mr_ops *mr,
 			    struct locus_error *err)
 {

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -47,6 +48,9 @@ struct conn {
 	uint8_t *dst;           /* the reserved slot */
 	uint64_t done;          /* bytes copied into it */
 	uint64_t gen;           /* generation published */
+	/* a push from inside locusd (locus_pushsrv_submit): no socket, the answer to done */
+	void (*done_cb)(void *arg, const struct locus_push_rep *rep);
+	void *done_arg;
 };
 
 struct locus_pushsrv {
@@ -118,17 +122,28 @@ static void conn_close(struct locus_pushsrv *s, int ci)
 		s->busy[c->q.channel] = -1;
 	if (c->tfd >= 0)
 		close(c->tfd);
-	close(c->fd);
+	if (c->fd >= 0)
+		close(c->fd);
 	*c = (struct conn){ .fd = -1, .tfd = -1 };
 }
 
-/* Send rep (best effort: a sender that left misses nothing) and close. */
+/*
+ * Send rep (best effort: a sender that left misses nothing) and close; a
+ * push from inside locusd gets it through its callback.
+ */
 static void answer(struct locus_pushsrv *s, int ci, struct locus_push_rep *rep)
 {
+	struct conn *c = &s->conns[ci];
+	void (*cb)(void *, const struct locus_push_rep *) = c->done_cb;
+	void *arg = c->done_arg;
+
 	rep->magic = LOCUS_PUSH_MAGIC;
 	rep->version = LOCUS_PUSH_VERSION;
-	(void)!locus_seqpkt_send(s->conns[ci].fd, rep, sizeof(*rep), -1);
+	if (!cb)
+		(void)!locus_seqpkt_send(c->fd, rep, sizeof(*rep), -1);
 	conn_close(s, ci);
+	if (cb)
+		cb(arg, rep);
 }
 
 /* A log line for a refusal, at most one a second (with how many were left out). */
@@ -446,6 +461,38 @@ void locus_pushsrv_poll(struct locus_pushsrv *s)
 		else if (s->conns[ci].st != C_FREE)
 			step(s, ci);
 	}
+}
+
+int locus_pushsrv_submit(struct locus_pushsrv *s, unsigned channel, const void *buf, size_t len,
+			 uint32_t timeout_ms,
+			 void (*done)(void *arg, const struct locus_push_rep *rep), void *arg)
+{
+	int ci, fd;
+	struct conn *c;
+
+	for (ci = 0; ci < MAX_CONNS && s->conns[ci].st != C_FREE; ci++)
+		;
+	if (ci == MAX_CONNS)
+		return -EBUSY;
+	/* the table in a memfd sealed as a sender's: the same checks, the same copy */
+	fd = memfd_create("locus-table", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -errno;
+	if (write(fd, buf, len) != (ssize_t)len ||
+	    fcntl(fd, F_ADD_SEALS, NEED_SEALS | F_SEAL_GROW | F_SEAL_SEAL) < 0) {
+		int ret = errno ? -errno : -EIO;
+
+		close(fd);
+		return ret;
+	}
+	c = &s->conns[ci];
+	*c = (struct conn){ .fd = -1, .tfd = -1, .st = C_READ, .pid = getpid(), .uid = geteuid(),
+			    .gid = getegid(), .allowed = 1, .done_cb = done, .done_arg = arg };
+	c->q.channel = channel;
+	c->q.len = len;
+	c->q.timeout_ms = timeout_ms;
+	start_push(s, ci, fd);
+	return 0;
 }
 
 /* ---- life -------------------------------------------------------------------------- */

@@ -96,7 +96,8 @@ static void on_state(void *arg, int state, const struct locus_error *why)
 		snprintf(v->why, sizeof(v->why), "%s", why->msg);
 }
 
-static const struct locus_cluster_ops ops = { on_up, on_gone, on_bad, on_state };
+static const struct locus_cluster_ops ops = { .node_up = on_up, .node_gone = on_gone,
+					      .record_bad = on_bad, .state = on_state };
 
 static void self_record(struct locus_node_record *r, uint32_t node, uint64_t boot)
 {

@@ -6,7 +6,10 @@
 # says etcd is unreachable, and is a member again once etcd is back); a
 # locusd killed -9 and started again takes its record back at once (its
 # lease file); SIGTERM removes the record at once; the same over TLS with a
-# client certificate, and refused without the CA.
+# client certificate, and refused without the CA. The cluster's tables:
+# locusctl push --cluster stores one, the node adopts it and reports, push
+# prints the answer; a table the node refuses is reported refused; a node
+# that comes back adopts the cluster's table by itself; show --cluster.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
@@ -79,6 +82,29 @@ case "$rec" in *'"node":0'*'"cluster":"42"'*'"rails":["127.0.0.1:7471"]'*'"state
 lease=$(etcdctl_t get -w json /locus/42/nodes/0 | grep -o '"lease":[0-9]*' | cut -d: -f2)
 [ -n "$lease" ] && [ "$lease" != 0 ] || fail "the record is not held by a lease"
 
+# 1b. the cluster's tables: stored once, adopted, answered; a refusal answered too
+CTL=("$B/locusctl")
+CL=(--cluster --etcd "$ETCD_URL" --cluster-id 42 --timeout-ms 5000)
+"$B/locusctl" fit --trace tests/data/calib_sample.jsonl --decoders 2 --tune off \
+	-o "$tmp/c1.tbl" > /dev/null 2>&1 || fail "fit"
+out=$("${CTL[@]}" push "${CL[@]}" "$tmp/c1.tbl") || fail "push --cluster: $out"
+case "$out" in *"stored eldr table"*"generation 1"*"node 0: adopted generation 1 (its channel 0"*"1 of 1 node(s) adopted it"*) ;;
+	*) fail "push --cluster said: $out" ;; esac
+gen=$("$B/locus-stat" -i ca 'table_generation' | awk '/channel=0/ { print $3 }')
+[ "$gen" = 1 ] || fail "channel 0 is at generation $gen after the cluster push"
+[ "$(stat ca cluster_tables_adopted)" = 1 ] || fail "cluster_tables_adopted $(stat ca cluster_tables_adopted)"
+# a GRACE table for 2 nodes x 2 GPUs: this node (1 x 4) refuses it, and says so in etcd
+"$B/locusctl" fit --grace --trace tests/data/calib_sample.jsonl --nodes 2 --gpus 2 \
+	--capacity 20 -o "$tmp/g22.tbl" > /dev/null 2>&1 || fail "fit --grace"
+if out=$("${CTL[@]}" push "${CL[@]}" "$tmp/g22.tbl"); then
+	fail "a refused cluster push exited 0: $out"
+fi
+case "$out" in *"node 0: refused generation 1:"*) ;; *) fail "refused push said: $out" ;; esac
+[ "$(stat ca cluster_tables_refused)" = 1 ] || fail "cluster_tables_refused $(stat ca cluster_tables_refused)"
+out=$("${CTL[@]}" show "${CL[@]}") || fail "show --cluster: $out"
+case "$out" in *"eldr: generation 1"*"node 0: generation 1 in force"*"grace: generation 1"*"node 0: refused generation 1"*) ;;
+	*) fail "show --cluster said: $out" ;; esac
+
 # 2. a second locusd with node id 0 (another instance): refused at start, naming the holder
 if "$B/locusd" -c "$(conf cb)" > "$tmp/b.log" 2>&1; then
 	fail "a second node 0 was accepted: $(cat "$tmp/b.log")"
@@ -111,6 +137,23 @@ wait_running ca $pa "$tmp/a2.log" || fail "locusd ca did not come back"
 until_stat ca cluster_state 1 5
 ms=$((($(date +%s%N) - t0) / 1000000))
 grep -q 'in use' "$tmp/a2.log" && fail "the restarted node was refused: $(cat "$tmp/a2.log")"
+# it took the cluster's ELDR table by itself
+for _ in $(seq 100); do
+	gen=$("$B/locus-stat" -i ca 'table_generation' | awk '/channel=0/ { print $3 }')
+	[ "$gen" = 1 ] && break
+	sleep 0.05
+done
+[ "$gen" = 1 ] || fail "the restarted node did not adopt the cluster's table (channel 0 at $gen)"
+grep -q 'cluster: eldr table generation 1 adopted' "$tmp/a2.log" || fail "no adoption logged"
+
+# a push while etcd is away fails with a sentence, and nothing waits forever
+etcd_stop
+if out=$("${CTL[@]}" push "${CL[@]}" "$tmp/c1.tbl" 2>&1); then
+	fail "push --cluster without etcd exited 0"
+fi
+case "$out" in *"locusctl: etcd"*) ;; *) fail "push --cluster without etcd said: $out" ;; esac
+etcd_restart "$tmp/etcd"
+until_stat ca cluster_state 1 10
 
 # 5. SIGTERM: the record goes with the revoked lease, at once
 kill -TERM $pa
@@ -139,4 +182,4 @@ grep -q 'etcd unreachable.*SSL' "$tmp/t2.log" || fail "no reason for the TLS fai
 kill -TERM $pt
 wait $pt || true
 etcd_stop
-echo "test_cluster_locusd: record under a lease, duplicate id refused, etcd down and back, restart in ${ms} ms, clean leave, TLS ok"
+echo "test_cluster_locusd: record under a lease, cluster tables adopted and refused, duplicate id refused, etcd down and back, restart in ${ms} ms with the cluster table, clean leave, TLS ok"

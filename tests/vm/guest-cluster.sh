@@ -4,14 +4,18 @@
 # real etcd in the guest (Debian's etcd-server, seen through the host's root):
 #   n0 on rxea (192.0.2.30), n1 on rxeb (.31), n2 on rxec (.32), one bridge
 #   1 etcd up; n0 and n1 started from configs that name no other node: they
-#     find each other through etcd and connect; routing traffic between them
-#   2 n2 started at run time: n0 and n1 connect to it without a restart;
-#     traffic across the three nodes, dispatch and combine included, checked
-#     end to end; the time from n2's start to carrying traffic
+#     find each other through etcd and connect; the tables pushed once to the
+#     cluster (locusctl push --cluster), every member's answer printed;
+#     routing traffic between them
+#   2 n2 started at run time: n0 and n1 connect to it without a restart; it
+#     adopts the cluster's tables by itself; traffic across the three nodes,
+#     dispatch and combine included, checked end to end; the time from n2's
+#     start to carrying traffic
 #   3 n2 killed (-9): n0 and n1 see it leave within its lease; the time
 #     measured; routing between n0 and n1 goes on
-#   4 n2 started again: it takes its record back (its lease file) and carries
-#     traffic
+#   4 n2 started again: it takes its record back (its lease file), adopts the
+#     cluster's tables by itself and carries traffic
+#   5 one more push --cluster: three answers, and the time to the last
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -95,13 +99,23 @@ loadgen() { # out-file decoders-at ranks ranks-at extra-args...
 		${rk:+--rank-at "$rk"} "$@" > "$out" 2>&1
 }
 
-push() { # node...
-	local n
-	for n in "$@"; do
-		"$B/locusctl" push -i "n$n" "$LV_TABLES/eldr.tbl" > "$W/push.out" 2>&1 &&
-			"$B/locusctl" push -i "n$n" "$LV_TABLES/grace.tbl" >> "$W/push.out" 2>&1 ||
-			{ cat "$W/push.out"; return 1; }
+# push_cluster TABLE: once, to the cluster; prints every member's answer
+push_cluster() {
+	timeout 60 "$B/locusctl" push --cluster --etcd http://127.0.0.1:2379 --cluster-id 11 \
+		--timeout-ms 30000 "$1" > "$W/push.out" 2>&1
+	local rc=$?
+	sed 's/^/  /' "$W/push.out"
+	return $rc
+}
+
+# adopted NODE: both tables of the cluster in force on nN (generation 1 of each)
+adopted() {
+	local n=$1 i
+	for i in $(seq 300); do
+		[ "$(grep -c 'table generation 1 adopted' "$W/n$n.log")" -ge "${2:-2}" ] && return 0
+		sleep 0.1
 	done
+	return 1
 }
 
 for n in 0 1 2; do mkconf $n; : > "$W/n$n.log"; done
@@ -115,7 +129,9 @@ else
 	exit 1
 fi
 grep -q 'cluster: node 1 is up' "$W/n0.log" || fail "n0 did not log node 1's record"
-push 0 1 || fail "push to n0 and n1"
+push_cluster "$LV_TABLES/eldr.tbl" || fail "push --cluster of the ELDR table"
+push_cluster "$LV_TABLES/grace.tbl" || fail "push --cluster of the GRACE placement"
+grep -q '^2 of 2 node(s) adopted it' "$W/push.out" || fail "not every member adopted the placement"
 loadgen "$W/t1.out" n0,n0,n1,n1 0 "" --requests 200 --decode-us 500 --seconds 60
 rc=$?
 sed 's/^/  /' "$W/t1.out" | tail -n 4
@@ -133,7 +149,8 @@ else
 	show_logs 20
 	fail "n2 did not connect to both"
 fi
-push 2 || fail "push to n2"
+adopted 2 || fail "n2 did not adopt the cluster's tables by itself"
+say "   n2 adopted the cluster's two tables $(( $(now_ms) - t_start)) ms after its start"
 loadgen "$W/t2.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 200 --batches 10 --tokens 16 \
 	--row-bytes 1024 --decode-us 500 --seconds 90
 rc=$?
@@ -178,13 +195,17 @@ else
 	fail "n2 did not connect again"
 fi
 grep -q 'in use' "$W/n2.log" && fail "n2 was refused its own id"
-# a restarted locusd starts without tables: push them again
-push 2 || fail "push to n2 again"
+# a restarted locusd takes the cluster's tables from etcd, nobody pushes
+adopted 2 4 || fail "n2 did not adopt the cluster's tables again by itself"
 loadgen "$W/t4.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 100 --batches 10 --tokens 16 \
 	--row-bytes 1024 --decode-us 500 --seconds 90
 rc=$?
 sed 's/^/  /' "$W/t4.out" | tail -n 6
 grep -q '^loadgen: ok$' "$W/t4.out" && [ $rc = 0 ] || fail "traffic after n2 came back (exit $rc)"
+# ---- one push, three nodes -----------------------------------------------------------------------
+say "5. push --cluster with three members: every node answers"
+push_cluster "$LV_TABLES/eldr.tbl" || fail "push --cluster to three nodes"
+grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every one of the three adopted it"
 for n in 0 1 2; do
 	"$B/locus-stat" -i "n$n" 'cluster_*' 2>/dev/null | sed "s/^/  [n$n] /" | grep -v 'KIND' |
 		head -n 14

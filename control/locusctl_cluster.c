@@ -1,0 +1,373 @@
+// SPDX-License-Identifier: MIT
+/*
+ * The cluster's tables in etcd (dataplane/locus_cluster.h has the layout):
+ *   push --cluster  store a table once under the next cluster-wide
+ *                   generation (blob and current pointer in one
+ *                   transaction), then wait for every member's report and
+ *                   print it
+ *   show --cluster  the generation in force per kind and each member's report
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "locus_err_priv.h"
+#include "locus_etcd.h"
+#include "locus_tblfile.h"
+#include "locusctl.h"
+
+#define N_KINDS 2
+static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table channel */
+
+struct copts {
+	const char *etcd, *prefix, *cacert, *cert, *key, *path;
+	uint64_t cluster, timeout_ms;
+};
+
+static int parse(int argc, char **argv, struct copts *o, int want_path)
+{
+	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000 };
+	o->etcd = getenv("LOCUS_ETCD");
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "--cluster"))
+			continue;
+		if (i + 1 >= argc && a[0] == '-')
+			return -1;
+		if (!strcmp(a, "--etcd"))
+			o->etcd = argv[++i];
+		else if (!strcmp(a, "--etcd-prefix"))
+			o->prefix = argv[++i];
+		else if (!strcmp(a, "--etcd-cacert"))
+			o->cacert = argv[++i];
+		else if (!strcmp(a, "--etcd-cert"))
+			o->cert = argv[++i];
+		else if (!strcmp(a, "--etcd-key"))
+			o->key = argv[++i];
+		else if (!strcmp(a, "--cluster-id")) {
+			if (locusctl_parse_u64(argv[++i], UINT64_MAX, &o->cluster) < 0)
+				return -1;
+		} else if (!strcmp(a, "--timeout-ms")) {
+			if (locusctl_parse_u64(argv[++i], 3600000, &o->timeout_ms) < 0)
+				return -1;
+		} else if (want_path && !o->path && a[0] != '-') {
+			o->path = a;
+		} else {
+			return -1;
+		}
+	}
+	if (!o->etcd || (want_path && !o->path) || o->prefix[0] != '/')
+		return -1;
+	return 0;
+}
+
+static struct locus_etcd *open_etcd(const struct copts *o, struct locus_error *err)
+{
+	struct locus_etcd_params p = { .endpoints = o->etcd, .cacert = o->cacert, .cert = o->cert,
+				       .key = o->key };
+	struct locus_etcd *e;
+
+	return locus_etcd_open(&p, &e, err) < 0 ? NULL : e;
+}
+
+/* <prefix>/<cluster>/<rest> */
+static void key(char *buf, size_t len, const struct copts *o, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static void key(char *buf, size_t len, const struct copts *o, const char *fmt, ...)
+{
+	size_t n = (size_t)snprintf(buf, len, "%s%s%" PRIu64 "/", o->prefix,
+				    o->prefix[strlen(o->prefix) - 1] == '/' ? "" : "/", o->cluster);
+	va_list ap;
+
+	va_start(ap, fmt);
+	if (n < len)
+		vsnprintf(buf + n, len - n, fmt, ap);
+	va_end(ap);
+}
+
+/* The member node ids (records under nodes/), sorted by etcd. */
+static int members(struct locus_etcd *e, const struct copts *o, uint32_t *ids, uint32_t max,
+		   struct locus_error *err)
+{
+	char k[300];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
+	struct locus_etcd_resp r;
+	uint32_t n = 0;
+
+	key(k, sizeof(k), o, "nodes/");
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	for (size_t i = 0; i < r.n_kvs && n < max; i++) {
+		const char *id = r.kvs[i].key + strlen(k);
+		char *end;
+		unsigned long v = strtoul(id, &end, 10);
+
+		if (*id && !*end && v <= UINT32_MAX)
+			ids[n++] = (uint32_t)v;
+	}
+	locus_etcd_resp_free(&r);
+	return (int)n;
+}
+
+struct report {
+	uint64_t generation, local;
+	int status, seen;
+	char reason[300];
+};
+
+/* Node node's report for kind, if any. */
+static void read_report(const struct locus_etcd_kv *kv, struct report *rp)
+{
+	json_error_t je;
+	json_t *doc = json_loadb((const char *)kv->value, kv->value_len, 0, &je);
+	const char *why;
+
+	memset(rp, 0, sizeof(*rp));
+	if (!json_is_object(doc)) {
+		json_decref(doc);
+		return;
+	}
+	rp->seen = 1;
+	rp->generation = (uint64_t)json_integer_value(json_object_get(doc, "generation"));
+	rp->local = (uint64_t)json_integer_value(json_object_get(doc, "local_generation"));
+	rp->status = (int)json_integer_value(json_object_get(doc, "status"));
+	why = json_string_value(json_object_get(doc, "reason"));
+	snprintf(rp->reason, sizeof(rp->reason), "%s", why ? why : "");
+	json_decref(doc);
+}
+
+/* Every member's report for kind, into rp[i] for ids[i]. */
+static int reports(struct locus_etcd *e, const struct copts *o, unsigned kind,
+		   const uint32_t *ids, uint32_t n, struct report *rp, struct locus_error *err)
+{
+	char k[300];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
+	struct locus_etcd_resp r;
+
+	key(k, sizeof(k), o, "reports/%s/", kind_name[kind]);
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	memset(rp, 0, n * sizeof(*rp));
+	for (size_t i = 0; i < r.n_kvs; i++) {
+		char *end;
+		unsigned long v = strtoul(r.kvs[i].key + strlen(k), &end, 10);
+
+		for (uint32_t j = 0; j < n && !*end; j++)
+			if (ids[j] == v)
+				read_report(&r.kvs[i], &rp[j]);
+	}
+	locus_etcd_resp_free(&r);
+	return 0;
+}
+
+/* The generation in force for kind (0: none) and the key's mod revision. */
+static int current(struct locus_etcd *e, const struct copts *o, unsigned kind, uint64_t *gen,
+		   int64_t *mod_rev, struct locus_error *err)
+{
+	char k[300];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
+	struct locus_etcd_resp r;
+
+	key(k, sizeof(k), o, "tables/current/%s", kind_name[kind]);
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	*gen = 0;
+	*mod_rev = 0;
+	if (r.n_kvs) {
+		*gen = strtoull((const char *)r.kvs[0].value, NULL, 10);
+		*mod_rev = r.kvs[0].mod_rev;
+	}
+	locus_etcd_resp_free(&r);
+	return 0;
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int usage_push(void)
+{
+	fprintf(stderr, "usage: locusctl push --cluster --etcd URL[,URL] [--cluster-id N] "
+			"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F] "
+			"[--timeout-ms N] TABLE\n");
+	return 2;
+}
+
+int locusctl_push_cluster(int argc, char **argv)
+{
+	struct locus_error err = { 0 };
+	struct locus_etcd *e = NULL;
+	struct copts o;
+	void *buf = NULL;
+	size_t len;
+	unsigned kind, ch;
+	uint64_t cur = 0, gen = 0;
+	int64_t rev;
+	uint32_t ids[1024];
+	struct report rp[1024];
+	int n = 0, status = 1, ret, adopted = 0;
+	double t0, waited;
+
+	if (parse(argc, argv, &o, 1) < 0)
+		return usage_push();
+	ret = locusctl_table_for_push(o.path, &buf, &len, &kind, &ch, &err);
+	if (ret < 0 || ch >= N_KINDS)
+		goto out;
+	e = open_etcd(&o, &err);
+	if (!e)
+		goto out;
+	/* the next cluster-wide generation: blob and pointer in one transaction */
+	for (int tries = 0; tries < 8; tries++) {
+		char kcur[300], kblob[340], text[24];
+		struct locus_etcd_cmp cmp = { .key = kcur, .result = LOCUS_ETCD_EQ };
+		struct locus_etcd_op ok[2] = {
+			{ .type = LOCUS_ETCD_PUT, .key = kblob, .value = buf, .len = len },
+			{ .type = LOCUS_ETCD_PUT, .key = kcur, .value = text },
+		};
+		struct locus_etcd_txn t = { &cmp, 1, ok, NULL, 2, 0 };
+		struct locus_etcd_resp r;
+
+		ret = current(e, &o, ch, &cur, &rev, &err);
+		if (ret < 0)
+			goto out;
+		gen = cur + 1;
+		key(kcur, sizeof(kcur), &o, "tables/current/%s", kind_name[ch]);
+		key(kblob, sizeof(kblob), &o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
+		ok[1].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
+		cmp.target = rev ? LOCUS_ETCD_MOD_REV : LOCUS_ETCD_CREATE_REV;
+		cmp.rev = rev;
+		ret = locus_etcd_call_txn(e, &t, &r);
+		locus_etcd_resp_free(&r);
+		if (ret < 0) {
+			err = r.err;
+			goto out;
+		}
+		if (r.succeeded)
+			break;
+		gen = 0; /* another push took that generation: read again */
+	}
+	if (!gen) {
+		locus_error_set(&err, EBUSY, "other pushes kept taking the next generation");
+		goto out;
+	}
+	printf("stored %s table %s as the cluster's %s generation %" PRIu64 " (%zu bytes)\n",
+	       locus_tbl_kind_name(kind), o.path, kind_name[ch], gen, len);
+	/* every member answers under reports/: wait for them all, or the time-out */
+	n = members(e, &o, ids, 1024, &err);
+	if (n < 0)
+		goto out;
+	t0 = now_s();
+	for (;;) {
+		int done = 0;
+
+		if (reports(e, &o, ch, ids, (uint32_t)n, rp, &err) < 0)
+			goto out;
+		for (int i = 0; i < n; i++)
+			done += rp[i].seen && rp[i].generation >= gen;
+		if (done == n || (now_s() - t0) * 1000 > (double)o.timeout_ms)
+			break;
+		usleep(50000);
+	}
+	waited = (now_s() - t0) * 1000;
+	status = n ? 0 : 1;
+	for (int i = 0; i < n; i++) {
+		if (!rp[i].seen || rp[i].generation < gen) {
+			printf("node %u: no answer for generation %" PRIu64 " within %" PRIu64 " ms\n",
+			       ids[i], gen, o.timeout_ms);
+			status = 1;
+		} else if (rp[i].generation > gen) {
+			printf("node %u: already on a later generation %" PRIu64 "\n", ids[i],
+			       rp[i].generation);
+		} else if (rp[i].status) {
+			printf("node %u: refused generation %" PRIu64 ": %s (%s)\n", ids[i], gen,
+			       rp[i].reason, locus_strerror(rp[i].status));
+			status = 1;
+		} else {
+			printf("node %u: adopted generation %" PRIu64 " (its channel %u, generation "
+			       "%" PRIu64 ")\n", ids[i], gen, ch, rp[i].local);
+			adopted++;
+		}
+	}
+	if (!n)
+		printf("no member of cluster %" PRIu64 " in etcd: the table waits for them\n",
+		       o.cluster);
+	printf("%d of %d node(s) adopted it; %.0f ms from stored to the last answer\n", adopted, n,
+	       waited);
+out:
+	if (err.msg[0]) {
+		fprintf(stderr, "locusctl: %s\n", err.msg);
+		status = 1;
+	}
+	locus_etcd_close(e);
+	free(buf);
+	return status;
+}
+
+int locusctl_show_cluster(int argc, char **argv)
+{
+	struct locus_error err = { 0 };
+	struct locus_etcd *e;
+	struct copts o;
+	uint32_t ids[1024];
+	struct report rp[1024];
+	int n, status = 0;
+
+	if (parse(argc, argv, &o, 0) < 0) {
+		fprintf(stderr, "usage: locusctl show --cluster --etcd URL[,URL] [--cluster-id N] "
+				"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F]\n");
+		return 2;
+	}
+	e = open_etcd(&o, &err);
+	if (!e || (n = members(e, &o, ids, 1024, &err)) < 0) {
+		fprintf(stderr, "locusctl: %s\n", err.msg);
+		locus_etcd_close(e);
+		return 1;
+	}
+	printf("cluster %" PRIu64 ": %d member(s)\n", o.cluster, n);
+	for (unsigned k = 0; k < N_KINDS; k++) {
+		uint64_t gen;
+		int64_t rev;
+
+		if (current(e, &o, k, &gen, &rev, &err) < 0 ||
+		    reports(e, &o, k, ids, (uint32_t)n, rp, &err) < 0) {
+			fprintf(stderr, "locusctl: %s\n", err.msg);
+			status = 1;
+			break;
+		}
+		printf("%s: generation %" PRIu64 "%s\n", kind_name[k], gen,
+		       gen ? "" : " (none stored)");
+		for (int i = 0; i < n; i++) {
+			if (!rp[i].seen)
+				printf("  node %u: no report\n", ids[i]);
+			else if (rp[i].status)
+				printf("  node %u: refused generation %" PRIu64 ": %s\n", ids[i],
+				       rp[i].generation, rp[i].reason);
+			else
+				printf("  node %u: generation %" PRIu64 " in force (its channel "
+				       "generation %" PRIu64 ")\n", ids[i], rp[i].generation,
+				       rp[i].local);
+		}
+	}
+	locus_etcd_close(e);
+	return status;
+}
