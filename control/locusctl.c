@@ -103,9 +103,11 @@ static const struct locusctl_cmd cmds[] = {
 	{ "push", locusctl_push, "push -i INSTANCE TABLE [--timeout-ms N] | push --cluster --etcd "
 				 "URL[,URL] [--cluster-id N] [--etcd-prefix P] [--etcd-cacert F "
 				 "--etcd-cert F --etcd-key F] [--timeout-ms N] TABLE" },
-	{ "diff", locusctl_diff, "diff TABLE_A TABLE_B | diff -i INSTANCE TABLE" },
+	{ "diff", locusctl_diff, "diff TABLE_A TABLE_B | diff -i INSTANCE TABLE | diff --cluster "
+				 "--etcd URL[,URL] [...] TABLE" },
 	{ "rollback", locusctl_rollback,
-	  "rollback -i INSTANCE [--kind eldr|grace|graceset] [--to GEN]" },
+	  "rollback -i INSTANCE [--kind eldr|grace|graceset] [--to GEN] | rollback --cluster --etcd "
+	  "URL[,URL] [--kind eldr|grace] [--to GEN] [...]" },
 	{ "eplb-export", grace_other, "eplb-export TABLE [-o FILE.json]   (GRACE)" },
 	{ "eplb-import", grace_other,
 	  "eplb-import FILE.json --nodes N --gpus G [--capacity C] [--replica-budget B] -o TABLE" },

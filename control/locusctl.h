@@ -42,6 +42,10 @@ int locusctl_table_for_push(const char *path, void **buf, size_t *len, unsigned 
  */
 int locusctl_push_cluster(int argc, char **argv);
 int locusctl_show_cluster(int argc, char **argv);
+/* diff --cluster TABLE: against the cluster's table of its kind in force */
+int locusctl_diff_cluster(int argc, char **argv);
+/* rollback --cluster: the kind's older generation (--to, or the newest before) stored again */
+int locusctl_rollback_cluster(int argc, char **argv);
 
 /*
  * History, diff, rollback (control/locusctl_history.c). push keeps a table

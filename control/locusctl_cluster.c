@@ -27,7 +27,8 @@ static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table c
 
 struct copts {
 	const char *etcd, *prefix, *cacert, *cert, *key, *path;
-	uint64_t cluster, timeout_ms;
+	uint64_t cluster, timeout_ms, to;
+	int kind;                /* rollback: 0 eldr, 1 grace */
 };
 
 static int parse(int argc, char **argv, struct copts *o, int want_path)
@@ -56,6 +57,15 @@ static int parse(int argc, char **argv, struct copts *o, int want_path)
 				return -1;
 		} else if (!strcmp(a, "--timeout-ms")) {
 			if (locusctl_parse_u64(argv[++i], 3600000, &o->timeout_ms) < 0)
+				return -1;
+		} else if (!strcmp(a, "--to")) {
+			if (locusctl_parse_u64(argv[++i], INT64_MAX, &o->to) < 0 || !o->to)
+				return -1;
+		} else if (!strcmp(a, "--kind")) {
+			i++;
+			o->kind = !strcmp(argv[i], "eldr") ? 0 :
+				  !strcmp(argv[i], "grace") || !strcmp(argv[i], "graceset") ? 1 : -1;
+			if (o->kind < 0)
 				return -1;
 		} else if (want_path && !o->path && a[0] != '-') {
 			o->path = a;
@@ -370,4 +380,147 @@ int locusctl_show_cluster(int argc, char **argv)
 	}
 	locus_etcd_close(e);
 	return status;
+}
+
+/* The blob of the cluster's kind ch at generation gen into a temporary file (path). */
+static int fetch_blob(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
+		      char *path, size_t plen, struct locus_error *err)
+{
+	char k[340];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
+	struct locus_etcd_resp r;
+	int fd, ret = 0;
+
+	key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	if (r.n_kvs != 1) {
+		locus_etcd_resp_free(&r);
+		return locus_error_set(err, ENOENT, "the cluster's %s generation %" PRIu64 " is "
+				       "not in etcd", kind_name[ch], gen);
+	}
+	snprintf(path, plen, "/tmp/locusctl-cluster-XXXXXX");
+	fd = mkstemp(path);
+	if (fd < 0 || write(fd, r.kvs[0].value, r.kvs[0].value_len) != (ssize_t)r.kvs[0].value_len)
+		ret = locus_error_set(err, errno ? errno : EIO, "a temporary copy of the table: %s",
+				      strerror(errno ? errno : EIO));
+	if (fd >= 0)
+		close(fd);
+	locus_etcd_resp_free(&r);
+	return ret;
+}
+
+int locusctl_diff_cluster(int argc, char **argv)
+{
+	struct locus_error err = { 0 };
+	struct locus_etcd *e = NULL;
+	struct copts o;
+	char tmp[64] = "";
+	void *buf = NULL;
+	size_t len;
+	unsigned kind, ch;
+	uint64_t gen;
+	int64_t rev;
+	int ret = 2;
+
+	if (parse(argc, argv, &o, 1) < 0) {
+		fprintf(stderr, "usage: locusctl diff --cluster --etcd URL[,URL] [--cluster-id N] "
+				"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F] "
+				"TABLE\n");
+		return 2;
+	}
+	if (locusctl_table_for_push(o.path, &buf, &len, &kind, &ch, &err) < 0 || ch >= N_KINDS ||
+	    !(e = open_etcd(&o, &err)) || current(e, &o, ch, &gen, &rev, &err) < 0)
+		goto out;
+	if (!gen) {
+		printf("the cluster has no %s table yet\n", kind_name[ch]);
+		ret = 1;
+		goto out;
+	}
+	if (fetch_blob(e, &o, ch, gen, tmp, sizeof(tmp), &err) < 0)
+		goto out;
+	printf("--- the cluster's %s generation %" PRIu64 "\n+++ %s\n", kind_name[ch], gen, o.path);
+	{
+		char *dargv[] = { "diff", tmp, (char *)o.path, NULL };
+
+		ret = locusctl_diff(3, dargv);
+	}
+out:
+	if (err.msg[0])
+		fprintf(stderr, "locusctl: %s\n", err.msg);
+	if (tmp[0])
+		unlink(tmp);
+	locus_etcd_close(e);
+	free(buf);
+	return ret;
+}
+
+int locusctl_rollback_cluster(int argc, char **argv)
+{
+	struct locus_error err = { 0 };
+	struct locus_etcd *e = NULL;
+	struct copts o;
+	char tmp[64] = "";
+	uint64_t gen, to;
+	int64_t rev;
+	int ret = 1;
+
+	if (parse(argc, argv, &o, 0) < 0) {
+		fprintf(stderr, "usage: locusctl rollback --cluster --etcd URL[,URL] [--kind "
+				"eldr|grace] [--to GEN] [--cluster-id N] [--etcd-prefix P] "
+				"[--etcd-cacert F --etcd-cert F --etcd-key F] [--timeout-ms N]\n");
+		return 2;
+	}
+	e = open_etcd(&o, &err);
+	if (!e || current(e, &o, (unsigned)o.kind, &gen, &rev, &err) < 0)
+		goto out;
+	to = o.to ? o.to : gen - 1;
+	if (!gen || !to || to >= gen) {
+		locus_error_set(&err, LOCUS_ERANGE, "the cluster's %s is at generation %" PRIu64
+				": nothing older to go back to%s", kind_name[o.kind], gen,
+				o.to ? " (--to names the current one or a later one)" : "");
+		goto out;
+	}
+	/* the newest stored generation at or below the target */
+	while (to && fetch_blob(e, &o, (unsigned)o.kind, to, tmp, sizeof(tmp), &err) < 0) {
+		if (err.code != ENOENT || o.to)
+			goto out;
+		memset(&err, 0, sizeof(err));
+		to--;
+	}
+	if (!to) {
+		locus_error_set(&err, ENOENT, "no older %s generation is stored in etcd",
+				kind_name[o.kind]);
+		goto out;
+	}
+	printf("the cluster's %s goes back to generation %" PRIu64 ", stored again as the "
+	       "next generation\n", kind_name[o.kind], to);
+	locus_etcd_close(e);
+	e = NULL;
+	{
+		char *pargv[argc + 2];
+		int n = 0;
+
+		pargv[n++] = "push";
+		for (int i = 1; i < argc; i++) {
+			if (!strcmp(argv[i], "--kind") || !strcmp(argv[i], "--to")) {
+				i++;
+				continue;
+			}
+			pargv[n++] = argv[i];
+		}
+		pargv[n++] = tmp;
+		pargv[n] = NULL;
+		ret = locusctl_push_cluster(n, pargv);
+	}
+out:
+	if (err.msg[0])
+		fprintf(stderr, "locusctl: %s\n", err.msg);
+	if (tmp[0])
+		unlink(tmp);
+	locus_etcd_close(e);
+	return ret;
 }

@@ -175,6 +175,9 @@ int locusctl_rollback(int argc, char **argv)
 	uint64_t cur = 0, to = 0, found;
 	int kind, ret;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--cluster"))
+			return locusctl_rollback_cluster(argc, argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-i") && i + 1 < argc)
 			inst = argv[++i];
@@ -452,6 +455,9 @@ int locusctl_diff(int argc, char **argv)
 	unsigned kinds[2];
 	int nf = 0, ret = 2;
 
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--cluster"))
+			return locusctl_diff_cluster(argc, argv);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "-i") && i + 1 < argc)
 			inst = argv[++i];

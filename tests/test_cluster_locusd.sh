@@ -101,8 +101,19 @@ if out=$("${CTL[@]}" push "${CL[@]}" "$tmp/g22.tbl"); then
 fi
 case "$out" in *"node 0: refused generation 1:"*) ;; *) fail "refused push said: $out" ;; esac
 [ "$(stat ca cluster_tables_refused)" = 1 ] || fail "cluster_tables_refused $(stat ca cluster_tables_refused)"
+# a second ELDR table, then the cluster rolled back to the first: stored again, adopted
+"$B/locusctl" fit --trace tests/data/calib_sample.jsonl --decoders 2 --tune off --seed 7 \
+	-o "$tmp/c2.tbl" > /dev/null 2>&1 || fail "fit c2"
+"${CTL[@]}" push "${CL[@]}" "$tmp/c2.tbl" > /dev/null || fail "push --cluster c2"
+if out=$("${CTL[@]}" diff "${CL[@]}" "$tmp/c1.tbl"); then fail "diff --cluster saw no change"; fi
+case "$out" in *"--- the cluster's eldr generation 2"*) ;; *) fail "diff --cluster said: $out" ;; esac
+out=$("${CTL[@]}" rollback "${CL[@]}" --kind eldr) || fail "rollback --cluster: $out"
+case "$out" in *"back to generation 1"*"node 0: adopted generation 3"*) ;;
+	*) fail "rollback --cluster said: $out" ;; esac
+out=$("${CTL[@]}" diff "${CL[@]}" "$tmp/c1.tbl") || fail "diff --cluster after the rollback: $out"
+case "$out" in *"tables are equal"*) ;; *) fail "diff --cluster after the rollback: $out" ;; esac
 out=$("${CTL[@]}" show "${CL[@]}") || fail "show --cluster: $out"
-case "$out" in *"eldr: generation 1"*"node 0: generation 1 in force"*"grace: generation 1"*"node 0: refused generation 1"*) ;;
+case "$out" in *"eldr: generation 3"*"node 0: generation 3 in force"*"grace: generation 1"*"node 0: refused generation 1"*) ;;
 	*) fail "show --cluster said: $out" ;; esac
 
 # 2. a second locusd with node id 0 (another instance): refused at start, naming the holder
@@ -144,7 +155,7 @@ for _ in $(seq 100); do
 	sleep 0.05
 done
 [ "$gen" = 1 ] || fail "the restarted node did not adopt the cluster's table (channel 0 at $gen)"
-grep -q 'cluster: eldr table generation 1 adopted' "$tmp/a2.log" || fail "no adoption logged"
+grep -q 'cluster: eldr table generation 3 adopted' "$tmp/a2.log" || fail "no adoption logged"
 
 # a push while etcd is away fails with a sentence, and nothing waits forever
 etcd_stop
