@@ -53,12 +53,20 @@ struct locus_client_ctl {
 	uint32_t rank;            /* with LOCUS_ROLE_RANK (global rank id) */
 	uint32_t reserved0;       /* 0 */
 	uint64_t generation;      /* bumped by the daemon at every activation */
-	uint8_t  pad[LOCUS_CACHE_LINE - 40];
+	/* placement changes (locus_client_placement()), written by the daemon */
+	uint64_t pl_staged;       /* generation prepared: load for it, then ack; 0 none */
+	uint64_t pl_current;      /* generation this node's engines plan with; 0 none */
+	uint64_t pl_free_below;   /* no member plans under an older one any more */
 	/* the decoder's load report, written only by the client */
 	uint64_t load_seq __locus_cache_aligned; /* bumped after each report */
 	uint32_t load;            /* requests in its batch / queue */
 	uint32_t reserved;
-	uint8_t  pad2[LOCUS_CACHE_LINE - 16];
+	/* written only by a rank client that takes part in placement changes:
+	 * it holds the experts of every generation in [pl_floor, pl_acked];
+	 * pl_acked 0: it takes no part and its rows are not checked */
+	uint64_t pl_acked;
+	uint64_t pl_floor;
+	uint8_t  pad2[LOCUS_CACHE_LINE - 32];
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_client_ctl) == 2 * LOCUS_CACHE_LINE, "ctl lines");

@@ -89,11 +89,14 @@ struct locus_rows_hdr {
 	uint16_t n_chunks;   /* messages this destination gets for the batch */
 	uint64_t rows_off;
 	uint64_t batch_id;
+	uint64_t placement_gen; /* DISPATCH: the placement generation the rows were
+				 * planned under (the table header's generation, else
+				 * the node's channel generation); COMBINE: 0 */
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_dispatch_req) == 32, "dispatch request header");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_combine_req) == 40, "combine request header");
-LOCUS_STATIC_ASSERT(sizeof(struct locus_rows_hdr) == 40, "rows header");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_rows_hdr) == 48, "rows header");
 
 static inline size_t locus_ids_bytes(uint64_t n, uint32_t top_k)
 {

@@ -39,7 +39,10 @@ struct locus_tbl_hdr {
 	uint64_t created_ns;      /* CLOCK_REALTIME when sealed */
 	uint32_t payload_crc32c;
 	uint32_t hdr_crc32c;      /* over the header with this field zero */
-	uint8_t  reserved[24];    /* zero */
+	uint64_t generation;      /* the cluster-wide generation the table was
+				   * stored under (etcd), 0 for none: a placement's
+				   * rows carry it (locus_dispatch.h) */
+	uint8_t  reserved[16];    /* zero */
 };
 
 _Static_assert(sizeof(struct locus_tbl_hdr) == 64, "table header is 64 bytes");

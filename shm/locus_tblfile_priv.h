@@ -21,6 +21,13 @@
 int locus_tbl_seal(void *buf, size_t buf_len, unsigned kind, uint32_t kind_version,
 		   size_t payload_len);
 
+/*
+ * Stamp a sealed blob of len bytes with the cluster-wide generation it was
+ * stored under and reseal its header (the payload is untouched). Returns 0
+ * or -LOCUS_ERANGE when len cannot hold a header.
+ */
+int locus_tbl_set_generation(void *buf, size_t len, uint64_t generation);
+
 /* Write a sealed blob to path atomically (temp file, fsync, rename). */
 int locus_tbl_write_file(const char *path, const void *buf, size_t len,
 			 struct locus_error *err);

@@ -60,6 +60,17 @@ int locus_tbl_seal(void *buf, size_t buf_len, unsigned kind, uint32_t kind_versi
 	return 0;
 }
 
+int locus_tbl_set_generation(void *buf, size_t len, uint64_t generation)
+{
+	struct locus_tbl_hdr *h = buf;
+
+	if (!buf || len < HDR_SIZE)
+		return -LOCUS_ERANGE;
+	h->generation = generation;
+	h->hdr_crc32c = hdr_crc(h);
+	return 0;
+}
+
 int locus_tbl_check(const void *buf, size_t len, unsigned expect_kind,
 		    const void **payload, size_t *payload_len, struct locus_error *err)
 {
