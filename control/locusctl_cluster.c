@@ -25,15 +25,18 @@
 #define N_KINDS 2
 static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table channel */
 
+static double now_s(void);
+
 struct copts {
 	const char *etcd, *prefix, *cacert, *cert, *key, *path;
-	uint64_t cluster, timeout_ms, to;
+	uint64_t cluster, timeout_ms, to, prepare_ms;
 	int kind;                /* rollback: 0 eldr, 1 grace */
 };
 
 static int parse(int argc, char **argv, struct copts *o, int want_path)
 {
-	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000 };
+	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000,
+			     .prepare_ms = 30000 };
 	o->etcd = getenv("LOCUS_ETCD");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -57,6 +60,10 @@ static int parse(int argc, char **argv, struct copts *o, int want_path)
 				return -1;
 		} else if (!strcmp(a, "--timeout-ms")) {
 			if (locusctl_parse_u64(argv[++i], 3600000, &o->timeout_ms) < 0)
+				return -1;
+		} else if (!strcmp(a, "--prepare-timeout-ms")) {
+			if (locusctl_parse_u64(argv[++i], 3600000, &o->prepare_ms) < 0 ||
+			    !o->prepare_ms)
 				return -1;
 		} else if (!strcmp(a, "--to")) {
 			if (locusctl_parse_u64(argv[++i], INT64_MAX, &o->to) < 0 || !o->to)
@@ -207,6 +214,265 @@ static int current(struct locus_etcd *e, const struct copts *o, unsigned kind, u
 	return 0;
 }
 
+/* One key's value as a generation (0: absent) and its mod revision (0: absent). */
+static int get_gen(struct locus_etcd *e, const char *k, uint64_t *gen, int64_t *mod_rev,
+		   struct locus_error *err)
+{
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
+	struct locus_etcd_resp r;
+
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	*gen = 0;
+	*mod_rev = 0;
+	if (r.n_kvs) {
+		*gen = strtoull((const char *)r.kvs[0].value, NULL, 10);
+		*mod_rev = r.kvs[0].mod_rev;
+	}
+	locus_etcd_resp_free(&r);
+	return 0;
+}
+
+struct ack {
+	int seen, status;
+	uint32_t ranks;
+	char reason[300];
+};
+
+/* Every member's acknowledgement of the placement prepared at gen, into ak[i] for ids[i]. */
+static int acks(struct locus_etcd *e, const struct copts *o, uint64_t gen, const uint32_t *ids,
+		uint32_t n, struct ack *ak, struct locus_error *err)
+{
+	char k[300];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
+	struct locus_etcd_resp r;
+
+	key(k, sizeof(k), o, "tables/acks/grace/%" PRIu64 "/", gen);
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	memset(ak, 0, n * sizeof(*ak));
+	for (size_t i = 0; i < r.n_kvs; i++) {
+		char *end;
+		unsigned long v = strtoul(r.kvs[i].key + strlen(k), &end, 10);
+		json_t *doc = json_loadb((const char *)r.kvs[i].value, r.kvs[i].value_len, 0, NULL);
+		const char *why = json_string_value(json_object_get(doc, "reason"));
+
+		for (uint32_t j = 0; j < n && !*end && json_is_object(doc); j++) {
+			if (ids[j] != v)
+				continue;
+			ak[j].seen = 1;
+			ak[j].status = (int)json_integer_value(json_object_get(doc, "status"));
+			ak[j].ranks = (uint32_t)json_integer_value(json_object_get(doc, "ranks"));
+			snprintf(ak[j].reason, sizeof(ak[j].reason), "%s", why ? why : "");
+		}
+		json_decref(doc);
+	}
+	locus_etcd_resp_free(&r);
+	return 0;
+}
+
+/*
+ * Phase two for the placement prepared at gen: one transaction that holds
+ * only while gen is still the one prepared and every member in ids[]
+ * acknowledged it (their keys live under their leases: a node that died
+ * since took its acknowledgement with it). Moves current/grace to gen and
+ * deletes the prepared key. 1 committed, 0 a compare failed, or -code.
+ */
+static int commit(struct locus_etcd *e, const struct copts *o, uint64_t gen, const uint32_t *ids,
+		  uint32_t n, struct locus_error *err)
+{
+	char kprep[300], kcur[300], text[24], (*kack)[320] = calloc(n ? n : 1, sizeof(*kack));
+	struct locus_etcd_cmp *cmp = calloc(n + 1, sizeof(*cmp));
+	struct locus_etcd_op ok[2] = {
+		{ .type = LOCUS_ETCD_PUT, .key = kcur, .value = text },
+		{ .type = LOCUS_ETCD_DELETE, .key = kprep },
+	};
+	struct locus_etcd_txn t = { cmp, n + 1, ok, NULL, 2, 0 };
+	struct locus_etcd_resp r;
+	int ret;
+
+	if (!kack || !cmp) {
+		free(kack);
+		free(cmp);
+		return locus_error_set(err, ENOMEM, "out of memory");
+	}
+	key(kprep, sizeof(kprep), o, "tables/prepare/grace");
+	key(kcur, sizeof(kcur), o, "tables/current/grace");
+	ok[0].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
+	cmp[0] = (struct locus_etcd_cmp){ .key = kprep, .target = LOCUS_ETCD_VALUE,
+					  .result = LOCUS_ETCD_EQ, .value = text,
+					  .len = ok[0].len };
+	for (uint32_t i = 0; i < n; i++) {
+		key(kack[i], sizeof(kack[i]), o, "tables/acks/grace/%" PRIu64 "/%u", gen, ids[i]);
+		cmp[i + 1] = (struct locus_etcd_cmp){ .key = kack[i], .target = LOCUS_ETCD_VERSION,
+						      .result = LOCUS_ETCD_GT, .rev = 0 };
+	}
+	ret = locus_etcd_call_txn(e, &t, &r);
+	if (ret < 0)
+		*err = r.err;
+	else
+		ret = r.succeeded ? 1 : 0;
+	locus_etcd_resp_free(&r);
+	free(kack);
+	free(cmp);
+	return ret;
+}
+
+/* Abort the placement prepared at gen (if it still is): nothing switches. 1, 0 or -code. */
+static int abort_prepared(struct locus_etcd *e, const struct copts *o, uint64_t gen,
+			  struct locus_error *err)
+{
+	char kprep[300], text[24];
+	struct locus_etcd_cmp cmp = { .key = kprep, .target = LOCUS_ETCD_VALUE,
+				      .result = LOCUS_ETCD_EQ, .value = text };
+	struct locus_etcd_op del = { .type = LOCUS_ETCD_DELETE, .key = kprep };
+	struct locus_etcd_txn t = { &cmp, 1, &del, NULL, 1, 0 };
+	struct locus_etcd_resp r;
+	int ret;
+
+	key(kprep, sizeof(kprep), o, "tables/prepare/grace");
+	cmp.len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
+	ret = locus_etcd_call_txn(e, &t, &r);
+	if (ret < 0)
+		*err = r.err;
+	else
+		ret = r.succeeded ? 1 : 0;
+	locus_etcd_resp_free(&r);
+	return ret;
+}
+
+/* How many of the n members acknowledged (status 0) and refused, from ak. */
+static void count_acks(const struct ack *ak, int n, int *ok, int *refused)
+{
+	*ok = *refused = 0;
+	for (int i = 0; i < n; i++) {
+		*ok += ak[i].seen && ak[i].status == 0;
+		*refused += ak[i].seen && ak[i].status != 0;
+	}
+}
+
+/*
+ * A placement change an earlier push left prepared (it was killed, or lost
+ * etcd): complete it when every member acknowledged it, else abort it, so
+ * the cluster is on one placement before the next change starts.
+ */
+static int settle_prepared(struct locus_etcd *e, const struct copts *o, struct locus_error *err)
+{
+	char k[300];
+	uint64_t p;
+	int64_t rev;
+	uint32_t ids[1024];
+	struct ack ak[1024];
+	int n, ok, refused, ret;
+
+	key(k, sizeof(k), o, "tables/prepare/grace");
+	if (get_gen(e, k, &p, &rev, err) < 0)
+		return -err->code;
+	if (!p)
+		return 0;
+	n = members(e, o, ids, 1024, err);
+	if (n < 0 || acks(e, o, p, ids, (uint32_t)n, ak, err) < 0)
+		return -err->code;
+	count_acks(ak, n, &ok, &refused);
+	if (n && ok == n) {
+		ret = commit(e, o, p, ids, (uint32_t)n, err);
+		if (ret < 0)
+			return ret;
+		if (ret) {
+			printf("completed placement generation %" PRIu64 ", left prepared by an "
+			       "earlier push: all %d node(s) had acknowledged it\n", p, n);
+			return 0;
+		}
+	}
+	ret = abort_prepared(e, o, p, err);
+	if (ret < 0)
+		return ret;
+	printf("aborted placement generation %" PRIu64 ", left prepared by an earlier push: %d "
+	       "of %d node(s) had acknowledged it; the cluster stays on its placement\n", p, ok,
+	       n);
+	return 0;
+}
+
+/*
+ * Phase two of a push: wait until every member acknowledged the placement
+ * prepared at gen, then commit it; a refusal, or no answer from some member
+ * within o->prepare_ms, aborts it. 0 committed, 1 aborted, or -code.
+ */
+static int prepare_wait(struct locus_etcd *e, const struct copts *o, uint64_t gen,
+			struct locus_error *err)
+{
+	uint32_t ids[1024];
+	struct ack ak[1024];
+	double t0 = now_s(), waited;
+	int n = 0, ok = 0, refused = 0, ret;
+
+	for (;;) {
+		n = members(e, o, ids, 1024, err);
+		if (n < 0 || acks(e, o, gen, ids, (uint32_t)n, ak, err) < 0)
+			return -err->code;
+		count_acks(ak, n, &ok, &refused);
+		if (refused)
+			break;
+		if (n && ok == n) {
+			ret = commit(e, o, gen, ids, (uint32_t)n, err);
+			if (ret < 0)
+				return ret;
+			if (ret) {
+				uint32_t ranks = 0;
+
+				for (int i = 0; i < n; i++)
+					ranks += ak[i].ranks;
+				printf("committed placement generation %" PRIu64 ": %d node(s) and "
+				       "%u rank client(s) acknowledged it, %.0f ms from prepared "
+				       "to committed\n", gen, n, ranks, (now_s() - t0) * 1000);
+				return 0;
+			}
+			/* a member came or went meanwhile, or another push took over */
+			{
+				char k[300];
+				uint64_t p;
+				int64_t rev;
+
+				key(k, sizeof(k), o, "tables/prepare/grace");
+				if (get_gen(e, k, &p, &rev, err) < 0)
+					return -err->code;
+				if (p != gen) {
+					printf("placement generation %" PRIu64 " is no longer "
+					       "prepared: another push settled it\n", gen);
+					return 1;
+				}
+			}
+		}
+		if ((now_s() - t0) * 1000 > (double)o->prepare_ms)
+			break;
+		usleep(20000);
+	}
+	waited = (now_s() - t0) * 1000;
+	for (int i = 0; i < n; i++) {
+		if (!ak[i].seen)
+			printf("node %u: did not acknowledge placement generation %" PRIu64 " within "
+			       "%" PRIu64 " ms\n", ids[i], gen, o->prepare_ms);
+		else if (ak[i].status)
+			printf("node %u: refused placement generation %" PRIu64 ": %s (%s)\n", ids[i],
+			       gen, ak[i].reason, locus_strerror(ak[i].status));
+	}
+	if (!n)
+		printf("no member of cluster %" PRIu64 " in etcd to acknowledge it\n", o->cluster);
+	ret = abort_prepared(e, o, gen, err);
+	if (ret < 0)
+		return ret;
+	printf("aborted placement generation %" PRIu64 " after %.0f ms: %d of %d node(s) "
+	       "acknowledged it%s; nothing switched\n", gen, waited, ok, n,
+	       ret ? "" : " (it was no longer prepared)");
+	return 1;
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -219,7 +485,7 @@ static int usage_push(void)
 {
 	fprintf(stderr, "usage: locusctl push --cluster --etcd URL[,URL] [--cluster-id N] "
 			"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F] "
-			"[--timeout-ms N] TABLE\n");
+			"[--timeout-ms N] [--prepare-timeout-ms N] TABLE\n");
 	return 2;
 }
 
@@ -246,26 +512,44 @@ int locusctl_push_cluster(int argc, char **argv)
 	e = open_etcd(&o, &err);
 	if (!e)
 		goto out;
-	/* the next cluster-wide generation: blob and pointer in one transaction */
+	/* a change an earlier push left half done is settled first */
+	if (ch == 1 && settle_prepared(e, &o, &err) < 0)
+		goto out;
+	/*
+	 * The next cluster-wide generation, from tables/next/<kind> (never given
+	 * twice, aborted ones included), with the blob and, in the same
+	 * transaction, the pointer: current/<kind>, or prepare/grace for a
+	 * placement, which changes in two phases.
+	 */
 	for (int tries = 0; tries < 8; tries++) {
-		char kcur[300], kblob[340], text[24];
-		struct locus_etcd_cmp cmp = { .key = kcur, .result = LOCUS_ETCD_EQ };
-		struct locus_etcd_op ok[2] = {
-			{ .type = LOCUS_ETCD_PUT, .key = kblob, .value = buf, .len = len },
-			{ .type = LOCUS_ETCD_PUT, .key = kcur, .value = text },
+		char knext[300], kptr[300], kblob[340], text[24];
+		uint64_t next;
+		int64_t next_rev;
+		struct locus_etcd_cmp cmp[2] = {
+			{ .key = knext, .result = LOCUS_ETCD_EQ },
+			{ .key = kptr, .target = LOCUS_ETCD_CREATE_REV, .result = LOCUS_ETCD_EQ },
 		};
-		struct locus_etcd_txn t = { &cmp, 1, ok, NULL, 2, 0 };
+		struct locus_etcd_op ok[3] = {
+			{ .type = LOCUS_ETCD_PUT, .key = kblob, .value = buf, .len = len },
+			{ .type = LOCUS_ETCD_PUT, .key = kptr, .value = text },
+			{ .type = LOCUS_ETCD_PUT, .key = knext, .value = text },
+		};
+		struct locus_etcd_txn t = { cmp, ch == 1 ? 2 : 1, ok, NULL, 3, 0 };
 		struct locus_etcd_resp r;
 
 		ret = current(e, &o, ch, &cur, &rev, &err);
-		if (ret < 0)
+		key(knext, sizeof(knext), &o, "tables/next/%s", kind_name[ch]);
+		if (ret < 0 || get_gen(e, knext, &next, &next_rev, &err) < 0)
 			goto out;
-		gen = cur + 1;
-		key(kcur, sizeof(kcur), &o, "tables/current/%s", kind_name[ch]);
+		gen = (next > cur ? next : cur) + 1;
+		if (ch == 1)
+			key(kptr, sizeof(kptr), &o, "tables/prepare/grace");
+		else
+			key(kptr, sizeof(kptr), &o, "tables/current/%s", kind_name[ch]);
 		key(kblob, sizeof(kblob), &o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
-		ok[1].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
-		cmp.target = rev ? LOCUS_ETCD_MOD_REV : LOCUS_ETCD_CREATE_REV;
-		cmp.rev = rev;
+		ok[1].len = ok[2].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
+		cmp[0].target = next_rev ? LOCUS_ETCD_MOD_REV : LOCUS_ETCD_CREATE_REV;
+		cmp[0].rev = next_rev;
 		ret = locus_etcd_call_txn(e, &t, &r);
 		locus_etcd_resp_free(&r);
 		if (ret < 0) {
@@ -274,14 +558,26 @@ int locusctl_push_cluster(int argc, char **argv)
 		}
 		if (r.succeeded)
 			break;
-		gen = 0; /* another push took that generation: read again */
+		gen = 0; /* another push took that generation, or prepared one: read again */
+		if (ch == 1 && settle_prepared(e, &o, &err) < 0)
+			goto out;
 	}
 	if (!gen) {
 		locus_error_set(&err, EBUSY, "other pushes kept taking the next generation");
 		goto out;
 	}
-	printf("stored %s table %s as the cluster's %s generation %" PRIu64 " (%zu bytes)\n",
-	       locus_tbl_kind_name(kind), o.path, kind_name[ch], gen, len);
+	if (ch == 1) {
+		printf("prepared %s table %s as the cluster's placement generation %" PRIu64
+		       " (%zu bytes): waiting for every node's ranks to hold it (at most %" PRIu64
+		       " ms)\n", locus_tbl_kind_name(kind), o.path, gen, len, o.prepare_ms);
+		fflush(stdout);
+		ret = prepare_wait(e, &o, gen, &err);
+		if (ret != 0)
+			goto out; /* aborted (1, said) or failed (err says) */
+	}
+	if (ch != 1)
+		printf("stored %s table %s as the cluster's %s generation %" PRIu64 " (%zu bytes)\n",
+		       locus_tbl_kind_name(kind), o.path, kind_name[ch], gen, len);
 	/* every member answers under reports/: wait for them all, or the time-out */
 	n = members(e, &o, ids, 1024, &err);
 	if (n < 0)
@@ -366,6 +662,21 @@ int locusctl_show_cluster(int argc, char **argv)
 		}
 		printf("%s: generation %" PRIu64 "%s\n", kind_name[k], gen,
 		       gen ? "" : " (none stored)");
+		if (k == 1) {
+			char kp[300];
+			uint64_t p;
+			int64_t prev;
+			struct ack ak[1024];
+			int ok, refused;
+
+			key(kp, sizeof(kp), &o, "tables/prepare/grace");
+			if (get_gen(e, kp, &p, &prev, &err) == 0 && p &&
+			    acks(e, &o, p, ids, (uint32_t)n, ak, &err) == 0) {
+				count_acks(ak, n, &ok, &refused);
+				printf("  generation %" PRIu64 " prepared: %d of %d node(s) "
+				       "acknowledged it, %d refused\n", p, ok, n, refused);
+			}
+		}
 		for (int i = 0; i < n; i++) {
 			if (!rp[i].seen)
 				printf("  node %u: no report\n", ids[i]);

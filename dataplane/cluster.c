@@ -273,6 +273,7 @@ static void on_claim(void *arg, const struct locus_etcd_resp *r)
 		c->claimed = 1;
 		c->st.joins++;
 		cluster_tables_rejoined(c);
+		cluster_prepare_rejoined(c);
 		set_state(c, LOCUS_CLUSTER_MEMBER, NULL);
 		return;
 	}
@@ -431,8 +432,10 @@ void locus_cluster_poll(struct locus_cluster *c, uint64_t now_ms)
 		else
 			watch_start(c);
 	}
-	if (c->claimed && c->synced)
+	if (c->claimed && c->synced) {
 		cluster_tables_poll(c);
+		cluster_prepare_poll(c);
+	}
 	locus_etcd_poll(c->e);
 }
 
@@ -471,6 +474,7 @@ int locus_cluster_open(const struct locus_cluster_params *p, const struct locus_
 		snprintf(base, sizeof(base), "%s%s%" PRIu64 "/", prefix,
 			 prefix[strlen(prefix) - 1] == '/' ? "" : "/", c->self.cluster);
 		cluster_tables_init(c, base);
+		cluster_prepare_init(c, base);
 	}
 	ret = locus_node_record_format(&c->self, c->record, sizeof(c->record));
 	if (ret < 0) {
@@ -512,6 +516,7 @@ void locus_cluster_close(struct locus_cluster *c)
 	locus_etcd_watch_cancel(c->w);
 	c->w = NULL;
 	cluster_tables_close(c);
+	cluster_prepare_close(c);
 	if (c->lease && c->claimed) {
 		struct locus_etcd_resp r;
 
@@ -542,6 +547,13 @@ const struct locus_node_record *locus_cluster_node(const struct locus_cluster *c
 	struct member *m = find((struct locus_cluster *)c, node, NULL);
 
 	return m ? &m->r : NULL;
+}
+
+int cluster_is_member(const struct locus_cluster *c, uint32_t node)
+{
+	if (node == c->self.node)
+		return c->claimed;
+	return find((struct locus_cluster *)c, node, NULL) != NULL;
 }
 
 uint32_t locus_cluster_n_members(const struct locus_cluster *c)

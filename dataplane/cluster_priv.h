@@ -37,6 +37,42 @@ struct cluster_tables {
 	uint8_t report_dirty[LOCUS_CLUSTER_TABLE_KINDS], report_busy[LOCUS_CLUSTER_TABLE_KINDS];
 };
 
+/*
+ * One prefix followed: read whole, then watched from the read's revision
+ * (read again when the watch's start was compacted away).
+ */
+struct cluster_follow {
+	struct locus_cluster *c;
+	char key[300];
+	struct locus_etcd_watch *w;
+	int64_t rev;
+	uint8_t synced, sync_busy;
+	uint64_t at_ms;
+	/* a key put (kv) or deleted (kv->value NULL); synced: 1 when a read resent every key */
+	void (*kv)(struct locus_cluster *c, const struct locus_etcd_kv *kv, int deleted);
+	void (*synced_fn)(struct locus_cluster *c);
+};
+
+/* The two-phase placement change as this node follows it (cluster_prepare.c). */
+struct cluster_prepare {
+	struct cluster_follow prep;  /* tables/prepare/ */
+	struct cluster_follow rep;   /* reports/grace/: which generation every member plans with */
+	char blob[300];              /* tables/blob/grace/ */
+	char acks[300];              /* tables/acks/grace/ */
+	uint64_t want;               /* the generation prepared (0: none) */
+	uint64_t fetched;            /* handed to the owner */
+	uint64_t fetch_gen;          /* the generation a fetch in flight asked for */
+	uint8_t fetch_busy, ack_busy, ack_dirty;
+	uint64_t fetch_at_ms;
+	uint64_t ack_gen;
+	char ack[512];
+	/* reports/grace/<node>: the generation each member plans with (0: unknown) */
+	uint32_t *plan_node;
+	uint64_t *plan_gen;
+	uint32_t n_plan, cap_plan;
+	uint64_t oldest_told;
+};
+
 struct member {
 	struct locus_node_record r;
 	uint8_t live;
@@ -72,6 +108,7 @@ struct locus_cluster {
 	uint32_t n_m, cap_m;
 
 	struct cluster_tables t;
+	struct cluster_prepare pr;
 };
 
 
@@ -82,5 +119,14 @@ void cluster_tables_init(struct locus_cluster *c, const char *base);
 void cluster_tables_poll(struct locus_cluster *c);
 void cluster_tables_rejoined(struct locus_cluster *c);
 void cluster_tables_close(struct locus_cluster *c);
+
+/* cluster_prepare.c: the same steps for placement changes in two phases. */
+void cluster_prepare_init(struct locus_cluster *c, const char *base);
+void cluster_prepare_poll(struct locus_cluster *c);
+void cluster_prepare_rejoined(struct locus_cluster *c);
+void cluster_prepare_close(struct locus_cluster *c);
+
+/* Whether node is a member now (this node included). */
+int cluster_is_member(const struct locus_cluster *c, uint32_t node);
 
 #endif /* LOCUS_CLUSTER_PRIV_H */

@@ -126,15 +126,16 @@ static int validate_one(struct locus_engine *e, const void *buf, size_t len,
 	return 0;
 }
 
-static int refuse_set(struct locus_engine *e, enum locus_graceset_problem why, int ret)
+/* A set refused: counted by problem when count (an engine's own check), the code returned. */
+static int refuse_set(struct locus_engine *e, enum locus_graceset_problem why, int ret, int count)
 {
-	if (why > LOCUS_GRACESET_OK && why < LOCUS_GRACESET_N_PROBLEMS)
+	if (count && why > LOCUS_GRACESET_OK && why < LOCUS_GRACESET_N_PROBLEMS)
 		locus_counter_add_elem(e->blk, e->c.grace_set_refused, (uint32_t)why - 1, 1);
 	return ret;
 }
 
 static int validate_set(struct locus_engine *e, const void *buf, size_t len,
-			struct locus_error *err)
+			struct locus_error *err, int count)
 {
 	struct locus_graceset_group g[LOCUS_GRACESET_MAX_GROUPS];
 	enum locus_graceset_problem why = LOCUS_GRACESET_MALFORMED;
@@ -145,7 +146,7 @@ static int validate_set(struct locus_engine *e, const void *buf, size_t len,
 
 	ret = locus_graceset_blob_check(buf, len, &pl, NULL, g, &why, err);
 	if (ret < 0)
-		return refuse_set(e, why, ret);
+		return refuse_set(e, why, ret, count);
 	h = pl;
 	if (h->n_nodes != e->p.dims.n_nodes || h->gpus_per_node != e->p.dims.gpus_per_node ||
 	    h->n_layers > e->p.dims.max_layers || h->n_experts > e->p.dims.max_experts)
@@ -156,12 +157,12 @@ static int validate_set(struct locus_engine *e, const void *buf, size_t len,
 						  "layers x %u experts", h->n_layers, h->n_experts,
 						  h->n_nodes, h->gpus_per_node, e->p.dims.n_nodes,
 						  e->p.dims.gpus_per_node, e->p.dims.max_layers,
-						  e->p.dims.max_experts));
+						  e->p.dims.max_experts), count);
 	if (h->n_groups > e->pl_max_groups)
 		return refuse_set(e, LOCUS_GRACESET_DIMS,
 				  locus_error_set(err, LOCUS_ERANGE,
 						  "placement set of %u groups, this node holds %u",
-						  h->n_groups, e->pl_max_groups));
+						  h->n_groups, e->pl_max_groups), count);
 	for (uint32_t i = 0; i < h->n_groups; i++) {
 		size_t m, s;
 
@@ -174,7 +175,7 @@ static int validate_set(struct locus_engine *e, const void *buf, size_t len,
 				  locus_error_set(err, LOCUS_ERANGE,
 						  "placement set needs %zu + %zu bytes of maps, this "
 						  "node holds %zu + %zu", map_sum, st_sum,
-						  e->pl_map_len, e->pl_st_len));
+						  e->pl_map_len, e->pl_st_len), count);
 	return 0;
 }
 
@@ -187,11 +188,33 @@ int engine_grace_validate(const void *buf, size_t len, void *arg, struct locus_e
 	ret = locus_tbl_check(buf, len, 0, NULL, NULL, err);
 	if (ret < 0)
 		return ret;
+	if (e->p.cluster_placements && !h->generation &&
+	    (h->kind == LOCUS_TBL_GRACE || h->kind == LOCUS_TBL_GRACE_SET))
+		return locus_error_set(err, LOCUS_ESTATE, "this node follows the cluster's "
+				       "placement through etcd: change it with locusctl push "
+				       "--cluster, which every rank acknowledges first");
 	if (h->kind == LOCUS_TBL_GRACE)
 		return validate_one(e, buf, len, err);
 	if (h->kind == LOCUS_TBL_GRACE_SET)
-		return validate_set(e, buf, len, err);
+		return validate_set(e, buf, len, err, 1);
 	return locus_error_set(err, LOCUS_ERANGE, "table kind %s on the GRACE channel",
+			       locus_tbl_kind_name(h->kind));
+}
+
+int locus_engine_grace_check(struct locus_engine *e, const void *buf, size_t len,
+			     struct locus_error *err)
+{
+	const struct locus_tbl_hdr *h = buf;
+	int ret;
+
+	ret = locus_tbl_check(buf, len, 0, NULL, NULL, err);
+	if (ret < 0)
+		return ret;
+	if (h->kind == LOCUS_TBL_GRACE)
+		return validate_one(e, buf, len, err);
+	if (h->kind == LOCUS_TBL_GRACE_SET)
+		return validate_set(e, buf, len, err, 0);
+	return locus_error_set(err, LOCUS_ERANGE, "table kind %s is not a placement",
 			       locus_tbl_kind_name(h->kind));
 }
 

@@ -23,6 +23,18 @@
  * reports/<kind>/<node>, held by its lease. A node that joins or comes back
  * reads the current tables first.
  *
+ * A GRACE placement changes in two phases, so that no row reaches a rank
+ * without its expert's weights. locusctl stores the blob and names its
+ * generation in tables/prepare/grace; every member stages it, its rank
+ * clients load the experts they gain and acknowledge, and the member writes
+ * tables/acks/grace/<generation>/<node> under its lease. Once every member
+ * acknowledged, one transaction (its compares: the prepared generation and
+ * every member's acknowledgement) moves tables/current/grace and deletes
+ * the prepared key; a missing acknowledgement past the bound deletes the
+ * prepared key alone (aborted: nothing switches). Generations come from
+ * tables/next/<kind> and are never given twice, so an aborted generation's
+ * acknowledgements can never stand for another placement.
+ *
  * Plain C over the etcd client (control/locus_etcd.h): no EAL, verbs or
  * segment. locus_cluster_poll() never blocks; it belongs to one thread
  * (locusd's main lcore), as do the callbacks it runs.
@@ -95,6 +107,17 @@ struct locus_cluster_ops {
 	 */
 	void (*table)(void *arg, unsigned kind, uint64_t generation, const void *blob, size_t len,
 		      const struct locus_error *why);
+	/*
+	 * a placement change was prepared at generation (phase one): its
+	 * sealed blob (valid during the call), for the owner to stage and
+	 * answer with locus_cluster_prepare_ack; why non-NULL: the blob could
+	 * not be read. generation 0: the prepared change is gone (committed:
+	 * table() follows; or aborted): unstage it.
+	 */
+	void (*prepare)(void *arg, uint64_t generation, const void *blob, size_t len,
+			const struct locus_error *why);
+	/* every member now plans with generation oldest or a later one */
+	void (*plans_from)(void *arg, uint64_t oldest);
 };
 
 enum locus_cluster_state {
@@ -146,6 +169,16 @@ const char *locus_cluster_table_kind_name(unsigned kind);
  */
 int locus_cluster_report(struct locus_cluster *c, unsigned kind, uint64_t generation,
 			 int status, uint64_t local_gen, const char *reason);
+
+/*
+ * This node's answer to the placement prepared at generation: status 0,
+ * its ranks (the number that took part) hold the new placement's experts;
+ * or -code and reason: it cannot take it, and the change is aborted. Written
+ * under tables/acks/grace/<generation>/<node> with the node's lease (again
+ * after a rejoin). 0, or -LOCUS_ERANGE for generation 0.
+ */
+int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int status,
+			      uint32_t ranks, const char *reason);
 
 /* Nodes with a record now, this one included when it is a member. */
 uint32_t locus_cluster_n_members(const struct locus_cluster *c);

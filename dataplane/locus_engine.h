@@ -221,6 +221,12 @@ struct locus_engine_params {
 	uint32_t engine_idx;
 	/* the router's arithmetic: LOCUS_ELDR_PATH_AUTO (16-bit, 0) or LOCUS_ELDR_PATH_AUTO_I8 */
 	uint32_t router_path;
+	/*
+	 * 1: the node follows the cluster's placements through etcd: a GRACE
+	 * table must carry the cluster generation it was committed under (its
+	 * header's generation), so rows never name a node-local one
+	 */
+	uint32_t cluster_placements;
 };
 
 struct locus_engine;
@@ -354,6 +360,15 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
  * (counted, the message is dropped).
  */
 int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len);
+
+/*
+ * Whether this engine would take a placement (a GRACE table or a placement
+ * set): the checks of the GRACE channel, without counting. Reads only what
+ * is fixed at creation, so the main lcore may call it while the engine
+ * runs. 0, or the refusal's code with err saying why.
+ */
+int locus_engine_grace_check(struct locus_engine *e, const void *buf, size_t len,
+			     struct locus_error *err);
 
 /* Table generation in use on a channel (0: none yet). */
 uint64_t locus_engine_table_generation(const struct locus_engine *e, unsigned ch);

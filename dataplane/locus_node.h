@@ -124,6 +124,10 @@ uint32_t locus_node_engine_block(uint32_t k);
 /* Table generation every engine uses on channel ch (the lowest of theirs). */
 uint64_t locus_node_table_generation(struct locus_node *n, unsigned ch);
 
+/* Whether every engine would take this placement (locus_engine_grace_check). */
+int locus_node_grace_check(struct locus_node *n, const void *buf, size_t len,
+			   struct locus_error *err);
+
 /* Hand-overs and releases in flight between the engines (drain before stopping). */
 uint32_t locus_node_engine_inflight(const struct locus_node *n);
 

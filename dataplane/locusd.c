@@ -678,6 +678,7 @@ int main(int argc, char **argv)
 		if (locusd_cluster_create(&D.cfg, D.net, locus_node_pushsrv(D.node),
 					  locus_node_counters(D.node), LOCUS_NODE_CTL_BLOCK, &D.cluster,
 					  &err) < 0 ||
+		    (locusd_cluster_set_node(D.cluster, D.node), 0) ||
 		    locusd_cluster_join(D.cluster, 3000, &err) < 0) {
 			fprintf(stderr, "locusd: %s\n", err.msg);
 			goto err_node;

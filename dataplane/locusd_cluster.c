@@ -9,19 +9,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_client_priv.h"
 #include "locus_cluster.h"
 #include "locus_counters_priv.h"
 #include "locus_err_priv.h"
 #include "locus_push.h"
 #include "locus_pushsrv.h"
+#include "locus_node.h"
 #include "locus_shm_priv.h"
+#include "locus_tblfile_priv.h"
 #include "locusd_cluster.h"
 #include "locusd_net.h"
 
 enum {
 	CC_STATE, CC_MEMBERS, CC_REQUESTS, CC_ERRORS, CC_JOINS, CC_REFUSALS, CC_LEASE_LOST,
 	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_TABLES_SEEN,
-	CC_TABLES_ADOPTED, CC_TABLES_REFUSED, CC_N
+	CC_TABLES_ADOPTED, CC_TABLES_REFUSED, CC_PREPARED, CC_PREPARE_ACKED, CC_PREPARE_REFUSED,
+	CC_PREPARE_GONE, CC_PLACEMENT_STAGED, CC_PLACEMENT_GEN, CC_PLACEMENT_FREE_BELOW, CC_N
 };
 
 static const struct {
@@ -62,6 +66,24 @@ static const struct {
 				"a local push: the same validation)", LOCUS_CTR_COUNTER },
 	[CC_TABLES_REFUSED] = { "cluster_tables_refused", "cluster tables this node refused or "
 				"could not read (the table in force kept)", LOCUS_CTR_COUNTER },
+	[CC_PREPARED] = { "cluster_placements_prepared", "placement changes prepared in etcd "
+			  "that this node staged for its ranks", LOCUS_CTR_COUNTER },
+	[CC_PREPARE_ACKED] = { "cluster_placements_acked", "prepared placements this node "
+			       "acknowledged: every rank client taking part holds its experts",
+			       LOCUS_CTR_COUNTER },
+	[CC_PREPARE_REFUSED] = { "cluster_placements_refused", "prepared placements this node "
+				 "refused (does not fit, unreadable): the change aborts",
+				 LOCUS_CTR_COUNTER },
+	[CC_PREPARE_GONE] = { "cluster_placements_unstaged", "prepared placements that went "
+			      "away (committed or aborted)", LOCUS_CTR_COUNTER },
+	[CC_PLACEMENT_STAGED] = { "cluster_placement_staged", "generation of the placement "
+				  "prepared and staged here (0: none)", LOCUS_CTR_GAUGE },
+	[CC_PLACEMENT_GEN] = { "cluster_placement_generation", "cluster generation of the "
+			       "placement this node's engines plan with (0: none)",
+			       LOCUS_CTR_GAUGE },
+	[CC_PLACEMENT_FREE_BELOW] = { "cluster_placement_free_below", "every member plans with "
+				      "this generation or a later one: the ranks may free older "
+				      "weights", LOCUS_CTR_GAUGE },
 };
 
 /* A cluster table on its way into this node's channel. */
@@ -85,6 +107,15 @@ struct locusd_cluster {
 	struct locus_pushsrv *push;  /* the channels' writer */
 	struct pending pend[LOCUS_CLUSTER_TABLE_KINDS];
 	uint64_t adopted, refused;
+	/* placement changes in two phases: the rank slots are told, their acks read */
+	struct locus_node *node;     /* NULL: no slots (tests) */
+	uint64_t staged;             /* generation staged for the ranks (0: none) */
+	uint64_t acked;              /* the staged generation, once acknowledged */
+	uint64_t staged_ms;
+	uint64_t plan_gen;           /* cluster generation of the placement in force */
+	uint64_t free_below;
+	uint64_t files[4];           /* placement files written beside the sockets */
+	uint64_t prepared, prep_acked, prep_refused, prep_gone;
 };
 
 static uint64_t mono_ms(void)
@@ -167,6 +198,8 @@ static void on_pushed(void *arg, const struct locus_push_rep *rep)
 		refused(lc, p->kind, p->gen, -ETIMEDOUT, "the engines did not decide in time");
 	} else {
 		lc->adopted++;
+		if (p->kind == LOCUS_TABLE_CH_GRACE)
+			lc->plan_gen = p->gen;
 		locus_cluster_report(lc->c, p->kind, p->gen, 0, rep->generation, "");
 		fprintf(stderr, "locusd: cluster: %s table generation %llu adopted (channel %u "
 			"generation %llu)\n", locus_cluster_table_kind_name(p->kind),
@@ -196,6 +229,157 @@ static void push_pending(struct locusd_cluster *lc)
 	}
 }
 
+/*
+ * Keep the blob of placement gen beside the sockets, where rank clients read
+ * it (locus_client_placement_table), and drop the files of generations that
+ * are neither staged nor in force.
+ */
+static void placement_file(struct locusd_cluster *lc, uint64_t gen, const void *blob, size_t len)
+{
+	char path[256], sfx[40];
+	struct locus_error err = { 0 };
+	unsigned slot = 0;
+
+	for (unsigned i = 0; i < 4; i++) {
+		if (lc->files[i] == gen)
+			return;
+		if (lc->files[i] && lc->files[i] != lc->staged && lc->files[i] != lc->plan_gen) {
+			snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, lc->files[i]);
+			if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) == 0)
+				unlink(path);
+			lc->files[i] = 0;
+		}
+		if (!lc->files[i])
+			slot = i;
+	}
+	snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, gen);
+	if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) < 0 ||
+	    locus_tbl_write_file(path, blob, len, &err) < 0) {
+		fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " not written "
+			"for the ranks: %s\n", gen, err.msg[0] ? err.msg : path);
+		return;
+	}
+	lc->files[slot] = gen;
+}
+
+static void unlink_placement_files(struct locusd_cluster *lc)
+{
+	char path[256], sfx[40];
+
+	for (unsigned i = 0; i < 4; i++) {
+		if (!lc->files[i])
+			continue;
+		snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, lc->files[i]);
+		if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) == 0)
+			unlink(path);
+		lc->files[i] = 0;
+	}
+}
+
+static void prepare_refused(struct locusd_cluster *lc, uint64_t gen, int status,
+			    const char *why)
+{
+	lc->prep_refused++;
+	locus_cluster_prepare_ack(lc->c, gen, status, 0, why);
+	fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " refused at "
+		"prepare: %s\n", gen, why);
+}
+
+/* Phase one: stage the prepared placement for the ranks, or refuse it. */
+static void on_prepare(void *arg, uint64_t gen, const void *blob, size_t len,
+		       const struct locus_error *why)
+{
+	struct locusd_cluster *lc = arg;
+	struct locus_error err = { 0 };
+	void *copy;
+
+	if (!gen) {
+		if (lc->staged) {
+			lc->prep_gone++;
+			fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " no "
+				"longer prepared (committed or aborted)\n", lc->staged);
+		}
+		lc->staged = lc->acked = 0;
+		return;
+	}
+	if (why) {
+		prepare_refused(lc, gen, -why->code, why->msg);
+		return;
+	}
+	copy = malloc(len ? len : 1);
+	if (!copy) {
+		prepare_refused(lc, gen, -ENOMEM, "out of memory for the placement");
+		return;
+	}
+	memcpy(copy, blob, len);
+	locus_tbl_set_generation(copy, len, gen);
+	if (lc->node && locus_node_grace_check(lc->node, copy, len, &err) < 0) {
+		free(copy);
+		prepare_refused(lc, gen, -err.code, err.msg);
+		return;
+	}
+	lc->staged = gen;
+	lc->acked = 0;
+	lc->staged_ms = mono_ms();
+	lc->prepared++;
+	placement_file(lc, gen, copy, len);
+	free(copy);
+	fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " (%zu bytes) prepared: "
+		"staged for the ranks\n", gen, len);
+}
+
+static void on_plans_from(void *arg, uint64_t oldest)
+{
+	struct locusd_cluster *lc = arg;
+
+	lc->free_below = oldest;
+}
+
+/*
+ * Tell every slot the staged and planned generations, and acknowledge the
+ * staged one once every rank client that takes part holds it.
+ */
+static void placement_slots(struct locusd_cluster *lc)
+{
+	size_t len, first, stride;
+	unsigned count, taking = 0, holding = 0;
+	uint8_t *base;
+
+	if (!lc->node) {
+		if (lc->staged && lc->acked != lc->staged)
+			goto ack;
+		return;
+	}
+	base = locus_node_client_region(lc->node, &len);
+	locus_node_client_slots(lc->node, &first, &stride, &count);
+	for (unsigned i = 0; i < count; i++) {
+		struct locus_client_ctl *ctl = (void *)(base + first + (size_t)i * stride);
+		uint64_t sp = __atomic_load_n(&ctl->state_pid, __ATOMIC_ACQUIRE);
+		uint64_t acked;
+
+		__atomic_store_n(&ctl->pl_current, lc->plan_gen, __ATOMIC_RELAXED);
+		__atomic_store_n(&ctl->pl_free_below, lc->free_below, __ATOMIC_RELAXED);
+		__atomic_store_n(&ctl->pl_staged, lc->staged, __ATOMIC_RELEASE);
+		if (locus_client_state_of(sp) != LOCUS_CLIENT_ACTIVE ||
+		    !(ctl->roles & LOCUS_ROLE_RANK))
+			continue;
+		if (!__atomic_load_n(&ctl->pl_part, __ATOMIC_ACQUIRE))
+			continue; /* takes no part: its rows are not checked */
+		acked = __atomic_load_n(&ctl->pl_acked, __ATOMIC_ACQUIRE);
+		taking++;
+		holding += acked >= lc->staged;
+	}
+	if (!lc->staged || lc->acked == lc->staged || holding < taking)
+		return;
+ack:
+	lc->acked = lc->staged;
+	lc->prep_acked++;
+	locus_cluster_prepare_ack(lc->c, lc->staged, 0, taking, "");
+	fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " acknowledged: %u "
+		"rank client(s) hold it, %" PRIu64 " ms after it was staged\n", lc->staged, taking,
+		mono_ms() - lc->staged_ms);
+}
+
 static void on_table(void *arg, unsigned kind, uint64_t gen, const void *blob, size_t len,
 		     const struct locus_error *why)
 {
@@ -217,6 +401,11 @@ static void on_table(void *arg, unsigned kind, uint64_t gen, const void *blob, s
 		return;
 	}
 	memcpy(p->blob, blob, len);
+	/* rows planned with it carry the cluster's generation (locus_dispatch.h) */
+	if (kind == LOCUS_TABLE_CH_GRACE) {
+		locus_tbl_set_generation(p->blob, len, gen);
+		placement_file(lc, gen, p->blob, len);
+	}
 	p->len = len;
 	p->gen = gen;
 	p->kind = kind;
@@ -233,7 +422,8 @@ int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net
 {
 	static const struct locus_cluster_ops ops = { .node_up = on_up, .node_gone = on_gone,
 						      .record_bad = on_bad, .state = on_state,
-						      .table = on_table };
+						      .table = on_table, .prepare = on_prepare,
+						      .plans_from = on_plans_from };
 	const struct locus_cfg_node *me = &cfg->nodes[cfg->node_id];
 	struct locus_cluster_params p = {
 		.endpoints = cfg->etcd, .prefix = cfg->etcd_prefix,
@@ -308,6 +498,10 @@ static void sync_counters(struct locusd_cluster *lc)
 		[CC_WATCH] = s->watch_restarts, [CC_RESYNCS] = s->resyncs,
 		[CC_PEER_REFUSED] = lc->peer_refused, [CC_TABLES_SEEN] = s->tables_seen,
 		[CC_TABLES_ADOPTED] = lc->adopted, [CC_TABLES_REFUSED] = lc->refused,
+		[CC_PREPARED] = lc->prepared, [CC_PREPARE_ACKED] = lc->prep_acked,
+		[CC_PREPARE_REFUSED] = lc->prep_refused, [CC_PREPARE_GONE] = lc->prep_gone,
+		[CC_PLACEMENT_STAGED] = lc->staged, [CC_PLACEMENT_GEN] = lc->plan_gen,
+		[CC_PLACEMENT_FREE_BELOW] = lc->free_below,
 	};
 
 	for (unsigned i = 0; i < CC_N; i++)
@@ -318,7 +512,13 @@ void locusd_cluster_poll(struct locusd_cluster *lc)
 {
 	push_pending(lc);
 	locus_cluster_poll(lc->c, mono_ms());
+	placement_slots(lc);
 	sync_counters(lc);
+}
+
+void locusd_cluster_set_node(struct locusd_cluster *lc, struct locus_node *node)
+{
+	lc->node = node;
 }
 
 int locusd_cluster_join(struct locusd_cluster *lc, uint32_t wait_ms, struct locus_error *err)
@@ -350,5 +550,6 @@ void locusd_cluster_destroy(struct locusd_cluster *lc)
 	fprintf(stderr, "locusd: cluster: left (lease revoked)\n");
 	for (unsigned k = 0; k < LOCUS_CLUSTER_TABLE_KINDS; k++)
 		free(lc->pend[k].blob);
+	unlink_placement_files(lc);
 	free(lc);
 }

@@ -29,6 +29,13 @@ int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net
 			  struct locusd_cluster **out, struct locus_error *err);
 
 /*
+ * The node whose rank slots take part in placement changes: told the staged
+ * and planned generations, their acknowledgements read (locus_client_priv.h).
+ */
+struct locus_node;
+void locusd_cluster_set_node(struct locusd_cluster *lc, struct locus_node *node);
+
+/*
  * At start: run the agent until this node is a member, its id is refused
  * (-EEXIST, err names the holder), or wait_ms passed (0: etcd did not
  * answer in time; joins go on in the background).

@@ -174,6 +174,7 @@ static int create_engines(struct locus_node *n, struct locus_engine_params *ep,
 	ep->tsc_hz = tsc_hz;
 	ep->now = now;
 	ep->group = n->group;
+	ep->cluster_placements = n->cfg.etcd[0] != 0;
 	ep->router_path = n->cfg.eldr_precision == 8 ? LOCUS_ELDR_PATH_AUTO_I8 : LOCUS_ELDR_PATH_AUTO;
 	for (uint32_t k = 0; k < n->n_eng; k++) {
 		/* the node's signature cache is engine 0's, where every prefiller is */
@@ -373,6 +374,18 @@ uint64_t locus_node_table_generation(struct locus_node *n, unsigned ch)
 	for (uint32_t k = 1; k < n->n_eng; k++)
 		g = LOCUS_MIN(g, locus_engine_table_generation(n->engines[k], ch));
 	return g;
+}
+
+int locus_node_grace_check(struct locus_node *n, const void *buf, size_t len,
+			   struct locus_error *err)
+{
+	for (uint32_t k = 0; k < n->n_eng; k++) {
+		int ret = locus_engine_grace_check(n->engines[k], buf, len, err);
+
+		if (ret < 0)
+			return ret;
+	}
+	return 0;
 }
 
 uint32_t locus_node_engine_inflight(const struct locus_node *n)

@@ -374,6 +374,11 @@ const char *locus_client_instance(const struct locus_client *c)
 	return locus_shm_instance(c->shm);
 }
 
+struct locus_client_ctl *locus_client_ctl_of(const struct locus_client *c)
+{
+	return my_ctl(c);
+}
+
 const struct locus_clients *locus_client_region(const struct locus_client *c)
 {
 	return &c->v;

@@ -285,6 +285,10 @@ int locus_clients_prepare(struct locus_clients *v, uint32_t slot)
 		return ret;
 	ctl->load = 0;
 	__atomic_store_n(&ctl->load_seq, 0, __ATOMIC_RELAXED);
+	/* a new client holds no placement's experts until it says so */
+	__atomic_store_n(&ctl->pl_acked, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ctl->pl_floor, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&ctl->pl_part, 0, __ATOMIC_RELAXED);
 	return 0;
 }
 

@@ -463,6 +463,67 @@ int locus_client_unregister_region(struct locus_client *c, uint32_t region_id,
  */
 int locus_client_reg_sock_path(const char *instance, char *buf, size_t len);
 
+/* ------------------------------------------------------------------ */
+/* Placement changes: a rank client's part in the two phases.          */
+/*
+ * A cluster changes its GRACE placement in two phases (locusctl push
+ * --cluster). Prepare: locusd stages the new generation and tells its rank
+ * clients (staged); each loads the experts it gains
+ * (locus_placement_rank_moves between the tables of current and staged)
+ * and acknowledges it. Commit: once every rank of every node acknowledged,
+ * the cluster switches; rows then carry the new generation. A rank client
+ * that takes part (acknowledged once) gets only rows planned under a
+ * generation in [floor, acked]; others are refused at its node and its
+ * source is told. It frees the weights of older generations once
+ * free_below passed them, and says so with release. A rank client takes
+ * part from its join (or first ack) on, and gets no rows before its first
+ * ack; one that never joins takes no part and its rows are not checked.
+ */
+struct locus_client_placement {
+	uint64_t staged;     /* prepared: load its experts, then ack it; 0 none */
+	uint64_t current;    /* the generation this node plans with; 0 none */
+	uint64_t free_below; /* every node plans with this one or a later one */
+	uint64_t acked;      /* what we acknowledged (0: nothing yet) */
+	uint64_t floor;      /* the oldest generation whose experts we still hold */
+	uint32_t part;       /* 1: we take part (join or ack) */
+	uint32_t reserved;
+};
+
+/* The slot's placement state (plain loads). 0. */
+int locus_client_placement(const struct locus_client *c, struct locus_client_placement *p);
+
+/*
+ * From now on we take part in placement changes: every change waits for our
+ * ack, and we get only rows planned under a generation we acknowledged
+ * (none until the first). Join before the first placement is pushed, or ack
+ * the one in force once its experts are loaded. 0.
+ */
+int locus_client_placement_join(struct locus_client *c);
+
+/*
+ * We hold the experts of generation gen (and keep those of every
+ * generation from floor on): rows planned under gen are delivered to us.
+ * The first ack sets floor to gen too, and joins. gen below floor:
+ * -LOCUS_ERANGE.
+ */
+int locus_client_placement_ack(struct locus_client *c, uint64_t gen);
+
+/*
+ * We no longer hold the experts only generations below floor used: rows
+ * planned under them are refused from now on. floor above acked:
+ * -LOCUS_ERANGE.
+ */
+int locus_client_placement_release(struct locus_client *c, uint64_t floor);
+
+/*
+ * The sealed placement blob of generation gen (staged or current) that
+ * locusd keeps beside its sockets, in a malloc'd *blob of *len bytes (free
+ * it). 0, -ENOENT (not kept: neither staged nor current), or a table check's
+ * code; err says which.
+ */
+int locus_client_placement_table(const struct locus_client *c, uint64_t gen, void **blob,
+				 size_t *len, struct locus_error *err);
+
 /* Index of our slot and the daemon's activation generation. */
 uint32_t locus_client_slot(const struct locus_client *c);
 uint64_t locus_client_generation(const struct locus_client *c);

@@ -61,12 +61,16 @@ struct locus_client_ctl {
 	uint64_t load_seq __locus_cache_aligned; /* bumped after each report */
 	uint32_t load;            /* requests in its batch / queue */
 	uint32_t reserved;
-	/* written only by a rank client that takes part in placement changes:
-	 * it holds the experts of every generation in [pl_floor, pl_acked];
-	 * pl_acked 0: it takes no part and its rows are not checked */
+	/* written only by a rank client: pl_part 1 once it takes part in
+	 * placement changes; from then on it holds the experts of every
+	 * generation in [pl_floor, pl_acked] and gets only rows planned under
+	 * one of them (none before its first ack). pl_part 0: it takes no part
+	 * and its rows are not checked */
 	uint64_t pl_acked;
 	uint64_t pl_floor;
-	uint8_t  pad2[LOCUS_CACHE_LINE - 32];
+	uint32_t pl_part;
+	uint32_t reserved1;
+	uint8_t  pad2[LOCUS_CACHE_LINE - 40];
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_client_ctl) == 2 * LOCUS_CACHE_LINE, "ctl lines");
@@ -85,6 +89,10 @@ static inline uint64_t locus_client_state_pid(uint32_t state, pid_t pid)
 {
 	return (uint64_t)state | ((uint64_t)(uint32_t)pid << 32);
 }
+
+/* A client's own control lines (client_attach.c). */
+struct locus_client;
+struct locus_client_ctl *locus_client_ctl_of(const struct locus_client *c);
 
 /* Bytes of a region with these params, or 0 if they are out of range. */
 uint64_t locus_clients_region_size(const struct locus_clients_params *p);

@@ -14,9 +14,10 @@ $(eval $(call LIBRARY,shm,shm/segment.c shm/proc.c shm/table.c shm/table_writer.
 # formats: the ELDR signature and table, the GRACE table and placement set,
 # the signature cache's ROUTE_BLOCKS / EVICT requests, with their validators.
 $(eval $(call LIBRARY,formats,shm/eldr_sig.c shm/eldr_table.c shm/grace_table.c \
-	shm/grace_set.c shm/blocks.c,common))
+	shm/grace_set.c shm/blocks.c shm/placement.c,common))
 # wire: the message header and the dispatch / combine / rows payloads.
 $(eval $(call LIBRARY,wire,shm/dispatch.c,common))
 # client slots: region layout, the daemon's side and the client library.
 $(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c \
-	shm/client_route.c shm/client_blocks.c shm/client_dispatch.c,wire formats shm common))
+	shm/client_route.c shm/client_blocks.c shm/client_dispatch.c shm/client_placement.c,\
+	wire formats shm common))

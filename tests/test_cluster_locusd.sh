@@ -10,6 +10,10 @@
 # locusctl push --cluster stores one, the node adopts it and reports, push
 # prints the answer; a table the node refuses is reported refused; a node
 # that comes back adopts the cluster's table by itself; show --cluster.
+# Placements in two phases, with four rank clients taking part: committed once
+# every rank acknowledged, aborted when one does not, a locusctl killed between
+# the phases settled by the next push (aborted, then completed), a local
+# placement push refused, older weights released once every node moved on.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
@@ -99,8 +103,11 @@ gen=$("$B/locus-stat" -i ca 'table_generation' | awk '/channel=0/ { print $3 }')
 if out=$("${CTL[@]}" push "${CL[@]}" "$tmp/g22.tbl"); then
 	fail "a refused cluster push exited 0: $out"
 fi
-case "$out" in *"node 0: refused generation 1:"*) ;; *) fail "refused push said: $out" ;; esac
-[ "$(stat ca cluster_tables_refused)" = 1 ] || fail "cluster_tables_refused $(stat ca cluster_tables_refused)"
+case "$out" in *"node 0: refused placement generation 1: GRACE table is for 2 nodes x 2 GPUs"*"aborted placement generation 1 after"*"0 of 1 node(s) acknowledged it; nothing switched"*) ;;
+	*) fail "refused push said: $out" ;; esac
+[ "$(stat ca cluster_placements_refused)" = 1 ] ||
+	fail "cluster_placements_refused $(stat ca cluster_placements_refused)"
+[ "$(stat ca cluster_placement_generation)" = 0 ] || fail "a refused placement was committed"
 # a second ELDR table, then the cluster rolled back to the first: stored again, adopted
 "$B/locusctl" fit --trace tests/data/calib_sample.jsonl --decoders 2 --tune off --seed 7 \
 	-o "$tmp/c2.tbl" > /dev/null 2>&1 || fail "fit c2"
@@ -113,8 +120,107 @@ case "$out" in *"back to generation 1"*"node 0: adopted generation 3"*) ;;
 out=$("${CTL[@]}" diff "${CL[@]}" "$tmp/c1.tbl") || fail "diff --cluster after the rollback: $out"
 case "$out" in *"tables are equal"*) ;; *) fail "diff --cluster after the rollback: $out" ;; esac
 out=$("${CTL[@]}" show "${CL[@]}") || fail "show --cluster: $out"
-case "$out" in *"eldr: generation 3"*"node 0: generation 3 in force"*"grace: generation 1"*"node 0: refused generation 1"*) ;;
+case "$out" in *"eldr: generation 3"*"node 0: generation 3 in force"*"grace: generation 0 (none stored)"*"node 0: no report"*) ;;
 	*) fail "show --cluster said: $out" ;; esac
+
+# 1c. placements change in two phases. Four rank clients take part: each sees the
+# staged generation, works out what it gains and loses, and acknowledges; the
+# push commits only then. A rank that does not acknowledge aborts the change and
+# nothing switches; a locusctl killed between the phases leaves the cluster on one
+# placement, and the next push settles what it left (completed or aborted).
+"$B/locusctl" fit --grace --trace tests/data/calib_sample.jsonl --nodes 1 --gpus 4 \
+	--capacity 20 -o "$tmp/g14.tbl" > /dev/null 2>&1 || fail "fit --grace 1 x 4"
+"$B/locusctl" fit --grace --trace tests/data/calib_sample.jsonl --nodes 1 --gpus 4 \
+	--capacity 24 --seed 5 -o "$tmp/g14b.tbl" > /dev/null 2>&1 || fail "fit --grace 1 x 4 b"
+RANKS=(env PYTHONPATH=tools/python PYTHONDONTWRITEBYTECODE=1 LOCUS_LIBRARY=${BUILD:-build}/lib/liblocus.so.0
+	/usr/bin/python3 tests/cluster_ranks.py ca 4)
+ranks_bg() { # ranks_bg LOG SECONDS [--hold R]: the rank clients, attached before it returns
+	"${RANKS[@]}" "${@:2}" > "$1" 2>&1 &
+	rpid=$!
+	pids+=($rpid)
+	for ((i = 0; i < 100; i++)); do
+		[ "$(grep -c attached "$1")" = 4 ] && return 0
+		sleep 0.05
+	done
+	fail "the rank clients did not attach: $(cat "$1")"
+}
+ranks_bg "$tmp/r1.log" 60
+out=$("${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 10000 "$tmp/g14.tbl") ||
+	fail "two-phase push: $out"
+case "$out" in *"prepared grace table"*"placement generation 2"*"committed placement generation 2: 1 node(s) and 4 rank client(s) acknowledged it"*"node 0: adopted generation 2"*) ;;
+	*) fail "two-phase push said: $out" ;; esac
+echo "$out" | grep -o 'committed placement generation 2.*' | sed 's/^/# /'
+for r in 0 1 2 3; do
+	grep -q "rank $r: generation 2 staged: gains [1-9][0-9]* experts" "$tmp/r1.log" ||
+		fail "rank $r did not load and acknowledge generation 2: $(cat "$tmp/r1.log")"
+done
+[ "$(stat ca cluster_placement_generation)" = 2 ] || fail "not planning with generation 2"
+chgen=$("$B/locus-stat" -i ca table_generation | awk '/channel=1/ { print $3 }')
+until_stat ca cluster_placement_free_below 2 5
+# a placement pushed locally is refused: this node follows the cluster's
+if out=$("$B/locusctl" push -i ca "$tmp/g14b.tbl" 2>&1); then
+	fail "a local placement push was taken under etcd: $out"
+fi
+case "$out" in *"push it"*|*"follows the cluster's placement"*) ;; *) fail "local placement push said: $out" ;; esac
+kill $rpid 2>/dev/null; wait $rpid 2>/dev/null || true
+
+# rank 3 never acknowledges: aborted at the bound, nothing switches
+ranks_bg "$tmp/r2.log" 60 --hold 3
+if out=$("${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 1500 "$tmp/g14b.tbl"); then
+	fail "a push with a rank that did not acknowledge exited 0: $out"
+fi
+case "$out" in *"node 0: did not acknowledge placement generation 3 within 1500 ms"*"aborted placement generation 3 after"*"0 of 1 node(s) acknowledged it; nothing switched"*) ;;
+	*) fail "the aborted push said: $out" ;; esac
+grep -q "rank 0: generation 3 staged" "$tmp/r2.log" || fail "generation 3 was not staged: $(cat "$tmp/r2.log")"
+[ "$(stat ca cluster_placement_generation)" = 2 ] || fail "an aborted placement switched"
+[ "$("$B/locus-stat" -i ca table_generation | awk '/channel=1/ { print $3 }')" = "$chgen" ] ||
+	fail "the engines adopted an aborted placement"
+until_stat ca cluster_placement_staged 0 5
+
+# locusctl killed between the phases: the cluster stays on generation 2, show says
+# what is prepared, and the next push aborts it (rank 3 still holds back)
+"${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 60000 "$tmp/g14b.tbl" > "$tmp/k.out" 2>&1 &
+kp=$!
+until_stat ca cluster_placement_staged 4 10
+kill -9 $kp; wait $kp 2>/dev/null || true
+[ "$(etcdctl_t get --print-value-only /locus/42/tables/current/grace)" = 2 ] ||
+	fail "a killed push moved the placement"
+[ "$(etcdctl_t get --print-value-only /locus/42/tables/prepare/grace)" = 4 ] ||
+	fail "the killed push left no prepared generation"
+out=$("${CTL[@]}" show "${CL[@]}") || fail "show --cluster: $out"
+case "$out" in *"grace: generation 2"*"generation 4 prepared: 0 of 1 node(s) acknowledged it"*) ;;
+	*) fail "show --cluster with a change prepared: $out" ;; esac
+if out=$("${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 500 "$tmp/g14b.tbl"); then
+	fail "push with rank 3 holding back exited 0: $out"
+fi
+case "$out" in *"aborted placement generation 4, left prepared by an earlier push: 0 of 1 node(s)"*"aborted placement generation 5 after"*) ;;
+	*) fail "the push after a killed one said: $out" ;; esac
+# killed again, then every rank acknowledges: the next push completes what it left
+"${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 60000 "$tmp/g14b.tbl" > "$tmp/k.out" 2>&1 &
+kp=$!
+until_stat ca cluster_placement_staged 6 10
+kill -9 $kp; wait $kp 2>/dev/null || true
+kill $rpid 2>/dev/null; wait $rpid 2>/dev/null || true
+ranks_bg "$tmp/r3.log" 60
+for ((i = 0; i < 100; i++)); do
+	[ "$(grep -c 'generation 6 staged' "$tmp/r3.log")" = 4 ] && break
+	sleep 0.05
+done
+sleep 0.5 # the node's acknowledgement reaches etcd
+out=$("${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 10000 "$tmp/g14.tbl") ||
+	fail "the push after a killed one: $out"
+case "$out" in *"completed placement generation 6, left prepared by an earlier push"*"committed placement generation 7"*"node 0: adopted generation 7"*) ;;
+	*) fail "the push that settles a killed one said: $out" ;; esac
+[ "$(stat ca cluster_placement_generation)" = 7 ] || fail "not on generation 7"
+# the rank clients free the weights of older generations once every node plans with 7
+until_stat ca cluster_placement_free_below 7 5
+for ((i = 0; i < 100; i++)); do
+	[ "$(grep -c 'generation 7 or later: older weights released' "$tmp/r3.log")" = 4 ] && break
+	sleep 0.05
+done
+[ "$(grep -c 'generation 7 or later: older weights released' "$tmp/r3.log")" = 4 ] ||
+	fail "the ranks did not release: $(cat "$tmp/r3.log")"
+kill $rpid 2>/dev/null; wait $rpid 2>/dev/null || true
 
 # 2. a second locusd with node id 0 (another instance): refused at start, naming the holder
 if "$B/locusd" -c "$(conf cb)" > "$tmp/b.log" 2>&1; then
@@ -193,4 +299,4 @@ grep -q 'etcd unreachable.*SSL' "$tmp/t2.log" || fail "no reason for the TLS fai
 kill -TERM $pt
 wait $pt || true
 etcd_stop
-echo "test_cluster_locusd: record under a lease, cluster tables adopted and refused, duplicate id refused, etcd down and back, restart in ${ms} ms with the cluster table, clean leave, TLS ok"
+echo "test_cluster_locusd: record under a lease, cluster tables adopted and refused, placements in two phases (committed, aborted, killed push settled), duplicate id refused, etcd down and back, restart in ${ms} ms with the cluster table, clean leave, TLS ok"

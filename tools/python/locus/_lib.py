@@ -138,6 +138,12 @@ class RowsHdr(Structure):
                 ("batch_id", c_uint64)]
 
 
+class Placement(Structure):
+    _fields_ = [("staged", c_uint64), ("current", c_uint64), ("free_below", c_uint64),
+                ("acked", c_uint64), ("floor", c_uint64), ("part", c_uint32),
+                ("reserved", c_uint32)]
+
+
 class ClientDispatchReq(Structure):
     _fields_ = [("layer", c_uint16), ("top_k", c_uint16), ("n_tokens", c_uint32),
                 ("row_bytes", c_uint32), ("n_experts", c_uint32), ("rows_off", c_uint64),
@@ -161,7 +167,7 @@ class ClientRows(Structure):
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 40, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
-          ClientRows: 80}
+          ClientRows: 80, Placement: 48}
 
 _P = c_void_p
 _PROTOS = {
@@ -194,6 +200,17 @@ _PROTOS = {
     "locus_client_generation": (c_uint64, [_P]),
     "locus_client_instance": (c_char_p, [_P]),
     "locus_client_region": (POINTER(Clients), [_P]),
+    "locus_client_placement": (c_int, [_P, POINTER(Placement)]),
+    "locus_client_placement_join": (c_int, [_P]),
+    "locus_client_placement_ack": (c_int, [_P, c_uint64]),
+    "locus_client_placement_release": (c_int, [_P, c_uint64]),
+    "locus_client_placement_table": (c_int, [_P, c_uint64, POINTER(_P), POINTER(c_size_t),
+                                             POINTER(Error)]),
+    # locus_placement.h
+    "locus_placement_rank_moves": (c_int, [_P, c_size_t, _P, c_size_t, c_uint32,
+                                           POINTER(c_uint32), POINTER(c_uint32),
+                                           POINTER(c_uint32), POINTER(c_uint32), c_uint32,
+                                           POINTER(Error)]),
     # locus_err.h
     "locus_strerror": (c_char_p, [c_int]),
     # locus_eldr.h / locus_blocks.h

@@ -727,6 +727,28 @@ class Buffer:
 
     # ---- lifetime ---------------------------------------------------------------------
 
+    # ---- placement changes: the rank's part (Client.placement and the rest) ---------
+
+    def placement(self):
+        """The rank's placement state (Client.placement)."""
+        return self.client.placement()
+
+    def placement_moves(self, generation, since=None):
+        """(gains, losses) of (layer, expert) going to generation (Client.placement_moves)."""
+        return self.client.placement_moves(generation, since)
+
+    def join_placements(self):
+        """The rank takes part in placement changes (Client.join_placements)."""
+        self.client.join_placements()
+
+    def ack_placement(self, generation):
+        """The rank holds generation's experts (Client.ack_placement)."""
+        self.client.ack_placement(generation)
+
+    def release_placement(self, floor):
+        """The rank freed what only generations below floor used (Client.release_placement)."""
+        self.client.release_placement(floor)
+
     def close(self):
         """Give the Buffer's stage ranges back to the client. Idempotent."""
         with self.client._lock:

@@ -457,6 +457,92 @@ class Client:
                 time.sleep(_NAP_S)
         return self._done.pop(rid)
 
+    # ---- placement changes (a rank's part in the two phases) ---------------------
+
+    def placement(self):
+        """The rank slot's placement state as a dict: staged (prepared: load
+        its experts, then ack_placement), current (what this node plans with),
+        free_below (every node plans with it or a later one), acked and floor
+        (what this rank said it holds), part (1: it takes part; 0: its rows are
+        not checked). Generations are the cluster's (0: none)."""
+        with self._lock:
+            self._live()
+            p = _lib.Placement()
+            lib.locus_client_placement(self._c, ctypes.byref(p))
+            return {f: getattr(p, f) for f, _ in _lib.Placement._fields_ if f != "reserved"}
+
+    def join_placements(self):
+        """From now on this rank takes part in placement changes: every change
+        waits for its ack_placement, and it gets only rows planned under a
+        generation it acknowledged (none until the first)."""
+        with self._lock:
+            self._live()
+            self._need(self.rank is not None, "rank", "rank=R")
+            lib.locus_client_placement_join(self._c)
+
+    def ack_placement(self, generation):
+        """This rank holds the experts of generation (and still those of every
+        generation from its floor on): rows planned under it are delivered."""
+        with self._lock:
+            self._live()
+            self._need(self.rank is not None, "rank", "rank=R")
+            ret = lib.locus_client_placement_ack(self._c, _arrays.check_uint(generation,
+                                                                              "generation"))
+            if ret < 0:
+                raise from_code(ret, f"generation {generation} is below this rank's floor "
+                                f"{self.placement()['floor']}", what="ack_placement")
+
+    def release_placement(self, floor):
+        """This rank freed the experts only generations below floor used: rows
+        planned under them are refused from now on. Call it once free_below
+        has passed them."""
+        with self._lock:
+            self._live()
+            self._need(self.rank is not None, "rank", "rank=R")
+            ret = lib.locus_client_placement_release(self._c, _arrays.check_uint(floor,
+                                                                                  "floor"))
+            if ret < 0:
+                raise from_code(ret, f"floor {floor} is above what this rank acknowledged",
+                                what="release_placement")
+
+    def placement_table(self, generation):
+        """The sealed placement blob of generation (staged or current) as bytes."""
+        with self._lock:
+            self._live()
+            blob, n, err = ctypes.c_void_p(), ctypes.c_size_t(), _lib.Error()
+            ret = lib.locus_client_placement_table(self._c, _arrays.check_uint(
+                generation, "generation"), ctypes.byref(blob), ctypes.byref(n),
+                ctypes.byref(err))
+            if ret < 0:
+                raise from_code(ret, err.msg.decode(errors="replace"), what="placement_table")
+            try:
+                return ctypes.string_at(blob, n.value)
+            finally:
+                ctypes.CDLL(None).free(blob)
+
+    def placement_moves(self, generation, since=None):
+        """What this rank gains and loses going from generation since (default:
+        the one in force; 0: none) to generation: two lists of (layer, expert)."""
+        self._need(self.rank is not None, "rank", "rank=R")
+        if since is None:
+            since = self.placement()["current"]
+        new = self.placement_table(generation)
+        old = self.placement_table(since) if since else None
+        cap = 1 << 16
+        gains, losses = (ctypes.c_uint32 * cap)(), (ctypes.c_uint32 * cap)()
+        ng, nl, err = ctypes.c_uint32(), ctypes.c_uint32(), _lib.Error()
+        ret = lib.locus_placement_rank_moves(old, len(old) if old else 0, new, len(new),
+                                             self.rank, gains, ctypes.byref(ng), losses,
+                                             ctypes.byref(nl), cap, ctypes.byref(err))
+        if ret < 0:
+            raise from_code(ret, err.msg.decode(errors="replace"), what="placement_moves")
+        if ng.value > cap or nl.value > cap:
+            raise LocusError(errno.E2BIG, f"{ng.value} gains and {nl.value} losses: more "
+                             f"than {cap}", what="placement_moves")
+        pair = lambda v: (v >> 16, v & 0xffff)  # noqa: E731
+        return ([pair(gains[i]) for i in range(ng.value)],
+                [pair(losses[i]) for i in range(nl.value)])
+
     # ---- decoder ----------------------------------------------------------------
 
     def report_load(self, n):

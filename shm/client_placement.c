@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+/* A rank client's part in placement changes (locus_client.h, "Placement changes"). */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+
+#include "locus_client.h"
+#include "locus_client_priv.h"
+#include "locus_err_priv.h"
+#include "locus_shm_priv.h"
+#include "locus_tblfile.h"
+
+int locus_client_placement(const struct locus_client *c, struct locus_client_placement *p)
+{
+	const struct locus_client_ctl *ctl = locus_client_ctl_of(c);
+
+	p->staged = __atomic_load_n(&ctl->pl_staged, __ATOMIC_ACQUIRE);
+	p->current = __atomic_load_n(&ctl->pl_current, __ATOMIC_RELAXED);
+	p->free_below = __atomic_load_n(&ctl->pl_free_below, __ATOMIC_RELAXED);
+	p->acked = __atomic_load_n(&ctl->pl_acked, __ATOMIC_RELAXED);
+	p->floor = __atomic_load_n(&ctl->pl_floor, __ATOMIC_RELAXED);
+	p->part = __atomic_load_n(&ctl->pl_part, __ATOMIC_RELAXED);
+	return 0;
+}
+
+int locus_client_placement_join(struct locus_client *c)
+{
+	__atomic_store_n(&locus_client_ctl_of(c)->pl_part, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int locus_client_placement_ack(struct locus_client *c, uint64_t gen)
+{
+	struct locus_client_ctl *ctl = locus_client_ctl_of(c);
+	uint64_t floor = __atomic_load_n(&ctl->pl_floor, __ATOMIC_RELAXED);
+
+	if (!gen || gen < floor)
+		return -LOCUS_ERANGE;
+	/* the range only grows here: floor first, so [floor, acked] is never empty */
+	if (!floor)
+		__atomic_store_n(&ctl->pl_floor, gen, __ATOMIC_RELEASE);
+	__atomic_store_n(&ctl->pl_acked, gen, __ATOMIC_RELEASE);
+	__atomic_store_n(&ctl->pl_part, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int locus_client_placement_release(struct locus_client *c, uint64_t floor)
+{
+	struct locus_client_ctl *ctl = locus_client_ctl_of(c);
+	uint64_t acked = __atomic_load_n(&ctl->pl_acked, __ATOMIC_RELAXED);
+
+	if (!acked || floor > acked)
+		return -LOCUS_ERANGE;
+	if (floor > __atomic_load_n(&ctl->pl_floor, __ATOMIC_RELAXED))
+		__atomic_store_n(&ctl->pl_floor, floor, __ATOMIC_RELEASE);
+	return 0;
+}
+
+int locus_client_placement_table(const struct locus_client *c, uint64_t gen, void **blob,
+				 size_t *len, struct locus_error *err)
+{
+	char path[256], sfx[40];
+
+	*blob = NULL;
+	*len = 0;
+	snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, gen);
+	if (!gen || locus_shm_run_path(locus_client_instance(c), sfx, path, sizeof(path)) < 0)
+		return locus_error_set(err, ENOENT, "no placement generation %" PRIu64, gen);
+	return locus_tbl_read_file(path, 0, blob, len, err);
+}
