@@ -643,6 +643,12 @@ static int cmp_json(json_t *arr, const struct locus_etcd_cmp *c, struct locus_er
 		ret = c->target == LOCUS_ETCD_VALUE ? set_b64(o, "value", c->value ? c->value : "",
 							      c->len) :
 						      set_i64(o, field[c->target], c->rev);
+	if (!ret && c->prefix) {
+		char *end = range_end_b64(c->key);
+
+		ret = end ? json_object_set_new(o, "range_end", json_string(end)) : -ENOMEM;
+		free(end);
+	}
 	if (!ret)
 		ret = json_array_append_new(arr, o) < 0 ? -ENOMEM : 0;
 	else

@@ -71,6 +71,8 @@ struct locus_etcd_cmp {
 	int64_t rev;             /* CREATE_REV, MOD_REV, VERSION */
 	const void *value;       /* VALUE */
 	size_t len;
+	bool prefix;             /* the compare holds for every key starting with key
+				  * (none there: it holds too) */
 };
 
 /* One operation: a request of its own, or one of a transaction's branches. */

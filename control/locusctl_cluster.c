@@ -110,8 +110,8 @@ static void key(char *buf, size_t len, const struct copts *o, const char *fmt, .
 }
 
 /* The member node ids (records under nodes/), sorted by etcd. */
-static int members(struct locus_etcd *e, const struct copts *o, uint32_t *ids, uint32_t max,
-		   struct locus_error *err)
+static int members_at(struct locus_etcd *e, const struct copts *o, uint32_t *ids,
+		      uint32_t max, int64_t *rev, struct locus_error *err)
 {
 	char k[300];
 	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
@@ -132,8 +132,16 @@ static int members(struct locus_etcd *e, const struct copts *o, uint32_t *ids, u
 		if (*id && !*end && v <= UINT32_MAX)
 			ids[n++] = (uint32_t)v;
 	}
+	if (rev)
+		*rev = r.revision;
 	locus_etcd_resp_free(&r);
 	return (int)n;
+}
+
+static int members(struct locus_etcd *e, const struct copts *o, uint32_t *ids, uint32_t max,
+		   struct locus_error *err)
+{
+	return members_at(e, o, ids, max, NULL, err);
 }
 
 struct report {
@@ -278,49 +286,43 @@ static int acks(struct locus_etcd *e, const struct copts *o, uint64_t gen, const
 }
 
 /*
- * Phase two for the placement prepared at gen: one transaction that holds
- * only while gen is still the one prepared and every member in ids[]
- * acknowledged it (their keys live under their leases: a node that died
- * since took its acknowledgement with it). Moves current/grace to gen and
- * deletes the prepared key. 1 committed, 0 a compare failed, or -code.
+ * Phase two for the placement prepared at gen, once every member read at
+ * revision members_rev acknowledged it: one transaction that holds only
+ * while gen is still the one prepared and no member record was created
+ * since members_rev (a node that joined, or left and came back, has not
+ * acknowledged). Two compares whatever the cluster's size, within etcd's
+ * bound on a transaction's operations. A member that left since takes no
+ * rows. Moves current/grace to gen and deletes the prepared key. 1
+ * committed, 0 a compare failed, or -code.
  */
-static int commit(struct locus_etcd *e, const struct copts *o, uint64_t gen, const uint32_t *ids,
-		  uint32_t n, struct locus_error *err)
+static int commit(struct locus_etcd *e, const struct copts *o, uint64_t gen, int64_t members_rev,
+		  struct locus_error *err)
 {
-	char kprep[300], kcur[300], text[24], (*kack)[320] = calloc(n ? n : 1, sizeof(*kack));
-	struct locus_etcd_cmp *cmp = calloc(n + 1, sizeof(*cmp));
+	char kprep[300], kcur[300], knodes[300], text[24];
+	struct locus_etcd_cmp cmp[2] = {
+		{ .key = kprep, .target = LOCUS_ETCD_VALUE, .result = LOCUS_ETCD_EQ,
+		  .value = text },
+		{ .key = knodes, .prefix = true, .target = LOCUS_ETCD_CREATE_REV,
+		  .result = LOCUS_ETCD_LT, .rev = members_rev + 1 },
+	};
 	struct locus_etcd_op ok[2] = {
 		{ .type = LOCUS_ETCD_PUT, .key = kcur, .value = text },
 		{ .type = LOCUS_ETCD_DELETE, .key = kprep },
 	};
-	struct locus_etcd_txn t = { cmp, n + 1, ok, NULL, 2, 0 };
+	struct locus_etcd_txn t = { cmp, 2, ok, NULL, 2, 0 };
 	struct locus_etcd_resp r;
 	int ret;
 
-	if (!kack || !cmp) {
-		free(kack);
-		free(cmp);
-		return locus_error_set(err, ENOMEM, "out of memory");
-	}
 	key(kprep, sizeof(kprep), o, "tables/prepare/grace");
 	key(kcur, sizeof(kcur), o, "tables/current/grace");
-	ok[0].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
-	cmp[0] = (struct locus_etcd_cmp){ .key = kprep, .target = LOCUS_ETCD_VALUE,
-					  .result = LOCUS_ETCD_EQ, .value = text,
-					  .len = ok[0].len };
-	for (uint32_t i = 0; i < n; i++) {
-		key(kack[i], sizeof(kack[i]), o, "tables/acks/grace/%" PRIu64 "/%u", gen, ids[i]);
-		cmp[i + 1] = (struct locus_etcd_cmp){ .key = kack[i], .target = LOCUS_ETCD_VERSION,
-						      .result = LOCUS_ETCD_GT, .rev = 0 };
-	}
+	key(knodes, sizeof(knodes), o, "nodes/");
+	ok[0].len = cmp[0].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
 	ret = locus_etcd_call_txn(e, &t, &r);
 	if (ret < 0)
 		*err = r.err;
 	else
 		ret = r.succeeded ? 1 : 0;
 	locus_etcd_resp_free(&r);
-	free(kack);
-	free(cmp);
 	return ret;
 }
 
@@ -366,7 +368,7 @@ static int settle_prepared(struct locus_etcd *e, const struct copts *o, struct l
 {
 	char k[300];
 	uint64_t p;
-	int64_t rev;
+	int64_t rev, mrev;
 	uint32_t ids[1024];
 	struct ack ak[1024];
 	int n, ok, refused, ret;
@@ -376,12 +378,12 @@ static int settle_prepared(struct locus_etcd *e, const struct copts *o, struct l
 		return -err->code;
 	if (!p)
 		return 0;
-	n = members(e, o, ids, 1024, err);
+	n = members_at(e, o, ids, 1024, &mrev, err);
 	if (n < 0 || acks(e, o, p, ids, (uint32_t)n, ak, err) < 0)
 		return -err->code;
 	count_acks(ak, n, &ok, &refused);
 	if (n && ok == n) {
-		ret = commit(e, o, p, ids, (uint32_t)n, err);
+		ret = commit(e, o, p, mrev, err);
 		if (ret < 0)
 			return ret;
 		if (ret) {
@@ -410,17 +412,18 @@ static int prepare_wait(struct locus_etcd *e, const struct copts *o, uint64_t ge
 	uint32_t ids[1024];
 	struct ack ak[1024];
 	double t0 = now_s(), waited;
+	int64_t mrev;
 	int n = 0, ok = 0, refused = 0, ret;
 
 	for (;;) {
-		n = members(e, o, ids, 1024, err);
+		n = members_at(e, o, ids, 1024, &mrev, err);
 		if (n < 0 || acks(e, o, gen, ids, (uint32_t)n, ak, err) < 0)
 			return -err->code;
 		count_acks(ak, n, &ok, &refused);
 		if (refused)
 			break;
 		if (n && ok == n) {
-			ret = commit(e, o, gen, ids, (uint32_t)n, err);
+			ret = commit(e, o, gen, mrev, err);
 			if (ret < 0)
 				return ret;
 			if (ret) {
