@@ -22,7 +22,9 @@ mkdir -p "$TABLES"
 T=tests/data/calib_sample.jsonl
 "$BUILD/bin/locusctl" fit --trace $T --decoders 4 --seed 1 -o "$TABLES/eldr.tbl" > /dev/null 2>&1 &&
 	"$BUILD/bin/locusctl" fit --grace --trace $T --nodes 3 --gpus 2 --capacity 24 \
-		--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 ||
+		--replica-budget 4 -o "$TABLES/grace.tbl" > /dev/null 2>&1 &&
+	"$BUILD/bin/locusctl" fit --grace --trace $T --nodes 3 --gpus 2 --capacity 28 \
+		--replica-budget 2 --seed 3 -o "$TABLES/grace2.tbl" > /dev/null 2>&1 ||
 	{ echo "fitting the tables failed"; exit 1; }
 exec bash tests/vm/run-rxe-vm.sh -m 9p -a tcg -t "${RXE_VM_TIMEOUT:-880}" \
 	-c "$ROOT/tests/vm/guest-cluster.sh" -w "$RXE_VM_DIR/rw" \
