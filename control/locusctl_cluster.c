@@ -23,6 +23,7 @@
 #include "locusctl.h"
 
 #define N_KINDS 2
+#define ETCD_REQUEST_MAX (3u << 19) /* etcd's default --max-request-bytes, 1.5 MiB */
 static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table channel */
 
 static double now_s(void);
@@ -512,6 +513,13 @@ int locusctl_push_cluster(int argc, char **argv)
 	ret = locusctl_table_for_push(o.path, &buf, &len, &kind, &ch, &err);
 	if (ret < 0 || ch >= N_KINDS)
 		goto out;
+	/* etcd takes 1.5 MiB per request by default (--max-request-bytes): say so up front */
+	if (len > ETCD_REQUEST_MAX - 4096) {
+		locus_error_set(&err, LOCUS_ERANGE, "%s is %zu bytes: etcd takes at most %u in one "
+				"request unless its --max-request-bytes is raised, and a table is "
+				"stored whole", o.path, len, ETCD_REQUEST_MAX);
+		goto out;
+	}
 	e = open_etcd(&o, &err);
 	if (!e)
 		goto out;
