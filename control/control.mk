@@ -32,10 +32,13 @@ $(eval $(call LIBRARY,sim_moe,control/sim_moe.c control/sim_moe_route.c,\
 $(eval $(call LIBRARY,eldr_replay,control/eldr_replay.c control/eldr_quality_sim.c,\
 	eldrfit eldr_router trace formats common))
 
+# the loads record a node keeps in etcd for a rebalance of the cluster
+$(eval $(call LIBRARY,cluster_loads,control/cluster_loads.c,common))
+
 $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c \
 	control/eldr_ctl_fit.c control/locusctl_history.c control/locusctl_cluster.c \
 	control/sim_args.c control/sim_ctl.c control/sim_report.c control/sim_moe_ctl.c \
-	control/sim_moe_report.c,eldr_replay sim sim_moe gracectl etcd,$(JEMALLOC)))
+	control/sim_moe_report.c,eldr_replay sim sim_moe gracectl etcd cluster_loads,$(JEMALLOC)))
 $(eval $(call USES_PKG,control/locusctl_cluster.c,jansson))
 BINS += bin/locusctl
 # ESFT's expert_scores to a calibration trace

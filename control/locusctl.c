@@ -26,6 +26,14 @@ static int grace_other(int argc, char **argv)
 	return locusctl_grace_main(argv[0], argc, argv);
 }
 
+static int cmd_rebalance(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--cluster"))
+			return locusctl_rebalance_cluster(argc, argv);
+	return grace_other(argc, argv);
+}
+
 /*
  * Kinds of fit, chosen by a flag anywhere on the fit command line (the
  * first entry is the default); the handler gets the whole argv.
@@ -125,10 +133,12 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--tokens-per-step B] [--model M] [--gpu G] [--fabric F] [--intra-gbps G]\n"
 	  "        [--inter-gbps G] [--tflops T] [--hbm-gbps G] [--latency-us U]\n"
 	  "        [--replica-budget B] [--seed S] [--groups N] [--json]" },
-	{ "rebalance", grace_other,
+	{ "rebalance", cmd_rebalance,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"
-	  "        [--counter NAME] [--timeout-ms N] [-o TABLE]   (GRACE)" },
+	  "        [--counter NAME] [--timeout-ms N] [-o TABLE]   (GRACE)\n"
+	  "  locusctl rebalance --cluster --etcd URL[,URL] --interval S [the same tuning]\n"
+	  "        [--cluster-id N] [--prepare-timeout-ms N]   (every node's loads, two phases)" },
 };
 
 static void usage(FILE *f)

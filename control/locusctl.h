@@ -46,6 +46,8 @@ int locusctl_show_cluster(int argc, char **argv);
 int locusctl_diff_cluster(int argc, char **argv);
 /* rollback --cluster: the kind's older generation (--to, or the newest before) stored again */
 int locusctl_rollback_cluster(int argc, char **argv);
+/* rebalance --cluster: the cluster's placement refitted from every node's loads */
+int locusctl_rebalance_cluster(int argc, char **argv);
 
 /*
  * History, diff, rollback (control/locusctl_history.c). push keeps a table

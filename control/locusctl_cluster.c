@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,9 +18,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "locus_cluster_loads.h"
 #include "locus_err_priv.h"
 #include "locus_etcd.h"
+#include "locus_grace.h"
+#include "locus_gracefit.h"
 #include "locus_tblfile.h"
+#include "locus_tblfile_priv.h"
 #include "locusctl.h"
 
 #define N_KINDS 2
@@ -29,15 +34,32 @@ static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table c
 static double now_s(void);
 
 struct copts {
-	const char *etcd, *prefix, *cacert, *cert, *key, *path;
+	const char *etcd, *prefix, *cacert, *cert, *key, *path, *out;
 	uint64_t cluster, timeout_ms, to, prepare_ms;
 	int kind;                /* rollback: 0 eldr, 1 grace */
+	/* rebalance */
+	double interval, threshold, decay;
+	uint64_t count, window, every, max_moves;
 };
+
+static int parse_dbl(const char *s, double lo, double hi, double *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || *end || !(v >= lo && v <= hi))
+		return -1;
+	*out = v;
+	return 0;
+}
 
 static int parse(int argc, char **argv, struct copts *o, int want_path)
 {
 	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000,
-			     .prepare_ms = 30000 };
+			     .prepare_ms = 30000, .interval = -1, .threshold = 0.05, .decay = 1,
+			     .window = 1, .every = 1, .max_moves = UINT32_MAX };
 	o->etcd = getenv("LOCUS_ETCD");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -66,6 +88,29 @@ static int parse(int argc, char **argv, struct copts *o, int want_path)
 			if (locusctl_parse_u64(argv[++i], 3600000, &o->prepare_ms) < 0 ||
 			    !o->prepare_ms)
 				return -1;
+		} else if (!strcmp(a, "--interval")) {
+			if (parse_dbl(argv[++i], 0.001, 86400, &o->interval) < 0)
+				return -1;
+		} else if (!strcmp(a, "--threshold")) {
+			if (parse_dbl(argv[++i], 0, 1, &o->threshold) < 0)
+				return -1;
+		} else if (!strcmp(a, "--decay")) {
+			if (parse_dbl(argv[++i], 1e-9, 1, &o->decay) < 0)
+				return -1;
+		} else if (!strcmp(a, "--count")) {
+			if (locusctl_parse_u64(argv[++i], UINT32_MAX, &o->count) < 0)
+				return -1;
+		} else if (!strcmp(a, "--window")) {
+			if (locusctl_parse_u64(argv[++i], 65536, &o->window) < 0 || !o->window)
+				return -1;
+		} else if (!strcmp(a, "--every")) {
+			if (locusctl_parse_u64(argv[++i], 1000000, &o->every) < 0 || !o->every)
+				return -1;
+		} else if (!strcmp(a, "--max-moves")) {
+			if (locusctl_parse_u64(argv[++i], UINT32_MAX - 1, &o->max_moves) < 0)
+				return -1;
+		} else if (!strcmp(a, "-o")) {
+			o->out = argv[++i];
 		} else if (!strcmp(a, "--to")) {
 			if (locusctl_parse_u64(argv[++i], INT64_MAX, &o->to) < 0 || !o->to)
 				return -1;
@@ -843,6 +888,365 @@ out:
 		fprintf(stderr, "locusctl: %s\n", err.msg);
 	if (tmp[0])
 		unlink(tmp);
+	locus_etcd_close(e);
+	return ret;
+}
+
+/* ---- rebalance --cluster ------------------------------------------------------------------ */
+
+/* The blob of the cluster's kind ch at generation gen, in a malloc'd *buf. */
+static int fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
+			  void **buf, size_t *len, struct locus_error *err)
+{
+	char k[340];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
+	struct locus_etcd_resp r;
+	int ret = 0;
+
+	*buf = NULL;
+	key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -err->code;
+	}
+	if (r.n_kvs != 1)
+		ret = locus_error_set(err, ENOENT, "the cluster's %s generation %" PRIu64 " is not "
+				      "in etcd", kind_name[ch], gen);
+	else if (!(*buf = malloc(r.kvs[0].value_len ? r.kvs[0].value_len : 1)))
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+	else
+		memcpy(*buf, r.kvs[0].value, *len = r.kvs[0].value_len);
+	locus_etcd_resp_free(&r);
+	return ret;
+}
+
+/* What was last read of one node's loads: its boot and counts, to take deltas from. */
+struct node_loads {
+	uint32_t node;
+	uint64_t boot;
+	uint64_t *prev;          /* [L][E] */
+};
+
+struct cluster_loads {
+	struct node_loads *n;
+	uint32_t count, cap;
+	uint64_t *tmp;           /* an aligned copy of one value */
+	size_t tmp_len;
+	uint32_t nodes_read, nodes_bad;
+};
+
+static struct node_loads *node_loads_of(struct cluster_loads *cl, uint32_t node, uint32_t LE,
+					int *fresh)
+{
+	*fresh = 0;
+	for (uint32_t i = 0; i < cl->count; i++)
+		if (cl->n[i].node == node)
+			return &cl->n[i];
+	if (cl->count == cl->cap) {
+		uint32_t cap = cl->cap ? 2 * cl->cap : 16;
+		struct node_loads *nn = realloc(cl->n, cap * sizeof(*nn));
+
+		if (!nn)
+			return NULL;
+		cl->n = nn;
+		cl->cap = cap;
+	}
+	cl->n[cl->count] = (struct node_loads){ .node = node,
+						.prev = calloc(LE ? LE : 1, sizeof(uint64_t)) };
+	if (!cl->n[cl->count].prev)
+		return NULL;
+	*fresh = 1;
+	return &cl->n[cl->count++];
+}
+
+/*
+ * Every member's published loads (stats/expert_tokens/), as the tokens per
+ * (layer, expert) since the last read, summed into W[L][E]. baseline: only
+ * note where each node stands. A node seen for the first time after that, or
+ * with a new boot, counts from 0. Returns the total, or < 0 (err).
+ */
+static double cluster_loads_read(struct locus_etcd *e, const struct copts *o,
+				 struct cluster_loads *cl, uint32_t L, uint32_t E, double *W,
+				 int baseline, struct locus_error *err)
+{
+	char k[300];
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
+	struct locus_etcd_resp r;
+	double tot = 0;
+
+	key(k, sizeof(k), o, "stats/expert_tokens/");
+	if (locus_etcd_call_op(e, &op, &r) < 0) {
+		*err = r.err;
+		locus_etcd_resp_free(&r);
+		return -1;
+	}
+	memset(W, 0, (size_t)L * E * sizeof(*W));
+	cl->nodes_read = cl->nodes_bad = 0;
+	for (size_t i = 0; i < r.n_kvs; i++) {
+		const struct locus_cluster_loads_hdr *h;
+		const uint64_t *cnt;
+		struct node_loads *nl;
+		char *end;
+		unsigned long node = strtoul(r.kvs[i].key + strlen(k), &end, 10);
+		int fresh;
+
+		if (*end || node > UINT32_MAX)
+			continue;
+		if (r.kvs[i].value_len > cl->tmp_len) {
+			free(cl->tmp);
+			cl->tmp_len = r.kvs[i].value_len;
+			if (!(cl->tmp = malloc(cl->tmp_len))) {
+				cl->tmp_len = 0;
+				continue;
+			}
+		}
+		memcpy(cl->tmp, r.kvs[i].value, r.kvs[i].value_len);
+		if (locus_cluster_loads_parse(cl->tmp, r.kvs[i].value_len, (uint32_t)node, &h, &cnt,
+					      NULL) < 0) {
+			cl->nodes_bad++;
+			continue;
+		}
+		nl = node_loads_of(cl, (uint32_t)node, L * E, &fresh);
+		if (!nl)
+			continue;
+		cl->nodes_read++;
+		if (!fresh && nl->boot != h->boot) /* restarted: its counts began again at 0 */
+			memset(nl->prev, 0, (size_t)L * E * sizeof(uint64_t));
+		nl->boot = h->boot;
+		for (uint32_t l = 0; l < L; l++) {
+			for (uint32_t x = 0; x < E; x++) {
+				uint64_t now = l < h->n_layers && x < h->n_experts ?
+					       cnt[(size_t)l * h->n_experts + x] : 0;
+				uint64_t *prev = &nl->prev[(size_t)l * E + x];
+				double d = now >= *prev ? (double)(now - *prev) : (double)now;
+
+				if (!baseline) {
+					W[(size_t)l * E + x] += d;
+					tot += d;
+				}
+				*prev = now;
+			}
+		}
+	}
+	locus_etcd_resp_free(&r);
+	return tot;
+}
+
+static void cluster_loads_free(struct cluster_loads *cl)
+{
+	for (uint32_t i = 0; i < cl->count; i++)
+		free(cl->n[i].prev);
+	free(cl->n);
+	free(cl->tmp);
+}
+
+static volatile sig_atomic_t rb_stop;
+
+static void rb_on_signal(int sig)
+{
+	(void)sig;
+	rb_stop = 1;
+}
+
+/* Push blob to the cluster as push --cluster would, with o's etcd options. 0 committed. */
+static int rb_push(const struct copts *o, const void *blob, size_t len, struct locus_error *err)
+{
+	char path[64] = "/tmp/locusctl-rebalance-XXXXXX", cid[24], tmo[24], pmo[24];
+	char *pargv[24];
+	int n = 0, fd, ret;
+
+	fd = mkstemp(path);
+	if (fd < 0 || write(fd, blob, len) != (ssize_t)len) {
+		ret = locus_error_set(err, errno ? errno : EIO, "a temporary copy of the plan: %s",
+				      strerror(errno ? errno : EIO));
+		if (fd >= 0) {
+			close(fd);
+			unlink(path);
+		}
+		return -ret;
+	}
+	close(fd);
+	snprintf(cid, sizeof(cid), "%" PRIu64, o->cluster);
+	snprintf(tmo, sizeof(tmo), "%" PRIu64, o->timeout_ms);
+	snprintf(pmo, sizeof(pmo), "%" PRIu64, o->prepare_ms);
+	pargv[n++] = "push";
+	pargv[n++] = "--cluster";
+	pargv[n++] = "--etcd";
+	pargv[n++] = (char *)o->etcd;
+	pargv[n++] = "--cluster-id";
+	pargv[n++] = cid;
+	pargv[n++] = "--etcd-prefix";
+	pargv[n++] = (char *)o->prefix;
+	if (o->cacert) {
+		pargv[n++] = "--etcd-cacert";
+		pargv[n++] = (char *)o->cacert;
+	}
+	if (o->cert) {
+		pargv[n++] = "--etcd-cert";
+		pargv[n++] = (char *)o->cert;
+	}
+	if (o->key) {
+		pargv[n++] = "--etcd-key";
+		pargv[n++] = (char *)o->key;
+	}
+	pargv[n++] = "--timeout-ms";
+	pargv[n++] = tmo;
+	pargv[n++] = "--prepare-timeout-ms";
+	pargv[n++] = pmo;
+	pargv[n++] = path;
+	pargv[n] = NULL;
+	ret = locusctl_push_cluster(n, pargv);
+	unlink(path);
+	return ret;
+}
+
+int locusctl_rebalance_cluster(int argc, char **argv)
+{
+	struct locus_gracefit_window win = { 0 };
+	struct locus_error err = { 0 };
+	struct cluster_loads cl = { 0 };
+	struct locus_etcd *e = NULL;
+	struct copts o;
+	void *cur = NULL;
+	const void *pl;
+	size_t plen, cur_len = 0;
+	double *W = NULL;
+	uint64_t gen = 0, g;
+	int64_t rev;
+	uint32_t L, E;
+	int ret = 1;
+
+	if (parse(argc, argv, &o, 0) < 0 || o.interval <= 0) {
+		fprintf(stderr, "usage: locusctl rebalance --cluster --etcd URL[,URL] --interval S "
+				"[--count N] [--threshold 0.05] [--window N] [--decay D] [--every N] "
+				"[--max-moves M] [--cluster-id N] [--etcd-prefix P] [--etcd-cacert F "
+				"--etcd-cert F --etcd-key F] [--timeout-ms N] [--prepare-timeout-ms N] "
+				"[-o TABLE]\n");
+		return 2;
+	}
+	e = open_etcd(&o, &err);
+	if (!e || current(e, &o, 1, &gen, &rev, &err) < 0)
+		goto out;
+	if (!gen) {
+		locus_error_set(&err, ENOENT, "the cluster has no placement yet: push one with "
+				"push --cluster first");
+		goto out;
+	}
+	if (fetch_blob_mem(e, &o, 1, gen, &cur, &cur_len, &err) < 0 ||
+	    locus_grace_blob_check(cur, cur_len, &pl, &plen, &err) < 0)
+		goto out;
+	L = ((const struct locus_grace_dims *)pl)->n_layers;
+	E = ((const struct locus_grace_dims *)pl)->n_experts;
+	W = calloc((size_t)L * E, sizeof(*W));
+	if (!W || locus_gracefit_window_init(&win, L, E, (uint32_t)o.window, o.decay, &err) < 0) {
+		if (!W)
+			locus_error_set(&err, ENOMEM, "out of memory");
+		goto out;
+	}
+	if (cluster_loads_read(e, &o, &cl, L, E, W, 1, &err) < 0)
+		goto out;
+	printf("rebalancing the cluster's placement generation %" PRIu64 " (%u layers x %u "
+	       "experts) from the loads of %u node(s), every %.3g s\n", gen, L, E, cl.nodes_read,
+	       o.interval);
+	fflush(stdout);
+	signal(SIGINT, rb_on_signal);
+	signal(SIGTERM, rb_on_signal);
+	rb_stop = 0;
+	for (uint32_t round = 1; !rb_stop && (o.count == 0 || round <= o.count); round++) {
+		struct locus_gracefit_rebalance rp;
+		struct timespec ts = { .tv_sec = (time_t)o.interval,
+				       .tv_nsec = (long)((o.interval - (double)(time_t)o.interval) *
+							 1e9) };
+		void *blob = NULL;
+		size_t len;
+		double tot;
+		int rc;
+
+		while (nanosleep(&ts, &ts) && errno == EINTR && !rb_stop)
+			;
+		/* another push moved the placement: plan from the one in force */
+		if (current(e, &o, 1, &g, &rev, &err) < 0)
+			goto out;
+		if (g != gen) {
+			void *nb;
+			size_t nlen;
+			const void *npl;
+			size_t nplen;
+
+			if (fetch_blob_mem(e, &o, 1, g, &nb, &nlen, &err) < 0)
+				goto out;
+			if (locus_grace_blob_check(nb, nlen, &npl, &nplen, &err) < 0 ||
+			    ((const struct locus_grace_dims *)npl)->n_layers != L ||
+			    ((const struct locus_grace_dims *)npl)->n_experts != E) {
+				free(nb);
+				if (!err.msg[0])
+					locus_error_set(&err, LOCUS_ERANGE, "the cluster's placement "
+							"changed shape (generation %" PRIu64 ")", g);
+				goto out;
+			}
+			printf("rebalance %u: the cluster moved to placement generation %" PRIu64
+			       ": planning from it\n", round, g);
+			free(cur);
+			cur = nb;
+			cur_len = nlen;
+			pl = npl;
+			plen = nplen;
+			gen = g;
+		}
+		tot = cluster_loads_read(e, &o, &cl, L, E, W, 0, &err);
+		if (tot < 0)
+			goto out;
+		locus_gracefit_window_add(&win, W);
+		if (round % o.every)
+			continue;
+		tot = locus_gracefit_window_loads(&win, W);
+		if (tot == 0) {
+			printf("rebalance %u: no tokens counted in the window (%u node(s) publish "
+			       "loads)\n", round, cl.nodes_read);
+			fflush(stdout);
+			continue;
+		}
+		rc = locus_gracefit_rebalance_plan(pl, plen, W, (uint32_t)o.max_moves, &blob, &len,
+						   &rp, &err);
+		if (rc < 0)
+			goto out;
+		printf("rebalance %u: %.0f tokens from %u node(s) in the window (%u intervals), "
+		       "skew %.3f, refit %.3f (%.3f with every layer, %u moves): gain %.3f for %u "
+		       "moves, %u layers", round, tot, cl.nodes_read, win.n, rp.rho_now,
+		       rp.rho_after, rp.rho_full, rp.moves_full, rp.rho_now - rp.rho_after,
+		       rp.moves, rp.layers_changed);
+		if (!locus_gracefit_should_push(rp.rho_now, rp.rho_after, o.threshold)) {
+			printf(": below the %.1f%% threshold, kept\n", o.threshold * 100);
+			fflush(stdout);
+			free(blob);
+			continue;
+		}
+		printf(": pushing to the cluster\n");
+		fflush(stdout);
+		if (rb_push(&o, blob, len, &err) != 0) {
+			if (err.msg[0])
+				goto out;
+			printf("rebalance %u: not committed; the placement in force stays the base\n",
+			       round);
+			fflush(stdout);
+			free(blob);
+			continue;
+		}
+		if (o.out && locus_tbl_write_file(o.out, blob, len, &err) < 0) {
+			free(blob);
+			goto out;
+		}
+		free(blob); /* the next round reads the committed one from etcd */
+	}
+	ret = 0;
+out:
+	if (err.msg[0])
+		fprintf(stderr, "locusctl: %s\n", err.msg);
+	free(W);
+	free(cur);
+	cluster_loads_free(&cl);
+	locus_gracefit_window_free(&win);
 	locus_etcd_close(e);
 	return ret;
 }

@@ -228,6 +228,53 @@ int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int 
 	return 0;
 }
 
+/* ---- this node's loads ---- */
+
+static void on_loads_put(void *arg, const struct locus_etcd_resp *r)
+{
+	struct locus_cluster *c = arg;
+
+	c->pr.loads_busy = 0;
+	if (r->status < 0) {
+		c->st.etcd_errors++;
+		return;
+	}
+	c->st.reports++;
+}
+
+int locus_cluster_publish_loads(struct locus_cluster *c, const void *buf, size_t len)
+{
+	struct cluster_prepare *p = &c->pr;
+	void *copy;
+
+	if (len > LOCUS_CLUSTER_LOADS_MAX)
+		return -LOCUS_ERANGE;
+	if (p->loads_busy)
+		return -EBUSY; /* the last one is still on its way: the next period's goes */
+	copy = malloc(len ? len : 1);
+	if (!copy)
+		return -ENOMEM;
+	memcpy(copy, buf, len);
+	free(p->loads);
+	p->loads = copy;
+	p->loads_len = len;
+	p->loads_dirty = 1;
+	return 0;
+}
+
+static void put_loads(struct locus_cluster *c)
+{
+	struct cluster_prepare *p = &c->pr;
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_PUT, .key = p->loads_key,
+				    .value = p->loads, .len = p->loads_len, .lease = c->lease };
+
+	c->st.etcd_requests++;
+	if (locus_etcd_op(c->e, &op, on_loads_put, c, NULL) == 0) {
+		p->loads_busy = 1;
+		p->loads_dirty = 0;
+	}
+}
+
 /* ---- which generation every member plans with ---- */
 
 static void on_report_kv(struct locus_cluster *c, const struct locus_etcd_kv *kv, int deleted)
@@ -323,6 +370,8 @@ void cluster_prepare_init(struct locus_cluster *c, const char *base)
 	snprintf(p->rep.key, sizeof(p->rep.key), "%sreports/grace/", base);
 	snprintf(p->blob, sizeof(p->blob), "%stables/blob/grace/", base);
 	snprintf(p->acks, sizeof(p->acks), "%stables/acks/grace/", base);
+	snprintf(p->loads_key, sizeof(p->loads_key), "%sstats/expert_tokens/%u", base,
+		 c->self.node);
 }
 
 void cluster_prepare_poll(struct locus_cluster *c)
@@ -336,6 +385,8 @@ void cluster_prepare_poll(struct locus_cluster *c)
 		fetch(c);
 	if (p->ack_dirty && !p->ack_busy && c->lease)
 		put_ack(c);
+	if (p->loads_dirty && !p->loads_busy && c->lease)
+		put_loads(c);
 	oldest = oldest_planned(c);
 	if (oldest > p->oldest_told) {
 		p->oldest_told = oldest;
@@ -349,6 +400,8 @@ void cluster_prepare_rejoined(struct locus_cluster *c)
 	/* an acknowledgement went with the old lease: write it again under the new one */
 	if (c->pr.ack_gen)
 		c->pr.ack_dirty = 1;
+	if (c->pr.loads)
+		c->pr.loads_dirty = 1;
 }
 
 void cluster_prepare_close(struct locus_cluster *c)
@@ -358,6 +411,8 @@ void cluster_prepare_close(struct locus_cluster *c)
 	locus_etcd_watch_cancel(p->prep.w);
 	locus_etcd_watch_cancel(p->rep.w);
 	p->prep.w = p->rep.w = NULL;
+	free(p->loads);
+	p->loads = NULL;
 	free(p->plan_node);
 	free(p->plan_gen);
 	p->plan_node = NULL;

@@ -71,6 +71,11 @@ struct cluster_prepare {
 	uint64_t *plan_gen;
 	uint32_t n_plan, cap_plan;
 	uint64_t oldest_told;
+	/* this node's loads, written under stats/expert_tokens/<node> while dirty */
+	char loads_key[300];
+	void *loads;
+	size_t loads_len;
+	uint8_t loads_dirty, loads_busy;
 };
 
 struct member {

@@ -85,6 +85,7 @@ void locus_config_defaults(struct locus_config *cfg)
 	cfg->nodes[0].rail[0] = (struct locus_cfg_addr){ cfg->nodes[0].ipv4, cfg->nodes[0].port };
 	strcpy(cfg->etcd_prefix, "/locus");
 	cfg->etcd_lease_s = 5;
+	cfg->etcd_loads_s = 5;
 }
 
 static int parse_u64(struct cfg_parser *p, const char *key, const char *v, uint64_t lo,
@@ -579,6 +580,8 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 	}
 	if (!strcmp(k, "etcd_lease_s"))
 		return parse_u32(p, k, v, 2, 3600, &c->etcd_lease_s);
+	if (!strcmp(k, "etcd_loads_s"))
+		return parse_u32(p, k, v, 0, 3600, &c->etcd_loads_s);
 	if (!strcmp(k, "nodes")) {
 		p->line_nodes = p->line;
 		return parse_u32(p, k, v, 1, LOCUS_CFG_MAX_NODES, &c->n_nodes);

@@ -32,7 +32,7 @@ $(eval $(call LIBRARY,rails,dataplane/rails.c))
 $(eval $(call LIBRARY,rail_devs,dataplane/rail_devs.c,verbs_core common))
 # cluster membership through etcd: node records, leases, the watch
 $(eval $(call LIBRARY,cluster,dataplane/cluster.c dataplane/cluster_record.c \
-	dataplane/cluster_tables.c dataplane/cluster_prepare.c,etcd common,jansson))
+	dataplane/cluster_tables.c dataplane/cluster_prepare.c,etcd cluster_loads common,jansson))
 # client buffer regions on every rail: a registration per rail, gather or copy per rail
 $(eval $(call LIBRARY,rail_mr,dataplane/rail_mr.c))
 

@@ -46,6 +46,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "locus_cluster_loads.h"
 #include "locus_err.h"
 
 #define LOCUS_CLUSTER_MAX_RAILS   8
@@ -179,6 +180,13 @@ int locus_cluster_report(struct locus_cluster *c, unsigned kind, uint64_t genera
  */
 int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int status,
 			      uint32_t ranks, const char *reason);
+
+/*
+ * Publish this node's loads (a sealed buffer as above, copied) under its
+ * lease; written from the agent's next pass, again after a rejoin. 0, or
+ * -ENOMEM / -LOCUS_ERANGE (too large).
+ */
+int locus_cluster_publish_loads(struct locus_cluster *c, const void *buf, size_t len);
 
 /* Nodes with a record now, this one included when it is a member. */
 uint32_t locus_cluster_n_members(const struct locus_cluster *c);

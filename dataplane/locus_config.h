@@ -83,6 +83,7 @@
  *   etcd_cert       = /etc/locus/etcd.pem       # certificate and key
  *   etcd_key        = /etc/locus/etcd.key
  *   etcd_lease_s    = 5                # a stopped node leaves within this
+ *   etcd_loads_s    = 5                # expert loads published this often (0 off)
  *   nodes           = 4                # node ids 0..nodes-1
  */
 #ifndef LOCUS_CONFIG_H
@@ -183,6 +184,7 @@ struct locus_config {
 	char     etcd_cert[LOCUS_CFG_PATH_MAX];
 	char     etcd_key[LOCUS_CFG_PATH_MAX];
 	uint32_t etcd_lease_s;                    /* 2..3600 */
+	uint32_t etcd_loads_s;                    /* 0 (off), 1..3600 */
 };
 
 /* Fill cfg with the defaults (one node, 4 GPUs, shared-memory tiers). */

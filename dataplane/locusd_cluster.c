@@ -25,7 +25,8 @@ enum {
 	CC_STATE, CC_MEMBERS, CC_REQUESTS, CC_ERRORS, CC_JOINS, CC_REFUSALS, CC_LEASE_LOST,
 	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_TABLES_SEEN,
 	CC_TABLES_ADOPTED, CC_TABLES_REFUSED, CC_PREPARED, CC_PREPARE_ACKED, CC_PREPARE_REFUSED,
-	CC_PREPARE_GONE, CC_PLACEMENT_STAGED, CC_PLACEMENT_GEN, CC_PLACEMENT_FREE_BELOW, CC_N
+	CC_PREPARE_GONE, CC_PLACEMENT_STAGED, CC_PLACEMENT_GEN, CC_PLACEMENT_FREE_BELOW,
+	CC_LOADS_PUBLISHED, CC_N
 };
 
 static const struct {
@@ -84,6 +85,9 @@ static const struct {
 	[CC_PLACEMENT_FREE_BELOW] = { "cluster_placement_free_below", "every member plans with "
 				      "this generation or a later one: the ranks may free older "
 				      "weights", LOCUS_CTR_GAUGE },
+	[CC_LOADS_PUBLISHED] = { "cluster_loads_published", "times this node's expert loads "
+				 "went to etcd for a rebalance of the cluster (etcd_loads_s)",
+				 LOCUS_CTR_COUNTER },
 };
 
 /* A cluster table on its way into this node's channel. */
@@ -116,6 +120,12 @@ struct locusd_cluster {
 	uint64_t free_below;
 	uint64_t files[4];           /* placement files written beside the sockets */
 	uint64_t prepared, prep_acked, prep_refused, prep_gone;
+	/* this node's expert loads, published for a rebalance of the cluster */
+	int tok_idx;                 /* expert_tokens, -1: not found yet */
+	uint64_t *tok, *tok_sent;
+	struct locus_cluster_loads_hdr *loads;
+	uint64_t loads_at_ms, loads_seq, loads_boot;
+	uint64_t loads_published;
 };
 
 static uint64_t mono_ms(void)
@@ -229,31 +239,46 @@ static void push_pending(struct locusd_cluster *lc)
 	}
 }
 
+static void unlink_placement(struct locusd_cluster *lc, unsigned i)
+{
+	char path[256], sfx[40];
+
+	snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, lc->files[i]);
+	if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) == 0)
+		unlink(path);
+	lc->files[i] = 0;
+}
+
 /*
  * Keep the blob of placement gen beside the sockets, where rank clients read
- * it (locus_client_placement_table), and drop the files of generations that
- * are neither staged nor in force.
+ * it (locus_client_placement_table). A file goes once a newer generation is
+ * in force here; with every slot taken by newer ones (aborted changes), the
+ * oldest that is neither staged, in force nor on its way in makes room.
  */
 static void placement_file(struct locusd_cluster *lc, uint64_t gen, const void *blob, size_t len)
 {
 	char path[256], sfx[40];
 	struct locus_error err = { 0 };
-	unsigned slot = 0;
+	uint64_t busy = lc->pend[LOCUS_TABLE_CH_GRACE].gen;
+	int slot = -1, old = -1;
 
 	for (unsigned i = 0; i < 4; i++) {
 		if (lc->files[i] == gen)
 			return;
-		if (lc->files[i] && lc->files[i] != lc->staged && lc->files[i] != lc->plan_gen) {
-			snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, lc->files[i]);
-			if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) == 0)
-				unlink(path);
-			lc->files[i] = 0;
-		}
+		if (lc->files[i] && lc->files[i] < lc->plan_gen && lc->files[i] != busy)
+			unlink_placement(lc, i);
 		if (!lc->files[i])
-			slot = i;
+			slot = (int)i;
+		else if (lc->files[i] != lc->staged && lc->files[i] != lc->plan_gen &&
+			 lc->files[i] != busy && (old < 0 || lc->files[i] < lc->files[old]))
+			old = (int)i;
+	}
+	if (slot < 0 && old >= 0) {
+		unlink_placement(lc, (unsigned)old);
+		slot = old;
 	}
 	snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, gen);
-	if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) < 0 ||
+	if (slot < 0 || locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) < 0 ||
 	    locus_tbl_write_file(path, blob, len, &err) < 0) {
 		fprintf(stderr, "locusd: cluster: placement generation %" PRIu64 " not written "
 			"for the ranks: %s\n", gen, err.msg[0] ? err.msg : path);
@@ -264,16 +289,9 @@ static void placement_file(struct locusd_cluster *lc, uint64_t gen, const void *
 
 static void unlink_placement_files(struct locusd_cluster *lc)
 {
-	char path[256], sfx[40];
-
-	for (unsigned i = 0; i < 4; i++) {
-		if (!lc->files[i])
-			continue;
-		snprintf(sfx, sizeof(sfx), ".placement.%" PRIu64, lc->files[i]);
-		if (locus_shm_run_path(lc->cfg->instance, sfx, path, sizeof(path)) == 0)
-			unlink(path);
-		lc->files[i] = 0;
-	}
+	for (unsigned i = 0; i < 4; i++)
+		if (lc->files[i])
+			unlink_placement(lc, i);
 }
 
 static void prepare_refused(struct locusd_cluster *lc, uint64_t gen, int status,
@@ -380,6 +398,60 @@ ack:
 		mono_ms() - lc->staged_ms);
 }
 
+/*
+ * Every etcd_loads_s: this node's expert_tokens (summed over its engines),
+ * cut to the smallest box of layers and experts that holds every count,
+ * published under its lease when it changed.
+ */
+static void publish_loads(struct locusd_cluster *lc)
+{
+	struct locus_counters *ctr = locus_node_counters(lc->node);
+	const struct locus_ctr_info *in;
+	uint32_t L = 0, E = 0, stride;
+	uint64_t now = mono_ms();
+	size_t len;
+
+	if (!lc->cfg->etcd_loads_s || now < lc->loads_at_ms)
+		return;
+	lc->loads_at_ms = now + (uint64_t)lc->cfg->etcd_loads_s * 1000;
+	if (lc->tok_idx < 0 && (lc->tok_idx = locus_counters_find(ctr, "expert_tokens")) < 0)
+		return;
+	in = locus_counters_info(ctr, (uint32_t)lc->tok_idx);
+	if (!in || in->ndims != 2)
+		return;
+	stride = in->dim[1];
+	if (!lc->tok) {
+		lc->tok = calloc(in->n_elems, sizeof(*lc->tok));
+		lc->tok_sent = calloc(in->n_elems, sizeof(*lc->tok_sent));
+		lc->loads = malloc(sizeof(*lc->loads) + (size_t)in->n_elems * sizeof(uint64_t));
+		if (!lc->tok || !lc->tok_sent || !lc->loads)
+			return;
+	}
+	if (locus_counters_sum(ctr, (uint32_t)lc->tok_idx, lc->tok, in->n_elems) < 0 ||
+	    !memcmp(lc->tok, lc->tok_sent, in->n_elems * sizeof(*lc->tok)))
+		return;
+	for (uint32_t l = 0; l < in->dim[0]; l++)
+		for (uint32_t e = 0; e < stride; e++)
+			if (lc->tok[(size_t)l * stride + e]) {
+				L = l + 1;
+				E = e + 1 > E ? e + 1 : E;
+			}
+	if (!L)
+		return;
+	*lc->loads = (struct locus_cluster_loads_hdr){
+		.magic = LOCUS_CLUSTER_LOADS_MAGIC, .node = lc->cfg->node_id, .n_layers = L,
+		.n_experts = E, .boot = lc->loads_boot, .seq = ++lc->loads_seq,
+	};
+	for (uint32_t l = 0; l < L; l++)
+		memcpy((uint64_t *)(lc->loads + 1) + (size_t)l * E, lc->tok + (size_t)l * stride,
+		       E * sizeof(uint64_t));
+	len = sizeof(*lc->loads) + (size_t)L * E * sizeof(uint64_t);
+	if (locus_cluster_publish_loads(lc->c, lc->loads, len) == 0) {
+		memcpy(lc->tok_sent, lc->tok, in->n_elems * sizeof(*lc->tok));
+		lc->loads_published++;
+	}
+}
+
 static void on_table(void *arg, unsigned kind, uint64_t gen, const void *blob, size_t len,
 		     const struct locus_error *why)
 {
@@ -442,6 +514,7 @@ int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net
 	lc->cfg = cfg;
 	lc->net = net;
 	lc->push = push;
+	lc->tok_idx = -1;
 	p.self.node = cfg->node_id;
 	p.self.cluster = cfg->cluster_id;
 	p.self.gpus = cfg->gpus_per_node;
@@ -453,6 +526,7 @@ int locusd_cluster_create(const struct locus_config *cfg, struct locusd_net *net
 	while (!p.self.boot)
 		if (getrandom(&p.self.boot, sizeof(p.self.boot), 0) != sizeof(p.self.boot))
 			p.self.boot = (uint64_t)getpid() << 32 ^ (uint64_t)mono_ms();
+	lc->loads_boot = p.self.boot;
 	if (gethostname(p.self.host, sizeof(p.self.host)) < 0)
 		snprintf(p.self.host, sizeof(p.self.host), "?");
 	p.self.host[sizeof(p.self.host) - 1] = 0;
@@ -502,6 +576,7 @@ static void sync_counters(struct locusd_cluster *lc)
 		[CC_PREPARE_REFUSED] = lc->prep_refused, [CC_PREPARE_GONE] = lc->prep_gone,
 		[CC_PLACEMENT_STAGED] = lc->staged, [CC_PLACEMENT_GEN] = lc->plan_gen,
 		[CC_PLACEMENT_FREE_BELOW] = lc->free_below,
+		[CC_LOADS_PUBLISHED] = lc->loads_published,
 	};
 
 	for (unsigned i = 0; i < CC_N; i++)
@@ -513,6 +588,8 @@ void locusd_cluster_poll(struct locusd_cluster *lc)
 	push_pending(lc);
 	locus_cluster_poll(lc->c, mono_ms());
 	placement_slots(lc);
+	if (lc->node)
+		publish_loads(lc);
 	sync_counters(lc);
 }
 
@@ -551,5 +628,8 @@ void locusd_cluster_destroy(struct locusd_cluster *lc)
 	for (unsigned k = 0; k < LOCUS_CLUSTER_TABLE_KINDS; k++)
 		free(lc->pend[k].blob);
 	unlink_placement_files(lc);
+	free(lc->tok);
+	free(lc->tok_sent);
+	free(lc->loads);
 	free(lc);
 }

@@ -14,6 +14,8 @@
 # every rank acknowledged, aborted when one does not, a locusctl killed between
 # the phases settled by the next push (aborted, then completed), a local
 # placement push refused, older weights released once every node moved on.
+# rebalance --cluster: every dispatched token counted once from the loads the
+# node publishes in etcd, and a better placement pushed in two phases.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${BUILD:-build}/bin
@@ -39,8 +41,7 @@ conf() {
 instance = $1
 eal_args = -l 0 --no-huge --no-pci -m 64
 idle_sleep_max_us = 100
-client_slots = 4
-stage_size = 65536
+client_slots = 12
 table_slot_size = 65536
 [cluster]
 id = 42
@@ -48,6 +49,7 @@ nodes = 1
 node.0 = 127.0.0.1:7471
 etcd = $ETCD_URL
 etcd_lease_s = 2
+etcd_loads_s = 1
 CONF
 	if [ -n "${2:-}" ]; then
 		printf 'etcd_cacert = %s\netcd_cert = %s\netcd_key = %s\n' "$ETCD_CA" "$ETCD_CERT" \
@@ -139,7 +141,7 @@ ranks_bg() { # ranks_bg LOG SECONDS [--hold R]: the rank clients, attached befor
 	rpid=$!
 	pids+=($rpid)
 	for ((i = 0; i < 100; i++)); do
-		[ "$(grep -c attached "$1")" = 4 ] && return 0
+		[ "$(grep -sc attached "$1")" = 4 ] && return 0
 		sleep 0.05
 	done
 	fail "the rank clients did not attach: $(cat "$1")"
@@ -222,6 +224,40 @@ done
 	fail "the ranks did not release: $(cat "$tmp/r3.log")"
 kill $rpid 2>/dev/null; wait $rpid 2>/dev/null || true
 
+# 1d. rebalance --cluster: the node publishes its expert loads under its lease every
+# second while rank traffic runs; locusctl sums every member's, refits the placement
+# in force and, when that gains, pushes it in two phases
+# the base: a placement fitted on a few prompts only, so the live loads can do better
+head -n 6 tests/data/calib_sample.jsonl > "$tmp/few.jsonl"
+"$B/locusctl" fit --grace --trace "$tmp/few.jsonl" --nodes 1 --gpus 4 --capacity 20 \
+	--replica-budget 4 -o "$tmp/gfew.tbl" > /dev/null 2>&1 || fail "fit --grace on a few prompts"
+"${CTL[@]}" push "${CL[@]}" "$tmp/gfew.tbl" > /dev/null || fail "push of the few-prompt placement"
+"${CTL[@]}" rebalance "${CL[@]}" --interval 1 --threshold 0 --prepare-timeout-ms 5000 \
+	> "$tmp/rb.out" 2>&1 &
+rbp=$!
+pids+=($rbp)
+for ((i = 0; i < 100; i++)); do grep -sq rebalancing "$tmp/rb.out" && break; sleep 0.05; done
+"$B/locus-loadgen" -i ca --trace tests/data/calib_sample.jsonl --decoders 4 --ranks 4 \
+	--requests 20 --batches 1000 --tokens 16 --seconds 60 > "$tmp/lg.out" 2>&1 ||
+	fail "loadgen under rebalance --cluster: $(tail -5 "$tmp/lg.out")"
+sleep 3.5 # two more loads periods: the last counts reach etcd and a round
+kill -TERM $rbp
+wait $rbp || fail "rebalance --cluster exited $?: $(cat "$tmp/rb.out")"
+out=$(cat "$tmp/rb.out")
+echo "$out" | sed 's/^/# /'
+case "$out" in *"rebalancing the cluster's placement generation 8"*) ;;
+	*) fail "rebalance --cluster said: $out" ;; esac
+# every dispatched (token, expert) pair is counted once, summed over the rounds
+want=$(awk '/^dispatch:/ { print $2 * $5 * $8 * substr($11, 5) }' "$tmp/lg.out")
+got=$(awk '/^rebalance [0-9]+: [0-9]+ tokens from/ { n += $3 } END { print n + 0 }' <<<"$out")
+[ -n "$want" ] && [ "$want" -gt 0 ] && [ "$got" = "$want" ] ||
+	fail "rebalance --cluster counted $got tokens, the ranks dispatched $want: $out"
+[ "$(stat ca cluster_loads_published)" -gt 0 ] || fail "no loads published"
+if echo "$out" | grep -q 'pushing to the cluster'; then
+	echo "$out" | grep -q 'committed placement generation 9' || fail "the rebalance was not committed: $out"
+	[ "$(stat ca cluster_placement_generation)" -ge 9 ] || fail "not on the rebalanced placement"
+fi
+
 # 2. a second locusd with node id 0 (another instance): refused at start, naming the holder
 if "$B/locusd" -c "$(conf cb)" > "$tmp/b.log" 2>&1; then
 	fail "a second node 0 was accepted: $(cat "$tmp/b.log")"
@@ -299,4 +335,4 @@ grep -q 'etcd unreachable.*SSL' "$tmp/t2.log" || fail "no reason for the TLS fai
 kill -TERM $pt
 wait $pt || true
 etcd_stop
-echo "test_cluster_locusd: record under a lease, cluster tables adopted and refused, placements in two phases (committed, aborted, killed push settled), duplicate id refused, etcd down and back, restart in ${ms} ms with the cluster table, clean leave, TLS ok"
+echo "test_cluster_locusd: record under a lease, cluster tables adopted and refused, placements in two phases (committed, aborted, killed push settled), rebalance --cluster, duplicate id refused, etcd down and back, restart in ${ms} ms with the cluster table, clean leave, TLS ok"
