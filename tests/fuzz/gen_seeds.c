@@ -304,7 +304,7 @@ static size_t rows_msg(uint8_t *out, uint32_t n, uint16_t k, int in_place)
 				      .flags = in_place ? LOCUS_ROWS_IN_PLACE : 0, .chunk = 0,
 				      .n_chunks = 1,
 				      .rows_off = in_place ? 4096 : locus_rows_msg_rows_off(n, k),
-				      .batch_id = 7 };
+				      .batch_id = 7, .placement_gen = k ? 5 : 0 };
 	for (uint32_t j = 0; j < n; j++) {
 		locus_rows_refs(out)[j] = (struct locus_row_ref){ .token = j, .kmask = 1 };
 		for (uint32_t i = 0; i < k; i++)

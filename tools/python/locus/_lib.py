@@ -135,7 +135,7 @@ class RowsHdr(Structure):
     _fields_ = [("magic", c_uint32), ("layer", c_uint16), ("top_k", c_uint16),
                 ("n_rows", c_uint32), ("row_bytes", c_uint32), ("flags", c_uint32),
                 ("chunk", c_uint16), ("n_chunks", c_uint16), ("rows_off", c_uint64),
-                ("batch_id", c_uint64)]
+                ("batch_id", c_uint64), ("placement_gen", c_uint64)]
 
 
 class ClientDispatchReq(Structure):
@@ -159,7 +159,7 @@ class ClientRows(Structure):
 
 
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
-_SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 40, RowRef: 8,
+_SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
           ClientRows: 80}
 
