@@ -360,7 +360,11 @@ struct locus_client_rows {
  * lie in our stage and come from our own rank) and describe it in out.
  * The pointers stay valid until out->slot is released. 0, or -EINVAL
  * (another op), -LOCUS_ERANGE / -LOCUS_EPROTO (not a rows message in our
- * inbox); err says which. The slot must be released either way.
+ * inbox); err says which. -LOCUS_ESTALEPLACEMENT: a RESULTS_IN saying rank
+ * out->src_rank refused our rows of batch out->batch_id, planned under a
+ * placement generation it does not hold (err names it); out has no rows,
+ * and that batch's rows to that rank are lost. The slot must be released
+ * either way.
  */
 int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			 struct locus_client_rows *out, struct locus_error *err);
