@@ -305,7 +305,10 @@ struct locus_client_dispatch_req {
  * rows must stay untouched until the completion (status 0, count =
  * destination ranks, aux = rows sent, dests = their mask; or -LOCUS_EFULL
  * when a destination's inbox had no room: nothing was delivered, submit
- * again), and the rows until our own ROWS_IN was read (same GPU: in place).
+ * again; -LOCUS_ESTALEPLACEMENT when a rank of this node does not hold the
+ * placement generation the batch was planned under: nothing was delivered;
+ * a rank of another node refuses with a RESULTS_IN, locus_client_rows_in),
+ * and the rows until our own ROWS_IN was read (same GPU: in place).
  */
 int locus_client_dispatch(struct locus_client *c, uint64_t off,
 			  const struct locus_client_dispatch_req *r, uint64_t batch_id,

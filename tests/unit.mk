@@ -43,6 +43,8 @@ $(eval $(call TEST,test_isolation,tests/test_isolation.c tests/node_tables.c \
 	$(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_twonode,tests/test_twonode.c tests/twonode_harness.c \
 	$(NODE_TEST_SRCS),node config))
+$(eval $(call TEST,test_placement_gen,tests/test_placement_gen.c tests/twonode_harness.c \
+	$(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c \
 	$(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_regions,tests/test_regions.c $(NODE_TEST_SRCS),node config))
