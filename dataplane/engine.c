@@ -214,7 +214,9 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	e->dec = zalloc_aligned(sizeof(*e->dec) * p->dims.max_decoders);
 	e->rank_slot = zalloc_aligned(sizeof(*e->rank_slot) * e->n_ranks);
 	e->seq = zalloc_aligned(sizeof(*e->seq) * e->n_ranks);
-	if (!e->cmds || !e->cl || !e->dec || !e->rank_slot || !e->seq || engine_regions_alloc(e))
+	e->refused = zalloc_aligned(sizeof(*e->refused) * e->n_ranks);
+	if (!e->cmds || !e->cl || !e->dec || !e->rank_slot || !e->seq || !e->refused ||
+	    engine_regions_alloc(e))
 		goto err_free;
 	ret = engine_cross_init(e, err);
 	if (ret < 0)
@@ -343,6 +345,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	free(e->dec);
 	free(e->rank_slot);
 	free(e->seq);
+	free(e->refused);
 	engine_cross_fini(e);
 	free(e);
 }

@@ -60,6 +60,9 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->rej_peer_down },
 		{ "rejected_bad_release", "inbox releases naming no message", LOCUS_CTR_COUNTER, 0,
 		  0, 0, 0, 0, &o->rej_bad_release },
+		{ "rejected_placement", "rows refused: planned under a placement generation the rank "
+		  "does not hold, by reason (0 below its floor, 1 above its ack)", LOCUS_CTR_COUNTER,
+		  1, LOCUS_ENGINE_PLACEMENT_N_REASONS, 0, "reason", 0, &o->rej_placement },
 		{ "dispatch_batches", "dispatch batches submitted", LOCUS_CTR_COUNTER, 0, 0, 0, 0,
 		  0, &o->dispatch_batches },
 		{ "combine_batches", "combine batches submitted", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,

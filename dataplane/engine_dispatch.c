@@ -12,6 +12,11 @@
  * all; with remote destinations it completes when the transport finished
  * every send, with the first error if any (engine_remote.c).
  *
+ * Every DISPATCH message carries the placement generation its batch was
+ * planned under. A rank of this node that takes part in placement changes
+ * and does not hold that generation fails the whole batch in phase 1
+ * (-LOCUS_ESTALEPLACEMENT); a rank of another node is checked there.
+ *
  * A request's rows may lie in a registered buffer region instead of the
  * stage (LOCUS_DESC_F_REGION): the same-GPU tier hands them over in place,
  * intra-node tiers copy from locusd's mapping of the region, and messages to
@@ -347,10 +352,29 @@ static void count_tier(struct locus_engine *e, int op, enum locus_grace_tier t, 
 	locus_counter_add_elem(e->blk, e->c.msgs, i, 1);
 }
 
+/*
+ * A rank of this node that takes part in placement changes must hold the
+ * placement generation gen the batch was planned under (the same GPU's
+ * hand-over in place included); another node's engine checks its own
+ * ranks. 0, or -LOCUS_ESTALEPLACEMENT counted by reason.
+ */
+static int dest_holds_placement(struct locus_engine *e, const struct dest_plan *q, uint64_t gen)
+{
+	int why;
+
+	if (q->remote)
+		return 0;
+	why = engine_placement_refusal(&e->cl[q->client], gen);
+	if (why < 0)
+		return 0;
+	locus_counter_add_elem(e->blk, e->c.rej_placement, (uint32_t)why, 1);
+	return -LOCUS_ESTALEPLACEMENT;
+}
+
 /* Phase 1 for every destination of the plan; on failure nothing stays reserved. */
 static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank, int nd,
 		       uint32_t top_k, uint32_t row_bytes, const struct rows_src *src,
-		       uint32_t *n_res, int *any_remote)
+		       uint64_t gen, uint32_t *n_res, int *any_remote)
 {
 	const struct locus_grace_plan *p = &e->plan;
 	int ret = 0;
@@ -361,6 +385,8 @@ static int reserve_all(struct locus_engine *e, uint32_t slot, uint32_t src_rank,
 		uint32_t n_rows = p->dest_start[i + 1] - p->dest_start[i];
 
 		ret = target_of(e, slot, src_rank, p->dest[i], top_k, row_bytes, n_rows, q);
+		if (ret == 0)
+			ret = dest_holds_placement(e, q, gen);
 		if (ret == 0)
 			ret = src_reaches(e, src, q);
 		if (ret == 0)
@@ -387,7 +413,7 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 			      const struct dest_plan *q, uint32_t k, uint32_t nr, uint32_t r0,
 			      const struct locus_grace_plan *p, const uint16_t *experts,
 			      const float *gates, const struct rows_src *src, int copy_rows,
-			      uint32_t src_rank, uint32_t rank, uint32_t seq)
+			      uint32_t src_rank, uint32_t rank, uint32_t seq, uint64_t gen)
 {
 	struct locus_rows_hdr *h = locus_rows_hdr_of(msg);
 	struct locus_row_ref *refs = locus_rows_refs(msg);
@@ -404,7 +430,7 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 				     : 0,
 		.chunk = (uint16_t)k, .n_chunks = (uint16_t)q->n_chunks,
 		.rows_off = q->in_place ? rq->rows_off : locus_rows_msg_rows_off(nr, rq->top_k),
-		.batch_id = rq->batch_id,
+		.batch_id = rq->batch_id, .placement_gen = gen,
 	};
 	memset((uint8_t *)mx, 0, locus_ids_bytes(nr, rq->top_k));
 	for (uint32_t j = 0; j < nr; j++) {
@@ -427,6 +453,7 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	struct locus_dispatch_req rq;
 	struct locus_grace_batch b;
 	struct locus_grace_plan_state *plan_st;
+	const struct engine_placement *pl = e->place;
 	const struct locus_grace_map *map;
 	struct rows_src src;
 	const uint16_t *experts;
@@ -446,14 +473,14 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	ret = rows_source(e, slot, d, &src);
 	if (ret < 0)
 		goto out;
-	if (!e->place) {
+	if (!pl) {
 		ret = -LOCUS_ESTATE;
 		engine_count(e, e->c.rej_no_table);
 		goto out;
 	}
 	/* the placement of the rank's EP group (the only group of a single table) */
-	map = e->place->map[e->place->group_of_rank[c->rank]];
-	plan_st = e->place->st[e->place->group_of_rank[c->rank]];
+	map = pl->map[pl->group_of_rank[c->rank]];
+	plan_st = pl->st[pl->group_of_rank[c->rank]];
 	memcpy(&rq, c->buf + d->off, sizeof(rq));
 	body = private_body(e, c->buf + d->off + sizeof(rq), d->len - sizeof(rq));
 	ret = body ? locus_dispatch_req_check(&rq, body, d->len, src.size, map->dims.n_layers,
@@ -475,7 +502,10 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 		engine_count(e, e->c.rej_bad_descriptor);
 		goto out;
 	}
-	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &src, &n_res, &any_remote);
+	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &src, pl->gen, &n_res,
+			  &any_remote);
+	if (ret == -LOCUS_ESTALEPLACEMENT)
+		goto out; /* counted with its reason */
 	if (ret < 0) {
 		engine_count(e, ret == -LOCUS_EPEERDOWN ? e->c.rej_peer_down
 			     : ret == -EOPNOTSUPP ? e->c.rej_region_unmapped : e->c.rej_inbox_full);
@@ -507,7 +537,8 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			uint8_t *msg = msg_ptr(e, ri);
 
 			fill_dispatch_msg(msg, len, &rq, q, k, nr, r0, p, experts, gates,
-					  &src, !gather && !dma, c->rank, rank, e->seq[rank]++);
+					  &src, !gather && !dma, c->rank, rank, e->seq[rank]++,
+					  pl->gen);
 			if (gather) {
 				ret2 = send_from_region(e, ri, q, pidx, &src, rq.rows_off, rq.row_bytes,
 							p->rows, r0, nr,

@@ -249,6 +249,11 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 
 	if (locus_tbl_check(t, len, 0, &payload, &plen, NULL) < 0)
 		return -LOCUS_ERANGE;
+	/* a table stored under a cluster generation is known by it on every
+	 * node, so ranks compare the rows' generation with what they loaded;
+	 * a table pushed to this node alone has only the channel's */
+	if (h->generation)
+		gen = h->generation;
 	if (h->kind == LOCUS_TBL_GRACE) {
 		if (build_group(e, pl, 0, payload, plen, gen, &map_off, &st_off) < 0)
 			return -LOCUS_ERANGE;
@@ -275,6 +280,7 @@ int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64
 		pl->n_groups = sh->n_groups;
 		pl->is_set = 1;
 	}
+	pl->gen = gen;
 	e->pl_buf ^= 1;
 	e->place = pl;
 	if (!engine_primary(e)) /* the node's table: one engine's gauges say it */

@@ -85,12 +85,24 @@ struct dest_plan {
  * one group holding every rank.
  */
 struct engine_placement {
+	uint64_t gen;                              /* the placement generation rows carry */
 	uint32_t n_groups;
 	uint32_t is_set;                           /* came from a placement set */
 	uint16_t *group_of_rank;                   /* [n_ranks] */
 	struct locus_grace_map **map;              /* [pl_max_groups] into map_mem */
 	struct locus_grace_plan_state **st;        /* [pl_max_groups] into st_mem */
 	void *map_mem, *st_mem;
+};
+
+/*
+ * The last refusal sent to a source rank (engine_remote.c): a batch's
+ * messages to one rank arrive in order, chunk 0 first, so one refusal per
+ * (batch, destination) run is enough for the source to learn of it.
+ */
+struct engine_refusal {
+	uint64_t batch;
+	uint32_t dst_rank;
+	uint32_t sent;           /* a refusal went out for (batch, dst_rank) */
 };
 
 /* A decoder id's local state. */
@@ -153,6 +165,7 @@ struct locus_engine {
 	struct engine_decoder *dec;                /* [max_decoders] */
 	int32_t *rank_slot;                        /* [n_ranks] local client, -1 */
 	uint32_t *seq;                             /* [n_ranks] per destination */
+	struct engine_refusal *refused;            /* [n_ranks] by source rank */
 
 	/* tables */
 	struct locus_table_reader rd[LOCUS_TABLE_N_CHANNELS];
@@ -347,7 +360,11 @@ int engine_grace_alloc(struct locus_engine *e, const struct locus_grace_dims *ma
 void engine_grace_free(struct locus_engine *e);
 /* The GRACE channel's validator: a GRACE table or a placement set this node can hold. */
 int engine_grace_validate(const void *buf, size_t len, void *arg, struct locus_error *err);
-/* Build a validated table of generation gen into the spare buffer and switch: 0 or < 0. */
+/*
+ * Build a validated table of channel generation gen into the spare buffer
+ * and switch: 0 or < 0. Its rows carry the table header's generation when
+ * it has one, else gen.
+ */
 int engine_grace_adopt(struct locus_engine *e, const void *t, size_t len, uint64_t gen);
 
 /* engine_dispatch.c */
@@ -357,6 +374,24 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 static inline void engine_count(struct locus_engine *e, uint64_t off)
 {
 	locus_counter_inc(e->blk, off);
+}
+
+/*
+ * Whether client c may be handed rows planned under placement generation
+ * gen: a rank that takes part in placement changes (pl_acked != 0) holds
+ * the experts of [pl_floor, pl_acked] only; any other client takes every
+ * row. -1 to deliver, else the refusal's enum locus_engine_placement_reject.
+ * Two loads of words the client writes: the poll loop's price.
+ */
+static inline int engine_placement_refusal(const struct engine_client *c, uint64_t gen)
+{
+	uint64_t acked = __atomic_load_n(&c->ctl->pl_acked, __ATOMIC_ACQUIRE);
+
+	if (!acked)
+		return -1;
+	if (gen < __atomic_load_n(&c->ctl->pl_floor, __ATOMIC_ACQUIRE))
+		return LOCUS_ENGINE_PLACEMENT_OLD;
+	return gen > acked ? LOCUS_ENGINE_PLACEMENT_NEW : -1;
 }
 
 #endif /* LOCUS_ENGINE_PRIV_H */

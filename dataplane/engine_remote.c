@@ -3,6 +3,11 @@
  * Inter-node side of the engine: requests waiting on remote sends and
  * messages arriving from other nodes (decoder loads: engine_load.c).
  *
+ * DISPATCH rows for a local rank that does not hold the placement
+ * generation they were planned under are dropped, and the source rank is
+ * told with a refusal: a COMBINE of no rows with LOCUS_ROWS_REFUSED, sent
+ * back from here like any COMBINE (no request of ours waits on it).
+ *
  * A request whose bytes leave the node is completed when the transport has
  * finished every send it needed (RDMA completion), with the first error if
  * any: the client still gets exactly one completion. Across nodes a dispatch
@@ -22,6 +27,8 @@
  * (locus_relay.h) to name the engine in.
  */
 #define COOKIE_GEN_MASK 0xffffffu
+/* the cookie of a send no request waits on (a refusal): no pending index */
+#define COOKIE_NO_REQUEST 0xffffffffu
 
 uint64_t engine_cookie(const struct locus_engine *e, int idx)
 {
@@ -148,6 +155,11 @@ void locus_engine_remote_done(struct locus_engine *e, uint64_t cookie, int statu
 {
 	uint32_t idx = (uint32_t)cookie;
 
+	if (cookie == COOKIE_NO_REQUEST) {
+		if (status < 0)
+			engine_count(e, e->c.remote_send_errors);
+		return;
+	}
 	if (idx >= e->n_pend || (e->pend[idx].gen & COOKIE_GEN_MASK) != (uint32_t)(cookie >> 32) ||
 	    e->pend[idx].outstanding == 0)
 		return; /* not ours (a transport bug): never complete twice */
@@ -257,9 +269,84 @@ static int deliver_local(struct locus_engine *e, int32_t slot, const struct arri
 	return engine_deliver(e, (uint32_t)slot, &out);
 }
 
+/*
+ * Tell the source of a refused DISPATCH message a (from node) that its rows
+ * to a->m.dst_rank were refused: a COMBINE of no rows with
+ * LOCUS_ROWS_REFUSED, for the same batch, echoing the refused generation.
+ * Once per (batch, destination): the batch's later chunks are refused
+ * without a word. 0, or -LOCUS_EFULL (nothing sent: the arrival is to be
+ * handed again), or another code (no way to the source's node).
+ */
+static int send_refusal(struct locus_engine *e, uint32_t node, const struct arrival_hdrs *a)
+{
+	struct engine_refusal *last = &e->refused[a->m.src_rank];
+	size_t len = locus_rows_msg_len(0, 0, 0, 0);
+	uint8_t *msg;
+	int ret;
+
+	if (last->sent && last->batch == a->rows.batch_id && last->dst_rank == a->m.dst_rank)
+		return 0;
+	msg = e->rt->alloc(e->rt->ctx, len);
+	if (!msg)
+		return -LOCUS_EFULL;
+	memset(msg, 0, len);
+	locus_msg_hdr_init((struct locus_msg_hdr *)msg, LOCUS_MSG_COMBINE,
+			   (uint32_t)(len - sizeof(struct locus_msg_hdr)), a->rows.batch_id,
+			   a->m.dst_rank, a->m.src_rank, e->seq[a->m.src_rank]);
+	*locus_rows_hdr_of(msg) = (struct locus_rows_hdr){
+		.magic = LOCUS_ROWS_MAGIC, .layer = a->rows.layer, .flags = LOCUS_ROWS_REFUSED,
+		.n_chunks = 1, .rows_off = locus_rows_msg_rows_off(0, 0),
+		.batch_id = a->rows.batch_id, .placement_gen = a->rows.placement_gen,
+	};
+	ret = e->rt->send(e->rt->ctx, node, msg, len, COOKIE_NO_REQUEST);
+	if (ret < 0) {
+		e->rt->free(e->rt->ctx, msg);
+		return ret;
+	}
+	e->seq[a->m.src_rank]++;
+	locus_counter_add_elem(e->blk, e->c.remote_msgs_out, node, 1);
+	locus_counter_add_elem(e->blk, e->c.remote_bytes_out, node, len);
+	*last = (struct engine_refusal){ .batch = a->rows.batch_id, .dst_rank = a->m.dst_rank,
+					 .sent = 1 };
+	return 0;
+}
+
+/*
+ * A DISPATCH message a (from node) for a local rank that takes part in
+ * placement changes and does not hold the generation it was planned under:
+ * dropped, counted by reason, its source told (send_refusal). Returns 0 to
+ * deliver it, -LOCUS_EFULL to hand it again later (the refusal could not go
+ * out now), or -LOCUS_ESTALEPLACEMENT when it was refused.
+ */
+static int remote_rows_placement(struct locus_engine *e, uint32_t node,
+				 const struct arrival_hdrs *a, int32_t slot)
+{
+	int why, ret;
+
+	if (a->m.type != LOCUS_MSG_DISPATCH)
+		return 0;
+	/* a batch's messages to a rank start with chunk 0: a batch id used
+	 * again is a new batch, and its first refusal must go out */
+	if (!a->rows.chunk)
+		e->refused[a->m.src_rank].sent = 0;
+	if (slot < 0 || !e->cl[slot].active || e->cl[slot].broken)
+		return 0; /* a missing receiver is deliver_local's refusal */
+	why = engine_placement_refusal(&e->cl[slot], a->rows.placement_gen);
+	if (why < 0)
+		return 0;
+	ret = send_refusal(e, node, a);
+	if (ret == -LOCUS_EFULL)
+		return ret;
+	if (ret < 0)
+		engine_count(e, e->c.remote_send_errors);
+	locus_counter_add_elem(e->blk, e->c.rej_placement, (uint32_t)why, 1);
+	return -LOCUS_ESTALEPLACEMENT;
+}
+
 int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *msg, size_t len)
 {
 	struct arrival_hdrs a;
+	int32_t slot;
 	int ret;
 
 	if (node >= e->p.dims.n_nodes || node == e->p.dims.node_id) {
@@ -284,11 +371,13 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 		ret = remote_rows_check(e, &a, node, len);
 		if (ret < 0)
 			goto bad;
-		ret = deliver_local(e, e->rank_slot[a.m.dst_rank], &a,
-				    sizeof(a.m) + sizeof(a.rows), msg, len,
-				    a.m.type == LOCUS_MSG_DISPATCH ? LOCUS_OP_ROWS_IN
-								   : LOCUS_OP_RESULTS_IN,
-				    a.rows.batch_id, a.rows.layer, a.m.src_rank);
+		slot = e->rank_slot[a.m.dst_rank];
+		ret = remote_rows_placement(e, node, &a, slot);
+		if (ret == 0)
+			ret = deliver_local(e, slot, &a, sizeof(a.m) + sizeof(a.rows), msg, len,
+					    a.m.type == LOCUS_MSG_DISPATCH ? LOCUS_OP_ROWS_IN
+									   : LOCUS_OP_RESULTS_IN,
+					    a.rows.batch_id, a.rows.layer, a.m.src_rank);
 		if (ret == -LOCUS_ERANGE)
 			goto bad;
 		break;
@@ -302,7 +391,8 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 		return ret;
 	locus_counter_add_elem(e->blk, e->c.remote_msgs_in, node, 1);
 	locus_counter_add_elem(e->blk, e->c.remote_bytes_in, node, len);
-	if (ret < 0)
+	/* a placement refusal is counted with its reason */
+	if (ret < 0 && ret != -LOCUS_ESTALEPLACEMENT)
 		engine_count(e, e->c.remote_undeliverable);
 	return ret;
 bad:

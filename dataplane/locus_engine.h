@@ -43,6 +43,7 @@ struct locus_engine_ctr {
 	uint64_t decoder_load, decoder_up;         /* gauges [max_decoders] */
 	uint64_t rej_bad_signature, rej_no_decoder, rej_no_table, rej_inbox_full;
 	uint64_t rej_bad_descriptor, rej_peer_down, rej_bad_release;
+	uint64_t rej_placement;                    /* [enum locus_engine_placement_reject] */
 	uint64_t dispatch_batches, combine_batches;
 	uint64_t rows, bytes, msgs;                /* [op 2][tier 3] */
 	uint64_t dispatch_ns, combine_ns;          /* histograms */
@@ -100,6 +101,17 @@ enum locus_engine_blocks_reject {
 	LOCUS_ENGINE_BLOCKS_COUNTS    = 3, /* counts over the block's tokens or top-k bound */
 	LOCUS_ENGINE_BLOCKS_SIGNATURE = 4, /* the tail signature's header */
 	LOCUS_ENGINE_BLOCKS_N_REASONS
+};
+
+/*
+ * Why rows were refused to a rank that takes part in placement changes: the
+ * index of rejected_placement. The rank holds the experts of the generations
+ * [pl_floor, pl_acked] of its control line only.
+ */
+enum locus_engine_placement_reject {
+	LOCUS_ENGINE_PLACEMENT_OLD = 0, /* planned under a generation below its floor */
+	LOCUS_ENGINE_PLACEMENT_NEW = 1, /* ... above the last one it acknowledged */
+	LOCUS_ENGINE_PLACEMENT_N_REASONS
 };
 
 /* Shapes the engine and its counters are sized for. */

@@ -154,6 +154,19 @@ int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 	if ((m->type == LOCUS_MSG_DISPATCH) != (d->op == LOCUS_OP_ROWS_IN))
 		return locus_error_set(err, LOCUS_EPROTO, "inbox slot %u: a message of type %u "
 				       "delivered as op %u", d->slot, m->type, d->op);
+	/* a refusal is an error for the batch, never rows: a caller that only
+	 * looks at n_rows must not take it for an empty answer */
+	if (h->flags & LOCUS_ROWS_REFUSED) {
+		*out = (struct locus_client_rows){
+			.op = d->op, .layer = h->layer, .n_chunks = 1, .slot = d->slot,
+			.src_rank = m->src_rank, .batch_id = h->batch_id,
+		};
+		return locus_error_set(err, LOCUS_ESTALEPLACEMENT, "rank %u refused our rows of "
+				       "batch %llu: they were planned under placement generation "
+				       "%llu, which it does not hold", m->src_rank,
+				       (unsigned long long)h->batch_id,
+				       (unsigned long long)h->placement_gen);
+	}
 	/* the control line leads our slot, the buffer (stage first) follows it */
 	ctl = (const struct locus_client_ctl *)(stage - v->buf_off);
 	in_place = !!(h->flags & LOCUS_ROWS_IN_PLACE);

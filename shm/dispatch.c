@@ -107,16 +107,30 @@ int locus_rows_hdrs_check(const struct locus_msg_hdr *m, const struct locus_rows
 		return locus_error_set(err, LOCUS_ETRUNCATED, "rows message of %zu bytes", len);
 	if (h->magic != LOCUS_ROWS_MAGIC)
 		return locus_error_set(err, LOCUS_EBADMAGIC, "rows header magic 0x%08x", h->magic);
-	if ((h->flags & ~(uint32_t)(LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) ||
-	    (h->flags & (LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) == LOCUS_ROWS_IN_REGION)
-		return locus_error_set(err, LOCUS_EPROTO, "rows flags 0x%x", h->flags);
+	if ((h->flags & ~(uint32_t)(LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION |
+				    LOCUS_ROWS_REFUSED)) ||
+	    (h->flags & (LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) == LOCUS_ROWS_IN_REGION ||
+	    ((h->flags & LOCUS_ROWS_REFUSED) &&
+	     (h->flags != LOCUS_ROWS_REFUSED || m->type != LOCUS_MSG_COMBINE)))
+		return locus_error_set(err, LOCUS_EPROTO, "rows flags 0x%x for message type %u",
+				       h->flags, m->type);
 	if ((m->type == LOCUS_MSG_DISPATCH) != (h->top_k != 0) || h->top_k > LOCUS_MAX_TOPK)
 		return locus_error_set(err, LOCUS_ERANGE, "top_k %u for message type %u", h->top_k,
 				       m->type);
-	if (h->n_rows == 0 || h->row_bytes == 0 || h->row_bytes > LOCUS_MAX_ROW_BYTES ||
-	    h->chunk >= h->n_chunks)
+	if (h->flags & LOCUS_ROWS_REFUSED) {
+		/* a refusal carries the batch and the generation, never a row */
+		if (h->n_rows || h->row_bytes || h->chunk || h->n_chunks != 1)
+			return locus_error_set(err, LOCUS_ERANGE, "refusal with %u rows of %u "
+					       "bytes, chunk %u/%u", h->n_rows, h->row_bytes,
+					       h->chunk, h->n_chunks);
+	} else if (h->n_rows == 0 || h->row_bytes == 0 || h->row_bytes > LOCUS_MAX_ROW_BYTES ||
+		   h->chunk >= h->n_chunks) {
 		return locus_error_set(err, LOCUS_ERANGE, "rows header: %u rows of %u bytes, chunk %u/%u",
 				       h->n_rows, h->row_bytes, h->chunk, h->n_chunks);
+	} else if (m->type == LOCUS_MSG_COMBINE && h->placement_gen) {
+		return locus_error_set(err, LOCUS_EPROTO, "combine rows with placement generation "
+				       "%llu", (unsigned long long)h->placement_gen);
+	}
 	in_place = !!(h->flags & LOCUS_ROWS_IN_PLACE);
 	if ((uint64_t)h->n_rows * sizeof(struct locus_row_ref) > len ||
 	    len != locus_rows_msg_len(h->n_rows, h->top_k, h->row_bytes, in_place))

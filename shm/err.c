@@ -23,6 +23,8 @@ static const char *const locus_errnames[LOCUS_E_END - LOCUS_E_BASE] = {
 	[LOCUS_EPROTO - LOCUS_E_BASE] = "protocol error",
 	[LOCUS_EPARSE - LOCUS_E_BASE] = "parse error",
 	[LOCUS_ESTATE - LOCUS_E_BASE] = "wrong state",
+	[LOCUS_ESTALEPLACEMENT - LOCUS_E_BASE] =
+		"rows planned under a placement the rank does not hold",
 };
 
 const char *locus_strerror(int code)

@@ -305,7 +305,10 @@ struct locus_client_dispatch_req {
  * rows must stay untouched until the completion (status 0, count =
  * destination ranks, aux = rows sent, dests = their mask; or -LOCUS_EFULL
  * when a destination's inbox had no room: nothing was delivered, submit
- * again), and the rows until our own ROWS_IN was read (same GPU: in place).
+ * again; -LOCUS_ESTALEPLACEMENT when a rank of this node does not hold the
+ * placement generation the batch was planned under: nothing was delivered;
+ * a rank of another node refuses with a RESULTS_IN, locus_client_rows_in),
+ * and the rows until our own ROWS_IN was read (same GPU: in place).
  */
 int locus_client_dispatch(struct locus_client *c, uint64_t off,
 			  const struct locus_client_dispatch_req *r, uint64_t batch_id,
@@ -360,7 +363,11 @@ struct locus_client_rows {
  * lie in our stage and come from our own rank) and describe it in out.
  * The pointers stay valid until out->slot is released. 0, or -EINVAL
  * (another op), -LOCUS_ERANGE / -LOCUS_EPROTO (not a rows message in our
- * inbox); err says which. The slot must be released either way.
+ * inbox); err says which. -LOCUS_ESTALEPLACEMENT: a RESULTS_IN saying rank
+ * out->src_rank refused our rows of batch out->batch_id, planned under a
+ * placement generation it does not hold (err names it); out has no rows,
+ * and that batch's rows to that rank are lost. The slot must be released
+ * either way.
  */
 int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			 struct locus_client_rows *out, struct locus_error *err);

@@ -18,7 +18,8 @@
  *
  * Rows message (in the receiver's inbox, one or more consecutive slots):
  *   struct locus_msg_hdr           type DISPATCH or COMBINE, id = batch id
- *   struct locus_rows_hdr
+ *   struct locus_rows_hdr          (LOCUS_ROWS_REFUSED: nothing follows but
+ *                                  the padding to rows_off)
  *   struct locus_row_ref refs[n_rows]
  *   DISPATCH only: u16 experts[n_rows][top_k] (padded to 4), f32 gates[n_rows][top_k]
  *   rows at rows_off from the message start (64-byte aligned), row j at
@@ -76,6 +77,13 @@ enum locus_rows_flags {
 	/* with IN_PLACE: rows_off is in the registered region the delivering
 	 * descriptor names (LOCUS_DESC_F_REGION), not in the stage */
 	LOCUS_ROWS_IN_REGION = 1u << 1,
+	/*
+	 * COMBINE only, with no rows and no other flag: the receiving rank
+	 * (src_rank) refused the source's DISPATCH rows of batch batch_id,
+	 * planned under placement_gen, a placement it does not hold; it got
+	 * none of that message's rows
+	 */
+	LOCUS_ROWS_REFUSED   = 1u << 2,
 };
 
 struct locus_rows_hdr {
@@ -91,7 +99,8 @@ struct locus_rows_hdr {
 	uint64_t batch_id;
 	uint64_t placement_gen; /* DISPATCH: the placement generation the rows were
 				 * planned under (the table header's generation, else
-				 * the node's channel generation); COMBINE: 0 */
+				 * the node's channel generation); COMBINE: 0, or with
+				 * LOCUS_ROWS_REFUSED the refused generation */
 };
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_dispatch_req) == 32, "dispatch request header");
@@ -190,7 +199,9 @@ int locus_combine_req_check(const struct locus_combine_req *hdr, const struct lo
  * message header (type DISPATCH or COMBINE), rows header, exact sizes, refs
  * (kmask within top_k bits for DISPATCH). A message with
  * LOCUS_ROWS_IN_PLACE must name rows inside stage_size (the region's length
- * with LOCUS_ROWS_IN_REGION).
+ * with LOCUS_ROWS_IN_REGION). Rows come one or more to a message, except in
+ * a refusal: a COMBINE with LOCUS_ROWS_REFUSED alone, no rows, row_bytes 0,
+ * chunk 0 of 1. Another COMBINE carries placement_gen 0.
  */
 int locus_rows_msg_check(const void *msg, size_t len, uint32_t n_ranks, uint64_t stage_size,
 			 struct locus_error *err);

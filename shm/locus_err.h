@@ -31,6 +31,7 @@ enum locus_errcode {
 	LOCUS_EPROTO,         /* protocol violation by a peer or client */
 	LOCUS_EPARSE,         /* malformed text input (JSON, config) */
 	LOCUS_ESTATE,         /* object in the wrong state for the operation */
+	LOCUS_ESTALEPLACEMENT, /* rows planned under a placement the rank does not hold */
 	LOCUS_E_END
 };
 

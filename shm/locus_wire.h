@@ -18,7 +18,7 @@
 #include "locus_err.h"
 
 #define LOCUS_MSG_MAGIC   0x4d53434cu /* "LCSM" */
-#define LOCUS_MSG_VERSION 1u
+#define LOCUS_MSG_VERSION 2u
 
 enum locus_msg_type {
 	LOCUS_MSG_SIGNATURE = 1, /* request header + expert signature (ELDR) */

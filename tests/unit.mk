@@ -14,6 +14,7 @@ $(eval $(call TEST,test_counters,tests/test_counters.c,counters))
 $(eval $(call TEST,test_eldr_sig,tests/test_eldr_sig.c,formats))
 $(eval $(call TEST,test_graceset,tests/test_graceset.c tests/graceset_util.c,formats))
 $(eval $(call TEST,test_blocks,tests/test_blocks.c,formats))
+$(eval $(call TEST,test_rows_msg,tests/test_rows_msg.c,wire))
 $(eval $(call TEST,test_client,tests/test_client.c $(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_client_death,tests/test_client_death.c $(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_client_dispatch,tests/test_client_dispatch.c tests/node_tables.c \
@@ -41,6 +42,8 @@ $(eval $(call TEST,test_client_race,tests/test_client_race.c tests/node_tables.c
 $(eval $(call TEST,test_isolation,tests/test_isolation.c tests/node_tables.c \
 	$(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_twonode,tests/test_twonode.c tests/twonode_harness.c \
+	$(NODE_TEST_SRCS),node config))
+$(eval $(call TEST,test_placement_gen,tests/test_placement_gen.c tests/twonode_harness.c \
 	$(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_twonode_load,tests/test_twonode_load.c tests/twonode_harness.c \
 	$(NODE_TEST_SRCS),node config))

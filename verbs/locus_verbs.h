@@ -73,7 +73,10 @@
  * its own fresh nonce it has checked, and uses the peer's only then.
  */
 
-#define LOCUS_VERBS_PROTO_VERSION 2u
+/* moves with every layout the nodes exchange (LOCUS_MSG_VERSION and what
+ * follows the header): nodes of two layouts refuse each other here rather
+ * than drop each other's messages */
+#define LOCUS_VERBS_PROTO_VERSION 3u
 #define LOCUS_VERBS_SECRET_LEN    32u
 #define LOCUS_VERBS_NONCE_LEN     16u
 #define LOCUS_VERBS_MAC_LEN       32u  /* HMAC-SHA-256 */

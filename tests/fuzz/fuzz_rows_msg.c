@@ -4,7 +4,9 @@
  * or a client reading its inbox): locus_rows_msg_check. Input: a byte for
  * the rank count, a byte for the stage size (0: none, as the engine checks
  * arrivals from peers), then the message. Contract: an accepted message
- * keeps its headers' rules, and everything a receiver then reads (refs,
+ * keeps its headers' rules (rows, or a COMBINE refusal of none; a COMBINE
+ * with rows carries no placement generation), and everything a receiver
+ * then reads (refs,
  * expert ids, gates, rows in the message or in place in its stage) lies
  * inside the message or the stage; the reads themselves run here on an
  * exact-sized copy, so ASan sees any byte past it.
@@ -39,10 +41,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	FUZZ_CHECK(locus_msg_hdr_check(m, len, n_ranks) == 0, "message header");
 	FUZZ_CHECK(m->type == LOCUS_MSG_DISPATCH || m->type == LOCUS_MSG_COMBINE, "type %u",
 		   m->type);
-	FUZZ_CHECK(h->magic == LOCUS_ROWS_MAGIC && h->n_rows >= 1 && h->row_bytes >= 1 &&
-		   h->row_bytes <= LOCUS_MAX_ROW_BYTES && h->chunk < h->n_chunks &&
+	FUZZ_CHECK(h->magic == LOCUS_ROWS_MAGIC && h->chunk < h->n_chunks &&
 		   (m->type == LOCUS_MSG_DISPATCH) == (h->top_k != 0) && h->top_k <= LOCUS_MAX_TOPK,
 		   "an accepted rows header breaks its rules");
+	if (h->flags & LOCUS_ROWS_REFUSED)
+		FUZZ_CHECK(m->type == LOCUS_MSG_COMBINE && h->flags == LOCUS_ROWS_REFUSED &&
+			   !h->n_rows && !h->row_bytes && h->n_chunks == 1,
+			   "an accepted refusal breaks its rules");
+	else
+		FUZZ_CHECK(h->n_rows >= 1 && h->row_bytes >= 1 &&
+			   h->row_bytes <= LOCUS_MAX_ROW_BYTES &&
+			   (m->type == LOCUS_MSG_DISPATCH || !h->placement_gen),
+			   "accepted rows break their rules");
 	FUZZ_CHECK(len == locus_rows_msg_len(h->n_rows, h->top_k, h->row_bytes, in_place),
 		   "length");
 	for (uint32_t i = 0; i < h->n_rows; i++) {

@@ -304,7 +304,7 @@ static size_t rows_msg(uint8_t *out, uint32_t n, uint16_t k, int in_place)
 				      .flags = in_place ? LOCUS_ROWS_IN_PLACE : 0, .chunk = 0,
 				      .n_chunks = 1,
 				      .rows_off = in_place ? 4096 : locus_rows_msg_rows_off(n, k),
-				      .batch_id = 7 };
+				      .batch_id = 7, .placement_gen = k ? 5 : 0 };
 	for (uint32_t j = 0; j < n; j++) {
 		locus_rows_refs(out)[j] = (struct locus_row_ref){ .token = j, .kmask = 1 };
 		for (uint32_t i = 0; i < k; i++)
@@ -327,6 +327,23 @@ static void messages(void)
 		s.n += rows_msg(s.b + s.n, 3, v < 2 ? 2 : 0, v & 1);
 		put("rows_msg", names[v], s.b, s.n);
 	}
+	/* a rank's refusal of rows planned under a placement it does not hold */
+	s.n = 0;
+	b8(&s, 3);
+	b8(&s, 0);
+	{
+		size_t len = locus_rows_msg_len(0, 0, 0, 0);
+		struct locus_rows_hdr *h = locus_rows_hdr_of(s.b + s.n);
+
+		memset(s.b + s.n, 0, len);
+		locus_msg_hdr_init((struct locus_msg_hdr *)(s.b + s.n), LOCUS_MSG_COMBINE,
+				   (uint32_t)(len - sizeof(struct locus_msg_hdr)), 7, 1, 0, 0);
+		*h = (struct locus_rows_hdr){ .magic = LOCUS_ROWS_MAGIC, .flags = LOCUS_ROWS_REFUSED,
+					      .n_chunks = 1, .rows_off = locus_rows_msg_rows_off(0, 0),
+					      .batch_id = 7, .placement_gen = 6 };
+		s.n += len;
+	}
+	put("rows_msg", "combine-refused", s.b, s.n);
 }
 
 /* ---- text seeds ------------------------------------------------------------------------ */

@@ -238,7 +238,7 @@ static struct locus_verbs_pdata sample_pdata(unsigned kind)
 static void test_pdata_layout(void **state)
 {
 	/* the first 16 bytes written out by hand (little-endian, see locus_verbs.h) */
-	static const uint8_t head[16] = { 0x02, 0x00, 0x01, 0x00, 0x44, 0x33, 0x22, 0x11,
+	static const uint8_t head[16] = { 0x03, 0x00, 0x01, 0x00, 0x44, 0x33, 0x22, 0x11,
 					  0x06, 0x05, 0x08, 0x07, 0x00, 0x00, 0x00, 0x00 };
 	uint8_t b[LOCUS_VERBS_PDATA_MAX];
 	(void)state;
@@ -344,7 +344,7 @@ static struct locus_verbs_hello sample_hello(void)
 static void test_hello_encoding(void **state)
 {
 	static const uint8_t head[24] = {
-		0x02, 0x00, 0x03, 0x0e, 0x06, 0x05, 0x00, 0x01, 0xd4, 0xc3, 0xb2, 0xa1,
+		0x03, 0x00, 0x03, 0x0e, 0x06, 0x05, 0x00, 0x01, 0xd4, 0xc3, 0xb2, 0xa1,
 		0x00, 0x00, 0x00, 0x00, 0x00, 0x50, 0x34, 0x12, 0x00, 0x7f, 0x00, 0x00,
 	};
 	struct locus_verbs_hello h = sample_hello(), q;
@@ -370,7 +370,7 @@ static void test_hello_encoding(void **state)
 	b[0] = 1;
 	assert_int_equal(locus_verbs_hello_decode(b, 56, LOCUS_VERBS_HELLO_A, &q, NULL),
 			 -LOCUS_EVERSION);
-	b[0] = 2;
+	b[0] = LOCUS_VERBS_PROTO_VERSION;
 	/* the passive side's hello is not the active side's */
 	assert_int_equal(locus_verbs_hello_decode(b, 56, LOCUS_VERBS_HELLO_P, &q, &err),
 			 -LOCUS_EPROTO);

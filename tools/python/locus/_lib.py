@@ -22,7 +22,7 @@ ERROR_NAMES = {
     1004: "LOCUS_EWORLDWRITABLE", 1005: "LOCUS_EFOREIGN", 1006: "LOCUS_ECRC",
     1007: "LOCUS_ERANGE", 1008: "LOCUS_ENAN", 1009: "LOCUS_EFULL", 1010: "LOCUS_ENODEST",
     1011: "LOCUS_EPEERDOWN", 1012: "LOCUS_EAUTH", 1013: "LOCUS_EPROTO",
-    1014: "LOCUS_EPARSE", 1015: "LOCUS_ESTATE",
+    1014: "LOCUS_EPARSE", 1015: "LOCUS_ESTATE", 1016: "LOCUS_ESTALEPLACEMENT",
 }
 globals().update({name: code for code, name in ERROR_NAMES.items()})
 ERRMSG_MAX = 256
@@ -53,7 +53,7 @@ HIST_WORDS = HIST_BUCKET0 + HIST_BUCKETS
 MSG_SIGNATURE, MSG_DISPATCH, MSG_COMBINE = 1, 2, 3
 DISPATCH_MAGIC, COMBINE_MAGIC, ROWS_MAGIC = 0x52505344, 0x52424d43, 0x53574f52
 MAX_TOPK, MAX_ROW_BYTES = 32, 1 << 20
-ROWS_IN_PLACE, ROWS_IN_REGION = 1, 2
+ROWS_IN_PLACE, ROWS_IN_REGION, ROWS_REFUSED = 1, 2, 4
 
 
 class Error(Structure):
@@ -135,7 +135,7 @@ class RowsHdr(Structure):
     _fields_ = [("magic", c_uint32), ("layer", c_uint16), ("top_k", c_uint16),
                 ("n_rows", c_uint32), ("row_bytes", c_uint32), ("flags", c_uint32),
                 ("chunk", c_uint16), ("n_chunks", c_uint16), ("rows_off", c_uint64),
-                ("batch_id", c_uint64)]
+                ("batch_id", c_uint64), ("placement_gen", c_uint64)]
 
 
 class Placement(Structure):
@@ -165,7 +165,7 @@ class ClientRows(Structure):
 
 
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
-_SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 40, RowRef: 8,
+_SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
           ClientRows: 80, Placement: 48}
 

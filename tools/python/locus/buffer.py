@@ -154,6 +154,7 @@ class Buffer:
         self._done = {}            # (op, id, peer) -> completion desc
         self._retry = []           # [(time, key)] requests to submit again
         self._abandoned = set()    # batches whose call failed: nothing submitted again
+        self._refused = {}         # batch -> LocusError: a rank refused our rows of it
         self._slot_bytes = client.inbox_slot_size
         self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
         self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
@@ -272,6 +273,9 @@ class Buffer:
         m, err = _lib.ClientRows(), _lib.Error()
         ret = lib.locus_client_rows_in(self.client._c, ctypes.byref(d), ctypes.byref(m),
                                        ctypes.byref(err))
+        if ret == -_lib.LOCUS_ESTALEPLACEMENT:
+            self._refusal(d, m, ret, err.text())
+            return
         if ret < 0:
             self.client._release_slot(d.slot)
             raise from_code(ret, err.text() or None, what="rows message")
@@ -316,6 +320,23 @@ class Buffer:
             self._copy_out(r)
         self._msgs.setdefault(key, []).append(r)
 
+    def _refusal(self, d, m, ret, text):
+        """Rank m.src_rank refused this rank's rows of batch m.batch_id: they were
+        planned under a placement generation it does not hold. The dispatch or
+        combine of that batch raises it (never rows: the batch lost them)."""
+        msg = lib.locus_client_inbox(self.client._c, ctypes.byref(d))
+        gen = _lib.RowsHdr.from_address(msg + ctypes.sizeof(_lib.MsgHdr)).placement_gen
+        self.client._release_slot(m.slot)
+        b = m.batch_id
+        if b in self._abandoned:
+            return
+        e = from_code(ret, text or f"rank {m.src_rank} refused the rows of batch {b} planned "
+                      f"under placement generation {gen}", what=f"dispatch of batch {b}")
+        e.batch, e.rank, e.generation = b, m.src_rank, gen
+        self._refused.setdefault(b, e)
+        while len(self._refused) > 64:  # batches nobody combines any more
+            del self._refused[next(iter(self._refused))]
+
     def _copy_out(self, r):
         """Copy a held message out of the inbox and hand its slot back."""
         r.refs = r.refs.copy()
@@ -339,11 +360,16 @@ class Buffer:
         off = addr - self._base
         return self._buf[off:off + nbytes]
 
-    def _wait(self, done, deadline, what):
+    def _wait(self, done, deadline, what, batch=None):
         # no spinning: the ranks of a group waiting here may share a core (threads, or
         # processes on one CPU), and the rank that holds it up would be starved
         last = time.monotonic()
-        while not done():
+        while True:
+            if batch in self._refused:
+                # some of the batch's rows never reached their rank: no wait ends well
+                raise self._refused.pop(batch)
+            if done():
+                return
             if self._poll() == 0:
                 now = time.monotonic()
                 if self._held_bytes and now - last > _SPILL_S:
@@ -388,6 +414,7 @@ class Buffer:
         (locusd answered them already: their stage ranges go back now); those in flight
         give theirs back at their completions."""
         self._abandoned.add(batch)
+        self._refused.pop(batch, None)
         keep = []
         for t, k in self._retry:
             if k[1] & ~_NOTIFY != batch:
@@ -481,7 +508,8 @@ class Buffer:
                 dests, rows_sent = self._dispatch_send(raw, ids, w, layer, experts, batch,
                                                        tokens, k, row_bytes, deadline)
                 self._notify(batch, dests, layer, deadline)
-                self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}")
+                self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}",
+                           batch)
                 h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch,
                                  experts)
                 h[3]._owner = self
@@ -519,7 +547,7 @@ class Buffer:
             return ret, err.text()
         # e16 / g32 / req live in this frame: a resubmission (inbox full) rewrites them
         self._submit(key, submit, off, nbytes, deadline)
-        self._wait(lambda: key in self._done, deadline, f"dispatch of batch {batch}")
+        self._wait(lambda: key in self._done, deadline, f"dispatch of batch {batch}", batch)
         d = self._take_done(key, f"dispatch of batch {batch}")
         return d.dests, d.aux
 
@@ -655,7 +683,7 @@ class Buffer:
                 keys = self._combine_send(handle, row_bytes, deadline)
                 self._wait(lambda: all(k in self._done for k in keys) and
                            self._results_in(handle), deadline,
-                           f"combine of batch {handle.batch}")
+                           f"combine of batch {handle.batch}", handle.batch)
                 for key in keys:
                     self._take_done(key, f"combine of batch {handle.batch} to rank {key[2]}")
                 out = self._sum(handle, raw, dtname)

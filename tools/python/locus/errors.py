@@ -17,6 +17,8 @@ _REASONS = {
     _lib.LOCUS_ESTATE: "no table is in use (push one with locusctl push)",
     _lib.LOCUS_EFULL: "the receiver's inbox or ring is full",
     _lib.LOCUS_EPEERDOWN: "the receiver is not attached or its node is down",
+    _lib.LOCUS_ESTALEPLACEMENT: "a receiving rank does not hold the placement generation the "
+                                "rows were planned under (a placement change is under way)",
     _lib.LOCUS_EBADMAGIC: "the request's header is not one locusd knows",
     _lib.LOCUS_EVERSION: "the request's format version is not locusd's",
     _lib.LOCUS_ETRUNCATED: "the request's shape or length does not match the table in use",

@@ -5,6 +5,7 @@ attachment each) dispatch, run their experts and combine; the content is
 checked against the same MoE layer computed in plain numpy, never against
 this package's output. Refusals submit nothing (locusd's dispatch_batches
 does not move)."""
+import ctypes
 import os
 import threading
 
@@ -275,6 +276,56 @@ def test_group_and_table_refusals(ep_daemon, fresh, attach):
                    np.ones((2, 1), np.float32), 0)
     assert isinstance(e.value, ValueError)
     assert batches(b) == (0, 0)
+
+
+def test_rows_header_layout():
+    """The rows header as the C library lays it out: 48 bytes, the placement generation at
+    byte 40, and the refusal's error known by name."""
+    from locus import _lib
+    assert ctypes.sizeof(_lib.RowsHdr) == 48
+    assert _lib.RowsHdr.placement_gen.offset == 40
+    assert _lib.ROWS_REFUSED == 4
+    assert _lib.ERROR_NAMES[_lib.LOCUS_ESTALEPLACEMENT] == "LOCUS_ESTALEPLACEMENT"
+    assert "placement" in _lib.strerror(-_lib.LOCUS_ESTALEPLACEMENT)
+
+
+def hold_generations(client, floor, acked):
+    """What a rank taking part in placement changes writes in its control line (struct
+    locus_client_ctl: pl_acked at byte 80, pl_floor at 88): it holds [floor, acked]."""
+    from locus import _lib
+    ctl = client._stage_base - _lib.lib.locus_client_region(client._c).contents.buf_off
+    ctypes.c_uint64.from_address(ctl + 88).value = floor
+    ctypes.c_uint64.from_address(ctl + 80).value = acked
+
+
+def test_placement_refused(ranks):
+    """Ranks that hold none of the generations the table's rows are planned under are
+    handed no rows: each rank's dispatch raises LOCUS_ESTALEPLACEMENT at once (every
+    destination is on this node), counted in rejected_placement; with pl_acked back to 0
+    the group dispatches and combines again."""
+    layers, experts = table(ranks[0])
+    w, xs, idx, gates = make_layer(7, experts, 16, 16, [6] * RANKS, 2)
+    with locus.Counters(ranks[0].client.instance) as c:
+        before = c.value("rejected_placement", 0)
+    for b in ranks:
+        hold_generations(b.client, 1 << 62, 1 << 62)
+    try:
+        errs = on_ranks(lambda r: pytest.raises(locus.LocusError, ranks[r].dispatch, xs[r],
+                                                idx[r], gates[r], 0))
+    finally:
+        for b in ranks:
+            hold_generations(b.client, 0, 0)
+    for e in errs:
+        assert e.value.name == "LOCUS_ESTALEPLACEMENT", str(e.value)
+        assert "placement generation" in str(e.value)
+    with locus.Counters(ranks[0].client.instance) as c:
+        assert c.value("rejected_placement", 0) == before + RANKS
+    got = on_ranks(lambda r: ranks[r].dispatch(xs[r], idx[r], gates[r], layer=0))
+    check_received(got, xs, idx, gates)
+    outs = on_ranks(lambda r: ranks[r].combine(experts_apply(w, *got[r][:3]), got[r][3]))
+    for r in range(RANKS):
+        np.testing.assert_allclose(outs[r], reference(w, xs[r], idx[r], gates[r]),
+                                   rtol=1e-4, atol=1e-4)
 
 
 def test_dispatch_waits_are_bounded(ranks):
