@@ -378,17 +378,19 @@ static inline void engine_count(struct locus_engine *e, uint64_t off)
 
 /*
  * Whether client c may be handed rows planned under placement generation
- * gen: a rank that takes part in placement changes (pl_acked != 0) holds
- * the experts of [pl_floor, pl_acked] only; any other client takes every
- * row. -1 to deliver, else the refusal's enum locus_engine_placement_reject.
- * Two loads of words the client writes: the poll loop's price.
+ * gen: a rank that takes part in placement changes (pl_part) holds the
+ * experts of [pl_floor, pl_acked] only, none before its first ack; any other
+ * client takes every row. -1 to deliver, else the refusal's enum
+ * locus_engine_placement_reject. Three loads of words the client writes:
+ * the poll loop's price.
  */
 static inline int engine_placement_refusal(const struct engine_client *c, uint64_t gen)
 {
-	uint64_t acked = __atomic_load_n(&c->ctl->pl_acked, __ATOMIC_ACQUIRE);
+	uint64_t acked;
 
-	if (!acked)
+	if (!__atomic_load_n(&c->ctl->pl_part, __ATOMIC_ACQUIRE))
 		return -1;
+	acked = __atomic_load_n(&c->ctl->pl_acked, __ATOMIC_ACQUIRE);
 	if (gen < __atomic_load_n(&c->ctl->pl_floor, __ATOMIC_ACQUIRE))
 		return LOCUS_ENGINE_PLACEMENT_OLD;
 	return gen > acked ? LOCUS_ENGINE_PLACEMENT_NEW : -1;

@@ -3,12 +3,12 @@
  * Placement generations on two nodes in one process (twonode_harness.c):
  * every DISPATCH message carries the generation its batch was planned
  * under (the table header's, else the source node's channel generation),
- * and a rank that takes part in placement changes (pl_acked != 0) is never
+ * and a rank that takes part in placement changes (pl_part) is never
  * handed rows of a generation outside its [pl_floor, pl_acked]. From its
  * own node the whole request fails with -LOCUS_ESTALEPLACEMENT; from
  * another node the source rank gets exactly one refusal per batch, which
  * locus_client_rows_in reports as an error, never as rows. Refusals are
- * counted by reason; a rank with pl_acked 0 gets everything.
+ * counted by reason; a rank that takes no part gets everything.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -91,6 +91,7 @@ static void hold_generations(struct locus_client *c, uint64_t floor, uint64_t ac
 
 	__atomic_store_n(&ctl->pl_floor, floor, __ATOMIC_RELEASE);
 	__atomic_store_n(&ctl->pl_acked, acked, __ATOMIC_RELEASE);
+	__atomic_store_n(&ctl->pl_part, acked ? 1u : 0u, __ATOMIC_RELEASE);
 }
 
 /* Dispatch T tokens, all on expert `expert` (rank expert / 2), as batch `batch`. */
@@ -211,7 +212,7 @@ static void test_rows_carry_the_generation(void **state)
  * of 3 and 6 the whole request refused (-LOCUS_ESTALEPLACEMENT), counted
  * by reason, nothing delivered. Rank 1 is on another engine than rank 0
  * with two engines a node; rank 0 dispatching to itself is the same GPU's
- * hand-over in place. pl_acked 0 takes everything.
+ * hand-over in place. A rank that takes no part takes everything.
  */
 static void test_local_ranks_refuse(void **state)
 {
@@ -312,7 +313,7 @@ static void expect_refusal(struct locus_client *c, uint64_t batch, uint32_t rank
  * Rank 3 (node 1) holding [4, 5], rows from rank 0 (node 0) through both
  * engines and the transport: 4 and 5 delivered; 3 and 6 dropped at node 1,
  * counted there by reason, and rank 0 gets its DISPATCH completion (the
- * send went) and exactly one refusal. pl_acked 0 takes everything.
+ * send went) and exactly one refusal. A rank that takes no part takes everything.
  */
 static void test_remote_rank_refuses(void **state)
 {

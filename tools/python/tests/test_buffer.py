@@ -291,17 +291,19 @@ def test_rows_header_layout():
 
 def hold_generations(client, floor, acked):
     """What a rank taking part in placement changes writes in its control line (struct
-    locus_client_ctl: pl_acked at byte 80, pl_floor at 88): it holds [floor, acked]."""
+    locus_client_ctl: pl_acked at byte 80, pl_floor at 88, pl_part at 96): it holds
+    [floor, acked]; acked 0 takes it out."""
     from locus import _lib
     ctl = client._stage_base - _lib.lib.locus_client_region(client._c).contents.buf_off
     ctypes.c_uint64.from_address(ctl + 88).value = floor
     ctypes.c_uint64.from_address(ctl + 80).value = acked
+    ctypes.c_uint32.from_address(ctl + 96).value = 1 if acked else 0
 
 
 def test_placement_refused(ranks):
     """Ranks that hold none of the generations the table's rows are planned under are
     handed no rows: each rank's dispatch raises LOCUS_ESTALEPLACEMENT at once (every
-    destination is on this node), counted in rejected_placement; with pl_acked back to 0
+    destination is on this node), counted in rejected_placement; taken out of placement changes again
     the group dispatches and combines again."""
     layers, experts = table(ranks[0])
     w, xs, idx, gates = make_layer(7, experts, 16, 16, [6] * RANKS, 2)
