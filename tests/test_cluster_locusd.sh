@@ -237,8 +237,10 @@ head -n 6 tests/data/calib_sample.jsonl > "$tmp/few.jsonl"
 rbp=$!
 pids+=($rbp)
 for ((i = 0; i < 100; i++)); do grep -sq rebalancing "$tmp/rb.out" && break; sleep 0.05; done
+# the ranks take part: every row is checked against what they acknowledged, so a row
+# planned under a placement a rank does not hold would fail the run
 "$B/locus-loadgen" -i ca --trace tests/data/calib_sample.jsonl --decoders 4 --ranks 4 \
-	--requests 20 --batches 1000 --tokens 16 --seconds 60 > "$tmp/lg.out" 2>&1 ||
+	--requests 20 --batches 5000 --tokens 16 --seconds 90 --placements > "$tmp/lg.out" 2>&1 ||
 	fail "loadgen under rebalance --cluster: $(tail -5 "$tmp/lg.out")"
 sleep 3.5 # two more loads periods: the last counts reach etcd and a round
 kill -TERM $rbp
@@ -253,8 +255,14 @@ got=$(awk '/^rebalance [0-9]+: [0-9]+ tokens from/ { n += $3 } END { print n + 0
 [ -n "$want" ] && [ "$want" -gt 0 ] && [ "$got" = "$want" ] ||
 	fail "rebalance --cluster counted $got tokens, the ranks dispatched $want: $out"
 [ "$(stat ca cluster_loads_published)" -gt 0 ] || fail "no loads published"
+grep -h '^placements:' "$tmp/lg.out" | sed 's/^/# /'
+[ "$("$B/locus-stat" -i ca 'rejected_placement' | awk '/rejected_placement/ { s += $3 } END { print s + 0 }')" = 0 ] ||
+	fail "rows refused for their placement: $("$B/locus-stat" -i ca 'rejected_placement')"
 if echo "$out" | grep -q 'pushing to the cluster'; then
-	echo "$out" | grep -q 'committed placement generation 9' || fail "the rebalance was not committed: $out"
+	echo "$out" | grep -q 'committed placement generation 9: 1 node(s) and 4 rank client(s)' ||
+		fail "the rebalance was not committed with the ranks' acknowledgements: $out"
+	grep -Eq '^placements: the ranks acknowledged [1-9]' "$tmp/lg.out" ||
+		fail "the loadgen's ranks acknowledged nothing: $(cat "$tmp/lg.out")"
 	[ "$(stat ca cluster_placement_generation)" -ge 9 ] || fail "not on the rebalanced placement"
 fi
 

@@ -51,6 +51,7 @@ struct opts {
 	uint32_t attach_timeout_ms;      /* --attach-timeout-ms: each attach's bound */
 	uint32_t prefix_blocks;          /* --prefix-blocks: a cached head of N blocks (0: ROUTE) */
 	uint32_t block_tokens;           /* --block-tokens: locusd's sig_cache_block_tokens */
+	int placements;                  /* --placements: ranks take part in placement changes */
 };
 
 /* Shared with the children (MAP_SHARED): each writes its own record. */
@@ -64,6 +65,7 @@ struct proc_stats {
 	uint64_t abandoned, late;       /* batches given up; results of earlier batches */
 	uint64_t dropped;               /* rows of given-up batches a rank had no room for */
 	uint64_t orphaned;              /* requests unanswered because our locusd died */
+	uint64_t pl_acked, pl_released; /* --placements: generations acknowledged, released */
 	int32_t err_code[ERR_KINDS];    /* completions with an error, by code */
 	uint64_t err_n[ERR_KINDS];
 	int attached, failed, gone;

@@ -30,6 +30,10 @@ void lg_usage(void)
 		"                                 SIGKILL right after submitting the DISPATCH of\n"
 		"                                 batch B / its N-th COMBINE; --respawn: a new\n"
 		"                                 process attaches as R and goes on)\n"
+		"         [--placements]         (ranks take part in placement changes: each\n"
+		"                                 acknowledges a staged generation at once and\n"
+		"                                 releases older ones as free_below passes them;\n"
+		"                                 a row of a generation it does not hold fails)\n"
 		"         [--linger-ms N]        (at the end, stay attached and idle N ms)\n"
 		"         [--attach-timeout-ms N] (each attach's bound, default 5000)\n"
 		"         [--prefix-blocks N [--block-tokens B]]  (prefix-cached prompts: each\n"
@@ -101,6 +105,7 @@ int lg_parse_args(int argc, char **argv)
 		{ "kill-rank", required_argument, NULL, 'X' },
 		{ "respawn", no_argument, NULL, 'W' },
 		{ "linger-ms", required_argument, NULL, 'L' },
+		{ "placements", no_argument, NULL, 'Z' },
 		{ "attach-timeout-ms", required_argument, NULL, 'U' },
 		{ "prefix-blocks", required_argument, NULL, 'H' },
 		{ "block-tokens", required_argument, NULL, 'Q' },
@@ -147,6 +152,7 @@ int lg_parse_args(int argc, char **argv)
 				return -1;
 			break;
 		case 'W': O.respawn = 1; break;
+		case 'Z': O.placements = 1; break;
 		case 'L': O.linger_ms = (uint32_t)v; break;
 		case 'U':
 			if (!v || v > 600000)

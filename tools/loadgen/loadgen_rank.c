@@ -559,6 +559,23 @@ static struct locus_client *attach_again(uint32_t rank, struct proc_stats *s)
 	return NULL;
 }
 
+/*
+ * --placements: the rank's part in placement changes, as a serving engine's
+ * would be with its weights loaded at once: acknowledge a staged generation,
+ * release older ones once every node plans with a newer one.
+ */
+static void follow_placement(struct rank_state *rs, struct proc_stats *s)
+{
+	struct locus_client_placement p;
+
+	locus_client_placement(rs->c, &p);
+	if (p.staged > p.acked && locus_client_placement_ack(rs->c, p.staged) == 0)
+		s->pl_acked++;
+	if (p.free_below > p.floor && p.acked >= p.free_below &&
+	    locus_client_placement_release(rs->c, p.free_below) == 0)
+		s->pl_released++;
+}
+
 int run_rank(uint32_t rank, struct proc_stats *s)
 {
 	struct rank_state *rs = calloc(1, sizeof(*rs));
@@ -576,6 +593,14 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		return 1;
 	}
 	rs->rank = rank;
+	if (O.placements) {
+		struct locus_client_placement p;
+
+		locus_client_placement_join(rs->c);
+		locus_client_placement(rs->c, &p);
+		if (p.current)
+			locus_client_placement_ack(rs->c, p.current);
+	}
 	rs->stage = locus_client_stage(rs->c, &rs->stage_size);
 	rs->rows = rs->stage + ROWS_OFF;
 	rs->rows_off = ROWS_OFF;
@@ -647,6 +672,8 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		}
 		for (int i = 0; i < n; i++)
 			handle(rs, s, &d[i]);
+		if (O.placements)
+			follow_placement(rs, s);
 		backlog_drain(rs, s);
 		kick(rs);
 		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {

@@ -463,6 +463,7 @@ int main(int argc, char **argv)
 	uint32_t np = 0, p0, r0, d0;
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
+	uint64_t pl_acked = 0, pl_released = 0;
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
 	uint64_t dropped = 0, disp = 0, combs = 0;
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
@@ -624,6 +625,8 @@ int main(int argc, char **argv)
 			pre_t1 = s->t_end_ns > pre_t1 ? s->t_end_ns : pre_t1;
 		} else if (i >= r0) {
 			rows_out += s->rows_out;
+			pl_acked += s->pl_acked;
+			pl_released += s->pl_released;
 			disp += s->submitted;
 			combs += s->combines;
 			retries += s->retries;
@@ -656,6 +659,10 @@ int main(int argc, char **argv)
 	       O.ranks, O.batches, O.tokens, T->k, (unsigned long long)rows_out,
 	       (unsigned long long)retries,
 	       rk_t1 > rk_t0 ? (double)rows_out * 1e9 / (double)(rk_t1 - rk_t0) : 0.0);
+	if (O.placements)
+		printf("placements: the ranks acknowledged %llu staged generation(s) and released "
+		       "older ones %llu time(s)\n", (unsigned long long)pl_acked,
+		       (unsigned long long)pl_released);
 	if (O.eldr_table) {
 		double pure = baseline_router(comp ? comp : 1000);
 		double daemon = pre_t1 > pre_t0 ? (double)comp * 1e9 / (double)(pre_t1 - pre_t0) : 0;
