@@ -46,7 +46,7 @@ static int make_segment(struct locus_node *n, struct locus_error *err)
 					 .n_readers = c->engine_lcores };
 	/* each rail past the first exports its own endpoint's counters (verbs_r<N>_*) */
 	uint32_t extra_rails = c->nodes[c->node_id].n_rails ? c->nodes[c->node_id].n_rails - 1 : 0;
-	struct locus_ctr_params cp = { .max_entries = 160 + 32 * extra_rails,
+	struct locus_ctr_params cp = { .max_entries = 192 + 32 * extra_rails,
 				       .n_blocks = 1 + c->engine_lcores,
 				       .block_size = counters_block_size(c) };
 	struct locus_clients_params clp = {
