@@ -550,6 +550,9 @@ static int set_locusd(struct cfg_parser *p, const char *k, const char *v)
 	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [locusd]", k);
 }
 
+static int parse_group(struct cfg_parser *p, const char *k, const char *value);
+static char *trim(char *s);
+
 static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 {
 	struct locus_config *c = p->cfg;
@@ -586,6 +589,8 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 		p->line_nodes = p->line;
 		return parse_u32(p, k, v, 1, LOCUS_CFG_MAX_NODES, &c->n_nodes);
 	}
+	if (!strncmp(k, "group.", 6))
+		return parse_group(p, k, v);
 	/* nodes = N given after node.<id> lines: N rules (checked against them at the end) */
 	if (!strncmp(k, "node.", 5)) {
 		uint32_t id = 0;
@@ -609,6 +614,103 @@ static int set_cluster(struct cfg_parser *p, const char *k, const char *v)
 		return 0;
 	}
 	return CFG_FAIL(p, LOCUS_EPARSE, "unknown key '%s' in [cluster]", k);
+}
+
+/* group.<name> = ids and ranges ("0-7,12"): a group of nodes that talk. */
+static int parse_group(struct cfg_parser *p, const char *k, const char *value)
+{
+	struct locus_config *c = p->cfg;
+	const char *name = k + 6;
+	struct locus_cfg_group *g;
+	char v[CFG_LINE_MAX], *tok, *save = NULL;
+	size_t nlen = strlen(name);
+
+	if (!nlen || nlen >= LOCUS_CFG_GROUP_NAME ||
+	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != nlen)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s: a group name is 1..%u letters, digits, '_' "
+				"or '-'", k, LOCUS_CFG_GROUP_NAME - 1);
+	for (uint32_t i = 0; i < c->n_groups; i++)
+		if (!strcmp(c->groups[i].name, name))
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s given twice", k);
+	if (c->n_groups == LOCUS_CFG_MAX_GROUPS)
+		return CFG_FAIL(p, LOCUS_ERANGE, "%s: more than %u groups", k,
+				LOCUS_CFG_MAX_GROUPS);
+	snprintf(v, sizeof(v), "%s", value);
+	g = &c->groups[c->n_groups];
+	memset(g, 0, sizeof(*g));
+	memcpy(g->name, name, nlen + 1);
+	for (tok = strtok_r(v, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		unsigned long lo, hi;
+		char *end;
+
+		tok = trim(tok);
+		errno = 0;
+		lo = strtoul(tok, &end, 10);
+		hi = lo;
+		if (end != tok && *end == '-') {
+			char *h = end + 1;
+
+			hi = strtoul(h, &end, 10);
+			if (end == h)
+				end = h - 1; /* "3-": refused below */
+		}
+		if (errno || end == tok || *end || !isdigit((unsigned char)tok[0]) || lo > hi ||
+		    hi >= LOCUS_CFG_MAX_NODES)
+			return CFG_FAIL(p, LOCUS_EPARSE, "%s: '%s' is not a node id or a range of "
+					"them (0..%u)", k, tok, LOCUS_CFG_MAX_NODES - 1);
+		for (unsigned long i = lo; i <= hi; i++)
+			g->nodes[i / 64] |= 1ull << (i % 64);
+	}
+	c->n_groups++;
+	return 0;
+}
+
+uint32_t locus_config_n_talk(const struct locus_config *cfg, uint32_t node)
+{
+	uint32_t n = 0;
+
+	for (uint32_t i = 0; i < cfg->n_nodes; i++)
+		n += i == node || locus_config_talks(cfg, node, i);
+	return n;
+}
+
+/*
+ * Groups: every id inside the cluster and in a group, and no node talking
+ * with more than LOCUS_CFG_MAX_PEERS (without groups: every node talks with
+ * every other, so the cluster is that small).
+ */
+static int check_groups(struct cfg_parser *p)
+{
+	struct locus_config *c = p->cfg;
+
+	if (!c->n_groups) {
+		if (c->n_nodes > LOCUS_CFG_MAX_PEERS)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE, "%u nodes: without groups every node "
+					     "connects to every other, at most %u; name the groups "
+					     "that talk ([cluster] group.<name> = ids)", c->n_nodes,
+					     LOCUS_CFG_MAX_PEERS);
+		return 0;
+	}
+	for (uint32_t g = 0; g < c->n_groups; g++)
+		for (uint32_t i = c->n_nodes; i < LOCUS_CFG_MAX_NODES; i++)
+			if (c->groups[g].nodes[i / 64] >> (i % 64) & 1)
+				return CFG_FAIL_FILE(p, LOCUS_ERANGE, "group.%s names node %u, but "
+						     "the cluster has nodes 0..%u", c->groups[g].name,
+						     i, c->n_nodes - 1);
+	for (uint32_t i = 0; i < c->n_nodes; i++) {
+		uint32_t in = 0;
+
+		for (uint32_t g = 0; g < c->n_groups; g++)
+			in |= (uint32_t)(c->groups[g].nodes[i / 64] >> (i % 64) & 1);
+		if (!in)
+			return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node %u is in no group: it would talk "
+					     "to nobody", i);
+	}
+	if (locus_config_n_talk(c, c->node_id) > LOCUS_CFG_MAX_PEERS)
+		return CFG_FAIL_FILE(p, LOCUS_ERANGE, "node %u talks with %u nodes through its "
+				     "groups, at most %u", c->node_id,
+				     locus_config_n_talk(c, c->node_id), LOCUS_CFG_MAX_PEERS);
+	return 0;
 }
 
 /*
@@ -782,6 +884,9 @@ static int check_whole(struct cfg_parser *p)
 				     c->n_gpu_pci, c->gpus_per_node);
 
 	ret = check_membership(p);
+	if (ret < 0)
+		return ret;
+	ret = check_groups(p);
 	if (ret < 0)
 		return ret;
 	if (c->node_id >= c->n_nodes)

@@ -85,6 +85,9 @@
  *   etcd_lease_s    = 5                # a stopped node leaves within this
  *   etcd_loads_s    = 5                # expert loads published this often (0 off)
  *   nodes           = 4                # node ids 0..nodes-1
+ *   group.<name>    = 0-7,12           # a group of nodes that talk (an EP group,
+ *                                      # an ELDR cell); none: every node talks
+ *                                      # with every other (at most 64 nodes)
  */
 #ifndef LOCUS_CONFIG_H
 #define LOCUS_CONFIG_H
@@ -93,7 +96,10 @@
 
 #include "locus_err.h"
 
-#define LOCUS_CFG_MAX_NODES    64
+#define LOCUS_CFG_MAX_NODES    1024 /* node ids of a cluster */
+#define LOCUS_CFG_MAX_PEERS    64   /* nodes one node talks with, itself included */
+#define LOCUS_CFG_MAX_GROUPS   64
+#define LOCUS_CFG_GROUP_NAME   32
 #define LOCUS_CFG_MAX_GPUS     16   /* per node */
 #define LOCUS_CFG_NAME_MAX     64
 #define LOCUS_CFG_PATH_MAX     256
@@ -129,6 +135,11 @@ struct locus_cfg_node {
 	uint8_t  set;
 	uint8_t  n_rails;                         /* addresses listed, 1..LOCUS_CFG_MAX_RAILS */
 	struct locus_cfg_addr rail[LOCUS_CFG_MAX_RAILS]; /* rail[0] is ipv4:port */
+};
+
+struct locus_cfg_group {
+	char     name[LOCUS_CFG_GROUP_NAME];
+	uint64_t nodes[LOCUS_CFG_MAX_NODES / 64]; /* bit i: node i is in the group */
 };
 
 struct locus_config {
@@ -178,6 +189,10 @@ struct locus_config {
 	uint32_t gpus_per_node;
 	uint32_t n_nodes;
 	struct locus_cfg_node nodes[LOCUS_CFG_MAX_NODES]; /* with etcd: this node's only */
+	/* groups: a node connects to, exchanges loads with and routes to the
+	 * nodes it shares a group with only; none: one group of every node */
+	uint32_t n_groups;
+	struct locus_cfg_group groups[LOCUS_CFG_MAX_GROUPS];
 	char     etcd[LOCUS_CFG_EAL_MAX];         /* "": no etcd, the static node list */
 	char     etcd_prefix[LOCUS_CFG_NAME_MAX];
 	char     etcd_cacert[LOCUS_CFG_PATH_MAX];
@@ -207,6 +222,23 @@ static inline uint32_t locus_config_n_ranks(const struct locus_config *cfg)
 {
 	return cfg->n_nodes * cfg->gpus_per_node;
 }
+
+/* Whether nodes a and b talk: no groups, or a group holds both. */
+static inline int locus_config_talks(const struct locus_config *cfg, uint32_t a, uint32_t b)
+{
+	if (!cfg->n_groups)
+		return 1;
+	if (a >= LOCUS_CFG_MAX_NODES || b >= LOCUS_CFG_MAX_NODES)
+		return 0;
+	for (uint32_t g = 0; g < cfg->n_groups; g++)
+		if ((cfg->groups[g].nodes[a / 64] >> (a % 64) & 1) &&
+		    (cfg->groups[g].nodes[b / 64] >> (b % 64) & 1))
+			return 1;
+	return 0;
+}
+
+/* Nodes node talks with, itself included. */
+uint32_t locus_config_n_talk(const struct locus_config *cfg, uint32_t node);
 
 /*
  * Rails nodes a and b have in common: rail i of one connects to rail i of

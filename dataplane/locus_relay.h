@@ -48,7 +48,8 @@ struct locus_relay_stats {
 	uint64_t tx, tx_refused;        /* sends passed down; refused below (ended with error) */
 	uint64_t rx, rx_held;           /* arrivals relayed; handed again later (receiver full) */
 	uint64_t rx_no_room;            /* arrivals left to the transport: no buffer or ring room */
-	uint64_t rx_refused;            /* arrivals longer than any message a peer sends */
+	uint64_t rx_refused;            /* arrivals longer than any message a peer sends, or
+					 * from more nodes than a node talks with */
 	uint64_t done;
 };
 

@@ -26,7 +26,7 @@ enum {
 	CC_UP, CC_GONE, CC_BAD, CC_WATCH, CC_RESYNCS, CC_PEER_REFUSED, CC_TABLES_SEEN,
 	CC_TABLES_ADOPTED, CC_TABLES_REFUSED, CC_PREPARED, CC_PREPARE_ACKED, CC_PREPARE_REFUSED,
 	CC_PREPARE_GONE, CC_PLACEMENT_STAGED, CC_PLACEMENT_GEN, CC_PLACEMENT_FREE_BELOW,
-	CC_LOADS_PUBLISHED, CC_N
+	CC_LOADS_PUBLISHED, CC_OUTSIDE, CC_N
 };
 
 static const struct {
@@ -88,6 +88,8 @@ static const struct {
 	[CC_LOADS_PUBLISHED] = { "cluster_loads_published", "times this node's expert loads "
 				 "went to etcd for a rebalance of the cluster (etcd_loads_s)",
 				 LOCUS_CTR_COUNTER },
+	[CC_OUTSIDE] = { "cluster_records_outside", "records of nodes in none of this node's "
+			 "groups: members, never connected", LOCUS_CTR_COUNTER },
 };
 
 /* A cluster table on its way into this node's channel. */
@@ -107,6 +109,7 @@ struct locusd_cluster {
 	void *block;
 	uint64_t off[CC_N];
 	uint64_t peer_refused;
+	uint64_t outside;            /* records of nodes in none of this node's groups */
 	uint64_t log_at_ms;          /* one "etcd unreachable" line per 10 s at most */
 	struct locus_pushsrv *push;  /* the channels' writer */
 	struct pending pend[LOCUS_CLUSTER_TABLE_KINDS];
@@ -141,10 +144,15 @@ static void on_up(void *arg, const struct locus_node_record *r)
 	struct locusd_cluster *lc = arg;
 	struct locus_error err = { 0 };
 
-	fprintf(stderr, "locusd: cluster: node %u is up (host %s, %u rail(s)%s)\n", r->node,
-		r->host, r->n_rails, r->draining ? ", draining" : "");
-	if (lc->net && locusd_net_member(lc->net, r->node, r->rail_ipv4, r->rail_port, r->n_rails,
-					 &err) < 0) {
+	int ret = lc->net ? locusd_net_member(lc->net, r->node, r->rail_ipv4, r->rail_port,
+					      r->n_rails, &err) : 0;
+
+	fprintf(stderr, "locusd: cluster: node %u is up (host %s, %u rail(s)%s)%s\n", r->node,
+		r->host, r->n_rails, r->draining ? ", draining" : "",
+		ret == 1 ? ": in none of this node's groups, not connected" : "");
+	if (ret == 1)
+		lc->outside++;
+	if (ret < 0) {
 		lc->peer_refused++;
 		fprintf(stderr, "locusd: cluster: node %u refused: %s\n", r->node, err.msg);
 	}
@@ -577,6 +585,7 @@ static void sync_counters(struct locusd_cluster *lc)
 		[CC_PLACEMENT_STAGED] = lc->staged, [CC_PLACEMENT_GEN] = lc->plan_gen,
 		[CC_PLACEMENT_FREE_BELOW] = lc->free_below,
 		[CC_LOADS_PUBLISHED] = lc->loads_published,
+		[CC_OUTSIDE] = lc->outside,
 	};
 
 	for (unsigned i = 0; i < CC_N; i++)

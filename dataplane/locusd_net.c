@@ -668,9 +668,9 @@ static void rail_close(struct rail *rl)
 	 */
 	locus_verbs_ep_destroy(rl->ep);
 	pool_unreg(rl);
-	for (uint32_t node = 0; node < LOCUS_CFG_MAX_NODES; node++) {
-		free(rl->rx_held[node].data);
-		free(rl->rx_held[node].len);
+	for (uint32_t i = 0; i < rl->n->n_peer_ids; i++) {
+		free(rl->rx_held[rl->n->peer_ids[i]].data);
+		free(rl->rx_held[rl->n->peer_ids[i]].len);
 	}
 }
 
@@ -705,8 +705,8 @@ static int rail_open(struct locusd_net *n, uint32_t r, struct locus_verbs_ep_par
 	}
 	if (ret < 0)
 		return ret;
-	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
-		struct held *h = &rl->rx_held[node];
+	for (uint32_t i = 0; i < n->n_peer_ids; i++) {
+		struct held *h = &rl->rx_held[n->peer_ids[i]];
 
 		h->cap = cfg->inbox_slots;
 		h->data = calloc(h->cap, sizeof(*h->data));
@@ -727,11 +727,12 @@ static int rail_peers(struct locusd_net *n, uint32_t r, struct locus_error *err)
 	const struct locus_config *cfg = n->cfg;
 	struct rail *rl = &n->rail[r];
 
-	for (uint32_t node = 0; node < cfg->n_nodes; node++) {
+	for (uint32_t i = 0; i < n->n_peer_ids; i++) {
+		uint32_t node = n->peer_ids[i];
 		struct sockaddr_in sa = { .sin_family = AF_INET };
 		int ret;
 
-		if (node == cfg->node_id || r >= locus_config_common_rails(cfg, cfg->node_id, node))
+		if (r >= locus_config_common_rails(cfg, cfg->node_id, node))
 			continue;
 		if (cfg->nodes[node].set) {
 			sa.sin_addr.s_addr = cfg->nodes[node].rail[r].ipv4;
@@ -755,6 +756,8 @@ int locusd_net_member(struct locusd_net *n, uint32_t node, const uint32_t *ipv4,
 	if (node >= cfg->n_nodes || node == cfg->node_id)
 		return locus_error_set(err, LOCUS_ERANGE, "node %u is not a peer of node %u (ids "
 				       "0..%u)", node, cfg->node_id, cfg->n_nodes - 1);
+	if (!locus_config_talks(cfg, cfg->node_id, node))
+		return 1; /* in none of this node's groups: never connected */
 	if (ipv4 && n_rails != n->n_rails)
 		return locus_error_set(err, LOCUS_ERANGE, "node %u lists %u rail(s), this node %u: "
 				       "the cluster's nodes have the same rails", node, n_rails,
@@ -810,6 +813,10 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		return locus_error_set(err, ENOMEM, "out of memory");
 	n->cfg = cfg;
 	n->n_rails = cfg->nodes[cfg->node_id].n_rails;
+	for (uint32_t node = 0; node < cfg->n_nodes; node++)
+		if (node != cfg->node_id && locus_config_talks(cfg, cfg->node_id, node) &&
+		    n->n_peer_ids < LOCUS_CFG_MAX_PEERS)
+			n->peer_ids[n->n_peer_ids++] = node;
 	ret = locus_rail_devs_resolve(cfg, locusd_sysfs_root(), 1, &n->devs, err);
 	if (ret < 0)
 		goto err_free;
@@ -828,7 +835,7 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	ep.cluster_id = (uint32_t)cfg->cluster_id;
 	ep.node_id = (uint16_t)cfg->node_id;
 	ep.slot_count = cfg->inbox_slots;
-	ep.max_peers = cfg->n_nodes;
+	ep.max_peers = n->n_peer_ids ? n->n_peer_ids : 1;
 	ep.threaded = threaded;
 	ep.ack_timeout = cfg->rdma_ack_timeout;
 	ep.stall_ms = cfg->rdma_stall_ms; /* 0: the endpoint's default */
@@ -916,8 +923,9 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 	n->base_ms = (uint64_t)wall_now_ms();
 	n->base_tsc = rte_get_tsc_cycles();
 	me.s_addr = cfg->nodes[cfg->node_id].ipv4;
-	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)\n", n->rail[0].dev,
-		cfg->node_id, inet_ntoa(me), cfg->nodes[cfg->node_id].port, cfg->n_nodes - 1);
+	fprintf(stderr, "locusd: RDMA device %s, node %u at %s:%u, %u peer(s)%s\n",
+		n->rail[0].dev, cfg->node_id, inet_ntoa(me), cfg->nodes[cfg->node_id].port,
+		n->n_peer_ids, cfg->n_groups ? " (the nodes of its groups)" : "");
 	for (uint32_t r = 1; r < n->n_rails; r++) {
 		me.s_addr = cfg->nodes[cfg->node_id].rail[r].ipv4;
 		fprintf(stderr, "locusd: rail %u: RDMA device %s at %s:%u\n", r, n->rail[r].dev,
@@ -981,7 +989,9 @@ int locusd_net_poll(struct locusd_net *n, uint64_t now)
 		int w = locus_verbs_poll(rl->ep);
 
 		work += w > 0 ? w : 0;
-		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+		for (uint32_t i = 0; i < n->n_peer_ids; i++) {
+			uint32_t node = n->peer_ids[i];
+
 			if (rl->rx_held[node].head != rl->rx_held[node].tail)
 				retry_held(rl, node);
 			if (rl->bl[node].head != rl->bl[node].tail)
@@ -1023,7 +1033,8 @@ void locusd_net_control(struct locusd_net *n)
 		/* rdma_cm events, redials, hand-overs, the device's life: a non-blocking look */
 		locus_verbs_service(rl->ep, 0);
 		rail_dev_news(rl);
-		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+		for (uint32_t i = 0; i < n->n_peer_ids; i++) {
+			uint32_t node = n->peer_ids[i];
 			uint32_t up = __atomic_load_n(&rl->n_up[node], __ATOMIC_ACQUIRE);
 			uint32_t down = __atomic_load_n(&rl->n_down[node], __ATOMIC_ACQUIRE);
 			bool now_up = rl->peer[node] &&

@@ -72,8 +72,9 @@ void locusd_net_control(struct locusd_net *n);
  * Main lcore, with etcd: node's record appeared or changed (its rails'
  * addresses, n_rails of them: every node has this node's rails), or went
  * away (ipv4 NULL). A member is dialled (lower id) or accepted; a node that
- * left is disconnected as a dead peer. 0, or -LOCUS_ERANGE for a node that
- * is not a peer or has another number of rails.
+ * left is disconnected as a dead peer. 0; 1 for a node in none of this
+ * node's groups (never connected); or -LOCUS_ERANGE for a node outside the
+ * cluster or with another number of rails.
  */
 int locusd_net_member(struct locusd_net *n, uint32_t node, const uint32_t *ipv4,
 		      const uint16_t *port, uint32_t n_rails, struct locus_error *err);

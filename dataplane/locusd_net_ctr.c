@@ -95,7 +95,9 @@ void locusd_net_sync_rail_counters(struct locusd_net *n, uint64_t now)
 		const struct rail *rl = &n->rail[r];
 		uint64_t down = rl->down_tsc, up = 0;
 
-		for (uint32_t node = 0; node < n->cfg->n_nodes; node++) {
+		for (uint32_t i = 0; i < n->n_peer_ids; i++) {
+			uint32_t node = n->peer_ids[i];
+
 			if (rl->down_since[node] && now > rl->down_since[node])
 				down += now - rl->down_since[node];
 			up += (uint64_t)rl->up[node];

@@ -105,6 +105,10 @@ enum { RC_FAILOVERS, RC_RESENT, RC_FAILED, RC_AWAY, RC_DOWN_MS, RC_UP, RC_FAILED
 struct locusd_net {
 	const struct locus_config *cfg;
 	uint32_t n_rails;                    /* this node's */
+	/* the nodes this one talks with (locus_config_talks), ascending: what
+	 * the loops over peers walk, however large the cluster */
+	uint32_t peer_ids[LOCUS_CFG_MAX_PEERS];
+	uint32_t n_peer_ids;
 	struct locus_rail_devs devs;         /* each rail's device, auto's GPU map */
 	struct rail rail[LOCUS_CFG_MAX_RAILS];
 	uint32_t up_mask[LOCUS_CFG_MAX_NODES]; /* bit r: rail r's connection to node is up */

@@ -16,7 +16,9 @@
 #include "locus_spsc.h"
 
 #define RELAY_MAX_SG 16
-#define MAX_NODES    64
+#define MAX_NODE_IDS 1024       /* node ids a message may come from (LOCUS_CFG_MAX_NODES) */
+#define MAX_PEERS    64         /* distinct nodes held for at once (LOCUS_CFG_MAX_PEERS) */
+#define NO_FIFO      0xffffu
 /* a counter only this side writes, read by the other: plain store, no lock */
 #define BUMP(x) __atomic_store_n(&(x), (x) + 1, __ATOMIC_RELAXED)
 
@@ -56,9 +58,11 @@ struct locus_relay {
 	uint32_t ring;
 	struct locus_spsc tx, done, rx;
 	/* engine side */
-	struct rx_fifo held[MAX_NODES] __locus_cache_aligned;
-	uint32_t n_held;
-	uint64_t e_tx, e_rx, e_rx_held, e_done;
+	struct rx_fifo held[MAX_PEERS] __locus_cache_aligned;
+	uint32_t held_node[MAX_PEERS];       /* the node each fifo holds for */
+	uint16_t fifo_of[MAX_NODE_IDS];      /* a node's fifo, NO_FIFO before its first message */
+	uint32_t n_fifos, n_held;
+	uint64_t e_tx, e_rx, e_rx_held, e_done, e_rx_refused;
 	/* net side */
 	struct done_item *ovf __locus_cache_aligned; /* dones that found their ring full */
 	uint32_t ovf_head, ovf_tail;
@@ -164,7 +168,7 @@ static int sink_recv(void *ctx, uint32_t node, const void *msg, size_t len)
 	struct locus_relay *r = ctx;
 	struct rx_item it = { .node = node, .len = (uint32_t)len };
 
-	if (node >= MAX_NODES || len > r->down.max_msg) {
+	if (node >= MAX_NODE_IDS || len > r->down.max_msg) {
 		/* no peer of ours sends that: refused, counted, its slot goes back */
 		BUMP(r->n_rx_refused);
 		return -LOCUS_EPROTO;
@@ -249,7 +253,18 @@ int locus_relay_poll_engine(struct locus_relay *r)
 		struct rx_fifo *f;
 
 		memcpy(&it, locus_spsc_peek(&r->rx), sizeof(it));
-		f = &r->held[it.node];
+		if (r->fifo_of[it.node] == NO_FIFO) {
+			if (r->n_fifos == MAX_PEERS) {
+				/* more talking nodes than a node has: refused, counted */
+				locus_spsc_get(&r->rx, &it);
+				r->down.free(r->down.ctx, it.buf);
+				r->e_rx_refused++;
+				continue;
+			}
+			r->held_node[r->n_fifos] = it.node;
+			r->fifo_of[it.node] = (uint16_t)r->n_fifos++;
+		}
+		f = &r->held[r->fifo_of[it.node]];
 		if (f->tail - f->head > r->rx.mask)
 			break; /* that node's queue is full: leave the rest in the ring */
 		locus_spsc_get(&r->rx, &it);
@@ -257,8 +272,9 @@ int locus_relay_poll_engine(struct locus_relay *r)
 		r->n_held++;
 		work++;
 	}
-	for (uint32_t node = 0; r->n_held && node < MAX_NODES; node++) {
-		struct rx_fifo *f = &r->held[node];
+	for (uint32_t k = 0; r->n_held && k < r->n_fifos; k++) {
+		struct rx_fifo *f = &r->held[k];
+		uint32_t node = r->held_node[k];
 
 		while (f->head != f->tail) {
 			struct rx_item *h = &f->e[f->head & r->rx.mask];
@@ -292,7 +308,8 @@ void locus_relay_stats(const struct locus_relay *r, struct locus_relay_stats *ou
 		.tx_refused = __atomic_load_n(&r->n_tx_refused, __ATOMIC_RELAXED),
 		.rx = r->e_rx, .rx_held = r->e_rx_held,
 		.rx_no_room = __atomic_load_n(&r->n_rx_no_room, __ATOMIC_RELAXED),
-		.rx_refused = __atomic_load_n(&r->n_rx_refused, __ATOMIC_RELAXED),
+		.rx_refused = __atomic_load_n(&r->n_rx_refused, __ATOMIC_RELAXED) +
+			      r->e_rx_refused,
 		.done = r->e_done,
 	};
 }
@@ -336,11 +353,13 @@ int locus_relay_create(const struct locus_engine_remote *down, uint32_t ring,
 	r->ovf = calloc(4 * (size_t)ring, sizeof(*r->ovf));
 	if (!r->ovf)
 		goto err_free;
-	for (int i = 0; i < MAX_NODES; i++) {
+	for (int i = 0; i < MAX_PEERS; i++) {
 		r->held[i].e = calloc(ring, sizeof(struct rx_item));
 		if (!r->held[i].e)
 			goto err_free;
 	}
+	for (int i = 0; i < MAX_NODE_IDS; i++)
+		r->fifo_of[i] = NO_FIFO;
 	r->up = (struct locus_engine_remote){
 		.alloc = up_alloc, .free = up_free, .send = up_send, .peer_up = up_peer_up,
 		.send_sg = down->send_sg ? up_send_sg : NULL,
@@ -363,7 +382,7 @@ void locus_relay_destroy(struct locus_relay *r)
 {
 	if (!r)
 		return;
-	for (int i = 0; i < MAX_NODES; i++)
+	for (int i = 0; i < MAX_PEERS; i++)
 		free(r->held[i].e);
 	free(r->ovf);
 	locus_spsc_fini(&r->tx);

@@ -174,7 +174,7 @@ static void test_refusals(void **state)
 		{ "[cluster]\nnode.0 = 1.2.3.4:0\n", "t.conf:2: node.0: 0 is outside", LOCUS_ERANGE },
 		{ "[cluster]\nnode.0 = 1.2.3.4\n", "t.conf:2: node.0: '1.2.3.4' is not IPv4:port",
 		  LOCUS_EPARSE },
-		{ "[cluster]\nnode.99 = 1.2.3.4:5\n", "t.conf:2: node.99: 99 is outside", LOCUS_ERANGE },
+		{ "[cluster]\nnode.1024 = 1.2.3.4:5\n", "t.conf:2: node.1024: 1024 is outside", LOCUS_ERANGE },
 		{ "[cluster]\nnode.0 = 1.2.3.4:5\nnode.0 = 1.2.3.5:5\n",
 		  "t.conf:3: node.0 listed twice (first on line 2)", LOCUS_EPARSE },
 		{ "[cluster]\ngpus_per_node = 0\n", "t.conf:2: gpus_per_node: 0 is outside",
@@ -482,7 +482,7 @@ static void test_etcd(void **state)
 		  "absolute path", LOCUS_EPARSE },
 		{ "[cluster]\netcd_lease_s = 1\n", "t.conf:2: etcd_lease_s: 1 is outside",
 		  LOCUS_ERANGE },
-		{ "[cluster]\nnodes = 65\n", "t.conf:2: nodes: 65 is outside", LOCUS_ERANGE },
+		{ "[cluster]\nnodes = 1025\n", "t.conf:2: nodes: 1025 is outside", LOCUS_ERANGE },
 		{ "[cluster]\netcd = http://e:2379\nnode.0 = 10.0.0.1:7471\n",
 		  "etcd needs nodes = N", LOCUS_ERANGE },
 		{ "[cluster]\netcd = http://e:2379\nnodes = 2\n",
@@ -523,6 +523,81 @@ static void test_etcd(void **state)
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		int ret = parse(cases[i].text, &c, &e);
 
+		if (ret != -cases[i].code || !strstr(e.msg, cases[i].needle))
+			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
+				 -cases[i].code, e.msg, cases[i].needle);
+	}
+}
+
+/*
+ * Groups: a node talks with the nodes it shares a group with only; more
+ * than 64 nodes need groups, and no node may talk with more than 64.
+ */
+static void test_groups(void **state)
+{
+	static const char head[] =
+		"[locusd]\nnode = %u\nrdma_device = mlx5_0\nsecret_file = /s\n"
+		"[cluster]\nnodes = %u\nnode.%u = 10.0.0.1:7471\netcd = http://e:2379\n";
+	static const struct bad_case cases[] = {
+		{ "group.a = 0-1\ngroup.b = 2\n", "node 3 is in no group", LOCUS_ERANGE },
+		{ "group.a = 0-3\ngroup.b = 4\n", "group.b names node 4, but the cluster has "
+		  "nodes 0..3", LOCUS_ERANGE },
+		{ "group.a = 0-3\ngroup.a = 1\n", "group.a given twice", LOCUS_EPARSE },
+		{ "group.a = 3-1\n", "'3-1' is not a node id or a range", LOCUS_EPARSE },
+		{ "group.a = 0-\n", "'0-' is not a node id", LOCUS_EPARSE },
+		{ "group.a = x\n", "'x' is not a node id", LOCUS_EPARSE },
+		{ "group.a = 1024\n", "'1024' is not a node id", LOCUS_EPARSE },
+		{ "group.a b = 1\n", "a group name is", LOCUS_EPARSE },
+		{ "group. = 1\n", "a group name is", LOCUS_EPARSE },
+	};
+	struct locus_config c;
+	struct locus_error e = { 0 };
+	char text[2048];
+	(void)state;
+
+	/* two groups sharing node 1: 0 talks with 1, 1 with both, 2 with 1 */
+	snprintf(text, sizeof(text), head, 0, 3, 0);
+	strcat(text, "group.cell-a = 0,1\ngroup.cell_b = 1-2\n");
+	assert_int_equal(parse(text, &c, &e), 0);
+	assert_int_equal(c.n_groups, 2);
+	assert_string_equal(c.groups[1].name, "cell_b");
+	assert_true(locus_config_talks(&c, 0, 1));
+	assert_true(locus_config_talks(&c, 2, 1));
+	assert_false(locus_config_talks(&c, 0, 2));
+	assert_false(locus_config_talks(&c, 2, 0));
+	assert_int_equal(locus_config_n_talk(&c, 0), 2);
+	assert_int_equal(locus_config_n_talk(&c, 1), 3);
+	/* without groups every node talks with every other */
+	snprintf(text, sizeof(text), head, 0, 3, 0);
+	assert_int_equal(parse(text, &c, &e), 0);
+	assert_int_equal(c.n_groups, 0);
+	assert_true(locus_config_talks(&c, 0, 2));
+	/* 1024 nodes in cells of 32: each node talks with its cell */
+	snprintf(text, sizeof(text), head, 1000, 1024, 1000);
+	for (unsigned g = 0; g < 32; g++)
+		snprintf(text + strlen(text), sizeof(text) - strlen(text), "group.c%u = %u-%u\n",
+			 g, 32 * g, 32 * g + 31);
+	assert_int_equal(parse(text, &c, &e), 0);
+	assert_int_equal(c.n_groups, 32);
+	assert_int_equal(locus_config_n_talk(&c, 1000), 32);
+	assert_true(locus_config_talks(&c, 1000, 1023));
+	assert_false(locus_config_talks(&c, 1000, 991));
+	/* 65 nodes without groups: refused, naming the way out */
+	snprintf(text, sizeof(text), head, 0, 65, 0);
+	assert_int_equal(parse(text, &c, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "65 nodes: without groups every node connects to every "
+				      "other, at most 64; name the groups"));
+	/* a node whose groups reach 65 nodes: refused */
+	snprintf(text, sizeof(text), head, 64, 130, 64);
+	strcat(text, "group.a = 0-64\ngroup.b = 64-129\n");
+	assert_int_equal(parse(text, &c, &e), -LOCUS_ERANGE);
+	assert_non_null(strstr(e.msg, "node 64 talks with 130 nodes through its groups, at most 64"));
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		int ret;
+
+		snprintf(text, sizeof(text), head, 0, 4, 0);
+		strcat(text, cases[i].text);
+		ret = parse(text, &c, &e);
 		if (ret != -cases[i].code || !strstr(e.msg, cases[i].needle))
 			fail_msg("case %zu: ret %d (want %d), message '%s' lacks '%s'", i, ret,
 				 -cases[i].code, e.msg, cases[i].needle);
@@ -593,6 +668,7 @@ int main(void)
 		cmocka_unit_test(test_engine_lcores),
 		cmocka_unit_test(test_rails),
 		cmocka_unit_test(test_etcd),
+		cmocka_unit_test(test_groups),
 		cmocka_unit_test(test_binary_and_long_lines),
 		cmocka_unit_test(test_load_file),
 		cmocka_unit_test(test_shipped_examples),

@@ -254,6 +254,68 @@ static void test_two_lcores(void **state)
 	locus_relay_destroy(R);
 }
 
+static uint32_t by_node[1024];
+
+static int count_recv(void *ctx, uint32_t node, const void *msg, size_t len)
+{
+	(void)ctx;
+	(void)msg;
+	(void)len;
+	by_node[node]++;
+	return 0;
+}
+
+static void count_done(void *ctx, uint64_t cookie, int status)
+{
+	(void)ctx;
+	(void)cookie;
+	(void)status;
+}
+
+/*
+ * Node ids up to 1023 (a cluster of groups), at most 64 distinct senders
+ * held for at once (the nodes one node talks with): the 65th is refused,
+ * counted, its buffer given back; an id past 1023 is refused at once.
+ */
+static void test_node_ids(void **state)
+{
+	struct locus_engine_remote down = {
+		.alloc = t_alloc, .free = t_free, .send = t_send, .peer_up = t_peer_up,
+		.max_msg = 1024,
+	};
+	struct locus_engine_sink es = { .recv = count_recv, .done = count_done };
+	const struct locus_engine_sink *sink;
+	struct locus_relay_stats st;
+	struct locus_relay *r;
+	uint8_t msg[64] = { 0 };
+	(void)state;
+
+	assert_int_equal(locus_relay_create(&down, 16, &r), 0);
+	sink = locus_relay_sink(r);
+	locus_relay_attach(r, &es);
+	assert_int_equal(sink->recv(sink->ctx, 1000, msg, sizeof(msg)), 0);
+	locus_relay_poll_engine(r);
+	assert_int_equal(by_node[1000], 1);
+	/* 64 more distinct senders: 63 fit beside node 1000, node 63 does not */
+	for (uint32_t node = 0; node < 64; node++) {
+		assert_int_equal(sink->recv(sink->ctx, node, msg, sizeof(msg)), 0);
+		locus_relay_poll_engine(r);
+	}
+	for (uint32_t node = 0; node < 63; node++)
+		assert_int_equal(by_node[node], 1);
+	assert_int_equal(by_node[63], 0);
+	/* the ones with a queue keep getting through */
+	assert_int_equal(sink->recv(sink->ctx, 1000, msg, sizeof(msg)), 0);
+	locus_relay_poll_engine(r);
+	assert_int_equal(by_node[1000], 2);
+	assert_int_equal(sink->recv(sink->ctx, 1024, msg, sizeof(msg)), -LOCUS_EPROTO);
+	locus_relay_stats(r, &st);
+	assert_int_equal(st.rx_refused, 2);
+	assert_int_equal(st.rx, 65);
+	assert_int_equal(__atomic_load_n(&pool_left, __ATOMIC_ACQUIRE), 64);
+	locus_relay_destroy(r);
+}
+
 static void test_bad_params(void **state)
 {
 	struct locus_engine_remote down = {
@@ -400,6 +462,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_two_lcores),
 		cmocka_unit_test(test_bad_params),
+		cmocka_unit_test(test_node_ids),
 		cmocka_unit_test(test_mux),
 	};
 

@@ -79,6 +79,7 @@ nodes = 3
 node.$1 = ${BR3_IP[$1]}:7471
 etcd = http://127.0.0.1:2379
 etcd_lease_s = $LEASE_S
+${NODE_GROUPS:-}
 CONF
 }
 
@@ -234,8 +235,51 @@ for n in 0 1 2; do
 done
 for n in 0 1 2; do
 	"$B/locus-stat" -i "n$n" 'cluster_*' 2>/dev/null | sed "s/^/  [n$n] /" | grep -v 'KIND' |
-		head -n 24
+		head -n 26
 done
+
+# ---- groups: connect only what talks -------------------------------------------------------------
+say "6. the three nodes again, in two groups (0-1 and 1-2): n0 and n2 never connect"
+for n in 0 1 2; do kill "${PID[n$n]}" 2>/dev/null; done
+for n in 0 1 2; do wait "${PID[n$n]}" 2>/dev/null; unset "PID[n$n]"; done
+for n in 0 1 2; do cp "$W/n$n.log" "$W/n$n.log.before6"; done
+n1_up0=$(grep -c "peer node 0 up" "$W/n1.log")
+n1_up2=$(grep -c "peer node 2 up" "$W/n1.log")
+NODE_GROUPS=$'group.a = 0-1\ngroup.b = 1-2'
+for n in 0 1 2; do mkconf $n; done
+start 0 2 && start 1 2 && start 2 3 || fail "the nodes did not start with groups"
+# since6 N: node N's log lines since this step began
+since6() { tail -n +$(($(wc -l < "$W/n$1.log.before6") + 1)) "$W/n$1.log"; }
+since6 0 | grep -q '1 peer(s) (the nodes of its groups)' ||
+	fail "n0 declared other peers than its group's: $(since6 0 | grep 'peer(s)')"
+since6 1 | grep -q '2 peer(s) (the nodes of its groups)' ||
+	fail "n1 declared other peers than its groups': $(since6 1 | grep 'peer(s)')"
+since6 2 | grep -q '1 peer(s) (the nodes of its groups)' ||
+	fail "n2 declared other peers than its group's: $(since6 2 | grep 'peer(s)')"
+if wait_log "$W/n1.log" "peer node 0 up" $((n1_up0 + 1)) 60 &&
+	wait_log "$W/n1.log" "peer node 2 up" $((n1_up2 + 1)) 60 &&
+	wait_log "$W/n0.log" "cluster: node 2 is up.*in none of this node's groups" 1 30 &&
+	wait_log "$W/n2.log" "cluster: node 0 is up.*in none of this node's groups" 1 30; then
+	say "   n1 connected to n0 and n2; n0 and n2 saw each other's records and left them alone"
+else
+	show_logs 20
+	fail "the groups' connections"
+fi
+sleep 2 # had n0 and n2 dialled each other, they would be up by now
+for n in 0 2; do
+	o=$((2 - n))
+	[ "$(grep -c "peer node $o up" "$W/n$n.log")" = \
+		"$(grep -c "peer node $o up" "$W/n$n.log.before6" 2>/dev/null || echo 0)" ] ||
+		fail "n$n connected to n$o, outside its groups"
+	v=$("$B/locus-stat" -i "n$n" cluster_records_outside | awk '$1 == "cluster_records_outside" { print $3 }')
+	[ "${v:-0}" -ge 1 ] || fail "n$n did not count n$o's record as outside its groups"
+done
+wait_log "$W/n0.log" "eldr table generation 2 adopted" 2 60 ||
+	fail "n0 did not adopt the cluster's tables again"
+loadgen "$W/t6.out" n0,n0,n1,n1 0 "" --requests 100 --decode-us 500 --seconds 60
+rc=$?
+sed 's/^/  /' "$W/t6.out" | tail -n 4
+grep -q '^loadgen: ok$' "$W/t6.out" && [ $rc = 0 ] || fail "routing within group a (exit $rc)"
 say "done in $((SECONDS - T0)) s"
 echo "GUEST RESULT rc=$FAILED"
 exit $FAILED
