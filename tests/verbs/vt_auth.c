@@ -454,10 +454,12 @@ static void tune_passive(struct locus_verbs_ep_params *p)
 }
 
 /* The first wire bytes of each leg between node 2 (active) and node 1, as documented. */
-static const uint8_t req_head[16] = { 2, 0, LOCUS_VERBS_PD_REQ, 0, CLUSTER, 0, 0, 0, 2, 0, 1, 0 };
-static const uint8_t rep_head[16] = { 2, 0, LOCUS_VERBS_PD_REP, 0, CLUSTER, 0, 0, 0, 1, 0, 2, 0 };
-static const uint8_t hello_a_head[8] = { 2, 0, LOCUS_VERBS_HELLO_A, 14, 2, 0, 0, 1 };
-static const uint8_t hello_p_head[8] = { 2, 0, LOCUS_VERBS_HELLO_P, 14, 1, 0, 0, 1 };
+#define PV_LO (LOCUS_VERBS_PROTO_VERSION & 0xff)
+#define PV_HI (LOCUS_VERBS_PROTO_VERSION >> 8)
+static const uint8_t req_head[16] = { PV_LO, PV_HI, LOCUS_VERBS_PD_REQ, 0, CLUSTER, 0, 0, 0, 2, 0, 1, 0 };
+static const uint8_t rep_head[16] = { PV_LO, PV_HI, LOCUS_VERBS_PD_REP, 0, CLUSTER, 0, 0, 0, 1, 0, 2, 0 };
+static const uint8_t hello_a_head[8] = { PV_LO, PV_HI, LOCUS_VERBS_HELLO_A, 14, 2, 0, 0, 1 };
+static const uint8_t hello_p_head[8] = { PV_LO, PV_HI, LOCUS_VERBS_HELLO_P, 14, 1, 0, 0, 1 };
 
 struct captured {
 	struct blob req, rep, hello_a, hello_p;

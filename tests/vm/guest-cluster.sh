@@ -276,10 +276,16 @@ for n in 0 2; do
 done
 wait_log "$W/n0.log" "eldr table generation 2 adopted" 2 60 ||
 	fail "n0 did not adopt the cluster's tables again"
-loadgen "$W/t6.out" n0,n0,n1,n1 0 "" --requests 100 --decode-us 500 --seconds 60
+# decoders on every node, prefill on n0: n0 routes to the decoders of its group only (n2's
+# never report their loads to it), and sends n2 nothing
+loadgen "$W/t6.out" n0,n1,n2,n2 0 "" --requests 100 --decode-us 500 --seconds 60
 rc=$?
 sed 's/^/  /' "$W/t6.out" | tail -n 4
 grep -q '^loadgen: ok$' "$W/t6.out" && [ $rc = 0 ] || fail "routing within group a (exit $rc)"
+o=$("$B/locus-stat" -i n0 'remote_messages_out' | awk '/node=2/ { print $3 }')
+[ "${o:-0}" = 0 ] || fail "n0 sent $o messages to n2, outside its groups"
+o=$("$B/locus-stat" -i n0 'remote_messages_out' | awk '/node=1/ { print $3 }')
+[ "${o:-0}" -gt 0 ] || fail "n0 routed nothing to n1, in its group"
 say "done in $((SECONDS - T0)) s"
 echo "GUEST RESULT rc=$FAILED"
 exit $FAILED
