@@ -244,28 +244,39 @@ static int reports(struct locus_etcd *e, const struct copts *o, unsigned kind,
 	return 0;
 }
 
+/*
+ * A generation key's value: a decimal 1..INT64_MAX and nothing else. 0, or
+ * -LOCUS_EPARSE naming the key (etcd is input like any other).
+ */
+static int parse_gen_kv(const struct locus_etcd_kv *kv, uint64_t *gen, struct locus_error *err)
+{
+	uint64_t g = 0;
+
+	for (size_t i = 0; i < kv->value_len && i < 20; i++) {
+		if (kv->value[i] < '0' || kv->value[i] > '9')
+			break;
+		g = g * 10 + (uint64_t)(kv->value[i] - '0');
+		if (i + 1 == kv->value_len && g && g <= INT64_MAX && kv->value[0] != '0') {
+			*gen = g;
+			return 0;
+		}
+	}
+	return locus_error_set(err, LOCUS_EPARSE, "etcd key %s holds '%.*s', not a generation",
+			       kv->key, (int)(kv->value_len < 40 ? kv->value_len : 40),
+			       (const char *)kv->value);
+}
+
 /* The generation in force for kind (0: none) and the key's mod revision. */
+static int get_gen(struct locus_etcd *e, const char *k, uint64_t *gen, int64_t *mod_rev,
+		   struct locus_error *err);
+
 static int current(struct locus_etcd *e, const struct copts *o, unsigned kind, uint64_t *gen,
 		   int64_t *mod_rev, struct locus_error *err)
 {
 	char k[300];
-	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
-	struct locus_etcd_resp r;
 
 	key(k, sizeof(k), o, "tables/current/%s", kind_name[kind]);
-	if (locus_etcd_call_op(e, &op, &r) < 0) {
-		*err = r.err;
-		locus_etcd_resp_free(&r);
-		return -err->code;
-	}
-	*gen = 0;
-	*mod_rev = 0;
-	if (r.n_kvs) {
-		*gen = strtoull((const char *)r.kvs[0].value, NULL, 10);
-		*mod_rev = r.kvs[0].mod_rev;
-	}
-	locus_etcd_resp_free(&r);
-	return 0;
+	return get_gen(e, k, gen, mod_rev, err);
 }
 
 /* One key's value as a generation (0: absent) and its mod revision (0: absent). */
@@ -282,10 +293,12 @@ static int get_gen(struct locus_etcd *e, const char *k, uint64_t *gen, int64_t *
 	}
 	*gen = 0;
 	*mod_rev = 0;
-	if (r.n_kvs) {
-		*gen = strtoull((const char *)r.kvs[0].value, NULL, 10);
-		*mod_rev = r.kvs[0].mod_rev;
+	if (r.n_kvs && parse_gen_kv(&r.kvs[0], gen, err) < 0) {
+		locus_etcd_resp_free(&r);
+		return -LOCUS_EPARSE;
 	}
+	if (r.n_kvs)
+		*mod_rev = r.kvs[0].mod_rev;
 	locus_etcd_resp_free(&r);
 	return 0;
 }

@@ -124,6 +124,14 @@ case "$out" in *"tables are equal"*) ;; *) fail "diff --cluster after the rollba
 out=$("${CTL[@]}" show "${CL[@]}") || fail "show --cluster: $out"
 case "$out" in *"eldr: generation 3"*"node 0: generation 3 in force"*"grace: generation 0 (none stored)"*"node 0: no report"*) ;;
 	*) fail "show --cluster said: $out" ;; esac
+# what etcd holds is input too: a generation counter that is not a number stops a push
+etcdctl_t put /locus/42/tables/next/eldr 'x1' > /dev/null
+if out=$("${CTL[@]}" push "${CL[@]}" "$tmp/c1.tbl" 2>&1); then
+	fail "a push over a garbled counter exited 0: $out"
+fi
+case "$out" in *"tables/next/eldr holds 'x1', not a generation"*) ;;
+	*) fail "push over a garbled counter said: $out" ;; esac
+etcdctl_t put /locus/42/tables/next/eldr 3 > /dev/null
 
 # 1c. placements change in two phases. Four rank clients take part: each sees the
 # staged generation, works out what it gains and loses, and acknowledges; the
