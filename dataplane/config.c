@@ -624,6 +624,7 @@ static int parse_group(struct cfg_parser *p, const char *k, const char *value)
 	struct locus_cfg_group *g;
 	char v[CFG_LINE_MAX], *tok, *save = NULL;
 	size_t nlen = strlen(name);
+	int named = 0;
 
 	if (!nlen || nlen >= LOCUS_CFG_GROUP_NAME ||
 	    strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != nlen)
@@ -660,7 +661,10 @@ static int parse_group(struct cfg_parser *p, const char *k, const char *value)
 					"them (0..%u)", k, tok, LOCUS_CFG_MAX_NODES - 1);
 		for (unsigned long i = lo; i <= hi; i++)
 			g->nodes[i / 64] |= 1ull << (i % 64);
+		named = 1;
 	}
+	if (!named)
+		return CFG_FAIL(p, LOCUS_EPARSE, "%s names no node", k);
 	c->n_groups++;
 	return 0;
 }

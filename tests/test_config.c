@@ -549,6 +549,7 @@ static void test_groups(void **state)
 		{ "group.a = 1024\n", "'1024' is not a node id", LOCUS_EPARSE },
 		{ "group.a b = 1\n", "a group name is", LOCUS_EPARSE },
 		{ "group. = 1\n", "a group name is", LOCUS_EPARSE },
+		{ "group.a = ,\n", "group.a names no node", LOCUS_EPARSE },
 	};
 	struct locus_config c;
 	struct locus_error e = { 0 };

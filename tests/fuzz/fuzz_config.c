@@ -128,10 +128,39 @@ static size_t print_config(const struct locus_config *c, char *buf, size_t cap)
 	  (double)c->tau, c->eldr_precision, c->load_timeout_ms, c->watchdog ? "yes" : "no");
 	P("[cluster]\nid = %llu\ngpus_per_node = %u\n", (unsigned long long)c->cluster_id,
 	  c->gpus_per_node);
+	P("etcd_prefix = %s\netcd_lease_s = %u\netcd_loads_s = %u\n", c->etcd_prefix,
+	  c->etcd_lease_s, c->etcd_loads_s);
+	if (c->etcd[0]) {
+		P("etcd = %s\nnodes = %u\n", c->etcd, c->n_nodes);
+		if (c->etcd_cacert[0])
+			P("etcd_cacert = %s\n", c->etcd_cacert);
+		if (c->etcd_cert[0])
+			P("etcd_cert = %s\netcd_key = %s\n", c->etcd_cert, c->etcd_key);
+	}
+	for (uint32_t g = 0; g < c->n_groups; g++) {
+		const char *sep = "";
+
+		P("group.%s = ", c->groups[g].name);
+		for (uint32_t i = 0; i < LOCUS_CFG_MAX_NODES; i++) {
+			uint32_t j = i;
+
+			if (!(c->groups[g].nodes[i / 64] >> (i % 64) & 1))
+				continue;
+			while (j + 1 < LOCUS_CFG_MAX_NODES &&
+			       (c->groups[g].nodes[(j + 1) / 64] >> ((j + 1) % 64) & 1))
+				j++;
+			P("%s%u-%u", sep, i, j);
+			sep = ",";
+			i = j;
+		}
+		P("\n");
+	}
 	for (uint32_t i = 0; i < c->n_nodes; i++) {
 		char a[INET_ADDRSTRLEN];
 		struct in_addr in = { .s_addr = c->nodes[i].ipv4 };
 
+		if (!c->nodes[i].set)
+			continue;
 		inet_ntop(AF_INET, &in, a, sizeof(a));
 		P("node.%u = %s:%u", i, a, c->nodes[i].port);
 		for (uint32_t r = 1; r < c->nodes[i].n_rails; r++) {
@@ -157,6 +186,11 @@ static int same_config(const struct locus_config *a, const struct locus_config *
 	CLEAR_TAIL(x.rdma_near_pci), CLEAR_TAIL(y.rdma_near_pci);
 	CLEAR_TAIL(x.secret_file), CLEAR_TAIL(y.secret_file);
 	CLEAR_TAIL(x.ctl_group), CLEAR_TAIL(y.ctl_group);
+	CLEAR_TAIL(x.etcd), CLEAR_TAIL(y.etcd);
+	CLEAR_TAIL(x.etcd_prefix), CLEAR_TAIL(y.etcd_prefix);
+	CLEAR_TAIL(x.etcd_cacert), CLEAR_TAIL(y.etcd_cacert);
+	CLEAR_TAIL(x.etcd_cert), CLEAR_TAIL(y.etcd_cert);
+	CLEAR_TAIL(x.etcd_key), CLEAR_TAIL(y.etcd_key);
 	for (uint32_t g = 0; g < LOCUS_CFG_MAX_GPUS; g++)
 		CLEAR_TAIL(x.gpu_pci[g]), CLEAR_TAIL(y.gpu_pci[g]);
 	for (uint32_t r = 0; r < LOCUS_CFG_MAX_RAILS; r++)
