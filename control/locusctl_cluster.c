@@ -762,34 +762,53 @@ int locusctl_show_cluster(int argc, char **argv)
 	return status;
 }
 
-/* The blob of the cluster's kind ch at generation gen into a temporary file (path). */
-static int fetch_blob(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
-		      char *path, size_t plen, struct locus_error *err)
+/* The blob of the cluster's kind ch at generation gen, in a malloc'd *buf. */
+static int fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
+			  void **buf, size_t *len, struct locus_error *err)
 {
 	char k[340];
 	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
 	struct locus_etcd_resp r;
-	int fd, ret = 0;
+	int ret = 0;
 
+	*buf = NULL;
 	key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
 		return -err->code;
 	}
-	if (r.n_kvs != 1) {
-		locus_etcd_resp_free(&r);
-		return locus_error_set(err, ENOENT, "the cluster's %s generation %" PRIu64 " is "
-				       "not in etcd", kind_name[ch], gen);
-	}
+	if (r.n_kvs != 1)
+		ret = locus_error_set(err, ENOENT, "the cluster's %s generation %" PRIu64 " is not "
+				      "in etcd", kind_name[ch], gen);
+	else if (!(*buf = malloc(r.kvs[0].value_len ? r.kvs[0].value_len : 1)))
+		ret = locus_error_set(err, ENOMEM, "out of memory");
+	else
+		memcpy(*buf, r.kvs[0].value, *len = r.kvs[0].value_len);
+	locus_etcd_resp_free(&r);
+	return ret;
+}
+
+/* The blob of the cluster's kind ch at generation gen into a temporary file (path). */
+static int fetch_blob(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
+		      char *path, size_t plen, struct locus_error *err)
+{
+	void *buf;
+	size_t len = 0;
+	int fd, ret;
+
+	ret = fetch_blob_mem(e, o, ch, gen, &buf, &len, err);
+	if (ret < 0)
+		return ret;
 	snprintf(path, plen, "/tmp/locusctl-cluster-XXXXXX");
 	fd = mkstemp(path);
-	if (fd < 0 || write(fd, r.kvs[0].value, r.kvs[0].value_len) != (ssize_t)r.kvs[0].value_len)
+	ret = 0;
+	if (fd < 0 || write(fd, buf, len) != (ssize_t)len)
 		ret = locus_error_set(err, errno ? errno : EIO, "a temporary copy of the table: %s",
 				      strerror(errno ? errno : EIO));
 	if (fd >= 0)
 		close(fd);
-	locus_etcd_resp_free(&r);
+	free(buf);
 	return ret;
 }
 
@@ -906,33 +925,6 @@ out:
 }
 
 /* ---- rebalance --cluster ------------------------------------------------------------------ */
-
-/* The blob of the cluster's kind ch at generation gen, in a malloc'd *buf. */
-static int fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
-			  void **buf, size_t *len, struct locus_error *err)
-{
-	char k[340];
-	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k };
-	struct locus_etcd_resp r;
-	int ret = 0;
-
-	*buf = NULL;
-	key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
-	if (locus_etcd_call_op(e, &op, &r) < 0) {
-		*err = r.err;
-		locus_etcd_resp_free(&r);
-		return -err->code;
-	}
-	if (r.n_kvs != 1)
-		ret = locus_error_set(err, ENOENT, "the cluster's %s generation %" PRIu64 " is not "
-				      "in etcd", kind_name[ch], gen);
-	else if (!(*buf = malloc(r.kvs[0].value_len ? r.kvs[0].value_len : 1)))
-		ret = locus_error_set(err, ENOMEM, "out of memory");
-	else
-		memcpy(*buf, r.kvs[0].value, *len = r.kvs[0].value_len);
-	locus_etcd_resp_free(&r);
-	return ret;
-}
 
 /* What was last read of one node's loads: its boot and counts, to take deltas from. */
 struct node_loads {

@@ -204,23 +204,10 @@ int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int 
 {
 	struct cluster_prepare *p = &c->pr;
 	char esc[300];
-	size_t o = 0;
 
 	if (!generation)
 		return -LOCUS_ERANGE;
-	for (const char *s = reason ? reason : ""; *s && o + 7 < sizeof(esc); s++) {
-		unsigned char ch = (unsigned char)*s;
-
-		if (ch == '"' || ch == '\\') {
-			esc[o++] = '\\';
-			esc[o++] = (char)ch;
-		} else if (ch < 0x20) {
-			o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\u%04x", ch);
-		} else {
-			esc[o++] = (char)ch;
-		}
-	}
-	esc[o] = 0;
+	cluster_json_escape(reason, esc, sizeof(esc));
 	snprintf(p->ack, sizeof(p->ack), "{\"node\":%u,\"generation\":%" PRIu64 ",\"status\":%d,"
 		 "\"ranks\":%u,\"reason\":\"%s\"}", c->self.node, generation, status, ranks, esc);
 	p->ack_gen = generation;

@@ -125,6 +125,9 @@ void cluster_tables_poll(struct locus_cluster *c);
 void cluster_tables_rejoined(struct locus_cluster *c);
 void cluster_tables_close(struct locus_cluster *c);
 
+/* s as the inside of a JSON string (quotes, backslashes, controls escaped), cut to fit len. */
+void cluster_json_escape(const char *s, char *out, size_t len);
+
 /* cluster_prepare.c: the same steps for placement changes in two phases. */
 void cluster_prepare_init(struct locus_cluster *c, const char *base);
 void cluster_prepare_poll(struct locus_cluster *c);

@@ -221,29 +221,34 @@ void cluster_tables_close(struct locus_cluster *c)
 	c->t.w = NULL;
 }
 
+void cluster_json_escape(const char *s, char *out, size_t len)
+{
+	size_t o = 0;
+
+	for (s = s ? s : ""; *s && o + 7 < len; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch < 0x20) {
+			o += (size_t)snprintf(out + o, len - o, "\\u%04x", ch);
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	out[o] = 0;
+}
+
 int locus_cluster_report(struct locus_cluster *c, unsigned kind, uint64_t generation,
 			 int status, uint64_t local_gen, const char *reason)
 {
 	struct cluster_tables *t = &c->t;
 	char esc[300];
-	size_t o = 0;
 
 	if (kind >= LOCUS_CLUSTER_TABLE_KINDS)
 		return -LOCUS_ERANGE;
-	/* the reason as a JSON string: quotes, backslashes and controls escaped */
-	for (const char *p = reason ? reason : ""; *p && o + 7 < sizeof(esc); p++) {
-		unsigned char ch = (unsigned char)*p;
-
-		if (ch == '"' || ch == '\\') {
-			esc[o++] = '\\';
-			esc[o++] = (char)ch;
-		} else if (ch < 0x20) {
-			o += (size_t)snprintf(esc + o, sizeof(esc) - o, "\\u%04x", ch);
-		} else {
-			esc[o++] = (char)ch;
-		}
-	}
-	esc[o] = 0;
+	cluster_json_escape(reason, esc, sizeof(esc));
 	snprintf(t->report[kind], sizeof(t->report[kind]),
 		 "{\"node\":%u,\"generation\":%" PRIu64 ",\"status\":%d,\"local_generation\":%"
 		 PRIu64 ",\"reason\":\"%s\"}", c->self.node, generation, status, local_gen, esc);
