@@ -18,8 +18,8 @@ $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eld
 $(eval $(call LIBRARY,gracefit,control/grace_profile.c control/grace_spectral.c \
 	control/grace_group.c control/grace_balance.c control/grace_replicate.c \
 	control/grace_fit.c control/grace_eplb.c control/grace_eplb_balance.c \
-	control/grace_epgroups.c control/grace_rebalance.c control/grace_objective.c,\
-	formats common,lapacke openblas))
+	control/grace_epgroups.c control/grace_rebalance.c control/grace_objective.c \
+	control/grace_adapt.c,formats common,lapacke openblas))
 # locusctl's GRACE subcommands
 $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c control/locusctl_graceset.c,\
 	gracefit trace formats counters shm common))
@@ -34,11 +34,14 @@ $(eval $(call LIBRARY,eldr_replay,control/eldr_replay.c control/eldr_quality_sim
 
 # the loads record a node keeps in etcd for a rebalance of the cluster
 $(eval $(call LIBRARY,cluster_loads,control/cluster_loads.c,common))
+# which ranks are lost, from the members and their ranks/<node> reports
+$(eval $(call LIBRARY,cluster_ranks,control/cluster_ranks.c,common,jansson))
 
 $(eval $(call PROGRAM,bin/locusctl,control/locusctl.c control/eldr_ctl.c \
 	control/eldr_ctl_fit.c control/locusctl_history.c control/locusctl_cluster.c \
-	control/sim_args.c control/sim_ctl.c control/sim_report.c control/sim_moe_ctl.c \
-	control/sim_moe_report.c,eldr_replay sim sim_moe gracectl etcd cluster_loads,$(JEMALLOC)))
+	control/locusctl_recover.c control/sim_args.c control/sim_ctl.c control/sim_report.c \
+	control/sim_moe_ctl.c control/sim_moe_report.c,\
+	eldr_replay sim sim_moe gracectl etcd cluster_loads cluster_ranks,$(JEMALLOC)))
 $(eval $(call USES_PKG,control/locusctl_cluster.c,jansson))
 BINS += bin/locusctl
 # ESFT's expert_scores to a calibration trace

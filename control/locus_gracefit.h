@@ -415,4 +415,42 @@ int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const
 				  uint32_t max_moves, void **blob, size_t *blob_len,
 				  struct locus_gracefit_rebalance *rep, struct locus_error *err);
 
+/* ---- ranks lost and back (control/grace_adapt.c, pure) ----------------- */
+
+struct locus_gracefit_adapt {
+	uint32_t dropped;        /* copies on lost ranks removed */
+	uint32_t promoted;       /* live replicas made primary: no move */
+	uint32_t orphans;        /* experts with no live copy placed again: from storage */
+	uint32_t moved;          /* copies moved to even the load out: from their holder */
+	uint32_t capacity;       /* the result's primaries per GPU (raised if needed) */
+	uint32_t replica_budget; /* the result's replicas per GPU (raised if needed) */
+	double skew_after;       /* mean over layers of the busiest live rank / live mean */
+};
+
+/*
+ * A placement for the live ranks (bit r of lost set: rank r is lost; NULL:
+ * none) with the fewest moves from payload (a GRACE payload in force):
+ * copies on lost ranks dropped, a live replica promoted where the primary
+ * was lost, experts with no live copy placed on the least-loaded live rank
+ * (hottest first), then, while a layer's busiest live rank predicts more
+ * than skew x the live mean or its least loaded one less than the mean /
+ * skew, the busiest one's largest copy that lowers the peak moved to the
+ * least-loaded live rank without one, at most max_moves in all (a rank
+ * back with nothing fills up this way). A sealed blob (generation 0) in
+ * *out (free() it). 0, or -LOCUS_ERANGE (every rank lost, skew < 1, the
+ * payload) / -ENOMEM with err.
+ */
+int locus_gracefit_adapt(const void *payload, size_t len, const uint64_t *lost, double skew,
+			 uint32_t max_moves, void **out, size_t *out_len,
+			 struct locus_gracefit_adapt *rep, struct locus_error *err);
+
+/*
+ * Copies of the placement v on lost ranks (0: it uses none). With idle
+ * (bits for every rank, zeroed by the caller), the live ranks that hold no
+ * copy at all are set there: ranks back, or new, that the placement does
+ * not use.
+ */
+uint32_t locus_gracefit_uses_lost(const struct locus_grace_view *v, const uint64_t *lost,
+				  uint64_t *idle);
+
 #endif /* LOCUS_GRACEFIT_H */

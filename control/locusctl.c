@@ -133,6 +133,11 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--tokens-per-step B] [--model M] [--gpu G] [--fabric F] [--intra-gbps G]\n"
 	  "        [--inter-gbps G] [--tflops T] [--hbm-gbps G] [--latency-us U]\n"
 	  "        [--replica-budget B] [--seed S] [--groups N] [--json]" },
+	{ "recover", locusctl_recover_cluster,
+	  "recover --cluster --etcd URL[,URL] [--interval S] [--settle-ms 1000] [--lease-s 10]\n"
+	  "        [--skew 1.25] [--max-moves M] [--expert-bytes B] [--count N] [--cluster-id N]\n"
+	  "        [--prepare-timeout-ms N]   (one per node: the leader refits the placement over\n"
+	  "        the live ranks and pushes it in two phases when a rank is lost or comes back)" },
 	{ "rebalance", cmd_rebalance,
 	  "rebalance -i INSTANCE --table TABLE --interval S [--count N] [--threshold 0.05]\n"
 	  "        [--window N] [--decay D] [--every N] [--max-moves M]\n"

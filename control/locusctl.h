@@ -48,6 +48,8 @@ int locusctl_diff_cluster(int argc, char **argv);
 int locusctl_rollback_cluster(int argc, char **argv);
 /* rebalance --cluster: the cluster's placement refitted from every node's loads */
 int locusctl_rebalance_cluster(int argc, char **argv);
+/* recover --cluster: the placement follows the live ranks (locusctl_recover.c). */
+int locusctl_recover_cluster(int argc, char **argv);
 
 /*
  * History, diff, rollback (control/locusctl_history.c). push keeps a table

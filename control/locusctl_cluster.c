@@ -26,6 +26,7 @@
 #include "locus_tblfile.h"
 #include "locus_tblfile_priv.h"
 #include "locusctl.h"
+#include "locusctl_cluster.h"
 
 #define N_KINDS 2
 #define ETCD_REQUEST_MAX (3u << 19) /* etcd's default --max-request-bytes, 1.5 MiB */
@@ -33,14 +34,6 @@ static const char *const kind_name[N_KINDS] = { "eldr", "grace" }; /* by table c
 
 static double now_s(void);
 
-struct copts {
-	const char *etcd, *prefix, *cacert, *cert, *key, *path, *out;
-	uint64_t cluster, timeout_ms, to, prepare_ms;
-	int kind;                /* rollback: 0 eldr, 1 grace */
-	/* rebalance */
-	double interval, threshold, decay;
-	uint64_t count, window, every, max_moves;
-};
 
 static int parse_dbl(const char *s, double lo, double hi, double *out)
 {
@@ -55,11 +48,12 @@ static int parse_dbl(const char *s, double lo, double hi, double *out)
 	return 0;
 }
 
-static int parse(int argc, char **argv, struct copts *o, int want_path)
+int cl_parse(int argc, char **argv, struct copts *o, int want_path)
 {
 	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000,
 			     .prepare_ms = 30000, .interval = -1, .threshold = 0.05, .decay = 1,
-			     .window = 1, .every = 1, .max_moves = UINT32_MAX };
+			     .window = 1, .every = 1, .max_moves = UINT32_MAX, .settle_ms = 1000,
+			     .lease_s = 3, .skew = 1.25, .expert_bytes = 0 };
 	o->etcd = getenv("LOCUS_ETCD");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -109,6 +103,18 @@ static int parse(int argc, char **argv, struct copts *o, int want_path)
 		} else if (!strcmp(a, "--max-moves")) {
 			if (locusctl_parse_u64(argv[++i], UINT32_MAX - 1, &o->max_moves) < 0)
 				return -1;
+		} else if (!strcmp(a, "--settle-ms")) {
+			if (locusctl_parse_u64(argv[++i], 600000, &o->settle_ms) < 0)
+				return -1;
+		} else if (!strcmp(a, "--lease-s")) {
+			if (locusctl_parse_u64(argv[++i], 3600, &o->lease_s) < 0 || o->lease_s < 1)
+				return -1;
+		} else if (!strcmp(a, "--skew")) {
+			if (parse_dbl(argv[++i], 1, 100, &o->skew) < 0)
+				return -1;
+		} else if (!strcmp(a, "--expert-bytes")) {
+			if (locusctl_parse_u64(argv[++i], UINT64_MAX / 65536, &o->expert_bytes) < 0)
+				return -1;
 		} else if (!strcmp(a, "-o")) {
 			o->out = argv[++i];
 		} else if (!strcmp(a, "--to")) {
@@ -131,7 +137,7 @@ static int parse(int argc, char **argv, struct copts *o, int want_path)
 	return 0;
 }
 
-static struct locus_etcd *open_etcd(const struct copts *o, struct locus_error *err)
+struct locus_etcd *cl_open_etcd(const struct copts *o, struct locus_error *err)
 {
 	struct locus_etcd_params p = { .endpoints = o->etcd, .cacert = o->cacert, .cert = o->cert,
 				       .key = o->key };
@@ -141,9 +147,7 @@ static struct locus_etcd *open_etcd(const struct copts *o, struct locus_error *e
 }
 
 /* <prefix>/<cluster>/<rest> */
-static void key(char *buf, size_t len, const struct copts *o, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void key(char *buf, size_t len, const struct copts *o, const char *fmt, ...)
+void cl_key(char *buf, size_t len, const struct copts *o, const char *fmt, ...)
 {
 	size_t n = (size_t)snprintf(buf, len, "%s%s%" PRIu64 "/", o->prefix,
 				    o->prefix[strlen(o->prefix) - 1] == '/' ? "" : "/", o->cluster);
@@ -156,7 +160,7 @@ static void key(char *buf, size_t len, const struct copts *o, const char *fmt, .
 }
 
 /* The member node ids (records under nodes/), sorted by etcd. */
-static int members_at(struct locus_etcd *e, const struct copts *o, uint32_t *ids,
+int cl_members_at(struct locus_etcd *e, const struct copts *o, uint32_t *ids,
 		      uint32_t max, int64_t *rev, struct locus_error *err)
 {
 	char k[300];
@@ -164,7 +168,7 @@ static int members_at(struct locus_etcd *e, const struct copts *o, uint32_t *ids
 	struct locus_etcd_resp r;
 	uint32_t n = 0;
 
-	key(k, sizeof(k), o, "nodes/");
+	cl_key(k, sizeof(k), o, "nodes/");
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
@@ -187,7 +191,7 @@ static int members_at(struct locus_etcd *e, const struct copts *o, uint32_t *ids
 static int members(struct locus_etcd *e, const struct copts *o, uint32_t *ids, uint32_t max,
 		   struct locus_error *err)
 {
-	return members_at(e, o, ids, max, NULL, err);
+	return cl_members_at(e, o, ids, max, NULL, err);
 }
 
 struct report {
@@ -225,7 +229,7 @@ static int reports(struct locus_etcd *e, const struct copts *o, unsigned kind,
 	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
 	struct locus_etcd_resp r;
 
-	key(k, sizeof(k), o, "reports/%s/", kind_name[kind]);
+	cl_key(k, sizeof(k), o, "reports/%s/", kind_name[kind]);
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
@@ -270,12 +274,12 @@ static int parse_gen_kv(const struct locus_etcd_kv *kv, uint64_t *gen, struct lo
 static int get_gen(struct locus_etcd *e, const char *k, uint64_t *gen, int64_t *mod_rev,
 		   struct locus_error *err);
 
-static int current(struct locus_etcd *e, const struct copts *o, unsigned kind, uint64_t *gen,
+int cl_current(struct locus_etcd *e, const struct copts *o, unsigned kind, uint64_t *gen,
 		   int64_t *mod_rev, struct locus_error *err)
 {
 	char k[300];
 
-	key(k, sizeof(k), o, "tables/current/%s", kind_name[kind]);
+	cl_key(k, sizeof(k), o, "tables/current/%s", kind_name[kind]);
 	return get_gen(e, k, gen, mod_rev, err);
 }
 
@@ -317,7 +321,7 @@ static int acks(struct locus_etcd *e, const struct copts *o, uint64_t gen, const
 	struct locus_etcd_op op = { .type = LOCUS_ETCD_GET, .key = k, .prefix = true };
 	struct locus_etcd_resp r;
 
-	key(k, sizeof(k), o, "tables/acks/grace/%" PRIu64 "/", gen);
+	cl_key(k, sizeof(k), o, "tables/acks/grace/%" PRIu64 "/", gen);
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
@@ -372,9 +376,9 @@ static int commit(struct locus_etcd *e, const struct copts *o, uint64_t gen, int
 	struct locus_etcd_resp r;
 	int ret;
 
-	key(kprep, sizeof(kprep), o, "tables/prepare/grace");
-	key(kcur, sizeof(kcur), o, "tables/current/grace");
-	key(knodes, sizeof(knodes), o, "nodes/");
+	cl_key(kprep, sizeof(kprep), o, "tables/prepare/grace");
+	cl_key(kcur, sizeof(kcur), o, "tables/current/grace");
+	cl_key(knodes, sizeof(knodes), o, "nodes/");
 	ok[0].len = cmp[0].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
 	ret = locus_etcd_call_txn(e, &t, &r);
 	if (ret < 0)
@@ -397,7 +401,7 @@ static int abort_prepared(struct locus_etcd *e, const struct copts *o, uint64_t 
 	struct locus_etcd_resp r;
 	int ret;
 
-	key(kprep, sizeof(kprep), o, "tables/prepare/grace");
+	cl_key(kprep, sizeof(kprep), o, "tables/prepare/grace");
 	cmp.len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
 	ret = locus_etcd_call_txn(e, &t, &r);
 	if (ret < 0)
@@ -432,12 +436,12 @@ static int settle_prepared(struct locus_etcd *e, const struct copts *o, struct l
 	struct ack ak[1024];
 	int n, ok, refused, ret;
 
-	key(k, sizeof(k), o, "tables/prepare/grace");
+	cl_key(k, sizeof(k), o, "tables/prepare/grace");
 	if (get_gen(e, k, &p, &rev, err) < 0)
 		return -err->code;
 	if (!p)
 		return 0;
-	n = members_at(e, o, ids, 1024, &mrev, err);
+	n = cl_members_at(e, o, ids, 1024, &mrev, err);
 	if (n < 0 || acks(e, o, p, ids, (uint32_t)n, ak, err) < 0)
 		return -err->code;
 	count_acks(ak, n, &ok, &refused);
@@ -475,7 +479,7 @@ static int prepare_wait(struct locus_etcd *e, const struct copts *o, uint64_t ge
 	int n = 0, ok = 0, refused = 0, ret;
 
 	for (;;) {
-		n = members_at(e, o, ids, 1024, &mrev, err);
+		n = cl_members_at(e, o, ids, 1024, &mrev, err);
 		if (n < 0 || acks(e, o, gen, ids, (uint32_t)n, ak, err) < 0)
 			return -err->code;
 		count_acks(ak, n, &ok, &refused);
@@ -501,7 +505,7 @@ static int prepare_wait(struct locus_etcd *e, const struct copts *o, uint64_t ge
 				uint64_t p;
 				int64_t rev;
 
-				key(k, sizeof(k), o, "tables/prepare/grace");
+				cl_key(k, sizeof(k), o, "tables/prepare/grace");
 				if (get_gen(e, k, &p, &rev, err) < 0)
 					return -err->code;
 				if (p != gen) {
@@ -566,7 +570,7 @@ int locusctl_push_cluster(int argc, char **argv)
 	int n = 0, status = 1, ret, adopted = 0;
 	double t0, waited;
 
-	if (parse(argc, argv, &o, 1) < 0)
+	if (cl_parse(argc, argv, &o, 1) < 0)
 		return usage_push();
 	ret = locusctl_table_for_push(o.path, &buf, &len, &kind, &ch, &err);
 	if (ret < 0 || ch >= N_KINDS)
@@ -578,7 +582,7 @@ int locusctl_push_cluster(int argc, char **argv)
 				"stored whole", o.path, len, ETCD_REQUEST_MAX);
 		goto out;
 	}
-	e = open_etcd(&o, &err);
+	e = cl_open_etcd(&o, &err);
 	if (!e)
 		goto out;
 	/* a change an earlier push left half done is settled first */
@@ -606,16 +610,16 @@ int locusctl_push_cluster(int argc, char **argv)
 		struct locus_etcd_txn t = { cmp, ch == 1 ? 2 : 1, ok, NULL, 3, 0 };
 		struct locus_etcd_resp r;
 
-		ret = current(e, &o, ch, &cur, &rev, &err);
-		key(knext, sizeof(knext), &o, "tables/next/%s", kind_name[ch]);
+		ret = cl_current(e, &o, ch, &cur, &rev, &err);
+		cl_key(knext, sizeof(knext), &o, "tables/next/%s", kind_name[ch]);
 		if (ret < 0 || get_gen(e, knext, &next, &next_rev, &err) < 0)
 			goto out;
 		gen = (next > cur ? next : cur) + 1;
 		if (ch == 1)
-			key(kptr, sizeof(kptr), &o, "tables/prepare/grace");
+			cl_key(kptr, sizeof(kptr), &o, "tables/prepare/grace");
 		else
-			key(kptr, sizeof(kptr), &o, "tables/current/%s", kind_name[ch]);
-		key(kblob, sizeof(kblob), &o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
+			cl_key(kptr, sizeof(kptr), &o, "tables/current/%s", kind_name[ch]);
+		cl_key(kblob, sizeof(kblob), &o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
 		ok[1].len = ok[2].len = (size_t)snprintf(text, sizeof(text), "%" PRIu64, gen);
 		cmp[0].target = next_rev ? LOCUS_ETCD_MOD_REV : LOCUS_ETCD_CREATE_REV;
 		cmp[0].rev = next_rev;
@@ -707,12 +711,12 @@ int locusctl_show_cluster(int argc, char **argv)
 	struct report rp[1024];
 	int n, status = 0;
 
-	if (parse(argc, argv, &o, 0) < 0) {
+	if (cl_parse(argc, argv, &o, 0) < 0) {
 		fprintf(stderr, "usage: locusctl show --cluster --etcd URL[,URL] [--cluster-id N] "
 				"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F]\n");
 		return 2;
 	}
-	e = open_etcd(&o, &err);
+	e = cl_open_etcd(&o, &err);
 	if (!e || (n = members(e, &o, ids, 1024, &err)) < 0) {
 		fprintf(stderr, "locusctl: %s\n", err.msg);
 		locus_etcd_close(e);
@@ -723,7 +727,7 @@ int locusctl_show_cluster(int argc, char **argv)
 		uint64_t gen;
 		int64_t rev;
 
-		if (current(e, &o, k, &gen, &rev, &err) < 0 ||
+		if (cl_current(e, &o, k, &gen, &rev, &err) < 0 ||
 		    reports(e, &o, k, ids, (uint32_t)n, rp, &err) < 0) {
 			fprintf(stderr, "locusctl: %s\n", err.msg);
 			status = 1;
@@ -738,7 +742,7 @@ int locusctl_show_cluster(int argc, char **argv)
 			struct ack ak[1024];
 			int ok, refused;
 
-			key(kp, sizeof(kp), &o, "tables/prepare/grace");
+			cl_key(kp, sizeof(kp), &o, "tables/prepare/grace");
 			if (get_gen(e, kp, &p, &prev, &err) == 0 && p &&
 			    acks(e, &o, p, ids, (uint32_t)n, ak, &err) == 0) {
 				count_acks(ak, n, &ok, &refused);
@@ -763,7 +767,7 @@ int locusctl_show_cluster(int argc, char **argv)
 }
 
 /* The blob of the cluster's kind ch at generation gen, in a malloc'd *buf. */
-static int fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
+int cl_fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned ch, uint64_t gen,
 			  void **buf, size_t *len, struct locus_error *err)
 {
 	char k[340];
@@ -772,7 +776,7 @@ static int fetch_blob_mem(struct locus_etcd *e, const struct copts *o, unsigned 
 	int ret = 0;
 
 	*buf = NULL;
-	key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
+	cl_key(k, sizeof(k), o, "tables/blob/%s/%" PRIu64, kind_name[ch], gen);
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
@@ -797,7 +801,7 @@ static int fetch_blob(struct locus_etcd *e, const struct copts *o, unsigned ch, 
 	size_t len = 0;
 	int fd, ret;
 
-	ret = fetch_blob_mem(e, o, ch, gen, &buf, &len, err);
+	ret = cl_fetch_blob_mem(e, o, ch, gen, &buf, &len, err);
 	if (ret < 0)
 		return ret;
 	snprintf(path, plen, "/tmp/locusctl-cluster-XXXXXX");
@@ -825,14 +829,14 @@ int locusctl_diff_cluster(int argc, char **argv)
 	int64_t rev;
 	int ret = 2;
 
-	if (parse(argc, argv, &o, 1) < 0) {
+	if (cl_parse(argc, argv, &o, 1) < 0) {
 		fprintf(stderr, "usage: locusctl diff --cluster --etcd URL[,URL] [--cluster-id N] "
 				"[--etcd-prefix P] [--etcd-cacert F --etcd-cert F --etcd-key F] "
 				"TABLE\n");
 		return 2;
 	}
 	if (locusctl_table_for_push(o.path, &buf, &len, &kind, &ch, &err) < 0 || ch >= N_KINDS ||
-	    !(e = open_etcd(&o, &err)) || current(e, &o, ch, &gen, &rev, &err) < 0)
+	    !(e = cl_open_etcd(&o, &err)) || cl_current(e, &o, ch, &gen, &rev, &err) < 0)
 		goto out;
 	if (!gen) {
 		printf("the cluster has no %s table yet\n", kind_name[ch]);
@@ -867,14 +871,14 @@ int locusctl_rollback_cluster(int argc, char **argv)
 	int64_t rev;
 	int ret = 1;
 
-	if (parse(argc, argv, &o, 0) < 0) {
+	if (cl_parse(argc, argv, &o, 0) < 0) {
 		fprintf(stderr, "usage: locusctl rollback --cluster --etcd URL[,URL] [--kind "
 				"eldr|grace] [--to GEN] [--cluster-id N] [--etcd-prefix P] "
 				"[--etcd-cacert F --etcd-cert F --etcd-key F] [--timeout-ms N]\n");
 		return 2;
 	}
-	e = open_etcd(&o, &err);
-	if (!e || current(e, &o, (unsigned)o.kind, &gen, &rev, &err) < 0)
+	e = cl_open_etcd(&o, &err);
+	if (!e || cl_current(e, &o, (unsigned)o.kind, &gen, &rev, &err) < 0)
 		goto out;
 	to = o.to ? o.to : gen - 1;
 	if (!gen || !to || to >= gen) {
@@ -980,7 +984,7 @@ static double cluster_loads_read(struct locus_etcd *e, const struct copts *o,
 	struct locus_etcd_resp r;
 	double tot = 0;
 
-	key(k, sizeof(k), o, "stats/expert_tokens/");
+	cl_key(k, sizeof(k), o, "stats/expert_tokens/");
 	if (locus_etcd_call_op(e, &op, &r) < 0) {
 		*err = r.err;
 		locus_etcd_resp_free(&r);
@@ -1055,7 +1059,7 @@ static void rb_on_signal(int sig)
 }
 
 /* Push blob to the cluster as push --cluster would, with o's etcd options. 0 committed. */
-static int rb_push(const struct copts *o, const void *blob, size_t len, struct locus_error *err)
+int cl_push_blob(const struct copts *o, const void *blob, size_t len, struct locus_error *err)
 {
 	char path[64] = "/tmp/locusctl-rebalance-XXXXXX", cid[24], tmo[24], pmo[24];
 	char *pargv[24];
@@ -1122,7 +1126,7 @@ int locusctl_rebalance_cluster(int argc, char **argv)
 	uint32_t L, E;
 	int ret = 1;
 
-	if (parse(argc, argv, &o, 0) < 0 || o.interval <= 0) {
+	if (cl_parse(argc, argv, &o, 0) < 0 || o.interval <= 0) {
 		fprintf(stderr, "usage: locusctl rebalance --cluster --etcd URL[,URL] --interval S "
 				"[--count N] [--threshold 0.05] [--window N] [--decay D] [--every N] "
 				"[--max-moves M] [--cluster-id N] [--etcd-prefix P] [--etcd-cacert F "
@@ -1130,15 +1134,15 @@ int locusctl_rebalance_cluster(int argc, char **argv)
 				"[-o TABLE]\n");
 		return 2;
 	}
-	e = open_etcd(&o, &err);
-	if (!e || current(e, &o, 1, &gen, &rev, &err) < 0)
+	e = cl_open_etcd(&o, &err);
+	if (!e || cl_current(e, &o, 1, &gen, &rev, &err) < 0)
 		goto out;
 	if (!gen) {
 		locus_error_set(&err, ENOENT, "the cluster has no placement yet: push one with "
 				"push --cluster first");
 		goto out;
 	}
-	if (fetch_blob_mem(e, &o, 1, gen, &cur, &cur_len, &err) < 0 ||
+	if (cl_fetch_blob_mem(e, &o, 1, gen, &cur, &cur_len, &err) < 0 ||
 	    locus_grace_blob_check(cur, cur_len, &pl, &plen, &err) < 0)
 		goto out;
 	L = ((const struct locus_grace_dims *)pl)->n_layers;
@@ -1171,7 +1175,7 @@ int locusctl_rebalance_cluster(int argc, char **argv)
 		while (nanosleep(&ts, &ts) && errno == EINTR && !rb_stop)
 			;
 		/* another push moved the placement: plan from the one in force */
-		if (current(e, &o, 1, &g, &rev, &err) < 0)
+		if (cl_current(e, &o, 1, &g, &rev, &err) < 0)
 			goto out;
 		if (g != gen) {
 			void *nb;
@@ -1179,7 +1183,7 @@ int locusctl_rebalance_cluster(int argc, char **argv)
 			const void *npl;
 			size_t nplen;
 
-			if (fetch_blob_mem(e, &o, 1, g, &nb, &nlen, &err) < 0)
+			if (cl_fetch_blob_mem(e, &o, 1, g, &nb, &nlen, &err) < 0)
 				goto out;
 			if (locus_grace_blob_check(nb, nlen, &npl, &nplen, &err) < 0 ||
 			    ((const struct locus_grace_dims *)npl)->n_layers != L ||
@@ -1229,7 +1233,7 @@ int locusctl_rebalance_cluster(int argc, char **argv)
 		}
 		printf(": pushing to the cluster\n");
 		fflush(stdout);
-		if (rb_push(&o, blob, len, &err) != 0) {
+		if (cl_push_blob(&o, blob, len, &err) != 0) {
 			if (err.msg[0])
 				goto out;
 			printf("rebalance %u: not committed; the placement in force stays the base\n",

@@ -215,50 +215,56 @@ int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int 
 	return 0;
 }
 
-/* ---- this node's loads ---- */
+/* ---- values this node keeps under its lease (loads, ranks) ---- */
 
-static void on_loads_put(void *arg, const struct locus_etcd_resp *r)
+static void on_pub_put(void *arg, const struct locus_etcd_resp *r)
 {
-	struct locus_cluster *c = arg;
+	struct cluster_pub *pb = arg;
 
-	c->pr.loads_busy = 0;
+	pb->busy = 0;
 	if (r->status < 0) {
-		c->st.etcd_errors++;
+		pb->c->st.etcd_errors++;
+		pb->dirty = 1; /* the next poll writes it again */
 		return;
 	}
-	c->st.reports++;
+	pb->c->st.reports++;
 }
 
-int locus_cluster_publish_loads(struct locus_cluster *c, const void *buf, size_t len)
+int locus_cluster_publish(struct locus_cluster *c, unsigned what, const void *buf, size_t len)
 {
-	struct cluster_prepare *p = &c->pr;
+	struct cluster_pub *pb;
 	void *copy;
 
-	if (len > LOCUS_CLUSTER_LOADS_MAX)
+	if (what >= LOCUS_CLUSTER_N_PUBS || len > LOCUS_CLUSTER_LOADS_MAX)
 		return -LOCUS_ERANGE;
-	if (p->loads_busy)
+	pb = &c->pr.pub[what];
+	if (pb->busy)
 		return -EBUSY; /* the last one is still on its way: the next period's goes */
 	copy = malloc(len ? len : 1);
 	if (!copy)
 		return -ENOMEM;
 	memcpy(copy, buf, len);
-	free(p->loads);
-	p->loads = copy;
-	p->loads_len = len;
-	p->loads_dirty = 1;
+	free(pb->val);
+	pb->val = copy;
+	pb->len = len;
+	pb->dirty = 1;
 	return 0;
 }
 
-static void put_loads(struct locus_cluster *c)
+int locus_cluster_publish_loads(struct locus_cluster *c, const void *buf, size_t len)
 {
-	struct cluster_prepare *p = &c->pr;
-	struct locus_etcd_op op = { .type = LOCUS_ETCD_PUT, .key = p->loads_key,
-				    .value = p->loads, .len = p->loads_len, .lease = c->lease };
+	return locus_cluster_publish(c, LOCUS_CLUSTER_PUB_LOADS, buf, len);
+}
+
+static void put_pub(struct locus_cluster *c, struct cluster_pub *pb)
+{
+	struct locus_etcd_op op = { .type = LOCUS_ETCD_PUT, .key = pb->key, .value = pb->val,
+				    .len = pb->len, .lease = c->lease };
 
 	c->st.etcd_requests++;
-	if (locus_etcd_op(c->e, &op, on_loads_put, c, NULL) == 0) {
-		p->loads_busy = 1;
-		p->loads_dirty = 0;
+	if (locus_etcd_op(c->e, &op, on_pub_put, pb, NULL) == 0) {
+		pb->busy = 1;
+		pb->dirty = 0;
 	}
 }
 
@@ -357,8 +363,12 @@ void cluster_prepare_init(struct locus_cluster *c, const char *base)
 	snprintf(p->rep.key, sizeof(p->rep.key), "%sreports/grace/", base);
 	snprintf(p->blob, sizeof(p->blob), "%stables/blob/grace/", base);
 	snprintf(p->acks, sizeof(p->acks), "%stables/acks/grace/", base);
-	snprintf(p->loads_key, sizeof(p->loads_key), "%sstats/expert_tokens/%u", base,
-		 c->self.node);
+	for (unsigned i = 0; i < LOCUS_CLUSTER_N_PUBS; i++)
+		p->pub[i].c = c;
+	snprintf(p->pub[LOCUS_CLUSTER_PUB_LOADS].key, sizeof(p->pub[0].key),
+		 "%sstats/expert_tokens/%u", base, c->self.node);
+	snprintf(p->pub[LOCUS_CLUSTER_PUB_RANKS].key, sizeof(p->pub[0].key), "%sranks/%u",
+		 base, c->self.node);
 }
 
 void cluster_prepare_poll(struct locus_cluster *c)
@@ -372,8 +382,9 @@ void cluster_prepare_poll(struct locus_cluster *c)
 		fetch(c);
 	if (p->ack_dirty && !p->ack_busy && c->lease)
 		put_ack(c);
-	if (p->loads_dirty && !p->loads_busy && c->lease)
-		put_loads(c);
+	for (unsigned i = 0; i < LOCUS_CLUSTER_N_PUBS; i++)
+		if (p->pub[i].dirty && !p->pub[i].busy && c->lease)
+			put_pub(c, &p->pub[i]);
 	oldest = oldest_planned(c);
 	if (oldest > p->oldest_told) {
 		p->oldest_told = oldest;
@@ -387,8 +398,9 @@ void cluster_prepare_rejoined(struct locus_cluster *c)
 	/* an acknowledgement went with the old lease: write it again under the new one */
 	if (c->pr.ack_gen)
 		c->pr.ack_dirty = 1;
-	if (c->pr.loads)
-		c->pr.loads_dirty = 1;
+	for (unsigned i = 0; i < LOCUS_CLUSTER_N_PUBS; i++)
+		if (c->pr.pub[i].val)
+			c->pr.pub[i].dirty = 1;
 }
 
 void cluster_prepare_close(struct locus_cluster *c)
@@ -398,8 +410,10 @@ void cluster_prepare_close(struct locus_cluster *c)
 	locus_etcd_watch_cancel(p->prep.w);
 	locus_etcd_watch_cancel(p->rep.w);
 	p->prep.w = p->rep.w = NULL;
-	free(p->loads);
-	p->loads = NULL;
+	for (unsigned i = 0; i < LOCUS_CLUSTER_N_PUBS; i++) {
+		free(p->pub[i].val);
+		p->pub[i].val = NULL;
+	}
 	free(p->plan_node);
 	free(p->plan_gen);
 	p->plan_node = NULL;

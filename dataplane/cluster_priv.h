@@ -71,11 +71,14 @@ struct cluster_prepare {
 	uint64_t *plan_gen;
 	uint32_t n_plan, cap_plan;
 	uint64_t oldest_told;
-	/* this node's loads, written under stats/expert_tokens/<node> while dirty */
-	char loads_key[300];
-	void *loads;
-	size_t loads_len;
-	uint8_t loads_dirty, loads_busy;
+	/* values this node keeps under its lease, written again while dirty */
+	struct cluster_pub {
+		struct locus_cluster *c;
+		char key[300];
+		void *val;
+		size_t len;
+		uint8_t dirty, busy;
+	} pub[LOCUS_CLUSTER_N_PUBS];
 };
 
 struct member {

@@ -282,6 +282,9 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	ret = engine_load_init(e, err);
 	if (ret < 0)
 		goto err_free;
+	ret = engine_live_init(e, err);
+	if (ret < 0)
+		goto err_free;
 	ret = locus_grace_plan_init(&e->plan, e->plan_mem, plan_bytes, p->dims.max_tokens,
 				    LOCUS_MAX_TOPK, e->n_ranks);
 	if (ret < 0) {
@@ -339,6 +342,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	engine_ldma_destroy(e);
 	engine_blocks_destroy(e);
 	engine_load_fini(e);
+	engine_live_fini(e);
 	free(e->cmds);
 	engine_regions_free(e);
 	free(e->cl);
@@ -535,6 +539,9 @@ static void client_attach(struct locus_engine *e, uint32_t slot, const struct lo
 	if (c->owned)
 		locus_gauge_add(e->blk, e->c.clients_attached, 1);
 	engine_router_refresh(e);
+	/* a rank that attaches is live at once; it learns who else is */
+	if (!engine_live_refresh(e))
+		engine_live_publish(e, slot);
 }
 
 static void client_detach(struct locus_engine *e, uint32_t slot)
@@ -560,6 +567,7 @@ static void client_detach(struct locus_engine *e, uint32_t slot)
 	if (c->owned)
 		locus_gauge_add(e->blk, e->c.clients_attached, -1);
 	engine_router_refresh(e);
+	engine_live_refresh(e); /* its rank is lost at once */
 }
 
 static void run_commands(struct locus_engine *e)

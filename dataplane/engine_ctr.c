@@ -99,6 +99,15 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  LOCUS_TABLE_N_CHANNELS, 0, "channel", 0, &o->table_rejected },
 		{ "grace_groups", "EP groups of the GRACE placement in use (1: one table for "
 		  "every rank, 0: none)", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->grace_groups },
+		{ "ranks_lost", "GRACE ranks this node cannot reach (node down, rank client "
+		  "gone): no rows are planned to them", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0,
+		  &o->ranks_lost },
+		{ "ranks_lost_changes", "times an engine's set of lost ranks changed",
+		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ranks_lost_changes },
+		{ "slots_masked", "(token, slot) pairs whose expert had no live copy: not sent, "
+		  "reported to the source", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->slots_masked },
+		{ "dispatch_replanned", "dispatch batches planned again because a destination's "
+		  "node went down meanwhile", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->replanned },
 		{ "grace_set_refused", "GRACE placement sets refused, by reason (0 malformed, "
 		  "1 missing group, 2 overlapping groups, 3 dims disagree)", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_GRACESET_N_PROBLEMS - 1, 0, "reason", 0, &o->grace_set_refused },

@@ -446,6 +446,24 @@ static void fill_dispatch_msg(uint8_t *msg, size_t len, const struct locus_dispa
 	}
 }
 
+/*
+ * The batch's masked slots (no live copy of their expert): their ids in the
+ * client's request read LOCUS_EXPERT_MASKED, the completion counts them.
+ * Written before the completion is posted, which publishes them.
+ */
+static void mask_slots(struct locus_engine *e, struct engine_client *c, struct locus_desc *d,
+		       const struct locus_dispatch_req *rq, const struct locus_grace_plan *p)
+{
+	uint16_t *ids = (uint16_t *)(c->buf + d->off + sizeof(*rq));
+	const uint16_t masked = LOCUS_EXPERT_MASKED;
+
+	for (size_t i = 0; i < (size_t)rq->n_tokens * rq->top_k; i++)
+		if (p->slots[i].rank == LOCUS_GRACE_MASKED)
+			memcpy(&ids[i], &masked, sizeof(masked)); /* 2-byte aligned in the stage */
+	d->blocks = p->n_masked;
+	locus_counter_add(e->blk, e->c.slots_masked, p->n_masked);
+}
+
 void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 {
 	struct engine_client *c = &e->cl[slot];
@@ -495,15 +513,29 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 	b = (struct locus_grace_batch){
 		.layer = rq.layer, .src_rank = c->rank, .n_tokens = rq.n_tokens,
 		.top_k = rq.top_k, .experts = experts, .gates = gates,
+		.lost = e->n_lost ? e->lost : NULL,
 	};
-	nd = locus_grace_plan_batch(plan_st, map, &b, p, NULL);
-	if (nd < 0) {
-		ret = nd;
-		engine_count(e, e->c.rej_bad_descriptor);
-		goto out;
+	/* planned again, once, when a destination's node went down since the
+	 * lost set was last made: its ranks are lost from then on */
+	for (int again = 0;; again = 1) {
+		nd = locus_grace_plan_batch(plan_st, map, &b, p, NULL);
+		if (nd < 0) {
+			ret = nd;
+			engine_count(e, e->c.rej_bad_descriptor);
+			goto out;
+		}
+		if (p->n_masked && !(d->flags & LOCUS_DESC_F_MASK)) {
+			ret = -LOCUS_EPEERDOWN;
+			engine_count(e, e->c.rej_peer_down);
+			goto out;
+		}
+		ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &src, pl->gen,
+				  &n_res, &any_remote);
+		if (ret != -LOCUS_EPEERDOWN || again || !engine_live_refresh(e))
+			break;
+		engine_count(e, e->c.replanned);
+		b.lost = e->n_lost ? e->lost : NULL;
 	}
-	ret = reserve_all(e, slot, c->rank, nd, rq.top_k, rq.row_bytes, &src, pl->gen, &n_res,
-			  &any_remote);
 	if (ret == -LOCUS_ESTALEPLACEMENT)
 		goto out; /* counted with its reason */
 	if (ret < 0) {
@@ -511,6 +543,9 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			     : ret == -EOPNOTSUPP ? e->c.rej_region_unmapped : e->c.rej_inbox_full);
 		goto out;
 	}
+	d->blocks = 0;
+	if (p->n_masked)
+		mask_slots(e, c, d, &rq, p);
 	d->count = (uint32_t)nd;
 	d->dests = 0;
 	for (int i = 0; i < nd; i++)

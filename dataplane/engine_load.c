@@ -15,6 +15,9 @@
  * left that node); a decoder whose row stops moving ages out
  * after the load timeout (stale), and a node that is down takes its
  * decoders out of routing at once (engine_route.c, decoder_up).
+ *
+ * The row also lists which of the writer's GPUs have a rank attached: a
+ * rank that left is lost to every node within a period (engine_live.c).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -73,7 +76,7 @@ static void load_write(struct locus_engine *e)
 	row->seq = ++e->load_seq;
 	row->node = (uint16_t)e->p.dims.node_id;
 	row->n = (uint16_t)k;
-	row->reserved = 0;
+	row->ranks = engine_live_local_ranks(e);
 	row->crc = locus_crc32c((const uint8_t *)row + 8, len - 8);
 	for (uint32_t node = 0; node < e->p.dims.n_nodes; node++)
 		if (engine_remote_peer_up(e, node) &&
@@ -98,7 +101,9 @@ static int row_check(struct locus_engine *e, uint32_t node, const struct locus_l
 	len = locus_load_row_size(row->n);
 	if (locus_crc32c((const uint8_t *)row + 8, len - 8) != row->crc)
 		return -LOCUS_ECRC;
-	if (row->magic != LOCUS_LOAD_ROW_MAGIC || row->node != node || row->reserved)
+	if (row->magic != LOCUS_LOAD_ROW_MAGIC || row->node != node ||
+	    !(row->ranks & LOCUS_LOAD_ROW_RANKS) ||
+	    (row->ranks & ~LOCUS_LOAD_ROW_RANKS) >> e->p.dims.gpus_per_node)
 		return -LOCUS_EPROTO;
 	for (uint32_t i = 0; i < row->n; i++)
 		if (row->e[i].decoder_id >= e->p.dims.max_decoders)
@@ -131,6 +136,7 @@ static void load_read(struct locus_engine *e, uint64_t now)
 			continue;
 		}
 		e->row_seq[node] = row->seq;
+		engine_live_row(e, node, row->ranks);
 		locus_counter_add_elem(e->blk, e->c.load_rows_read, node, 1);
 		for (uint32_t i = 0; i < row->n; i++) {
 			struct engine_decoder *d = &e->dec[row->e[i].decoder_id];
@@ -178,4 +184,5 @@ void engine_load_exchange(struct locus_engine *e, uint64_t now)
 	if (e->p.engine_idx == 0)
 		load_write(e);
 	load_read(e, now);
+	engine_live_refresh(e);
 }

@@ -235,6 +235,13 @@ struct locus_engine {
 	uint64_t load_seq;                         /* our row's seq */
 	uint64_t *row_seq;                         /* [n_nodes] last good seq taken */
 
+	/* the ranks this engine can reach (engine_live.c) */
+	uint64_t *lost, *lost_next;                /* [lost_words] bit r: rank r lost; spare */
+	uint32_t lost_words;
+	uint32_t n_lost;
+	uint32_t *node_ranks;                      /* [n_nodes] a peer's row's ranks word, 0 none */
+	uint64_t lost_changed_ns;                  /* CLOCK_MONOTONIC of the last change */
+
 	/* several engines on the node (engine_cross.c); n_eng 1: none */
 	struct locus_engine_group *grp;
 	uint32_t idx, n_eng;
@@ -333,6 +340,18 @@ void engine_load_exchange(struct locus_engine *e, uint64_t now);
 
 /* engine.c */
 void *engine_zalloc(size_t n);
+
+/* engine_live.c: the ranks this engine can reach */
+int engine_live_init(struct locus_engine *e, struct locus_error *err);
+void engine_live_fini(struct locus_engine *e);
+/* Make the lost set again; a change goes to our rank clients' control lines. 1 if it changed. */
+int engine_live_refresh(struct locus_engine *e);
+/* The ranks word of our load row: LOCUS_LOAD_ROW_RANKS | our GPUs with a rank attached. */
+uint32_t engine_live_local_ranks(const struct locus_engine *e);
+/* A peer's load row said ranks (its ranks word). */
+void engine_live_row(struct locus_engine *e, uint32_t node, uint32_t ranks);
+/* Write the lost set into client slot's control line when we poll it and it is a rank. */
+void engine_live_publish(struct locus_engine *e, uint32_t slot);
 
 /* engine_cross.c: several engines on one node */
 int engine_cross_init(struct locus_engine *e, struct locus_error *err);

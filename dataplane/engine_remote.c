@@ -277,7 +277,8 @@ static int deliver_local(struct locus_engine *e, int32_t slot, const struct arri
  * without a word. 0, or -LOCUS_EFULL (nothing sent: the arrival is to be
  * handed again), or another code (no way to the source's node).
  */
-static int send_refusal(struct locus_engine *e, uint32_t node, const struct arrival_hdrs *a)
+static int send_refusal(struct locus_engine *e, uint32_t node, const struct arrival_hdrs *a,
+			uint32_t flags)
 {
 	struct engine_refusal *last = &e->refused[a->m.src_rank];
 	size_t len = locus_rows_msg_len(0, 0, 0, 0);
@@ -294,7 +295,7 @@ static int send_refusal(struct locus_engine *e, uint32_t node, const struct arri
 			   (uint32_t)(len - sizeof(struct locus_msg_hdr)), a->rows.batch_id,
 			   a->m.dst_rank, a->m.src_rank, e->seq[a->m.src_rank]);
 	*locus_rows_hdr_of(msg) = (struct locus_rows_hdr){
-		.magic = LOCUS_ROWS_MAGIC, .layer = a->rows.layer, .flags = LOCUS_ROWS_REFUSED,
+		.magic = LOCUS_ROWS_MAGIC, .layer = a->rows.layer, .flags = flags,
 		.n_chunks = 1, .rows_off = locus_rows_msg_rows_off(0, 0),
 		.batch_id = a->rows.batch_id, .placement_gen = a->rows.placement_gen,
 	};
@@ -314,9 +315,11 @@ static int send_refusal(struct locus_engine *e, uint32_t node, const struct arri
 /*
  * A DISPATCH message a (from node) for a local rank that takes part in
  * placement changes and does not hold the generation it was planned under:
- * dropped, counted by reason, its source told (send_refusal). Returns 0 to
- * deliver it, -LOCUS_EFULL to hand it again later (the refusal could not go
- * out now), or -LOCUS_ESTALEPLACEMENT when it was refused.
+ * dropped, counted by reason, its source told (send_refusal). For a rank
+ * not attached here (it left after the source planned): dropped, its source
+ * told that the rank is gone. Returns 0 to deliver it, -LOCUS_EFULL to hand
+ * it again later (the refusal could not go out now), -LOCUS_ESTALEPLACEMENT
+ * or -LOCUS_EPEERDOWN when it was refused.
  */
 static int remote_rows_placement(struct locus_engine *e, uint32_t node,
 				 const struct arrival_hdrs *a, int32_t slot)
@@ -329,12 +332,18 @@ static int remote_rows_placement(struct locus_engine *e, uint32_t node,
 	 * again is a new batch, and its first refusal must go out */
 	if (!a->rows.chunk)
 		e->refused[a->m.src_rank].sent = 0;
-	if (slot < 0 || !e->cl[slot].active || e->cl[slot].broken)
-		return 0; /* a missing receiver is deliver_local's refusal */
+	if (slot < 0 || !e->cl[slot].active || e->cl[slot].broken) {
+		ret = send_refusal(e, node, a, LOCUS_ROWS_REFUSED | LOCUS_ROWS_GONE);
+		if (ret == -LOCUS_EFULL)
+			return ret;
+		if (ret < 0)
+			engine_count(e, e->c.remote_send_errors);
+		return -LOCUS_EPEERDOWN;
+	}
 	why = engine_placement_refusal(&e->cl[slot], a->rows.placement_gen);
 	if (why < 0)
 		return 0;
-	ret = send_refusal(e, node, a);
+	ret = send_refusal(e, node, a, LOCUS_ROWS_REFUSED);
 	if (ret == -LOCUS_EFULL)
 		return ret;
 	if (ret < 0)

@@ -104,23 +104,31 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	return 0;
 }
 
+/* Whether rank r is in the lost set (NULL: none is). */
+static inline bool rank_lost(const uint64_t *lost, uint32_t r)
+{
+	return lost && (lost[r / 64] >> (r % 64) & 1);
+}
+
 /*
- * How expert e (copies ranks[0..n-1], weights w[0..n-1]) resolves from src
- * on a map of N ranks: the copy on src, the only copy, or (dest N, a spare
- * rank no copy is on) a choice per token whose fallback is SWRR over the
- * copies on src's node, else over all (cand). A choice of at most
- * LOCUS_GRACE_EROUTE_COPIES copies, with a counter row (S) as wide, keeps
- * them here (all), padded with the spare rank N + 1 (no token goes there)
- * and weight 0; else it is wide (all 0) and the planner reads the map. With
- * N <= 64, bit is the set of the fixed rank (0 for a choice), ranks that
- * of a choice's copies. The same for every pair of a batch, made once per
- * batch on first use.
+ * How expert e (copies ranks[0..n-1]) resolves from src on a map of N
+ * ranks, counting only the copies on ranks lost does not name (live): the
+ * copy on src, the only live copy, none (dest N, not a choice: masked), or
+ * (dest N, a spare rank no copy is on) a choice per token whose fallback is
+ * SWRR over the live copies on src's node, else over all live (cand). A
+ * choice of at most LOCUS_GRACE_EROUTE_COPIES copies, with a counter row
+ * (S) as wide, keeps them here (all: the live ones; a lost copy keeps its
+ * place with weight 0, so the SWRR counters stay the map's), padded with
+ * the spare rank N + 1 (no token goes there) and weight 0; else it is wide
+ * (all 0) and the planner reads the map. With N <= 64, bit is the set of
+ * the fixed rank (0 for a choice), ranks that of a choice's live copies.
+ * The same for every pair of a batch, made once per batch on first use.
  */
 static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t *ranks,
 				  const uint16_t *w, uint32_t n, uint32_t S, uint32_t N,
-				  uint32_t src, uint32_t gpn, uint32_t seq)
+				  uint32_t src, uint32_t gpn, uint32_t seq, const uint64_t *lost)
 {
-	uint64_t local = 0;
+	uint64_t local = 0, live = 0;
 	uint32_t src_node = src / gpn, dest = N;
 
 	er->stamp = seq;
@@ -132,9 +140,14 @@ static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t 
 		er->rank[i] = (uint16_t)(N + 1);
 		er->weight[i] = 0;
 	}
-	if (likely(n == 1))
-		dest = ranks[0];
-	for (uint32_t i = 0; n > 1 && i < n; i++) {
+	for (uint32_t i = 0; i < n; i++)
+		live |= (uint64_t)!rank_lost(lost, ranks[i]) << i;
+	er->live = live;
+	if (likely(live && !(live & (live - 1))))
+		dest = ranks[__builtin_ctzll(live)];
+	for (uint32_t i = 0; live & (live - 1) && i < n; i++) {
+		if (!(live >> i & 1))
+			continue;
 		if (ranks[i] == src) {
 			dest = src;
 			break;
@@ -144,18 +157,19 @@ static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t 
 	}
 	er->dest = (uint16_t)dest;
 	er->bit = dest < N && N <= 64 ? 1ull << dest : 0;
-	if (dest < N)
-		return;
+	if (dest < N || !live)
+		return; /* fixed, or masked: dest N and no choice */
 	er->choice = 1;
-	er->cand = local ? local : (n == 64) ? ~0ull : (1ull << n) - 1;
+	er->cand = local ? local : live;
 	for (uint32_t i = 0; N <= 64 && i < n; i++)
-		er->ranks |= 1ull << ranks[i];
+		if (live >> i & 1)
+			er->ranks |= 1ull << ranks[i];
 	if (n > LOCUS_GRACE_EROUTE_COPIES || S < LOCUS_GRACE_EROUTE_COPIES)
 		return;
-	er->all = (uint8_t)((1u << n) - 1);
+	er->all = (uint8_t)live;
 	for (uint32_t i = 0; i < n; i++) {
 		er->rank[i] = ranks[i];
-		er->weight[i] = w[i];
+		er->weight[i] = live >> i & 1 ? w[i] : 0;
 	}
 }
 
@@ -368,6 +382,7 @@ struct pass1 {
 	const uint8_t *ncp;      /* the layer's copies per expert */
 	const uint16_t *rk, *wt; /* the layer's ranks and weights, S per expert */
 	int32_t *cur;            /* the layer's SWRR counters, S per expert */
+	const uint64_t *lost;    /* the batch's unreachable ranks, or NULL */
 	uint32_t S, N, src, gpn, seq, k, n_tokens;
 };
 
@@ -379,7 +394,7 @@ static PLAN_INLINE const struct locus_grace_eroute *pass1_eroute(const struct pa
 
 	if (unlikely(er->stamp != a->seq))
 		eroute_make(er, a->rk + (size_t)e * a->S, a->wt + (size_t)e * a->S, a->ncp[e],
-			    a->S, a->N, a->src, a->gpn, a->seq);
+			    a->S, a->N, a->src, a->gpn, a->seq, a->lost);
 	return er;
 }
 
@@ -392,7 +407,8 @@ static PLAN_INLINE uint32_t pass1_pick(const struct pass1 *a,
 
 	if (likely(er->all))
 		return pick_held(er, a->cur + o, hit, shared);
-	return pick_wide(a->rk + o, a->wt + o, a->cur + o, a->ncp[e], hit, shared, er->cand);
+	return pick_wide(a->rk + o, a->wt + o, a->cur + o, a->ncp[e], hit & er->live,
+			 shared & er->live, er->cand);
 }
 
 /*
@@ -518,22 +534,32 @@ static void plan_assign_marks(const struct pass1 *arg, uint32_t *last, uint64_t 
 /*
  * Pass 2: rows and masks at first[rank] + row, from the slots of pass 1,
  * branch-free: every slot of a token at one destination writes the same row
- * t and ORs its bit into the row's mask (cleared by the caller).
+ * t and ORs its bit into the row's mask (cleared by the caller). A slot
+ * pass 1 left on the spare rank N was masked: marked, counted, sent nowhere.
  */
-static void plan_fill(struct locus_grace_plan *p, uint32_t n_tokens, uint32_t k)
+static void plan_fill(struct locus_grace_plan *p, uint32_t n_tokens, uint32_t k, uint32_t N)
 {
 	const uint32_t *const first = p->first;
 	uint32_t *const rows = p->rows, *const kmask = p->kmask;
-	const struct locus_grace_slot *sl = p->slots;
+	struct locus_grace_slot *sl = p->slots;
+	uint32_t masked = 0;
 
 	for (uint32_t t = 0; t < n_tokens; t++, sl += k) {
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t at = first[sl[j].rank] + sl[j].row;
+			uint32_t at;
 
+			if (unlikely(sl[j].rank >= N)) {
+				sl[j] = (struct locus_grace_slot){ .rank = LOCUS_GRACE_MASKED,
+								   .row = UINT32_MAX };
+				masked++;
+				continue;
+			}
+			at = first[sl[j].rank] + sl[j].row;
 			kmask[at] |= 1u << j;
 			rows[at] = t;
 		}
 	}
+	p->n_masked = masked;
 }
 
 static int check_batch(const struct locus_grace_plan_state *st, const struct locus_grace_map *m,
@@ -587,6 +613,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 		return locus_error_set(err, EINVAL, "null planner argument");
 	p->n_dest = 0;
 	p->n_rows = 0;
+	p->n_masked = 0;
 	memset(p->tier_start, 0, sizeof(p->tier_start));
 	rc = check_batch(st, m, b, p, err);
 	if (rc)
@@ -623,7 +650,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 	a = (struct pass1){ .eroute = p->eroute, .count = p->count, .sl = p->slots,
 			    .ex = b->experts, .ncp = ncp, .rk = rk, .wt = wt, .cur = cur, .S = S,
 			    .N = N, .src = src, .gpn = gpn, .seq = p->seq, .k = k,
-			    .n_tokens = b->n_tokens };
+			    .n_tokens = b->n_tokens, .lost = b->lost };
 	if (N <= 64)
 		plan_assign_sets(&a);
 	else /* first[] serves as last[] until the tier loop below */
@@ -647,7 +674,7 @@ int locus_grace_plan_batch(struct locus_grace_plan_state *st, const struct locus
 
 	/* pass 2: fill rows and masks; rows of a destination stay in token order */
 	memset(p->kmask, 0, pos * sizeof(uint32_t));
-	plan_fill(p, b->n_tokens, k);
+	plan_fill(p, b->n_tokens, k, N);
 	p->n_dest = nd;
 	p->n_rows = pos;
 	return (int)nd;

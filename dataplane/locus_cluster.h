@@ -181,6 +181,21 @@ int locus_cluster_report(struct locus_cluster *c, unsigned kind, uint64_t genera
 int locus_cluster_prepare_ack(struct locus_cluster *c, uint64_t generation, int status,
 			      uint32_t ranks, const char *reason);
 
+/* What a node keeps under its lease besides its record. */
+enum locus_cluster_pub {
+	LOCUS_CLUSTER_PUB_LOADS,  /* stats/expert_tokens/<node>: its expert loads */
+	LOCUS_CLUSTER_PUB_RANKS,  /* ranks/<node>: its ranks attached, the peers it lost */
+	LOCUS_CLUSTER_N_PUBS
+};
+
+/*
+ * Keep buf (len bytes, copied; at most LOCUS_CLUSTER_LOADS_MAX) under this
+ * node's key for what, under its lease: written when the agent can and
+ * again after a rejoin. 0, -EBUSY (the last value is still being written:
+ * give it again later), -LOCUS_ERANGE or -ENOMEM.
+ */
+int locus_cluster_publish(struct locus_cluster *c, unsigned what, const void *buf, size_t len);
+
 /*
  * Publish this node's loads (a sealed buffer as above, copied) under its
  * lease; written from the agent's next pass, again after a rejoin. 0, or

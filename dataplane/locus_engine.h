@@ -53,6 +53,10 @@ struct locus_engine_ctr {
 	uint64_t router_path;                      /* gauge: enum locus_eldr_path in use */
 	uint64_t table_adopted, table_rejected;    /* [channel] */
 	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
+	uint64_t ranks_lost;                       /* gauge: ranks this node cannot reach */
+	uint64_t ranks_lost_changes;               /* times the set of lost ranks changed */
+	uint64_t slots_masked;                     /* (token, slot) pairs with no live copy, masked */
+	uint64_t replanned;                        /* batches planned again: a peer went down */
 	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
 	uint64_t remote_msgs_out, remote_msgs_in;  /* [node] */
 	uint64_t remote_bytes_out, remote_bytes_in; /* [node] */

@@ -103,13 +103,17 @@ struct locus_grace_batch {
 	uint32_t top_k;
 	const uint16_t *experts; /* [n_tokens][top_k] */
 	const float *gates;      /* [n_tokens][top_k]: carried, never read or changed */
+	const uint64_t *lost;    /* bit r (word r / 64): rank r is unreachable; NULL: none */
 };
+
+/* The rank of a masked slot: its expert has no copy on a reachable rank. */
+#define LOCUS_GRACE_MASKED 0xffffu
 
 /* Where one (token, k) slot went: what combine needs to gather it back. */
 struct locus_grace_slot {
-	uint16_t rank;  /* destination rank */
+	uint16_t rank;  /* destination rank; LOCUS_GRACE_MASKED: sent nowhere */
 	uint16_t pad;
-	uint32_t row;   /* row index inside that destination's buffer */
+	uint32_t row;   /* row index inside that destination's buffer; masked: UINT32_MAX */
 };
 
 /*
@@ -126,6 +130,7 @@ struct locus_grace_plan {
 	uint32_t n_ranks;
 	uint32_t n_dest;
 	uint32_t n_rows;
+	uint32_t n_masked;               /* slots masked (LOCUS_GRACE_MASKED) */
 	uint32_t tier_start[LOCUS_GRACE_N_TIERS + 1];
 	const float *gates;              /* the batch's gates, unchanged */
 	uint16_t *dest;                  /* [n_ranks] */
@@ -148,6 +153,7 @@ struct locus_grace_eroute {
 	uint64_t cand;   /* SWRR candidates (copy bits) of a choice */
 	uint64_t ranks;  /* ranks (bit r) of a choice's copies, on maps of <= 64 ranks */
 	uint64_t bit;    /* bit dest when fixed, on maps of <= 64 ranks; else 0 */
+	uint64_t live;   /* copy bits of the copies on reachable ranks */
 	uint32_t stamp;  /* plan seq this entry was made for */
 	uint16_t dest;   /* the rank every pair goes to, or n_ranks: a choice */
 	uint8_t choice;  /* 1: a choice per token */
@@ -171,7 +177,9 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
  * has a copy, while that copy is not far ahead of its share; else the
  * copies on the source's node; else all copies. Among several, by smooth
  * weighted round robin (weights ~ 1/W'), every choice charged to it so the
- * copies' shares stay the weights. Expert ids >= E, a
+ * copies' shares stay the weights. Copies on ranks b->lost names are not
+ * there: an expert with no other copy is masked for the batch (its slots
+ * LOCUS_GRACE_MASKED, counted in n_masked, sent nowhere). Expert ids >= E, a
  * layer >= L, a source rank outside the map or not on the state's node, or
  * a batch larger than the plan are rejected before anything is planned (the
  * plan is then empty). Returns the number of destinations or -LOCUS_E*.

@@ -153,6 +153,8 @@ void locus_node_client_slots(const struct locus_node *n, size_t *first, size_t *
 
 /* Clients attached right now (control's view). */
 uint32_t locus_node_clients(const struct locus_node *n);
+/* Bit g: this node's GPU g has a rank client attached (the main lcore's view). */
+uint32_t locus_node_ranks_attached(const struct locus_node *n);
 
 /* Tear down; remove the segment too when remove_segment is set. */
 void locus_node_destroy(struct locus_node *n, int remove_segment);

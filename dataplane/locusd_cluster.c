@@ -129,6 +129,11 @@ struct locusd_cluster {
 	struct locus_cluster_loads_hdr *loads;
 	uint64_t loads_at_ms, loads_seq, loads_boot;
 	uint64_t loads_published;
+	/* the ranks attached here and the members this node cannot reach (ranks/<node>) */
+	uint8_t member[LOCUS_CFG_MAX_NODES];
+	char ranks_sent[2048];
+	uint64_t ranks_at_ms;
+	uint64_t ranks_published;
 };
 
 static uint64_t mono_ms(void)
@@ -147,6 +152,8 @@ static void on_up(void *arg, const struct locus_node_record *r)
 	int ret = lc->net ? locusd_net_member(lc->net, r->node, r->rail_ipv4, r->rail_port,
 					      r->n_rails, &err) : 0;
 
+	if (r->node < LOCUS_CFG_MAX_NODES)
+		lc->member[r->node] = 1;
 	fprintf(stderr, "locusd: cluster: node %u is up (host %s, %u rail(s)%s)%s\n", r->node,
 		r->host, r->n_rails, r->draining ? ", draining" : "",
 		ret == 1 ? ": in none of this node's groups, not connected" : "");
@@ -162,6 +169,8 @@ static void on_gone(void *arg, uint32_t node)
 {
 	struct locusd_cluster *lc = arg;
 
+	if (node < LOCUS_CFG_MAX_NODES)
+		lc->member[node] = 0;
 	fprintf(stderr, "locusd: cluster: node %u left (its record is gone)\n", node);
 	if (lc->net)
 		locusd_net_member(lc->net, node, NULL, NULL, 0, NULL);
@@ -460,6 +469,46 @@ static void publish_loads(struct locusd_cluster *lc)
 	}
 }
 
+/*
+ * Every 20 ms: the GPUs of this node with a rank attached and the members
+ * it talks with but cannot reach, published under its lease when they
+ * changed: what a recovery (locusctl recover) fits the survivors from.
+ */
+static void publish_ranks(struct locusd_cluster *lc)
+{
+	uint32_t attached = locus_node_ranks_attached(lc->node);
+	uint64_t now = mono_ms();
+	char buf[sizeof(lc->ranks_sent)];
+	size_t n;
+	int first = 1;
+
+	if (now < lc->ranks_at_ms)
+		return;
+	lc->ranks_at_ms = now + 20;
+	n = (size_t)snprintf(buf, sizeof(buf), "{\"node\":%u,\"attached\":[", lc->cfg->node_id);
+	for (uint32_t g = 0; g < lc->cfg->gpus_per_node && n < sizeof(buf); g++)
+		if (attached >> g & 1) {
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%u", first ? "" : ",", g);
+			first = 0;
+		}
+	n += (size_t)snprintf(buf + n, n < sizeof(buf) ? sizeof(buf) - n : 0, "],\"down\":[");
+	first = 1;
+	for (uint32_t node = 0; lc->net && node < LOCUS_CFG_MAX_NODES && n < sizeof(buf); node++)
+		if (lc->member[node] && node != lc->cfg->node_id &&
+		    locus_config_talks(lc->cfg, lc->cfg->node_id, node) && !locusd_net_peer_up(lc->net, node)) {
+			n += (size_t)snprintf(buf + n, sizeof(buf) - n, "%s%u", first ? "" : ",",
+					      node);
+			first = 0;
+		}
+	n += (size_t)snprintf(buf + n, n < sizeof(buf) ? sizeof(buf) - n : 0, "]}");
+	if (n >= sizeof(buf) || !strcmp(buf, lc->ranks_sent))
+		return;
+	if (locus_cluster_publish(lc->c, LOCUS_CLUSTER_PUB_RANKS, buf, n) == 0) {
+		memcpy(lc->ranks_sent, buf, n + 1);
+		lc->ranks_published++;
+	}
+}
+
 static void on_table(void *arg, unsigned kind, uint64_t gen, const void *blob, size_t len,
 		     const struct locus_error *why)
 {
@@ -597,8 +646,10 @@ void locusd_cluster_poll(struct locusd_cluster *lc)
 	push_pending(lc);
 	locus_cluster_poll(lc->c, mono_ms());
 	placement_slots(lc);
-	if (lc->node)
+	if (lc->node) {
 		publish_loads(lc);
+		publish_ranks(lc);
+	}
 	sync_counters(lc);
 }
 

@@ -134,6 +134,11 @@ static int rt_peer_up(void *ctx, uint32_t node)
 	return node < LOCUS_CFG_MAX_NODES && __atomic_load_n(&n->up_mask[node], __ATOMIC_RELAXED);
 }
 
+int locusd_net_peer_up(struct locusd_net *n, uint32_t node)
+{
+	return rt_peer_up(n, node);
+}
+
 /* The lowest rail up to node (both ends agree on it once their views settle), or 0. */
 static uint32_t load_rail(struct locusd_net *n, uint32_t node)
 {

@@ -80,6 +80,9 @@ int locusd_net_member(struct locusd_net *n, uint32_t node, const uint32_t *ipv4,
 		      const uint16_t *port, uint32_t n_rails, struct locus_error *err);
 
 /* Tear down (in-flight messages complete with errors). NULL is a no-op. */
+/* Whether a connection to node is up on some rail (any lcore). */
+int locusd_net_peer_up(struct locusd_net *n, uint32_t node);
+
 void locusd_net_destroy(struct locusd_net *n);
 
 #endif /* LOCUSD_NET_H */

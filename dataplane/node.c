@@ -46,7 +46,7 @@ static int make_segment(struct locus_node *n, struct locus_error *err)
 					 .n_readers = c->engine_lcores };
 	/* each rail past the first exports its own endpoint's counters (verbs_r<N>_*) */
 	uint32_t extra_rails = c->nodes[c->node_id].n_rails ? c->nodes[c->node_id].n_rails - 1 : 0;
-	struct locus_ctr_params cp = { .max_entries = 192 + 32 * extra_rails,
+	struct locus_ctr_params cp = { .max_entries = 200 + 32 * extra_rails,
 				       .n_blocks = 1 + c->engine_lcores,
 				       .block_size = counters_block_size(c) };
 	struct locus_clients_params clp = {
@@ -435,6 +435,15 @@ void locus_node_client_slots(const struct locus_node *n, size_t *first, size_t *
 uint32_t locus_node_clients(const struct locus_node *n)
 {
 	return n->n_attached;
+}
+
+uint32_t locus_node_ranks_attached(const struct locus_node *n)
+{
+	uint32_t gpn = n->cfg.gpus_per_node, first = n->cfg.node_id * gpn, bits = 0;
+
+	for (uint32_t g = 0; g < gpn && first + g < n->n_ranks; g++)
+		bits |= (uint32_t)(n->rank_owner[first + g] >= 0) << g;
+	return bits;
 }
 
 void locus_node_destroy(struct locus_node *n, int remove_segment)

@@ -1,4 +1,4 @@
-# deploy/: systemd unit, tmpfiles/sysusers, example configs, the CPU drop-in tool.
+# deploy/: systemd units, tmpfiles/sysusers, example configs, the CPU drop-in tool.
 # Configuration goes under the prefix, as autotools' sysconfdir does, except
 # for PREFIX=/usr (a distribution's layout), whose configuration is /etc.
 SYSCONFDIR     ?= $(if $(filter /usr,$(PREFIX)),/etc,$(PREFIX)/etc)
@@ -15,6 +15,10 @@ install-deploy:
 	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
 		-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/locusd@.service.in > $(DESTDIR)$(SYSTEMDUNITDIR)/locusd@.service
 	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/locusd@.service
+	sed -e 's|@BINDIR@|$(PREFIX)/bin|g' -e 's|@DOCDIR@|$(DOCDIR)|g' \
+		-e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' deploy/locus-recover@.service.in \
+		> $(DESTDIR)$(SYSTEMDUNITDIR)/locus-recover@.service
+	chmod 0644 $(DESTDIR)$(SYSTEMDUNITDIR)/locus-recover@.service
 	install -m 0644 deploy/locus-tmpfiles.conf $(DESTDIR)$(PREFIX)/lib/tmpfiles.d/locus.conf
 	install -m 0644 deploy/locus-sysusers.conf $(DESTDIR)$(PREFIX)/lib/sysusers.d/locus.conf
 	install -m 0644 deploy/default.conf $(DESTDIR)$(SYSCONFDIR)/locus/default.conf.example

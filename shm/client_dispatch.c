@@ -36,6 +36,23 @@ int locus_client_dispatch(struct locus_client *c, uint64_t off,
 			  const struct locus_client_dispatch_req *r, uint64_t batch_id,
 			  struct locus_error *err)
 {
+	return locus_client_dispatch_ex(c, off, r, batch_id, 0, err);
+}
+
+const uint16_t *locus_client_dispatch_ids(struct locus_client *c, uint64_t off)
+{
+	uint64_t size;
+	uint8_t *stage = locus_client_stage(c, &size);
+
+	if (!stage || off % 8 || off > size || size - off < sizeof(struct locus_dispatch_req))
+		return NULL;
+	return (const uint16_t *)(stage + off + sizeof(struct locus_dispatch_req));
+}
+
+int locus_client_dispatch_ex(struct locus_client *c, uint64_t off,
+			     const struct locus_client_dispatch_req *r, uint64_t batch_id,
+			     uint32_t flags, struct locus_error *err)
+{
 	uint64_t size;
 	uint8_t *stage = locus_client_stage(c, &size);
 	struct locus_dispatch_req *h;
@@ -45,6 +62,9 @@ int locus_client_dispatch(struct locus_client *c, uint64_t off,
 
 	if (!stage || !r || !r->experts || !r->gates)
 		return locus_error_set(err, EINVAL, "dispatch: no request");
+	if (flags & ~(uint32_t)LOCUS_DESC_F_MASK)
+		return locus_error_set(err, EINVAL, "dispatch: flags 0x%x (only LOCUS_DESC_F_MASK)",
+				       flags);
 	if (r->top_k == 0 || r->top_k > LOCUS_MAX_TOPK || r->n_tokens == 0 ||
 	    r->n_tokens > (1u << 24))
 		return locus_error_set(err, LOCUS_ERANGE, "dispatch of %u tokens x top-%u: 1..%u "
@@ -77,6 +97,7 @@ int locus_client_dispatch(struct locus_client *c, uint64_t off,
 	if (ret < 0)
 		return ret;
 	return locus_client_submit(c, &(struct locus_desc){ .op = LOCUS_OP_DISPATCH,
+							     .flags = (uint8_t)flags,
 							     .layer = r->layer, .id = batch_id,
 							     .off = off, .len = (uint32_t)len }, 1)
 		       == 1 ? 0 : locus_error_set(err, LOCUS_EFULL, "submit ring full");
@@ -161,6 +182,10 @@ int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			.op = d->op, .layer = h->layer, .n_chunks = 1, .slot = d->slot,
 			.src_rank = m->src_rank, .batch_id = h->batch_id,
 		};
+		if (h->flags & LOCUS_ROWS_GONE)
+			return locus_error_set(err, LOCUS_EPEERDOWN, "rank %u is gone: it left its "
+					       "node before our rows of batch %llu reached it",
+					       m->src_rank, (unsigned long long)h->batch_id);
 		return locus_error_set(err, LOCUS_ESTALEPLACEMENT, "rank %u refused our rows of "
 				       "batch %llu: they were planned under placement generation "
 				       "%llu, which it does not hold", m->src_rank,

@@ -68,3 +68,33 @@ int locus_client_placement_table(const struct locus_client *c, uint64_t gen, voi
 		return locus_error_set(err, ENOENT, "no placement generation %" PRIu64, gen);
 	return locus_tbl_read_file(path, 0, blob, len, err);
 }
+
+int locus_client_ranks(const struct locus_client *c, uint64_t *lost, uint32_t n_words,
+		       struct locus_client_ranks *info)
+{
+	const struct locus_client_ctl *ctl;
+	uint64_t s1, s2;
+
+	if (!c || !info || (n_words && !lost))
+		return -EINVAL;
+	ctl = locus_client_ctl_of(c);
+	if (n_words > LOCUS_CLIENT_RANK_WORDS)
+		n_words = LOCUS_CLIENT_RANK_WORDS;
+	/* a few tries: the engine rewrites the words only when the set changes */
+	for (int tries = 0; tries < 64; tries++) {
+		s1 = __atomic_load_n(&ctl->ranks_seq, __ATOMIC_ACQUIRE);
+		if (s1 & 1)
+			continue;
+		info->seq = s1;
+		info->changed_ns = __atomic_load_n(&ctl->ranks_changed_ns, __ATOMIC_RELAXED);
+		info->n_ranks = __atomic_load_n(&ctl->ranks_n, __ATOMIC_RELAXED);
+		info->n_lost = __atomic_load_n(&ctl->ranks_lost_n, __ATOMIC_RELAXED);
+		for (uint32_t w = 0; w < n_words; w++)
+			lost[w] = __atomic_load_n(&ctl->ranks_lost[w], __ATOMIC_RELAXED);
+		__atomic_thread_fence(__ATOMIC_ACQUIRE);
+		s2 = __atomic_load_n(&ctl->ranks_seq, __ATOMIC_RELAXED);
+		if (s1 == s2)
+			return 0;
+	}
+	return -EAGAIN;
+}

@@ -108,10 +108,12 @@ int locus_rows_hdrs_check(const struct locus_msg_hdr *m, const struct locus_rows
 	if (h->magic != LOCUS_ROWS_MAGIC)
 		return locus_error_set(err, LOCUS_EBADMAGIC, "rows header magic 0x%08x", h->magic);
 	if ((h->flags & ~(uint32_t)(LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION |
-				    LOCUS_ROWS_REFUSED)) ||
+				    LOCUS_ROWS_REFUSED | LOCUS_ROWS_GONE)) ||
 	    (h->flags & (LOCUS_ROWS_IN_PLACE | LOCUS_ROWS_IN_REGION)) == LOCUS_ROWS_IN_REGION ||
+	    ((h->flags & LOCUS_ROWS_GONE) && !(h->flags & LOCUS_ROWS_REFUSED)) ||
 	    ((h->flags & LOCUS_ROWS_REFUSED) &&
-	     (h->flags != LOCUS_ROWS_REFUSED || m->type != LOCUS_MSG_COMBINE)))
+	     ((h->flags & ~(uint32_t)LOCUS_ROWS_GONE) != LOCUS_ROWS_REFUSED ||
+	      m->type != LOCUS_MSG_COMBINE)))
 		return locus_error_set(err, LOCUS_EPROTO, "rows flags 0x%x for message type %u",
 				       h->flags, m->type);
 	if ((m->type == LOCUS_MSG_DISPATCH) != (h->top_k != 0) || h->top_k > LOCUS_MAX_TOPK)

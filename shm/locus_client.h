@@ -89,7 +89,8 @@ struct locus_desc {
 	uint32_t count;    /* ROUTE done: band size; DISPATCH done: destination ranks */
 	uint64_t aux;      /* ROUTE done: similarity as f32 bits; DISPATCH done: rows sent */
 	uint32_t region;   /* with LOCUS_DESC_F_REGION: a registered region's id */
-	uint32_t blocks;   /* ROUTE_BLOCKS done: cached blocks named and found; EVICT done: found */
+	uint32_t blocks;   /* ROUTE_BLOCKS done: cached blocks named and found; EVICT done: found;
+			    * DISPATCH done with LOCUS_DESC_F_MASK: slots masked */
 	uint64_t dests;    /* DISPATCH done: bit r set when rank r (< 64) was sent rows */
 };
 
@@ -105,7 +106,18 @@ struct locus_desc {
 enum locus_desc_flags {
 	LOCUS_DESC_F_REGION  = 1u << 0,
 	LOCUS_DESC_F_PARTIAL = 1u << 1, /* ROUTE_BLOCKS done: a named cached block was missing */
+	/*
+	 * DISPATCH: a (token, slot) whose expert has no copy on a reachable
+	 * rank is masked, not a failure of the batch: it is sent nowhere, its
+	 * expert id in the request (in the stage) is overwritten with
+	 * LOCUS_EXPERT_MASKED, and the completion's `blocks` counts the masked
+	 * slots. Without it such a batch fails whole with -LOCUS_EPEERDOWN.
+	 */
+	LOCUS_DESC_F_MASK    = 1u << 2,
 };
+
+/* The expert id a masked slot reads in its dispatch request afterwards. */
+#define LOCUS_EXPERT_MASKED 0xffffu
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_desc) == LOCUS_DESC_SIZE, "descriptor is 64 bytes");
 
@@ -307,12 +319,35 @@ struct locus_client_dispatch_req {
  * when a destination's inbox had no room: nothing was delivered, submit
  * again; -LOCUS_ESTALEPLACEMENT when a rank of this node does not hold the
  * placement generation the batch was planned under: nothing was delivered;
- * a rank of another node refuses with a RESULTS_IN, locus_client_rows_in),
- * and the rows until our own ROWS_IN was read (same GPU: in place).
+ * a rank of another node refuses with a RESULTS_IN, locus_client_rows_in;
+ * -LOCUS_EPEERDOWN when an expert of the batch has no copy on a reachable
+ * rank: nothing was delivered), and the rows until our own ROWS_IN was read
+ * (same GPU: in place). Experts with copies on several ranks go only to the
+ * reachable ones (locus_client_ranks()).
  */
 int locus_client_dispatch(struct locus_client *c, uint64_t off,
 			  const struct locus_client_dispatch_req *r, uint64_t batch_id,
 			  struct locus_error *err);
+
+/*
+ * locus_client_dispatch with descriptor flags: LOCUS_DESC_F_MASK masks the
+ * (token, slot) pairs whose expert has no reachable copy instead of failing
+ * the batch. Masked pairs are sent nowhere; at the completion the request's
+ * ids at off (locus_client_dispatch_ids()) read LOCUS_EXPERT_MASKED there
+ * and `blocks` counts them, so the serving engine can renormalise the
+ * token's gates or dispatch it again. Other flags: -EINVAL.
+ */
+int locus_client_dispatch_ex(struct locus_client *c, uint64_t off,
+			     const struct locus_client_dispatch_req *r, uint64_t batch_id,
+			     uint32_t flags, struct locus_error *err);
+
+/*
+ * The expert ids [n_tokens][top_k] of the dispatch request written at off
+ * (what locusd reads, and after a masked dispatch's completion, where the
+ * masked pairs read LOCUS_EXPERT_MASKED), or NULL when off is not in the
+ * stage.
+ */
+const uint16_t *locus_client_dispatch_ids(struct locus_client *c, uint64_t off);
 
 /* Expert outputs going back to the rank that dispatched their tokens. */
 struct locus_client_combine_req {
@@ -366,8 +401,9 @@ struct locus_client_rows {
  * inbox); err says which. -LOCUS_ESTALEPLACEMENT: a RESULTS_IN saying rank
  * out->src_rank refused our rows of batch out->batch_id, planned under a
  * placement generation it does not hold (err names it); out has no rows,
- * and that batch's rows to that rank are lost. The slot must be released
- * either way.
+ * and that batch's rows to that rank are lost. -LOCUS_EPEERDOWN: the same,
+ * because rank out->src_rank was no longer attached when the rows reached
+ * its node. The slot must be released either way.
  */
 int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			 struct locus_client_rows *out, struct locus_error *err);
@@ -530,6 +566,25 @@ int locus_client_placement_release(struct locus_client *c, uint64_t floor);
  */
 int locus_client_placement_table(const struct locus_client *c, uint64_t gen, void **blob,
 				 size_t *len, struct locus_error *err);
+
+/*
+ * Which ranks are reachable (a rank client): the engine serving us writes
+ * the set into our control line whenever it changes. A rank is lost while
+ * its node is down or cut off, or its rank client is not attached. Copies
+ * bit r of lost[r / 64] (set: rank r lost) for the first n_words words
+ * (ranks past them are not reported), and fills info. 0, or -EAGAIN when
+ * the set kept changing while it was read (read again), -EINVAL (no
+ * client). Before the first set is written, info->n_ranks is 0.
+ */
+struct locus_client_ranks {
+	uint64_t seq;              /* moves at every change */
+	uint64_t changed_ns;       /* CLOCK_MONOTONIC of the last change, 0 never */
+	uint32_t n_ranks;          /* ranks the set covers: every GRACE rank of the cluster */
+	uint32_t n_lost;           /* of them, lost */
+};
+
+int locus_client_ranks(const struct locus_client *c, uint64_t *lost, uint32_t n_words,
+		       struct locus_client_ranks *info);
 
 /* Index of our slot and the daemon's activation generation. */
 uint32_t locus_client_slot(const struct locus_client *c);

@@ -18,7 +18,9 @@
 #include "locus_ring.h"
 
 #define LOCUS_CLIENTS_MAGIC   0x53544e45494c434cull /* "LCLIENTS" */
-#define LOCUS_CLIENTS_VERSION 2u
+#define LOCUS_CLIENTS_VERSION 3u
+/* Words of the reachable-ranks bitmap in a control line: every GRACE rank. */
+#define LOCUS_CLIENT_RANK_WORDS 64u
 
 enum locus_client_state {
 	LOCUS_CLIENT_FREE      = 0,
@@ -71,9 +73,22 @@ struct locus_client_ctl {
 	uint32_t pl_part;
 	uint32_t reserved1;
 	uint8_t  pad2[LOCUS_CACHE_LINE - 40];
+	/*
+	 * The ranks the engine serving this client can reach, written by that
+	 * engine when the set changes (locus_client_ranks()): ranks_seq is odd
+	 * while it writes, so a reader retries until it reads the same even
+	 * seq before and after the words
+	 */
+	uint64_t ranks_seq __locus_cache_aligned;
+	uint32_t ranks_n;         /* ranks the placement's map has (bits that mean something) */
+	uint32_t ranks_lost_n;    /* of them, unreachable */
+	uint64_t ranks_changed_ns; /* CLOCK_MONOTONIC of the last change, 0 never */
+	uint8_t  pad3[LOCUS_CACHE_LINE - 24];
+	uint64_t ranks_lost[LOCUS_CLIENT_RANK_WORDS]; /* bit r of word r / 64: rank r lost */
 };
 
-LOCUS_STATIC_ASSERT(sizeof(struct locus_client_ctl) == 2 * LOCUS_CACHE_LINE, "ctl lines");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_ctl) ==
+		    3 * LOCUS_CACHE_LINE + LOCUS_CLIENT_RANK_WORDS * 8, "ctl lines");
 
 static inline uint32_t locus_client_state_of(uint64_t state_pid)
 {

@@ -84,6 +84,11 @@ enum locus_rows_flags {
 	 * none of that message's rows
 	 */
 	LOCUS_ROWS_REFUSED   = 1u << 2,
+	/*
+	 * with REFUSED alone: the receiving rank was not attached on its node
+	 * when the rows came (it left); the source's batch lost those rows
+	 */
+	LOCUS_ROWS_GONE      = 1u << 3,
 };
 
 struct locus_rows_hdr {

@@ -44,4 +44,32 @@ int locus_placement_rank_moves(const void *old_blob, size_t old_len, const void 
 			       uint32_t *losses, uint32_t *n_losses, uint32_t cap,
 			       struct locus_error *err);
 
+/* A fetch's source when no live rank holds the expert: its weights come from storage. */
+#define LOCUS_PLACEMENT_STORAGE 0xffffu
+
+/* One copy a rank gains in a placement change, and where its weights come from. */
+struct locus_placement_fetch {
+	uint32_t id;          /* layer << 16 | expert */
+	uint16_t dst;         /* the rank that gains the copy */
+	uint16_t src;         /* the nearest live rank holding it under the old placement:
+			       * on dst's node if one is, the least used of those;
+			       * LOCUS_PLACEMENT_STORAGE when none is */
+	uint16_t old_primary; /* its primary under the old placement (the baseline a reload
+			       * from the primary uses), STORAGE when that rank is lost */
+	uint16_t reserved;
+};
+
+/*
+ * Every copy gained going from GRACE table old to GRACE table new (one
+ * shape), ranks lost (bit r of lost; NULL: none) holding nothing, with its
+ * weights' source: the holder on the gaining rank's node before one on
+ * another node, spread over holders. At most cap written to out (NULL:
+ * count only); *n the whole count. 0, or -LOCUS_E* (placement sets are
+ * refused) with err.
+ */
+int locus_placement_fetches(const void *old_blob, size_t old_len, const void *new_blob,
+			    size_t new_len, const uint64_t *lost,
+			    struct locus_placement_fetch *out, uint32_t cap, uint32_t *n,
+			    struct locus_error *err);
+
 #endif /* LOCUS_PLACEMENT_H */

@@ -87,6 +87,8 @@ static inline void locus_msg_hdr_init(struct locus_msg_hdr *h, enum locus_msg_ty
  * no credits) into the load area the peer exposes to it, rewritten in place
  * every load period. The reader copies the row whenever it likes and may
  * catch it half written: crc32c over every byte after the crc field tells.
+ * It also says which of the writer's GPUs have a rank attached, so every
+ * node stops planning rows to a rank that left within a load period.
  * Little-endian, 24 bytes + 8 per entry.
  */
 #define LOCUS_LOAD_ROW_MAGIC 0x5244414cu /* "LADR" */
@@ -102,9 +104,13 @@ struct locus_load_row {
 	uint64_t seq;         /* moves at every write: a row that stops moving is stale */
 	uint16_t node;        /* the writer */
 	uint16_t n;           /* entries */
-	uint32_t reserved;    /* 0 */
+	uint32_t ranks;       /* LOCUS_LOAD_ROW_RANKS | bit g: the writer's GPU g has its
+			       * rank client attached */
 	struct locus_load_entry e[];
 };
+
+/* In a load row's ranks: the low bits are the writer's ranks attached. */
+#define LOCUS_LOAD_ROW_RANKS 0x80000000u
 
 LOCUS_STATIC_ASSERT(sizeof(struct locus_load_row) == 24, "load row header is 24 bytes");
 

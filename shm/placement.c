@@ -146,3 +146,109 @@ out:
 	free(b);
 	return ret;
 }
+
+/* The live holders under v of expert i (flat index), as ranks; n of them. */
+static uint32_t live_holders(const struct locus_grace_view *v, size_t i, const uint64_t *lost,
+			     uint16_t *out)
+{
+	uint32_t R = v->dims->max_replicas, n = 0;
+
+	if (!(lost && (lost[v->primary[i] / 64] >> (v->primary[i] % 64) & 1)))
+		out[n++] = v->primary[i];
+	for (uint32_t j = 0; j < R; j++) {
+		uint16_t r = v->replica[i * R + j];
+
+		if (r == LOCUS_GRACE_NO_RANK)
+			break;
+		if (!(lost && (lost[r / 64] >> (r % 64) & 1)))
+			out[n++] = r;
+	}
+	return n;
+}
+
+int locus_placement_fetches(const void *old_blob, size_t old_len, const void *new_blob,
+			    size_t new_len, const uint64_t *lost,
+			    struct locus_placement_fetch *out, uint32_t cap, uint32_t *n,
+			    struct locus_error *err)
+{
+	const struct locus_tbl_hdr *ho = old_blob, *hn = new_blob;
+	struct locus_grace_view a, b;
+	const void *pa, *pb;
+	size_t la, lb;
+	uint32_t L, E, R, N, gpn, count = 0, *sends = NULL;
+	uint16_t hold[LOCUS_GRACE_MAX_REPLICAS + 1];
+	int ret;
+
+	*n = 0;
+	if (!old_blob || !new_blob)
+		return locus_error_set(err, EINVAL, "two placements are needed");
+	if (old_len < sizeof(*ho) || new_len < sizeof(*hn) || ho->kind != LOCUS_TBL_GRACE ||
+	    hn->kind != LOCUS_TBL_GRACE)
+		return locus_error_set(err, LOCUS_ERANGE, "weight fetches are planned between two "
+				       "GRACE tables (not placement sets)");
+	ret = locus_grace_blob_check(old_blob, old_len, &pa, &la, err);
+	if (ret == 0)
+		ret = locus_grace_blob_check(new_blob, new_len, &pb, &lb, err);
+	if (ret == 0)
+		ret = locus_grace_view_init(&a, (void *)(uintptr_t)pa, la, err);
+	if (ret == 0)
+		ret = locus_grace_view_init(&b, (void *)(uintptr_t)pb, lb, err);
+	if (ret < 0)
+		return ret;
+	if (memcmp(a.dims, b.dims, offsetof(struct locus_grace_dims, max_replicas)))
+		return locus_error_set(err, LOCUS_ERANGE, "the placements have other shapes");
+	L = a.dims->n_layers;
+	E = a.dims->n_experts;
+	R = b.dims->max_replicas;
+	N = locus_grace_n_ranks(a.dims);
+	gpn = a.dims->gpus_per_node;
+	sends = calloc(N, sizeof(*sends));
+	if (!sends)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	for (size_t i = 0; i < (size_t)L * E; i++) {
+		uint32_t nh = live_holders(&a, i, lost, hold);
+
+		for (uint32_t j = 0; j <= R; j++) {
+			uint16_t dst = j == 0 ? b.primary[i] : b.replica[i * R + j - 1];
+			uint32_t best = UINT32_MAX, k;
+			int near = 0, had = 0;
+
+			if (dst == LOCUS_GRACE_NO_RANK)
+				break;
+			/* a rank gains it unless it held a copy (a second copy there moves nothing) */
+			for (k = 0; k < j; k++)
+				had |= (k == 0 ? b.primary[i] : b.replica[i * R + k - 1]) == dst;
+			for (k = 0; k < nh && !had; k++)
+				had = hold[k] == dst;
+			if (had)
+				continue;
+			/* the holder on dst's node first, then any; the least used of those */
+			for (k = 0; k < nh; k++) {
+				int same = hold[k] / gpn == dst / gpn;
+
+				if (best == UINT32_MAX || same > near ||
+				    (same == near && sends[hold[k]] < sends[hold[best]])) {
+					best = k;
+					near = same;
+				}
+			}
+			if (count < cap && out) {
+				uint16_t p = a.primary[i];
+
+				out[count] = (struct locus_placement_fetch){
+					.id = locus_placement_id((uint32_t)(i / E), (uint32_t)(i % E)),
+					.dst = dst,
+					.src = best == UINT32_MAX ? LOCUS_PLACEMENT_STORAGE : hold[best],
+					.old_primary = lost && (lost[p / 64] >> (p % 64) & 1)
+							       ? LOCUS_PLACEMENT_STORAGE : p,
+				};
+			}
+			if (best != UINT32_MAX)
+				sends[hold[best]]++;
+			count++;
+		}
+	}
+	free(sends);
+	*n = count;
+	return 0;
+}

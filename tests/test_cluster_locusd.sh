@@ -274,6 +274,96 @@ if echo "$out" | grep -q 'pushing to the cluster'; then
 	[ "$(stat ca cluster_placement_generation)" -ge 9 ] || fail "not on the rebalanced placement"
 fi
 
+# 1e. recover --cluster: rank 3's client is killed -9; its engine masks it at once
+# (ranks_lost), the node says so in etcd (ranks/0), and the leader of two recover
+# processes refits the placement over ranks 0..2 and commits it in two phases, the
+# three live ranks acknowledging. Rank 3 comes back: a placement that uses it is
+# committed. The leader killed: the other takes over within a lease.
+"$B/locusctl" fit --grace --trace tests/data/calib_sample.jsonl --nodes 1 --gpus 4 \
+	--capacity 20 --replica-budget 6 -o "$tmp/gr.tbl" > /dev/null 2>&1 || fail "fit for recover"
+R3=(env PYTHONPATH=tools/python PYTHONDONTWRITEBYTECODE=1 LOCUS_LIBRARY=${BUILD:-build}/lib/liblocus.so.0
+	/usr/bin/python3 tests/cluster_ranks.py ca)
+"${R3[@]}" 3 120 > "$tmp/r012.log" 2>&1 &
+pids+=($!)
+disown $!
+"${R3[@]}" 1 120 --first 3 > "$tmp/r3.log" 2>&1 &
+r3pid=$!
+pids+=($r3pid)
+disown $r3pid
+for ((i = 0; i < 100; i++)); do
+	[ "$(cat "$tmp/r012.log" "$tmp/r3.log" 2>/dev/null | grep -c attached)" = 4 ] && break
+	sleep 0.05
+done
+"${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 10000 "$tmp/gr.tbl" > /dev/null ||
+	fail "push of the recover base"
+base=$(stat ca cluster_placement_generation)
+recover_bg() { # recover_bg LOG: a recover process (one per node in production)
+	"${CTL[@]}" recover "${CL[@]}" --interval 0.05 --settle-ms 300 --lease-s 2 \
+		--expert-bytes 44040192 -o "$1.tbl" > "$1" 2>&1 &
+	pids+=($!)
+	disown $!
+}
+recover_bg "$tmp/rec1.out"
+rec1=$!
+sleep 0.3
+recover_bg "$tmp/rec2.out"
+rec2=$!
+for ((i = 0; i < 100; i++)); do grep -sq leads "$tmp/rec1.out" "$tmp/rec2.out" && break; sleep 0.05; done
+[ "$(grep -l leads "$tmp/rec1.out" "$tmp/rec2.out" | wc -l)" = 1 ] ||
+	fail "not one recover leader: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
+until_stat ca ranks_lost 0 5
+t0=$(date +%s%N)
+kill -9 $r3pid
+until_stat ca ranks_lost 1 5
+t1=$(date +%s%N)
+for ((i = 0; i < 200; i++)); do
+	[ "$(stat ca cluster_placement_generation)" -gt "$base" ] && break
+	sleep 0.05
+done
+t2=$(date +%s%N)
+gen=$(stat ca cluster_placement_generation)
+[ "$gen" -gt "$base" ] || fail "no placement over the live ranks: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
+echo "# rank 3 killed -9: masked after $(((t1 - t0) / 1000000)) ms, placement generation $gen over ranks 0..2 committed after $(((t2 - t0) / 1000000)) ms"
+"${CTL[@]}" show "${CL[@]}" > /dev/null || fail "show --cluster after recover"
+# what was committed holds nothing on rank 3 (-o: the leader's copy of each commit)
+tbl=$(ls "$tmp"/rec[12].out.tbl 2>/dev/null | head -1)
+[ -n "$tbl" ] || fail "recover wrote no copy of what it committed"
+"$B/locusctl" show "$tbl" | grep -E '^  rank   3 ' | grep -Eq 'experts: +replicas: *$' ||
+	fail "the recovered placement still has copies on rank 3: $("$B/locusctl" show "$tbl" | grep 'rank   3')"
+for r in 0 1 2; do
+	grep -q "rank $r: generation $gen staged" "$tmp/r012.log" ||
+		fail "rank $r did not acknowledge the recovered placement: $(cat "$tmp/r012.log")"
+done
+# rank 3 back: it attaches, takes the placement in force, and one that uses it commits
+"${R3[@]}" 1 120 --first 3 > "$tmp/r3b.log" 2>&1 &
+pids+=($!)
+disown $!
+until_stat ca ranks_lost 0 5
+t3=$(date +%s%N)
+for ((i = 0; i < 200; i++)); do
+	[ "$(stat ca cluster_placement_generation)" -gt "$gen" ] && break
+	sleep 0.05
+done
+t4=$(date +%s%N)
+[ "$(stat ca cluster_placement_generation)" -gt "$gen" ] ||
+	fail "no placement using rank 3 again: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
+grep -Eq "rank 3: generation [0-9]+ staged: gains [1-9]" "$tmp/r3b.log" ||
+	fail "rank 3 gained nothing when it came back: $(cat "$tmp/r3b.log")"
+echo "# rank 3 back: a placement using it committed $(((t4 - t3) / 1000000)) ms after it attached"
+sleep 0.5 # the leader's last lines
+cat "$tmp/rec1.out" "$tmp/rec2.out" | grep -E '^recover: (a placement over|[0-9]+ expert copies)' |
+	sed 's/^/# /'
+# the leader killed: the other recover process leads within its lease
+leader=$rec1
+grep -q leads "$tmp/rec2.out" && leader=$rec2
+kill -9 $leader
+other=$tmp/rec1.out
+[ $leader = $rec1 ] && other=$tmp/rec2.out
+for ((i = 0; i < 100; i++)); do grep -sq leads "$other" && break; sleep 0.05; done
+grep -q leads "$other" || fail "nobody took over the recovery: $(cat "$other")"
+echo "# the recover leader killed -9: the other leads within the 2 s lease"
+kill -9 "${pids[@]: -5}" 2>/dev/null || true
+
 # 2. a second locusd with node id 0 (another instance): refused at start, naming the holder
 if "$B/locusd" -c "$(conf cb)" > "$tmp/b.log" 2>&1; then
 	fail "a second node 0 was accepted: $(cat "$tmp/b.log")"

@@ -11,7 +11,8 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "test_deploy: $*" >&2; exit 1; }
 
 make --no-print-directory -s install DESTDIR="$tmp/root" PREFIX=/usr >/dev/null
-for f in usr/lib/systemd/system/locusd@.service usr/lib/tmpfiles.d/locus.conf \
+for f in usr/lib/systemd/system/locusd@.service usr/lib/systemd/system/locus-recover@.service \
+	 usr/lib/tmpfiles.d/locus.conf \
 	 usr/lib/sysusers.d/locus.conf etc/locus/default.conf.example usr/bin/locusd \
 	 usr/bin/locusctl usr/bin/locus-stat usr/bin/locusd-cpus usr/share/doc/locus/README.md; do
 	[ -e "$tmp/root/$f" ] || fail "make install did not install $f"
@@ -24,13 +25,18 @@ for k in 'Type=notify' 'WatchdogSec=' 'LimitMEMLOCK=infinity' 'Restart=on-failur
 	grep -q "^$k" "$tmp/root/usr/lib/systemd/system/locusd@.service" || fail "unit lacks $k"
 done
 
-# verify the unit as an instance whose binaries exist on this machine
-sed -e "s|@BINDIR@|$PWD/$build/bin|g" -e "s|@DOCDIR@|$PWD|g" -e "s|@SYSCONFDIR@|/etc|g" \
-	deploy/locusd@.service.in \
-	> "$tmp/locusd@default.service"
-out=$(systemd-analyze verify --man=no "$tmp/locusd@default.service" 2>&1) ||
-	fail "systemd-analyze verify: $out"
-[ -z "$out" ] || fail "systemd-analyze verify warned: $out"
+grep -q '^ExecStart=/usr/bin/locusctl recover --cluster $RECOVER_ARGS$' \
+	"$tmp/root/usr/lib/systemd/system/locus-recover@.service" || fail "recover's ExecStart"
+
+# verify the units as instances whose binaries exist on this machine (recover's
+# environment file and locusd's config are conditions: the unit still verifies)
+for u in locusd@ locus-recover@; do
+	sed -e "s|@BINDIR@|$PWD/$build/bin|g" -e "s|@DOCDIR@|$PWD|g" -e "s|@SYSCONFDIR@|/etc|g" \
+		"deploy/$u.service.in" > "$tmp/${u}default.service"
+	out=$(systemd-analyze verify --man=no "$tmp/${u}default.service" 2>&1) ||
+		fail "systemd-analyze verify $u: $out"
+	[ -z "$out" ] || fail "systemd-analyze verify $u warned: $out"
+done
 
 for c in deploy/default.conf deploy/two-node.conf; do
 	[ "$("$build/bin/locusd" -c "$c" --check-config)" = ok ] || fail "$c refused"

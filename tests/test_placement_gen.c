@@ -159,6 +159,9 @@ static void attach_ranks(void)
 {
 	for (int r = 0; r < 4; r++)
 		rk[r] = tn_attach(&N[r / GPN], LOCUS_ROLE_RANK, 0, (uint32_t)r);
+	/* each node knows the other's ranks from its next load row */
+	for (int r = 0; r < 4; r++)
+		tn_wait_ranks(rk[r], 0);
 }
 
 static void detach_ranks(void)

@@ -191,10 +191,14 @@ static void test_blocks_route_cross_nodes(void **state)
 	(void)state;
 
 	tn_push_both(0, t, tlen);
-	locus_client_report_load(dec1, 2);
-	for (int i = 0; i < 50000 && tn_ctr(&N[0], "decoder_up", 1) != 1; i++)
+	/* a load the last test's decoder 1 never reported: node 0 sees this attachment, not
+	 * what it kept of the last one (which the next row would take away) */
+	locus_client_report_load(dec1, 3);
+	for (int i = 0; i < 50000 && (tn_ctr(&N[0], "decoder_up", 1) != 1 ||
+				      tn_ctr(&N[0], "decoder_load", 1) != 3); i++)
 		tu_nap();
 	assert_int_equal(tn_ctr(&N[0], "decoder_up", 1), 1);
+	assert_int_equal(tn_ctr(&N[0], "decoder_load", 1), 3);
 	*th = (struct locus_eldr_sig_hdr){ .magic = LOCUS_ELDR_SIG_MAGIC,
 					   .version = LOCUS_ELDR_SIG_VERSION, .n_layers = L,
 					   .n_experts = E, .prompt_tokens = 3 };
@@ -338,6 +342,8 @@ static void test_dispatch_combine_cross_nodes(void **state)
 	}
 	for (int r = 0; r < 4; r++)
 		rk[r] = tn_attach(&N[r / GPN], LOCUS_ROLE_RANK, 0, (uint32_t)r);
+	for (int r = 0; r < 4; r++)
+		tn_wait_ranks(rk[r], 0);
 	tn_push_both(1, g, glen);
 	st0 = locus_client_stage(rk[0], NULL);
 	rq = (struct locus_dispatch_req *)st0;

@@ -86,6 +86,7 @@ static void put_row(uint64_t seq, uint16_t from, uint16_t n, const struct locus_
 	row->seq = seq;
 	row->node = from;
 	row->n = n;
+	row->ranks = LOCUS_LOAD_ROW_RANKS;
 	memcpy(row->e, ent, n * sizeof(*ent));
 	row->crc = locus_crc32c(buf + 8, len - 8);
 	if (tear)

@@ -259,6 +259,21 @@ struct locus_client *tn_attach(struct fake_node *n, uint32_t roles, uint32_t dec
 	return tu_attach(n->inst, roles, dec, rank);
 }
 
+void tn_wait_ranks(struct locus_client *c, uint32_t n_lost)
+{
+	struct locus_client_ranks info = { 0 };
+	uint64_t lost[1];
+
+	for (int i = 0; i < 100000; i++) {
+		if (locus_client_ranks(c, lost, 1, &info) == 0 && info.n_ranks &&
+		    info.n_lost == n_lost)
+			return;
+		tu_nap();
+	}
+	fail_msg("the rank set stayed at %u lost of %u, waiting for %u", info.n_lost,
+		 info.n_ranks, n_lost);
+}
+
 size_t tn_put_signature(struct locus_client *c, uint64_t off, int w0, int w7)
 {
 	uint8_t *stage = locus_client_stage(c, NULL);

@@ -76,6 +76,8 @@ void *tn_eldr_table(size_t *len);
 /* Push a sealed table to both nodes and wait until both adopted it. */
 void tn_push_both(unsigned ch, const void *blob, size_t len);
 struct locus_client *tn_attach(struct fake_node *n, uint32_t roles, uint32_t dec, uint32_t rank);
+/* Wait until rank client c's engine counts n_lost ranks lost (locus_client_ranks). */
+void tn_wait_ranks(struct locus_client *c, uint32_t n_lost);
 /* A signature of w0 tokens on expert 0 and w7 on 7 at stage offset off: its length. */
 size_t tn_put_signature(struct locus_client *c, uint64_t off, int w0, int w7);
 

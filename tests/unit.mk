@@ -74,6 +74,8 @@ $(eval $(call TEST,test_eldr_ctl,tests/test_eldr_ctl.c tests/push_util.c,\
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
 $(eval $(call TEST,test_grace_fit,tests/test_grace_fit.c,gracefit grace_plan))
 $(eval $(call TEST,test_grace_rebalance,tests/test_grace_rebalance.c,gracefit))
+$(eval $(call TEST,test_grace_adapt,tests/test_grace_adapt.c,gracefit trace formats datapaths))
+$(eval $(call TEST,test_cluster_ranks,tests/test_cluster_ranks.c,cluster_ranks))
 $(eval $(call TEST,test_grace_eplb,tests/test_grace_eplb.c,gracefit))
 $(eval $(call TEST,test_eplb_balance,tests/test_eplb_balance.c,gracefit))
 $(eval $(call TEST,test_grace_ctl,tests/test_grace_ctl.c tests/push_util.c,gracectl pushsrv))

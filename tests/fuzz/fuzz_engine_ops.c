@@ -190,6 +190,8 @@ static void op_area_row(struct fe_env *env, struct fuzz_in *in)
 	row->seq = fin_u32(in);
 	row->node = f & 0x80 ? fin_u8(in) % 3 : 1;
 	row->n = (uint16_t)n;
+	/* the writer's ranks attached: bits of f, or a word the reader must refuse */
+	row->ranks = f & 0x40 ? f : LOCUS_LOAD_ROW_RANKS | (f >> 1 & 3);
 	for (; k < n && locus_load_row_size(k + 1) <= FE_AREA; k++)
 		row->e[k] = (struct locus_load_entry){ .decoder_id = fin_u8(in) % 12,
 						       .load = fin_u16(in) };

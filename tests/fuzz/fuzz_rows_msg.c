@@ -45,11 +45,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		   (m->type == LOCUS_MSG_DISPATCH) == (h->top_k != 0) && h->top_k <= LOCUS_MAX_TOPK,
 		   "an accepted rows header breaks its rules");
 	if (h->flags & LOCUS_ROWS_REFUSED)
-		FUZZ_CHECK(m->type == LOCUS_MSG_COMBINE && h->flags == LOCUS_ROWS_REFUSED &&
+		FUZZ_CHECK(m->type == LOCUS_MSG_COMBINE &&
+			   (h->flags & ~(uint32_t)LOCUS_ROWS_GONE) == LOCUS_ROWS_REFUSED &&
 			   !h->n_rows && !h->row_bytes && h->n_chunks == 1,
 			   "an accepted refusal breaks its rules");
 	else
-		FUZZ_CHECK(h->n_rows >= 1 && h->row_bytes >= 1 &&
+		FUZZ_CHECK(!(h->flags & LOCUS_ROWS_GONE) && h->n_rows >= 1 && h->row_bytes >= 1 &&
 			   h->row_bytes <= LOCUS_MAX_ROW_BYTES &&
 			   (m->type == LOCUS_MSG_DISPATCH || !h->placement_gen),
 			   "accepted rows break their rules");

@@ -50,13 +50,44 @@ static inline uint32_t swrr_pick(int32_t *cur, const uint16_t *w, uint32_t n, ui
 	return best;
 }
 
-/* Expert with copies ranks[0..n-1] resolves without a choice: its rank, or -1. */
-static int fixed_rank(const uint16_t *ranks, uint32_t n, uint32_t src)
+/* Whether rank r is unreachable for this batch. */
+static int is_lost(const uint64_t *lost, uint32_t r)
 {
-	if (n == 1)
-		return ranks[0];
+	return lost && (lost[r / 64] >> (r % 64) & 1);
+}
+
+/* Copy bits of the copies ranks[0..n-1] on reachable ranks. */
+static uint64_t live_copies(const uint16_t *ranks, uint32_t n, const uint64_t *lost)
+{
+	uint64_t live = 0;
+
 	for (uint32_t i = 0; i < n; i++)
-		if (ranks[i] == src)
+		if (!is_lost(lost, ranks[i]))
+			live |= 1ull << i;
+	return live;
+}
+
+/*
+ * Expert with copies ranks[0..n-1] resolves without a choice: the rank of
+ * its one live copy or of its live copy on src; MASKED_REF when no copy is
+ * live; else -1.
+ */
+#define MASKED_REF (-2)
+static int fixed_rank(const uint16_t *ranks, uint32_t n, uint32_t src, const uint64_t *lost)
+{
+	uint32_t n_live = 0, last = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		if (!is_lost(lost, ranks[i])) {
+			n_live++;
+			last = i;
+		}
+	if (n_live == 0)
+		return MASKED_REF;
+	if (n_live == 1)
+		return ranks[last];
+	for (uint32_t i = 0; i < n; i++)
+		if (ranks[i] == src && !is_lost(lost, src))
 			return (int)src;
 	return -1;
 }
@@ -71,23 +102,26 @@ static int fixed_rank(const uint16_t *ranks, uint32_t n, uint32_t src)
  */
 static uint32_t choose(int32_t *cur, const uint16_t *ranks, const uint16_t *w, uint32_t n,
 		       uint32_t src, uint32_t gpn, const uint32_t *used, uint32_t n_used,
-		       const uint16_t *const *later, const uint8_t *n_later_copies, uint32_t n_later)
+		       const uint16_t *const *later, const uint8_t *n_later_copies, uint32_t n_later,
+		       const uint64_t *lost)
 {
 	uint64_t hits = 0, shared = 0, local = 0, all, near, win;
 
 	for (uint32_t i = 0; i < n; i++) {
+		if (is_lost(lost, ranks[i]))
+			continue; /* not there: never a candidate */
 		for (uint32_t u = 0; u < n_used; u++)
 			if (used[u] == ranks[i])
 				hits |= 1ull << i;
 		for (uint32_t f = 0; f < n_later; f++)
 			for (uint32_t q = 0; q < n_later_copies[f]; q++)
-				if (later[f][q] == ranks[i] &&
+				if (later[f][q] == ranks[i] && !is_lost(lost, later[f][q]) &&
 				    cur[i] >= -64 * (int32_t)LOCUS_GRACE_WEIGHT_SCALE)
 					shared |= 1ull << i;
 		if (ranks[i] / gpn == src / gpn)
 			local |= 1ull << i;
 	}
-	all = (n == 64) ? ~0ull : (1ull << n) - 1;
+	all = live_copies(ranks, n, lost);
 	near = local ? local : all;
 	win = hits ? hits : shared ? shared : near;
 	return ranks[swrr_pick(cur, w, n, near | win, win)];
@@ -141,6 +175,7 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 		return locus_error_set(err, EINVAL, "null planner argument");
 	p->n_dest = 0;
 	p->n_rows = 0;
+	p->n_masked = 0;
 	memset(p->tier_start, 0, sizeof(p->tier_start));
 	rc = check_batch(st, m, b, p, err);
 	if (rc)
@@ -176,10 +211,12 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 		int choice[LOCUS_GRACE_MAX_TOPK];
 
 		for (uint32_t j = 0; j < k; j++) {
-			int f = fixed_rank(rk + (size_t)ex[j] * S, ncp[ex[j]], src);
+			int f = fixed_rank(rk + (size_t)ex[j] * S, ncp[ex[j]], src, b->lost);
 
-			choice[j] = f < 0;
-			if (f >= 0)
+			choice[j] = f == -1;
+			if (f == MASKED_REF)
+				dst[j] = LOCUS_GRACE_MASKED;
+			else if (f >= 0)
 				dst[j] = used[n_used++] = (uint32_t)f;
 		}
 		for (uint32_t j = 0; j < k; j++) {
@@ -196,7 +233,8 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 				later_n[n_later++] = ncp[ex[f]];
 			}
 			dst[j] = choose(cur + (size_t)e * S, rk + (size_t)e * S, wt + (size_t)e * S,
-					ncp[e], src, gpn, used, n_used, later, later_n, n_later);
+					ncp[e], src, gpn, used, n_used, later, later_n, n_later,
+					b->lost);
 			used[n_used++] = dst[j];
 		}
 		for (uint32_t j = 0; j < k; j++) {
@@ -204,6 +242,11 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 
 			sl[j].rank = (uint16_t)d;
 			sl[j].pad = 0;
+			if (d == LOCUS_GRACE_MASKED) {
+				sl[j].row = UINT32_MAX;
+				p->n_masked++;
+				continue;
+			}
 			for (prev = 0; prev < j; prev++)
 				if (sl[prev].rank == d)
 					break;
@@ -237,8 +280,11 @@ int grace_plan_ref_batch(struct locus_grace_plan_state *st, const struct locus_g
 		struct locus_grace_slot *sl = p->slots + (size_t)t * k;
 
 		for (uint32_t j = 0; j < k; j++) {
-			uint32_t at = p->first[sl[j].rank] + sl[j].row;
+			uint32_t at;
 
+			if (sl[j].rank == LOCUS_GRACE_MASKED)
+				continue;
+			at = p->first[sl[j].rank] + sl[j].row;
 			if (sl[j].pad) {
 				sl[j].pad = 0;
 				p->kmask[at] |= 1u << j;

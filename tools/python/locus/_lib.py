@@ -31,7 +31,9 @@ ERRMSG_MAX = 256
 ROLE_PREFILL, ROLE_DECODE, ROLE_RANK = 1, 2, 4
 OP_ROUTE, OP_DISPATCH, OP_COMBINE, OP_RELEASE, OP_ROUTE_BLOCKS, OP_EVICT = 1, 2, 3, 4, 5, 6
 OP_SIGNATURE_IN, OP_ROWS_IN, OP_RESULTS_IN = 16, 17, 18
-DESC_F_REGION, DESC_F_PARTIAL = 1, 2
+DESC_F_REGION, DESC_F_PARTIAL, DESC_F_MASK = 1, 2, 4
+EXPERT_MASKED = 0xffff
+CLIENT_RANK_WORDS = 64
 DESC_SIZE = 64
 
 # ---- locus_eldr.h / locus_blocks.h ---------------------------------------------
@@ -53,7 +55,7 @@ HIST_WORDS = HIST_BUCKET0 + HIST_BUCKETS
 MSG_SIGNATURE, MSG_DISPATCH, MSG_COMBINE = 1, 2, 3
 DISPATCH_MAGIC, COMBINE_MAGIC, ROWS_MAGIC = 0x52505344, 0x52424d43, 0x53574f52
 MAX_TOPK, MAX_ROW_BYTES = 32, 1 << 20
-ROWS_IN_PLACE, ROWS_IN_REGION, ROWS_REFUSED = 1, 2, 4
+ROWS_IN_PLACE, ROWS_IN_REGION, ROWS_REFUSED, ROWS_GONE = 1, 2, 4, 8
 
 
 class Error(Structure):
@@ -144,6 +146,11 @@ class Placement(Structure):
                 ("reserved", c_uint32)]
 
 
+class ClientRanks(Structure):
+    _fields_ = [("seq", c_uint64), ("changed_ns", c_uint64), ("n_ranks", c_uint32),
+                ("n_lost", c_uint32)]
+
+
 class ClientDispatchReq(Structure):
     _fields_ = [("layer", c_uint16), ("top_k", c_uint16), ("n_tokens", c_uint32),
                 ("row_bytes", c_uint32), ("n_experts", c_uint32), ("rows_off", c_uint64),
@@ -167,7 +174,7 @@ class ClientRows(Structure):
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
-          ClientRows: 80, Placement: 48}
+          ClientRows: 80, Placement: 48, ClientRanks: 24}
 
 _P = c_void_p
 _PROTOS = {
@@ -189,6 +196,9 @@ _PROTOS = {
     "locus_client_evict": (c_int, [_P, c_uint64, _P, c_uint32, c_uint64, POINTER(Error)]),
     "locus_client_dispatch": (c_int, [_P, c_uint64, POINTER(ClientDispatchReq), c_uint64,
                                       POINTER(Error)]),
+    "locus_client_dispatch_ex": (c_int, [_P, c_uint64, POINTER(ClientDispatchReq), c_uint64,
+                                         c_uint32, POINTER(Error)]),
+    "locus_client_dispatch_ids": (_P, [_P, c_uint64]),
     "locus_client_combine": (c_int, [_P, c_uint64, POINTER(ClientCombineReq), c_uint64,
                                      POINTER(Error)]),
     "locus_client_rows_in": (c_int, [_P, POINTER(Desc), POINTER(ClientRows), POINTER(Error)]),
@@ -202,6 +212,7 @@ _PROTOS = {
     "locus_client_region": (POINTER(Clients), [_P]),
     "locus_client_placement": (c_int, [_P, POINTER(Placement)]),
     "locus_client_placement_join": (c_int, [_P]),
+    "locus_client_ranks": (c_int, [_P, POINTER(c_uint64), c_uint32, POINTER(ClientRanks)]),
     "locus_client_placement_ack": (c_int, [_P, c_uint64]),
     "locus_client_placement_release": (c_int, [_P, c_uint64]),
     "locus_client_placement_table": (c_int, [_P, c_uint64, POINTER(_P), POINTER(c_size_t),

@@ -18,6 +18,16 @@ Rows go without an extra copy where they can: dispatch_input() and
 combine_input() are arrays over the client's staging area; an x or y that is
 such an array is not copied before locusd reads it. recv_x is one copy out
 of the inbox (its slots go back to locusd before dispatch returns).
+
+Ranks that fail. locusd plans rows only to the ranks it can reach
+(active_ranks()): an expert with a live copy elsewhere goes there, one with
+none is masked. Once every rank of the group was live together (the group
+formed), a Buffer dispatches with masking on: a masked (token, slot) is sent
+nowhere and handle.masked says which, so the serving engine can renormalise
+the token's gates or run it again; a rank that is lost is neither waited for
+nor sent to, and the pairs it took but never answered are added to
+handle.masked by combine(). Before the group formed, a rank not attached yet
+is waited for, as the ranks of a group start one by one.
 """
 import ctypes
 import errno
@@ -65,6 +75,9 @@ class Handle:
     num_tokens: int            # this rank's tokens dispatched
     top_k: int
     rows_sent: int             # rows locusd sent out of this rank's tokens
+    dests: int = 0             # bit r: rank r was sent rows of this batch
+    masked: np.ndarray = None  # [num_tokens, top_k] bool: sent nowhere or never answered
+    lost_ranks: tuple = ()     # ranks lost while they held this batch's rows
     src_slices: dict = field(default_factory=dict)
     refs: np.ndarray = None    # [num_recv] (token, kmask)
     torch: bool = False
@@ -73,6 +86,10 @@ class Handle:
     @property
     def num_recv(self):
         return 0 if self.refs is None else len(self.refs)
+
+    @property
+    def num_masked(self):
+        return 0 if self.masked is None else int(self.masked.sum())
 
 
 def _raw(x, name):
@@ -155,6 +172,10 @@ class Buffer:
         self._retry = []           # [(time, key)] requests to submit again
         self._abandoned = set()    # batches whose call failed: nothing submitted again
         self._refused = {}         # batch -> LocusError: a rank refused our rows of it
+        self._gone = {}            # batch -> ranks that left before our rows reached them
+        self._lost = frozenset()   # ranks the engine cannot reach (ranks_state)
+        self._lost_seq = None
+        self._formed = False       # every rank of the group was live at once: mask
         self._slot_bytes = client.inbox_slot_size
         self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
         self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
@@ -200,6 +221,32 @@ class Buffer:
         return (raw.flags.c_contiguous and raw.size and
                 raw.__array_interface__["data"][0] == self._base + off)
 
+    # ---- who is live ----------------------------------------------------------------
+
+    def _ranks(self):
+        """Refresh the lost set when the engine changed it (one small read when not)."""
+        info = _lib.ClientRanks()
+        if lib.locus_client_ranks(self.client._c, None, 0, ctypes.byref(info)) < 0 or \
+                info.seq == self._lost_seq or not info.n_ranks:
+            return
+        lost, info = self.client.ranks_state()
+        self._lost, self._lost_seq = lost, info["seq"]
+        if not self._formed and not any(r in lost for r in range(self.num_ranks)):
+            self._formed = True
+
+    def active_ranks(self):
+        """The ranks of this group locusd can reach now (sorted), as Mooncake's
+        active_ranks: rows are planned only to them."""
+        with self.client._lock:
+            self._check_open()
+            self._ranks()
+            if self._lost_seq is None:
+                return list(range(self.num_ranks))
+            return [r for r in range(self.num_ranks) if r not in self._lost]
+
+    def _is_lost(self, r):
+        return self._formed and r in self._lost
+
     # ---- the ring -------------------------------------------------------------------
 
     def _check_open(self):
@@ -240,6 +287,7 @@ class Buffer:
                 elif ret < 0:
                     raise from_code(ret, text or None, what="resubmit")
         n = c._pump()
+        self._ranks()
         for op in (_lib.OP_DISPATCH, _lib.OP_COMBINE):
             q = c._take(op)
             while q:
@@ -255,6 +303,9 @@ class Buffer:
         r = self._out.get(key)
         if r is None:
             return
+        if d.status == -_lib.LOCUS_EPEERDOWN and key[0] == _lib.OP_COMBINE and \
+                self._is_lost(key[2]):
+            d.status = 0  # a lost rank needs neither results nor a notification
         if d.status in (-_lib.LOCUS_EFULL, -_lib.LOCUS_EPEERDOWN) and \
                 key[1] & ~_NOTIFY not in self._abandoned:
             # the receiver's inbox was full, or a rank is not attached yet (the ranks of a
@@ -275,6 +326,14 @@ class Buffer:
                                        ctypes.byref(err))
         if ret == -_lib.LOCUS_ESTALEPLACEMENT:
             self._refusal(d, m, ret, err.text())
+            return
+        if ret == -_lib.LOCUS_EPEERDOWN:
+            # rank m.src_rank left before our rows of the batch reached it: combine
+            # reports those pairs as masked
+            self.client._release_slot(m.slot)
+            self._gone.setdefault(m.batch_id, set()).add(m.src_rank)
+            while len(self._gone) > 64:
+                del self._gone[next(iter(self._gone))]
             return
         if ret < 0:
             self.client._release_slot(d.slot)
@@ -415,6 +474,7 @@ class Buffer:
         give theirs back at their completions."""
         self._abandoned.add(batch)
         self._refused.pop(batch, None)
+        self._gone.pop(batch, None)
         keep = []
         for t, k in self._retry:
             if k[1] & ~_NOTIFY != batch:
@@ -505,14 +565,17 @@ class Buffer:
             want = (_lib.OP_ROWS_IN, batch)
             self._want.add(want)
             try:
-                dests, rows_sent = self._dispatch_send(raw, ids, w, layer, experts, batch,
-                                                       tokens, k, row_bytes, deadline)
+                dests, rows_sent, masked = self._dispatch_send(raw, ids, w, layer, experts,
+                                                               batch, tokens, k, row_bytes,
+                                                               deadline)
                 self._notify(batch, dests, layer, deadline)
                 self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}",
                            batch)
                 h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch,
                                  experts)
                 h[3]._owner = self
+                h[3].dests = dests
+                h[3].masked = masked if masked is not None else np.zeros((tokens, k), bool)
                 return h
             except BaseException:
                 self._abandon(batch)
@@ -524,9 +587,10 @@ class Buffer:
 
     def _dispatch_send(self, raw, ids, w, layer, experts, batch, tokens, k, row_bytes,
                        deadline):
-        """Stage and submit the DISPATCH; wait for its completion: (dests mask, rows sent)."""
+        """Stage and submit the DISPATCH; wait for its completion: (dests mask, rows
+        sent, the masked pairs as a [tokens, k] bool array or None)."""
         if not tokens:
-            return 0, 0
+            return 0, 0, None
         if not self._is_at(raw, self._x_off):
             self._buf[self._x_off:self._x_off + tokens * row_bytes] = \
                 np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
@@ -539,17 +603,25 @@ class Buffer:
         nbytes = 32 + (tokens * k * 2 + 3) // 4 * 4 + tokens * k * 4
         off = self.client._stage_alloc(nbytes, max(0.0, deadline - time.monotonic()))
         key = (_lib.OP_DISPATCH, batch, 0)
+        flags = _lib.DESC_F_MASK if self._formed else 0
 
         def submit():
             err = _lib.Error()
-            ret = lib.locus_client_dispatch(self.client._c, off, ctypes.byref(req), batch,
-                                            ctypes.byref(err))
+            ret = lib.locus_client_dispatch_ex(self.client._c, off, ctypes.byref(req), batch,
+                                               flags, ctypes.byref(err))
             return ret, err.text()
         # e16 / g32 / req live in this frame: a resubmission (inbox full) rewrites them
         self._submit(key, submit, off, nbytes, deadline)
         self._wait(lambda: key in self._done, deadline, f"dispatch of batch {batch}", batch)
         d = self._take_done(key, f"dispatch of batch {batch}")
-        return d.dests, d.aux
+        masked = None
+        if d.blocks:
+            # locusd marked the masked pairs in the request it read; nothing was staged
+            # since its completion freed the range
+            at = lib.locus_client_dispatch_ids(self.client._c, off)
+            got = np.ctypeslib.as_array((ctypes.c_uint16 * (tokens * k)).from_address(at))
+            masked = (got == _lib.EXPERT_MASKED).reshape(tokens, k)
+        return d.dests, d.aux, masked
 
     def _notify(self, batch, dests, layer, deadline):
         """Tell every rank this batch sent no rows that none are coming."""
@@ -557,7 +629,7 @@ class Buffer:
         ref = np.zeros(1, dtype=_ROW_DT)
         ref["kmask"] = 1
         for r in range(self.num_ranks):
-            if dests >> r & 1:
+            if dests >> r & 1 or self._is_lost(r):
                 continue
             req = _lib.ClientCombineReq(layer=layer, dst_rank=r, n_rows=1,
                                         row_bytes=_NOTIFY_ROW, rows_off=self._n_off,
@@ -586,7 +658,7 @@ class Buffer:
             n, need = got.get(r.src, (0, r.n_chunks))
             got[r.src] = (n + 1, need)
         for s in range(self.num_ranks):
-            if s in said:
+            if s in said or self._is_lost(s):
                 continue
             n, need = got.get(s, (0, 1))
             if n < need:
@@ -687,6 +759,7 @@ class Buffer:
                 for key in keys:
                     self._take_done(key, f"combine of batch {handle.batch} to rank {key[2]}")
                 out = self._sum(handle, raw, dtname)
+                self._unanswered(handle)
                 handle._combined = True
                 return _wrap(out, dtname, as_torch)
             except BaseException:
@@ -699,6 +772,8 @@ class Buffer:
     def _combine_send(self, handle, row_bytes, deadline):
         keys = []
         for src, (start, count) in sorted(handle.src_slices.items()):
+            if self._is_lost(src):
+                continue  # its token's results have nobody to go to
             refs = np.ascontiguousarray(handle.refs[start:start + count])
             nbytes = 40 + 8 * count
             rows_off = self._y_off + start * row_bytes
@@ -729,8 +804,43 @@ class Buffer:
         return keys
 
     def _results_in(self, handle):
-        got = sum(len(r.refs) for r in self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ()))
-        return got >= handle.rows_sent
+        msgs = self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ())
+        if sum(len(r.refs) for r in msgs) >= handle.rows_sent:
+            return True
+        gone = self._gone.get(handle.batch, set())
+        down = [r for r in range(self.num_ranks)
+                if handle.dests >> r & 1 and (self._is_lost(r) or r in gone)]
+        if not down:
+            return False
+        # a rank that holds our rows was lost: every other rank that had some answered
+        # all of them (each results message says how many that rank sends)
+        got = {}
+        for r in msgs:
+            n, need = got.get(r.src, (0, r.n_chunks))
+            got[r.src] = (n + 1, need)
+        for r in range(self.num_ranks):
+            if handle.dests >> r & 1 and r not in down:
+                n, need = got.get(r, (0, 1))
+                if n < need:
+                    return False
+        return True
+
+    def _unanswered(self, handle):
+        """Pairs sent to a rank that was lost before it answered: added to
+        handle.masked, the ranks to handle.lost_ranks."""
+        msgs = self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ())
+        if sum(len(r.refs) for r in msgs) >= handle.rows_sent:
+            return
+        k = handle.top_k
+        answered = np.zeros(max(handle.num_tokens, 1), dtype=np.uint32)
+        for r in msgs:
+            np.bitwise_or.at(answered, r.refs["token"], r.refs["kmask"])
+        bits = ((answered[:handle.num_tokens, None] >> np.arange(k, dtype=np.uint32)) & 1)
+        missing = ~bits.astype(bool) & ~handle.masked
+        handle.masked = handle.masked | missing
+        gone = self._gone.pop(handle.batch, set())
+        handle.lost_ranks = tuple(r for r in range(self.num_ranks)
+                                  if handle.dests >> r & 1 and (self._is_lost(r) or r in gone))
 
     def _sum(self, handle, raw, dtname):
         hidden = raw.shape[1]

@@ -505,6 +505,33 @@ class Client:
                 raise from_code(ret, f"floor {floor} is above what this rank acknowledged",
                                 what="release_placement")
 
+    def ranks_state(self):
+        """(lost, info) as the engine serving this rank last wrote it: lost a
+        frozenset of the GRACE ranks it cannot reach (node down or cut off, rank
+        client gone), info a dict: n_ranks (0: not written yet), n_lost, seq
+        (moves at every change), changed_ns (CLOCK_MONOTONIC of the change)."""
+        with self._lock:
+            self._live()
+            self._need(self.rank is not None, "rank", "rank=R")
+            words = (ctypes.c_uint64 * _lib.CLIENT_RANK_WORDS)()
+            info = _lib.ClientRanks()
+            for _ in range(100):
+                ret = lib.locus_client_ranks(self._c, words, _lib.CLIENT_RANK_WORDS,
+                                             ctypes.byref(info))
+                if ret == 0:
+                    break
+            else:
+                raise from_code(ret, "the set of live ranks kept changing", what="ranks")
+            lost = frozenset(w * 64 + b for w in range(_lib.CLIENT_RANK_WORDS)
+                             if words[w] for b in range(64) if words[w] >> b & 1)
+            return lost, {f: getattr(info, f) for f, _ in _lib.ClientRanks._fields_}
+
+    def active_ranks(self):
+        """The GRACE ranks this rank's node can reach now (sorted): its engine
+        plans rows only to them. Empty until the engine first wrote the set."""
+        lost, info = self.ranks_state()
+        return [r for r in range(info["n_ranks"]) if r not in lost]
+
     def placement_table(self, generation):
         """The sealed placement blob of generation (staged or current) as bytes."""
         with self._lock:
