@@ -18,7 +18,7 @@ $(eval $(call LIBRARY,sigcache,dataplane/sigcache.c dataplane/sigcache_route.c \
 $(eval $(call LIBRARY,engine,dataplane/engine.c dataplane/engine_route.c \
 	dataplane/engine_dispatch.c dataplane/engine_ctr.c dataplane/engine_remote.c \
 	dataplane/engine_ldma.c dataplane/engine_region.c dataplane/engine_load.c \
-	dataplane/engine_live.c dataplane/engine_grace.c dataplane/engine_blocks.c dataplane/engine_cross.c \
+	dataplane/engine_live.c dataplane/engine_answer.c dataplane/engine_grace.c dataplane/engine_blocks.c dataplane/engine_cross.c \
 	dataplane/engine_topo.c dataplane/relay.c,\
 	sigcache eldr_router grace_plan wire formats counters shm common))
 # the control socket's server: table pushes from the control group

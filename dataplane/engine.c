@@ -285,6 +285,9 @@ int locus_engine_create(const struct locus_engine_params *p, struct locus_engine
 	ret = engine_live_init(e, err);
 	if (ret < 0)
 		goto err_free;
+	ret = engine_answer_init(e, err);
+	if (ret < 0)
+		goto err_free;
 	ret = locus_grace_plan_init(&e->plan, e->plan_mem, plan_bytes, p->dims.max_tokens,
 				    LOCUS_MAX_TOPK, e->n_ranks);
 	if (ret < 0) {
@@ -343,6 +346,7 @@ void locus_engine_destroy(struct locus_engine *e)
 	engine_blocks_destroy(e);
 	engine_load_fini(e);
 	engine_live_fini(e);
+	engine_answer_fini(e);
 	free(e->cmds);
 	engine_regions_free(e);
 	free(e->cl);
@@ -690,6 +694,7 @@ int locus_engine_poll(struct locus_engine *e)
 	if (unlikely(now >= e->next_housekeeping)) {
 		engine_decoders_housekeeping(e, now);
 		engine_load_exchange(e, now);
+		engine_answer_window(e, now);
 		locus_gauge_set(e->blk, e->c.inbox_slots_used, (int64_t)e->inbox_used);
 		locus_gauge_set(e->blk, e->c.requests_pending, (int64_t)(e->n_pend - e->n_pend_free));
 		e->next_housekeeping = now + e->housekeeping_period;

@@ -20,7 +20,7 @@ struct ctr_def {
 int locus_engine_register_counters(struct locus_counters *c, const struct locus_engine_dims *d,
 				   struct locus_engine_ctr *o, struct locus_error *err)
 {
-	const uint32_t tiers = LOCUS_GRACE_N_TIERS;
+	const uint32_t tiers = LOCUS_GRACE_N_TIERS, n_ranks = d->n_nodes * d->gpus_per_node;
 	const struct ctr_def defs[] = {
 		{ "poll_iterations", "poll loop iterations", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0,
 		  &o->poll_iterations },
@@ -108,6 +108,15 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  "reported to the source", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->slots_masked },
 		{ "dispatch_replanned", "dispatch batches planned again because a destination's "
 		  "node went down meanwhile", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->replanned },
+		{ "rank_answers", "answers timed: a rank's results of a batch back at the local "
+		  "rank that sent it rows, by the answering rank", LOCUS_CTR_COUNTER,
+		  1, n_ranks, 0, "rank", 0, &o->rank_answers },
+		{ "rank_answer_ns", "the time of those answers from rows sent to results back, "
+		  "summed (ns), by the answering rank", LOCUS_CTR_COUNTER, 1, n_ranks, 0, "rank",
+		  0, &o->rank_answer_ns },
+		{ "rank_answer_max_ns", "the slowest answer of the last second (ns), by the "
+		  "answering rank", LOCUS_CTR_GAUGE, 1, n_ranks, 0, "rank", 0,
+		  &o->rank_answer_max },
 		{ "grace_set_refused", "GRACE placement sets refused, by reason (0 malformed, "
 		  "1 missing group, 2 overlapping groups, 3 dims disagree)", LOCUS_CTR_COUNTER, 1,
 		  LOCUS_GRACESET_N_PROBLEMS - 1, 0, "reason", 0, &o->grace_set_refused },

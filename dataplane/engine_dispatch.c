@@ -592,6 +592,8 @@ void engine_dispatch(struct locus_engine *e, uint32_t slot, struct locus_desc *d
 			}
 			if (ret2 < 0)
 				continue;
+			if (k == 0 && !q->in_place)
+				engine_answer_sent(e, c->rank, rank, rq.batch_id, t0);
 			count_tier(e, OP_DISPATCH_IDX, q->tier, nr,
 				   q->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
 			rows_sent += nr;
@@ -711,6 +713,8 @@ void engine_combine(struct locus_engine *e, uint32_t slot, struct locus_desc *d)
 		}
 		count_tier(e, OP_COMBINE_IDX, dp->tier, nr,
 			   dp->in_place ? 0 : (uint64_t)nr * rq.row_bytes);
+		if (k + 1 == dp->n_chunks && !dp->remote)
+			engine_answer_back(e, rq.dst_rank, c->rank, rq.batch_id);
 	}
 	if (pidx >= 0) {
 		engine_pending_arm(e, pidx, 0);

@@ -242,6 +242,11 @@ struct locus_engine {
 	uint32_t *node_ranks;                      /* [n_nodes] a peer's row's ranks word, 0 none */
 	uint64_t lost_changed_ns;                  /* CLOCK_MONOTONIC of the last change */
 
+	/* how long each rank takes to answer (engine_answer.c) */
+	struct engine_ans { uint64_t batch, t0; } *ans; /* [local GPU][n_ranks] the last sent */
+	uint64_t *ans_max;                         /* [n_ranks] slowest answer this second, ns */
+	uint64_t ans_next;                         /* TSC of the next window */
+
 	/* several engines on the node (engine_cross.c); n_eng 1: none */
 	struct locus_engine_group *grp;
 	uint32_t idx, n_eng;
@@ -352,6 +357,17 @@ uint32_t engine_live_local_ranks(const struct locus_engine *e);
 void engine_live_row(struct locus_engine *e, uint32_t node, uint32_t ranks);
 /* Write the lost set into client slot's control line when we poll it and it is a rank. */
 void engine_live_publish(struct locus_engine *e, uint32_t slot);
+
+/* engine_answer.c: how long each rank takes to answer a local rank's rows */
+int engine_answer_init(struct locus_engine *e, struct locus_error *err);
+void engine_answer_fini(struct locus_engine *e);
+/* Local rank src handed rows of batch to rank at TSC t0. */
+void engine_answer_sent(struct locus_engine *e, uint32_t src, uint32_t rank, uint64_t batch,
+			uint64_t t0);
+/* Rank's results of batch reached local rank src: timed once, if we sent it rows. */
+void engine_answer_back(struct locus_engine *e, uint32_t src, uint32_t rank, uint64_t batch);
+/* Every second: the slowest answers of the last one into rank_answer_max_ns. */
+void engine_answer_window(struct locus_engine *e, uint64_t now);
 
 /* engine_cross.c: several engines on one node */
 int engine_cross_init(struct locus_engine *e, struct locus_error *err);

@@ -389,6 +389,9 @@ int locus_engine_remote_recv(struct locus_engine *e, uint32_t node, const void *
 					    a.rows.batch_id, a.rows.layer, a.m.src_rank);
 		if (ret == -LOCUS_ERANGE)
 			goto bad;
+		if (ret == 0 && a.m.type == LOCUS_MSG_COMBINE && !(a.rows.flags & LOCUS_ROWS_REFUSED) &&
+		    a.rows.chunk + 1 == a.rows.n_chunks)
+			engine_answer_back(e, a.m.dst_rank, a.m.src_rank, a.rows.batch_id);
 		break;
 	default:
 		ret = -LOCUS_EPROTO;

@@ -51,7 +51,7 @@
 
 #define LOCUS_CLUSTER_MAX_RAILS   8
 #define LOCUS_CLUSTER_TABLE_KINDS 2     /* 0 ELDR (table channel 0), 1 GRACE (channel 1) */
-#define LOCUS_CLUSTER_PROTO       3     /* the inter-node protocol (verbs handshake) */
+#define LOCUS_CLUSTER_PROTO       4     /* the inter-node protocol (verbs handshake) */
 #define LOCUS_CLUSTER_RECORD_MAX  4096  /* bytes of a node record */
 
 /* What a node says of itself. */

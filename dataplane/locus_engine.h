@@ -57,6 +57,8 @@ struct locus_engine_ctr {
 	uint64_t ranks_lost_changes;               /* times the set of lost ranks changed */
 	uint64_t slots_masked;                     /* (token, slot) pairs with no live copy, masked */
 	uint64_t replanned;                        /* batches planned again: a peer went down */
+	uint64_t rank_answers, rank_answer_ns;     /* [n_ranks] answers timed, their ns summed */
+	uint64_t rank_answer_max;                  /* gauge [n_ranks]: slowest of the last second */
 	uint64_t grace_set_refused;                /* [enum locus_graceset_problem] */
 	uint64_t remote_msgs_out, remote_msgs_in;  /* [node] */
 	uint64_t remote_bytes_out, remote_bytes_in; /* [node] */

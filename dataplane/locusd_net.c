@@ -52,6 +52,7 @@
 #include "locus_rail_devs.h"
 #include "locus_relay.h"
 #include "locusd_net.h"
+#include "locus_counters_priv.h"
 #include "locus_err_priv.h"
 
 #include "locusd_net_priv.h"
@@ -192,6 +193,7 @@ static void flush_backlog(struct rail *n, uint32_t node)
 	while (b->head != b->tail && n->up[node] && !locus_verbs_post_blocked(n->peer[node])) {
 		struct locus_verbs_msg m[POST_BURST];
 		unsigned k = 0;
+		uint64_t now;
 		int posted;
 
 		for (uint32_t i = b->head; i != b->tail && k < POST_BURST; i++, k++) {
@@ -206,11 +208,13 @@ static void flush_backlog(struct rail *n, uint32_t node)
 		posted = locus_verbs_post(n->peer[node], m, k);
 		if (posted <= 0)
 			return; /* no credits or send queue room now; a down peer is drained */
+		now = rte_get_tsc_cycles();
 		if (unlikely(!n->up_msg_tsc))
-			n->up_msg_tsc = rte_get_tsc_cycles(); /* the rail carries traffic again */
+			n->up_msg_tsc = now; /* the rail carries traffic again */
 		for (int j = 0; j < posted; j++) {
-			const struct tx_rec *r = &n->n->rec[b->idx[(b->head + (uint32_t)j) % BACKLOG]];
+			struct tx_rec *r = &n->n->rec[b->idx[(b->head + (uint32_t)j) % BACKLOG]];
 
+			r->t_post = now;
 			if (r->n_sg)
 				n->rows_zc += r->rows;
 			else
@@ -476,6 +480,25 @@ static void msg_end(struct locusd_net *n, uint32_t idx, int status)
 }
 
 /*
+ * A message's send time, post to completion (the peer's device acknowledged
+ * it: a round trip plus the queue ahead of it), by rail and peer: the peer
+ * or rail that stalls the others shows here (rail_send_ns).
+ */
+static void send_time(struct rail *rl, const struct tx_rec *r)
+{
+	struct locusd_net *n = rl->n;
+	uint64_t hz = rte_get_tsc_hz(), dt;
+	uint8_t pi;
+
+	if (!n->ctr_block || !n->ctr_send_ns || !r->t_post || r->node >= LOCUS_CFG_MAX_NODES ||
+	    (pi = n->peer_idx[r->node]) == 0xff || !hz)
+		return;
+	dt = rte_get_tsc_cycles() - r->t_post;
+	locus_hist_record_elem(n->ctr_block, n->ctr_send_ns, rl->idx * n->n_peer_ids + pi,
+			       dt / hz * 1000000000ull + dt % hz * 1000000000ull / hz);
+}
+
+/*
  * A posted message that failed may have reached the peer (only its ACK may
  * be lost): it is never sent again, it fails once, counted on its rail.
  */
@@ -488,6 +511,8 @@ static void on_send_done(void *arg, struct locus_verbs_peer *p, uint64_t cookie,
 		return;
 	if (status < 0)
 		rl->failed++;
+	else
+		send_time(rl, &rl->n->rec[cookie]);
 	msg_end(rl->n, (uint32_t)cookie, status);
 }
 
@@ -818,10 +843,13 @@ int locusd_net_create(const struct locus_config *cfg, bool threaded, struct locu
 		return locus_error_set(err, ENOMEM, "out of memory");
 	n->cfg = cfg;
 	n->n_rails = cfg->nodes[cfg->node_id].n_rails;
+	memset(n->peer_idx, 0xff, sizeof(n->peer_idx));
 	for (uint32_t node = 0; node < cfg->n_nodes; node++)
 		if (node != cfg->node_id && locus_config_talks(cfg, cfg->node_id, node) &&
-		    n->n_peer_ids < LOCUS_CFG_MAX_PEERS)
+		    n->n_peer_ids < LOCUS_CFG_MAX_PEERS) {
+			n->peer_idx[node] = (uint8_t)n->n_peer_ids;
 			n->peer_ids[n->n_peer_ids++] = node;
+		}
 	ret = locus_rail_devs_resolve(cfg, locusd_sysfs_root(), 1, &n->devs, err);
 	if (ret < 0)
 		goto err_free;

@@ -81,6 +81,26 @@ int locusd_net_attach_rail_counters(struct locusd_net *n, struct locus_counters 
 		if (ret < 0)
 			return ret;
 	}
+	if (n->n_peer_ids) {
+		struct locus_ctr_desc h = {
+			.name = "rail_send_ns", .help = "a message's post to its completion (the "
+			"peer's device acked it), ns, by rail and peer (see rail_peer_node)",
+			.kind = LOCUS_CTR_HISTOGRAM, .ndims = 2,
+			.dim = { n->n_rails, n->n_peer_ids }, .label = { "rail", "peer" } };
+		struct locus_ctr_desc g = {
+			.name = "rail_peer_node", .help = "the node id of each peer index of "
+			"rail_send_ns", .kind = LOCUS_CTR_GAUGE, .ndims = 1,
+			.dim = { n->n_peer_ids }, .label = { "peer" } };
+		int ret = locus_counters_register(c, &h, &n->ctr_send_ns, err);
+
+		if (ret == 0)
+			ret = locus_counters_register(c, &g, &n->ctr_peer_node, err);
+		if (ret < 0)
+			return ret;
+		for (uint32_t i = 0; i < n->n_peer_ids; i++)
+			locus_gauge_set_elem(n->ctr_block, n->ctr_peer_node, i,
+					     (int64_t)n->peer_ids[i]);
+	}
 	return 0;
 }
 

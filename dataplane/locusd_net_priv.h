@@ -35,6 +35,7 @@ struct tx_rec {
 	uint32_t src;        /* the source's rail slot (locus_rails_src) */
 	uint32_t key;        /* the region of sg (locus_rail_mr.h), 0: none */
 	uint32_t rows;       /* rows of a client region in the message (counted per rail) */
+	uint64_t t_post;     /* TSC when it was posted: its send time ends at its completion */
 	struct locus_verbs_sge sg[LOCUS_VERBS_MAX_SGE]; /* lkeys: the rail's it is queued on */
 };
 
@@ -127,6 +128,9 @@ struct locusd_net {
 	uint64_t base_tsc, base_ms;         /* one TSC reading and CLOCK_REALTIME ms at create */
 	uint32_t dev_probe_ms;              /* how often a rail's gone device is looked for */
 	uint64_t ctr_off[RC_N];
+	uint64_t ctr_send_ns;               /* rail_send_ns{rail,peer}: post to completion */
+	uint64_t ctr_peer_node;             /* rail_peer_node{peer}: a peer index's node id */
+	uint8_t peer_idx[LOCUS_CFG_MAX_NODES]; /* node -> index in peer_ids, 0xff none */
 };
 
 /* rail_*{rail} counters (locusd_net_ctr.c): registered at attach, written by the data lcore. */

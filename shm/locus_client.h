@@ -576,6 +576,9 @@ int locus_client_placement_table(const struct locus_client *c, uint64_t gen, voi
  * the set kept changing while it was read (read again), -EINVAL (no
  * client). Before the first set is written, info->n_ranks is 0.
  */
+/* Words of the lost-ranks bitmap: a bit for every GRACE rank (4096). */
+#define LOCUS_CLIENT_RANK_WORDS 64u
+
 struct locus_client_ranks {
 	uint64_t seq;              /* moves at every change */
 	uint64_t changed_ns;       /* CLOCK_MONOTONIC of the last change, 0 never */

@@ -19,8 +19,6 @@
 
 #define LOCUS_CLIENTS_MAGIC   0x53544e45494c434cull /* "LCLIENTS" */
 #define LOCUS_CLIENTS_VERSION 3u
-/* Words of the reachable-ranks bitmap in a control line: every GRACE rank. */
-#define LOCUS_CLIENT_RANK_WORDS 64u
 
 enum locus_client_state {
 	LOCUS_CLIENT_FREE      = 0,

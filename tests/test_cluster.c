@@ -174,18 +174,18 @@ static void test_record(void **state)
 		{ "{\"node\":4,\"cluster\":\"7\"}", -LOCUS_EPARSE, "names another node" },
 		{ "{\"node\":3,\"cluster\":\"8\"}", -LOCUS_EPARSE, "of cluster another one" },
 		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":1}", -LOCUS_EVERSION, "protocol 1" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":0}", -LOCUS_EPARSE, "gpus" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[]}", -LOCUS_EPARSE,
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":0}", -LOCUS_EPARSE, "gpus" },
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[]}", -LOCUS_EPARSE,
 		  "rails" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[\"1.2.3.4\"]}",
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[\"1.2.3.4\"]}",
 		  -LOCUS_EPARSE, "rail 0" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[\"1.2.3.4:0\"]}",
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[\"1.2.3.4:0\"]}",
 		  -LOCUS_EPARSE, "rail 0" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[\"h:1\"]}",
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[\"h:1\"]}",
 		  -LOCUS_EPARSE, "rail 0" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[\"1.2.3.4:1\"],"
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[\"1.2.3.4:1\"],"
 		  "\"state\":\"gone\"}", -LOCUS_EPARSE, "state" },
-		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":3,\"gpus\":4,\"rails\":[\"1.2.3.4:1\"],"
+		{ "{\"node\":3,\"cluster\":\"7\",\"proto\":4,\"gpus\":4,\"rails\":[\"1.2.3.4:1\"],"
 		  "\"state\":\"up\",\"boot\":\"0\"}", -LOCUS_EPARSE, "boot" },
 		{ "{\"node\":3,\"node\":3}", -LOCUS_EPARSE, "not a JSON object" },
 		{ "{\"node\":\"-3\"}", -LOCUS_EPARSE, "names another node" },

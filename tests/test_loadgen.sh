@@ -62,6 +62,15 @@ timeout 60 "${LG[@]}" --prefill-at $a --decoder-at $a,$a,$a,$a --rank-at $a,$a,$
 	--requests 400 --batches 10 > "$tmp/1.out" 2>&1 || { cat "$tmp/1.out"; fail "run with -at lists"; }
 grep -q '^loadgen: ok$' "$tmp/1.out" || fail "no ok"
 grep -q '400 delivered to decoders, 400 verified' "$tmp/1.out" || fail "$(cat "$tmp/1.out")"
+# locus-stat --slow: every rank that got rows answered, timed; one node has no rails
+slow=$("$B/locus-stat" -i "$inst" --slow) || fail "locus-stat --slow: $slow"
+answered=$(awk '/^ranks, slowest/ { on = 1; next } on && /^ +[0-9]+ +[0-9]+ +[0-9]+ / { n++ }
+	/^$/ { on = 0 } END { print n + 0 }' <<<"$slow")
+[ "$answered" = 4 ] || fail "locus-stat --slow timed $answered ranks' answers, not 4: $slow"
+grep -q '^no send times by rail' <<<"$slow" || fail "locus-stat --slow on one node: $slow"
+[ "$("$B/locus-stat" -i "$inst" rank_answers | awk '/rank_answers/ { s += $3 } END { print s + 0 }')" -gt 0 ] ||
+	fail "no rank_answers counted"
+if "$B/locus-stat" -i "$inst" --slow --json > /dev/null 2>&1; then fail "--slow --json accepted"; fi
 
 # 1b. prefix-cached prompts (ROUTE_BLOCKS, a 6-block head per domain named as cached once
 #     inserted): every decoder gets exactly the whole prompt's signature, locusd found

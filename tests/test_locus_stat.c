@@ -572,6 +572,66 @@ static void test_by_lcore(void **state)
 	run_free(&r);
 }
 
+/*
+ * --slow on a segment of its own: 2 nodes x 2 GPUs; ranks 1 and 3 answered
+ * (rank 3 slower: first), rank 3's slowest of the last second 900 us; sends
+ * to the peers at index 0 (node 1) and 1 (node 5) on 2 rails, rail 1 to
+ * node 5 the slowest.
+ */
+static void test_slow(void **state)
+{
+	struct locus_ctr_params p = { .max_entries = 8, .n_blocks = 2, .block_size = 8192 };
+	struct locus_counters *c;
+	struct locus_shm *shm;
+	uint64_t n, ns, mx, out, h, pn;
+	void *b0, *b1;
+	const char *l;
+	struct run r;
+	(void)state;
+
+	shm = make_segment("slowtest", locus_counters_region_size(&p), &p, &c);
+	b0 = locus_counters_block(c, 0);
+	b1 = locus_counters_block(c, 1);
+	reg(c, "rank_answers", "", LOCUS_CTR_COUNTER, 1, 4, 0, "rank", NULL, &n);
+	reg(c, "rank_answer_ns", "", LOCUS_CTR_COUNTER, 1, 4, 0, "rank", NULL, &ns);
+	reg(c, "rank_answer_max_ns", "", LOCUS_CTR_GAUGE, 1, 4, 0, "rank", NULL, &mx);
+	reg(c, "remote_messages_out", "", LOCUS_CTR_COUNTER, 1, 2, 0, "node", NULL, &out);
+	reg(c, "rail_send_ns", "", LOCUS_CTR_HISTOGRAM, 2, 2, 2, "rail", "peer", &h);
+	reg(c, "rail_peer_node", "", LOCUS_CTR_GAUGE, 1, 2, 0, "peer", NULL, &pn);
+	locus_counter_add_elem(b0, n, 1, 10);
+	locus_counter_add_elem(b0, ns, 1, 10 * 100000);    /* 100 us each */
+	locus_counter_add_elem(b0, n, 3, 4);
+	locus_counter_add_elem(b1, ns, 3, 4 * 500000);     /* 500 us each, another block */
+	locus_gauge_set_elem(b0, mx, 3, 900000);
+	locus_gauge_set_elem(b0, pn, 0, 1);
+	locus_gauge_set_elem(b0, pn, 1, 5);
+	for (int i = 0; i < 50; i++) {
+		locus_hist_record_elem(b0, h, 0 * 2 + 0, 10000);  /* rail 0, node 1: 10 us */
+		locus_hist_record_elem(b0, h, 1 * 2 + 1, 80000);  /* rail 1, node 5: 80 us */
+	}
+	RUN(&r, "-i", "slowtest", "--slow");
+	assert_int_equal(r.status, 0);
+	l = strstr(r.out, "rank   node");
+	assert_non_null(l);
+	l = strchr(l, '\n') + 1;
+	/* rank 3 (node 1), 4 answers, mean 500 us, max 900 us; then rank 1 (node 0) */
+	assert_int_equal(strncmp(l, "     3      1            4        500.0            900.0", 56), 0);
+	l = strchr(l, '\n') + 1;
+	assert_int_equal(strncmp(l, "     1      0           10        100.0", 39), 0);
+	l = strstr(r.out, "rail   node");
+	assert_non_null(l);
+	l = strchr(l, '\n') + 1;
+	assert_int_equal(strncmp(l, "     1      5           50", 26), 0);
+	l = strchr(l, '\n') + 1;
+	assert_int_equal(strncmp(l, "     0      1           50", 26), 0);
+	run_free(&r);
+	RUN(&r, "-i", "slowtest", "--slow", "--json");
+	assert_int_equal(r.status, 1);
+	assert_non_null(strstr(r.err, "--slow takes no other option"));
+	run_free(&r);
+	drop_segment(shm, c, "slowtest");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -583,6 +643,7 @@ int main(void)
 		cmocka_unit_test(test_watch),
 		cmocka_unit_test(test_checkers_reject),
 		cmocka_unit_test(test_by_lcore),
+		cmocka_unit_test(test_slow),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -485,6 +485,12 @@ static void test_dispatch_combine_cross_nodes(void **state)
 			assert_int_equal(hits[t][k], 1);
 			assert_int_equal(back[t][k], 1);
 		}
+	/* rank 0 timed every other rank's answer: rank 1's on this node, 2 and 3's across */
+	for (uint32_t r = 1; r < 4; r++) {
+		assert_int_equal(tn_ctr(&N[0], "rank_answers", r), 1);
+		assert_true(tn_ctr(&N[0], "rank_answer_ns", r) > 0);
+	}
+	assert_int_equal(tn_ctr(&N[0], "rank_answers", 0), 0); /* its own rows stay in place */
 	/* the remote tier carried ranks 2 and 3's rows, both ways */
 	assert_true(tn_ctr(&N[0], "rows", 0 * 3 + 2) > 0);
 	assert_true(tn_ctr(&N[1], "rows", 1 * 3 + 2) > 0);

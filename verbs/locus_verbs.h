@@ -76,7 +76,7 @@
 /* moves with every layout the nodes exchange (LOCUS_MSG_VERSION and what
  * follows the header): nodes of two layouts refuse each other here rather
  * than drop each other's messages */
-#define LOCUS_VERBS_PROTO_VERSION 3u
+#define LOCUS_VERBS_PROTO_VERSION 4u
 #define LOCUS_VERBS_SECRET_LEN    32u
 #define LOCUS_VERBS_NONCE_LEN     16u
 #define LOCUS_VERBS_MAC_LEN       32u  /* HMAC-SHA-256 */

@@ -19,6 +19,10 @@
 #     placement changed in two phases under dispatch traffic whose six ranks
 #     take part: staged, acknowledged by all six, committed, every row
 #     checked and none refused; the time from prepared to committed
+#   5b n2's locusd killed -9 under masked dispatch traffic with locusctl
+#     recover running: n0 and n1 mask n2's ranks, the survivors' placement
+#     commits, traffic goes on checked; n2 back: a placement using it commits
+#     and rows reach it; every time measured, beside the published anchors
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -83,11 +87,12 @@ ${NODE_GROUPS:-}
 CONF
 }
 
-start() { # node [count]: start locusd nN; bounded wait for "running"
+start() { # node: start locusd nN; bounded wait for its "running" (one more in its log)
+	local want=$(($(grep -c "instance n$1 running" "$W/n$1.log" 2>/dev/null) + 1))
 	"$B/locusd" -c "$W/n$1.conf" >> "$W/n$1.log" 2>&1 &
 	PID[n$1]=$!
 	for _ in $(seq 600); do
-		[ "$(grep -c "instance n$1 running" "$W/n$1.log")" -ge "${2:-1}" ] && return 0
+		[ "$(grep -c "instance n$1 running" "$W/n$1.log")" -ge "$want" ] && return 0
 		kill -0 "${PID[n$1]}" 2>/dev/null || break
 		sleep 0.1
 	done
@@ -191,7 +196,7 @@ grep -q '^loadgen: ok$' "$W/t3.out" && [ $rc = 0 ] || fail "routing between n0 a
 # ---- back -----------------------------------------------------------------------------------------
 say "4. n2 started again: its record back at once (its lease file), traffic again"
 t_start=$(now_ms)
-start 2 2 || { fail "n2 did not come back"; show_logs 20; }
+start 2 || { fail "n2 did not come back"; show_logs 20; }
 if wait_log "$W/n0.log" "peer node 2 up" 2 90 && wait_log "$W/n1.log" "peer node 2 up" 2 60; then
 	say "   n2 connected again $(( $(now_ms) - t_start)) ms after its start"
 else
@@ -238,6 +243,133 @@ for n in 0 1 2; do
 		head -n 26
 done
 
+# ---- a node lost under traffic, recovered, and back ----------------------------------------------
+say "5b. n2's locusd killed -9 under masked dispatch traffic; recover refits; n2 back"
+# dispatch batches of n0 and n1's ranks, summed, every 0.25 s: the survivors' rate
+sampler() {
+	while :; do
+		local t v0 v1
+		t=$(now_ms)
+		v0=$("$B/locus-stat" -i n0 dispatch_batches 2>/dev/null | awk '$1 == "dispatch_batches" { print $3 }')
+		v1=$("$B/locus-stat" -i n1 dispatch_batches 2>/dev/null | awk '$1 == "dispatch_batches" { print $3 }')
+		echo "$t ${v0:-0} ${v1:-0}"
+		sleep 0.25
+	done
+}
+gen_of() { "$B/locus-stat" -i "n$1" cluster_placement_generation 2>/dev/null | awk '$1 == "cluster_placement_generation" { print $3 }'; }
+lost_of() { "$B/locus-stat" -i "n$1" ranks_lost 2>/dev/null | awk '$1 == "ranks_lost" { print $3 }'; }
+timeout 300 "$B/locusctl" recover --cluster --etcd http://127.0.0.1:2379 --cluster-id 11 \
+	--interval 0.1 --settle-ms 500 --lease-s 5 --expert-bytes 44040192 > "$W/recover.out" 2>&1 &
+PID[rec]=$!
+sampler > "$W/rate.txt" &
+PID[smp]=$!
+g0=$(gen_of 0)
+loadgen "$W/t5b.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
+	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask \
+	--allow-errors --batch-ms 5000 &
+PID[lg5b]=$!
+# loadgen_stop: SIGTERM: no new batch, what is sent finishes (a run of no fixed length)
+loadgen_stop() { pkill -TERM -x locus-loadgen; }
+sleep 10
+t_kill=$(now_ms)
+kill -9 "${PID[n2]}"
+wait "${PID[n2]}" 2>/dev/null
+unset "PID[n2]"
+t_mask=
+t_commit=
+for _ in $(seq 300); do
+	[ -z "$t_mask" ] && [ "$(lost_of 0)" = 2 ] && [ "$(lost_of 1)" = 2 ] && t_mask=$(now_ms)
+	[ -z "$t_commit" ] && [ "$(gen_of 0)" -gt "$g0" ] 2>/dev/null && [ "$(gen_of 1)" -gt "$g0" ] 2>/dev/null && t_commit=$(now_ms)
+	[ -n "$t_mask" ] && [ -n "$t_commit" ] && break
+	sleep 0.1
+done
+[ -n "$t_mask" ] || fail "n0 and n1 did not mask n2's two ranks"
+[ -n "$t_commit" ] || { sed 's/^/  [recover] /' "$W/recover.out"; fail "no survivors' placement committed"; }
+sleep 12 # the survivors' steady state on their placement
+t_term=$(now_ms)
+loadgen_stop
+wait "${PID[lg5b]}"
+rc=$?
+kill "${PID[smp]}" 2>/dev/null
+sed 's/^/  /' "$W/t5b.out" | tail -n 9
+grep -Eq '^checks: 0 corrupt, 0 duplicate' "$W/t5b.out" || fail "rows lost their check under the node kill"
+grep -q '^loadgen: ok$' "$W/t5b.out" && [ $rc = 0 ] || fail "masked traffic across the node kill (exit $rc)"
+grep -E '^recover: (a placement over|[0-9]+ expert copies|committed)' "$W/recover.out" | head -n 3 |
+	sed 's/^/  /'
+# one placement on the survivors, and no row reached a rank that did not hold its experts
+[ "$(gen_of 0)" = "$(gen_of 1)" ] || fail "n0 and n1 plan with other placements: $(gen_of 0), $(gen_of 1)"
+grep -q '^mask: [1-9]' "$W/t5b.out" || fail "no pair was masked: n2's ranks held experts of their own"
+for n in 0 1; do
+	r=$("$B/locus-stat" -i "n$n" rejected_placement 2>/dev/null |
+		awk '/rejected_placement/ { s += $3 } END { print s + 0 }')
+	[ "$r" = 0 ] || fail "n$n refused $r rows for their placement"
+done
+# the survivors' rate: per 1 s window after the kill, against the 5 s before the stop
+awk -v k="$t_kill" -v e="$t_term" '
+	{ t[NR] = $1; v[NR] = $2 + $3 }
+	END {
+		for (i = 1; i <= NR; i++) if (t[i] >= e - 5000) { s = i; break }
+		for (z = NR; z > s && t[z] > e; z--);
+		steady = (v[z] - v[s]) / ((t[z] - t[s]) / 1000)
+		for (i = 1; i <= NR; i++) {
+			if (t[i] < k) continue
+			for (j = i; j <= NR && t[j] < t[i] + 1000; j++);
+			if (j > z) break
+			r = (v[j] - v[i]) / ((t[j] - t[i]) / 1000)
+			if (r >= 0.95 * steady) { printf "%d %.1f\n", t[i] - k, steady; exit }
+		}
+		printf "-1 %.1f\n", steady
+	}' "$W/rate.txt" > "$W/back95.txt"
+read -r t95 steady < "$W/back95.txt"
+# when n0's transport saw n2 go (its rail failed over): masking follows that within a load period
+t_det=$("$B/locus-stat" -i n0 rail_failed_at_ms 2>/dev/null | awk '$1 == "rail_failed_at_ms" && $3 > 0 { print $3; exit }')
+det='?'
+[ -n "$t_det" ] && [ "$t_det" -ge "$t_kill" ] && det=$((t_det - t_kill))
+say "   n2 killed -9: n0's transport saw it after $det ms; masked on n0 and n1 after $((t_mask - t_kill)) ms (poll step 100 ms); survivors' placement committed after $((t_commit - t_kill)) ms; survivors' dispatch rate back to 95 % of their steady ${steady} batches/s after ${t95} ms (-1: never)"
+say "   anchors: SGLang elastic EP ~6-7 s downtime; EEP paper 11 s pause, 95 % after 52 s; Mooncake deactivates a silent rank after 30 s"
+# n2 back: it joins, its ranks attach, a placement that uses them commits, rows reach it
+say "   n2 started again under traffic: a placement using it commits, rows reach its ranks"
+g1=$(gen_of 0)
+t_back=$(now_ms)
+start 2 || fail "n2 did not start again"
+loadgen "$W/t5c.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
+	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask &
+PID[lg5c]=$!
+t_use=
+t_rows=
+for _ in $(seq 600); do
+	[ -z "$t_use" ] && [ "$(gen_of 2)" -gt "$g1" ] 2>/dev/null && t_use=$(now_ms)
+	if [ -z "$t_rows" ]; then
+		# n2's ranks answer rows (COMBINE) only once a placement gives them experts
+		r2=$("$B/locus-stat" -i n2 combine_batches 2>/dev/null | awk '$1 == "combine_batches" { print $3 }')
+		[ "${r2:-0}" -gt 0 ] && t_rows=$(now_ms)
+	fi
+	[ -n "$t_use" ] && [ -n "$t_rows" ] && break
+	sleep 0.1
+done
+sleep 5
+loadgen_stop
+wait "${PID[lg5c]}"
+rc=$?
+sed 's/^/  /' "$W/t5c.out" | tail -n 5
+[ -n "$t_use" ] || { sed 's/^/  [recover] /' "$W/recover.out" | tail -n 12; fail "no placement using n2 again"; }
+[ -n "$t_rows" ] || fail "no rows reached n2 after it came back"
+grep -q '^loadgen: ok$' "$W/t5c.out" && [ $rc = 0 ] || fail "traffic with n2 back (exit $rc)"
+say "   n2 back: a placement using its ranks committed $((t_use - t_back)) ms after its start, rows on it after $((t_rows - t_back)) ms"
+[ "$(gen_of 0)" = "$(gen_of 2)" ] && [ "$(gen_of 1)" = "$(gen_of 2)" ] ||
+	fail "the three nodes plan with other placements: $(gen_of 0) $(gen_of 1) $(gen_of 2)"
+slow=$("$B/locus-stat" -i n0 --slow 2>&1)
+echo "$slow" | head -n 14 | sed 's/^/  [n0 --slow] /'
+"$B/locus-stat" -i n0 rail_peer_node 2>&1 | sed 's/^/  [n0] /'
+# n0's peers are nodes 1 and 2: the rails table names them, not their indices
+echo "$slow" | awk '/^rails to peers/ { on = 1; next } on && $1 ~ /^[0-9]+$/ { print $2 }' |
+	grep -qx 0 && fail "locus-stat --slow names node 0 as n0's peer"
+echo "$slow" | grep -Eq '^ +4 +2 +[1-9]' || fail "n0 timed no answer of rank 4 (n2)"
+kill "${PID[rec]}" 2>/dev/null
+wait "${PID[rec]}" 2>/dev/null
+unset "PID[rec]"
+sed 's/^/  [recover] /' "$W/recover.out" | grep -E 'leads|committed|placement over' | head -n 8
+
 # ---- groups: connect only what talks -------------------------------------------------------------
 say "6. the three nodes again, in two groups (0-1 and 1-2): n0 and n2 never connect"
 for n in 0 1 2; do kill "${PID[n$n]}" 2>/dev/null; done
@@ -247,7 +379,7 @@ n1_up0=$(grep -c "peer node 0 up" "$W/n1.log")
 n1_up2=$(grep -c "peer node 2 up" "$W/n1.log")
 NODE_GROUPS=$'group.a = 0-1\ngroup.b = 1-2'
 for n in 0 1 2; do mkconf $n; done
-start 0 2 && start 1 2 && start 2 3 || fail "the nodes did not start with groups"
+start 0 && start 1 && start 2 || fail "the nodes did not start with groups"
 # since6 N: node N's log lines since this step began
 since6() { tail -n +$(($(wc -l < "$W/n$1.log.before6") + 1)) "$W/n$1.log"; }
 since6 0 | grep -q '1 peer(s) (the nodes of its groups)' ||

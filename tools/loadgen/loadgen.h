@@ -52,6 +52,8 @@ struct opts {
 	uint32_t prefix_blocks;          /* --prefix-blocks: a cached head of N blocks (0: ROUTE) */
 	uint32_t block_tokens;           /* --block-tokens: locusd's sig_cache_block_tokens */
 	int placements;                  /* --placements: ranks take part in placement changes */
+	int mask;                        /* --mask: dispatch with LOCUS_DESC_F_MASK; a batch
+					  * ends without the ranks that were lost */
 };
 
 /* Shared with the children (MAP_SHARED): each writes its own record. */
@@ -66,6 +68,11 @@ struct proc_stats {
 	uint64_t dropped;               /* rows of given-up batches a rank had no room for */
 	uint64_t orphaned;              /* requests unanswered because our locusd died */
 	uint64_t pl_acked, pl_released; /* --placements: generations acknowledged, released */
+	uint64_t masked;                /* --mask: (token, slot) pairs locusd masked */
+	uint64_t unanswered;            /* --mask: pairs sent to a rank lost before it answered */
+	uint64_t gone_refusals;         /* --mask: refusals of rows whose rank had left */
+	uint64_t lost_batches;          /* --mask: batches ended without a lost rank's answers */
+	uint64_t first_mask_ns;         /* --mask: when the first masked batch completed */
 	int32_t err_code[ERR_KINDS];    /* completions with an error, by code */
 	uint64_t err_n[ERR_KINDS];
 	int attached, failed, gone;

@@ -30,6 +30,8 @@ void lg_usage(void)
 		"                                 SIGKILL right after submitting the DISPATCH of\n"
 		"                                 batch B / its N-th COMBINE; --respawn: a new\n"
 		"                                 process attaches as R and goes on)\n"
+		"         [--mask]               (dispatch with masking: an expert with no live\n"
+		"                                copy is masked, a batch ends without a lost rank)\n"
 		"         [--placements]         (ranks take part in placement changes: each\n"
 		"                                 acknowledges a staged generation at once and\n"
 		"                                 releases older ones as free_below passes them;\n"
@@ -106,6 +108,7 @@ int lg_parse_args(int argc, char **argv)
 		{ "respawn", no_argument, NULL, 'W' },
 		{ "linger-ms", required_argument, NULL, 'L' },
 		{ "placements", no_argument, NULL, 'Z' },
+		{ "mask", no_argument, NULL, 'k' },
 		{ "attach-timeout-ms", required_argument, NULL, 'U' },
 		{ "prefix-blocks", required_argument, NULL, 'H' },
 		{ "block-tokens", required_argument, NULL, 'Q' },
@@ -153,6 +156,7 @@ int lg_parse_args(int argc, char **argv)
 			break;
 		case 'W': O.respawn = 1; break;
 		case 'Z': O.placements = 1; break;
+		case 'k': O.mask = 1; break;
 		case 'L': O.linger_ms = (uint32_t)v; break;
 		case 'U':
 			if (!v || v > 600000)

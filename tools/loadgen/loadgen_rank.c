@@ -61,6 +61,10 @@ struct rank_state {
 	uint32_t bl_head, bl_n;
 	uint8_t got[4096][8];         /* (token, k) results of the batch in flight */
 	uint32_t want_pairs, got_pairs;
+	/* --mask: who holds the batch's rows, what each sent back, who refused them */
+	uint64_t dests;               /* ranks (< 64) the batch sent rows to */
+	uint64_t gone;                /* ranks that refused our rows: they had left */
+	uint16_t res_got[64], res_need[64]; /* results messages from rank r, of how many */
 	int dispatch_done;
 	uint32_t b;                   /* the batch to do next, or in flight */
 	uint32_t batch;
@@ -362,6 +366,17 @@ static void take_results(struct rank_state *rs, struct proc_stats *s, const stru
 	}
 	h = locus_rows_hdr_of(msg);
 	refs = locus_rows_refs(msg);
+	if (O.mask && (h->flags & LOCUS_ROWS_GONE)) {
+		/* the rank had left when our rows reached its node: none of its results come */
+		s->gone_refusals++;
+		if (h->batch_id == rs->batch && m->src_rank < 64)
+			rs->gone |= 1ull << m->src_rank;
+		goto out;
+	}
+	if (O.mask && h->batch_id == rs->batch && m->src_rank < 64) {
+		rs->res_got[m->src_rank]++;
+		rs->res_need[m->src_rank] = h->n_chunks;
+	}
 	if (h->flags & LOCUS_ROWS_IN_PLACE) {
 		/* our own results, read out of the combine slot that holds them */
 		uint64_t rel = h->rows_off - COMB_OFF - 65536;
@@ -376,8 +391,9 @@ static void take_results(struct rank_state *rs, struct proc_stats *s, const stru
 			goto out;
 		}
 	}
-	/* results of a batch given up (--allow-errors) may still come: checked, not counted */
-	late = O.allow_errors && h->batch_id < rs->batch;
+	/* results of a batch given up (--allow-errors) or ended without a lost rank (--mask)
+	 * may still come: checked, not counted */
+	late = (O.allow_errors || O.mask) && h->batch_id < rs->batch;
 	if (h->batch_id != rs->batch && !late) {
 		corrupt(s, "rank %u: results of batch %llu from rank %u while at batch %u",
 			rs->rank, (unsigned long long)h->batch_id, m->src_rank, rs->batch);
@@ -423,6 +439,60 @@ out:
 		release(rs, d->slot);
 }
 
+/*
+ * --mask: the pairs locusd masked read LOCUS_EXPERT_MASKED in our request, as
+ * many as the completion says; no result of theirs may come.
+ */
+static void masked_pairs(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
+{
+	const uint16_t *ids = locus_client_dispatch_ids(rs->c, 0);
+	uint32_t n = 0;
+
+	rs->dests = d->dests;
+	if (!d->blocks)
+		return;
+	for (uint32_t t = 0; ids && t < O.tokens; t++)
+		for (uint32_t k = 0; k < T->k; k++)
+			if (ids[(size_t)t * T->k + k] == LOCUS_EXPERT_MASKED) {
+				rs->got[t][k] = 2; /* a result for it would be a duplicate */
+				n++;
+			}
+	if (n != d->blocks) {
+		corrupt(s, "rank %u: batch %u: %u pairs read masked, the completion says %u",
+			rs->rank, rs->batch, n, d->blocks);
+		return;
+	}
+	rs->want_pairs -= n;
+	s->masked += n;
+}
+
+/*
+ * --mask: the batch is over without every result when a rank it sent rows to
+ * was lost (locusd says so, or it refused them as gone) and every other
+ * such rank sent all its results messages. What the lost ones held is
+ * counted as unanswered, once.
+ */
+static int lost_rank_done(struct rank_state *rs, struct proc_stats *s)
+{
+	struct locus_client_ranks info;
+	uint64_t lost = 0, down;
+
+	if (!O.mask || rs->dispatch_done != 1)
+		return 0;
+	if (locus_client_ranks(rs->c, &lost, 1, &info) < 0)
+		lost = 0;
+	down = rs->dests & (lost | rs->gone);
+	if (!down)
+		return 0;
+	for (uint32_t r = 0; r < 64 && r < O.ranks; r++)
+		if ((rs->dests >> r & 1) && !(down >> r & 1) &&
+		    (!rs->res_need[r] || rs->res_got[r] < rs->res_need[r]))
+			return 0;
+	s->unanswered += rs->want_pairs - rs->got_pairs;
+	s->lost_batches++;
+	return 1;
+}
+
 static void handle(struct rank_state *rs, struct proc_stats *s, const struct locus_desc *d)
 {
 	switch (d->op) {
@@ -451,6 +521,8 @@ static void handle(struct rank_state *rs, struct proc_stats *s, const struct loc
 			s->ok++;
 			s->rows_out += d->aux;
 			rs->dispatch_done = 1;
+			if (O.mask)
+				masked_pairs(rs, s, d);
 		}
 		break;
 	default:
@@ -576,6 +648,25 @@ static void follow_placement(struct rank_state *rs, struct proc_stats *s)
 		s->pl_released++;
 }
 
+/* Whether our engine sees ranks 0..O.ranks-1 all live, waiting for it (bounded). */
+static int ranks_known(struct rank_state *rs, uint64_t t0)
+{
+	uint64_t lost[LOCUS_CLIENT_RANK_WORDS];
+	struct locus_client_ranks info;
+
+	while (!expired(t0)) {
+		int all = locus_client_ranks(rs->c, lost, LOCUS_CLIENT_RANK_WORDS, &info) == 0 &&
+			  info.n_ranks >= O.ranks;
+
+		for (uint32_t r = 0; all && r < O.ranks; r++)
+			all = !(lost[r / 64] >> (r % 64) & 1);
+		if (all)
+			return 1;
+		nap_us(1000);
+	}
+	return 0;
+}
+
 int run_rank(uint32_t rank, struct proc_stats *s)
 {
 	struct rank_state *rs = calloc(1, sizeof(*rs));
@@ -626,6 +717,13 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		s->failed = 1;
 		goto out;
 	}
+	/* and our locusd knows they are: another node's ranks from its next load row */
+	if (!s->kills && !ranks_known(rs, t0)) {
+		snprintf(s->why, sizeof(s->why), "rank %u: our locusd does not see every rank "
+			 "attached", rank);
+		s->failed = 1;
+		goto out;
+	}
 	t0 = now_ns();
 	rs->t0 = t0;
 	if (!s->t_start_ns)
@@ -645,7 +743,8 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 			struct locus_desc q = { .op = LOCUS_OP_DISPATCH, .id = b, .off = 0,
 						.len = (uint32_t)locus_dispatch_req_len(O.tokens,
 											T->k),
-						.flags = rs->region ? LOCUS_DESC_F_REGION : 0,
+						.flags = (rs->region ? LOCUS_DESC_F_REGION : 0) |
+							 (O.mask ? LOCUS_DESC_F_MASK : 0),
 						.region = rs->region };
 
 			if (rs->got_pairs == 0 && rs->want_pairs == 0) {
@@ -653,6 +752,9 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 				memset(rs->got, 0, sizeof(rs->got));
 				rs->batch = b;
 				rs->want_pairs = O.tokens * T->k;
+				rs->dests = rs->gone = 0;
+				memset(rs->res_got, 0, sizeof(rs->res_got));
+				memset(rs->res_need, 0, sizeof(rs->res_need));
 			}
 			if (locus_client_submit(rs->c, &q, 1) == 1) {
 				rs->dispatch_done = 0;
@@ -676,7 +778,10 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 			follow_placement(rs, s);
 		backlog_drain(rs, s);
 		kick(rs);
-		if (rs->dispatch_done == 1 && rs->got_pairs == rs->want_pairs) {
+		if (rs->dispatch_done == 1 &&
+		    (rs->got_pairs == rs->want_pairs || lost_rank_done(rs, s))) {
+			if (O.mask && rs->want_pairs < O.tokens * T->k && !s->first_mask_ns)
+				s->first_mask_ns = now_ns();
 			b++;
 			rs->got_pairs = rs->want_pairs = 0;
 			rs->dispatch_done = b < last ? -1 : 3;

@@ -464,6 +464,7 @@ int main(int argc, char **argv)
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
 	uint64_t pl_acked = 0, pl_released = 0;
+	uint64_t masked = 0, unanswered = 0, gone_ref = 0, lost_b = 0, first_mask = 0;
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
 	uint64_t dropped = 0, disp = 0, combs = 0;
 	int32_t ecode[ERR_KINDS * MAX_PROCS];
@@ -627,6 +628,12 @@ int main(int argc, char **argv)
 			rows_out += s->rows_out;
 			pl_acked += s->pl_acked;
 			pl_released += s->pl_released;
+			masked += s->masked;
+			unanswered += s->unanswered;
+			gone_ref += s->gone_refusals;
+			lost_b += s->lost_batches;
+			if (s->first_mask_ns && (!first_mask || s->first_mask_ns < first_mask))
+				first_mask = s->first_mask_ns;
 			disp += s->submitted;
 			combs += s->combines;
 			retries += s->retries;
@@ -663,6 +670,13 @@ int main(int argc, char **argv)
 		printf("placements: the ranks acknowledged %llu staged generation(s) and released "
 		       "older ones %llu time(s)\n", (unsigned long long)pl_acked,
 		       (unsigned long long)pl_released);
+	if (O.mask)
+		printf("mask: %llu (token, slot) pairs masked (no live copy), %llu unanswered (their "
+		       "rank lost holding them) in %llu batches, %llu refusals of rows whose rank had "
+		       "left; first masked batch done at %.3f s (CLOCK_MONOTONIC)\n",
+		       (unsigned long long)masked, (unsigned long long)unanswered,
+		       (unsigned long long)lost_b, (unsigned long long)gone_ref,
+		       (double)first_mask / 1e9);
 	if (O.eldr_table) {
 		double pure = baseline_router(comp ? comp : 1000);
 		double daemon = pre_t1 > pre_t0 ? (double)comp * 1e9 / (double)(pre_t1 - pre_t0) : 0;

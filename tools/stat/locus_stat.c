@@ -31,6 +31,7 @@ struct opts {
 	int npat;
 	const char *telemetry; /* a DPDK telemetry command instead of the counters */
 	int by_lcore;          /* each lcore block on its own */
+	int slow;              /* the slowest ranks and rails */
 };
 
 static void usage(FILE *f)
@@ -39,6 +40,7 @@ static void usage(FILE *f)
 	      "                  [PATTERN...]\n"
 	      "       locus-stat [-i INSTANCE] [--json] --by-lcore [PATTERN...]\n"
 	      "       locus-stat [-i INSTANCE] --telemetry COMMAND\n"
+	      "       locus-stat [-i INSTANCE] --slow\n"
 	      "Print the counters, gauges and histograms of a locus data plane, summed over its\n"
 	      "lcores, straight from its shared-memory segment. The segment is mapped read-only:\n"
 	      "locus-stat never writes it and never blocks the data plane.\n"
@@ -51,6 +53,9 @@ static void usage(FILE *f)
 	      "  -c, --count N         with --watch: stop after N samples (default: until killed)\n"
 	      "  -l, --by-lcore        each lcore's counters block on its own (engine 0, main,\n"
 	      "                        engine 1, ...) instead of their sums\n"
+	      "  -s, --slow            the ranks slowest to answer this node's ranks (rows sent\n"
+	      "                        to results back) and the rails slowest to each peer\n"
+	      "                        (post to completion), slowest first, ten of each\n"
 	      "  -t, --telemetry CMD   send CMD (e.g. /locus/info, /eal/params; / lists them) to the\n"
 	      "                        instance's DPDK telemetry socket and print the JSON reply\n"
 	      "  -h, --help            this text\n"
@@ -114,6 +119,7 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 		{ "count", required_argument, NULL, 'c' },
 		{ "telemetry", required_argument, NULL, 't' },
 		{ "by-lcore", no_argument, NULL, 'l' },
+		{ "slow", no_argument, NULL, 's' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -124,8 +130,11 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	memset(o, 0, sizeof(*o));
 	o->instance = env && env[0] ? env : "default";
 	o->count = 1;
-	while ((ch = getopt_long(argc, argv, "i:jpw:c:t:lh", lo, NULL)) != -1) {
+	while ((ch = getopt_long(argc, argv, "i:jpw:c:t:lsh", lo, NULL)) != -1) {
 		switch (ch) {
+		case 's':
+			o->slow = 1;
+			break;
 		case 'l':
 			o->by_lcore = 1;
 			break;
@@ -182,6 +191,10 @@ static int parse_opts(int argc, char **argv, struct opts *o)
 	}
 	if (o->by_lcore && (o->watch_s > 0 || o->fmt == FMT_PROM || o->telemetry)) {
 		fprintf(stderr, "locus-stat: --by-lcore takes one sample, as a table or --json\n");
+		return -1;
+	}
+	if (o->slow && (nfmt || o->watch_s > 0 || o->by_lcore || o->telemetry || optind < argc)) {
+		fprintf(stderr, "locus-stat: --slow takes no other option but --instance\n");
 		return -1;
 	}
 	if (have_count && o->watch_s == 0) {
@@ -284,6 +297,34 @@ static int print_blocks(const struct opts *o, struct locus_shm *shm, struct locu
 	return 0;
 }
 
+/* --slow: one sample of the entries it reads. */
+static int print_slow(struct locus_counters *c)
+{
+	static char *pat[] = { "rank_answer*", "rail_send_ns", "rail_peer_node",
+			       "remote_messages_out" };
+	struct locus_stat_snap s;
+	uint32_t n_nodes = 1, n_ranks = 0;
+	int rc;
+
+	if (locus_stat_sample(c, pat, 4, -1, &s) < 0) {
+		fprintf(stderr, "locus-stat: out of memory\n");
+		return LOCUS_STAT_EXIT_USAGE;
+	}
+	for (uint32_t i = 0; i < s.n; i++) {
+		if (!strcmp(s.e[i].info->name, "remote_messages_out"))
+			n_nodes = s.e[i].info->dim[0];
+		if (!strcmp(s.e[i].info->name, "rank_answers"))
+			n_ranks = s.e[i].info->dim[0];
+	}
+	rc = locus_stat_print_slow(stdout, &s, 10, n_nodes ? n_ranks / n_nodes : 0);
+	locus_stat_snap_free(&s);
+	if (rc < 0) {
+		fprintf(stderr, "locus-stat: writing the output failed\n");
+		return LOCUS_STAT_EXIT_USAGE;
+	}
+	return 0;
+}
+
 static int run(const struct opts *o, struct locus_shm *shm, struct locus_counters *c)
 {
 	struct locus_stat_snap snap[2] = { { 0 }, { 0 } };
@@ -317,6 +358,10 @@ static int run(const struct opts *o, struct locus_shm *shm, struct locus_counter
 		locus_stat_snap_free(s);
 		if (o->by_lcore) {
 			rc = print_blocks(o, shm, c);
+			break;
+		}
+		if (o->slow) {
+			rc = print_slow(c);
 			break;
 		}
 		if (locus_stat_sample(c, o->pat, o->npat, -1, s) < 0) {

@@ -92,6 +92,13 @@ int locus_stat_print_json(FILE *f, const struct locus_stat_view *v,
 			  const struct locus_stat_snap *s);
 int locus_stat_print_prom(FILE *f, const struct locus_stat_view *v,
 			  const struct locus_stat_snap *s);
+/*
+ * --slow: the top ranks by mean answer time and the top (rail, peer) pairs
+ * by p99 send time in s (sampled with at least rank_answer*, rail_send_ns,
+ * rail_peer_node). 0, or -1 (memory or output).
+ */
+int locus_stat_print_slow(FILE *f, const struct locus_stat_snap *s, uint32_t top,
+			  uint32_t gpus_per_node);
 
 /*
  * Send command to instance's DPDK telemetry socket (EAL file prefix
