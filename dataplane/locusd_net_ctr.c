@@ -91,9 +91,10 @@ int locusd_net_attach_rail_counters(struct locusd_net *n, struct locus_counters 
 			.name = "rail_peer_node", .help = "the node id of each peer index of "
 			"rail_send_ns", .kind = LOCUS_CTR_GAUGE, .ndims = 1,
 			.dim = { n->n_peer_ids }, .label = { "peer" } };
+		/* the index of the entry registered, or < 0 */
 		int ret = locus_counters_register(c, &h, &n->ctr_send_ns, err);
 
-		if (ret == 0)
+		if (ret >= 0)
 			ret = locus_counters_register(c, &g, &n->ctr_peer_node, err);
 		if (ret < 0)
 			return ret;
