@@ -146,6 +146,14 @@ class Placement(Structure):
                 ("reserved", c_uint32)]
 
 
+class PlacementFetch(Structure):
+    _fields_ = [("id", c_uint32), ("dst", c_uint16), ("src", c_uint16),
+                ("old_primary", c_uint16), ("reserved", c_uint16)]
+
+
+PLACEMENT_STORAGE = 0xffff
+
+
 class ClientRanks(Structure):
     _fields_ = [("seq", c_uint64), ("changed_ns", c_uint64), ("n_ranks", c_uint32),
                 ("n_lost", c_uint32)]
@@ -174,7 +182,7 @@ class ClientRows(Structure):
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
-          ClientRows: 80, Placement: 48, ClientRanks: 24}
+          ClientRows: 80, Placement: 48, ClientRanks: 24, PlacementFetch: 12}
 
 _P = c_void_p
 _PROTOS = {
@@ -218,6 +226,9 @@ _PROTOS = {
     "locus_client_placement_table": (c_int, [_P, c_uint64, POINTER(_P), POINTER(c_size_t),
                                              POINTER(Error)]),
     # locus_placement.h
+    "locus_placement_fetches": (c_int, [_P, c_size_t, _P, c_size_t, POINTER(c_uint64),
+                                        POINTER(PlacementFetch), c_uint32, POINTER(c_uint32),
+                                        POINTER(Error)]),
     "locus_placement_rank_moves": (c_int, [_P, c_size_t, _P, c_size_t, c_uint32,
                                            POINTER(c_uint32), POINTER(c_uint32),
                                            POINTER(c_uint32), POINTER(c_uint32), c_uint32,

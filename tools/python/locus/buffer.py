@@ -31,6 +31,7 @@ is waited for, as the ranks of a group start one by one.
 """
 import ctypes
 import errno
+import struct
 import time
 from dataclasses import dataclass, field
 
@@ -42,6 +43,8 @@ from ._lib import lib
 from .errors import LocusError, LocusTimeout, from_code
 
 _NOTIFY = 1 << 63
+_WEIGHTS = 1 << 62        # a COMBINE carrying expert weights (move_weights), not results
+_W_ROW = 4096             # bytes of one row of weights
 _GRACE = 1
 _NAP_S = 20e-6
 _SPILL_S = 2e-3           # a wait this long without a delivery copies held rows out
@@ -176,6 +179,7 @@ class Buffer:
         self._lost = frozenset()   # ranks the engine cannot reach (ranks_state)
         self._lost_seq = None
         self._formed = False       # every rank of the group was live at once: mask
+        self._wmove = None         # move_weights in progress: id -> [buffer, chunks, src]
         self._slot_bytes = client.inbox_slot_size
         self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
         self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
@@ -339,6 +343,10 @@ class Buffer:
             self.client._release_slot(d.slot)
             raise from_code(ret, err.text() or None, what="rows message")
         key = (m.op, m.batch_id)
+        if m.op == _lib.OP_RESULTS_IN and m.batch_id & _WEIGHTS and not m.batch_id & _NOTIFY:
+            self._weights_in(m)
+            self.client._release_slot(m.slot)
+            return
         if m.op == _lib.OP_RESULTS_IN and m.batch_id & _NOTIFY:
             b = m.batch_id & ~_NOTIFY
             if b >= self._next_batch or (_lib.OP_ROWS_IN, b) in self._want:
@@ -862,6 +870,127 @@ class Buffer:
             bits = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16
             return bits.astype(np.uint16).view(np.int16)
         return acc.astype(raw.dtype, copy=False)
+
+    # ---- expert weights moved between ranks --------------------------------------------
+
+    def move_weights(self, new, old, read, write, expert_bytes, timeout=None):
+        """The weights of every expert this rank gains going from placement old to
+        placement new (sealed GRACE tables as bytes, or cluster generations), each from
+        the nearest live rank of the group that holds it (one of the gaining rank's node
+        first: locus_placement_fetches), over the same paths and rails as rows. Every
+        rank of the group calls it for the same change: each sends what it is the
+        source of, read(layer, expert) -> expert_bytes bytes, and takes what it gains,
+        write(layer, expert, data); data is None for an expert no live rank holds:
+        load it from storage. Returns counts: sent, received (from this node, from
+        another), from_storage, and bytes sent and received."""
+        c = self.client
+        expert_bytes = _arrays.check_uint(expert_bytes, "expert_bytes", 40)
+        if not expert_bytes:
+            raise ValueError("expert_bytes = 0: an expert has weights")
+        with c._lock:
+            self._check_open()
+            self._ranks()
+            lost = set(self._lost) if self._formed else set()
+            if isinstance(new, int):
+                new = c.placement_table(new)
+            if isinstance(old, int):
+                old = c.placement_table(old)
+            fetches = [f for f in c.placement_fetches(new, old, lost)
+                       if f[2] < self.num_ranks]
+            # the table's GPUs per node (its dims follow the 64-byte table header)
+            gpn = max(1, struct.unpack_from("<4I", new, 64)[3]) if len(new) >= 80 else 1
+            deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+            ch = min(expert_bytes, _W_ROW)
+            n_ch = -(-expert_bytes // ch)
+            st = dict(sent=0, received_here=0, received_other=0, from_storage=0,
+                      bytes_sent=0, bytes_received=0)
+            self._wmove = {}
+            try:
+                mine = [f for f in fetches if f[2] == self.rank]
+                for layer, e, _, src, _ in mine:
+                    if src is None:
+                        write(layer, e, None)
+                        st["from_storage"] += 1
+                    else:
+                        self._wmove[layer << 16 | e] = [None, 0, src, n_ch, ch]
+                for layer, e, dst, src, _ in fetches:
+                    if src == self.rank and dst not in lost:
+                        self._send_expert(layer, e, dst, read(layer, e), expert_bytes, ch,
+                                          n_ch, deadline)
+                        st["sent"] += 1
+                        st["bytes_sent"] += expert_bytes
+                want = [k for k, v in self._wmove.items()]
+                self._wait(lambda: all(self._wmove[k][1] >= n_ch or
+                                       self._is_lost(self._wmove[k][2]) for k in want),
+                           deadline, "the weights this rank gains")
+                for k in want:
+                    buf, got, src, _, _ = self._wmove[k]
+                    if got < n_ch:  # its holder was lost meanwhile: from storage
+                        write(k >> 16, k & 0xffff, None)
+                        st["from_storage"] += 1
+                        continue
+                    write(k >> 16, k & 0xffff, buf[:expert_bytes])
+                    st["received_here" if src // gpn == self.rank // gpn
+                       else "received_other"] += 1
+                    st["bytes_received"] += expert_bytes
+                return st
+            finally:
+                self._wmove = None
+
+    def _send_expert(self, layer, e, dst, data, expert_bytes, ch, n_ch, deadline):
+        """One expert's weights to rank dst: COMBINEs of rows of ch bytes, row j the
+        j-th chunk (ref token j, kmask the chunk count), as many rows a piece as the
+        combine half of the stage holds; each piece's completion before the next."""
+        raw = np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+        if raw.size != expert_bytes:
+            raise ValueError(f"read({layer}, {e}) gave {raw.size} bytes, expert_bytes is "
+                             f"{expert_bytes}")
+        per = max(1, min(n_ch, self.combine_bytes // ch, 1 << 16))
+        for piece, c0 in enumerate(range(0, n_ch, per)):
+            rows = min(per, n_ch - c0)
+            lo, hi = c0 * ch, min(expert_bytes, (c0 + rows) * ch)
+            self._buf[self._y_off:self._y_off + rows * ch] = 0
+            self._buf[self._y_off:self._y_off + hi - lo] = raw[lo:hi]
+            refs = np.empty(rows, dtype=_ROW_DT)
+            refs["token"] = np.arange(c0, c0 + rows, dtype=np.uint32)
+            refs["kmask"] = n_ch
+            req = _lib.ClientCombineReq(layer=layer, dst_rank=dst, n_rows=rows, row_bytes=ch,
+                                        rows_off=self._y_off, refs=refs.ctypes.data)
+            bid = _WEIGHTS | piece << 32 | layer << 16 | e
+            nbytes = 40 + 8 * rows
+            off = self.client._stage_alloc(nbytes, max(0.0, deadline - time.monotonic()))
+            key = (_lib.OP_COMBINE, bid, dst)
+
+            def submit(req=req, off=off, bid=bid):
+                err = _lib.Error()
+                ret = lib.locus_client_combine(self.client._c, off, ctypes.byref(req), bid,
+                                               ctypes.byref(err))
+                return ret, err.text()
+            submit.keep = (req, refs)
+            self._submit(key, submit, off, nbytes, deadline)
+            self._wait(lambda: key in self._done, deadline, f"weights of expert ({layer}, "
+                       f"{e}) to rank {dst}")
+            self._take_done(key, f"weights of expert ({layer}, {e}) to rank {dst}")
+
+    def _weights_in(self, m):
+        """Rows of an expert's weights: into its buffer, counted (a move not in progress,
+        or a sender other than the planned holder: dropped)."""
+        if self._wmove is None or m.row_bytes == 0:
+            return
+        k = m.batch_id & 0xffffffff
+        w = self._wmove.get(k)
+        if w is None or w[2] != m.src_rank or m.row_bytes != w[4]:
+            return
+        n = m.n_rows
+        refs = self._at(m.refs, n * 8).view(_ROW_DT)
+        rows = self._at(m.rows, n * m.row_bytes).reshape(n, m.row_bytes)
+        if w[0] is None:
+            w[0] = np.zeros(w[3] * w[4], dtype=np.uint8)
+        for j in range(n):
+            t = int(refs["token"][j])
+            if t < w[3]:
+                w[0][t * w[4]:(t + 1) * w[4]] = rows[j]
+                w[1] += 1
 
     # ---- lifetime ---------------------------------------------------------------------
 

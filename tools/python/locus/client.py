@@ -570,6 +570,33 @@ class Client:
         return ([pair(gains[i]) for i in range(ng.value)],
                 [pair(losses[i]) for i in range(nl.value)])
 
+    def placement_fetches(self, new, old, lost=()):
+        """Every expert copy gained going from placement old to placement new
+        (sealed GRACE tables as bytes, or generations), with where its weights
+        come from: a list of (layer, expert, dst, src, old_primary); src is the
+        nearest live rank holding it under old (one on dst's node first), None
+        when no live rank does (load it from storage); lost: ranks to leave out."""
+        if isinstance(new, int):
+            new = self.placement_table(new)
+        if isinstance(old, int):
+            old = self.placement_table(old)
+        words = (ctypes.c_uint64 * _lib.CLIENT_RANK_WORDS)()
+        for r in lost:
+            words[r // 64] |= 1 << (r % 64)
+        n, err = ctypes.c_uint32(), _lib.Error()
+        ret = lib.locus_placement_fetches(old, len(old), new, len(new), words, None, 0,
+                                          ctypes.byref(n), ctypes.byref(err))
+        if ret == 0 and n.value:
+            out = (_lib.PlacementFetch * n.value)()
+            ret = lib.locus_placement_fetches(old, len(old), new, len(new), words, out,
+                                              n.value, ctypes.byref(n), ctypes.byref(err))
+        if ret < 0:
+            raise from_code(ret, err.msg.decode(errors="replace"), what="placement_fetches")
+        st = _lib.PLACEMENT_STORAGE
+        return [(f.id >> 16, f.id & 0xffff, f.dst, None if f.src == st else f.src,
+                 None if f.old_primary == st else f.old_primary)
+                for f in (out if n.value else ())]
+
     # ---- decoder ----------------------------------------------------------------
 
     def report_load(self, n):

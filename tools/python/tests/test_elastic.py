@@ -159,3 +159,58 @@ def test_rank_killed_rest_keep_serving(elastic_daemon):
             child.kill()
             child.wait()
         close_and_wait(cs)
+
+
+def test_move_weights_nearest_holder(ep_daemon, grace_table, tmp_path):
+    """A placement change on 4 ranks: every expert a rank gains under the new table comes
+    from a rank that holds it under the old one, through locusd (COMBINE rows over the
+    same paths as rows), byte for byte; read is asked only for experts the rank holds;
+    nothing comes from storage while every rank is live."""
+    other = str(tmp_path / "g2.tbl")
+    run(os.path.join(BIN, "locusctl"), "fit", "--grace", "--trace", TRACE, "--nodes", "1",
+        "--gpus", "4", "--capacity", "24", "--seed", "9", "-o", other)
+    with open(grace_table, "rb") as f:
+        old = f.read()
+    with open(other, "rb") as f:
+        new = f.read()
+    nbytes = 6000  # two rows of 4096, the second padded
+
+    def weights(layer, e):
+        return ((np.arange(nbytes, dtype=np.uint32) * 7 + layer * 131 + e * 17) & 0xff
+                ).astype(np.uint8)
+
+    cs = [locus.attach(ep_daemon.instance, rank=r, timeout=20) for r in range(RANKS)]
+    bufs = [locus.Buffer(c, RANKS, timeout=20) for c in cs]
+    try:
+        fetches = cs[0].placement_fetches(new, old)
+        # every copy gained has a live holder, never the gaining rank itself
+        for layer, e, dst, src, _ in fetches:
+            assert src is not None and src != dst
+        got = [dict() for _ in range(RANKS)]
+
+        def rank(r):
+            def read(layer, e):
+                assert any(f[3] == r and (f[0], f[1]) == (layer, e) for f in fetches)
+                return weights(layer, e)
+
+            def write(layer, e, data):
+                got[r][(layer, e)] = None if data is None else bytes(data)
+            return bufs[r].move_weights(new, old, read, write, nbytes)
+        stats = on_ranks(rank)
+        want = {}
+        for layer, e, dst, src, _ in fetches:
+            want.setdefault(dst, set()).add((layer, e))
+        for r in range(RANKS):
+            assert set(got[r]) == want.get(r, set())
+            for (layer, e), data in got[r].items():
+                assert data == weights(layer, e).tobytes(), (r, layer, e)
+            assert stats[r]["from_storage"] == 0
+        total = sum(s["received_here"] + s["received_other"] for s in stats)
+        assert total == len(fetches) == sum(s["sent"] for s in stats) > 0
+        print(f"placement change on 1 x 4: {len(fetches)} expert copies moved between "
+              f"ranks through locusd, {sum(s['bytes_received'] for s in stats)} bytes, none "
+              "from storage")
+    finally:
+        for b in bufs:
+            b.close()
+        close_and_wait(cs)
