@@ -143,8 +143,10 @@ int engine_live_refresh(struct locus_engine *e)
 	e->n_lost = n_lost;
 	e->lost_changed_ns = mono_ns();
 	engine_count(e, e->c.ranks_lost_changes);
-	if (engine_primary(e))
+	if (engine_primary(e)) {
 		locus_gauge_set(e->blk, e->c.ranks_lost, n_lost);
+		locus_gauge_set(e->blk, e->c.ranks_lost_at, (int64_t)(e->lost_changed_ns / 1000000));
+	}
 	for (uint32_t s = 0; s < e->n_slots; s++)
 		if (e->cl[s].active)
 			engine_live_publish(e, s);

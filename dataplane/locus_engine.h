@@ -55,6 +55,7 @@ struct locus_engine_ctr {
 	uint64_t grace_groups;                     /* gauge: EP groups of the placement in use */
 	uint64_t ranks_lost;                       /* gauge: ranks this node cannot reach */
 	uint64_t ranks_lost_changes;               /* times the set of lost ranks changed */
+	uint64_t ranks_lost_at;                    /* gauge: CLOCK_MONOTONIC ms of the last change */
 	uint64_t slots_masked;                     /* (token, slot) pairs with no live copy, masked */
 	uint64_t replanned;                        /* batches planned again: a peer went down */
 	uint64_t rank_answers, rank_answer_ns;     /* [n_ranks] answers timed, their ns summed */

@@ -81,6 +81,7 @@ struct proc_stats {
 	uint32_t batch_at, batch_open;  /* killed rank: the batch it was at, and if sent */
 	uint32_t kills;                 /* rank: processes of this rank killed (--kill-rank) */
 	uint64_t killed_inflight;       /* requests those had in flight: never completed */
+	uint64_t killed_ns;             /* CLOCK_MONOTONIC of the first kill */
 	uint64_t combines;              /* rank: COMBINEs submitted */
 	uint32_t region_flags;          /* --dmabuf: enum locus_region_flags locusd gave */
 	int region_registered, region_released;

@@ -88,6 +88,7 @@ static void maybe_die(struct rank_state *rs)
 	if ((int)rs->rank != O.kill_rank || rs->s->kills)
 		return;
 	rs->s->killed_inflight += (rs->dispatch_done == 0) + comb_outstanding(rs);
+	rs->s->killed_ns = now_ns();
 	rs->s->batch_at = rs->b;
 	rs->s->batch_open = rs->want_pairs != 0;
 	__atomic_store_n(&rs->s->kills, 1, __ATOMIC_RELEASE);

@@ -736,11 +736,12 @@ int main(int argc, char **argv)
 			const struct proc_stats *k = &S->st[r0 + (uint32_t)O.kill_rank];
 
 			printf("killed: rank %d's process by SIGKILL right after its %s %u (%u "
-			       "times), leaving %llu requests in flight; %s\n", O.kill_rank,
+			       "times), leaving %llu requests in flight; %s; at %.3f s "
+			       "(CLOCK_MONOTONIC)\n", O.kill_rank,
 			       O.kill_combine ? "COMBINE no." : "DISPATCH of batch", O.kill_n,
 			       k->kills, (unsigned long long)k->killed_inflight,
 			       !O.respawn ? "not replaced" : k->failed ? "its replacement FAILED"
-			       : "a new process took the rank over");
+			       : "a new process took the rank over", (double)k->killed_ns / 1e9);
 		}
 		/* a signature may be lost with its node, never delivered twice or unasked */
 		if (lost || corrupt || dup || delivered > comp || verified != delivered)
