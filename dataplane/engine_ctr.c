@@ -104,7 +104,7 @@ int locus_engine_register_counters(struct locus_counters *c, const struct locus_
 		  &o->ranks_lost },
 		{ "ranks_lost_changes", "times an engine's set of lost ranks changed",
 		  LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->ranks_lost_changes },
-		{ "ranks_lost_at_ms", "when the set of lost ranks last changed (CLOCK_MONOTONIC "
+		{ "ranks_lost_changed_at", "when the set of lost ranks last changed (CLOCK_MONOTONIC "
 		  "ms)", LOCUS_CTR_GAUGE, 0, 0, 0, 0, 0, &o->ranks_lost_at },
 		{ "slots_masked", "(token, slot) pairs whose expert had no live copy: not sent, "
 		  "reported to the source", LOCUS_CTR_COUNTER, 0, 0, 0, 0, 0, &o->slots_masked },

@@ -281,8 +281,9 @@ fi
 # committed. The leader killed: the other takes over within a lease.
 "$B/locusctl" fit --grace --trace tests/data/calib_sample.jsonl --nodes 1 --gpus 4 \
 	--capacity 20 --replica-budget 6 -o "$tmp/gr.tbl" > /dev/null 2>&1 || fail "fit for recover"
+# each rank moves the weights of every change through locusd before it acknowledges it
 R3=(env PYTHONPATH=tools/python PYTHONDONTWRITEBYTECODE=1 LOCUS_LIBRARY=${BUILD:-build}/lib/liblocus.so.0
-	/usr/bin/python3 tests/cluster_ranks.py ca)
+	/usr/bin/python3 tests/cluster_ranks.py ca --weights 4096 --group 4)
 "${R3[@]}" 3 120 > "$tmp/r012.log" 2>&1 &
 pids+=($!)
 disown $!
@@ -347,8 +348,11 @@ done
 t4=$(date +%s%N)
 [ "$(stat ca cluster_placement_generation)" -gt "$gen" ] ||
 	fail "no placement using rank 3 again: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
-grep -Eq "rank 3: generation [0-9]+ staged: gains [1-9]" "$tmp/r3b.log" ||
-	fail "rank 3 gained nothing when it came back: $(cat "$tmp/r3b.log")"
+grep -Eq "rank 3: generation [0-9]+ staged: gains [1-9][0-9]* experts \([0-9]+ from this node, 0 from another, 0 from storage; [1-9]" "$tmp/r3b.log" ||
+	fail "rank 3 did not get its weights from the live ranks when it came back: $(cat "$tmp/r3b.log")"
+! grep -q CORRUPT "$tmp/r012.log" "$tmp/r3b.log" ||
+	fail "weights moved through locusd differ: $(grep CORRUPT "$tmp/r012.log" "$tmp/r3b.log")"
+grep -E "generation [0-9]+ staged" "$tmp/r012.log" "$tmp/r3b.log" | sed 's/^.*rank/# rank/'
 echo "# rank 3 back: a placement using it committed $(((t4 - t3) / 1000000)) ms after it attached"
 sleep 0.5 # the leader's last lines
 cat "$tmp/rec1.out" "$tmp/rec2.out" | grep -E '^recover: (a placement over|[0-9]+ expert copies)' |

@@ -468,7 +468,7 @@ chaos_start "$W/t5e.out" --kill-rank 5:dispatch:60
 # every rank attached and known first (while they attach, n0 counts some lost)
 wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of 5e did not all attach"
 a=$(wait_until 90 lost_is 0 1) || fail "n0 did not mask rank 5"
-tm=$("$B/locus-stat" -i n0 ranks_lost_at_ms | awk '$1 == "ranks_lost_at_ms" { print $3 }')
+tm=$("$B/locus-stat" -i n0 ranks_lost_changed_at | awk '$1 == "ranks_lost_changed_at" { print $3 }')
 t0=$(now_ms)
 c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement without rank 5"; }
 t1=$(now_ms)

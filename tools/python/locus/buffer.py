@@ -62,6 +62,16 @@ def _torch():
     return torch
 
 
+@dataclass
+class _WeightsMsg:
+    """A weights message copied out of the inbox before its move began."""
+    batch_id: int
+    src_rank: int
+    row_bytes: int
+    refs: np.ndarray
+    rows: np.ndarray
+
+
 class _Rows:
     """One rows message: views of the inbox (held) or copies (stashed)."""
     __slots__ = ("src", "chunk", "n_chunks", "top_k", "row_bytes", "refs", "experts",
@@ -180,6 +190,7 @@ class Buffer:
         self._lost_seq = None
         self._formed = False       # every rank of the group was live at once: mask
         self._wmove = None         # move_weights in progress: id -> [buffer, chunks, src]
+        self._wstash = []          # weights that came before this rank's move_weights began
         self._slot_bytes = client.inbox_slot_size
         self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
         self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
@@ -890,7 +901,8 @@ class Buffer:
         with c._lock:
             self._check_open()
             self._ranks()
-            lost = set(self._lost) if self._formed else set()
+            # who can send now: a rank locusd cannot reach holds nothing for this move
+            lost = set(self._lost)
             if isinstance(new, int):
                 new = c.placement_table(new)
             if isinstance(old, int):
@@ -913,15 +925,19 @@ class Buffer:
                         st["from_storage"] += 1
                     else:
                         self._wmove[layer << 16 | e] = [None, 0, src, n_ch, ch]
+                # what the holders sent before this rank got here
+                stash, self._wstash = self._wstash, []
+                for m in stash:
+                    self._weights_in(m)
                 for layer, e, dst, src, _ in fetches:
-                    if src == self.rank and dst not in lost:
+                    if src == self.rank and dst not in self._lost:
                         self._send_expert(layer, e, dst, read(layer, e), expert_bytes, ch,
                                           n_ch, deadline)
                         st["sent"] += 1
                         st["bytes_sent"] += expert_bytes
                 want = [k for k, v in self._wmove.items()]
                 self._wait(lambda: all(self._wmove[k][1] >= n_ch or
-                                       self._is_lost(self._wmove[k][2]) for k in want),
+                                       self._wmove[k][2] in self._lost for k in want),
                            deadline, "the weights this rank gains")
                 for k in want:
                     buf, got, src, _, _ = self._wmove[k]
@@ -973,17 +989,27 @@ class Buffer:
             self._take_done(key, f"weights of expert ({layer}, {e}) to rank {dst}")
 
     def _weights_in(self, m):
-        """Rows of an expert's weights: into its buffer, counted (a move not in progress,
-        or a sender other than the planned holder: dropped)."""
-        if self._wmove is None or m.row_bytes == 0:
-            return
+        """Rows of an expert's weights: into its buffer, counted; kept for later (a
+        copy, at most 4096 messages) when this rank's move has not begun; dropped when
+        they come from another rank than the planned holder."""
+        if isinstance(m, _WeightsMsg):
+            refs, rows = m.refs, m.rows
+        else:
+            if m.row_bytes == 0:
+                return
+            n = m.n_rows
+            refs = self._at(m.refs, n * 8).view(_ROW_DT)
+            rows = self._at(m.rows, n * m.row_bytes).reshape(n, m.row_bytes)
+            if self._wmove is None:
+                if len(self._wstash) < 4096:
+                    self._wstash.append(_WeightsMsg(m.batch_id, m.src_rank, m.row_bytes,
+                                                    refs.copy(), rows.copy()))
+                return
         k = m.batch_id & 0xffffffff
         w = self._wmove.get(k)
         if w is None or w[2] != m.src_rank or m.row_bytes != w[4]:
             return
-        n = m.n_rows
-        refs = self._at(m.refs, n * 8).view(_ROW_DT)
-        rows = self._at(m.rows, n * m.row_bytes).reshape(n, m.row_bytes)
+        n = len(refs)
         if w[0] is None:
             w[0] = np.zeros(w[3] * w[4], dtype=np.uint8)
         for j in range(n):
