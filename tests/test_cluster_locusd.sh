@@ -327,7 +327,15 @@ gen=$(stat ca cluster_placement_generation)
 echo "# rank 3 killed -9: masked after $(((t1 - t0) / 1000000)) ms, placement generation $gen over ranks 0..2 committed after $(((t2 - t0) / 1000000)) ms"
 "${CTL[@]}" show "${CL[@]}" > /dev/null || fail "show --cluster after recover"
 # what was committed holds nothing on rank 3 (-o: the leader's copy of each commit)
-tbl=$(ls "$tmp"/rec[12].out.tbl 2>/dev/null | head -1)
+# (the leader writes it once push --cluster returned: after the node adopted it)
+tbl=
+for ((i = 0; i < 100; i++)); do
+	for f in "$tmp/rec1.out.tbl" "$tmp/rec2.out.tbl"; do
+		[ -s "$f" ] && tbl=$f
+	done
+	[ -n "$tbl" ] && break
+	sleep 0.05
+done
 [ -n "$tbl" ] || fail "recover wrote no copy of what it committed"
 "$B/locusctl" show "$tbl" | grep -E '^  rank   3 ' | grep -Eq 'experts: +replicas: *$' ||
 	fail "the recovered placement still has copies on rank 3: $("$B/locusctl" show "$tbl" | grep 'rank   3')"
