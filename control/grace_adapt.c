@@ -31,11 +31,6 @@
 
 #define HDR sizeof(struct locus_tbl_hdr)
 
-static int is_lost(const uint64_t *lost, uint32_t r)
-{
-	return lost && (lost[r / 64] >> (r % 64) & 1);
-}
-
 /* One layer being adapted: copies per expert as a flat list, loads per rank. */
 struct layer {
 	uint32_t E, R, N;
@@ -103,7 +98,7 @@ static uint32_t least_live(const struct layer *y, uint32_t e)
 	uint32_t best = y->N;
 
 	for (uint32_t r = 0; r < y->N; r++) {
-		if (is_lost(y->lost, r) || (e != UINT32_MAX && holds(y, e, r)))
+		if (locus_grace_rank_lost(y->lost, r) || (e != UINT32_MAX && holds(y, e, r)))
 			continue;
 		if (best == y->N || y->pred[r] < y->pred[best])
 			best = r;
@@ -121,7 +116,7 @@ static void survive(struct layer *y, struct locus_gracefit_adapt *rep, uint32_t 
 		uint32_t k = 0;
 
 		for (uint32_t i = 0; i < y->R && r[i] != LOCUS_GRACE_NO_RANK; i++) {
-			if (is_lost(y->lost, r[i])) {
+			if (locus_grace_rank_lost(y->lost, r[i])) {
 				rep->dropped++;
 				continue;
 			}
@@ -129,7 +124,7 @@ static void survive(struct layer *y, struct locus_gracefit_adapt *rep, uint32_t 
 		}
 		for (uint32_t i = k; i < y->R; i++)
 			r[i] = LOCUS_GRACE_NO_RANK;
-		if (!is_lost(y->lost, y->pri[e]))
+		if (!locus_grace_rank_lost(y->lost, y->pri[e]))
 			continue;
 		rep->dropped++;
 		y->pri[e] = LOCUS_GRACE_NO_RANK;
@@ -181,7 +176,7 @@ static double layer_skew(const struct layer *y, uint32_t *busiest, double *low)
 	uint32_t live = 0;
 
 	for (uint32_t r = 0; r < y->N; r++) {
-		if (is_lost(y->lost, r))
+		if (locus_grace_rank_lost(y->lost, r))
 			continue;
 		live++;
 		sum += y->pred[r];
@@ -281,7 +276,7 @@ int locus_gracefit_adapt(const void *payload, size_t len, const uint64_t *lost, 
 	R = d->max_replicas;
 	N = locus_grace_n_ranks(d);
 	for (uint32_t r = 0; r < N; r++)
-		live += !is_lost(lost, r);
+		live += !locus_grace_rank_lost(lost, r);
 	if (!live) {
 		ret = locus_error_set(err, LOCUS_ERANGE, "every one of the %u ranks is lost: no "
 				      "placement holds the experts", N);
@@ -353,12 +348,12 @@ uint32_t locus_gracefit_uses_lost(const struct locus_grace_view *v, const uint64
 
 	if (idle)
 		for (uint32_t r = 0; r < N; r++)
-			if (!is_lost(lost, r))
+			if (!locus_grace_rank_lost(lost, r))
 				idle[r / 64] |= 1ull << (r % 64);
 	for (size_t i = 0; i < LE; i++) {
 		uint32_t p = v->primary[i];
 
-		n += is_lost(lost, p);
+		n += locus_grace_rank_lost(lost, p);
 		if (idle)
 			idle[p / 64] &= ~(1ull << (p % 64));
 		for (uint32_t k = 0; k < d->max_replicas; k++) {
@@ -366,7 +361,7 @@ uint32_t locus_gracefit_uses_lost(const struct locus_grace_view *v, const uint64
 
 			if (r == LOCUS_GRACE_NO_RANK)
 				break;
-			n += is_lost(lost, r);
+			n += locus_grace_rank_lost(lost, r);
 			if (idle)
 				idle[r / 64] &= ~(1ull << (r % 64));
 		}

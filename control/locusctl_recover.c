@@ -82,6 +82,8 @@ struct recover {
 	uint64_t gen;
 	void *blob;
 	size_t len;
+	const void *pl;              /* its GRACE payload, checked once when fetched */
+	size_t plen;
 	struct locus_ranks_view view;
 	uint8_t *member;
 	struct locus_ranks_report *reps;
@@ -223,6 +225,8 @@ static int read_placement(struct recover *rc, struct locus_error *err)
 	free(rc->blob);
 	rc->blob = b;
 	rc->len = len;
+	rc->pl = pl;
+	rc->plen = plen;
 	rc->gen = gen;
 	return 0;
 }
@@ -271,8 +275,7 @@ static int round_once(struct recover *rc, struct locus_error *err)
 	const struct locus_grace_dims *d;
 	struct locus_gracefit_adapt rep;
 	struct locus_grace_view v;
-	const void *pl;
-	size_t plen, nlen;
+	size_t nlen;
 	uint32_t N, gpn, uses = 0, n_idle = 0;
 	uint64_t *avoid = NULL, *idle = NULL, now = mono_ms(), t0;
 	void *nb = NULL;
@@ -281,8 +284,7 @@ static int round_once(struct recover *rc, struct locus_error *err)
 	ret = read_placement(rc, err);
 	if (ret)
 		return ret < 0 ? -1 : 0;
-	locus_grace_blob_check(rc->blob, rc->len, &pl, &plen, NULL);
-	locus_grace_view_init(&v, (void *)(uintptr_t)pl, plen, NULL);
+	locus_grace_view_init(&v, (void *)(uintptr_t)rc->pl, rc->plen, NULL);
 	d = v.dims;
 	N = locus_grace_n_ranks(d);
 	gpn = d->gpus_per_node;
@@ -345,7 +347,7 @@ static int round_once(struct recover *rc, struct locus_error *err)
 	if (now - rc->since_ms < rc->o.settle_ms)
 		goto out;
 	t0 = mono_ms();
-	if (locus_gracefit_adapt(pl, plen, avoid, rc->o.skew, (uint32_t)rc->o.max_moves, &nb,
+	if (locus_gracefit_adapt(rc->pl, rc->plen, avoid, rc->o.skew, (uint32_t)rc->o.max_moves, &nb,
 				 &nlen, &rep, err) < 0) {
 		ret = -1;
 		goto out;

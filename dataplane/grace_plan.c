@@ -104,12 +104,6 @@ int locus_grace_plan_init(struct locus_grace_plan *p, void *mem, size_t bytes,
 	return 0;
 }
 
-/* Whether rank r is in the lost set (NULL: none is). */
-static inline bool rank_lost(const uint64_t *lost, uint32_t r)
-{
-	return lost && (lost[r / 64] >> (r % 64) & 1);
-}
-
 /*
  * How expert e (copies ranks[0..n-1]) resolves from src on a map of N
  * ranks, counting only the copies on ranks lost does not name (live): the
@@ -141,7 +135,7 @@ static PLAN_RARE void eroute_make(struct locus_grace_eroute *er, const uint16_t 
 		er->weight[i] = 0;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		live |= (uint64_t)!rank_lost(lost, ranks[i]) << i;
+		live |= (uint64_t)!locus_grace_rank_lost(lost, ranks[i]) << i;
 	er->live = live;
 	if (likely(live && !(live & (live - 1))))
 		dest = ranks[__builtin_ctzll(live)];

@@ -74,6 +74,15 @@ static inline uint32_t locus_grace_n_ranks(const struct locus_grace_dims *d)
 	return d->n_nodes * d->gpus_per_node;
 }
 
+/*
+ * Whether rank r is in a set of lost ranks: bit r % 64 of word r / 64 (the
+ * planner's, a recovery's, a weight plan's). NULL: no rank is lost.
+ */
+static inline int locus_grace_rank_lost(const uint64_t *lost, uint32_t r)
+{
+	return lost && (lost[r / 64] >> (r % 64) & 1);
+}
+
 struct locus_grace_view {
 	struct locus_grace_dims *dims;
 	uint16_t *primary;      /* [L][E] */

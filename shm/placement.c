@@ -153,14 +153,14 @@ static uint32_t live_holders(const struct locus_grace_view *v, size_t i, const u
 {
 	uint32_t R = v->dims->max_replicas, n = 0;
 
-	if (!(lost && (lost[v->primary[i] / 64] >> (v->primary[i] % 64) & 1)))
+	if (!locus_grace_rank_lost(lost, v->primary[i]))
 		out[n++] = v->primary[i];
 	for (uint32_t j = 0; j < R; j++) {
 		uint16_t r = v->replica[i * R + j];
 
 		if (r == LOCUS_GRACE_NO_RANK)
 			break;
-		if (!(lost && (lost[r / 64] >> (r % 64) & 1)))
+		if (!locus_grace_rank_lost(lost, r))
 			out[n++] = r;
 	}
 	return n;
@@ -239,7 +239,7 @@ int locus_placement_fetches(const void *old_blob, size_t old_len, const void *ne
 					.id = locus_placement_id((uint32_t)(i / E), (uint32_t)(i % E)),
 					.dst = dst,
 					.src = best == UINT32_MAX ? LOCUS_PLACEMENT_STORAGE : hold[best],
-					.old_primary = lost && (lost[p / 64] >> (p % 64) & 1)
+					.old_primary = locus_grace_rank_lost(lost, p)
 							       ? LOCUS_PLACEMENT_STORAGE : p,
 				};
 			}

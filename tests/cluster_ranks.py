@@ -78,15 +78,20 @@ def move(r, c, p):
           flush=True)
 
 
+def step(r, c):
+    """Rank r's part once: take a staged change, release what nobody plans with."""
+    p = c.placement()
+    if p["staged"] and p["acked"] < p["staged"] and r != a.hold:
+        move(r, c, p)
+    if p["free_below"] > p["floor"] and p["acked"] >= p["free_below"]:
+        c.release_placement(p["free_below"])
+        print(f"rank {r}: every node plans with generation {p['free_below']} or later: "
+              f"older weights released", flush=True)
+
+
 def follow(r, c):
     while time.monotonic() < end:
-        p = c.placement()
-        if p["staged"] and p["acked"] < p["staged"] and r != a.hold:
-            move(r, c, p)
-        if p["free_below"] > p["floor"] and p["acked"] >= p["free_below"]:
-            c.release_placement(p["free_below"])
-            print(f"rank {r}: every node plans with generation {p['free_below']} or later: "
-                  f"older weights released", flush=True)
+        step(r, c)
         time.sleep(0.01)
 
 
@@ -100,13 +105,7 @@ if a.weights:
 else:
     while time.monotonic() < end:
         for r, c in clients.items():
-            p = c.placement()
-            if p["staged"] and p["acked"] < p["staged"] and r != a.hold:
-                move(r, c, p)
-            if p["free_below"] > p["floor"] and p["acked"] >= p["free_below"]:
-                c.release_placement(p["free_below"])
-                print(f"rank {r}: every node plans with generation {p['free_below']} or "
-                      f"later: older weights released", flush=True)
+            step(r, c)
         time.sleep(0.01)
 for b in bufs.values():
     b.close()

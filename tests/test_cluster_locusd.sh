@@ -298,6 +298,14 @@ done
 "${CTL[@]}" push "${CL[@]}" --prepare-timeout-ms 10000 "$tmp/gr.tbl" > /dev/null ||
 	fail "push of the recover base"
 base=$(stat ca cluster_placement_generation)
+gen_after() { # GEN: until the node plans with a later placement (at most 10 s)
+	local i
+	for ((i = 0; i < 200; i++)); do
+		[ "$(stat ca cluster_placement_generation)" -gt "$1" ] && return 0
+		sleep 0.05
+	done
+	return 0 # the caller says what did not happen
+}
 recover_bg() { # recover_bg LOG: a recover process (one per node in production)
 	"${CTL[@]}" recover "${CL[@]}" --interval 0.05 --settle-ms 300 --lease-s 2 \
 		--expert-bytes 44040192 -o "$1.tbl" > "$1" 2>&1 &
@@ -317,10 +325,7 @@ t0=$(date +%s%N)
 kill -9 $r3pid
 until_stat ca ranks_lost 1 5
 t1=$(date +%s%N)
-for ((i = 0; i < 200; i++)); do
-	[ "$(stat ca cluster_placement_generation)" -gt "$base" ] && break
-	sleep 0.05
-done
+gen_after "$base"
 t2=$(date +%s%N)
 gen=$(stat ca cluster_placement_generation)
 [ "$gen" -gt "$base" ] || fail "no placement over the live ranks: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
@@ -349,10 +354,7 @@ pids+=($!)
 disown $!
 until_stat ca ranks_lost 0 5
 t3=$(date +%s%N)
-for ((i = 0; i < 200; i++)); do
-	[ "$(stat ca cluster_placement_generation)" -gt "$gen" ] && break
-	sleep 0.05
-done
+gen_after "$gen"
 t4=$(date +%s%N)
 [ "$(stat ca cluster_placement_generation)" -gt "$gen" ] ||
 	fail "no placement using rank 3 again: $(cat "$tmp/rec1.out" "$tmp/rec2.out")"
