@@ -107,6 +107,13 @@ int locus_client_combine(struct locus_client *c, uint64_t off,
 			 const struct locus_client_combine_req *r, uint64_t batch_id,
 			 struct locus_error *err)
 {
+	return locus_client_combine_ex(c, off, r, batch_id, 0, 0, err);
+}
+
+int locus_client_combine_ex(struct locus_client *c, uint64_t off,
+			    const struct locus_client_combine_req *r, uint64_t batch_id,
+			    uint32_t flags, uint32_t region, struct locus_error *err)
+{
 	uint64_t size;
 	uint8_t *stage = locus_client_stage(c, &size);
 	struct locus_combine_req *h;
@@ -115,6 +122,11 @@ int locus_client_combine(struct locus_client *c, uint64_t off,
 
 	if (!stage || !r || !r->refs)
 		return locus_error_set(err, EINVAL, "combine: no request");
+	if (flags & ~(uint32_t)LOCUS_DESC_F_REGION)
+		return locus_error_set(err, EINVAL, "combine: flags 0x%x (only LOCUS_DESC_F_REGION)",
+				       flags);
+	if (!(flags & LOCUS_DESC_F_REGION))
+		region = 0;
 	if (r->n_rows == 0 || r->n_rows > (1u << 24))
 		return locus_error_set(err, LOCUS_ERANGE, "combine of %u rows: 1..%u", r->n_rows,
 				       1u << 24);
@@ -122,7 +134,7 @@ int locus_client_combine(struct locus_client *c, uint64_t off,
 	ret = place_ok(off, len, size, "combine request", err);
 	if (ret < 0)
 		return ret;
-	if (r->row_bytes && r->rows_off <= size &&
+	if (!region && r->row_bytes && r->rows_off <= size &&
 	    (uint64_t)r->n_rows * r->row_bytes <= size - r->rows_off &&
 	    overlap(off, len, r->rows_off, (uint64_t)r->n_rows * r->row_bytes))
 		return locus_error_set(err, LOCUS_ERANGE, "combine: the output rows at %llu overlap "
@@ -135,14 +147,16 @@ int locus_client_combine(struct locus_client *c, uint64_t off,
 		.batch_id = batch_id,
 	};
 	memcpy(h + 1, r->refs, (size_t)r->n_rows * sizeof(struct locus_row_ref));
-	ret = locus_combine_req_check(h, (const struct locus_row_ref *)(h + 1), len, size,
-				      UINT32_MAX, r->n_rows, err);
+	/* rows in a region are bounded by its length, which locusd checks */
+	ret = locus_combine_req_check(h, (const struct locus_row_ref *)(h + 1), len,
+				      region ? UINT64_MAX : size, UINT32_MAX, r->n_rows, err);
 	if (ret < 0)
 		return ret;
 	return locus_client_submit(c, &(struct locus_desc){ .op = LOCUS_OP_COMBINE,
+							     .flags = (uint8_t)flags,
 							     .layer = r->layer, .id = batch_id,
 							     .off = off, .len = (uint32_t)len,
-							     .peer = r->dst_rank }, 1)
+							     .peer = r->dst_rank, .region = region }, 1)
 		       == 1 ? 0 : locus_error_set(err, LOCUS_EFULL, "submit ring full");
 }
 

@@ -19,5 +19,7 @@
 #include "locus_graceset.h"
 #include "locus_wire.h"
 #include "locus_dispatch.h"
+#include "locus_placement.h"
+#include "locus_weights.h"
 
 #endif /* LOCUS_H */

@@ -370,6 +370,17 @@ int locus_client_combine(struct locus_client *c, uint64_t off,
 			 const struct locus_client_combine_req *r, uint64_t batch_id,
 			 struct locus_error *err);
 
+/*
+ * locus_client_combine with descriptor flags: LOCUS_DESC_F_REGION takes the
+ * output rows from registered region `region` (rows_off relative to it,
+ * 64-byte aligned; locusd checks them against the region's length): rows
+ * to another node leave from the region's MR without a copy. Other flags:
+ * -EINVAL.
+ */
+int locus_client_combine_ex(struct locus_client *c, uint64_t off,
+			    const struct locus_client_combine_req *r, uint64_t batch_id,
+			    uint32_t flags, uint32_t region, struct locus_error *err);
+
 /* Rows delivered to a rank (ROWS_IN) or back to their source (RESULTS_IN). */
 struct locus_client_rows {
 	uint8_t  op;               /* LOCUS_OP_ROWS_IN or LOCUS_OP_RESULTS_IN */

@@ -19,5 +19,6 @@ $(eval $(call LIBRARY,formats,shm/eldr_sig.c shm/eldr_table.c shm/grace_table.c 
 $(eval $(call LIBRARY,wire,shm/dispatch.c,common))
 # client slots: region layout, the daemon's side and the client library.
 $(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c \
-	shm/client_route.c shm/client_blocks.c shm/client_dispatch.c shm/client_placement.c,\
+	shm/client_route.c shm/client_blocks.c shm/client_dispatch.c shm/client_placement.c \
+	shm/weights.c,\
 	wire formats shm common))

@@ -248,7 +248,8 @@ for ((i = 0; i < 100; i++)); do grep -sq rebalancing "$tmp/rb.out" && break; sle
 # the ranks take part: every row is checked against what they acknowledged, so a row
 # planned under a placement a rank does not hold would fail the run
 "$B/locus-loadgen" -i ca --trace tests/data/calib_sample.jsonl --decoders 4 --ranks 4 \
-	--requests 20 --batches 5000 --tokens 16 --seconds 90 --placements > "$tmp/lg.out" 2>&1 ||
+	--requests 20 --batches 5000 --tokens 16 --seconds 90 --placements --weights 8192 \
+	> "$tmp/lg.out" 2>&1 ||
 	fail "loadgen under rebalance --cluster: $(tail -5 "$tmp/lg.out")"
 sleep 3.5 # two more loads periods: the last counts reach etcd and a round
 kill -TERM $rbp
@@ -263,7 +264,7 @@ got=$(awk '/^rebalance [0-9]+: [0-9]+ tokens from/ { n += $3 } END { print n + 0
 [ -n "$want" ] && [ "$want" -gt 0 ] && [ "$got" = "$want" ] ||
 	fail "rebalance --cluster counted $got tokens, the ranks dispatched $want: $out"
 [ "$(stat ca cluster_loads_published)" -gt 0 ] || fail "no loads published"
-grep -h '^placements:' "$tmp/lg.out" | sed 's/^/# /'
+grep -Eh '^(placements|weights):' "$tmp/lg.out" | sed 's/^/# /'
 [ "$("$B/locus-stat" -i ca 'rejected_placement' | awk '/rejected_placement/ { s += $3 } END { print s + 0 }')" = 0 ] ||
 	fail "rows refused for their placement: $("$B/locus-stat" -i ca 'rejected_placement')"
 if echo "$out" | grep -q 'pushing to the cluster'; then

@@ -27,7 +27,11 @@
 #     masked, refitted (its peers say it is unreachable), healed, used again
 #   5d etcd killed -9 and restarted under traffic: nothing masked, no error
 #   5e a rank client killed -9 under traffic: masked everywhere, refitted
-#     After each: every request completed once, rows checked, one placement
+#   5f n2 cut off from etcd but not from n0 and n1: its lease expires, it is
+#     masked and refitted around; healed, it is used again
+#     After each: every request completed once, rows checked, one placement;
+#     from 5 on, the ranks move their expert weights through locusd before
+#     they acknowledge a change, every byte and every row's expert checked
 # Every step is bounded; the exit status is the test's.
 [ -n "${BASH_VERSION:-}" ] || exec /bin/bash "$0" "$@"
 set -u
@@ -53,8 +57,10 @@ show_logs() {
 }
 
 # ---- etcd ---------------------------------------------------------------------------------------
+# n2 reaches etcd at 127.0.0.2, the others at 127.0.0.1: 5f cuts n2 alone off from it
+ETCD_URLS=http://127.0.0.1:2379,http://127.0.0.2:2379
 say "1. etcd on 127.0.0.1:2379 in the guest; n0 and n1 with configs that name no other node"
-etcd --name default --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:2379 \
+etcd --name default --data-dir "$W/etcd" --listen-client-urls "$ETCD_URLS" \
 	--advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
 	--initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster default=http://127.0.0.1:2380 > "$W/etcd.log" 2>&1 &
@@ -86,7 +92,7 @@ id = 11
 gpus_per_node = 2
 nodes = 3
 node.$1 = ${BR3_IP[$1]}:7471
-etcd = http://127.0.0.1:2379
+etcd = http://127.0.0.$(($1 == 2 ? 2 : 1)):2379
 etcd_lease_s = $LEASE_S
 ${NODE_GROUPS:-}
 CONF
@@ -225,7 +231,7 @@ grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every one of the
 # is checked against what they hold; the push commits once all six hold it
 say "   a placement in two phases under traffic: six ranks acknowledge, then it commits"
 loadgen "$W/t5.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 50 --batches 150 --tokens 16 \
-	--row-bytes 1024 --decode-us 500 --seconds 150 --placements &
+	--row-bytes 1024 --decode-us 500 --seconds 150 --placements --weights 16384 &
 PID[lg5]=$!
 sleep 8 # the ranks attached and traffic flows
 push_cluster "$LV_TABLES/grace2.tbl" || fail "two-phase push to three nodes"
@@ -234,7 +240,9 @@ grep -q '^committed placement generation 2: 3 node(s) and 6 rank client(s) ackno
 grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every node adopted the placement"
 wait "${PID[lg5]}"
 rc=$?
-sed 's/^/  /' "$W/t5.out" | tail -n 7
+sed 's/^/  /' "$W/t5.out" | tail -n 9
+grep -Eq '^weights: [1-9][0-9]* moves; experts received [0-9]+ from their node, [1-9]' "$W/t5.out" ||
+	fail "no weights moved across nodes for the placement change"
 grep -q '^loadgen: ok$' "$W/t5.out" && [ $rc = 0 ] || fail "traffic across the switch (exit $rc)"
 grep -Eq '^placements: the ranks acknowledged [1-9]' "$W/t5.out" ||
 	fail "the ranks acknowledged no placement"
@@ -271,7 +279,7 @@ PID[smp]=$!
 g0=$(gen_of 0)
 loadgen "$W/t5b.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
 	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask \
-	--allow-errors --batch-ms 5000 &
+	--allow-errors --batch-ms 5000 --weights 16384 &
 PID[lg5b]=$!
 # loadgen_stop: SIGTERM: no new batch, what is sent finishes (a run of no fixed length)
 loadgen_stop() { pkill -TERM -x locus-loadgen; }
@@ -296,7 +304,7 @@ loadgen_stop
 wait "${PID[lg5b]}"
 rc=$?
 kill "${PID[smp]}" 2>/dev/null
-sed 's/^/  /' "$W/t5b.out" | tail -n 9
+sed 's/^/  /' "$W/t5b.out" | tail -n 11
 grep -Eq '^checks: 0 corrupt, 0 duplicate' "$W/t5b.out" || fail "rows lost their check under the node kill"
 grep -q '^loadgen: ok$' "$W/t5b.out" && [ $rc = 0 ] || fail "masked traffic across the node kill (exit $rc)"
 grep -E '^recover: (a placement over|[0-9]+ expert copies|committed)' "$W/recover.out" | head -n 3 |
@@ -338,7 +346,8 @@ g1=$(gen_of 0)
 t_back=$(now_ms)
 start 2 || fail "n2 did not start again"
 loadgen "$W/t5c.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
-	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask &
+	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask \
+	--weights 16384 &
 PID[lg5c]=$!
 t_use=
 t_rows=
@@ -356,7 +365,10 @@ sleep 5
 loadgen_stop
 wait "${PID[lg5c]}"
 rc=$?
-sed 's/^/  /' "$W/t5c.out" | tail -n 5
+sed 's/^/  /' "$W/t5c.out" | tail -n 7
+# n2's ranks came back empty: what the placement gives them comes from n0 and n1's
+grep -Eq '^weights: [1-9][0-9]* moves; experts received [0-9]+ from their node, [1-9]' "$W/t5c.out" ||
+	fail "n2's ranks got no weights from the other nodes"
 [ -n "$t_use" ] || { sed 's/^/  [recover] /' "$W/recover.out" | tail -n 12; fail "no placement using n2 again"; }
 [ -n "$t_rows" ] || fail "no rows reached n2 after it came back"
 grep -q '^loadgen: ok$' "$W/t5c.out" && [ $rc = 0 ] || fail "traffic with n2 back (exit $rc)"
@@ -386,14 +398,14 @@ chaos_start() { # OUT [loadgen args]: recover (if not running) and masked, check
 	fi
 	loadgen "$out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
 		--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 200 --placements --mask \
-		--allow-errors --batch-ms 5000 "$@" &
+		--allow-errors --batch-ms 5000 --weights 16384 "$@" &
 	PID[lgc]=$!
 }
 chaos_stop() { # OUT WHAT: stop the traffic, check it
 	loadgen_stop
 	wait "${PID[lgc]}"
 	local rc=$?
-	sed 's/^/  /' "$1" | grep -E '^  (mask|checks|killed|allowed|loadgen)'
+	sed 's/^/  /' "$1" | grep -E '^  (mask|checks|killed|allowed|weights|loadgen)'
 	grep -Eq '^checks: 0 corrupt, 0 duplicate' "$1" || fail "$2: rows lost their check"
 	grep -q '^loadgen: ok$' "$1" && [ $rc = 0 ] || fail "$2: traffic (exit $rc)"
 }
@@ -447,7 +459,7 @@ g=$(gen_of 0)
 kill -9 "${PID[etcd]}"
 wait "${PID[etcd]}" 2>/dev/null
 sleep 3
-etcd --name default --data-dir "$W/etcd" --listen-client-urls http://127.0.0.1:2379 \
+etcd --name default --data-dir "$W/etcd" --listen-client-urls "$ETCD_URLS" \
 	--advertise-client-urls http://127.0.0.1:2379 --listen-peer-urls http://127.0.0.1:2380 \
 	--initial-advertise-peer-urls http://127.0.0.1:2380 \
 	--initial-cluster default=http://127.0.0.1:2380 >> "$W/etcd.log" 2>&1 &
@@ -478,6 +490,32 @@ one_placement "a rank killed"
 tk=$(sed -n 's/.* at \([0-9.]*\) s (CLOCK_MONOTONIC)$/\1/p' "$W/t5e.out" | head -n 1)
 [ -n "$tk" ] && [ -n "$tm" ] &&
 	say "   rank 5 killed -9: n0 counted it lost $(awk -v k="$tk" -v m="$tm" 'BEGIN { printf "%.0f", m - k * 1000 }') ms from its death by the guest's monotonic clock (read on two vCPUs: under TCG they differ by up to ~0.1 s); a placement without it committed within $((t1 - t0 + 100)) ms after that was seen"
+
+say "5f. n2 cut off from etcd (not from n0 and n1) under traffic; then healed"
+chaos_start "$W/t5f.out"
+wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of 5f did not all attach"
+sleep 5
+g=$(gen_of 0)
+t0=$(now_ms)
+# n2's packets to its etcd address are dropped: its requests hang, its lease expires
+ip rule add pref 5 to 127.0.0.2 blackhole
+a=$(wait_until 30 lost_is 0 2) && b=$(wait_until 30 lost_is 1 2) ||
+	fail "n0 and n1 did not mask the ranks of n2, out of etcd"
+c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement without n2, out of etcd"; }
+t1=$(now_ms)
+say "   n2 out of etcd: masked on n0 after $a ms (its lease is ${LEASE_S} s), on n1 $b ms later; a placement without n2's ranks committed after $((t1 - t0)) ms"
+grep -E 'etcd' "$W/n2.log" | tail -n 3 | sed 's/^/  [n2 log] /'
+g=$(gen_of 0)
+sleep 4
+t0=$(now_ms)
+ip rule del pref 5 to 127.0.0.2 blackhole
+a=$(wait_until 60 lost_is 0 0) || fail "n0 did not see n2's ranks again once n2 reached etcd"
+c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement using n2 once it reached etcd"; }
+t1=$(now_ms)
+say "   etcd back for n2: its ranks live on n0 after $a ms; a placement using them committed after $((t1 - t0)) ms"
+sleep 4
+chaos_stop "$W/t5f.out" "n2 cut off from etcd"
+one_placement "n2 cut off from etcd"
 kill "${PID[rec]}" 2>/dev/null
 wait "${PID[rec]}" 2>/dev/null
 unset "PID[rec]"

@@ -52,6 +52,7 @@ struct opts {
 	uint32_t prefix_blocks;          /* --prefix-blocks: a cached head of N blocks (0: ROUTE) */
 	uint32_t block_tokens;           /* --block-tokens: locusd's sig_cache_block_tokens */
 	int placements;                  /* --placements: ranks take part in placement changes */
+	uint64_t weights;                /* --weights BYTES: ranks hold and move expert weights */
 	int mask;                        /* --mask: dispatch with LOCUS_DESC_F_MASK; a batch
 					  * ends without the ranks that were lost */
 };
@@ -87,6 +88,12 @@ struct proc_stats {
 	int region_registered, region_released;
 	char region_how[16];            /* the exporter used */
 	uint64_t blocks_named, blocks_found, partial; /* prefill, --prefix-blocks */
+	/* --weights: moves done, experts sent / received (our node, another) / from storage */
+	uint64_t w_moves, w_sent, w_here, w_other, w_storage, w_bytes_in, w_timeouts;
+	uint64_t w_ms_max;              /* the longest move, staged seen -> acknowledged */
+	uint64_t w_unheld;              /* rows for an expert whose weights we did not hold */
+	uint64_t w_stray, w_unplanned;  /* rows over held weights; moves with no table */
+	char w_first[96];
 } __attribute__((aligned(64)));
 
 #define ATTACH_TIMEOUT_MS 5000u /* every attach of locus-loadgen's processes, by default */
@@ -163,6 +170,21 @@ int lg_blocks_init(char *why, size_t len);
 long lg_whole_sig(const struct locus_trace_req *r, void *buf, size_t cap);
 long lg_blocks_req(const struct locus_trace_req *r, uint8_t *inserted, void *buf, size_t cap,
 		   uint32_t *n_cached);
+
+/*
+ * --weights (loadgen_weights.c): a rank's weights region and mover; the
+ * generation in force loaded; descriptors of the mover taken (1) or not
+ * (0); placement changes followed with the weights moved before the ack;
+ * rows checked against what is held.
+ */
+struct lg_weights;
+struct lg_weights *lg_weights_open(struct locus_client *c, uint32_t rank, struct proc_stats *s);
+void lg_weights_close(struct lg_weights *w);
+void lg_weights_start(struct lg_weights *w, uint64_t current);
+int lg_weights_take(struct lg_weights *w, const struct locus_desc *d);
+void lg_weights_follow(struct lg_weights *w);
+void lg_weights_check_rows(struct lg_weights *w, uint32_t layer, const uint16_t *experts,
+			   const struct locus_row_ref *refs, uint32_t n_rows, uint32_t top_k);
 
 /* loadgen_opts.c: the command line into O (-1 when it is wrong), and its help. */
 int lg_parse_args(int argc, char **argv);

@@ -36,6 +36,11 @@ void lg_usage(void)
 		"                                 acknowledges a staged generation at once and\n"
 		"                                 releases older ones as free_below passes them;\n"
 		"                                 a row of a generation it does not hold fails)\n"
+		"         [--weights BYTES]      (with --placements: each rank holds BYTES of\n"
+		"                                 weights per expert in a registered region and\n"
+		"                                 moves them through locusd, nearest holder\n"
+		"                                 first, before it acknowledges; every gained\n"
+		"                                 expert and every row's expert is checked)\n"
 		"         [--linger-ms N]        (at the end, stay attached and idle N ms)\n"
 		"         [--attach-timeout-ms N] (each attach's bound, default 5000)\n"
 		"         [--prefix-blocks N [--block-tokens B]]  (prefix-cached prompts: each\n"
@@ -109,6 +114,7 @@ int lg_parse_args(int argc, char **argv)
 		{ "linger-ms", required_argument, NULL, 'L' },
 		{ "placements", no_argument, NULL, 'Z' },
 		{ "mask", no_argument, NULL, 'k' },
+		{ "weights", required_argument, NULL, 'w' },
 		{ "attach-timeout-ms", required_argument, NULL, 'U' },
 		{ "prefix-blocks", required_argument, NULL, 'H' },
 		{ "block-tokens", required_argument, NULL, 'Q' },
@@ -157,6 +163,11 @@ int lg_parse_args(int argc, char **argv)
 		case 'W': O.respawn = 1; break;
 		case 'Z': O.placements = 1; break;
 		case 'k': O.mask = 1; break;
+		case 'w':
+			O.weights = strtoull(optarg, NULL, 10);
+			if (!O.weights || O.weights > (64ull << 20))
+				return -1;
+			break;
 		case 'L': O.linger_ms = (uint32_t)v; break;
 		case 'U':
 			if (!v || v > 600000)
@@ -182,7 +193,7 @@ int lg_parse_args(int argc, char **argv)
 				"--allow-errors; --respawn needs --kill-rank\n");
 		return -1;
 	}
-	if (!O.batch_ms)
+	if (!O.batch_ms || (O.weights && !O.placements))
 		return -1;
 	if (O.block_tokens == 0 || O.block_tokens > LOCUS_BLOCKS_MAX_BLOCK_TOKENS ||
 	    O.prefix_blocks > LOCUS_BLOCKS_MAX_CACHED) {

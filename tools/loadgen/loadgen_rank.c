@@ -75,6 +75,7 @@ struct rank_state {
 	int dmafd;
 	size_t rlen;
 	uint32_t region;
+	struct lg_weights *wt;        /* --weights */
 };
 
 static uint32_t comb_outstanding(const struct rank_state *rs);
@@ -330,6 +331,9 @@ static void answer_rows(struct rank_state *rs, struct proc_stats *s, const struc
 	h = locus_rows_hdr_of(msg);
 	refs = locus_rows_refs(msg);
 	by_token = !!(h->flags & LOCUS_ROWS_IN_PLACE);
+	if (rs->wt && h->top_k)
+		lg_weights_check_rows(rs->wt, h->layer, locus_rows_experts(msg, h->n_rows), refs,
+				      h->n_rows, h->top_k);
 	rows = by_token ? in_place_rows(rs, d, h, refs) : msg + h->rows_off;
 	if ((uint64_t)h->n_rows * h->row_bytes > COMB_ROWS) {
 		corrupt(s, "rank %u: %u rows of %u bytes exceed a combine slot", rs->rank,
@@ -690,8 +694,19 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 
 		locus_client_placement_join(rs->c);
 		locus_client_placement(rs->c, &p);
-		if (p.current)
+		if (O.weights) {
+			rs->wt = lg_weights_open(rs->c, rank, s);
+			if (!rs->wt) {
+				s->failed = 1;
+				__atomic_add_fetch(&S->ranks_failed, 1, __ATOMIC_ACQ_REL);
+				locus_client_detach(rs->c);
+				free(rs);
+				return 1;
+			}
+			lg_weights_start(rs->wt, p.current);
+		} else if (p.current) {
 			locus_client_placement_ack(rs->c, p.current);
+		}
 	}
 	rs->stage = locus_client_stage(rs->c, &rs->stage_size);
 	rs->rows = rs->stage + ROWS_OFF;
@@ -774,8 +789,11 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 			break;
 		}
 		for (int i = 0; i < n; i++)
-			handle(rs, s, &d[i]);
-		if (O.placements)
+			if (!lg_weights_take(rs->wt, &d[i]))
+				handle(rs, s, &d[i]);
+		if (rs->wt)
+			lg_weights_follow(rs->wt);
+		else if (O.placements)
 			follow_placement(rs, s);
 		backlog_drain(rs, s);
 		kick(rs);
@@ -817,6 +835,7 @@ int run_rank(uint32_t rank, struct proc_stats *s)
 		s->failed = 1;
 	}
 out:
+	lg_weights_close(rs->wt);
 	region_teardown(rs, s);
 	locus_client_detach(rs->c);
 	backlog_free(rs);

@@ -464,6 +464,8 @@ int main(int argc, char **argv)
 	uint64_t sub = 0, comp = 0, ok = 0, errs = 0, lost = 0, corrupt = 0, dup = 0;
 	uint64_t rows_out = 0, delivered = 0, verified = 0, retries = 0, lat[LAT_BUCKETS] = { 0 };
 	uint64_t pl_acked = 0, pl_released = 0;
+	struct proc_stats wsum = { 0 };
+	const char *w_first = NULL;
 	uint64_t masked = 0, unanswered = 0, gone_ref = 0, lost_b = 0, first_mask = 0;
 	uint64_t sig_retries = 0, abandoned = 0, late = 0, orphaned = 0, pre_orphaned = 0;
 	uint64_t dropped = 0, disp = 0, combs = 0;
@@ -628,6 +630,20 @@ int main(int argc, char **argv)
 			rows_out += s->rows_out;
 			pl_acked += s->pl_acked;
 			pl_released += s->pl_released;
+			wsum.w_moves += s->w_moves;
+			wsum.w_sent += s->w_sent;
+			wsum.w_here += s->w_here;
+			wsum.w_other += s->w_other;
+			wsum.w_storage += s->w_storage;
+			wsum.w_bytes_in += s->w_bytes_in;
+			wsum.w_timeouts += s->w_timeouts;
+			wsum.w_unheld += s->w_unheld;
+			wsum.w_stray += s->w_stray;
+			wsum.w_unplanned += s->w_unplanned;
+			if (s->w_ms_max > wsum.w_ms_max)
+				wsum.w_ms_max = s->w_ms_max;
+			if (s->w_unheld && !w_first)
+				w_first = s->w_first;
 			masked += s->masked;
 			unanswered += s->unanswered;
 			gone_ref += s->gone_refusals;
@@ -670,6 +686,20 @@ int main(int argc, char **argv)
 		printf("placements: the ranks acknowledged %llu staged generation(s) and released "
 		       "older ones %llu time(s)\n", (unsigned long long)pl_acked,
 		       (unsigned long long)pl_released);
+	if (O.weights) {
+		printf("weights: %llu moves; experts received %llu from their node, %llu from another "
+		       "node, %llu from storage, %.3f MB in; %llu sent; longest move %llu ms; %llu "
+		       "timed out, %llu without a plan\n", (unsigned long long)wsum.w_moves,
+		       (unsigned long long)wsum.w_here, (unsigned long long)wsum.w_other,
+		       (unsigned long long)wsum.w_storage, (double)wsum.w_bytes_in / 1e6,
+		       (unsigned long long)wsum.w_sent, (unsigned long long)wsum.w_ms_max,
+		       (unsigned long long)wsum.w_timeouts, (unsigned long long)wsum.w_unplanned);
+		printf("weights: %llu rows for an expert not held, %llu rows over held weights%s%s\n",
+		       (unsigned long long)wsum.w_unheld, (unsigned long long)wsum.w_stray,
+		       w_first ? "; first: " : "", w_first ? w_first : "");
+		if (wsum.w_unheld || wsum.w_stray)
+			failed = 1;
+	}
 	if (O.mask)
 		printf("mask: %llu (token, slot) pairs masked (no live copy), %llu unanswered (their "
 		       "rank lost holding them) in %llu batches, %llu refusals of rows whose rank had "
