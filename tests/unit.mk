@@ -92,6 +92,8 @@ $(eval $(call TEST,test_locus_stat_errors,tests/test_locus_stat_errors.c \
 	tests/stat_test_run.c,counters shm))
 $(BUILD)/tests/test_locus_stat $(BUILD)/tests/test_locus_stat_errors: $(BUILD)/bin/locus-stat
 $(eval $(call TEST,test_grace_heldout,tests/test_grace_heldout.c,eval))
+# the recovery fit held out on the real traces (skipped without them)
+$(eval $(call TEST,test_grace_adapt_heldout,tests/test_grace_adapt_heldout.c,eval datapaths))
 $(eval $(call TEST,test_grace_bound,tests/test_grace_bound.c,eval))
 
 # control/'s etcd client, against a real etcd the test starts

@@ -276,21 +276,6 @@ static void print_placements(int cell, struct topo_run *const *runs)
 	}
 }
 
-static void print_interval(double point, double *x, int pct)
-{
-	double lo, hi;
-
-	if (isnan(point)) {
-		printf(" %24s", "n/a (one node)");
-		return;
-	}
-	gh_interval_bc(point, x, BOOT, &lo, &hi);
-	if (pct)
-		printf(" %+6.1f%% [%+6.1f, %+6.1f]", 100 * point, 100 * lo, 100 * hi);
-	else
-		printf(" %+7.3f [%+.3f, %+.3f]", point, lo, hi);
-}
-
 /*
  * GRACE's goal, judged on the intervals: rows off the GPU at least 20 %
  * fewer (the interval's upper end at or below -20 %) and max/mean not
@@ -322,7 +307,7 @@ static void print_comparisons(struct topo_run *const *runs, struct boot *const *
 				printf("%ux%-4u %-12s %-7c", gf_topos[ti].nodes, gf_topos[ti].gpus,
 				       cell_name[c], (int)('A' + k));
 				for (int x = 0; x < 4; x++)
-					print_interval(v[x], bts[ti]->d[c][k][x], x < 2);
+					gh_print_interval(v[x], bts[ti]->d[c][k][x], BOOT, x < 2);
 				memcpy(tmp, bts[ti]->d[c][k][0], sizeof(tmp));
 				gh_interval_bc(v[0], tmp, BOOT, &lo, &hi);
 				memcpy(tmp, bts[ti]->d[c][k][2], sizeof(tmp));

@@ -38,7 +38,7 @@ void gf_die(const char *what, const struct locus_error *err, int rc);
 
 /*
  * One ESFT domain (the DeepSeek-V2-Lite expert scores under root, gate
- * order): its sequences in two halves (the first for fitting) and the
+ * order), or any trace: its sequences in two halves (the first for fitting) and the
  * profile of the first half, token by token in sequence order. Exits on error.
  */
 struct gf_domain {
@@ -47,6 +47,14 @@ struct gf_domain {
 	struct locus_gracefit_profile prof;
 };
 void gf_domain_load(const char *root, const char *dom, struct gf_domain *d);
+
+/*
+ * The same for any trace (taken over: gf_domain_free frees it), every token
+ * of a request (prompt, then generated): the first half of its requests
+ * and the second, or with alternate the even-numbered and the odd-numbered
+ * (a trace ordered by source, where halves would differ in topic).
+ */
+void gf_domain_split(struct locus_trace *t, int alternate, struct gf_domain *d);
 void gf_domain_free(struct gf_domain *d);
 
 /* OLMoE's per-domain loads (grace_olmoe.c). */

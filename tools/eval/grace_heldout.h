@@ -25,10 +25,12 @@ struct gh_set {
 
 /* Per-sequence contributions under one placement. */
 struct gh_score {
-	uint32_t n_seq, L, N;
+	uint32_t n_seq, L, N, k;
+	uint64_t lost;       /* bit r: rank r is lost (N <= 64 then): no tokens, no load */
 	double *rows_gpu;    /* [n_seq] rows sent off the source GPU */
 	double *rows_node;   /* [n_seq] rows sent to another node */
 	double *tl;          /* [n_seq] token-layers */
+	double *masked;      /* [n_seq] (token, expert) pairs with no live copy; NULL: none */
 	double *load;        /* [n_seq][L][N] pairs served per GPU */
 	uint32_t slots_max;  /* experts (copies) on the fullest GPU of any layer */
 };
@@ -38,9 +40,27 @@ struct gh_score {
 void gh_score_grace(const struct locus_grace_map *m, const struct gh_set *s,
 		    struct gh_score *out);
 
+/*
+ * The same with the ranks of lost (bit r: rank r; 0: none) gone: token t
+ * of the set sits on the (t mod live)-th live rank, the planner sends
+ * nothing to a lost rank, and a pair whose expert has no live copy is
+ * masked (counted, served nowhere). Needs N <= 64.
+ */
+void gh_score_grace_lost(const struct locus_grace_map *m, const struct gh_set *s,
+			 uint64_t lost, struct gh_score *out);
+
 /* EPLB's placement under vLLM's dispatch (locus_gracefit_eplb_dispatch). */
 void gh_score_eplb(const struct locus_gracefit_eplb *p, uint32_t gpus_per_node,
 		   const struct gh_set *s, struct gh_score *out);
+
+/*
+ * An EPLB placement for the live ranks of an N-rank cluster: its GPU g is
+ * rank rank_of[g] (p->n_gpus of them, the ranks not in lost, ascending);
+ * tokens on the live ranks as above.
+ */
+void gh_score_eplb_on(const struct locus_gracefit_eplb *p, const uint16_t *rank_of,
+		      uint32_t N, uint32_t gpus_per_node, uint64_t lost,
+		      const struct gh_set *s, struct gh_score *out);
 
 void gh_score_free(struct gh_score *c);
 
@@ -58,8 +78,9 @@ struct gh_unit {
 struct gh_metrics {
 	double rows_gpu;   /* rows off the source GPU per token-layer */
 	double rows_node;  /* rows to other nodes per token-layer */
-	double mm;         /* max/mean of the GPUs' loads, mean over units and layers */
+	double mm;         /* max/mean of the live GPUs' loads, mean over units and layers */
 	double cv;         /* std/mean of the same loads, likewise */
+	double masked;     /* share of (token, expert) pairs masked */
 };
 
 /* Metrics over units u[0..n-1] (loads summed inside a unit). */
@@ -78,6 +99,12 @@ void gh_interval(double *x, size_t n, double *lo, double *hi);
  * can exclude it (e.g. -0.040 [-0.034, -0.017]).
  */
 void gh_interval_bc(double point, double *x, size_t n, double *lo, double *hi);
+
+/*
+ * Print " point [lo, hi]" of that interval, as a signed percentage when pct,
+ * or "n/a (one node)" when point is NaN (a relative change of nothing).
+ */
+void gh_print_interval(double point, double *x, size_t n, int pct);
 
 
 #endif /* GRACE_HELDOUT_H */
