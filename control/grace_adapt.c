@@ -10,7 +10,8 @@
  *  3. an expert with no live copy goes to the live rank of least predicted
  *     load in its layer, hottest first (a move from storage: no holder);
  *  4. while a layer's busiest live rank predicts more than skew x the live
- *     mean, or its least loaded one less than the mean / skew, the busiest
+ *     mean, or its least loaded one less than the mean / skew (skew 0: the
+ *     balance the layer had before the change, plus 2 %), the busiest
  *     one's largest copy that lowers the peak moves to the live rank of
  *     least load not holding that expert (a rank that came back with
  *     nothing fills up this way), up to max_moves in all.
@@ -30,6 +31,7 @@
 #include "locus_tblfile_priv.h"
 
 #define HDR sizeof(struct locus_tbl_hdr)
+#define ADAPT_SLACK 1.02 /* skew 0: how far past the placed balance a layer may end */
 
 /* One layer being adapted: copies per expert as a flat list, loads per rank. */
 struct layer {
@@ -196,6 +198,26 @@ static double layer_skew(const struct layer *y, uint32_t *busiest, double *low)
 }
 
 /*
+ * The layer's balance as placed: its busiest holder over the mean of the
+ * ranks that hold a copy, lost ones included (what the fit reached).
+ */
+static double placed_skew(struct layer *y)
+{
+	double sum = 0, max = 0;
+	uint32_t n = 0;
+
+	predict(y);
+	for (uint32_t r = 0; r < y->N; r++) {
+		if (!(y->pred[r] > 0))
+			continue;
+		n++;
+		sum += y->pred[r];
+		max = LOCUS_MAX(max, y->pred[r]);
+	}
+	return n && sum > 0 ? LOCUS_MAX(1.0, max / (sum / n)) : 1.0;
+}
+
+/*
  * Step 4 for one layer; the moves it made. It goes on while the busiest
  * live rank is above skew x the mean or the least loaded below the mean /
  * skew: a rank back with nothing takes a fair share.
@@ -261,8 +283,9 @@ int locus_gracefit_adapt(const void *payload, size_t len, const uint64_t *lost, 
 	*out = NULL;
 	*out_len = 0;
 	memset(rep, 0, sizeof(*rep));
-	if (!(skew >= 1))
-		return locus_error_set(err, LOCUS_ERANGE, "skew bound %g: 1 or more", skew);
+	if (!(skew >= 1) && skew != 0)
+		return locus_error_set(err, LOCUS_ERANGE, "skew bound %g: 1 or more, or 0 (the "
+				       "balance as placed)", skew);
 	blob = malloc(HDR + len);
 	if (!blob)
 		return locus_error_set(err, ENOMEM, "out of memory");
@@ -293,11 +316,11 @@ int locus_gracefit_adapt(const void *payload, size_t len, const uint64_t *lost, 
 		struct layer y = { .E = E, .R = R, .N = N, .pri = v.primary + (size_t)l * E,
 				   .rep = v.replica + (size_t)l * E * R,
 				   .W = v.expert_load + (size_t)l * E, .pred = pred, .lost = lost };
+		double bound = skew ? skew : placed_skew(&y) * ADAPT_SLACK, low;
 		uint32_t busiest = 0;
-		double low;
 
 		survive(&y, rep, order);
-		rep->moved += even_out(&y, skew, max_moves - rep->moved);
+		rep->moved += even_out(&y, bound, max_moves - rep->moved);
 		skew_sum += layer_skew(&y, &busiest, &low);
 		memset(cnt, 0, 2 * (size_t)N * sizeof(*cnt));
 		for (uint32_t e = 0; e < E; e++) {

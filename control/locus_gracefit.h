@@ -434,7 +434,9 @@ struct locus_gracefit_adapt {
  * was lost, experts with no live copy placed on the least-loaded live rank
  * (hottest first), then, while a layer's busiest live rank predicts more
  * than skew x the live mean or its least loaded one less than the mean /
- * skew, the busiest one's largest copy that lowers the peak moved to the
+ * skew (skew 0: the layer's balance as placed, its busiest holder over the
+ * holders' mean, plus 2 %), the busiest one's largest copy that lowers the
+ * peak moved to the
  * least-loaded live rank without one, at most max_moves in all (a rank
  * back with nothing fills up this way). A sealed blob (generation 0) in
  * *out (free() it). 0, or -LOCUS_ERANGE (every rank lost, skew < 1, the

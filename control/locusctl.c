@@ -135,7 +135,7 @@ static const struct locusctl_cmd cmds[] = {
 	  "        [--replica-budget B] [--seed S] [--groups N] [--json]" },
 	{ "recover", locusctl_recover_cluster,
 	  "recover --cluster --etcd URL[,URL] [--interval S] [--settle-ms 1000] [--lease-s 10]\n"
-	  "        [--skew 1.25] [--max-moves M] [--expert-bytes B] [--count N] [--cluster-id N]\n"
+	  "        [--skew auto|X] [--max-moves M] [--expert-bytes B] [--count N] [--cluster-id N]\n"
 	  "        [--prepare-timeout-ms N]   (one per node: the leader refits the placement over\n"
 	  "        the live ranks and pushes it in two phases when a rank is lost or comes back)" },
 	{ "rebalance", cmd_rebalance,

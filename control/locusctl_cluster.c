@@ -53,7 +53,7 @@ int cl_parse(int argc, char **argv, struct copts *o, int want_path)
 	*o = (struct copts){ .prefix = "/locus", .cluster = 1, .timeout_ms = 10000,
 			     .prepare_ms = 30000, .interval = -1, .threshold = 0.05, .decay = 1,
 			     .window = 1, .every = 1, .max_moves = UINT32_MAX, .settle_ms = 1000,
-			     .lease_s = 3, .skew = 1.25, .expert_bytes = 0 };
+			     .lease_s = 3, .skew = 0, .expert_bytes = 0 };
 	o->etcd = getenv("LOCUS_ETCD");
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -110,8 +110,13 @@ int cl_parse(int argc, char **argv, struct copts *o, int want_path)
 			if (locusctl_parse_u64(argv[++i], 3600, &o->lease_s) < 0 || o->lease_s < 1)
 				return -1;
 		} else if (!strcmp(a, "--skew")) {
-			if (parse_dbl(argv[++i], 1, 100, &o->skew) < 0)
+			/* auto (0): each layer's balance as placed, plus 2 % */
+			if (i + 1 < argc && !strcmp(argv[i + 1], "auto")) {
+				o->skew = 0;
+				i++;
+			} else if (parse_dbl(argv[++i], 1, 100, &o->skew) < 0) {
 				return -1;
+			}
 		} else if (!strcmp(a, "--expert-bytes")) {
 			if (locusctl_parse_u64(argv[++i], UINT64_MAX / 65536, &o->expert_bytes) < 0)
 				return -1;

@@ -20,7 +20,7 @@
  * come from, and the weights that cross nodes from the nearest holder
  * against from each expert's old primary. 95 % bootstrap intervals over
  * held-out sequences (resampled within each domain's half), and paired
- * differences adapt (skew 1.25) minus EPLB and minus refit.
+ * differences adapt (recover's default, skew auto) minus EPLB and minus refit.
  */
 #include <errno.h>
 #include <math.h>
@@ -167,7 +167,7 @@ static void print_fault(const struct model *md, const struct gf_topo *t, int fau
 		double v[3];
 
 		diffs(&m[GA_ADAPT], &m[cmp_b[k]], v);
-		printf("  adapt 1.25 - %-7s busiest/mean", k ? "refit" : "EPLB");
+		printf("  adapt auto - %-7s busiest/mean", k ? "refit" : "EPLB");
 		gh_print_interval(v[0], bt->d[k][0], BOOT, 0);
 		printf("  off GPU");
 		gh_print_interval(v[1], bt->d[k][1], BOOT, 1);

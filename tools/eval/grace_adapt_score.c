@@ -13,9 +13,9 @@
 #define NONE 0xffffu
 
 const char *const ga_method_name[GA_N_METHODS] = {
-	"adapt, skew 1.1", "adapt, skew 1.25", "mask only", "refit", "EPLB on survivors",
+	"adapt, skew auto", "adapt, skew 1.25", "mask only", "refit", "EPLB on survivors",
 };
-static const double skew_of[2] = { 1.1, 1.25 };
+static const double skew_of[2] = { 0, 1.25 }; /* 0: the balance as placed */
 
 const char *const ga_fault_name[GA_N_FAULTS] = {
 	"rank lost", "node lost", "rank back", "node back",
@@ -319,7 +319,7 @@ void ga_case_run(const struct ga_fits *f, int fault, uint32_t which, struct ga_c
 	hold_grace(f->blob, f->len, c->lost, &orig);
 
 	for (int a = 0; a < 2; a++) {
-		int m = a ? GA_ADAPT : GA_ADAPT_TIGHT;
+		int m = a ? GA_ADAPT_FIXED : GA_ADAPT;
 
 		b1 = adapt(f->blob, f->len, lost, skew_of[a], &l1);
 		if (!back) {

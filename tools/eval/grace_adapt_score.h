@@ -6,7 +6,7 @@
  * does, EPLB (1 group) as vLLM calls it. A fault loses one rank or one
  * node, or brings it back; the methods:
  *   adapt          locus_gracefit_adapt from the placement in force (skew
- *                  1.1 and locusctl's default 1.25, no move bound)
+ *                  auto: the balance as placed, and 1.25; no move bound)
  *   mask only      the fitted placement as it is: lost copies unreachable
  *   refit          a fresh GRACE fit for the live ranks (one flat node of
  *                  N' GPUs: GRACE's nodes are equal, 4 + 3 are not)
@@ -24,7 +24,7 @@
 #include "grace_figures.h"
 #include "grace_heldout.h"
 
-enum { GA_ADAPT_TIGHT, GA_ADAPT, GA_MASK, GA_REFIT, GA_EPLB, GA_N_METHODS };
+enum { GA_ADAPT, GA_ADAPT_FIXED, GA_MASK, GA_REFIT, GA_EPLB, GA_N_METHODS };
 extern const char *const ga_method_name[GA_N_METHODS];
 
 enum { GA_RANK_LOST, GA_NODE_LOST, GA_RANK_BACK, GA_NODE_BACK, GA_N_FAULTS };
