@@ -66,7 +66,10 @@ struct locus_weights_params {
 	void *arg;
 	uint64_t stage_off;      /* stage room for the COMBINE requests (8-aligned) */
 	uint64_t stage_len;
-	uint32_t rows_per_send;  /* rows per COMBINE (0: 64) */
+	uint32_t rows_per_send;  /* rows per COMBINE (0: 16, 64 KiB) */
+	uint32_t max_in_flight;  /* bytes of weights in flight at once (0: 256 KiB; at least
+				  * one COMBINE, at most 16): the move shares the rails
+				  * with token rows */
 };
 
 struct locus_weights_stats {

@@ -104,12 +104,15 @@ int locus_weights_create(struct locus_client *c, const struct locus_weights_para
 	w->row = (uint32_t)(p->expert_bytes < LOCUS_WEIGHTS_ROW ? p->expert_bytes
 								 : LOCUS_WEIGHTS_ROW);
 	w->n_rows = (uint32_t)(locus_weights_span(p->expert_bytes) / w->row);
-	w->per = p->rows_per_send ? p->rows_per_send : 64;
+	w->per = p->rows_per_send ? p->rows_per_send : 16;
 	if (w->per > w->n_rows)
 		w->per = w->n_rows;
 	w->n_pieces = (w->n_rows + w->per - 1) / w->per;
 	w->slot_len = LOCUS_ALIGN_UP((uint64_t)locus_combine_req_len(w->per), 64ull);
-	w->n_slots = (uint32_t)LOCUS_MIN(p->stage_len / w->slot_len, (uint64_t)W_WINDOW);
+	w->n_slots = (uint32_t)LOCUS_MIN(p->stage_len / w->slot_len,
+					 LOCUS_MAX((p->max_in_flight ? p->max_in_flight : 256u << 10) /
+						   ((uint64_t)w->per * w->row), 1ull));
+	w->n_slots = LOCUS_MIN(w->n_slots, (uint32_t)W_WINDOW);
 	if (!w->n_slots || w->n_pieces > 0xffff) {
 		locus_error_set(err, EINVAL, "weights: %llu stage bytes hold no COMBINE of %u rows, "
 				"or an expert needs %u pieces (at most 65535)",

@@ -231,7 +231,7 @@ grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every one of the
 # is checked against what they hold; the push commits once all six hold it
 say "   a placement in two phases under traffic: six ranks acknowledge, then it commits"
 loadgen "$W/t5.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 50 --batches 150 --tokens 16 \
-	--row-bytes 1024 --decode-us 500 --seconds 150 --placements --weights 16384 &
+	--row-bytes 1024 --decode-us 500 --seconds 150 --placements --weights 4096 &
 PID[lg5]=$!
 sleep 8 # the ranks attached and traffic flows
 push_cluster "$LV_TABLES/grace2.tbl" || fail "two-phase push to three nodes"
@@ -241,6 +241,7 @@ grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every node adopt
 wait "${PID[lg5]}"
 rc=$?
 sed 's/^/  /' "$W/t5.out" | tail -n 9
+grep -q '^loadgen: ok$' "$W/t5.out" || { sed 's/^/  [t5] /' "$W/t5.out" | head -n 40; show_logs 25; }
 grep -Eq '^weights: [1-9][0-9]* moves; experts received [0-9]+ from their node, [1-9]' "$W/t5.out" ||
 	fail "no weights moved across nodes for the placement change"
 grep -q '^loadgen: ok$' "$W/t5.out" && [ $rc = 0 ] || fail "traffic across the switch (exit $rc)"
@@ -279,7 +280,7 @@ PID[smp]=$!
 g0=$(gen_of 0)
 loadgen "$W/t5b.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
 	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask \
-	--allow-errors --batch-ms 5000 --weights 16384 &
+	--allow-errors --batch-ms 5000 --weights 4096 &
 PID[lg5b]=$!
 # loadgen_stop: SIGTERM: no new batch, what is sent finishes (a run of no fixed length)
 loadgen_stop() { pkill -TERM -x locus-loadgen; }
@@ -347,7 +348,7 @@ t_back=$(now_ms)
 start 2 || fail "n2 did not start again"
 loadgen "$W/t5c.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
 	--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 150 --placements --mask \
-	--weights 16384 &
+	--weights 4096 &
 PID[lg5c]=$!
 t_use=
 t_rows=
@@ -398,7 +399,7 @@ chaos_start() { # OUT [loadgen args]: recover (if not running) and masked, check
 	fi
 	loadgen "$out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 20 --batches 100000 \
 		--tokens 16 --row-bytes 1024 --decode-us 500 --seconds 200 --placements --mask \
-		--allow-errors --batch-ms 5000 --weights 16384 "$@" &
+		--allow-errors --batch-ms 5000 --weights 4096 "$@" &
 	PID[lgc]=$!
 }
 chaos_stop() { # OUT WHAT: stop the traffic, check it
