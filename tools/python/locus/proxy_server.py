@@ -270,12 +270,14 @@ class Proxy:
         url = self.decode[i] + "/metrics"
         try:
             async with session.get(url) as resp:
+                m.reachable = True
                 if resp.status != 200:
                     raise Unparsable(f"HTTP {resp.status}")
-                raw = await resp.content.read(MAX_TEXT + 1)
-            m.reachable = True
-            if len(raw) > MAX_TEXT:
-                raise Unparsable(f"more than {MAX_TEXT} bytes")
+                raw = bytearray()
+                async for chunk in resp.content.iter_any():
+                    raw += chunk
+                    if len(raw) > MAX_TEXT:
+                        raise Unparsable(f"more than {MAX_TEXT} bytes")
             engine, running, waiting, kv = load_of(raw.decode("utf-8", errors="replace"))
         except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as e:
             m.reachable = False

@@ -474,7 +474,10 @@ def test_proxy_loads_from_metrics(proxies, eldr_table, tmp_path):
     that stop parsing fall back to the requests in flight, counted."""
     d, be, p = proxies("--metrics-interval", "0.1", "--kv-weight", "10")
     loads = [0, 9, 9, 0]  # running + waiting + 10 x KV usage
-    be.metrics = [vllm_metrics(0, 0, 0.0), vllm_metrics(5, 2, 0.2),
+    # decoder 0's text is as long as a real server's, its histograms first
+    hist = "".join(f'vllm:e2e_request_latency_seconds_bucket{{le="{b}",model_name="m"}} 0.0\n'
+                   for b in range(4000))
+    be.metrics = [hist + vllm_metrics(0, 0, 0.0), vllm_metrics(5, 2, 0.2),
                   sglang_metrics(4, 2, 0.3), sglang_metrics(0, 0, 0.01)]
     ref, _ = reference(eldr_table, dict(enumerate(loads)), 0, tmp_path)
     ref0, _ = reference(eldr_table, {i: 0 for i in range(DECODERS)}, 0, tmp_path)
