@@ -5,7 +5,7 @@ vLLM: vllm:num_requests_running + vllm:num_requests_waiting, KV usage
 vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc in older releases).
 SGLang (--enable-metrics): sglang:num_running_reqs + sglang:num_queue_reqs,
 KV usage sglang:token_usage. Request counts are summed over the series
-(one per engine, data-parallel rank or model); KV usage is the largest.
+(one per engine, data-parallel rank or model); KV usage is the largest (a fraction 0..1: other values are not used).
 """
 import math
 import re
@@ -85,7 +85,8 @@ def load_of(text):
         if not all(math.isfinite(v) and v >= 0 for v in vals):
             raise Unparsable(f"{engine}'s request gauges hold {vals}: counts expected")
         usage = next((samples[n] for n in kv if n in samples), None)
-        kv_usage = max(usage) if usage and all(math.isfinite(u) for u in usage) else None
+        # a fraction 0..1; anything else is not used
+        kv_usage = max(usage) if usage and all(0 <= u <= 1 for u in usage) else None
         return engine, sum(got[0]), sum(got[1]), kv_usage
     raise Unparsable("no request gauges of vLLM (vllm:num_requests_running, "
                      "vllm:num_requests_waiting) or SGLang (sglang:num_running_reqs, "

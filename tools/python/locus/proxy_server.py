@@ -56,6 +56,7 @@ log = logging.getLogger("pd_proxy")
 
 ROUTES = ("completions", "chat/completions")
 LOG_EVERY_S = 60.0
+MAX_LOAD = (1 << 31) - 1  # a load report is a u32
 MAX_DECODE_BODY = 64 << 20  # bytes of a non-streamed answer kept to record its routing
 
 
@@ -260,7 +261,8 @@ class Proxy:
         if self.fresh(i):
             m = self.metrics[i]
             kv = round(self.a.kv_weight * m.kv_usage) if m.kv_usage is not None else 0
-            return int(m.running + m.waiting + kv + max(0, self.inflight[i] - m.in_flight))
+            load = m.running + m.waiting + kv + max(0, self.inflight[i] - m.in_flight)
+            return int(min(load, MAX_LOAD))
         if count and self.a.metrics_interval > 0:
             self.reports_from_in_flight += 1
         return self.inflight[i]
