@@ -73,6 +73,21 @@ class Daemon:
                 self.stop()  # the fixture never got it: nobody else would end it
                 raise
 
+    def restart(self, table=None):
+        """Kill locusd and start it again on the same instance and
+        configuration (a restart under its clients), the table pushed again."""
+        self.kill()
+        runs = self.log_text().count(f"instance {self.instance} running")
+        self.proc = subprocess.Popen([os.path.join(BIN, "locusd"), "-c", self.conf],
+                                     stdout=open(self.log, "a"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while self.log_text().count(f"instance {self.instance} running") <= runs:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"locusd did not start again: {self.log_text()}")
+            time.sleep(0.05)
+        if table:
+            self.push(table)
+
     def log_text(self):
         with open(self.log) as f:
             return f.read()
