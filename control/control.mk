@@ -3,7 +3,7 @@
 # that simulate and the ELDR replay run (tests/test_layering.sh).
 $(BUILD)/control/%.o: INCLUDES = -Ishm -Icontrol
 $(BUILD)/control/sim.o $(BUILD)/control/sim_%.o $(BUILD)/control/eldr_replay.o \
-	$(BUILD)/control/eldr_quality_sim.o: INCLUDES += -Idataplane
+	$(BUILD)/control/eldr_quality_sim.o $(BUILD)/control/eldr_steps.o: INCLUDES += -Idataplane
 
 # an etcd v3 client over etcd's JSON gateway (libcurl, jansson, OpenSSL's base64)
 $(eval $(call LIBRARY,etcd,control/etcd.c control/etcd_watch.c,common,libcurl jansson libcrypto))
@@ -29,7 +29,8 @@ $(eval $(call LIBRARY,sim,control/sim.c control/sim_preset.c,eldr_router common)
 $(eval $(call LIBRARY,sim_moe,control/sim_moe.c control/sim_moe_route.c,\
 	grace_plan gracefit common))
 # the ELDR replay: decoder batches of a trace under a routing policy
-$(eval $(call LIBRARY,eldr_replay,control/eldr_replay.c control/eldr_quality_sim.c,\
+$(eval $(call LIBRARY,eldr_replay,control/eldr_replay.c control/eldr_quality_sim.c \
+	control/eldr_steps.c,\
 	eldrfit eldr_router trace formats common))
 
 # the loads record a node keeps in etcd for a rebalance of the cluster

@@ -15,6 +15,7 @@
 
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
+#include "locus_err_priv.h"
 #include "locus_tblfile.h"
 #include "locus_tblfile_priv.h"
 #include "locus_trace.h"
@@ -387,11 +388,18 @@ static int choose(const struct locus_trace *t, struct fit_args *a, struct locus_
 		.fixed = a->fixed, .batch = a->tauo.batch, .load_bound = a->tauo.load_bound,
 		.replay = eldr_replay_router, .oracle = eldr_replay_domain,
 	};
+	struct eldr_replay_cache *cache;
 	const char *why;
 	int ret;
 
 	if (a->tau_auto) {
+		ret = eldr_replay_cache_new(&cache);
+		if (ret < 0)
+			return locus_error_set(err, -ret, "out of memory");
+		a->tauo.replay_arg = cache;
 		ret = locus_eldrfit_tau_choose(t, NULL, 0, &a->o, &a->tauo, &taur, err);
+		eldr_replay_cache_free(cache);
+		a->tauo.replay_arg = NULL;
 		if (ret < 0)
 			return ret;
 		print_tau(&taur, K, B, a->tauo.load_bound > 0);
@@ -407,7 +415,13 @@ static int choose(const struct locus_trace *t, struct fit_args *a, struct locus_
 		       a->o.centroids_per_decoder ? a->o.centroids_per_decoder : 1);
 		return 0;
 	}
+	ret = eldr_replay_cache_new(&cache);
+	if (ret < 0)
+		return locus_error_set(err, -ret, "out of memory");
+	tu.replay_arg = cache;
+	tu.oracle_arg = cache;
 	ret = locus_eldrfit_tune(t, NULL, 0, &a->o, &tu, &r, err);
+	eldr_replay_cache_free(cache);
 	if (ret < 0)
 		return ret;
 	print_tune(&r, K, B, a->tauo.load_bound > 0);

@@ -28,8 +28,37 @@ struct qfig {
 	double share[QPOL_N]; /* no batch cap: max/mean requests per decoder over all rounds */
 };
 
+/*
+ * Decode steps as bitsets (control/eldr_steps.c): request i's token tok is
+ * the W words at bits + off[i] + tok * W, bit l * E + e set when it routed
+ * to expert e of layer l.
+ */
+struct qsteps {
+	uint32_t W;
+	uint64_t *bits;
+	uint64_t *off;  /* [n_requests] */
+};
+
+/* Batches of at most this many requests are counted from the bitsets. */
+#define QSTEPS_MAX_BATCH 64
+
+/*
+ * Every request's decode steps of t into q. Returns 0 (with q->bits NULL
+ * when they would take more than 512 MiB: count with the stamps), or
+ * -ENOMEM.
+ */
+int qsteps_build(struct qsteps *q, const struct locus_trace *t);
+void qsteps_free(struct qsteps *q);
+
+/*
+ * The distinct pairs of batch[n] (n <= QSTEPS_MAX_BATCH) summed over its
+ * first `steps` decode steps: what the stamps count, from the bitsets.
+ */
+uint64_t qsteps_pairs(const struct qsteps *q, const uint32_t *batch, uint32_t n, uint32_t steps);
+
 struct qsim {
 	const struct locus_trace *t;
+	const struct qsteps *steps;              /* NULL, or bits NULL: count with the stamps */
 	uint32_t K, B;
 	const uint8_t *sigs;                     /* [n_requests][slen] prompt signatures */
 	size_t slen;

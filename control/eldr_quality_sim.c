@@ -50,8 +50,11 @@ static double pairs_per_step(struct qsim *s, const uint32_t *batch, uint32_t n)
 	for (uint32_t i = 0; i < n; i++)
 		if (s->t->reqs[batch[i]].gen_len < steps)
 			steps = s->t->reqs[batch[i]].gen_len;
-	for (uint32_t tok = 0; tok < steps; tok++)
-		cnt += step_pairs(s, batch, n, tok);
+	if (steps && steps != UINT32_MAX && s->steps && s->steps->bits && n <= QSTEPS_MAX_BATCH)
+		cnt = qsteps_pairs(s->steps, batch, n, steps);
+	else
+		for (uint32_t tok = 0; tok < steps; tok++)
+			cnt += step_pairs(s, batch, n, tok);
 	return steps ? (double)cnt / steps : 0;
 }
 

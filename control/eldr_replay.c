@@ -23,17 +23,95 @@ _Static_assert(__builtin_types_compatible_p(__typeof__(&eldr_replay_domain),
 					    locus_eldrfit_oracle_fn),
 	       "eldr_replay_domain is a locus_eldrfit_oracle_fn");
 
+struct eldr_replay_cache {
+	const struct locus_trace *t; /* what the rest holds; NULL: nothing yet */
+	size_t slen;
+	uint8_t *sigs;               /* [n_requests][slen] prompt signatures */
+	uint8_t *built;              /* [n_requests]: sigs[i] is built */
+	struct qsteps steps;
+};
+
+int eldr_replay_cache_new(struct eldr_replay_cache **out)
+{
+	*out = calloc(1, sizeof(**out));
+	return *out ? 0 : -ENOMEM;
+}
+
+static void cache_clear(struct eldr_replay_cache *c)
+{
+	qsteps_free(&c->steps);
+	free(c->built);
+	free(c->sigs);
+	memset(c, 0, sizeof(*c));
+}
+
+void eldr_replay_cache_free(struct eldr_replay_cache *c)
+{
+	if (!c)
+		return;
+	cache_clear(c);
+	free(c);
+}
+
+/* c holding t: the decode bitsets, room for every signature; 0 or -ENOMEM. */
+static int cache_for(struct eldr_replay_cache *c, const struct locus_trace *t, int want_sigs)
+{
+	int ret;
+
+	if (c->t != t) {
+		cache_clear(c);
+		ret = qsteps_build(&c->steps, t);
+		if (ret < 0)
+			return ret;
+		c->slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
+		c->t = t;
+	}
+	if (want_sigs && !c->sigs) {
+		c->sigs = malloc(c->slen * t->n_requests);
+		c->built = calloc(t->n_requests, 1);
+		if (!c->sigs || !c->built) {
+			cache_clear(c);
+			return -ENOMEM;
+		}
+	}
+	return 0;
+}
+
+/* The prompt signatures of idx[n] in c (built once per request). */
+static int cache_sigs(struct eldr_replay_cache *c, const uint32_t *idx, uint32_t n,
+		      struct locus_error *err)
+{
+	const struct locus_trace *t = c->t;
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t q = idx[i];
+		long sl;
+
+		if (c->built[q])
+			continue;
+		sl = locus_eldr_sig_build(c->sigs + c->slen * q, c->slen, t->n_layers,
+					  t->n_experts, t->k, t->reqs[q].prompt,
+					  t->reqs[q].prompt_len, 0, err);
+		if (sl < 0)
+			return (int)sl;
+		c->built[q] = 1;
+	}
+	return 0;
+}
+
 /*
  * Policy p of s (s->K, s->r set) over requests idx[n] of t in `orders`
  * arrival orders drawn from seed (the same orders for every policy and
- * table): the mean pairs per step (capped) and load (no cap).
+ * table): the mean pairs per step (capped) and load (no cap). cache: the
+ * caller's, or NULL (one for this call).
  */
-static int replay_orders(struct qsim *s, int p, const struct locus_trace *t, const uint32_t *idx,
-			 uint32_t n, uint32_t B, uint32_t orders, uint64_t seed, double *pairs,
-			 double *load, struct locus_error *err)
+static int replay_orders(struct eldr_replay_cache *cache, struct qsim *s, int p,
+			 const struct locus_trace *t, const uint32_t *idx, uint32_t n, uint32_t B,
+			 uint32_t orders, uint64_t seed, double *pairs, double *load,
+			 struct locus_error *err)
 {
+	struct eldr_replay_cache *own = NULL;
 	uint32_t *seq = malloc(sizeof(*seq) * (n ? n : 1));
-	uint8_t *sigs = NULL;
 	uint64_t rng = seed;
 	struct qfig f;
 	int ret;
@@ -41,27 +119,24 @@ static int replay_orders(struct qsim *s, int p, const struct locus_trace *t, con
 	s->t = t;
 	s->B = B;
 	s->only = 1u << p;
-	s->slen = locus_eldr_sig_len(t->n_layers, t->n_experts);
-	sigs = p == QPOL_DOMAIN ? NULL : malloc(s->slen * t->n_requests);
 	s->seen = calloc((size_t)t->n_layers * t->n_experts, sizeof(*s->seen));
 	s->batch = malloc(sizeof(*s->batch) * s->K * B);
 	s->fill = calloc(s->K, sizeof(*s->fill));
 	s->total = calloc((size_t)QPOL_N * s->K, sizeof(*s->total));
-	if (!seq || (p != QPOL_DOMAIN && !sigs) || !s->seen || !s->batch || !s->fill ||
-	    !s->total) {
+	if (!cache && eldr_replay_cache_new(&own) == 0)
+		cache = own;
+	if (!seq || !cache || !s->seen || !s->batch || !s->fill || !s->total ||
+	    cache_for(cache, t, p != QPOL_DOMAIN) < 0) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto out;
 	}
-	s->sigs = sigs;
-	for (uint32_t i = 0; sigs && i < n; i++) {
-		long sl = locus_eldr_sig_build(sigs + s->slen * idx[i], s->slen, t->n_layers,
-					       t->n_experts, t->k, t->reqs[idx[i]].prompt,
-					       t->reqs[idx[i]].prompt_len, 0, err);
-
-		if (sl < 0) {
-			ret = (int)sl;
+	s->steps = &cache->steps;
+	s->slen = cache->slen;
+	s->sigs = p == QPOL_DOMAIN ? NULL : cache->sigs;
+	if (p != QPOL_DOMAIN) {
+		ret = cache_sigs(cache, idx, n, err);
+		if (ret < 0)
 			goto out;
-		}
 	}
 	for (uint32_t o = 0; o < orders; o++) {
 		memcpy(seq, idx, sizeof(*seq) * n);
@@ -82,11 +157,11 @@ static int replay_orders(struct qsim *s, int p, const struct locus_trace *t, con
 	}
 	ret = 0;
 out:
+	eldr_replay_cache_free(own);
 	free(s->total);
 	free(s->fill);
 	free(s->batch);
 	free(s->seen);
-	free(sigs);
 	free(seq);
 	return ret;
 }
@@ -100,7 +175,6 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
 	void *mem = NULL;
 	int ret;
 
-	(void)arg;
 	*pairs = 0;
 	*load = 0;
 	mem = msz ? aligned_alloc(64, LOCUS_ALIGN_UP(msz, 64)) : NULL;
@@ -111,7 +185,7 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
 				      &s.r[QPOL_ELDR], err);
 	if (ret == 0) {
 		s.K = locus_eldr_router_n_decoders(s.r[QPOL_ELDR]);
-		ret = replay_orders(&s, QPOL_ELDR, t, idx, n, B, orders, seed, pairs, load, err);
+		ret = replay_orders(arg, &s, QPOL_ELDR, t, idx, n, B, orders, seed, pairs, load, err);
 	}
 	free(mem);
 	return ret;
@@ -123,10 +197,9 @@ int eldr_replay_domain(void *arg, const struct locus_trace *t, uint32_t K, const
 {
 	struct qsim s = { .K = K };
 
-	(void)arg;
 	*pairs = 0;
 	*load = 0;
 	if (!K)
 		return locus_error_set(err, EINVAL, "replay: no decoders");
-	return replay_orders(&s, QPOL_DOMAIN, t, idx, n, B, orders, seed, pairs, load, err);
+	return replay_orders(arg, &s, QPOL_DOMAIN, t, idx, n, B, orders, seed, pairs, load, err);
 }

@@ -90,6 +90,9 @@ int locusctl_grace_diff(const void *a, size_t alen, const void *b, size_t blen,
  * the control plane does not include; the definition sees this declaration.
  */
 struct locus_trace;
+struct eldr_replay_cache; /* what the replays of one trace share; arg of both replays, or NULL */
+int eldr_replay_cache_new(struct eldr_replay_cache **out);
+void eldr_replay_cache_free(struct eldr_replay_cache *c);
 int eldr_replay_router(void *arg, const struct locus_trace *t, const void *payload, size_t len,
 		       const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
 		       uint64_t seed, double *pairs, double *load, struct locus_error *err);

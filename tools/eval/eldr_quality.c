@@ -253,7 +253,9 @@ static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 					      .oracle = eldr_replay_domain };
 	struct locus_eldrfit_tune_result r;
 	const struct locus_eldrfit_tune_point *c;
+	struct eldr_replay_cache *cache;
 	char spill[40];
+	int ret;
 
 	if (n < 2 * o->n_decoders * B) {
 		printf("  tune skipped: %u calibration requests, the tuning needs 2 x K x B = %u "
@@ -265,7 +267,16 @@ static int tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n,
 		   (variant.cpd >= 0 ? LOCUS_ELDRFIT_FIX_CPD : 0) |
 		   (variant.spill_tau >= 0 ? LOCUS_ELDRFIT_FIX_SPILL : 0) |
 		   (variant.spread >= 0 ? LOCUS_ELDRFIT_FIX_SPREAD : 0);
-	if (locus_eldrfit_tune(t, calib, n, o, &to, &r, e) < 0)
+	if (eldr_replay_cache_new(&cache) < 0) {
+		e->code = ENOMEM;
+		snprintf(e->msg, sizeof(e->msg), "out of memory");
+		return -1;
+	}
+	to.replay_arg = cache;
+	to.oracle_arg = cache;
+	ret = locus_eldrfit_tune(t, calib, n, o, &to, &r, e);
+	eldr_replay_cache_free(cache);
+	if (ret < 0)
 		return -1;
 	c = &r.pt[r.chosen];
 	if (c->spill_tau != 0.0f)
@@ -439,6 +450,7 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 	struct locus_trace *calt = NULL;
 	struct locus_error e = { 0 };
 	void *mem[QPOL_N] = { 0 };
+	struct qsteps steps = { 0 };
 	uint8_t *sigs = NULL;
 	int ret = 1;
 
@@ -454,6 +466,9 @@ static int run(const struct locus_trace *t, uint32_t K, uint32_t B, uint32_t ord
 	if (!cal || !h[0].idx || !h[1].idx || !sigs || !s.seen || !s.batch || !s.fill || !s.total)
 		goto out;
 	s.sigs = sigs;
+	if (qsteps_build(&steps, t) < 0)
+		goto out;
+	s.steps = &steps;
 	for (uint32_t i = 0; i < t->n_requests; i++) {
 		if (locus_eldr_sig_build(sigs + s.slen * i, s.slen, t->n_layers, t->n_experts,
 					 t->k, t->reqs[i].prompt, t->reqs[i].prompt_len, 0,
@@ -511,6 +526,7 @@ out:
 	free(s.fill);
 	free(s.batch);
 	free(s.seen);
+	qsteps_free(&steps);
 	free(sigs);
 	free(h[1].idx);
 	free(h[0].idx);
