@@ -206,104 +206,203 @@ err_free:
 	return ret;
 }
 
-int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n,
-			 uint16_t L, uint16_t E, const uint16_t *score_pre,
-			 const uint16_t *score_target, uint32_t n_score,
-			 enum locus_eldrfit_score_kind kind, const struct locus_eldrfit_opts *o,
-			 struct locus_eldrfit_result *res, struct locus_error *err)
+/* The clustering options of o, the key of a prepared fit's last clustering. */
+static void cluster_key(const struct locus_eldrfit_opts *o, struct eldr_prep *p)
+{
+	p->key_k = o->n_decoders;
+	p->key_restarts = o->restarts;
+	p->key_max_iter = o->max_iter;
+	p->key_seed = o->seed;
+	p->key_slack = o->slack;
+	p->key_price = o->balance_price;
+	p->key_weight = o->decode_weight;
+}
+
+static int same_key(const struct locus_eldrfit_opts *o, const struct eldr_prep *p)
+{
+	return p->have_cluster && p->key_k == o->n_decoders && p->key_restarts == o->restarts &&
+	       p->key_max_iter == o->max_iter && p->key_seed == o->seed &&
+	       p->key_slack == o->slack && p->key_price == o->balance_price &&
+	       p->key_weight == o->decode_weight;
+}
+
+void eldr_prep_free(struct eldr_prep *p)
+{
+	free(p->own_pre);
+	free(p->own_dec);
+	free(p->mask);
+	free(p->idf);
+	free(p->x);
+	free(p->assign);
+	free(p->cen);
+	memset(p, 0, sizeof(*p));
+}
+
+int eldr_prep_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n, uint16_t L,
+		     uint16_t E, const uint16_t *score_pre, const uint16_t *score_target,
+		     uint32_t n_score, enum locus_eldrfit_score_kind kind,
+		     const struct locus_eldrfit_opts *o, struct eldr_prep *p,
+		     struct locus_error *err)
 {
 	const size_t LE = (size_t)L * E;
-	uint8_t *mask = NULL;
-	float *idf = NULL, *x = NULL, *cen = NULL, *sub = NULL;
-	uint16_t *slot = NULL;
-	uint32_t M = 0, K, D, nn, C;
+	uint32_t nn;
 	int ret;
 
-	memset(res, 0, sizeof(*res));
 	ret = check_opts(o, n, L, E, err);
 	if (ret < 0)
 		return ret;
 	if (!prefill)
 		return locus_error_set(err, EINVAL, "no calibration counts");
-	K = o->n_decoders;
+	p->pre = prefill;
+	p->dec = decode;
+	p->n = n;
+	p->K = o->n_decoders;
+	p->L = L;
+	p->E = E;
 	nn = o->mask_neighbours ? o->mask_neighbours : DEF_NEIGHBOURS;
-	mask = malloc(L);
-	idf = malloc(sizeof(float) * LE);
-	res->assign = malloc(sizeof(uint32_t) * n);
-	res->req_index = malloc(sizeof(uint32_t) * n);
-	if (!mask || !idf || !res->assign || !res->req_index) {
+	p->mask = malloc(L);
+	p->idf = malloc(sizeof(float) * LE);
+	if (!p->mask || !p->idf) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
 	if (o->progress)
 		o->progress(o->progress_arg, "idf", 0, 1);
-	locus_eldrfit_idf(prefill, n, LE, idf);
+	locus_eldrfit_idf(prefill, n, LE, p->idf);
 	if (o->progress)
 		o->progress(o->progress_arg, "idf", 1, 1);
-	memset(mask, 1, L);
-	res->score_kind = LOCUS_ELDRFIT_SCORE_NONE;
+	memset(p->mask, 1, L);
+	p->score_kind = LOCUS_ELDRFIT_SCORE_NONE;
 	if (!o->no_mask && score_pre && score_target && n_score >= 2) {
-		ret = eldr_select_mask(score_pre, score_target, n_score, L, E, idf, nn, mask,
-				       &res->mask_score, &res->full_score, o->progress,
+		ret = eldr_select_mask(score_pre, score_target, n_score, L, E, p->idf, nn, p->mask,
+				       &p->mask_score, &p->full_score, o->progress,
 				       o->progress_arg);
 		if (ret < 0) {
 			ret = locus_error_set(err, -ret, "layer mask search: %s",
 					      locus_strerror(ret));
 			goto err_free;
 		}
-		res->score_kind = kind;
+		p->score_kind = kind;
 	}
 	for (uint32_t l = 0; l < L; l++)
-		M += mask[l];
-	D = M * E;
-	x = malloc(sizeof(float) * (size_t)n * D);
-	cen = malloc(sizeof(float) * (size_t)K * D);
-	if (!x || !cen) {
+		p->M += p->mask[l];
+	p->D = p->M * E;
+	p->x = malloc(sizeof(float) * (size_t)n * p->D);
+	p->assign = malloc(sizeof(uint32_t) * n);
+	p->cen = malloc(sizeof(float) * (size_t)o->n_decoders * p->D);
+	if (!p->x || !p->assign || !p->cen) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
-	for (uint32_t i = 0; i < n; i++) {
-		locus_eldrfit_vector(prefill + (size_t)i * LE, L, E, idf, mask, x + (size_t)i * D);
-		res->req_index[i] = i;
-	}
-	ret = eldr_cluster(o, x, n, D, decode, L, E, cen, res);
-	if (ret < 0) {
-		ret = locus_error_set(err, -ret, "k-means: %s", locus_strerror(ret));
+	for (uint32_t i = 0; i < n; i++)
+		locus_eldrfit_vector(prefill + (size_t)i * LE, L, E, p->idf, p->mask,
+				     p->x + (size_t)i * p->D);
+	return 0;
+
+err_free:
+	eldr_prep_free(p);
+	return ret;
+}
+
+int eldr_prep_fit(struct eldr_prep *p, const struct locus_eldrfit_opts *o,
+		  struct locus_eldrfit_result *res, struct locus_error *err)
+{
+	const uint32_t n = p->n, D = p->D;
+	float *sub = NULL;
+	uint16_t *slot = NULL;
+	uint32_t K, C;
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	ret = check_opts(o, n, p->L, p->E, err);
+	if (ret < 0)
+		return ret;
+	if (o->n_decoders != p->K)
+		return locus_error_set(err, EINVAL, "a prepared fit serves one K");
+	K = o->n_decoders;
+	res->assign = malloc(sizeof(uint32_t) * n);
+	res->req_index = malloc(sizeof(uint32_t) * n);
+	if (!res->assign || !res->req_index) {
+		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto err_free;
 	}
+	for (uint32_t i = 0; i < n; i++)
+		res->req_index[i] = i;
+	res->score_kind = p->score_kind;
+	res->mask_score = p->mask_score;
+	res->full_score = p->full_score;
+	if (!same_key(o, p)) {
+		struct locus_eldrfit_result cr = { .assign = p->assign };
+
+		p->have_cluster = 0;
+		ret = eldr_cluster(o, p->x, n, D, p->dec, p->L, p->E, p->cen, &cr);
+		if (ret < 0) {
+			ret = locus_error_set(err, -ret, "k-means: %s", locus_strerror(ret));
+			goto err_free;
+		}
+		p->iterations = cr.iterations;
+		p->converged = cr.converged;
+		p->seed = cr.seed;
+		p->size_lo = cr.size_lo;
+		p->size_hi = cr.size_hi;
+		p->decode_clustered = cr.decode_clustered;
+		p->objective = cr.objective;
+		cluster_key(o, p);
+		p->have_cluster = 1;
+	}
+	memcpy(res->assign, p->assign, sizeof(uint32_t) * n);
+	res->iterations = p->iterations;
+	res->converged = p->converged;
+	res->seed = p->seed;
+	res->size_lo = p->size_lo;
+	res->size_hi = p->size_hi;
+	res->decode_clustered = p->decode_clustered;
+	res->objective = p->objective;
 	res->n_used = n;
-	res->n_masked = M;
+	res->n_masked = p->M;
 	C = K;
 	if (o->centroids_per_decoder > 1) {
 		sub = malloc(sizeof(float) * (size_t)K * o->centroids_per_decoder * D);
 		slot = malloc(sizeof(uint16_t) * K * o->centroids_per_decoder);
-		ret = sub && slot ? eldr_subcentroids(o, x, n, D, decode, L, E, res->assign, cen,
-						      sub, slot, &C) : -ENOMEM;
+		ret = sub && slot ? eldr_subcentroids(o, p->x, n, D, p->dec, p->L, p->E,
+						      res->assign, p->cen, sub, slot, &C) :
+				    -ENOMEM;
 		if (ret < 0) {
 			ret = locus_error_set(err, -ret, "sub-centroids: %s", locus_strerror(ret));
 			goto err_free;
 		}
 	}
-	ret = write_table(o, L, E, n, mask, M, idf, C > K ? sub : cen, C > K ? slot : NULL, C,
-			  res, err);
+	ret = write_table(o, p->L, p->E, n, p->mask, p->M, p->idf, C > K ? sub : p->cen,
+			  C > K ? slot : NULL, C, res, err);
 	if (ret < 0)
 		goto err_free;
 	free(slot);
 	free(sub);
-	free(cen);
-	free(x);
-	free(idf);
-	free(mask);
 	return 0;
 
 err_free:
 	free(slot);
 	free(sub);
-	free(cen);
-	free(x);
-	free(idf);
-	free(mask);
 	locus_eldrfit_result_free(res);
+	return ret;
+}
+
+int locus_eldrfit_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n,
+			 uint16_t L, uint16_t E, const uint16_t *score_pre,
+			 const uint16_t *score_target, uint32_t n_score,
+			 enum locus_eldrfit_score_kind kind, const struct locus_eldrfit_opts *o,
+			 struct locus_eldrfit_result *res, struct locus_error *err)
+{
+	struct eldr_prep p = { 0 };
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	ret = eldr_prep_arrays(prefill, decode, n, L, E, score_pre, score_target, n_score, kind,
+			       o, &p, err);
+	if (ret < 0)
+		return ret;
+	ret = eldr_prep_fit(&p, o, res, err);
+	eldr_prep_free(&p);
 	return ret;
 }
 
@@ -317,8 +416,8 @@ static uint32_t sample_even(uint32_t *cand, uint32_t m, uint32_t max)
 	return max;
 }
 
-int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
-			struct locus_eldrfit_result *res, struct locus_error *err)
+int eldr_prep_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
+		    struct eldr_prep *p, struct locus_error *err)
 {
 	const uint16_t L = t ? t->n_layers : 0, E = t ? t->n_experts : 0, k = t ? t->k : 0;
 	const size_t LE = (size_t)L * E;
@@ -327,7 +426,7 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 	uint32_t *cand = NULL, m = 0, S = 0, n;
 	int ret;
 
-	memset(res, 0, sizeof(*res));
+	memset(p, 0, sizeof(*p));
 	if (!t || !t->n_requests)
 		return locus_error_set(err, LOCUS_EPARSE, "empty trace");
 	n = t->n_requests;
@@ -401,13 +500,33 @@ int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_
 				goto out;
 		}
 	}
-	ret = locus_eldrfit_arrays(pre, dec, n, L, E, spre, stgt, spre ? S : 0, kind, o, res,
-				   err);
+	ret = eldr_prep_arrays(pre, dec, n, L, E, spre, stgt, spre ? S : 0, kind, o, p, err);
+	if (ret == 0) {
+		p->own_pre = pre;
+		p->own_dec = dec;
+		pre = NULL;
+		dec = NULL;
+	}
 out:
 	free(dec);
 	free(stgt);
 	free(spre);
 	free(cand);
 	free(pre);
+	return ret;
+}
+
+int locus_eldrfit_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
+			struct locus_eldrfit_result *res, struct locus_error *err)
+{
+	struct eldr_prep p = { 0 };
+	int ret;
+
+	memset(res, 0, sizeof(*res));
+	ret = eldr_prep_trace(t, o, &p, err);
+	if (ret < 0)
+		return ret;
+	ret = eldr_prep_fit(&p, o, res, err);
+	eldr_prep_free(&p);
 	return ret;
 }

@@ -83,4 +83,55 @@ int eldr_subcentroids(const struct locus_eldrfit_opts *o, const float *x, uint32
 		      const uint16_t *decode, uint16_t L, uint16_t E, const uint32_t *assign,
 		      const float *cen_k, float *cen, uint16_t *slot, uint32_t *C);
 
+/*
+ * A fit's inputs prepared once for several fits of the same requests (the
+ * tuning's grid): counts, idf, layer mask and vectors, and the last
+ * clustering with the options it ran with (a fit that differs only in
+ * centroids per decoder or routing reuses it). Zero-initialise; free with
+ * eldr_prep_free().
+ */
+struct eldr_prep {
+	const uint16_t *pre, *dec;   /* [n][L][E] counts; dec may be NULL */
+	uint16_t *own_pre, *own_dec; /* what eldr_prep_trace allocated */
+	uint32_t n, K, M, D;          /* K: the fits' n_decoders */
+	uint16_t L, E;
+	uint8_t *mask;
+	float *idf, *x;              /* [L][E], [n][D] */
+	enum locus_eldrfit_score_kind score_kind;
+	float mask_score, full_score;
+	/* the last clustering */
+	int have_cluster;
+	uint32_t key_k, key_restarts, key_max_iter;
+	uint64_t key_seed;
+	float key_slack, key_price, key_weight;
+	uint32_t *assign, iterations, size_lo, size_hi;
+	float *cen;                  /* [K][D] */
+	uint64_t seed;
+	int converged, decode_clustered;
+	double objective;
+};
+
+/*
+ * locus_eldrfit_arrays' and locus_eldrfit_trace's preparation (the same
+ * arguments and checks; the mask options of o are used, the arrays are
+ * borrowed) into p. Returns 0 or a negative code with err set.
+ */
+int eldr_prep_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n, uint16_t L,
+		     uint16_t E, const uint16_t *score_pre, const uint16_t *score_target,
+		     uint32_t n_score, enum locus_eldrfit_score_kind kind,
+		     const struct locus_eldrfit_opts *o, struct eldr_prep *p,
+		     struct locus_error *err);
+int eldr_prep_trace(const struct locus_trace *t, const struct locus_eldrfit_opts *o,
+		    struct eldr_prep *p, struct locus_error *err);
+
+/*
+ * The fit of p's requests with o (the same K and mask options as the
+ * preparation): what locus_eldrfit_arrays() writes into res, the clustering
+ * reused when its options match the last one's. Returns 0 or a negative
+ * code with err set.
+ */
+int eldr_prep_fit(struct eldr_prep *p, const struct locus_eldrfit_opts *o,
+		  struct locus_eldrfit_result *res, struct locus_error *err);
+void eldr_prep_free(struct eldr_prep *p);
+
 #endif /* LOCUS_ELDR_FIT_PRIV_H */

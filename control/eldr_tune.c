@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "eldr_fit_priv.h"
 #include "locus_eldr.h"
 #include "locus_eldrfit.h"
 #include "locus_err_priv.h"
@@ -272,6 +273,7 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 	struct locus_eldrfit_result ref = { 0 };
 	struct locus_eldrfit_tune_point rp = { .tau = LOCUS_ELDR_TAU_DEFAULT };
 	struct locus_trace *sub = NULL;
+	struct eldr_prep prep = { 0 };
 	uint32_t at = 0;
 	int ret;
 
@@ -291,7 +293,11 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 	xo.max_iter = o->max_iter;
 	xo.mask_sample = o->mask_sample;
 	xo.mask_neighbours = o->mask_neighbours;
-	ret = locus_eldrfit_trace(sub, &xo, &ref, err);
+	/* one preparation (mask, vectors) for every fit of the part; a clustering per price */
+	ret = eldr_prep_trace(sub, &fo, &prep, err);
+	if (ret < 0)
+		goto out;
+	ret = eldr_prep_fit(&prep, &xo, &ref, err);
 	if (ret < 0)
 		goto out;
 	ret = replay_point(t, to, &ref, &rp, f, val, n_val, B, orders, seed, err);
@@ -307,7 +313,7 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 
 			fo.balance_price = sp->prices[a];
 			fo.centroids_per_decoder = sp->cpd[c];
-			ret = locus_eldrfit_trace(sub, &fo, &fit, err);
+			ret = eldr_prep_fit(&prep, &fo, &fit, err);
 			for (uint32_t i = 0; ret == 0 && i < n; i++)
 				ret = replay_point(t, to, &fit, &tr->pt[at + i], f, val, n_val,
 						   B, orders, seed, err);
@@ -320,6 +326,7 @@ static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
 					    a * sp->n_cpd + c + 1, FOLDS * sp->n_prices * sp->n_cpd);
 		}
 out:
+	eldr_prep_free(&prep);
 	locus_eldrfit_result_free(&ref);
 	locus_trace_free(sub);
 	return ret;
