@@ -10,7 +10,8 @@ BENCHES += tools/bench/bench_table
 $(eval $(call PROGRAM,tools/bench/bench_counters,tools/bench/bench_counters.c,counters))
 BENCHES += tools/bench/bench_counters
 # the ELDR router and fit against the read bound and the plain fit
-$(eval $(call PROGRAM,tools/bench/eldr_bench,tools/bench/eldr_bench.c,eldrfit eldr_router))
+$(eval $(call PROGRAM,tools/bench/eldr_bench,tools/bench/eldr_bench.c,\
+	eldr_replay eldrfit eldr_router trace))
 BENCHES += tools/bench/eldr_bench
 # the GRACE planner against the reference planner; the fit
 $(eval $(call PROGRAM,tools/bench/grace_bench,tools/bench/grace_bench.c,oracle gracefit grace_plan))

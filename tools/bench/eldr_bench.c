@@ -9,7 +9,9 @@
  *     as stored) and against merely reading the 12 KiB of each signature,
  *     in the same run;
  *  2. fit time for N=1,000 synthetic signatures of 48 x 128, K=16, against
- *     plain (unbalanced) Lloyd iterations on the same vectors.
+ *     plain (unbalanced) Lloyd iterations on the same vectors; and
+ *     locusctl fit's default as it runs (the tuning, then the fit) against
+ *     the plain balanced fit on one synthetic trace, one pinned core.
  * Signatures come from a pool larger than the last-level cache, so every
  * decision reads its 12 KiB from memory as a router's inbox would.
  */
@@ -23,7 +25,9 @@
 
 #include "locus_eldr_priv.h"
 #include "locus_eldr_router.h"
+#include "eldr_replay.h"
 #include "locus_eldrfit.h"
+#include "locus_trace.h"
 
 #define L 48
 #define E 128
@@ -384,6 +388,114 @@ static void bench_fit(void)
 	free(pre);
 }
 
+/*
+ * A calibration trace of n requests as make_calib draws them, token by
+ * token (k = 8 distinct experts per layer, 64 prompt and 32 decode tokens,
+ * the same 24 latent groups), for what needs a trace: the tuning replays
+ * decode steps. Freed with free(*ids) and locus_trace_free().
+ */
+static struct locus_trace *make_trace(uint32_t n, uint16_t **ids)
+{
+	const uint32_t P = 64, G = 32, k = 8;
+	struct locus_trace_req *reqs = calloc(n, sizeof(*reqs));
+	uint16_t *buf = malloc(sizeof(*buf) * n * (P + G) * L * k);
+	struct locus_trace *t = NULL;
+
+	if (!reqs || !buf)
+		abort();
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t g = (i * i + 7 * i) % 24;
+		uint16_t *b = buf + (size_t)i * (P + G) * L * k;
+
+		for (uint32_t tk = 0; tk < (P + G) * L; tk++) {
+			uint16_t *p = b + (size_t)tk * k;
+
+			for (uint32_t j = 0; j < k; j++) {
+				uint32_t r, e, dup;
+
+				do {
+					r = rnd();
+					e = r % 2 ? (g * 5 + (r >> 4) % 16 + 3 * (tk % L)) % E :
+					    (r >> 4) % E;
+					dup = 0;
+					for (uint32_t q = 0; q < j; q++)
+						dup |= p[q] == e;
+				} while (dup);
+				p[j] = (uint16_t)e;
+			}
+		}
+		snprintf(reqs[i].id, sizeof(reqs[i].id), "r%u", i);
+		reqs[i].prompt = b;
+		reqs[i].prompt_len = P;
+		reqs[i].gen = b + (size_t)P * L * k;
+		reqs[i].gen_len = G;
+	}
+	if (locus_trace_from_arrays(L, (uint16_t)k, E, n, reqs, NULL, &t, NULL))
+		abort();
+	free(reqs);
+	*ids = buf;
+	return t;
+}
+
+/*
+ * locusctl fit's default as it runs (the tuning, --tune auto, then the fit
+ * with its choice) against the plain balanced fit (every layer, IDF and
+ * balanced k-means, one seed, nothing tuned), the same trace, one pinned
+ * core, CPU seconds of this thread.
+ */
+static void bench_default(void)
+{
+	const uint32_t n = 1000, K = 16;
+	struct locus_eldrfit_opts od, op = { .n_decoders = K, .tau = 0.1f, .seed = 1,
+					     .no_mask = 1 };
+	struct locus_eldrfit_tune_opts tu = { .replay = eldr_replay_router,
+					      .oracle = eldr_replay_domain };
+	struct locus_eldrfit_tune_result tr;
+	struct locus_eldrfit_result res;
+	struct eldr_replay_cache *cache;
+	double t0, t_plain, t_tune, t_fit;
+	uint16_t *ids;
+	struct locus_trace *t = make_trace(n, &ids);
+	cpu_set_t one, was;
+	int cpu = sched_getcpu();
+
+	sched_getaffinity(0, sizeof(was), &was);
+	CPU_ZERO(&one);
+	CPU_SET(cpu < 0 ? 0 : cpu, &one);
+	sched_setaffinity(0, sizeof(one), &one);
+	t0 = cpu_now();
+	if (locus_eldrfit_trace(t, &op, &res, NULL))
+		abort();
+	t_plain = cpu_now() - t0;
+	locus_eldrfit_result_free(&res);
+	locus_eldrfit_opts_default(&od, K);
+	if (eldr_replay_cache_new(&cache))
+		abort();
+	tu.replay_arg = cache;
+	tu.oracle_arg = cache;
+	t0 = cpu_now();
+	if (locus_eldrfit_tune(t, NULL, 0, &od, &tu, &tr, NULL))
+		abort();
+	t_tune = cpu_now() - t0;
+	locus_eldrfit_tune_apply(&tr.pt[tr.chosen], &od);
+	t0 = cpu_now();
+	if (locus_eldrfit_trace(t, &od, &res, NULL))
+		abort();
+	t_fit = cpu_now() - t0;
+	printf("fit N=%u 48x128 K=%u trace (k=8, 64 prompt + 32 decode tokens), pinned to cpu %d, "
+	       "CPU seconds:\n", n, K, cpu);
+	printf("  plain balanced fit (every layer, one seed, nothing tuned): %.3f s\n", t_plain);
+	printf("  locusctl fit's default: %.3f s = tuning %.3f s (%u points, 2 folds) + fit %.3f s "
+	       "(%u layers); %.1fx the plain balanced fit\n", t_tune + t_fit, t_tune, tr.n_pt,
+	       t_fit, res.n_masked, (t_tune + t_fit) / t_plain);
+	locus_eldrfit_result_free(&res);
+	locus_eldrfit_tune_result_free(&tr);
+	eldr_replay_cache_free(cache);
+	sched_setaffinity(0, sizeof(was), &was);
+	locus_trace_free(t);
+	free(ids);
+}
+
 /* The exact balanced assignment alone, against an unconstrained argmin. */
 static void bench_assign(uint32_t n, uint32_t K)
 {
@@ -449,7 +561,8 @@ static void fill_pool(uint8_t *pool, size_t slen, int long_prompts)
 }
 
 /*
- * eldr_bench [--route-only] [--rounds N] [--pool S]: --route-only runs the
+ * eldr_bench [--route-only | --fit-only] [--rounds N] [--pool S]: --fit-only
+ * runs the fit figures alone, --route-only the
  * routing figures alone (K=16 every layer first), N interleaved slices per
  * variant (default 6), a pool of S signatures (default 4096, 48 MiB: from
  * memory; 16 keeps them in cache, the kernels' compute alone).
@@ -458,12 +571,14 @@ int main(int argc, char **argv)
 {
 	size_t slen = locus_eldr_sig_len(L, E);
 	uint8_t *pool = aligned_alloc(64, slen * POOL_MAX);
-	int route_only = 0, rounds = 6;
+	int route_only = 0, fit_only = 0, rounds = 6;
 	cpu_set_t cpus;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--route-only")) {
 			route_only = 1;
+		} else if (!strcmp(argv[i], "--fit-only")) {
+			fit_only = 1;
 		} else if (!strcmp(argv[i], "--pool") && i + 1 < argc) {
 			POOL = (uint32_t)atoi(argv[++i]);
 			if (POOL < 16 || POOL > POOL_MAX)
@@ -473,7 +588,7 @@ int main(int argc, char **argv)
 			if (rounds < 1 || rounds > 1000)
 				rounds = 6;
 		} else {
-			fprintf(stderr, "usage: eldr_bench [--route-only] [--rounds N] [--pool 16..4096]\n");
+			fprintf(stderr, "usage: eldr_bench [--route-only | --fit-only] [--rounds N] [--pool 16..4096]\n");
 			return 2;
 		}
 	}
@@ -488,18 +603,21 @@ int main(int argc, char **argv)
 	printf("paths: avx2 %s, avx512 (VNNI) %s; f32 = the float reference kernels\n",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX2) ? "yes" : "no",
 	       locus_eldr_path_supported(LOCUS_ELDR_PATH_AVX512) ? "yes" : "no");
-	bench_route(pool, slen, 16, L, rounds, "");
-	bench_route(pool, slen, 16, 12, rounds, "");
-	bench_route(pool, slen, 64, L, rounds, "");
-	bench_route(pool, slen, 64, 12, rounds, "");
-	fill_pool(pool, slen, 1);
-	bench_route(pool, slen, 16, L, rounds, ", long prompts");
+	if (!fit_only) {
+		bench_route(pool, slen, 16, L, rounds, "");
+		bench_route(pool, slen, 16, 12, rounds, "");
+		bench_route(pool, slen, 64, L, rounds, "");
+		bench_route(pool, slen, 64, 12, rounds, "");
+		fill_pool(pool, slen, 1);
+		bench_route(pool, slen, 16, L, rounds, ", long prompts");
+	}
 	if (sink == 42)
 		printf("\n");
 	free(pool);
 	if (route_only)
 		return 0;
 	bench_fit();
+	bench_default();
 	bench_assign(1000, 16);
 	bench_assign(1000, 64);
 	return 0;
