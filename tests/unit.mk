@@ -69,6 +69,7 @@ $(eval $(call TEST,test_eldr_tune,tests/test_eldr_tune.c,eldrfit datapaths))
 $(eval $(call TEST,test_eldr_esft,tests/test_eldr_esft.c,eldrfit datapaths))
 $(BUILD)/tests/test_eldr_esft: $(BUILD)/bin/esft2jsonl
 $(eval $(call TEST,test_eldr_quality,tests/test_eldr_quality.c,eldr_replay))
+$(eval $(call TEST,test_eldr_fit_same,tests/test_eldr_fit_same.c,eldr_replay datapaths))
 $(eval $(call TEST,test_eldr_ctl,tests/test_eldr_ctl.c tests/push_util.c,\
 	pushsrv trace formats datapaths))
 $(BUILD)/tests/test_eldr_ctl: $(BUILD)/bin/locusctl
