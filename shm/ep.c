@@ -7,6 +7,7 @@
  * ep_combine.c.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,11 +28,18 @@ uint64_t ep_now(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-void ep_nap(void)
+/*
+ * Nothing came: give the core away. Right after progress the next
+ * delivery is near (another rank of the group, maybe on this core, is
+ * about to send it): yield; past EP_YIELD_NS without any, sleep.
+ */
+void ep_idle(struct locus_ep *ep)
 {
 	struct timespec ts = { 0, (long)EP_NAP_NS };
-
-	nanosleep(&ts, NULL);
+	if (ep_now() - ep->last_progress_ns < EP_YIELD_NS)
+		sched_yield();
+	else
+		nanosleep(&ts, NULL);
 }
 
 /* Ranges [a, a + al) and [b, b + bl) overlap. */
@@ -628,6 +636,9 @@ int ep_pump(struct locus_ep *ep)
 	n = locus_client_poll(ep->c, ep->poll, 32);
 	if (n < 0)
 		return n;
+	if (n)
+		ep->last_progress_ns = now;
+	ep->polled += (uint64_t)n;
 	for (int i = 0; i < n; i++)
 		if (!locus_ep_take(ep, &ep->poll[i]))
 			other(ep, &ep->poll[i]);

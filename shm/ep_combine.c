@@ -340,6 +340,7 @@ int locus_ep_combine_begin(struct locus_ep *ep, struct locus_ep_handle *h,
 				       (unsigned long long)h->i.batch);
 	cb->h = h;
 	cb->state = OP_RUN;
+	ep->last_progress_ns = ep_now();
 	cb->timeout_ms = a->timeout_ms ? a->timeout_ms : ep->p.timeout_ms;
 	cb->deadline = ep_now() + (uint64_t)cb->timeout_ms * 1000000ull;
 	if (h->fail_code) {
@@ -386,7 +387,7 @@ int locus_ep_combine_begin(struct locus_ep *ep, struct locus_ep_handle *h,
 			break;
 		}
 		if (ep_pump(ep) == 0)
-			ep_nap();
+			ep_idle(ep);
 	}
 	if (cb->state == OP_RUN)
 		send_back(ep, a->y);
@@ -521,13 +522,13 @@ int locus_ep_combine_poll(struct locus_ep *ep, struct locus_error *err)
 int locus_ep_combine_wait(struct locus_ep *ep, struct locus_error *err)
 {
 	for (;;) {
-		uint32_t before = ep ? ep->cb.got_rows : 0;
+		uint64_t before = ep ? ep->polled : 0;
 		int ret = locus_ep_combine_poll(ep, err);
 
 		if (ret != 0)
 			return ret;
-		if (ep->cb.got_rows == before)
-			ep_nap(); /* no spinning: the group's ranks may share a core */
+		if (ep->polled == before)
+			ep_idle(ep); /* no spinning: the group's ranks may share a core */
 	}
 }
 

@@ -266,13 +266,14 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 			return locus_error_set(err, ETIMEDOUT, "the requests of batch %llu never "
 					       "completed", (unsigned long long)d->batch);
 		if (ep_pump(ep) == 0)
-			ep_nap();
+			ep_idle(ep);
 	}
 	ep->req[0].state = R_FREE;
 	for (uint32_t r = 0; r < ep->p.n_ranks; r++)
 		ep_req_of(ep, ROLE_EMPTY, r)->state = R_FREE;
 	d->state = OP_RUN;
 	d->batch = ep->next_batch++;
+	ep->last_progress_ns = ep_now();
 	d->timeout_ms = a->timeout_ms ? a->timeout_ms : ep->p.timeout_ms;
 	d->deadline = ep_now() + (uint64_t)d->timeout_ms * 1000000ull;
 	d->layer = a->layer;
@@ -498,15 +499,15 @@ int locus_ep_dispatch_wait(struct locus_ep *ep, struct locus_ep_recv *recv,
 			   struct locus_error *err)
 {
 	for (;;) {
-		uint32_t before = ep ? ep->n_msgs : 0;
+		uint64_t before = ep ? ep->polled : 0;
 		int ret = locus_ep_dispatch_poll(ep, recv, err);
 
 		if (ret != 0)
 			return ret;
 		/* no spinning: the ranks of a group may share a core, and the
 		 * rank that holds this one up would be starved */
-		if (ep->n_msgs == before)
-			ep_nap();
+		if (ep->polled == before)
+			ep_idle(ep);
 	}
 }
 
@@ -585,6 +586,10 @@ int locus_ep_dispatch_end(struct locus_ep *ep, const struct locus_ep_recv_out *o
 		h->masked[i] = i < (size_t)d->n_send * d->top_k &&
 			       d->ids[i] == LOCUS_EXPERT_MASKED && !d->none[i];
 	}
+	if (out->refs)
+		memcpy(out->refs, h->refs, (size_t)n * sizeof(*h->refs));
+	if (out->src_count)
+		memcpy(out->src_count, h->src_count, n_ranks * sizeof(uint32_t));
 	h->ep = ep;
 	h->gone = d->gone;
 	h->fail_code = d->late_code;

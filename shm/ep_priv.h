@@ -22,6 +22,7 @@ enum ep_op_state { OP_IDLE, OP_RUN, OP_READY, OP_FAILED };
 #define EP_ABORT_NS   1000000000ull /* an ABORT goes again (inbox full) for at most this */
 #define EP_KEEP_CTL   32u         /* control rows kept for batches not begun */
 #define EP_NAP_NS     20000ull
+#define EP_YIELD_NS   50000ull    /* after a delivery, yield (not sleep) this long */
 
 struct ep_req {
 	uint8_t state;             /* enum ep_req_state */
@@ -128,7 +129,8 @@ struct locus_ep {
 	uint64_t ctl_off, disp_off, disp_len, comb_off, comb_len;
 	struct ep_msg *msgs;
 	uint32_t n_msgs, cap_msgs;
-	uint64_t held_bytes, last_in_ns;
+	uint64_t held_bytes, last_in_ns, last_progress_ns;
+	uint64_t polled;           /* descriptors polled, ever */
 	struct locus_desc *others;
 	uint32_t n_others, cap_others;
 	struct ep_ctl_rec keep[EP_KEEP_CTL];
@@ -145,7 +147,7 @@ uint64_t ep_now(void);
 int ep_lost(const struct locus_ep *ep, uint32_t r);
 void ep_refresh(struct locus_ep *ep);
 int ep_pump(struct locus_ep *ep);
-void ep_nap(void);
+void ep_idle(struct locus_ep *ep);
 struct ep_req *ep_req_of(struct locus_ep *ep, uint32_t role, uint32_t peer);
 int ep_req_submit(struct locus_ep *ep, struct ep_req *r);
 void ep_req_abandon(struct ep_req *r);

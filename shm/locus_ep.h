@@ -199,6 +199,9 @@ struct locus_ep_recv_out {
 	float *recv_weights;         /* [n_recv][top_k]: their gates, 0 elsewhere */
 	uint32_t *per_expert;        /* [n_experts]: rows received per expert */
 	uint32_t n_experts;
+	uint32_t reserved;           /* 0 */
+	struct locus_row_ref *refs;  /* [n_recv]: the handle's refs */
+	uint32_t *src_count;         /* [n_ranks]: rows from each rank (they come in rank order) */
 };
 
 /*
@@ -313,7 +316,7 @@ int locus_ep_pump(struct locus_ep *ep);
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_params) == 64, "ep params");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_dispatch_args) == 48, "ep dispatch args");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_recv) == 40, "ep recv");
-LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_recv_out) == 40, "ep recv out");
+LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_recv_out) == 56, "ep recv out");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_handle_info) == 80, "ep handle info");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_combine_args) == 32, "ep combine args");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_status) == 72, "ep status");

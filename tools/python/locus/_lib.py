@@ -205,7 +205,8 @@ class EpRecv(Structure):
 
 class EpRecvOut(Structure):
     _fields_ = [("recv_x", c_void_p), ("recv_idx", c_void_p), ("recv_weights", c_void_p),
-                ("per_expert", c_void_p), ("n_experts", c_uint32)]
+                ("per_expert", c_void_p), ("n_experts", c_uint32), ("reserved", c_uint32),
+                ("refs", c_void_p), ("src_count", c_void_p)]
 
 
 class EpHandleInfo(Structure):
@@ -232,7 +233,7 @@ class EpStatus(Structure):
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
           ClientRows: 80, Placement: 48, ClientRanks: 24, PlacementFetch: 12, EpParams: 64,
-          EpDispatchArgs: 48, EpRecv: 40, EpRecvOut: 40, EpHandleInfo: 80, EpCombineArgs: 32,
+          EpDispatchArgs: 48, EpRecv: 40, EpRecvOut: 56, EpHandleInfo: 80, EpCombineArgs: 32,
           EpStatus: 72}
 
 _P = c_void_p

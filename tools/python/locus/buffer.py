@@ -115,7 +115,11 @@ class Handle:
         # thread while another holds the group)
         c = getattr(self, "_c", None)
         owner = getattr(self, "_owner", None)
-        if c is not None and owner is not None:
+        if c is None or owner is None:
+            return
+        if owner._closed:
+            lib.locus_ep_handle_free(c)  # the group is gone: nothing else holds it
+        else:
             owner._dead.append(c)
 
 
@@ -145,6 +149,51 @@ def _wrap(raw, dtname, as_torch):
 
 def _ptr(a):
     return a.__array_interface__["data"][0]
+
+
+class DispatchEvent:
+    """A dispatch under way (Buffer.dispatch_async): done() polls the ring once and
+    says whether every rank's rows are in (or the batch failed); wait() waits for
+    that, bounded by the Buffer's timeout, and returns dispatch()'s tuple (or raises
+    the batch's failure)."""
+
+    def __init__(self, buf, batch, raw, dtname, as_torch, layer, tokens, k, experts):
+        self.buffer, self.batch, self.raw, self.dtname = buf, batch, raw, dtname
+        self.torch, self.layer, self.tokens, self.k, self.experts = \
+            as_torch, layer, tokens, k, experts
+        self._ret = 0
+        self._result = None
+
+    def done(self):
+        b = self.buffer
+        if self._ret or self._result is not None:
+            return True
+        with b.client._lock:
+            self._ret = lib.locus_ep_dispatch_poll(b._ep, b._recv_p, b._err_p)
+        return self._ret != 0
+
+    def wait(self):
+        b = self.buffer
+        if self._result is not None:
+            return self._result
+        with b.client._lock:
+            if b._pending is not self:
+                raise ValueError(f"batch {self.batch}: its Buffer was closed or it was "
+                                 "waited for already")
+            try:
+                if self._ret == 0:
+                    self._ret = lib.locus_ep_dispatch_wait(b._ep, b._recv_p, b._err_p)
+                if b._others():
+                    b._drain()
+                if self._ret < 0:
+                    raise b._failure(self._ret, b._err, f"dispatch of batch {self.batch}")
+                self._result = b._collect(self)
+                return self._result
+            finally:
+                b._pending = None
+                self.raw = None
+
+    current_stream_wait = wait
 
 
 class Buffer:
@@ -207,6 +256,16 @@ class Buffer:
         self._base = client._stage_base
         self._buf = np.ctypeslib.as_array((ctypes.c_uint8 * nbuf).from_address(self._base))
         self._dead = deque()       # C handles of Handles collected: freed at the next call
+        self._table_gen, self._shape = None, None
+        self._pending = None       # the DispatchEvent not waited for
+        # the structures each call hands the library, made once
+        self._dargs, self._recv, self._err = _lib.EpDispatchArgs(), _lib.EpRecv(), _lib.Error()
+        self._rout, self._st = _lib.EpRecvOut(), _lib.EpStatus()
+        self._src_count = (ctypes.c_uint32 * num_ranks)()
+        self._rout.src_count = ctypes.addressof(self._src_count)
+        self._dargs_p, self._recv_p = ctypes.byref(self._dargs), ctypes.byref(self._recv)
+        self._err_p, self._rout_p = ctypes.byref(self._err), ctypes.byref(self._rout)
+        self._st_p = ctypes.byref(self._st)
         self._descs = (_lib.Desc * 64)()
         self._lost = frozenset()   # move_weights: the ranks the engine cannot reach
         self._out = {}             # move_weights: (op, id, peer) -> [desc, off, bytes, submit]
@@ -321,19 +380,33 @@ class Buffer:
 
     # ---- dispatch ---------------------------------------------------------------------
 
+    def _table(self):
+        """(layers, experts) of the GRACE table in use, read again when its generation
+        moves (NoTableError when none is)."""
+        gen = self.client._counters.value("table_generation", _GRACE)
+        if gen != self._table_gen or not gen:
+            self._shape = self.client.table_shape(_GRACE)
+            self._table_gen = gen
+        return self._shape
+
     def _check_dispatch(self, x, topk_idx, topk_weights, layer):
+        """Shapes and kinds; the ids' range and the gates' finiteness are the C
+        library's checks (locus_ep_dispatch_begin), in the same words."""
         raw, dtname, as_torch = _raw(x, "x")
         if raw.ndim != 2:
             raise ValueError(f"x must be [num_tokens, hidden], not {raw.ndim}-dimensional "
                              f"{tuple(raw.shape)}")
         dtname = dtname or raw.dtype.name
-        if dtname not in _ROW_DTYPES + ("bfloat16",):
+        if dtname not in _ROW_DTYPES and dtname != "bfloat16":
             raise TypeError(f"x holds {dtname}: a Buffer moves rows of "
                             f"{', '.join(_ROW_DTYPES)} or bfloat16")
-        ids = _arrays.as_numpy(topk_idx, "topk_idx")
-        _arrays.check_int_dtype(ids, "topk_idx")
-        w = _arrays.as_numpy(topk_weights, "topk_weights")
-        if not np.issubdtype(w.dtype, np.floating):
+        ids = topk_idx if type(topk_idx) is np.ndarray else _arrays.as_numpy(topk_idx,
+                                                                              "topk_idx")
+        if ids.dtype != np.int64:
+            _arrays.check_int_dtype(ids, "topk_idx")
+        w = topk_weights if type(topk_weights) is np.ndarray else \
+            _arrays.as_numpy(topk_weights, "topk_weights")
+        if w.dtype != np.float32 and not np.issubdtype(w.dtype, np.floating):
             raise TypeError(f"topk_weights must hold floats (gate weights), not {w.dtype}")
         tokens = raw.shape[0]
         if ids.ndim != 2 or ids.shape[0] != tokens:
@@ -346,30 +419,23 @@ class Buffer:
         if not 1 <= k <= _lib.MAX_TOPK:
             raise ValueError(f"num_topk = {k}: locus dispatches 1..{_lib.MAX_TOPK} experts "
                              "per token")
-        if raw.shape[1] < 1 or raw.shape[1] * raw.itemsize > _lib.MAX_ROW_BYTES:
-            raise ValueError(f"a row of {raw.shape[1] * raw.itemsize} bytes: 1..."
-                             f"{_lib.MAX_ROW_BYTES} bytes per token row")
-        if tokens * raw.shape[1] * raw.itemsize > self.dispatch_bytes:
-            raise ValueError(f"x is {tokens * raw.shape[1] * raw.itemsize} bytes, more than "
-                             f"the Buffer's {self.dispatch_bytes} for one dispatch")
-        layers, experts = self.client.table_shape(_GRACE)
-        layer = _arrays.check_uint(layer, "layer")
-        if layer >= layers:
+        row_bytes = raw.shape[1] * raw.itemsize
+        if raw.shape[1] < 1 or row_bytes > _lib.MAX_ROW_BYTES:
+            raise ValueError(f"a row of {row_bytes} bytes: 1...{_lib.MAX_ROW_BYTES} bytes "
+                             "per token row")
+        if tokens * row_bytes > self.dispatch_bytes:
+            raise ValueError(f"x is {tokens * row_bytes} bytes, more than the Buffer's "
+                             f"{self.dispatch_bytes} for one dispatch")
+        layers, experts = self._table()
+        if type(layer) is not int:
+            layer = _arrays.check_uint(layer, "layer")
+        if not 0 <= layer < layers:
             raise ValueError(f"layer {layer} is out of range: the GRACE table in use has "
                              f"{layers} MoE layers (0..{layers - 1})")
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        w = np.ascontiguousarray(w, dtype=np.float32)
-        if tokens:
-            bad = ((ids < -1) | (ids >= experts)) & (ids != _lib.EXPERT_MASKED)
-            if bad.any():
-                t, j = np.argwhere(bad)[0]
-                raise ValueError(f"topk_idx: expert id {int(ids[t, j])} at token {t}, slot "
-                                 f"{j} is out of range: the GRACE table in use has {experts} "
-                                 f"experts (ids 0..{experts - 1}, or -1 for no selection)")
-            if not np.isfinite(w).all():
-                t, j = np.argwhere(~np.isfinite(w))[0]
-                raise ValueError(f"topk_weights: the gate at token {t}, slot {j} is not "
-                                 "finite")
+        if ids.dtype != np.int64 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if w.dtype != np.float32 or not w.flags.c_contiguous:
+            w = np.ascontiguousarray(w, dtype=np.float32)
         return raw, dtname, as_torch, ids, w, layer, experts
 
     def dispatch(self, x, topk_idx, topk_weights, layer):
@@ -381,68 +447,87 @@ class Buffer:
         for the row and -1 in the other slots, recv_topk_weights [num_recv, num_topk]
         float32, 0 where the id is -1, handle). Rows are ordered by source rank, then
         token. numpy in, numpy out; CPU torch in, torch out."""
+        return self.dispatch_async(x, topk_idx, topk_weights, layer).wait()
+
+    def dispatch_async(self, x, topk_idx, topk_weights, layer):
+        """dispatch() begun, not waited for: a DispatchEvent whose done() polls once
+        and whose wait() returns dispatch()'s tuple. One dispatch runs at a time; x,
+        when it is dispatch_input(), stays unchanged until then."""
         c = self.client
         with c._lock:
             self._check_open()
-            self._reap()
+            if self._dead:
+                self._reap()
+            if self._pending is not None:
+                raise ValueError(f"the dispatch of batch {self._pending.batch} is not "
+                                 "waited for yet")
             raw, dtname, as_torch, ids, w, layer, experts = \
                 self._check_dispatch(x, topk_idx, topk_weights, layer)
             tokens, k = ids.shape
-            hidden = raw.shape[1]
-            row_bytes = hidden * raw.itemsize
-            if tokens and not self._is_at(raw, self._x_off):
+            if tokens and not raw.flags.c_contiguous:
                 raw = np.ascontiguousarray(raw)
-            args = _lib.EpDispatchArgs(layer=layer, top_k=k, n_tokens=tokens,
-                                       row_bytes=row_bytes, n_experts=experts,
-                                       x=_ptr(raw) if tokens else None, topk_idx=_ptr(ids),
-                                       topk_weights=_ptr(w), timeout_ms=self._ms(self.timeout))
-            err, recv = _lib.Error(), _lib.EpRecv()
-            try:
-                b = lib.locus_ep_dispatch_begin(self._ep, ctypes.byref(args), ctypes.byref(err))
-                if b < 0:
-                    raise self._failure(b, err, "dispatch")
-                ret = lib.locus_ep_dispatch_wait(self._ep, ctypes.byref(recv), ctypes.byref(err))
-                if ret < 0:
-                    raise self._failure(ret, err, f"dispatch of batch {b}")
-            finally:
+            args = self._dargs
+            args.layer, args.top_k, args.n_tokens = layer, k, tokens
+            args.row_bytes, args.n_experts = raw.shape[1] * raw.itemsize, experts
+            args.x = raw.ctypes.data if tokens else None
+            args.topk_idx, args.topk_weights = ids.ctypes.data, w.ctypes.data
+            args.timeout_ms = self._ms(self.timeout)
+            b = lib.locus_ep_dispatch_begin(self._ep, self._dargs_p, self._err_p)
+            if b < 0:
+                if b in (-_lib.LOCUS_ERANGE, -_lib.LOCUS_ENAN, -errno.EINVAL):
+                    raise ValueError(self._err.text())  # an argument: nothing sent
                 self._drain()
-            n, kk = recv.n_recv, recv.top_k
-            recv_x = np.empty((n, hidden), dtype=raw.dtype)
-            idx = np.empty((n, kk), dtype=np.int64)
-            wts = np.empty((n, kk), dtype=np.float32)
-            per = np.zeros(experts, dtype=np.uint32)
-            out = _lib.EpRecvOut(recv_x=_ptr(recv_x), recv_idx=_ptr(idx),
-                                 recv_weights=_ptr(wts), per_expert=_ptr(per),
-                                 n_experts=experts)
-            hp = ctypes.c_void_p()
-            ret = lib.locus_ep_dispatch_end(self._ep, ctypes.byref(out), ctypes.byref(hp),
-                                            ctypes.byref(err))
-            if ret < 0:
-                raise from_code(ret, err.text() or None, what=f"dispatch of batch {b}")
-            h = self._handle(hp.value, tokens, k, recv, as_torch)
-            h.num_recv_tokens_per_expert = per.tolist()
-            if as_torch:
-                torch = _torch()
-                return (_wrap(recv_x, dtname, True), torch.from_numpy(idx),
-                        torch.from_numpy(wts), h)
-            return recv_x, idx, wts, h
+                raise self._failure(b, self._err, "dispatch")
+            ev = DispatchEvent(self, b, raw, dtname, as_torch, layer, tokens, k, experts)
+            self._pending = ev
+            return ev
 
-    def _handle(self, hc, tokens, k, recv, as_torch):
+    def _collect(self, ev):
+        """The dispatch of ev is in: copy it out, make its Handle."""
+        recv, err = self._recv, self._err
+        n, kk, raw = recv.n_recv, recv.top_k, ev.raw
+        recv_x = np.empty((n, raw.shape[1]), dtype=raw.dtype)
+        idx = np.empty((n, kk), dtype=np.int64)
+        wts = np.empty((n, kk), dtype=np.float32)
+        per = np.empty(ev.experts, dtype=np.uint32)
+        refs = np.empty(n, dtype=_ROW_DT)
+        o = self._rout
+        o.recv_x, o.recv_idx, o.recv_weights = \
+            recv_x.ctypes.data, idx.ctypes.data, wts.ctypes.data
+        o.per_expert, o.n_experts, o.refs = per.ctypes.data, ev.experts, refs.ctypes.data
+        hp = ctypes.c_void_p()
+        ret = lib.locus_ep_dispatch_end(self._ep, self._rout_p, ctypes.byref(hp), self._err_p)
+        if ret < 0:
+            raise from_code(ret, err.text() or None, what=f"dispatch of batch {ev.batch}")
+        tokens, k = ev.tokens, ev.k
+        h = Handle(ev.batch, ev.layer, tokens, k, recv.rows_sent, recv.dests, torch=ev.torch)
+        h.refs = refs
+        at, sl, cnt = 0, {}, self._src_count
+        for r in range(self.num_ranks):
+            m = cnt[r]
+            if m:
+                sl[r] = (at, m)
+                at += m
+        h.src_slices = sl
+        h.masked = self._masked_of(hp.value, tokens, k) if recv.n_masked else \
+            np.zeros((tokens, k), bool)
+        h._c, h._owner = hp.value, self
+        h.num_recv_tokens_per_expert = per.tolist()
+        if ev.torch:
+            torch = _torch()
+            return (_wrap(recv_x, ev.dtname, True), torch.from_numpy(idx),
+                    torch.from_numpy(wts), h)
+        return recv_x, idx, wts, h
+
+    def _others(self):
+        """How many descriptors the collective polled for the client."""
+        lib.locus_ep_status(self._ep, self._st_p)
+        return self._st.others
+
+    def _masked_of(self, hc, tokens, k):
         info = _lib.EpHandleInfo()
         lib.locus_ep_handle_info(hc, ctypes.byref(info))
-        n = info.n_recv
-        h = Handle(info.batch, info.layer, tokens, k, info.rows_sent, torch=as_torch)
-        h.dests = info.dests
-        h.refs = np.ctypeslib.as_array((ctypes.c_uint8 * (8 * n)).from_address(info.refs)) \
-            .view(_ROW_DT).copy() if n else np.empty(0, dtype=_ROW_DT)
-        start = np.ctypeslib.as_array((ctypes.c_uint32 * self.num_ranks)
-                                      .from_address(info.src_start))
-        count = np.ctypeslib.as_array((ctypes.c_uint32 * self.num_ranks)
-                                      .from_address(info.src_count))
-        h.src_slices = {r: (int(start[r]), int(count[r])) for r in np.flatnonzero(count)}
-        h.masked = self._masked(info, tokens, k)
-        h._c, h._owner = hc, self
-        return h
+        return self._masked(info, tokens, k)
 
     @staticmethod
     def _masked(info, tokens, k):
@@ -775,6 +860,7 @@ class Buffer:
             if self._closed:
                 return
             self._closed = True
+            self._pending = None
             self._reap()
             lib.locus_ep_destroy(self._ep)  # live Handles keep their C part until collected
             self._ep = None
