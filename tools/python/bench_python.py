@@ -133,6 +133,7 @@ def bench_dispatch(a, reqs):
     rows = [0] * ranks
     n_rounds = [0]
     bar = threading.Barrier(ranks)
+    lat = []  # one thread: each round's time (ns)
     t, cpu = [0.0, 0.0], [0.0, 0.0]
     errs = []
 
@@ -181,7 +182,7 @@ def bench_dispatch(a, reqs):
             evs = [b.dispatch_async(xs[r], *batches[(i * ranks + r) % len(batches)])
                    for r, b in enumerate(bufs)]
             while not all([ev.done() for ev in evs]):
-                pass
+                pass  # one spinning thread on CPU C, as the C client's
             return [ev.wait()[3].num_recv for ev in evs]
         for i in range(20):
             rnd(i)
@@ -193,8 +194,10 @@ def bench_dispatch(a, reqs):
                           int((a.seconds + EXTRA_SECONDS) / per))
         t[0], cpu[0] = time.monotonic(), time.process_time()
         for i in range(n_rounds[0]):
+            t0 = time.perf_counter_ns()
             for r, got in enumerate(rnd(i)):
                 rows[r] += got
+            lat.append(time.perf_counter_ns() - t0)
         t[1], cpu[1] = time.monotonic(), time.process_time()
 
     if a.threads:
@@ -220,7 +223,9 @@ def bench_dispatch(a, reqs):
     print(f"python dispatch {a.row_bytes} B rows: {ranks} ranks ({how}), "
           f"{a.tokens} tokens x top-{k}, {n_rounds[0]} collective rounds: {total / secs:.0f} "
           f"rows/s ({total} rows, {secs * 1e6 / n_rounds[0]:.0f} us per round, of which "
-          f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU)")
+          f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU"
+          + (f"; round p50 {np.percentile(lat, 50) / 1e3:.0f} us, p90 "
+             f"{np.percentile(lat, 90) / 1e3:.0f} us" if lat else "") + ")")
 
 
 def main():
