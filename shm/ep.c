@@ -440,6 +440,17 @@ void ep_ctl_in(struct locus_ep *ep, const struct locus_ep_ctl *c)
 				(unsigned long long)c->batch, c->reason);
 		return;
 	}
+	if (ep->d.state == OP_READY && ep->d.batch == c->batch) {
+		/* every row is in, not yet collected: its handle is born failed */
+		if (c->kind == LOCUS_EP_CTL_ABORT && !ep->d.late_code) {
+			ep->d.late_code = c->code;
+			ep->d.late_rank = c->src_rank;
+			snprintf(ep->d.late_msg, sizeof(ep->d.late_msg),
+				 "rank %u aborted batch %llu: %s", c->src_rank,
+				 (unsigned long long)c->batch, c->reason);
+		}
+		return;
+	}
 	if (c->kind == LOCUS_EP_CTL_EMPTY) {
 		if (c->batch >= ep->next_batch) {
 			k = ep_keep_rec(ep, c->batch, 1);

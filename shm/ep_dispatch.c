@@ -228,9 +228,12 @@ void ep_dispatch_refused(struct locus_ep *ep, uint64_t batch, uint32_t src, int 
 		ep_fail(ep, &d->state, batch, code, ep->p.rank, NULL, "%s", msg);
 	} else if (!d->late_code) {
 		d->late_code = code;
+		d->late_rank = ep->p.rank;
 		snprintf(d->late_msg, sizeof(d->late_msg), "%s", msg);
 	}
 }
+
+static int failed(struct locus_ep *ep, struct locus_error *err);
 
 int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispatch_args *a,
 				struct locus_error *err)
@@ -253,6 +256,8 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 		return locus_error_set(err, ENOMEM, "out of memory");
 	if (d->state == OP_READY)
 		ep_msgs_drop(ep, LOCUS_OP_ROWS_IN, d->batch); /* never collected */
+	if (d->state == OP_FAILED)
+		failed(ep, NULL); /* its failure was never polled for */
 	/* requests of a batch given up may still be at locusd: their stage is theirs */
 	until = ep_now() + (uint64_t)ep->p.timeout_ms * 1000000ull;
 	for (;;) {
@@ -593,7 +598,7 @@ int locus_ep_dispatch_end(struct locus_ep *ep, const struct locus_ep_recv_out *o
 	h->ep = ep;
 	h->gone = d->gone;
 	h->fail_code = d->late_code;
-	h->fail_rank = ep->p.rank;
+	h->fail_rank = d->late_rank;
 	snprintf(h->fail_msg, sizeof(h->fail_msg), "%s", d->late_msg);
 	h->i = (struct locus_ep_handle_info){
 		.batch = d->batch, .layer = d->layer, .top_k = d->top_k, .n_tokens = d->n_tokens,

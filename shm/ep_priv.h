@@ -95,7 +95,8 @@ struct ep_disp {
 	uint32_t n_recv;
 	int seen_done;             /* the DISPATCH completion was read */
 	int32_t fail_code;         /* a failure reported once by poll */
-	int32_t late_code;         /* refused after every row was in: for the handle */
+	int32_t late_code;         /* refused or aborted after every row was in: for the handle */
+	uint32_t late_rank;
 	char late_msg[LOCUS_ERRMSG_MAX];
 };
 

@@ -258,6 +258,7 @@ class Buffer:
         self._dead = deque()       # C handles of Handles collected: freed at the next call
         self._table_gen, self._shape = None, None
         self._pending = None       # the DispatchEvent not waited for
+        self._next_batch = 1       # the id the group's next dispatch takes
         # the structures each call hands the library, made once
         self._dargs, self._recv, self._err = _lib.EpDispatchArgs(), _lib.EpRecv(), _lib.Error()
         self._rout, self._st = _lib.EpRecvOut(), _lib.EpStatus()
@@ -474,10 +475,14 @@ class Buffer:
             args.timeout_ms = self._ms(self.timeout)
             b = lib.locus_ep_dispatch_begin(self._ep, self._dargs_p, self._err_p)
             if b < 0:
-                if b in (-_lib.LOCUS_ERANGE, -_lib.LOCUS_ENAN, -errno.EINVAL):
+                nb = self._status().next_batch
+                if nb == self._next_batch and b in (-_lib.LOCUS_ERANGE, -_lib.LOCUS_ENAN,
+                                                    -errno.EINVAL):
                     raise ValueError(self._err.text())  # an argument: nothing sent
+                self._next_batch = nb  # the batch was taken, and failed (another rank's abort)
                 self._drain()
                 raise self._failure(b, self._err, "dispatch")
+            self._next_batch = b + 1
             ev = DispatchEvent(self, b, raw, dtname, as_torch, layer, tokens, k, experts)
             self._pending = ev
             return ev
