@@ -667,7 +667,7 @@ int locus_ep_pump(struct locus_ep *ep)
 void ep_wait_text(struct locus_ep *ep, int role_lo, char *buf, size_t len)
 {
 	static const char *names[] = { "dispatch", "empty", "combine", "abort" };
-	size_t at = 0;
+	size_t at = 0, n = 0;
 
 	at += (size_t)snprintf(buf + at, len - at, "in flight:");
 	for (uint32_t i = 0; i < ep->n_req && at < len; i++) {
@@ -676,10 +676,16 @@ void ep_wait_text(struct locus_ep *ep, int role_lo, char *buf, size_t len)
 		if ((r->state != R_FLIGHT && r->state != R_AGAIN) || r->role < role_lo ||
 		    r->role == ROLE_ABORT)
 			continue;
-		at += (size_t)snprintf(buf + at, len - at, " %s to %u%s%d", names[r->role], r->peer,
-				       r->last ? " last " : "", r->last);
+		n++;
+		if (r->last)
+			at += (size_t)snprintf(buf + at, len - at, " %s to %u (last %s)",
+					       names[r->role], r->peer, locus_strerror(r->last));
+		else
+			at += (size_t)snprintf(buf + at, len - at, " %s to %u", names[r->role],
+					       r->peer);
 	}
-	(void)at;
+	if (!n && at < len)
+		snprintf(buf + at, len - at, " none");
 }
 
 void locus_ep_status(const struct locus_ep *ep, struct locus_ep_status *st)

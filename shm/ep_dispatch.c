@@ -398,8 +398,8 @@ static int all_in(struct locus_ep *ep)
 static void timed_out(struct locus_ep *ep)
 {
 	struct ep_disp *d = &ep->d;
-	char who[256] = "", lack[256], got[160] = "";
-	size_t at = 0, g = 0;
+	char who[256] = "", lack[256], got[160] = "", miss[160] = "";
+	size_t at = 0, g = 0, w = 0;
 	uint32_t n = 0;
 	int down = ep->req[0].last == -LOCUS_EPEERDOWN &&
 		   (ep->req[0].state == R_AGAIN || ep->req[0].state == R_FLIGHT);
@@ -413,6 +413,12 @@ static void timed_out(struct locus_ep *ep)
 				at = sizeof(who) - 1;
 		}
 		n += d->rows[s];
+		if (!ep_lost(ep, s) && !(d->empty_from >> s & 1) &&
+		    d->chunks[s] < (d->n_chunks[s] ? d->n_chunks[s] : 1)) {
+			w += (size_t)snprintf(miss + w, sizeof(miss) - w, "%s%u", w ? ", " : "", s);
+			if (w >= sizeof(miss))
+				w = sizeof(miss) - 1;
+		}
 		if (d->chunks[s]) {
 			g += (size_t)snprintf(got + g, sizeof(got) - g, "%s%u", g ? ", " : "", s);
 			if (g >= sizeof(got))
@@ -427,10 +433,10 @@ static void timed_out(struct locus_ep *ep)
 	}
 	ep_wait_text(ep, ROLE_DISPATCH, lack, sizeof(lack));
 	ep_fail(ep, &d->state, d->batch, -ETIMEDOUT, ep->p.rank, NULL,
-		"dispatch of batch %llu did not complete within %g s (%s; received: rows of batch "
-		"%llu: %u rows from ranks [%s]; empty from 0x%llx)", (unsigned long long)d->batch,
-		d->timeout_ms / 1000.0, lack, (unsigned long long)d->batch,
-		n, got, (unsigned long long)d->empty_from);
+		"dispatch of batch %llu did not complete within %g s (waiting for ranks [%s]; "
+		"received: rows of batch %llu: %u rows from ranks [%s]; requests %s)",
+		(unsigned long long)d->batch, d->timeout_ms / 1000.0, miss,
+		(unsigned long long)d->batch, n, got, lack);
 }
 
 /* The failure poll reports once: the group is ready for the next batch. */

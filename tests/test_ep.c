@@ -7,7 +7,7 @@
  * received once with its row, id and gate, the handle's slices; combine
  * summed at the source against the sums computed here; and one rank whose
  * combine input does not fit its stage range failing the batch on all four
- * within a second although each waits 30 s at most.
+ * within a second although each waits 30 s at most; a time-out likewise.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -399,6 +399,38 @@ static void test_abort(void **state)
 	ranks_free();
 }
 
+/*
+ * Rank 3 is late: rank 0 (a 200 ms bound) times out on batch 1 and fails
+ * it on ranks 1 and 2 (30 s bounds) at once; rank 3, coming later, fails
+ * batch 1 as it begins it, having sent nothing.
+ */
+static void test_timeout_aborts(void **state)
+{
+	pthread_t th[GPN - 1];
+	(void)state;
+
+	for (int r = 0; r < GPN; r++)
+		rank_setup(&R[r], r, 65536, r == 0 ? 200 : 30000);
+	push_grace();
+	for (int r = 0; r < GPN - 1; r++)
+		assert_int_equal(pthread_create(&th[r], NULL, rank_dispatch, &R[r]), 0);
+	for (int r = 0; r < GPN - 1; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < GPN - 1; r++) {
+		print_message("rank %d: %s\n", r, R[r].err.msg);
+		assert_int_equal(R[r].ret_dispatch, -ETIMEDOUT);
+		if (r)
+			assert_non_null(strstr(R[r].err.msg, "rank 0 aborted batch 1"));
+	}
+	assert_non_null(strstr(R[0].err.msg, "did not complete within 0.2 s"));
+	tu_nap();
+	rank_dispatch(&R[3]);
+	print_message("rank 3: %s\n", R[3].err.msg);
+	assert_int_equal(R[3].ret_dispatch, -ETIMEDOUT);
+	assert_non_null(strstr(R[3].err.msg, "rank 0 aborted batch 1"));
+	ranks_free();
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -436,6 +468,7 @@ int main(void)
 		cmocka_unit_test(test_rows_order),
 		cmocka_unit_test_setup_teardown(test_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_timeout_aborts, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
