@@ -20,7 +20,9 @@
  * Abort: a rank whose part of a batch fails (its combine input does not
  * fit, a refusal, a time-out) sends an ABORT control row to every other
  * live rank; each fails the same batch with the same code at once, never
- * waiting out its own time-out. Lost ranks (locus_client_ranks) are neither
+ * waiting out its own time-out. A rank that had finished the batch (it
+ * needed nothing of the failing rank) keeps its result; one that has not
+ * begun it fails it as it begins it. Lost ranks (locus_client_ranks) are neither
  * waited for nor sent to once the group formed (every rank was live
  * together); then dispatches mask the pairs with no reachable copy
  * (LOCUS_DESC_F_MASK) and a handle says which.
