@@ -6,18 +6,20 @@
 # exported. The static libraries stay for locusd and the tests. Sanitizer
 # and fuzz builds have no shared library.
 LIBLOCUS_MAJOR   := 0
-LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).6.0
+LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).7.0
 LIBLOCUS_SONAME  := liblocus.so.$(LIBLOCUS_MAJOR)
 LIBLOCUS_SRCS    := shm/client_attach.c shm/client_route.c shm/client_blocks.c \
 	shm/client_dispatch.c \
 	shm/client_region.c shm/clients.c shm/segment.c shm/proc.c shm/seqpkt.c \
 	shm/counters.c shm/eldr_sig.c shm/eldr_table.c shm/blocks.c shm/grace_table.c \
 	shm/grace_set.c shm/dispatch.c shm/tblfile.c shm/file.c shm/crc32c.c shm/err.c \
-	shm/ring.c shm/placement.c shm/client_placement.c shm/weights.c
+	shm/ring.c shm/placement.c shm/client_placement.c shm/weights.c \
+	shm/ep.c shm/ep_ctl.c shm/ep_dispatch.c shm/ep_combine.c
 LIBLOCUS_HEADERS := shm/locus.h shm/locus_common.h shm/locus_err.h shm/locus_crc32c.h \
 	shm/locus_shm.h shm/locus_counters.h shm/locus_client.h shm/locus_eldr.h \
 	shm/locus_blocks.h shm/locus_tblfile.h shm/locus_grace.h shm/locus_graceset.h \
-	shm/locus_wire.h shm/locus_dispatch.h shm/locus_placement.h shm/locus_weights.h
+	shm/locus_wire.h shm/locus_dispatch.h shm/locus_placement.h shm/locus_weights.h \
+	shm/locus_ep.h
 LIBLOCUS_OBJS    := $(patsubst %.c,$(BUILD)/pic/%.o,$(LIBLOCUS_SRCS))
 LIBLOCUS         := $(LIBS_DIR)/liblocus.so.$(LIBLOCUS_VERSION)
 LIBDIR          ?= $(PREFIX)/lib

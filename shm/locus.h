@@ -21,5 +21,6 @@
 #include "locus_dispatch.h"
 #include "locus_placement.h"
 #include "locus_weights.h"
+#include "locus_ep.h"
 
 #endif /* LOCUS_H */

@@ -20,5 +20,5 @@ $(eval $(call LIBRARY,wire,shm/dispatch.c,common))
 # client slots: region layout, the daemon's side and the client library.
 $(eval $(call LIBRARY,client,shm/clients.c shm/client_attach.c shm/client_region.c \
 	shm/client_route.c shm/client_blocks.c shm/client_dispatch.c shm/client_placement.c \
-	shm/weights.c,\
+	shm/weights.c shm/ep.c shm/ep_ctl.c shm/ep_dispatch.c shm/ep_combine.c,\
 	wire formats shm common))

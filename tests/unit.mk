@@ -19,6 +19,7 @@ $(eval $(call TEST,test_client,tests/test_client.c $(NODE_TEST_SRCS),node config
 $(eval $(call TEST,test_client_death,tests/test_client_death.c $(NODE_TEST_SRCS),node config))
 $(eval $(call TEST,test_client_dispatch,tests/test_client_dispatch.c tests/node_tables.c \
 	$(NODE_TEST_SRCS),node config))
+$(eval $(call TEST,test_ep,tests/test_ep.c tests/node_tables.c $(NODE_TEST_SRCS),node config))
 
 # dataplane/: config, idle, router, planner, signature cache, node, engines, rails
 $(eval $(call TEST,test_config,tests/test_config.c,config))

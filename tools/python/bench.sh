@@ -7,8 +7,11 @@
 #     3.3 KiB signatures: the C client submits prebuilt signatures, Python's
 #     Client.route() checks the routed experts and builds each one;
 #   - dispatch rows/s, 4 ranks, 32 tokens x top-6 of the trace, 4 KiB and 7 KiB rows,
-#     cache-hot, window 1 (Buffer.dispatch is a collective: one batch per rank in
-#     flight); the C client at window 1 and at its default window 4.
+#     cache-hot, window 1 (a dispatch is a collective: one batch per rank in
+#     flight); the C client at window 1 and at its default window 4. Python twice:
+#     one thread driving the 4 ranks as the C client's one thread does
+#     (Buffer.dispatch_async), then a thread per rank calling the blocking
+#     Buffer.dispatch() (the 4 threads share CPU 0 and nap or yield while they wait).
 # Environment: BUILD, BENCH_SECONDS (per row, default 1).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -71,9 +74,13 @@ for rb in 4096 7168; do
 		--tokens 32 | grep cache-hot | tee "$work/c_disp4"
 	$PY dispatch -i $inst --trace $trace --row-bytes $rb --tokens 32 --seconds "$secs" \
 		--cpu 0 | tee "$work/py_disp"
+	$PY dispatch -i $inst --trace $trace --row-bytes $rb --tokens 32 --seconds "$secs" \
+		--cpu 0 --threads | tee "$work/py_disp_t"
 	c1=$(num_before rows/s cache-hot "$work/c_disp1")
 	c4=$(num_before rows/s cache-hot "$work/c_disp4")
 	py=$(num_before rows/s 'python dispatch' "$work/py_disp")
-	awk -v c1=$c1 -v c4=$c4 -v p=$py -v rb=$rb 'BEGIN { printf "python vs C: dispatch %d B rows: %.0f rows/s vs %.0f (C, window 1) = %.3fx; vs %.0f (C, window 4) = %.3fx\n", rb, p, c1, (c1 > 0 ? p / c1 : 0), c4, (c4 > 0 ? p / c4 : 0) }'
+	pt=$(num_before rows/s 'python dispatch' "$work/py_disp_t")
+	awk -v c1=$c1 -v c4=$c4 -v p=$py -v rb=$rb 'BEGIN { printf "python vs C: dispatch %d B rows, one thread for 4 ranks each: %.0f rows/s vs %.0f (C, window 1) = %.3fx; vs %.0f (C, window 4) = %.3fx\n", rb, p, c1, (c1 > 0 ? p / c1 : 0), c4, (c4 > 0 ? p / c4 : 0) }'
+	awk -v c1=$c1 -v p=$pt -v rb=$rb 'BEGIN { printf "python vs C: dispatch %d B rows, a Python thread per rank on one CPU: %.0f rows/s vs %.0f (C, window 1) = %.3fx\n", rb, p, c1, (c1 > 0 ? p / c1 : 0) }'
 done
 echo "load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)"

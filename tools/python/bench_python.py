@@ -11,12 +11,15 @@ same daemon for the ratio:
       thread holds the prefiller and the 4 decoders; the decoders' signatures
       are taken between calls (not timed).
   bench_python.py dispatch -i INST --trace T [--row-bytes B] [--tokens N]
-                           [--seconds S] [--min-calls N] [--cpu C]
-      Buffer.dispatch() on 4 ranks: each rank's N tokens of the trace at one
+                           [--seconds S] [--min-calls N] [--cpu C] [--threads]
+      Buffer dispatches on 4 ranks: each rank's N tokens of the trace at one
       layer (its real top-k), rows of B bytes staged in place (dispatch_input),
-      recv_x copied out of the inbox. The dispatch is a collective, so each rank
-      is a thread of its own; all of them are pinned to CPU C (the GIL runs one
-      at a time: one core, as the C client's one thread).
+      recv_x copied out of the inbox, a Handle made. By default one thread
+      drives the 4 ranks as the C client's bench does (dispatch_async on each,
+      done() on each until all are in, then wait() on each: window 1); with
+      --threads each rank is a thread of its own calling the blocking
+      dispatch(). Every thread is pinned to CPU C (the GIL runs one at a time:
+      one core, as the C client's one thread).
 The timed window opens after the warm-up and lasts S seconds (default 1), then
 runs on until at least N calls (rounds for dispatch; default 100) completed,
 for at most 10 s more: a loaded machine still gets a figure. Prints one result
@@ -130,6 +133,7 @@ def bench_dispatch(a, reqs):
     rows = [0] * ranks
     n_rounds = [0]
     bar = threading.Barrier(ranks)
+    lat = []  # one thread: each round's time (ns)
     t, cpu = [0.0, 0.0], [0.0, 0.0]
     errs = []
 
@@ -166,13 +170,46 @@ def bench_dispatch(a, reqs):
         except BaseException as e:  # reported below
             errs.append(e)
             bar.abort()
-    ths = [threading.Thread(target=body, args=(r,)) for r in range(ranks)]
-    for th in ths:
-        th.start()
-    for th in ths:
-        th.join()
-    if errs:
-        raise errs[0]
+    def one_thread():
+        """The 4 ranks on this thread, window 1: every rank's dispatch begun, polled
+        until all are in, then collected (each rank's rows are in place already)."""
+        xs = []
+        for r, b in enumerate(bufs):
+            xs.append(b.dispatch_input(a.tokens, hidden))
+            xs[-1][:] = r + 1
+
+        def rnd(i):
+            evs = [b.dispatch_async(xs[r], *batches[(i * ranks + r) % len(batches)])
+                   for r, b in enumerate(bufs)]
+            while not all([ev.done() for ev in evs]):
+                pass  # one spinning thread on CPU C, as the C client's
+            return [ev.wait()[3].num_recv for ev in evs]
+        for i in range(20):
+            rnd(i)
+        t0 = time.monotonic()
+        for i in range(20):
+            rnd(i)
+        per = max((time.monotonic() - t0) / 20, 1e-6)
+        n_rounds[0] = min(max(int(a.seconds / per), a.min_calls),
+                          int((a.seconds + EXTRA_SECONDS) / per))
+        t[0], cpu[0] = time.monotonic(), time.process_time()
+        for i in range(n_rounds[0]):
+            t0 = time.perf_counter_ns()
+            for r, got in enumerate(rnd(i)):
+                rows[r] += got
+            lat.append(time.perf_counter_ns() - t0)
+        t[1], cpu[1] = time.monotonic(), time.process_time()
+
+    if a.threads:
+        ths = [threading.Thread(target=body, args=(r,)) for r in range(ranks)]
+        for th in ths:
+            th.start()
+        for th in ths:
+            th.join()
+        if errs:
+            raise errs[0]
+    else:
+        one_thread()
     for b in bufs:
         b.close()
     for c in clients:
@@ -181,10 +218,14 @@ def bench_dispatch(a, reqs):
         nothing_done("dispatch", a, "collective round", "rounds")
     secs = t[1] - t[0]
     total = sum(rows)
-    print(f"python dispatch {a.row_bytes} B rows: {ranks} ranks (threads on one CPU), "
+    how = "a thread each, blocking dispatch(), one CPU" if a.threads else \
+        "one thread, dispatch_async(), window 1"
+    print(f"python dispatch {a.row_bytes} B rows: {ranks} ranks ({how}), "
           f"{a.tokens} tokens x top-{k}, {n_rounds[0]} collective rounds: {total / secs:.0f} "
           f"rows/s ({total} rows, {secs * 1e6 / n_rounds[0]:.0f} us per round, of which "
-          f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU)")
+          f"{(cpu[1] - cpu[0]) * 1e6 / n_rounds[0]:.0f} us of this process's CPU"
+          + (f"; round p50 {np.percentile(lat, 50) / 1e3:.0f} us, p90 "
+             f"{np.percentile(lat, 90) / 1e3:.0f} us" if lat else "") + ")")
 
 
 def main():
@@ -197,6 +238,8 @@ def main():
     p.add_argument("--cpu", type=int, default=None)
     p.add_argument("--row-bytes", type=int, default=4096)
     p.add_argument("--tokens", type=int, default=32)
+    p.add_argument("--threads", action="store_true",
+                   help="dispatch: a thread per rank calling the blocking dispatch()")
     a = p.parse_args()
     pin(a.cpu)
     reqs = load_trace(a.trace)

@@ -19,14 +19,15 @@ required, torch optional: tensor arguments are numpy arrays or CPU tensors).
     recv_x, recv_idx, recv_w, handle = ep.dispatch(x, topk_idx, topk_weights, layer)
     out = ep.combine(expert_outputs, handle)   # DeepEP's Buffer.dispatch / combine
 """
-from .buffer import Buffer, Handle
+from .buffer import BatchAborted, Buffer, Handle
 from .client import Client, Decision, ReceivedSignature
 from .errors import LocusError, LocusGone, LocusTimeout, NoTableError, code_name
 from .stats import Counters, stats
 
 __version__ = "0.2.0"
 
-__all__ = ["attach", "stats", "Buffer", "Handle", "Client", "Decision", "ReceivedSignature",
+__all__ = ["attach", "stats", "BatchAborted", "Buffer", "Handle", "Client", "Decision",
+           "ReceivedSignature",
            "Counters",
            "LocusError", "LocusGone", "LocusTimeout", "NoTableError", "code_name"]
 

@@ -179,10 +179,62 @@ class ClientRows(Structure):
                 ("rows_off", c_uint64)]
 
 
+# ---- locus_ep.h (the expert-parallel collectives) --------------------------------
+EP_F32, EP_F16, EP_BF16, EP_F64 = 1, 2, 3, 4
+EP_CTL_TAG = 1 << 63
+
+
+class EpParams(Structure):
+    _fields_ = [("rank", c_uint32), ("n_ranks", c_uint32), ("x_off", c_uint64),
+                ("x_len", c_uint64), ("y_off", c_uint64), ("y_len", c_uint64),
+                ("req_off", c_uint64), ("req_len", c_uint64), ("max_tokens", c_uint32),
+                ("timeout_ms", c_uint32)]
+
+
+class EpDispatchArgs(Structure):
+    _fields_ = [("layer", c_uint16), ("top_k", c_uint16), ("n_tokens", c_uint32),
+                ("row_bytes", c_uint32), ("n_experts", c_uint32), ("x", c_void_p),
+                ("topk_idx", c_void_p), ("topk_weights", c_void_p), ("timeout_ms", c_uint32)]
+
+
+class EpRecv(Structure):
+    _fields_ = [("batch", c_uint64), ("n_recv", c_uint32), ("top_k", c_uint16),
+                ("layer", c_uint16), ("row_bytes", c_uint32), ("n_masked", c_uint32),
+                ("dests", c_uint64), ("rows_sent", c_uint32), ("reserved", c_uint32)]
+
+
+class EpRecvOut(Structure):
+    _fields_ = [("recv_x", c_void_p), ("recv_idx", c_void_p), ("recv_weights", c_void_p),
+                ("per_expert", c_void_p), ("n_experts", c_uint32), ("reserved", c_uint32),
+                ("refs", c_void_p), ("src_count", c_void_p)]
+
+
+class EpHandleInfo(Structure):
+    _fields_ = [("batch", c_uint64), ("layer", c_uint16), ("top_k", c_uint16),
+                ("n_tokens", c_uint32), ("n_recv", c_uint32), ("rows_sent", c_uint32),
+                ("dests", c_uint64), ("lost", c_uint64), ("n_masked", c_uint32),
+                ("combined", c_uint32), ("refs", c_void_p), ("src_start", c_void_p),
+                ("src_count", c_void_p), ("masked", c_void_p)]
+
+
+class EpCombineArgs(Structure):
+    _fields_ = [("dtype", c_uint32), ("hidden", c_uint32), ("y", c_void_p), ("out", c_void_p),
+                ("timeout_ms", c_uint32)]
+
+
+class EpStatus(Structure):
+    _fields_ = [("next_batch", c_uint64), ("fail_batch", c_uint64), ("fail_code", ctypes.c_int32),
+                ("fail_rank", c_uint32), ("in_flight", c_uint32), ("kept", c_uint32),
+                ("held_bytes", c_uint64), ("aborts_sent", c_uint64), ("aborts_in", c_uint64),
+                ("ctl_refused", c_uint64), ("formed", c_uint32), ("others", c_uint32)]
+
+
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
           Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
-          ClientRows: 80, Placement: 48, ClientRanks: 24, PlacementFetch: 12}
+          ClientRows: 80, Placement: 48, ClientRanks: 24, PlacementFetch: 12, EpParams: 64,
+          EpDispatchArgs: 48, EpRecv: 40, EpRecvOut: 56, EpHandleInfo: 80, EpCombineArgs: 32,
+          EpStatus: 72}
 
 _P = c_void_p
 _PROTOS = {
@@ -225,6 +277,25 @@ _PROTOS = {
     "locus_client_placement_release": (c_int, [_P, c_uint64]),
     "locus_client_placement_table": (c_int, [_P, c_uint64, POINTER(_P), POINTER(c_size_t),
                                              POINTER(Error)]),
+    # locus_ep.h
+    "locus_ep_create": (c_int, [_P, POINTER(EpParams), POINTER(_P), POINTER(Error)]),
+    "locus_ep_destroy": (None, [_P]),
+    "locus_ep_dispatch_begin": (ctypes.c_int64, [_P, POINTER(EpDispatchArgs), POINTER(Error)]),
+    "locus_ep_dispatch_poll": (c_int, [_P, POINTER(EpRecv), POINTER(Error)]),
+    "locus_ep_dispatch_wait": (c_int, [_P, POINTER(EpRecv), POINTER(Error)]),
+    "locus_ep_dispatch_end": (c_int, [_P, POINTER(EpRecvOut), POINTER(_P), POINTER(Error)]),
+    "locus_ep_handle_info": (None, [_P, POINTER(EpHandleInfo)]),
+    "locus_ep_handle_free": (None, [_P]),
+    "locus_ep_combine_begin": (c_int, [_P, _P, POINTER(EpCombineArgs), POINTER(Error)]),
+    "locus_ep_combine_poll": (c_int, [_P, POINTER(Error)]),
+    "locus_ep_combine_wait": (c_int, [_P, POINTER(Error)]),
+    "locus_ep_combine": (c_int, [_P, _P, POINTER(EpCombineArgs), POINTER(Error)]),
+    "locus_ep_abort": (c_int, [_P, c_uint64, c_int, c_char_p]),
+    "locus_ep_take": (c_int, [_P, POINTER(Desc)]),
+    "locus_ep_others": (c_uint32, [_P, POINTER(Desc), c_uint32]),
+    "locus_ep_status": (None, [_P, POINTER(EpStatus)]),
+    "locus_ep_active": (c_uint64, [_P]),
+    "locus_ep_pump": (c_int, [_P]),
     # locus_placement.h
     "locus_placement_fetches": (c_int, [_P, c_size_t, _P, c_size_t, POINTER(c_uint64),
                                         POINTER(PlacementFetch), c_uint32, POINTER(c_uint32),

@@ -5,19 +5,22 @@ planner picks the copy) and returns what this rank received from every rank;
 combine() sends the expert outputs back and sums them per source token.
 
 Both are collectives over the EP group's ranks 0..num_ranks-1: every rank
-calls dispatch() (also with 0 tokens) and combine() in the same order. A
-rank learns it has everything for a batch when, from every rank, it got
-all of that rank's rows messages (each says how many the batch sent it) or
-a notification that no row is coming: the DISPATCH completion names the
-ranks that were sent rows (desc.dests), and the dispatching rank notifies
-the others with a one-row COMBINE whose batch id has bit 63 set. The
-requests and rows messages are written and read by the C library
-(locus_client_dispatch / _combine / _rows_in); only the bookkeeping is here.
+calls dispatch() (also with 0 tokens) and combine() in the same order. The
+collective is liblocus's (locus_ep.h): the requests, the control rows
+between ranks, the gathering and ordering of what came in, the waits, the
+masking of lost ranks and the sums are C, called once per dispatch or
+combine with the GIL released; this class checks the arguments, makes the
+arrays and keeps what DeepEP's callers expect.
 
 Rows go without an extra copy where they can: dispatch_input() and
 combine_input() are arrays over the client's staging area; an x or y that is
 such an array is not copied before locusd reads it. recv_x is one copy out
 of the inbox (its slots go back to locusd before dispatch returns).
+
+A batch fails on every rank at once: a rank whose part fails (its combine
+input does not fit, a refusal, a time-out) tells every other rank, which
+raises BatchAborted for the same batch within milliseconds instead of
+waiting out its own timeout.
 
 Ranks that fail. locusd plans rows only to the ranks it can reach
 (active_ranks()): an expert with a live copy elsewhere goes there, one with
@@ -28,11 +31,16 @@ the token's gates or run it again; a rank that is lost is neither waited for
 nor sent to, and the pairs it took but never answered are added to
 handle.masked by combine(). Before the group formed, a rank not attached yet
 is waited for, as the ranks of a group start one by one.
+
+"No selection": a topk_idx slot of -1 selects no expert (DeepEP's masked and
+padded slots); its recv_topk_idx reads -1 at the receiver, and a token with
+no slot selected is still summed (to zero).
 """
 import ctypes
 import errno
 import struct
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,24 +50,28 @@ from .client import _timeout_s
 from ._lib import lib
 from .errors import LocusError, LocusTimeout, from_code
 
-_NOTIFY = 1 << 63
 _WEIGHTS = 1 << 62        # a COMBINE carrying expert weights (move_weights), not results
 _W_ROW = 4096             # bytes of one row of weights
 _GRACE = 1
 _NAP_S = 20e-6
-_SPILL_S = 2e-3           # a wait this long without a delivery copies held rows out
 _RETRY_S = 50e-6          # before submitting again a request a full inbox refused
-_NOTIFY_ROW = 64
+_REQ_MIN = 64 * 1024      # stage bytes for the collective's requests and control rows
 _ROW_DT = np.dtype([("token", "<u4"), ("kmask", "<u4")])
 
 # dtypes a row may hold (numpy name -> itemsize); bfloat16 comes from torch only
 _ROW_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int16", "int32")
-_SUM_DTYPES = ("float16", "float32", "float64", "bfloat16")
+_SUM_DTYPES = {"float16": _lib.EP_F16, "float32": _lib.EP_F32, "float64": _lib.EP_F64,
+               "bfloat16": _lib.EP_BF16}
 
 
 def _torch():
     import torch
     return torch
+
+
+class BatchAborted(LocusError):
+    """A batch failed on another rank of the group (or here, at its combine's start) and
+    every rank failed it: .batch, .rank (whose failure it was), .code its code."""
 
 
 @dataclass
@@ -70,12 +82,6 @@ class _WeightsMsg:
     row_bytes: int
     refs: np.ndarray
     rows: np.ndarray
-
-
-class _Rows:
-    """One rows message: views of the inbox (held) or copies (stashed)."""
-    __slots__ = ("src", "chunk", "n_chunks", "top_k", "row_bytes", "refs", "experts",
-                 "gates", "rows", "slot", "nbytes")
 
 
 @dataclass
@@ -104,6 +110,18 @@ class Handle:
     def num_masked(self):
         return 0 if self.masked is None else int(self.masked.sum())
 
+    def __del__(self):
+        # the C handle goes back at the owner's next call (never from the collector's
+        # thread while another holds the group)
+        c = getattr(self, "_c", None)
+        owner = getattr(self, "_owner", None)
+        if c is None or owner is None:
+            return
+        if owner._closed:
+            lib.locus_ep_handle_free(c)  # the group is gone: nothing else holds it
+        else:
+            owner._dead.append(c)
+
 
 def _raw(x, name):
     """(raw numpy array of x's bytes' dtype, dtype name, is torch)."""
@@ -129,10 +147,53 @@ def _wrap(raw, dtname, as_torch):
     return t.view(torch.bfloat16) if dtname == "bfloat16" else t
 
 
-def _to_f32(rows, dtname):
-    if dtname == "bfloat16":
-        return (rows.astype(np.uint32) << 16).view(np.float32)
-    return rows.astype(np.float64 if dtname == "float64" else np.float32, copy=False)
+def _ptr(a):
+    return a.__array_interface__["data"][0]
+
+
+class DispatchEvent:
+    """A dispatch under way (Buffer.dispatch_async): done() polls the ring once and
+    says whether every rank's rows are in (or the batch failed); wait() waits for
+    that, bounded by the Buffer's timeout, and returns dispatch()'s tuple (or raises
+    the batch's failure)."""
+
+    def __init__(self, buf, batch, raw, dtname, as_torch, layer, tokens, k, experts):
+        self.buffer, self.batch, self.raw, self.dtname = buf, batch, raw, dtname
+        self.torch, self.layer, self.tokens, self.k, self.experts = \
+            as_torch, layer, tokens, k, experts
+        self._ret = 0
+        self._result = None
+
+    def done(self):
+        b = self.buffer
+        if self._ret or self._result is not None:
+            return True
+        with b.client._lock:
+            self._ret = lib.locus_ep_dispatch_poll(b._ep, b._recv_p, b._err_p)
+        return self._ret != 0
+
+    def wait(self):
+        b = self.buffer
+        if self._result is not None:
+            return self._result
+        with b.client._lock:
+            if b._pending is not self:
+                raise ValueError(f"batch {self.batch}: its Buffer was closed or it was "
+                                 "waited for already")
+            try:
+                if self._ret == 0:
+                    self._ret = lib.locus_ep_dispatch_wait(b._ep, b._recv_p, b._err_p)
+                if b._others():
+                    b._drain()
+                if self._ret < 0:
+                    raise b._failure(self._ret, b._err, f"dispatch of batch {self.batch}")
+                self._result = b._collect(self)
+                return self._result
+            finally:
+                b._pending = None
+                self.raw = None
+
+    current_stream_wait = wait
 
 
 class Buffer:
@@ -140,10 +201,13 @@ class Buffer:
     rank=R)) in an EP group of num_ranks ranks (1..64, the GRACE table's
     GPUs). num_bytes of the stage are reserved, half for the token rows one
     dispatch sends, half for the expert outputs one combine sends back
-    (default: three quarters of the stage; the rest holds the requests).
-    timeout (s) bounds every wait (default: the client's)."""
+    (default: three quarters of the stage; of the rest, most holds the
+    collective's requests). timeout (s) bounds every collective (default:
+    the client's). max_tokens bounds the tokens any rank dispatches per batch
+    (the receive side's bound, DeepEP's num_max_dispatch_tokens_per_rank;
+    default: none beyond the stage)."""
 
-    def __init__(self, client, num_ranks, *, num_bytes=None, timeout=None):
+    def __init__(self, client, num_ranks, *, num_bytes=None, timeout=None, max_tokens=None):
         if client.rank is None:
             raise ValueError("a Buffer needs an expert-parallel rank: attach with rank=R")
         num_ranks = _arrays.check_uint(num_ranks, "num_ranks")
@@ -161,8 +225,10 @@ class Buffer:
         if num_bytes is None:
             num_bytes = client.stage_size * 3 // 4
         num_bytes = _arrays.check_uint(num_bytes, "num_bytes", 64)
+        max_tokens = 0 if max_tokens is None else _arrays.check_uint(max_tokens, "max_tokens")
         half = num_bytes // 2 // 64 * 64
-        if half < _NOTIFY_ROW or num_bytes + 4096 > client.stage_size:
+        req = max(_REQ_MIN, (client.stage_size - num_bytes) * 3 // 4 // 64 * 64)
+        if half < 64 or num_bytes + req + 4096 > client.stage_size:
             raise ValueError(f"num_bytes = {num_bytes} does not fit the client's "
                              f"{client.stage_size}-byte stage with room for requests "
                              "(raise stage_size in locusd.conf)")
@@ -170,32 +236,50 @@ class Buffer:
             client._live()
             self._x_off = client._stage_alloc(half, 0)
             self._y_off = client._stage_alloc(half, 0)
-            self._n_off = client._stage_alloc(_NOTIFY_ROW, 0)
+            self._req_off = client._stage_alloc(req, 0)
+        self._stage_bytes = 2 * half + req
         self.dispatch_bytes = self.combine_bytes = half
+        p = _lib.EpParams(rank=self.rank, n_ranks=num_ranks, x_off=self._x_off, x_len=half,
+                          y_off=self._y_off, y_len=half, req_off=self._req_off, req_len=req,
+                          max_tokens=max_tokens, timeout_ms=self._ms(self.timeout))
+        ep, err = ctypes.c_void_p(), _lib.Error()
+        ret = lib.locus_ep_create(client._c, ctypes.byref(p), ctypes.byref(ep),
+                                  ctypes.byref(err))
+        if ret < 0:
+            with client._lock:
+                for off, n in ((self._x_off, half), (self._y_off, half), (self._req_off, req)):
+                    client._stage_free(off, n)
+            raise from_code(ret, err.text() or None, what="Buffer")
+        self._ep = ep.value
         # the whole buffer (stage, then the inbox) as bytes, to view what the library points at
         nbuf = client.stage_size + client.inbox_slots * client.inbox_slot_size
         self._base = client._stage_base
         self._buf = np.ctypeslib.as_array((ctypes.c_uint8 * nbuf).from_address(self._base))
-        self._next_batch = 1
-        self._want = set()         # (op, batch) whose messages stay in the inbox until read
-        self._msgs = {}            # (op, batch) -> [_Rows]
-        self._notified = {}        # batch -> set of ranks that said "no rows for you"
-        self._out = {}             # (op, id, peer) -> [desc, stage off, bytes]
-        self._done = {}            # (op, id, peer) -> completion desc
-        self._retry = []           # [(time, key)] requests to submit again
-        self._abandoned = set()    # batches whose call failed: nothing submitted again
-        self._refused = {}         # batch -> LocusError: a rank refused our rows of it
-        self._gone = {}            # batch -> ranks that left before our rows reached them
-        self._lost = frozenset()   # ranks the engine cannot reach (ranks_state)
-        self._lost_seq = None
-        self._formed = False       # every rank of the group was live at once: mask
+        self._dead = deque()       # C handles of Handles collected: freed at the next call
+        self._table_gen, self._shape = None, None
+        self._pending = None       # the DispatchEvent not waited for
+        self._next_batch = 1       # the id the group's next dispatch takes
+        # the structures each call hands the library, made once
+        self._dargs, self._recv, self._err = _lib.EpDispatchArgs(), _lib.EpRecv(), _lib.Error()
+        self._rout, self._st = _lib.EpRecvOut(), _lib.EpStatus()
+        self._src_count = (ctypes.c_uint32 * num_ranks)()
+        self._rout.src_count = ctypes.addressof(self._src_count)
+        self._dargs_p, self._recv_p = ctypes.byref(self._dargs), ctypes.byref(self._recv)
+        self._err_p, self._rout_p = ctypes.byref(self._err), ctypes.byref(self._rout)
+        self._st_p = ctypes.byref(self._st)
+        self._descs = (_lib.Desc * 64)()
+        self._lost = frozenset()   # move_weights: the ranks the engine cannot reach
+        self._out = {}             # move_weights: (op, id, peer) -> [desc, off, bytes, submit]
+        self._done = {}            # move_weights: (op, id, peer) -> completion desc
+        self._retry = []
         self._wmove = None         # move_weights in progress: id -> [buffer, chunks, src]
         self._wstash = []          # weights that came before this rank's move_weights began
-        self._slot_bytes = client.inbox_slot_size
-        self._inbox_bytes = client.inbox_slots * client.inbox_slot_size
-        self._held_bytes = 0       # inbox bytes of the messages held (not copied out)
         self._closed = False
         client._buffer = self
+
+    @staticmethod
+    def _ms(t):
+        return max(1, min(int(t * 1000 + 0.5), 0xffffffff))
 
     # ---- arrays over the stage ----------------------------------------------------
 
@@ -236,295 +320,94 @@ class Buffer:
         return (raw.flags.c_contiguous and raw.size and
                 raw.__array_interface__["data"][0] == self._base + off)
 
-    # ---- who is live ----------------------------------------------------------------
-
-    def _ranks(self):
-        """Refresh the lost set when the engine changed it (one small read when not)."""
-        info = _lib.ClientRanks()
-        if lib.locus_client_ranks(self.client._c, None, 0, ctypes.byref(info)) < 0 or \
-                info.seq == self._lost_seq or not info.n_ranks:
-            return
-        lost, info = self.client.ranks_state()
-        self._lost, self._lost_seq = lost, info["seq"]
-        if not self._formed and not any(r in lost for r in range(self.num_ranks)):
-            self._formed = True
+    # ---- the group ------------------------------------------------------------------
 
     def active_ranks(self):
         """The ranks of this group locusd can reach now (sorted), as Mooncake's
         active_ranks: rows are planned only to them."""
         with self.client._lock:
             self._check_open()
-            self._ranks()
-            if self._lost_seq is None:
-                return list(range(self.num_ranks))
-            return [r for r in range(self.num_ranks) if r not in self._lost]
-
-    def _is_lost(self, r):
-        return self._formed and r in self._lost
-
-    # ---- the ring -------------------------------------------------------------------
+            live = lib.locus_ep_active(self._ep)
+            return [r for r in range(self.num_ranks) if live >> r & 1]
 
     def _check_open(self):
         if self._closed:
             raise ValueError("this Buffer is closed")
         self.client._live()
 
-    def _submit(self, key, submit_fn, off, nbytes, deadline):
-        """submit_fn() -> (ret, err text): write the request and submit it; retried
-        while the submit ring is full. The stage range is freed at completion."""
+    def _reap(self):
+        """Free the C handles of Handles collected since the last call."""
+        while self._dead:
+            lib.locus_ep_handle_free(self._dead.popleft())
+
+    def _drain(self):
+        """Descriptors the collective polled that are not its own: to the client's queues."""
         while True:
-            ret, text = submit_fn()
-            if ret == 0:
-                self._out[key] = [None, off, nbytes, submit_fn]
+            n = lib.locus_ep_others(self._ep, self._descs, len(self._descs))
+            for i in range(n):
+                self.client._sort(_lib.Desc.from_buffer_copy(self._descs[i]))
+            if n < len(self._descs):
                 return
-            if ret != -_lib.LOCUS_EFULL or time.monotonic() >= deadline:
-                if off is not None:
-                    self.client._stage_free(off, nbytes)
-                if ret == -_lib.LOCUS_EFULL:
-                    raise LocusTimeout(errno.ETIMEDOUT, "the submit ring stayed full",
-                                       what="dispatch/combine")
-                raise from_code(ret, text or None, what="dispatch/combine")
-            self._poll()
-            time.sleep(_NAP_S)
 
-    def _poll(self):
-        """One pump of the client's ring: completions settle requests, rows messages
-        are sorted by batch. Returns how many descriptors came."""
-        c = self.client
-        now = time.monotonic()
-        if self._retry:
-            due = [k for t, k in self._retry if t <= now]
-            self._retry = [(t, k) for t, k in self._retry if t > now]
-            for k in due:
-                ret, text = self._out[k][3]()
-                if ret == -_lib.LOCUS_EFULL:
-                    self._retry.append((now, k))
-                elif ret < 0:
-                    raise from_code(ret, text or None, what="resubmit")
-        n = c._pump()
-        self._ranks()
-        for op in (_lib.OP_DISPATCH, _lib.OP_COMBINE):
-            q = c._take(op)
-            while q:
-                self._completion(q.popleft())
-        for op in (_lib.OP_ROWS_IN, _lib.OP_RESULTS_IN):
-            q = c._take(op)
-            while q:
-                self._delivery(q.popleft())
-        return n
+    def _status(self):
+        st = _lib.EpStatus()
+        lib.locus_ep_status(self._ep, ctypes.byref(st))
+        return st
 
-    def _completion(self, d):
-        key = (d.op, d.id, d.peer if d.op == _lib.OP_COMBINE else 0)
-        r = self._out.get(key)
-        if r is None:
-            return
-        if d.status == -_lib.LOCUS_EPEERDOWN and key[0] == _lib.OP_COMBINE and \
-                self._is_lost(key[2]):
-            d.status = 0  # a lost rank needs neither results nor a notification
-        if d.status in (-_lib.LOCUS_EFULL, -_lib.LOCUS_EPEERDOWN) and \
-                key[1] & ~_NOTIFY not in self._abandoned:
-            # the receiver's inbox was full, or a rank is not attached yet (the ranks of a
-            # group start one by one): nothing was delivered, the request is still staged;
-            # submitted again until the wait's deadline, which then reports the status
-            r[0] = d.status
-            self._retry.append((time.monotonic() + _RETRY_S * (20 if r[0] ==
-                                -_lib.LOCUS_EPEERDOWN else 1), key))
-            return
-        del self._out[key]
-        if r[1] is not None:
-            self.client._stage_free(r[1], r[2])
-        self._done[key] = _lib.Desc.from_buffer_copy(d)
+    def _failure(self, ret, err, what):
+        """The exception for a collective's failure (ret < 0): BatchAborted when another
+        rank's failure made it, else the code's."""
+        st = self._status()
+        text = err.text() or None
+        if ret == -errno.ENOTCONN:
+            self.client._gone = from_code(ret, text, what=f"instance {self.client.instance}")
+        if st.fail_code == ret and st.fail_rank != self.rank:
+            e = BatchAborted(ret, text, what=what)
+            e.batch, e.rank = st.fail_batch, st.fail_rank
+            return e
+        e = from_code(ret, text, what=what)
+        e.batch, e.rank = st.fail_batch, self.rank
+        return e
 
-    def _delivery(self, d):
-        m, err = _lib.ClientRows(), _lib.Error()
-        ret = lib.locus_client_rows_in(self.client._c, ctypes.byref(d), ctypes.byref(m),
-                                       ctypes.byref(err))
-        if ret == -_lib.LOCUS_ESTALEPLACEMENT:
-            self._refusal(d, m, ret, err.text())
-            return
-        if ret == -_lib.LOCUS_EPEERDOWN:
-            # rank m.src_rank left before our rows of the batch reached it: combine
-            # reports those pairs as masked
-            self.client._release_slot(m.slot)
-            self._gone.setdefault(m.batch_id, set()).add(m.src_rank)
-            while len(self._gone) > 64:
-                del self._gone[next(iter(self._gone))]
-            return
-        if ret < 0:
-            self.client._release_slot(d.slot)
-            raise from_code(ret, err.text() or None, what="rows message")
-        key = (m.op, m.batch_id)
-        if m.op == _lib.OP_RESULTS_IN and m.batch_id & _WEIGHTS and not m.batch_id & _NOTIFY:
-            self._weights_in(m)
-            self.client._release_slot(m.slot)
-            return
-        if m.op == _lib.OP_RESULTS_IN and m.batch_id & _NOTIFY:
-            b = m.batch_id & ~_NOTIFY
-            if b >= self._next_batch or (_lib.OP_ROWS_IN, b) in self._want:
-                self._notified.setdefault(b, set()).add(m.src_rank)
-            self.client._release_slot(m.slot)
-            return
-        if m.op == _lib.OP_ROWS_IN and m.batch_id < self._next_batch and key not in self._want:
-            # a batch this rank gave up (its dispatch timed out): nobody will read it
-            self.client._release_slot(m.slot)
-            return
-        if m.rows is None:
-            self.client._release_slot(m.slot)
-            raise LocusError(errno.EOPNOTSUPP, "rows in a registered region: a Buffer "
-                             "dispatches from the stage only", what="rows message")
-        r = _Rows()
-        r.src, r.chunk, r.n_chunks = m.src_rank, m.chunk, m.n_chunks
-        r.top_k, r.row_bytes = m.top_k, m.row_bytes
-        n = m.n_rows
-        r.refs = self._at(m.refs, n * 8).view(_ROW_DT)
-        if m.top_k:
-            r.experts = self._at(m.experts, n * m.top_k * 2).view(np.uint16).reshape(n, m.top_k)
-            r.gates = self._at(m.gates, n * m.top_k * 4).view(np.float32).reshape(n, m.top_k)
-        # an awaited message stays in the inbox until read (no copy) while that leaves
-        # half of the inbox free: the other ranks' messages of the batch need room too
-        span = -(-d.len // self._slot_bytes) * self._slot_bytes
-        held = key in self._want and self._held_bytes + span <= self._inbox_bytes // 2
-        if m.in_place and m.op == _lib.OP_ROWS_IN:
-            # our own batch, left in our stage: the row of token t at rows + t * row_bytes
-            tok = r.refs["token"]
-            rows = self._at(m.rows, (int(tok.max()) + 1) * m.row_bytes).reshape(-1, m.row_bytes)
-            r.rows = (rows, tok)
-        else:
-            r.rows = (self._at(m.rows, n * m.row_bytes).reshape(n, m.row_bytes), None)
-        r.slot, r.nbytes = m.slot, span
-        self._held_bytes += span
-        if not held:
-            # not awaited now (another rank is ahead of us), or the inbox is half taken
-            self._copy_out(r)
-        self._msgs.setdefault(key, []).append(r)
+    def abort(self, handle, reason="aborted by the serving engine", code=errno.ECANCELED):
+        """Fail handle's batch here and on every other rank of the group (they raise
+        BatchAborted): for a rank that cannot run its experts on what it received."""
+        with self.client._lock:
+            self._check_open()
+            self._abort(handle.batch, -abs(code), reason)
 
-    def _refusal(self, d, m, ret, text):
-        """Rank m.src_rank refused this rank's rows of batch m.batch_id: they were
-        planned under a placement generation it does not hold. The dispatch or
-        combine of that batch raises it (never rows: the batch lost them)."""
-        msg = lib.locus_client_inbox(self.client._c, ctypes.byref(d))
-        gen = _lib.RowsHdr.from_address(msg + ctypes.sizeof(_lib.MsgHdr)).placement_gen
-        self.client._release_slot(m.slot)
-        b = m.batch_id
-        if b in self._abandoned:
-            return
-        e = from_code(ret, text or f"rank {m.src_rank} refused the rows of batch {b} planned "
-                      f"under placement generation {gen}", what=f"dispatch of batch {b}")
-        e.batch, e.rank, e.generation = b, m.src_rank, gen
-        self._refused.setdefault(b, e)
-        while len(self._refused) > 64:  # batches nobody combines any more
-            del self._refused[next(iter(self._refused))]
-
-    def _copy_out(self, r):
-        """Copy a held message out of the inbox and hand its slot back."""
-        r.refs = r.refs.copy()
-        if r.top_k:
-            r.experts, r.gates = r.experts.copy(), r.gates.copy()
-        rows, tok = r.rows
-        r.rows = (rows[tok] if tok is not None else rows.copy(), None)
-        self.client._release_slot(r.slot)
-        self._held_bytes -= r.nbytes
-        r.slot = None
-
-    def _spill(self):
-        """Nothing arrives while we hold inbox slots: the message another rank waits to
-        deliver may need them (a credit cycle). Copy every held message out."""
-        for msgs in self._msgs.values():
-            for r in msgs:
-                if r.slot is not None:
-                    self._copy_out(r)
-
-    def _at(self, addr, nbytes):
-        off = addr - self._base
-        return self._buf[off:off + nbytes]
-
-    def _wait(self, done, deadline, what, batch=None):
-        # no spinning: the ranks of a group waiting here may share a core (threads, or
-        # processes on one CPU), and the rank that holds it up would be starved
-        last = time.monotonic()
-        while True:
-            if batch in self._refused:
-                # some of the batch's rows never reached their rank: no wait ends well
-                raise self._refused.pop(batch)
-            if done():
-                return
-            if self._poll() == 0:
-                now = time.monotonic()
-                if self._held_bytes and now - last > _SPILL_S:
-                    self._spill()
-                if now >= deadline:
-                    down = sorted(k[2] if k[0] == _lib.OP_COMBINE else -1
-                                  for k, r in self._out.items()
-                                  if r[0] == -_lib.LOCUS_EPEERDOWN)
-                    if down:
-                        who = "a rank the batch needs" if down[0] < 0 else \
-                            "rank " + ", ".join(map(str, down))
-                        raise from_code(-_lib.LOCUS_EPEERDOWN, f"{who} did not attach within "
-                                        f"{self.timeout} s", what=what)
-                    raise LocusTimeout(errno.ETIMEDOUT, f"{what} did not complete within "
-                                       f"{self.timeout} s ({self._waiting_on()})", what=what)
-                time.sleep(_NAP_S)
-            else:
-                last = time.monotonic()
-
-    def _waiting_on(self):
-        """What a timed-out wait still lacked, for its message: the requests without a
-        final completion (and the status that made them go again), what came in."""
-        names = {_lib.OP_DISPATCH: "dispatch", _lib.OP_COMBINE: "combine"}
-        out = ", ".join(f"{names.get(k[0], k[0])} {k[1] & ~_NOTIFY}"
-                        f"{' (notify)' if k[1] & _NOTIFY else ''} to {k[2]}"
-                        f"{'' if r[0] is None else f' last {r[0]}'}"
-                        for k, r in sorted(self._out.items()))
-        got = "; ".join(f"{'rows' if k[0] == _lib.OP_ROWS_IN else 'results'} of batch {k[1]}:"
-                        f" {sum(len(r.refs) for r in v)} rows from ranks "
-                        f"{sorted({r.src for r in v})}" for k, v in sorted(self._msgs.items()))
-        return (f"in flight: {out or 'none'}; queued again: {len(self._retry)}; "
-                f"received: {got or 'nothing'}; inbox bytes held {self._held_bytes}")
-
-    def _take_done(self, key, what):
-        d = self._done.pop(key)
-        if d.status:
-            raise from_code(d.status, what=what)
-        return d
-
-    def _abandon(self, batch):
-        """A call on batch failed: its requests waiting to be submitted again are dropped
-        (locusd answered them already: their stage ranges go back now); those in flight
-        give theirs back at their completions."""
-        self._abandoned.add(batch)
-        self._refused.pop(batch, None)
-        self._gone.pop(batch, None)
-        keep = []
-        for t, k in self._retry:
-            if k[1] & ~_NOTIFY != batch:
-                keep.append((t, k))
-                continue
-            r = self._out.pop(k, None)
-            if r is not None and r[1] is not None:
-                self.client._stage_free(r[1], r[2])
-        self._retry = keep
-
-    def _release_held(self, key):
-        for r in self._msgs.pop(key, []):
-            if r.slot is not None:
-                self.client._release_slot(r.slot)
-                self._held_bytes -= r.nbytes
+    def _abort(self, batch, code, reason):
+        lib.locus_ep_abort(self._ep, batch, code, reason.encode("utf-8", "replace")[:159])
 
     # ---- dispatch ---------------------------------------------------------------------
 
+    def _table(self):
+        """(layers, experts) of the GRACE table in use, read again when its generation
+        moves (NoTableError when none is)."""
+        gen = self.client._counters.value("table_generation", _GRACE)
+        if gen != self._table_gen or not gen:
+            self._shape = self.client.table_shape(_GRACE)
+            self._table_gen = gen
+        return self._shape
+
     def _check_dispatch(self, x, topk_idx, topk_weights, layer):
+        """Shapes and kinds; the ids' range and the gates' finiteness are the C
+        library's checks (locus_ep_dispatch_begin), in the same words."""
         raw, dtname, as_torch = _raw(x, "x")
         if raw.ndim != 2:
             raise ValueError(f"x must be [num_tokens, hidden], not {raw.ndim}-dimensional "
                              f"{tuple(raw.shape)}")
         dtname = dtname or raw.dtype.name
-        if dtname not in _ROW_DTYPES + ("bfloat16",):
+        if dtname not in _ROW_DTYPES and dtname != "bfloat16":
             raise TypeError(f"x holds {dtname}: a Buffer moves rows of "
                             f"{', '.join(_ROW_DTYPES)} or bfloat16")
-        ids = _arrays.as_numpy(topk_idx, "topk_idx")
-        _arrays.check_int_dtype(ids, "topk_idx")
-        w = _arrays.as_numpy(topk_weights, "topk_weights")
-        if not np.issubdtype(w.dtype, np.floating):
+        ids = topk_idx if type(topk_idx) is np.ndarray else _arrays.as_numpy(topk_idx,
+                                                                              "topk_idx")
+        if ids.dtype != np.int64:
+            _arrays.check_int_dtype(ids, "topk_idx")
+        w = topk_weights if type(topk_weights) is np.ndarray else \
+            _arrays.as_numpy(topk_weights, "topk_weights")
+        if w.dtype != np.float32 and not np.issubdtype(w.dtype, np.floating):
             raise TypeError(f"topk_weights must hold floats (gate weights), not {w.dtype}")
         tokens = raw.shape[0]
         if ids.ndim != 2 or ids.shape[0] != tokens:
@@ -537,198 +420,126 @@ class Buffer:
         if not 1 <= k <= _lib.MAX_TOPK:
             raise ValueError(f"num_topk = {k}: locus dispatches 1..{_lib.MAX_TOPK} experts "
                              "per token")
-        if raw.shape[1] < 1 or raw.shape[1] * raw.itemsize > _lib.MAX_ROW_BYTES:
-            raise ValueError(f"a row of {raw.shape[1] * raw.itemsize} bytes: 1..."
-                             f"{_lib.MAX_ROW_BYTES} bytes per token row")
-        if tokens * raw.shape[1] * raw.itemsize > self.dispatch_bytes:
-            raise ValueError(f"x is {tokens * raw.shape[1] * raw.itemsize} bytes, more than "
-                             f"the Buffer's {self.dispatch_bytes} for one dispatch")
-        layers, experts = self.client.table_shape(_GRACE)
-        layer = _arrays.check_uint(layer, "layer")
-        if layer >= layers:
+        row_bytes = raw.shape[1] * raw.itemsize
+        if raw.shape[1] < 1 or row_bytes > _lib.MAX_ROW_BYTES:
+            raise ValueError(f"a row of {row_bytes} bytes: 1...{_lib.MAX_ROW_BYTES} bytes "
+                             "per token row")
+        if tokens * row_bytes > self.dispatch_bytes:
+            raise ValueError(f"x is {tokens * row_bytes} bytes, more than the Buffer's "
+                             f"{self.dispatch_bytes} for one dispatch")
+        layers, experts = self._table()
+        if type(layer) is not int:
+            layer = _arrays.check_uint(layer, "layer")
+        if not 0 <= layer < layers:
             raise ValueError(f"layer {layer} is out of range: the GRACE table in use has "
                              f"{layers} MoE layers (0..{layers - 1})")
-        if tokens:
-            lo, hi = int(ids.min()), int(ids.max())
-            if lo < 0 or hi >= experts:
-                t, j = np.argwhere((ids < 0) | (ids >= experts))[0]
-                raise ValueError(f"topk_idx: expert id {int(ids[t, j])} at token {t}, slot "
-                                 f"{j} is out of range: the GRACE table in use has {experts} "
-                                 f"experts (ids 0..{experts - 1}; locus dispatches every "
-                                 "slot, -1 is not a choice)")
-            if not np.isfinite(w).all():
-                t, j = np.argwhere(~np.isfinite(w))[0]
-                raise ValueError(f"topk_weights: the gate at token {t}, slot {j} is not "
-                                 "finite")
+        if ids.dtype != np.int64 or not ids.flags.c_contiguous:
+            ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if w.dtype != np.float32 or not w.flags.c_contiguous:
+            w = np.ascontiguousarray(w, dtype=np.float32)
         return raw, dtname, as_torch, ids, w, layer, experts
 
     def dispatch(self, x, topk_idx, topk_weights, layer):
         """Send each of this rank's tokens (x [num_tokens, hidden]) to the ranks holding
         its experts (topk_idx [num_tokens, num_topk], global expert ids of the GRACE
-        table; topk_weights the gates) at MoE layer `layer`, and return what every rank
-        of the group sent this one: (recv_x [num_recv, hidden], recv_topk_idx
-        [num_recv, num_topk] int64 with the expert ids this rank serves for the row and
-        -1 in the other slots, recv_topk_weights [num_recv, num_topk] float32, 0 where
-        the id is -1, handle). Rows are ordered by source rank. numpy in, numpy out;
-        CPU torch in, torch out."""
+        table, -1 for no selection; topk_weights the gates) at MoE layer `layer`, and
+        return what every rank of the group sent this one: (recv_x [num_recv, hidden],
+        recv_topk_idx [num_recv, num_topk] int64 with the expert ids this rank serves
+        for the row and -1 in the other slots, recv_topk_weights [num_recv, num_topk]
+        float32, 0 where the id is -1, handle). Rows are ordered by source rank, then
+        token. numpy in, numpy out; CPU torch in, torch out."""
+        return self.dispatch_async(x, topk_idx, topk_weights, layer).wait()
+
+    def dispatch_async(self, x, topk_idx, topk_weights, layer):
+        """dispatch() begun, not waited for: a DispatchEvent whose done() polls once
+        and whose wait() returns dispatch()'s tuple. One dispatch runs at a time; x,
+        when it is dispatch_input(), stays unchanged until then."""
         c = self.client
         with c._lock:
             self._check_open()
+            if self._dead:
+                self._reap()
+            if self._pending is not None:
+                raise ValueError(f"the dispatch of batch {self._pending.batch} is not "
+                                 "waited for yet")
             raw, dtname, as_torch, ids, w, layer, experts = \
                 self._check_dispatch(x, topk_idx, topk_weights, layer)
-            deadline = time.monotonic() + self.timeout
-            batch = self._next_batch
-            self._next_batch += 1
             tokens, k = ids.shape
-            row_bytes = raw.shape[1] * raw.itemsize
-            want = (_lib.OP_ROWS_IN, batch)
-            self._want.add(want)
-            try:
-                dests, rows_sent, masked = self._dispatch_send(raw, ids, w, layer, experts,
-                                                               batch, tokens, k, row_bytes,
-                                                               deadline)
-                self._notify(batch, dests, layer, deadline)
-                self._wait(lambda: self._all_in(batch), deadline, f"dispatch of batch {batch}",
-                           batch)
-                h = self._gather(batch, layer, tokens, k, rows_sent, raw, dtname, as_torch,
-                                 experts)
-                h[3]._owner = self
-                h[3].dests = dests
-                h[3].masked = masked if masked is not None else np.zeros((tokens, k), bool)
-                return h
-            except BaseException:
-                self._abandon(batch)
-                raise
-            finally:
-                self._want.discard(want)
-                self._release_held(want)
-                self._notified.pop(batch, None)
+            if tokens and not raw.flags.c_contiguous:
+                raw = np.ascontiguousarray(raw)
+            args = self._dargs
+            args.layer, args.top_k, args.n_tokens = layer, k, tokens
+            args.row_bytes, args.n_experts = raw.shape[1] * raw.itemsize, experts
+            args.x = raw.ctypes.data if tokens else None
+            args.topk_idx, args.topk_weights = ids.ctypes.data, w.ctypes.data
+            args.timeout_ms = self._ms(self.timeout)
+            b = lib.locus_ep_dispatch_begin(self._ep, self._dargs_p, self._err_p)
+            if b < 0:
+                nb = self._status().next_batch
+                if nb == self._next_batch and b in (-_lib.LOCUS_ERANGE, -_lib.LOCUS_ENAN,
+                                                    -errno.EINVAL):
+                    raise ValueError(self._err.text())  # an argument: nothing sent
+                self._next_batch = nb  # the batch was taken, and failed (another rank's abort)
+                self._drain()
+                raise self._failure(b, self._err, "dispatch")
+            self._next_batch = b + 1
+            ev = DispatchEvent(self, b, raw, dtname, as_torch, layer, tokens, k, experts)
+            self._pending = ev
+            return ev
 
-    def _dispatch_send(self, raw, ids, w, layer, experts, batch, tokens, k, row_bytes,
-                       deadline):
-        """Stage and submit the DISPATCH; wait for its completion: (dests mask, rows
-        sent, the masked pairs as a [tokens, k] bool array or None)."""
-        if not tokens:
-            return 0, 0, None
-        if not self._is_at(raw, self._x_off):
-            self._buf[self._x_off:self._x_off + tokens * row_bytes] = \
-                np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-        e16 = np.ascontiguousarray(ids, dtype=np.uint16)
-        g32 = np.ascontiguousarray(w, dtype=np.float32)
-        req = _lib.ClientDispatchReq(layer=layer, top_k=k, n_tokens=tokens,
-                                     row_bytes=row_bytes, n_experts=experts,
-                                     rows_off=self._x_off, experts=e16.ctypes.data,
-                                     gates=g32.ctypes.data)
-        nbytes = 32 + (tokens * k * 2 + 3) // 4 * 4 + tokens * k * 4
-        off = self.client._stage_alloc(nbytes, max(0.0, deadline - time.monotonic()))
-        key = (_lib.OP_DISPATCH, batch, 0)
-        flags = _lib.DESC_F_MASK if self._formed else 0
-
-        def submit():
-            err = _lib.Error()
-            ret = lib.locus_client_dispatch_ex(self.client._c, off, ctypes.byref(req), batch,
-                                               flags, ctypes.byref(err))
-            return ret, err.text()
-        # e16 / g32 / req live in this frame: a resubmission (inbox full) rewrites them
-        self._submit(key, submit, off, nbytes, deadline)
-        self._wait(lambda: key in self._done, deadline, f"dispatch of batch {batch}", batch)
-        d = self._take_done(key, f"dispatch of batch {batch}")
-        masked = None
-        if d.blocks:
-            # locusd marked the masked pairs in the request it read; nothing was staged
-            # since its completion freed the range
-            at = lib.locus_client_dispatch_ids(self.client._c, off)
-            got = np.ctypeslib.as_array((ctypes.c_uint16 * (tokens * k)).from_address(at))
-            masked = (got == _lib.EXPERT_MASKED).reshape(tokens, k)
-        return d.dests, d.aux, masked
-
-    def _notify(self, batch, dests, layer, deadline):
-        """Tell every rank this batch sent no rows that none are coming."""
-        keys = []
-        ref = np.zeros(1, dtype=_ROW_DT)
-        ref["kmask"] = 1
-        for r in range(self.num_ranks):
-            if dests >> r & 1 or self._is_lost(r):
-                continue
-            req = _lib.ClientCombineReq(layer=layer, dst_rank=r, n_rows=1,
-                                        row_bytes=_NOTIFY_ROW, rows_off=self._n_off,
-                                        refs=ref.ctypes.data)
-            off = self.client._stage_alloc(48, max(0.0, deadline - time.monotonic()))
-            key = (_lib.OP_COMBINE, _NOTIFY | batch, r)
-
-            def submit(req=req, off=off):
-                err = _lib.Error()
-                ret = lib.locus_client_combine(self.client._c, off, ctypes.byref(req),
-                                               _NOTIFY | batch, ctypes.byref(err))
-                return ret, err.text()
-            submit.keep = (req, ref)
-            self._submit(key, submit, off, 48, deadline)
-            keys.append(key)
-        self._wait(lambda: all(k in self._done for k in keys), deadline,
-                   f"notifications of batch {batch}")
-        for key in keys:
-            self._take_done(key, f"notification of batch {batch} to rank {key[2]}")
-
-    def _all_in(self, batch):
-        """Every rank of the group sent its rows messages for batch, or said none come."""
-        said = self._notified.get(batch, ())
-        got = {}
-        for r in self._msgs.get((_lib.OP_ROWS_IN, batch), ()):
-            n, need = got.get(r.src, (0, r.n_chunks))
-            got[r.src] = (n + 1, need)
-        for s in range(self.num_ranks):
-            if s in said or self._is_lost(s):
-                continue
-            n, need = got.get(s, (0, 1))
-            if n < need:
-                return False
-        return True
-
-    def _gather(self, batch, layer, tokens, k, rows_sent, raw, dtname, as_torch, experts):
-        msgs = sorted(self._msgs.get((_lib.OP_ROWS_IN, batch), ()),
-                      key=lambda r: (r.src, r.chunk))
-        n = sum(len(r.refs) for r in msgs)
-        if msgs:
-            k = msgs[0].top_k
-        if any(r.top_k != k for r in msgs):
-            raise LocusError(errno.EPROTO, f"batch {batch}: the ranks dispatched different "
-                             "num_topk", what="dispatch")
-        hidden = raw.shape[1]
-        if msgs and msgs[0].row_bytes != hidden * raw.itemsize:
-            raise LocusError(errno.EPROTO, f"batch {batch}: rank {msgs[0].src} sent rows of "
-                             f"{msgs[0].row_bytes} bytes, ours are {hidden * raw.itemsize}",
-                             what="dispatch")
-        recv = np.empty((n, hidden), dtype=raw.dtype)
-        recv_bytes = recv.view(np.uint8).reshape(n, hidden * raw.itemsize)
-        ex = np.empty((n, k), dtype=np.uint16)
-        gates = np.empty((n, k), dtype=np.float32)
+    def _collect(self, ev):
+        """The dispatch of ev is in: copy it out, make its Handle."""
+        recv, err = self._recv, self._err
+        n, kk, raw = recv.n_recv, recv.top_k, ev.raw
+        recv_x = np.empty((n, raw.shape[1]), dtype=raw.dtype)
+        idx = np.empty((n, kk), dtype=np.int64)
+        wts = np.empty((n, kk), dtype=np.float32)
+        per = np.empty(ev.experts, dtype=np.uint32)
         refs = np.empty(n, dtype=_ROW_DT)
-        h = Handle(batch, layer, tokens, k, rows_sent, torch=as_torch)
-        at = 0
-        for r in msgs:
-            m = len(r.refs)
-            rows, by_token = r.rows
-            if by_token is not None:
-                np.take(rows, by_token, axis=0, out=recv_bytes[at:at + m])
-            else:
-                recv_bytes[at:at + m] = rows
-            ex[at:at + m] = r.experts
-            gates[at:at + m] = r.gates
-            refs[at:at + m] = r.refs
-            s0, c0 = h.src_slices.get(r.src, (at, 0))
-            h.src_slices[r.src] = (s0, c0 + m)
-            at += m
-        # a row's slots this rank serves (its k-slot mask) keep their id and gate
-        mask = ((refs["kmask"][:, None] >> np.arange(k, dtype=np.uint32)) & 1).astype(bool)
-        idx = np.where(mask, ex, -1).astype(np.int64, copy=False)
-        wts = np.where(mask, gates, np.float32(0))
+        o = self._rout
+        o.recv_x, o.recv_idx, o.recv_weights = \
+            recv_x.ctypes.data, idx.ctypes.data, wts.ctypes.data
+        o.per_expert, o.n_experts, o.refs = per.ctypes.data, ev.experts, refs.ctypes.data
+        hp = ctypes.c_void_p()
+        ret = lib.locus_ep_dispatch_end(self._ep, self._rout_p, ctypes.byref(hp), self._err_p)
+        if ret < 0:
+            raise from_code(ret, err.text() or None, what=f"dispatch of batch {ev.batch}")
+        tokens, k = ev.tokens, ev.k
+        h = Handle(ev.batch, ev.layer, tokens, k, recv.rows_sent, recv.dests, torch=ev.torch)
         h.refs = refs
-        # what DeepEP returns as num_recv_tokens_per_expert_list
-        h.num_recv_tokens_per_expert = np.bincount(idx[idx >= 0], minlength=experts).tolist()
-        if as_torch:
+        at, sl, cnt = 0, {}, self._src_count
+        for r in range(self.num_ranks):
+            m = cnt[r]
+            if m:
+                sl[r] = (at, m)
+                at += m
+        h.src_slices = sl
+        h.masked = self._masked_of(hp.value, tokens, k) if recv.n_masked else \
+            np.zeros((tokens, k), bool)
+        h._c, h._owner = hp.value, self
+        h.num_recv_tokens_per_expert = per.tolist()
+        if ev.torch:
             torch = _torch()
-            return (_wrap(recv, dtname, True), torch.from_numpy(idx), torch.from_numpy(wts), h)
-        return recv, idx, wts, h
+            return (_wrap(recv_x, ev.dtname, True), torch.from_numpy(idx),
+                    torch.from_numpy(wts), h)
+        return recv_x, idx, wts, h
+
+    def _others(self):
+        """How many descriptors the collective polled for the client."""
+        lib.locus_ep_status(self._ep, self._st_p)
+        return self._st.others
+
+    def _masked_of(self, hc, tokens, k):
+        info = _lib.EpHandleInfo()
+        lib.locus_ep_handle_info(hc, ctypes.byref(info))
+        return self._masked(info, tokens, k)
+
+    @staticmethod
+    def _masked(info, tokens, k):
+        if not tokens or not info.n_masked:
+            return np.zeros((tokens, k), bool)
+        m = np.ctypeslib.as_array((ctypes.c_uint8 * (tokens * k)).from_address(info.masked))
+        return m.astype(bool).reshape(tokens, k)
 
     # ---- combine ----------------------------------------------------------------------
 
@@ -738,149 +549,155 @@ class Buffer:
         back to their source ranks, and return this rank's [num_tokens, hidden]: for
         each of its tokens the sum of the rows every rank returned for it, i.e. the
         gate-weighted sum of its experts' outputs. Float dtypes (float16/32/64,
-        bfloat16); the sum is taken in float32 (float64 for float64)."""
+        bfloat16); the sum is taken in float32 (float64 for float64). A failure here
+        (y does not fit, a wrong shape) fails the batch on every rank."""
         c = self.client
         if not isinstance(handle, Handle):
             raise TypeError(f"handle must be the Handle dispatch() returned, not "
                             f"{type(handle).__name__}")
         with c._lock:
             self._check_open()
-            raw, dtname, as_torch = _raw(y, "y")
-            dtname = dtname or raw.dtype.name
-            if dtname not in _SUM_DTYPES:
-                raise TypeError(f"y holds {dtname}: combine sums float16, float32, float64 "
-                                "or bfloat16 rows")
-            if raw.ndim != 2 or raw.shape[0] != handle.num_recv or raw.shape[1] < 1:
-                raise ValueError(f"y must be [num_recv, hidden] with num_recv = "
-                                 f"{handle.num_recv} (recv_x's rows), not {tuple(raw.shape)}")
-            row_bytes = raw.shape[1] * raw.itemsize
-            if handle.num_recv * row_bytes > self.combine_bytes:
-                raise ValueError(f"y is {handle.num_recv * row_bytes} bytes, more than the "
-                                 f"Buffer's {self.combine_bytes} for one combine")
-            if row_bytes > _lib.MAX_ROW_BYTES:
-                raise ValueError(f"a row of {row_bytes} bytes: at most {_lib.MAX_ROW_BYTES}")
+            self._reap()
+            live = getattr(handle, "_owner", None) is self and \
+                getattr(handle, "_c", None) is not None
+            try:
+                raw, dtname, as_torch = _raw(y, "y")
+                dtname = dtname or raw.dtype.name
+                if dtname not in _SUM_DTYPES:
+                    raise TypeError(f"y holds {dtname}: combine sums float16, float32, "
+                                    "float64 or bfloat16 rows")
+                if raw.ndim != 2 or raw.shape[0] != handle.num_recv or raw.shape[1] < 1:
+                    raise ValueError(f"y must be [num_recv, hidden] with num_recv = "
+                                     f"{handle.num_recv} (recv_x's rows), not "
+                                     f"{tuple(raw.shape)}")
+                row_bytes = raw.shape[1] * raw.itemsize
+                if handle.num_recv * row_bytes > self.combine_bytes:
+                    raise ValueError(f"y is {handle.num_recv * row_bytes} bytes, more than "
+                                     f"the Buffer's {self.combine_bytes} for one combine")
+                if row_bytes > _lib.MAX_ROW_BYTES:
+                    raise ValueError(f"a row of {row_bytes} bytes: at most "
+                                     f"{_lib.MAX_ROW_BYTES}")
+            except (ValueError, TypeError) as e:
+                if live:  # the other ranks wait for this one's rows: they fail it too
+                    self._abort(handle.batch, -(_lib.LOCUS_ERANGE if "more than" in str(e)
+                                                else errno.EINVAL),
+                                f"rank {self.rank}: {e}")
+                raise
             if getattr(handle, "_owner", None) is not self:
                 raise ValueError("handle comes from another Buffer's dispatch (or was "
                                  "made by hand): combine answers this Buffer's batches")
             if getattr(handle, "_combined", False):
                 raise ValueError(f"batch {handle.batch} was combined already")
-            deadline = time.monotonic() + self.timeout
-            want = (_lib.OP_RESULTS_IN, handle.batch)
-            self._want.add(want)
+            if not live:
+                raise ValueError(f"batch {handle.batch} failed already")
+            if handle.num_recv and not self._is_at(raw, self._y_off):
+                raw = np.ascontiguousarray(raw)
+            out = np.empty((handle.num_tokens, raw.shape[1]), dtype=raw.dtype)
+            args = _lib.EpCombineArgs(dtype=_SUM_DTYPES[dtname], hidden=raw.shape[1],
+                                      y=_ptr(raw) if handle.num_recv else None, out=_ptr(out),
+                                      timeout_ms=self._ms(self.timeout))
+            err = _lib.Error()
+            hc = handle._c
             try:
-                if handle.num_recv and not self._is_at(raw, self._y_off):
-                    self._buf[self._y_off:self._y_off + handle.num_recv * row_bytes] = \
-                        np.ascontiguousarray(raw).reshape(-1).view(np.uint8)
-                keys = self._combine_send(handle, row_bytes, deadline)
-                self._wait(lambda: all(k in self._done for k in keys) and
-                           self._results_in(handle), deadline,
-                           f"combine of batch {handle.batch}", handle.batch)
-                for key in keys:
-                    self._take_done(key, f"combine of batch {handle.batch} to rank {key[2]}")
-                out = self._sum(handle, raw, dtname)
-                self._unanswered(handle)
+                ret = lib.locus_ep_combine(self._ep, hc, ctypes.byref(args), ctypes.byref(err))
+                if ret < 0:
+                    raise self._failure(ret, err, f"combine of batch {handle.batch}")
+                info = _lib.EpHandleInfo()
+                lib.locus_ep_handle_info(hc, ctypes.byref(info))
+                if info.n_masked != handle.num_masked:
+                    handle.masked = self._masked(info, handle.num_tokens, handle.top_k)
+                handle.lost_ranks = tuple(r for r in range(self.num_ranks)
+                                          if info.lost >> r & 1)
                 handle._combined = True
-                return _wrap(out, dtname, as_torch)
-            except BaseException:
-                self._abandon(handle.batch)
-                raise
             finally:
-                self._want.discard(want)
-                self._release_held(want)
+                handle._c = None
+                lib.locus_ep_handle_free(hc)
+                self._drain()
+            return _wrap(out, dtname, as_torch)
 
-    def _combine_send(self, handle, row_bytes, deadline):
-        keys = []
-        for src, (start, count) in sorted(handle.src_slices.items()):
-            if self._is_lost(src):
-                continue  # its token's results have nobody to go to
-            refs = np.ascontiguousarray(handle.refs[start:start + count])
-            nbytes = 40 + 8 * count
-            rows_off = self._y_off + start * row_bytes
-            if rows_off % 64:
-                # locusd takes rows at 64-byte aligned offsets: a row size that is not a
-                # multiple of 64 bytes costs this source's rows a copy after the request
-                nbytes = (nbytes + 63) // 64 * 64
-                moved = nbytes
-                nbytes += count * row_bytes
-            off = self.client._stage_alloc(nbytes, max(0.0, deadline - time.monotonic()))
-            if rows_off % 64:
-                self._buf[off + moved:off + nbytes] = \
-                    self._buf[rows_off:rows_off + count * row_bytes]
-                rows_off = off + moved
-            req = _lib.ClientCombineReq(layer=handle.layer, dst_rank=src, n_rows=count,
-                                        row_bytes=row_bytes, rows_off=rows_off,
-                                        refs=refs.ctypes.data)
-            key = (_lib.OP_COMBINE, handle.batch, src)
+    # ---- move_weights' requests (weights travel as tagged COMBINEs) --------------------
 
-            def submit(req=req, off=off):
-                err = _lib.Error()
-                ret = lib.locus_client_combine(self.client._c, off, ctypes.byref(req),
-                                               handle.batch, ctypes.byref(err))
-                return ret, err.text()
-            submit.keep = (req, refs)
-            self._submit(key, submit, off, nbytes, deadline)
-            keys.append(key)
-        return keys
+    def _ranks(self):
+        lost, _ = self.client.ranks_state()
+        self._lost = frozenset(lost)
 
-    def _results_in(self, handle):
-        msgs = self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ())
-        if sum(len(r.refs) for r in msgs) >= handle.rows_sent:
-            return True
-        gone = self._gone.get(handle.batch, set())
-        down = [r for r in range(self.num_ranks)
-                if handle.dests >> r & 1 and (self._is_lost(r) or r in gone)]
-        if not down:
-            return False
-        # a rank that holds our rows was lost: every other rank that had some answered
-        # all of them (each results message says how many that rank sends)
-        got = {}
-        for r in msgs:
-            n, need = got.get(r.src, (0, r.n_chunks))
-            got[r.src] = (n + 1, need)
-        for r in range(self.num_ranks):
-            if handle.dests >> r & 1 and r not in down:
-                n, need = got.get(r, (0, 1))
-                if n < need:
-                    return False
-        return True
+    def _submit(self, key, submit_fn, off, nbytes, deadline):
+        """submit_fn() -> (ret, err text): write the request and submit it; retried
+        while the submit ring is full. The stage range is freed at completion."""
+        while True:
+            ret, text = submit_fn()
+            if ret == 0:
+                self._out[key] = [None, off, nbytes, submit_fn]
+                return
+            if ret != -_lib.LOCUS_EFULL or time.monotonic() >= deadline:
+                self.client._stage_free(off, nbytes)
+                if ret == -_lib.LOCUS_EFULL:
+                    raise LocusTimeout(errno.ETIMEDOUT, "the submit ring stayed full",
+                                       what="move_weights")
+                raise from_code(ret, text or None, what="move_weights")
+            self._poll()
+            time.sleep(_NAP_S)
 
-    def _unanswered(self, handle):
-        """Pairs sent to a rank that was lost before it answered: added to
-        handle.masked, the ranks to handle.lost_ranks."""
-        msgs = self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ())
-        if sum(len(r.refs) for r in msgs) >= handle.rows_sent:
-            return
-        k = handle.top_k
-        answered = np.zeros(max(handle.num_tokens, 1), dtype=np.uint32)
-        for r in msgs:
-            np.bitwise_or.at(answered, r.refs["token"], r.refs["kmask"])
-        bits = ((answered[:handle.num_tokens, None] >> np.arange(k, dtype=np.uint32)) & 1)
-        missing = ~bits.astype(bool) & ~handle.masked
-        handle.masked = handle.masked | missing
-        gone = self._gone.pop(handle.batch, set())
-        handle.lost_ranks = tuple(r for r in range(self.num_ranks)
-                                  if handle.dests >> r & 1 and (self._is_lost(r) or r in gone))
+    def _poll(self):
+        """One pump of the client's ring (the collective takes its own): weights
+        completions settle their requests, weights rows are written. How many came."""
+        c = self.client
+        now = time.monotonic()
+        if self._retry:
+            due = [k for t, k in self._retry if t <= now]
+            self._retry = [(t, k) for t, k in self._retry if t > now]
+            for k in due:
+                ret, text = self._out[k][3]()
+                if ret == -_lib.LOCUS_EFULL:
+                    self._retry.append((now, k))
+                elif ret < 0:
+                    raise from_code(ret, text or None, what="resubmit")
+        self._drain()
+        n = c._pump()
+        q = c._take(_lib.OP_COMBINE)
+        while q:
+            d = q.popleft()
+            key = (d.op, d.id, d.peer)
+            r = self._out.get(key)
+            if r is None:
+                continue
+            if d.status == -_lib.LOCUS_EFULL:
+                self._retry.append((time.monotonic() + _RETRY_S, key))
+                continue
+            del self._out[key]
+            c._stage_free(r[1], r[2])
+            self._done[key] = _lib.Desc.from_buffer_copy(d)
+        q = c._take(_lib.OP_RESULTS_IN)
+        while q:
+            d = q.popleft()
+            m, err = _lib.ClientRows(), _lib.Error()
+            ret = lib.locus_client_rows_in(c._c, ctypes.byref(d), ctypes.byref(m),
+                                           ctypes.byref(err))
+            if ret == 0 and m.batch_id & _WEIGHTS:
+                self._weights_in(m)
+            c._release_slot(m.slot if ret in (0, -_lib.LOCUS_EPEERDOWN,
+                                              -_lib.LOCUS_ESTALEPLACEMENT) else d.slot)
+        return n
 
-    def _sum(self, handle, raw, dtname):
-        hidden = raw.shape[1]
-        acc = np.zeros((handle.num_tokens, hidden),
-                       dtype=np.float64 if dtname == "float64" else np.float32)
-        rdt = np.uint16 if dtname == "bfloat16" else raw.dtype
-        for r in self._msgs.get((_lib.OP_RESULTS_IN, handle.batch), ()):
-            rows = r.rows[0]
-            if r.row_bytes != hidden * raw.itemsize or \
-                    int(r.refs["token"].max(initial=0)) >= max(handle.num_tokens, 1):
-                raise LocusError(errno.EPROTO, f"batch {handle.batch}: rank {r.src} returned "
-                                 f"rows of {r.row_bytes} bytes or tokens past ours",
-                                 what="combine")
-            vals = rows.view(rdt).reshape(len(r.refs), hidden)
-            acc[r.refs["token"]] += _to_f32(vals, dtname)
-        if dtname == "bfloat16":
-            bits = acc.astype(np.float32).view(np.uint32)
-            # round to nearest even on the 16 bits kept
-            bits = (bits + 0x7fff + ((bits >> 16) & 1)) >> 16
-            return bits.astype(np.uint16).view(np.int16)
-        return acc.astype(raw.dtype, copy=False)
+    def _wait(self, done, deadline, what):
+        # no spinning: the ranks of a group may share a core
+        while not done():
+            if self._poll() == 0:
+                self._ranks()
+                if time.monotonic() >= deadline:
+                    raise LocusTimeout(errno.ETIMEDOUT, f"{what} did not complete within "
+                                       f"{self.timeout} s", what=what)
+                time.sleep(_NAP_S)
+
+    def _take_done(self, key, what):
+        d = self._done.pop(key)
+        if d.status:
+            raise from_code(d.status, what=what)
+        return d
+
+    def _at(self, addr, nbytes):
+        off = addr - self._base
+        return self._buf[off:off + nbytes]
 
     # ---- expert weights moved between ranks --------------------------------------------
 
@@ -1018,8 +835,6 @@ class Buffer:
                 w[0][t * w[4]:(t + 1) * w[4]] = rows[j]
                 w[1] += 1
 
-    # ---- lifetime ---------------------------------------------------------------------
-
     # ---- placement changes: the rank's part (Client.placement and the rest) ---------
 
     def placement(self):
@@ -1042,18 +857,23 @@ class Buffer:
         """The rank freed what only generations below floor used (Client.release_placement)."""
         self.client.release_placement(floor)
 
+    # ---- lifetime ---------------------------------------------------------------------
+
     def close(self):
         """Give the Buffer's stage ranges back to the client. Idempotent."""
         with self.client._lock:
             if self._closed:
                 return
             self._closed = True
+            self._pending = None
+            self._reap()
+            lib.locus_ep_destroy(self._ep)  # live Handles keep their C part until collected
+            self._ep = None
             self.client._buffer = None
-            for key in list(self._msgs):
-                self._release_held(key)
             if not self.client.closed:
                 for off, n in ((self._x_off, self.dispatch_bytes),
-                               (self._y_off, self.combine_bytes), (self._n_off, _NOTIFY_ROW)):
+                               (self._y_off, self.combine_bytes),
+                               (self._req_off, self._stage_bytes - 2 * self.dispatch_bytes)):
                     self.client._stage_free(off, n)
 
     def __enter__(self):

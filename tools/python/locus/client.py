@@ -657,15 +657,22 @@ class Client:
                 self._gone = LocusGone(n, "locusd is gone (killed or stopped): attach again "
                                        "to a restarted one", what=f"instance {self.instance}")
             raise self._gone
+        ep = self._buffer._ep if self._buffer is not None else None
         for i in range(n):
-            d = _lib.Desc.from_buffer_copy(self._descs[i])
-            if d.op in (_lib.OP_ROUTE, _lib.OP_ROUTE_BLOCKS, _lib.OP_EVICT):
-                self._complete(d)
-            elif d.op == _lib.OP_SIGNATURE_IN:
-                self._signatures.append(d)
-            else:
-                self._other.setdefault(d.op, deque()).append(d)
+            # the Buffer's collectives (liblocus's locus_ep) take their own first
+            if ep is not None and lib.locus_ep_take(ep, ctypes.byref(self._descs[i])):
+                continue
+            self._sort(_lib.Desc.from_buffer_copy(self._descs[i]))
         return n
+
+    def _sort(self, d):
+        """A descriptor polled that is not the Buffer's: to its queue."""
+        if d.op in (_lib.OP_ROUTE, _lib.OP_ROUTE_BLOCKS, _lib.OP_EVICT):
+            self._complete(d)
+        elif d.op == _lib.OP_SIGNATURE_IN:
+            self._signatures.append(d)
+        else:
+            self._other.setdefault(d.op, deque()).append(d)
 
     def _complete(self, d):
         r = self._inflight.get(d.id)
