@@ -231,7 +231,7 @@ grep -q '^3 of 3 node(s) adopted it' "$W/push.out" || fail "not every one of the
 # is checked against what they hold; the push commits once all six hold it
 say "   a placement in two phases under traffic: six ranks acknowledge, then it commits"
 loadgen "$W/t5.out" n0,n1,n2,n2 6 n0,n0,n1,n1,n2,n2 --requests 50 --batches 150 --tokens 16 \
-	--row-bytes 1024 --decode-us 500 --seconds 150 --placements --weights 4096 &
+	--row-bytes 1024 --decode-us 500 --seconds 150 --placements --weights 1024 &
 PID[lg5]=$!
 sleep 8 # the ranks attached and traffic flows
 push_cluster "$LV_TABLES/grace2.tbl" || fail "two-phase push to three nodes"
