@@ -248,7 +248,7 @@ for ((i = 0; i < 100; i++)); do grep -sq rebalancing "$tmp/rb.out" && break; sle
 # the ranks take part: every row is checked against what they acknowledged, so a row
 # planned under a placement a rank does not hold would fail the run
 "$B/locus-loadgen" -i ca --trace tests/data/calib_sample.jsonl --decoders 4 --ranks 4 \
-	--requests 20 --batches 5000 --tokens 16 --seconds 90 --placements --weights 8192 \
+	--requests 20 --batches 20000 --tokens 16 --seconds 90 --placements --weights 8192 \
 	> "$tmp/lg.out" 2>&1 ||
 	fail "loadgen under rebalance --cluster: $(tail -5 "$tmp/lg.out")"
 sleep 3.5 # two more loads periods: the last counts reach etcd and a round
@@ -268,7 +268,8 @@ grep -Eh '^(placements|weights):' "$tmp/lg.out" | sed 's/^/# /'
 [ "$("$B/locus-stat" -i ca 'rejected_placement' | awk '/rejected_placement/ { s += $3 } END { print s + 0 }')" = 0 ] ||
 	fail "rows refused for their placement: $("$B/locus-stat" -i ca 'rejected_placement')"
 if echo "$out" | grep -q 'pushing to the cluster'; then
-	echo "$out" | grep -q 'committed placement generation 9: 1 node(s) and 4 rank client(s)' ||
+	# a round whose etcd read timed out on a busy machine pushes again the next second
+	echo "$out" | grep -Eq 'committed placement generation [0-9]+: 1 node\(s\) and 4 rank client\(s\)' ||
 		fail "the rebalance was not committed with the ranks' acknowledgements: $out"
 	grep -Eq '^placements: the ranks acknowledged [1-9]' "$tmp/lg.out" ||
 		fail "the loadgen's ranks acknowledged nothing: $(cat "$tmp/lg.out")"
