@@ -161,9 +161,15 @@ void locus_weights_stats(const struct locus_weights *w, struct locus_weights_sta
 	*st = w->st;
 }
 
+/* (layer, expert)'s index in the per-expert arrays (cell, gain_of). */
+static size_t expert_idx(const struct locus_weights *w, uint32_t layer, uint32_t e)
+{
+	return (size_t)layer * w->p.n_experts + e;
+}
+
 static struct w_cell *cell_of(struct locus_weights *w, uint32_t id)
 {
-	return &w->cell[(size_t)(id >> 16) * w->p.n_experts + (id & 0xffff)];
+	return &w->cell[expert_idx(w, id >> 16, id & 0xffff)];
 }
 
 static int tag_matches(const struct locus_weights *w, uint16_t gtag)
@@ -245,8 +251,7 @@ int locus_weights_begin(struct locus_weights *w, const void *old_blob, size_t ol
 	if (ret < 0)
 		goto out;
 	for (uint32_t i = 0; i < w->n_gains; i++)
-		w->gain_of[(size_t)(w->gains[i].id >> 16) * w->p.n_experts +
-			   (w->gains[i].id & 0xffff)] = -1;
+		w->gain_of[expert_idx(w, w->gains[i].id >> 16, w->gains[i].id & 0xffff)] = -1;
 	free(w->sends);
 	free(w->gains);
 	w->sends = calloc(n ? n : 1, sizeof(*w->sends));
@@ -282,7 +287,7 @@ int locus_weights_begin(struct locus_weights *w, const void *old_blob, size_t ol
 	for (uint32_t i = 0; i < w->n_gains; i++) {
 		struct w_gain *g = &w->gains[i];
 
-		w->gain_of[(size_t)(g->id >> 16) * w->p.n_experts + (g->id & 0xffff)] = (int32_t)i;
+		w->gain_of[expert_idx(w, g->id >> 16, g->id & 0xffff)] = (int32_t)i;
 		if (g->src == LOCUS_PLACEMENT_STORAGE)
 			gain_done(w, g, 1, g->src);
 		else
@@ -351,7 +356,7 @@ static void rows_in(struct locus_weights *w, const struct locus_client_rows *r, 
 			   (uint32_t)LOCUS_MIN((uint64_t)w->row, w->p.expert_bytes - at));
 		x->got++;
 	}
-	gi = w->gain_of[(size_t)layer * w->p.n_experts + e];
+	gi = w->gain_of[expert_idx(w, layer, e)];
 	if (!w->busy)
 		w->st.rows_early += r->n_rows;
 	else if (gi < 0 || !tag_matches(w, gtag))

@@ -20,7 +20,7 @@
 enum {
 	C_TX_MSGS, C_TX_BYTES, C_RX_MSGS, C_RX_BYTES, C_CREDIT_STALLS, C_SQ_STALLS,
 	C_CREDIT_WRITES, C_TX_DOORBELLS, C_TX_SIGNALED, C_CQES, C_TX_FAILED, C_CONNECTS, C_RECONNECTS, C_DISCONNECTS, C_REJECTS_RX,
-	C_PROTO_ERRORS, C_STALLS, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
+	C_PROTO_ERRORS, C_STALLS, C_RX_DROPPED, C_PEER_NODE, C_PEER_UP, C_CQ_ERRORS,
 	C_AUTH_REFUSED, C_VERSION_REJECTS, C_PEER_REJECTS, C_CQ_BURSTS, C_PORT_ERRORS, C_PORT_UPS,
 	C_DEV_LOST, C_DEV_BACK, C_DEV_REOPEN_FAILED,
 	C_N
@@ -58,6 +58,9 @@ static const struct {
 			     LOCUS_CTR_COUNTER, 1 },
 	[C_STALLS] = { "stalls", "connections failed because their sends stopped completing",
 		       LOCUS_CTR_COUNTER, 1 },
+	[C_RX_DROPPED] = { "rx_dropped", "messages that arrived but died with their connection "
+			   "(held, not yet taken, or landed as it failed): the sender saw them "
+			   "acked", LOCUS_CTR_COUNTER, 1 },
 	[C_PEER_NODE] = { "peer_node", "node id of the peer at this index", LOCUS_CTR_GAUGE, 1 },
 	[C_PEER_UP] = { "peer_up", "1 while the connection is up", LOCUS_CTR_GAUGE, 1 },
 	[C_CQ_ERRORS] = { "cq_errors", "completion errors by ibv_wc_status", LOCUS_CTR_COUNTER, 2 },
@@ -187,6 +190,7 @@ static void put_stats(void *blk, const struct locus_verbs_ctrs *x, uint32_t i,
 	put(blk, x, C_REJECTS_RX, i, st->rejects_received);
 	put(blk, x, C_PROTO_ERRORS, i, st->proto_errors);
 	put(blk, x, C_STALLS, i, st->stalls);
+	put(blk, x, C_RX_DROPPED, i, st->rx_dropped);
 	for (uint32_t s = 0; s < 32; s++)
 		put(blk, x, C_CQ_ERRORS, i * 32 + s, st->cq_errors[s]);
 }

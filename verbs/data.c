@@ -96,7 +96,10 @@ static void data_finish(struct locus_verbs_peer *p)
 		}
 		p->tx_kind[s & mask] = 0;
 	}
-	p->held_n = 0; /* held messages die with the connection */
+	/* held messages die with the connection: the sender saw them acked */
+	for (uint32_t i = 0, cnt = p->lring.slot_count; i < p->held_n; i++)
+		p->dstats.rx_dropped += !(p->held[(p->held_head + i) % cnt] & HELD_DONE);
+	p->held_n = 0;
 	p->credit_pending = false;
 	p->area_busy = false;
 	p->dstate = LOCUS_LINK_IDLE; /* post / release refuse from here */
@@ -575,13 +578,11 @@ static void rx_complete(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 		keep = cb->on_recv(cb->arg, p,
 				   (const uint8_t *)p->inbox.addr + ((uint64_t)idx << p->lring.slot_shift),
 				   wc->byte_len);
-	/* the callback may have failed the connection (a post): its slots are dead */
-	if (!data_live(p))
-		return;
-	if (keep != LOCUS_VERBS_HOLD) {
+	if (keep != LOCUS_VERBS_HOLD)
 		p->held[slot] |= HELD_DONE;
+	/* the callback may have failed the connection (a post): its slots are dead */
+	if (keep != LOCUS_VERBS_HOLD && data_live(p))
 		held_retire(p);
-	}
 }
 
 /*
@@ -679,8 +680,11 @@ static void handle_wc(struct locus_verbs_peer *p, const struct ibv_wc *wc)
 			locus_verbs_post_credit(p);
 		return;
 	}
-	if (!data_live(p))
-		return; /* arrived as the connection failed: the peer rewrites it later */
+	if (!data_live(p)) {
+		/* arrived as the connection failed: the peer rewrites it later */
+		p->dstats.rx_dropped += wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM;
+		return;
+	}
 	/* the first arrival of a connection is the peer's hello, and nothing else is */
 	if (p->dstate == LOCUS_LINK_ARMED)
 		return hello_rx(p, wc);
@@ -751,6 +755,9 @@ int locus_verbs_poll(struct locus_verbs_ep *ep)
 			data_observe(p, locus_verbs_link_load(&p->link));
 		if ((p->dgen & WRID_GEN_MASK) != gen || p->dstate == LOCUS_LINK_IDLE) {
 			ep->stats.stale_cqes++;
+			/* a message of a connection already ended: it is lost to us */
+			p->dstats.rx_dropped += wc[i].status == IBV_WC_SUCCESS &&
+						wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM;
 			continue;
 		}
 		p->dstats.cqes++;

@@ -427,6 +427,7 @@ struct locus_verbs_stats {
 	uint64_t rejects_sent, rejects_received;
 	uint64_t proto_errors;
 	uint64_t stalls;              /* connections failed: sends stopped completing */
+	uint64_t rx_dropped;          /* arrived, dropped with their connection */
 	uint64_t cq_errors[32];       /* by enum ibv_wc_status (clamped to 31) */
 } __locus_cache_aligned;
 
@@ -697,6 +698,7 @@ void locus_verbs_mr_free(struct locus_verbs_mr *mr);
  * <prefix>_tx_msgs, _tx_bytes, _rx_msgs, _rx_bytes, _credit_stalls,
  * _sq_stalls, _credit_writes, _tx_doorbells, _tx_signaled, _cqes, _tx_failed,
  * _connects, _reconnects, _disconnects, _rejects_received, _proto_errors,
+ * _stalls, _rx_dropped,
  * _peer_node, _peer_up (vectors by "peer", the index in declaration order,
  * max_peers long), _cq_errors ("peer" x "status", the ibv_wc_status),
  * _auth_refused (by "reason", enum locus_verbs_auth_reason) and the scalars

@@ -234,11 +234,22 @@ static bool blocked_is(void *arg)
 	return locus_verbs_post_blocked(w->b->peer) == w->want;
 }
 
+static bool held_is_16(void *arg)
+{
+	return ((struct vt_node *)arg)->rx_held == 16;
+}
+
+static bool is_down(void *arg)
+{
+	return ((struct vt_node *)arg)->downs > 0;
+}
+
 /*
  * locus_verbs_post_blocked(): true from a post stopped for credits until the
  * receiver gave slots back (and not before, however long the sender polls);
  * a list of messages is one doorbell (verbs_tx_doorbells), its last one
- * signalled.
+ * signalled; what the receiver still holds when the connection ends is
+ * counted dropped (verbs_rx_dropped: the sender saw it acked).
  */
 static void test_post_blocked(void **state)
 {
@@ -282,9 +293,16 @@ static void test_post_blocked(void **state)
 	assert_int_equal(vt_release_held(&a, 1), 0);
 	assert_true(vt_pump(nodes, 2, blocked_is, &w, 10000));
 	assert_int_equal(vt_send(&b, sizes, 1, 1, 17), 1);
-	rc = vt_release_held(&a, a.rx_held);
+	assert_true(vt_pump(nodes, 2, held_is_16, &a, 10000));
+	/* a takes 6, then b goes away: the 10 a still holds die with the connection, counted */
+	rc = vt_release_held(&a, 6);
 	assert_int_equal(rc, 0);
+	assert_int_equal(locus_verbs_peer_stats(a.peer)->rx_dropped, 0);
 	vt_node_fini(&b);
+	assert_true(vt_pump(nodes, 1, is_down, &a, 20000));
+	printf("# b gone with 10 messages held by a: a dropped %llu\n",
+	       (unsigned long long)locus_verbs_peer_stats(a.peer)->rx_dropped);
+	assert_int_equal(locus_verbs_peer_stats(a.peer)->rx_dropped, 10);
 	vt_node_fini(&a);
 }
 

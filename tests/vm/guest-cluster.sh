@@ -429,29 +429,38 @@ wait_until() { # SECONDS CMD...: poll every 0.1 s; prints the ms it took, or fai
 lost_is() { [ "$(lost_of "$1")" = "$2" ]; }
 gen_above() { [ "$(gen_of "$1")" -gt "$2" ] 2>/dev/null; }
 
+recover_tail() { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; }
+# cut_and_heal STEP OUT CUT HEAL HOW: under traffic, n2 is cut (eval CUT): n0 and n1 mask its
+# ranks and a placement without them commits; then healed (eval HEAL): its ranks are live again
+# and a placement using them commits. HOW names the cut in the lines said and failed.
+cut_and_heal() {
+	local step=$1 out=$2 cut=$3 heal=$4 how=$5 g t0 t1 a b
+	chaos_start "$out"
+	wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of $step did not all attach"
+	sleep 5
+	g=$(gen_of 0)
+	t0=$(now_ms)
+	eval "$cut"
+	a=$(wait_until 30 lost_is 0 2) && b=$(wait_until 30 lost_is 1 2) ||
+		fail "n0 and n1 did not mask the ranks of n2, $how"
+	wait_until 60 gen_above 0 "$g" > /dev/null || { recover_tail; fail "no placement without n2, $how"; }
+	t1=$(now_ms)
+	say "   n2 $how: masked on n0 after $a ms, on n1 $b ms later; a placement without n2's ranks committed after $((t1 - t0)) ms"
+	g=$(gen_of 0)
+	sleep 4
+	t0=$(now_ms)
+	eval "$heal"
+	a=$(wait_until 60 lost_is 0 0) || fail "n0 did not see n2's ranks again after the heal ($how)"
+	wait_until 60 gen_above 0 "$g" > /dev/null || { recover_tail; fail "no placement using n2 after the heal ($how)"; }
+	t1=$(now_ms)
+	say "   healed: n2's ranks live on n0 after $a ms; a placement using them committed after $((t1 - t0)) ms"
+	sleep 4
+	chaos_stop "$out" "n2 $how"
+	one_placement "n2 $how"
+}
+
 say "5c. n2 cut off from n0 and n1 (its bridge port down), not from etcd; then healed"
-chaos_start "$W/t5c2.out"
-wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of 5c did not all attach"
-sleep 5
-g=$(gen_of 0)
-t0=$(now_ms)
-ip link set vcbr down
-a=$(wait_until 30 lost_is 0 2) && b=$(wait_until 30 lost_is 1 2) ||
-	fail "n0 and n1 did not mask the ranks of n2, cut off"
-c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement without n2, cut off"; }
-t1=$(now_ms)
-say "   cut off: masked on n0 after $a ms, on n1 $b ms later; a placement without n2's ranks committed after $((t1 - t0)) ms"
-g=$(gen_of 0)
-sleep 4
-t0=$(now_ms)
-ip link set vcbr up
-a=$(wait_until 60 lost_is 0 0) || fail "n0 did not see n2's ranks again after the heal"
-c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement using n2 after the heal"; }
-t1=$(now_ms)
-say "   healed: n2's ranks live on n0 after $a ms; a placement using them committed after $((t1 - t0)) ms"
-sleep 4
-chaos_stop "$W/t5c2.out" "the partition"
-one_placement "the partition"
+cut_and_heal 5c "$W/t5c2.out" "ip link set vcbr down" "ip link set vcbr up" "cut off from its peers"
 
 say "5d. etcd killed -9 and restarted under traffic: the data plane does not notice"
 chaos_start "$W/t5d.out"
@@ -483,7 +492,7 @@ wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of 5e did not all attac
 a=$(wait_until 90 lost_is 0 1) || fail "n0 did not mask rank 5"
 tm=$("$B/locus-stat" -i n0 ranks_lost_changed_at | awk '$1 == "ranks_lost_changed_at" { print $3 }')
 t0=$(now_ms)
-c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement without rank 5"; }
+c=$(wait_until 60 gen_above 0 "$g") || { recover_tail; fail "no placement without rank 5"; }
 t1=$(now_ms)
 sleep 4
 chaos_stop "$W/t5e.out" "a rank killed"
@@ -492,31 +501,11 @@ tk=$(sed -n 's/.* at \([0-9.]*\) s (CLOCK_MONOTONIC)$/\1/p' "$W/t5e.out" | head 
 [ -n "$tk" ] && [ -n "$tm" ] &&
 	say "   rank 5 killed -9: n0 counted it lost $(awk -v k="$tk" -v m="$tm" 'BEGIN { printf "%.0f", m - k * 1000 }') ms from its death by the guest's monotonic clock (read on two vCPUs: under TCG they differ by up to ~0.1 s); a placement without it committed within $((t1 - t0 + 100)) ms after that was seen"
 
-say "5f. n2 cut off from etcd (not from n0 and n1) under traffic; then healed"
-chaos_start "$W/t5f.out"
-wait_until 60 lost_is 0 0 > /dev/null || fail "the ranks of 5f did not all attach"
-sleep 5
-g=$(gen_of 0)
-t0=$(now_ms)
+say "5f. n2 cut off from etcd (not from n0 and n1) under traffic; then healed (its lease is ${LEASE_S} s)"
 # n2's packets to its etcd address are dropped: its requests hang, its lease expires
-ip rule add pref 5 to 127.0.0.2 blackhole
-a=$(wait_until 30 lost_is 0 2) && b=$(wait_until 30 lost_is 1 2) ||
-	fail "n0 and n1 did not mask the ranks of n2, out of etcd"
-c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement without n2, out of etcd"; }
-t1=$(now_ms)
-say "   n2 out of etcd: masked on n0 after $a ms (its lease is ${LEASE_S} s), on n1 $b ms later; a placement without n2's ranks committed after $((t1 - t0)) ms"
+cut_and_heal 5f "$W/t5f.out" "ip rule add pref 5 to 127.0.0.2 blackhole" \
+	"ip rule del pref 5 to 127.0.0.2 blackhole" "cut off from etcd"
 grep -E 'etcd' "$W/n2.log" | tail -n 3 | sed 's/^/  [n2 log] /'
-g=$(gen_of 0)
-sleep 4
-t0=$(now_ms)
-ip rule del pref 5 to 127.0.0.2 blackhole
-a=$(wait_until 60 lost_is 0 0) || fail "n0 did not see n2's ranks again once n2 reached etcd"
-c=$(wait_until 60 gen_above 0 "$g") || { tail -n 12 "$W/recover.out" | sed 's/^/  [recover] /'; fail "no placement using n2 once it reached etcd"; }
-t1=$(now_ms)
-say "   etcd back for n2: its ranks live on n0 after $a ms; a placement using them committed after $((t1 - t0)) ms"
-sleep 4
-chaos_stop "$W/t5f.out" "n2 cut off from etcd"
-one_placement "n2 cut off from etcd"
 kill "${PID[rec]}" 2>/dev/null
 wait "${PID[rec]}" 2>/dev/null
 unset "PID[rec]"

@@ -201,7 +201,7 @@ done
 # pulled, netdevs untouched) or netdev (vx set down for 2 s), COUNT times under traffic;
 # FLAP_BACK: how many times the connection came back
 flaps() {
-	local out=$1 name=$2 count=$3 kind=$4 k d0 n o sent in se dn
+	local out=$1 name=$2 count=$3 kind=$4 k d0 n o sent in se dn rd
 	snap2 "$W/fl-a"
 	lg_bg "$out" $LINGER --requests 100000 --batches 100000 --tokens 16 --seconds 170 \
 		--allow-errors --batch-ms 2000
@@ -244,13 +244,17 @@ flaps() {
 		in=$(( $(val "$W/fl-b.$o" remote_messages_in "node=\"$n\"") - \
 		       $(val "$W/fl-a.$o" remote_messages_in "node=\"$n\"") ))
 		se=$(( $(val "$W/fl-b.$n" remote_send_errors) - $(val "$W/fl-a.$n" remote_send_errors) ))
+		# acked by n$o's device, then dropped with the connection (held, or landed as it failed)
+		rd=$(( $(val "$W/fl-b.$o" verbs_rx_dropped) - $(val "$W/fl-a.$o" verbs_rx_dropped) ))
 		dn=$(( $(val "$W/fl-b.$n" verbs_disconnects) - $(val "$W/fl-a.$n" verbs_disconnects) ))
-		say "   n$n -> n$o: $sent messages sent, $in taken in by n$o, $se sends failed;" \
+		say "   n$n -> n$o: $sent messages sent, $in taken in by n$o, $se sends failed," \
+			"$rd dropped by n$o with the connection;" \
 			"disconnects $dn, stalled sends that failed the connection $(( \
 			$(val "$W/fl-b.$n" verbs_stalls) - $(val "$W/fl-a.$n" verbs_stalls) ))"
-		# every message sent arrived, or its send failed (a failed one may still have landed)
-		[ "$in" -le "$sent" ] && [ "$sent" -le $((in + se)) ] ||
-			fail "n$n -> n$o: sent $sent, received $in, failed $se do not add up"
+		# every message sent arrived, or its send failed (a failed one may still have
+		# landed), or n$o dropped it with the connection and said so
+		[ "$in" -le "$sent" ] && [ "$sent" -le $((in + se + rd)) ] ||
+			fail "n$n -> n$o: sent $sent, received $in, failed $se, dropped $rd do not add up"
 		[ "$dn" -ge 1 ] || fail "n$n: no disconnect in $count ${name}s"
 		# traffic resumed: rows went across after the connection came back
 		[ "$FLAP_BACK" = 0 ] && continue

@@ -49,9 +49,15 @@ static uint8_t w_byte(uint32_t layer, uint32_t e, uint64_t i)
 	return (uint8_t)(layer * 97 + e * 13 + i * 7 + (i >> 12));
 }
 
+/* Where (layer, e)'s weights sit in the region: its offset. */
+static uint64_t slot_off(const struct lg_weights *w, uint32_t layer, uint32_t e)
+{
+	return ((uint64_t)layer * w->E + e) * w->span;
+}
+
 static uint8_t *slot_of(struct lg_weights *w, uint32_t layer, uint32_t e)
 {
-	return w->base + ((uint64_t)layer * w->E + e) * w->span;
+	return w->base + slot_off(w, layer, e);
 }
 
 /* An expert loaded from "storage": its pattern. */
@@ -65,9 +71,7 @@ static void load(struct lg_weights *w, uint32_t layer, uint32_t e)
 
 static uint64_t src_off(void *arg, uint32_t layer, uint32_t e)
 {
-	struct lg_weights *w = arg;
-
-	return ((uint64_t)layer * w->E + e) * w->span;
+	return slot_off(arg, layer, e);
 }
 
 static void w_write(void *arg, uint32_t layer, uint32_t e, uint64_t at, const void *data,
