@@ -17,6 +17,8 @@
  * bootstrap intervals over windows, paired for locus against EPLB.
  *
  *   grace_online_figures [--batch B] [--min-windows N] [--boot N] [--only MODEL]
+ *                        [--per-window]
+ * --per-window adds each window's figures for the two online methods.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -47,6 +49,7 @@ struct model {
 struct opts {
 	uint32_t batch, min_windows, boot;
 	const char *only;
+	int per_window;
 };
 
 static double rel(double a, double b)
@@ -146,6 +149,18 @@ static void print_run(const struct model *md, const char *order, const struct gf
 	}
 	printf("\n  busiest/mean on the window each rebalance read (in sample): locus %.3f, "
 	       "EPLB %.3f\n", m[GO_LOCUS].mm_fit, m[GO_EPLB].mm_fit);
+	if (o->per_window) {
+		printf("  %6s %21s %21s %21s %15s\n", "window", "busiest/mean l/E",
+		       "in sample l/E", "rows off GPU l/E", "moved l/E");
+		for (uint32_t j = 0; j < r->n_windows; j++) {
+			const struct go_window *a = &r->w[GO_LOCUS][j], *b = &r->w[GO_EPLB][j];
+
+			printf("  %6u %10.3f %10.3f %10.3f %10.3f %10.3f %10.3f %6u%c %7u\n", j,
+			       a->mm, b->mm, a->mm_fit, b->mm_fit, a->rows_gpu / a->tl,
+			       b->rows_gpu / b->tl, a->moves, a->pushed ? ' ' : '*', b->moves);
+		}
+		printf("  (l: locus online, E: EPLB online; * locus kept its table)\n");
+	}
 	free(pair);
 	free(rep);
 }
@@ -220,7 +235,7 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: grace_online_figures [--batch B (1..4096, 64)] "
 		"[--min-windows N (2..1000, 10)] [--boot N (100..100000, 1000)] "
-		"[--only esft|gptoss]\n");
+		"[--only esft|gptoss] [--per-window]\n");
 	return 2;
 }
 
@@ -231,6 +246,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "min-windows", required_argument, NULL, 'w' },
 		{ "boot", required_argument, NULL, 'n' },
 		{ "only", required_argument, NULL, 'o' },
+		{ "per-window", no_argument, NULL, 'p' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
@@ -243,6 +259,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'b': bad = parse_u32(optarg, 1, 4096, &o->batch); break;
 		case 'w': bad = parse_u32(optarg, 2, 1000, &o->min_windows); break;
 		case 'n': bad = parse_u32(optarg, 100, 100000, &o->boot); break;
+		case 'p': o->per_window = 1; break;
 		case 'o':
 			o->only = optarg;
 			bad = strcmp(optarg, "esft") && strcmp(optarg, "gptoss");
