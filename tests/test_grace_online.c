@@ -144,7 +144,7 @@ static uint32_t check_model(const char *name, struct locus_trace *const *tr, uin
 			double rows, dmm, mv;
 			int bad;
 
-			go_replay(&s, &topos[ti], &c, &r);
+			go_replay(&s, &topos[ti], &c, 0, &r);
 			for (int x = 0; x < GO_N_METHODS; x++)
 				go_metrics_of(r.w[x], NULL, r.n_windows, &m[x]);
 			rows = m[GO_LOCUS].rows_gpu / m[GO_EPLB].rows_gpu;

@@ -19,6 +19,7 @@
 
 const char *const go_method_name[GO_N_METHODS] = {
 	"locus online", "EPLB online (vLLM)", "GRACE static", "EPLB static", "round robin",
+	"GRACE refit (diag.)",
 };
 
 static void *xcalloc(size_t n, size_t sz)
@@ -249,6 +250,42 @@ static uint32_t eplb_gained(const struct locus_gracefit_eplb *a, const struct lo
 	return gained;
 }
 
+/* Set held[l][r][e] for every copy (primary or replica) of a GRACE map. */
+static void grace_held(const void *blob, size_t len, uint32_t L, uint32_t N, uint32_t E,
+		       uint8_t *held)
+{
+	const struct locus_grace_map *m = gf_map(blob, len);
+
+	memset(held, 0, (size_t)L * N * E);
+	for (uint32_t l = 0; l < L; l++)
+		for (uint32_t e = 0; e < E; e++) {
+			size_t le = (size_t)l * E + e;
+
+			for (uint32_t i = 0; i < locus_grace_map_ncopies(m)[le]; i++) {
+				uint32_t r = locus_grace_map_ranks(m)[le * m->n_slots + i];
+
+				held[((size_t)l * N + r) * E + e] = 1;
+			}
+		}
+	free((void *)m);
+}
+
+/* (GPU, expert) copies of GRACE table b that table a does not hold. */
+static uint32_t grace_gained(const void *a, size_t alen, const void *b, size_t blen, uint32_t L,
+			     uint32_t N, uint32_t E)
+{
+	uint8_t *ha = xcalloc((size_t)L * N * E, 1), *hb = xcalloc((size_t)L * N * E, 1);
+	uint32_t gained = 0;
+
+	grace_held(a, alen, L, N, E, ha);
+	grace_held(b, blen, L, N, E, hb);
+	for (size_t i = 0; i < (size_t)L * N * E; i++)
+		gained += hb[i] && !ha[i];
+	free(hb);
+	free(ha);
+	return gained;
+}
+
 /* Score one window's set under a GRACE blob or an EPLB placement. */
 static void score_window(const struct gh_set *g, const void *blob, size_t len,
 			 const struct locus_gracefit_eplb *ep, uint32_t gpn, struct go_window *w,
@@ -285,15 +322,15 @@ static void payload_of(const void *blob, size_t len, const void **pl, size_t *pl
 }
 
 void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct go_cadence *c,
-	       struct go_run *r)
+	       int with_refit, struct go_run *r)
 {
 	uint32_t L = s->L, E = s->E, N = t->nodes * t->gpus, P = gf_eplb_slots(t, E);
 	struct locus_gracefit_topo tp = gf_grace_topo(t, E);
 	struct locus_gracefit_eplb ep0, rr, ep_cur;
 	struct locus_gracefit_window win;
 	struct locus_error err = { 0 };
-	void *blob0, *cur;
-	size_t len0, cur_len;
+	void *blob0, *cur, *refit;
+	size_t len0, cur_len, refit_len;
 	double *W = xcalloc((size_t)L * E, sizeof(double));
 	int rc;
 
@@ -315,6 +352,11 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 		gf_die("replay", NULL, -ENOMEM);
 	memcpy(cur, blob0, len0);
 	cur_len = len0;
+	refit = malloc(len0);
+	if (!refit)
+		gf_die("replay", NULL, -ENOMEM);
+	memcpy(refit, blob0, len0);
+	refit_len = len0;
 	ep_cur = ep0;
 	/* locusctl rebalance: --interval <window steps> --window 1 --every 3 --decay 1 */
 	rc = locus_gracefit_window_init(&win, L, E, 1, 1.0, &err);
@@ -349,6 +391,15 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 		} else {
 			free(nb);
 		}
+		/* the diagnostic: the whole fit again on the window */
+		if (with_refit) {
+			initial_fit(s, from - c->window, from, &tp, &nb, &nlen);
+			r->w[GO_REFIT][j].moves = grace_gained(refit, refit_len, nb, nlen, L, N, E);
+			r->w[GO_REFIT][j].pushed = 1;
+			free(refit);
+			refit = nb;
+			refit_len = nlen;
+		}
 		/* EPLB: placed again from the window's loads */
 		rc = locus_gracefit_eplb_rebalance(W, L, E, P, 1, t->nodes, N, &ep_nx, &err);
 		if (rc)
@@ -375,6 +426,9 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 		score_window(&g, NULL, 0, &ep0, t->gpus, &r->w[GO_EPLB_STATIC][j],
 			     &r->slots[GO_EPLB_STATIC]);
 		score_window(&g, NULL, 0, &rr, t->gpus, &r->w[GO_RR][j], &r->slots[GO_RR]);
+		if (with_refit)
+			score_window(&g, refit, refit_len, NULL, t->gpus, &r->w[GO_REFIT][j],
+				     &r->slots[GO_REFIT]);
 		free(g.tok0);
 		free(g.ids);
 	}
@@ -383,6 +437,7 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 	locus_gracefit_eplb_free(&ep0);
 	locus_gracefit_eplb_free(&rr);
 	locus_gracefit_window_free(&win);
+	free(refit);
 	free(cur);
 	free(blob0);
 	free(W);

@@ -18,6 +18,10 @@
  *   EPLB static    EPLB's initial placement, never rebalanced
  *   round robin    slot p holds expert p mod E, vLLM's placement before
  *                  EPLB runs; dispatched as vLLM does
+ *   GRACE refit    a diagnostic, not what locusctl rebalance does: the whole
+ *                  fit (grouping too) re-run on each window, pushed always;
+ *                  it tells a grouping fitted on old traffic from grouping
+ *                  itself
  * Both online methods start from a placement fitted on the first interval
  * (GRACE: locusctl fit --grace on its tokens; EPLB: on its loads), the
  * same information for both. Window j (j = 0..n_windows-1) is the interval
@@ -68,7 +72,7 @@ struct go_cadence {
 };
 void go_cadence_of(uint32_t n_steps, uint32_t min_windows, struct go_cadence *c);
 
-enum { GO_LOCUS, GO_EPLB, GO_GRACE_STATIC, GO_EPLB_STATIC, GO_RR, GO_N_METHODS };
+enum { GO_LOCUS, GO_EPLB, GO_GRACE_STATIC, GO_EPLB_STATIC, GO_RR, GO_REFIT, GO_N_METHODS };
 extern const char *const go_method_name[GO_N_METHODS];
 
 /* One method on one window. */
@@ -86,9 +90,13 @@ struct go_run {
 	uint32_t slots[GO_N_METHODS];        /* copies on the fullest GPU, any window or layer */
 };
 
-/* Replay s on topology t at cadence c (n_windows >= 1). Exits on error. */
+/*
+ * Replay s on topology t at cadence c (n_windows >= 1); the diagnostic
+ * GRACE refit only with refit (its windows left zero otherwise). Exits on
+ * error.
+ */
 void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct go_cadence *c,
-	       struct go_run *r);
+	       int refit, struct go_run *r);
 void go_run_free(struct go_run *r);
 
 /*

@@ -14,7 +14,10 @@
  * of the window's loads (mean over layers), token rows off the source GPU
  * and to other nodes per token-layer, and the copies each rebalance moves
  * ((GPU, expert) pairs gained) times one expert's weight bytes. 95 %
- * bootstrap intervals over windows, paired for locus against EPLB.
+ * bootstrap intervals over windows, paired for locus against EPLB. A
+ * diagnostic row re-runs the whole GRACE fit on each window (grouping too,
+ * not what locusctl rebalance does): where it balances no better than
+ * locus online, the loss is grouping itself, not a grouping gone stale.
  *
  *   grace_online_figures [--batch B] [--min-windows N] [--boot N] [--only MODEL]
  *                        [--per-window]
@@ -128,7 +131,7 @@ static void print_run(const struct model *md, const char *order, const struct gf
 				 o->boot, 1);
 		else
 			printf(" %25s", "(one node)");
-		if (x == GO_LOCUS || x == GO_EPLB) {
+		if (x == GO_LOCUS || x == GO_EPLB || x == GO_REFIT) {
 			interval(" %6.1f [%.1f, %.1f]", m[x].moves, v + MT_MOVES * o->boot,
 				 o->boot, 1);
 			printf(" %14.2f\n", m[x].moves * gb);
@@ -187,7 +190,7 @@ static void run_model(const struct model *md, const struct opts *o)
 		if (c.scale < 1)
 			printf("  too short for vLLM's cadence (%u-step window, a rebalance every "
 			       "%u steps,\n  %u windows need %u steps): cadence scaled by %.4f to a "
-			       "%u-step window (%.0f tokens),\n  a rebalance every %u steps; %u "
+			       "%u-step window (~%.0f tokens),\n  a rebalance every %u steps; %u "
 			       "windows scored, %u tail steps dropped\n", GO_VLLM_WINDOW,
 			       GO_VLLM_INTERVAL, o->min_windows,
 			       GO_VLLM_INTERVAL * (o->min_windows + 1), c.scale, c.window,
@@ -199,7 +202,7 @@ static void run_model(const struct model *md, const struct opts *o)
 		for (size_t ti = 0; ti < N_TOPO; ti++) {
 			struct go_run r;
 
-			go_replay(&s, &topos[ti], &c, &r);
+			go_replay(&s, &topos[ti], &c, 1, &r);
 			print_run(md, order, &topos[ti], &r, o);
 			fflush(stdout);
 			go_run_free(&r);
@@ -307,7 +310,9 @@ int main(int argc, char **argv)
 	       "rebalance. busiest/mean: the window's busiest GPU\nload over the mean, mean over "
 	       "layers; rows per token-layer; moved: (GPU, expert) copies\ngained. Intervals: "
 	       "95 %% bootstrap over windows (%u resamples), percentiles shifted\nby the "
-	       "bootstrap's bias; paired for locus vs EPLB.\n", GO_VLLM_WINDOW,
+	       "bootstrap's bias; paired for locus vs EPLB. GRACE refit (diag.): the whole fit "
+	       "(grouping\ntoo) re-run on each window, not what locusctl rebalance does.\n",
+	       GO_VLLM_WINDOW,
 	       GO_VLLM_INTERVAL, o.batch, o.boot);
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
 	if ((!o.only || !strcmp(o.only, esft.key)) && !absent(path, "ESFT")) {
