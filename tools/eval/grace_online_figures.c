@@ -311,7 +311,9 @@ int main(int argc, char **argv)
 	       "layers; rows per token-layer; moved: (GPU, expert) copies\ngained. Intervals: "
 	       "95 %% bootstrap over windows (%u resamples), percentiles shifted\nby the "
 	       "bootstrap's bias; paired for locus vs EPLB. GRACE refit (diag.): the whole fit "
-	       "(grouping\ntoo) re-run on each window, not what locusctl rebalance does.\n",
+	       "(grouping\ntoo) re-run on each window, not what locusctl rebalance does.\nNot replayed: "
+	       "OLMoE, Mixtral, Qwen3 and GLM (olmoe/, qwen3_coact/) hold aggregated\nloads, "
+	       "no per-token routing in an order.\n",
 	       GO_VLLM_WINDOW,
 	       GO_VLLM_INTERVAL, o.batch, o.boot);
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
