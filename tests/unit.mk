@@ -97,6 +97,8 @@ $(eval $(call TEST,test_grace_heldout,tests/test_grace_heldout.c,eval))
 # the recovery fit held out on the real traces (skipped without them)
 $(eval $(call TEST,test_grace_adapt_heldout,tests/test_grace_adapt_heldout.c,eval datapaths))
 $(eval $(call TEST,test_grace_bound,tests/test_grace_bound.c,eval))
+# locusctl rebalance against vLLM's EPLB online, replayed on the real traces (skipped without them)
+$(eval $(call TEST,test_grace_online,tests/test_grace_online.c,eval datapaths))
 
 # control/'s etcd client, against a real etcd the test starts
 $(eval $(call TEST,test_etcd,tests/test_etcd.c tests/etcd_util.c,etcd))
