@@ -314,6 +314,15 @@ uint64_t locus_ep_active(struct locus_ep *ep);
  */
 int locus_ep_pump(struct locus_ep *ep);
 
+/*
+ * Set the receive bound (locus_ep_params.max_tokens; 0: 1 << 24) from the
+ * next dispatch on: the low-latency mode's tokens per rank per batch. Every
+ * rank of the group sets the same bound before the same batch (a rank
+ * refuses rows beyond its own bound, failing that batch on every rank).
+ * 0, -EINVAL (above 1 << 24), -EBUSY (a dispatch runs).
+ */
+int locus_ep_set_max_tokens(struct locus_ep *ep, uint32_t max_tokens);
+
 /* bindings (tools/python/locus/_lib.py) mirror these layouts */
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_params) == 64, "ep params");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_dispatch_args) == 48, "ep dispatch args");
