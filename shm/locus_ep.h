@@ -168,6 +168,15 @@ struct locus_ep_dispatch_args {
 int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispatch_args *a,
 				struct locus_error *err);
 
+/*
+ * This rank cannot take part in the next batch (its dispatch arguments
+ * were refused, say): the next batch id is taken and failed here and on
+ * every other live rank (an ABORT with code and reason), so none waits out
+ * its time-out for this rank's rows. The batch id, or -EINVAL (code not
+ * negative), -EBUSY (a dispatch runs).
+ */
+int64_t locus_ep_dispatch_refuse(struct locus_ep *ep, int code, const char *reason);
+
 /* What a dispatch received, known before a row is copied. */
 struct locus_ep_recv {
 	uint64_t batch;

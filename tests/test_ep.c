@@ -8,7 +8,8 @@
  * summed at the source against the sums computed here; and one rank whose
  * combine input does not fit its stage range failing the batch on all four
  * within a second although each waits 30 s at most; a time-out likewise;
- * the receive bound set between batches.
+ * the receive bound set between batches; a rank refusing a batch failing
+ * it on all four at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -499,6 +500,45 @@ static void test_set_max_tokens(void **state)
 	ranks_free();
 }
 
+/*
+ * Rank 0 refuses batch 1 (its arguments did not fit): ranks 1..3, each
+ * waiting 30 s at most, fail batch 1 within a second with rank 0's
+ * reason, and the four dispatch batch 2 whole.
+ */
+static void test_refuse(void **state)
+{
+	pthread_t th[GPN];
+	uint64_t t0;
+	(void)state;
+
+	for (int r = 0; r < GPN; r++)
+		rank_setup(&R[r], r, 65536, 30000);
+	push_grace();
+	assert_int_equal(locus_ep_dispatch_refuse(R[0].ep, 0, "no"), -EINVAL);
+	assert_int_equal(locus_ep_dispatch_refuse(NULL, -EINVAL, "no"), -EINVAL);
+	for (int r = 1; r < GPN; r++)
+		assert_int_equal(pthread_create(&th[r], NULL, rank_dispatch, &R[r]), 0);
+	usleep(200000); /* they wait for rank 0's rows */
+	t0 = tu_now_ns();
+	assert_int_equal(locus_ep_dispatch_refuse(R[0].ep, -LOCUS_ERANGE, "x too large"), 1);
+	for (int r = 1; r < GPN; r++)
+		pthread_join(th[r], NULL);
+	print_message("ranks 1..3 failed batch 1 %.2f ms after rank 0 refused it\n",
+		      (tu_now_ns() - t0) / 1e6);
+	assert_true(tu_now_ns() - t0 < 1000000000ull);
+	for (int r = 1; r < GPN; r++) {
+		assert_int_equal(R[r].ret_dispatch, -LOCUS_ERANGE);
+		assert_non_null(strstr(R[r].err.msg, "rank 0 aborted batch 1: x too large"));
+	}
+	on_ranks(rank_dispatch);
+	for (int r = 0; r < GPN; r++) {
+		if (R[r].ret_dispatch)
+			fail_msg("rank %d dispatch: %d %s", r, R[r].ret_dispatch, R[r].err.msg);
+		assert_int_equal(R[r].batch, 2);
+	}
+	ranks_free();
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -538,6 +578,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_aborts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_set_max_tokens, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refuse, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -297,6 +297,7 @@ _PROTOS = {
     "locus_ep_active": (c_uint64, [_P]),
     "locus_ep_pump": (c_int, [_P]),
     "locus_ep_set_max_tokens": (c_int, [_P, c_uint32]),
+    "locus_ep_dispatch_refuse": (ctypes.c_int64, [_P, c_int, c_char_p]),
     # locus_grace.h
     "locus_grace_blob_check": (c_int, [_P, c_size_t, POINTER(_P), POINTER(c_size_t),
                                        POINTER(Error)]),

@@ -466,6 +466,25 @@ class Buffer(_Buffer):
 
     # ---- high-throughput dispatch / combine -------------------------------------------
 
+    def _next_of_group(self):
+        """The id the group's next batch takes (None once closed)."""
+        with self.client._lock:
+            return None if self._closed else self._status().next_batch
+
+    def _refuse(self, nb, e):
+        """A dispatch refused here before it took a batch (nb still the next one): the
+        group's next batch fails on every rank (locus_ep_dispatch_refuse), so none waits
+        out its timeout for this rank's rows; e.batch names it."""
+        with self.client._lock:
+            if nb is None or self._closed or self._status().next_batch != nb:
+                return
+            code = _lib.LOCUS_ERANGE if "more than" in str(e) else errno.EINVAL
+            b = lib.locus_ep_dispatch_refuse(self._ep, -code, f"rank {self.rank}: {e}"
+                                             .encode("utf-8", "replace")[:159])
+            if b > 0:
+                self._next_batch = b + 1
+                e.batch = b
+
     def _to_local(self, ri, layer, h):
         """recv ids (global, -1 elsewhere) to local ids in place; a global id this rank
         does not hold by the placement fails the batch on every rank."""
@@ -498,45 +517,50 @@ class Buffer(_Buffer):
         weights come again, and the handle passed now names the new batch (combine with
         either). async_finish: the rows are in when dispatch returns (event done)."""
         _wait_event(previous_event)
-        align = _arrays.check_uint(expert_alignment, "expert_alignment")
-        if align < 1:
-            raise ValueError("expert_alignment must be at least 1")
-        worst = _arrays.check_uint(num_worst_tokens, "num_worst_tokens")
-        _flag(async_finish, "async_finish")
-        if handle is not None:
-            if not isinstance(handle, Handle) or not hasattr(handle, "_src"):
-                raise TypeError("handle must be the handle an earlier dispatch() of this "
-                                "Buffer returned")
-            ids, w, layer, weighted = handle._src
-        else:
-            if topk_idx is None:
-                raise ValueError("dispatch needs topk_idx (or the handle of an earlier "
-                                 "dispatch to dispatch new rows the same way)")
-            layer = self._layer
-            ids = np.array(_raw(topk_idx, "topk_idx")[0], copy=True)
-            weighted = topk_weights is not None
-            w = np.array(_raw(topk_weights, "topk_weights")[0], dtype=np.float32) \
-                if weighted else np.ones(ids.shape, np.float32)
-        if self.expert_ids == "local":
-            self._need_placement("dispatch with local expert ids")
-        scales = None
-        if isinstance(x, tuple):
-            if len(x) != 2:
-                raise ValueError("x as a tuple is (x, scales)")
-            x, scales = x
-        raw, dtname, as_torch = _raw(x, "x")
-        dtname = dtname or raw.dtype.name
-        parts = None
-        if scales is not None:
-            sraw, sdt, _ = _raw(scales, "scales")
-            if raw.ndim != 2 or sraw.ndim != 2 or sraw.shape[0] != raw.shape[0]:
-                raise ValueError(f"x and scales must be [num_tokens, ...] alike, not "
-                                 f"{tuple(raw.shape)} and {tuple(sraw.shape)}")
-            parts = ((raw.dtype, dtname, raw.shape[1]), (sraw.dtype, sdt or sraw.dtype.name,
-                                                          sraw.shape[1]))
-            raw = np.concatenate([np.ascontiguousarray(raw).view(np.uint8),
-                                  np.ascontiguousarray(sraw).view(np.uint8)], axis=1)
-        rx, ri, rw, h = _Buffer.dispatch_async(self, raw, ids, w, layer).wait()
+        nb = self._next_of_group()
+        try:
+            align = _arrays.check_uint(expert_alignment, "expert_alignment")
+            if align < 1:
+                raise ValueError("expert_alignment must be at least 1")
+            worst = _arrays.check_uint(num_worst_tokens, "num_worst_tokens")
+            _flag(async_finish, "async_finish")
+            if handle is not None:
+                if not isinstance(handle, Handle) or not hasattr(handle, "_src"):
+                    raise TypeError("handle must be the handle an earlier dispatch() of this "
+                                    "Buffer returned")
+                ids, w, layer, weighted = handle._src
+            else:
+                if topk_idx is None:
+                    raise ValueError("dispatch needs topk_idx (or the handle of an earlier "
+                                     "dispatch to dispatch new rows the same way)")
+                layer = self._layer
+                ids = np.array(_raw(topk_idx, "topk_idx")[0], copy=True)
+                weighted = topk_weights is not None
+                w = np.array(_raw(topk_weights, "topk_weights")[0], dtype=np.float32) \
+                    if weighted else np.ones(ids.shape, np.float32)
+            if self.expert_ids == "local":
+                self._need_placement("dispatch with local expert ids")
+            scales = None
+            if isinstance(x, tuple):
+                if len(x) != 2:
+                    raise ValueError("x as a tuple is (x, scales)")
+                x, scales = x
+            raw, dtname, as_torch = _raw(x, "x")
+            dtname = dtname or raw.dtype.name
+            parts = None
+            if scales is not None:
+                sraw, sdt, _ = _raw(scales, "scales")
+                if raw.ndim != 2 or sraw.ndim != 2 or sraw.shape[0] != raw.shape[0]:
+                    raise ValueError(f"x and scales must be [num_tokens, ...] alike, not "
+                                     f"{tuple(raw.shape)} and {tuple(sraw.shape)}")
+                parts = ((raw.dtype, dtname, raw.shape[1]),
+                         (sraw.dtype, sdt or sraw.dtype.name, sraw.shape[1]))
+                raw = np.concatenate([np.ascontiguousarray(raw).view(np.uint8),
+                                      np.ascontiguousarray(sraw).view(np.uint8)], axis=1)
+            rx, ri, rw, h = _Buffer.dispatch_async(self, raw, ids, w, layer).wait()
+        except (ValueError, TypeError) as e:
+            self._refuse(nb, e)
+            raise
         h._src = (ids, w, layer, weighted)
         if self.expert_ids == "local":
             self._to_local(ri, layer, h)
@@ -660,44 +684,49 @@ class Buffer(_Buffer):
         low_latency_combine sends back one weighted row per token and rank; without
         them, each selected expert's output goes back on its own (num_topk x the
         bytes), weighted at the source as DeepEP does."""
-        if _flag(use_fp8, "use_fp8"):
-            raise ValueError("use_fp8=True: locus moves rows as given and does not quantize; "
-                             "dispatch bfloat16/float rows (use_fp8=False), or quantize "
-                             "first and send uint8 rows with the scales appended through "
-                             "dispatch((x, scales), ...)")
-        for name, v in (("round_scale", round_scale), ("use_ue8m0", use_ue8m0),
-                        ("async_finish", async_finish), ("return_recv_hook", return_recv_hook)):
-            _flag(v, name)
-        bound = _arrays.check_uint(num_max_dispatch_tokens_per_rank,
-                                   "num_max_dispatch_tokens_per_rank")
-        if not 1 <= bound <= 1 << 24:
-            raise ValueError(f"num_max_dispatch_tokens_per_rank = {bound}: 1..{1 << 24}")
-        pl = self._need_placement("low_latency_dispatch")
-        num_experts = _arrays.check_uint(num_experts, "num_experts")
-        if num_experts != pl.n_experts:
-            raise ValueError(f"num_experts = {num_experts}, the placement has "
-                             f"{pl.n_experts}")
-        layer = self._layer
-        raw, dtname, as_torch = _raw(x, "x")
-        dtname = dtname or raw.dtype.name
-        if raw.ndim != 2:
-            raise ValueError(f"x must be [num_tokens, hidden], not {tuple(raw.shape)}")
-        if raw.shape[0] > bound:
-            raise ValueError(f"x has {raw.shape[0]} tokens, more than "
-                             f"num_max_dispatch_tokens_per_rank = {bound}")
-        ids = np.array(_raw(topk_idx, "topk_idx")[0], copy=True)
-        weighted = topk_weights is not None
-        w = np.array(_raw(topk_weights, "topk_weights")[0], dtype=np.float32) if weighted \
-            else np.ones(ids.shape, np.float32)
-        self._set_bound(bound)
-        nle = len(self._local[layer])
-        slots = bound * self.num_ranks
-        hidden = raw.shape[1]
-        recv_x = np.zeros((nle, slots, hidden), raw.dtype)
-        count = np.zeros(nle, np.int32)
-        lh = LowLatencyHandle(layer, nle, bound, hidden, ids.shape[1] if ids.ndim == 2 else 0,
-                              weighted, ids, w)
-        ev = _Buffer.dispatch_async(self, raw, ids, w, layer)
+        nb = self._next_of_group()
+        try:
+            if _flag(use_fp8, "use_fp8"):
+                raise ValueError("use_fp8=True: locus moves rows as given and does not quantize; "
+                                 "dispatch bfloat16/float rows (use_fp8=False), or quantize "
+                                 "first and send uint8 rows with the scales appended through "
+                                 "dispatch((x, scales), ...)")
+            for name, v in (("round_scale", round_scale), ("use_ue8m0", use_ue8m0),
+                            ("async_finish", async_finish), ("return_recv_hook", return_recv_hook)):
+                _flag(v, name)
+            bound = _arrays.check_uint(num_max_dispatch_tokens_per_rank,
+                                       "num_max_dispatch_tokens_per_rank")
+            if not 1 <= bound <= 1 << 24:
+                raise ValueError(f"num_max_dispatch_tokens_per_rank = {bound}: 1..{1 << 24}")
+            pl = self._need_placement("low_latency_dispatch")
+            num_experts = _arrays.check_uint(num_experts, "num_experts")
+            if num_experts != pl.n_experts:
+                raise ValueError(f"num_experts = {num_experts}, the placement has "
+                                 f"{pl.n_experts}")
+            layer = self._layer
+            raw, dtname, as_torch = _raw(x, "x")
+            dtname = dtname or raw.dtype.name
+            if raw.ndim != 2:
+                raise ValueError(f"x must be [num_tokens, hidden], not {tuple(raw.shape)}")
+            if raw.shape[0] > bound:
+                raise ValueError(f"x has {raw.shape[0]} tokens, more than "
+                                 f"num_max_dispatch_tokens_per_rank = {bound}")
+            ids = np.array(_raw(topk_idx, "topk_idx")[0], copy=True)
+            weighted = topk_weights is not None
+            w = np.array(_raw(topk_weights, "topk_weights")[0], dtype=np.float32) if weighted \
+                else np.ones(ids.shape, np.float32)
+            self._set_bound(bound)
+            nle = len(self._local[layer])
+            slots = bound * self.num_ranks
+            hidden = raw.shape[1]
+            recv_x = np.zeros((nle, slots, hidden), raw.dtype)
+            count = np.zeros(nle, np.int32)
+            lh = LowLatencyHandle(layer, nle, bound, hidden, ids.shape[1] if ids.ndim == 2 else 0,
+                                  weighted, ids, w)
+            ev = _Buffer.dispatch_async(self, raw, ids, w, layer)
+        except (ValueError, TypeError) as e:
+            self._refuse(nb, e)
+            raise
         stats = cumulative_local_expert_recv_stats
 
         def finish():

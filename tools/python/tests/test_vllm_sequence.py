@@ -7,7 +7,7 @@ combine, as deepep_ht_prepare_finalize.py calls them) and low latency
 deepep_ll_prepare_finalize.py does), with masked (-1) slots, numpy and
 torch. Outputs are checked against the MoE layer computed in plain numpy
 (sum over the top-k of gate x expert(x)), never against this package."""
-import errno
+import time
 
 import numpy as np
 import pytest
@@ -321,6 +321,45 @@ def test_ll_bound_and_refusals(ranks):
     with pytest.raises(ValueError, match="on device meta"):
         b.dispatch(torch.zeros((5, 8), device="meta"), topk_idx=ids,
                    topk_weights=np.ones((5, 2), np.float32))
+
+
+def test_ll_over_bound_fails_every_rank_fast(ep_daemon, grace_table):
+    """Rank 2 has more tokens than num_max_dispatch_tokens_per_rank: it raises
+    ValueError before sending, and the three others, each bounded by 30 s, raise
+    BatchAborted for the same batch within a second. The next layer runs whole."""
+    cs = [locus.attach(ep_daemon.instance, rank=r, timeout=30) for r in range(RANKS)]
+    bufs = [deep_ep.Buffer(c, num_ranks=RANKS, placement=grace_table, layer=LAYER)
+            for c in cs]
+    try:
+        layers, experts = bufs[0].client.table_shape(1)
+        w, xs, idx, gates = masked_layer(41, experts, 8, 8, [6, 6, 9, 6], 2)
+        errs, took = [None] * RANKS, [0.0] * RANKS
+
+        def body(r):
+            if r != 2:
+                time.sleep(0.2)  # they wait for rank 2's rows, which never come
+            t0 = time.monotonic()
+            try:
+                bufs[r].low_latency_dispatch(xs[r], idx[r], 8, experts)
+            except (ValueError, locus.LocusError) as e:
+                errs[r] = e
+            took[r] = time.monotonic() - t0
+        on_ranks(body)
+        assert isinstance(errs[2], ValueError) and "more than" in str(errs[2])
+        for r in (0, 1, 3):
+            assert isinstance(errs[r], locus.BatchAborted), repr(errs[r])
+            assert errs[r].rank == 2 and errs[r].batch == errs[2].batch == 1
+            assert "x has 9 tokens" in str(errs[r])
+            assert took[r] < 1.0, f"rank {r} waited {took[r]:.2f} s"
+        w, xs, idx, gates = masked_layer(42, experts, 8, 8, [6, 6, 8, 6], 2)
+        got = run_ll(bufs, w, xs, idx, gates, experts, 8)
+        for r in range(RANKS):
+            np.testing.assert_allclose(got[r][0], want_out(w, xs[r], idx[r], gates[r]),
+                                       rtol=1e-4, atol=1e-4)
+    finally:
+        for b in bufs:
+            b.close()
+        close_and_wait(cs)
 
 
 def test_no_placement_refusal(ep_daemon, attach):
