@@ -15,10 +15,9 @@ import pytest
 import locus
 from locus import deep_ep
 from conftest import _freed, close_and_wait, wait_for
-from test_buffer import make_layer, on_ranks, reference
-
-RANKS = 4
-LAYER = 2
+from moe_ref import (LAYER, RANKS, group_rank_main, ht_experts, ll_experts, masked_layer,
+                     want_out)
+from test_buffer import on_ranks
 
 
 @pytest.fixture
@@ -31,34 +30,7 @@ def ranks(ep_daemon, grace_table):
     close_and_wait(cs)
 
 
-def masked_layer(seed, experts, hidden, out_hidden, tokens, k):
-    """make_layer's layer with some slots -1 (a padded token has none selected)."""
-    w, xs, idx, gates = make_layer(seed, experts, hidden, out_hidden, tokens, k)
-    rng = np.random.default_rng(seed + 100)
-    for r in range(len(xs)):
-        if len(xs[r]):
-            idx[r][rng.random(idx[r].shape) < 0.2] = -1
-            idx[r][-1] = -1
-    return w, xs, idx, gates
 
-
-def want_out(w, x, idx, gates):
-    return reference(w, x, np.where(idx < 0, 0, idx), np.where(idx < 0, 0, gates))
-
-
-def ht_experts(w, local, recv_x, recv_idx, recv_w, right=True):
-    """vLLM's fused experts on the received rows: each slot's local id names the expert
-    by the rank's local list (right=False: by the local id as if it were global, the
-    mistake a contiguous-range mapping makes); weighted and summed per row."""
-    y = np.zeros((recv_x.shape[0], w.shape[2]), np.float32)
-    for j in range(recv_idx.shape[1]):
-        for le in np.unique(recv_idx[:, j]):
-            if le < 0:
-                continue
-            sel = recv_idx[:, j] == le
-            g = local[le] if right else le
-            y[sel] += recv_w[sel, j:j + 1] * (recv_x[sel] @ w[g])
-    return y
 
 
 def run_ht(bufs, w, xs, idx, gates, experts, use_torch=False, right=True):
@@ -229,14 +201,6 @@ def test_global_ids_cached_dispatch_and_weights(ep_daemon, grace_table):
         close_and_wait(cs)
 
 
-def ll_experts(w, local, recv_x, recv_count):
-    """vLLM's batched experts: local expert i on its first recv_count[i] rows, unweighted."""
-    out = np.zeros(recv_x.shape[:2] + (w.shape[2],), np.float32)
-    for i, g in enumerate(local):
-        c = int(recv_count[i])
-        out[i, :c] = recv_x[i, :c] @ w[g]
-    return out
-
 
 def run_ll(bufs, w, xs, idx, gates, experts, bound, use_torch=False, hook=False,
            weights_at_dispatch=False):
@@ -406,3 +370,24 @@ def test_process_group(ep_daemon, tmp_path):
             wait_for(lambda: _freed(ctr) > base, 10, "locusd to free the slot")
     finally:
         dist.destroy_process_group()
+
+
+def test_four_process_group(ep_daemon, grace_table, tmp_path):
+    """Four processes in a gloo ProcessGroup, each a Buffer made from the group as vLLM
+    makes it, run both sequences; each checks its output against plain numpy."""
+    pytest.importorskip("torch.distributed")
+    import multiprocessing as mp
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=group_rank_main, args=(r, tmp_path / "store", ep_daemon.instance,
+                                             grace_table, q)) for r in range(RANKS)]
+    for p in ps:
+        p.start()
+    try:
+        got = dict(q.get(timeout=120) for _ in range(RANKS))
+    finally:
+        for p in ps:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+    assert got == {r: None for r in range(RANKS)}, got
