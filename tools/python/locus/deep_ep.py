@@ -476,8 +476,9 @@ class Buffer(_Buffer):
         group's next batch fails on every rank (locus_ep_dispatch_refuse), so none waits
         out its timeout for this rank's rows; e.batch names it."""
         with self.client._lock:
-            if nb is None or self._closed or self._status().next_batch != nb:
-                return
+            if nb is None or self._closed or self._pending is not None or \
+                    self._status().next_batch != nb:
+                return  # closed, a dispatch not waited for (its rows stay), or a batch taken
             code = _lib.LOCUS_ERANGE if "more than" in str(e) else errno.EINVAL
             b = lib.locus_ep_dispatch_refuse(self._ep, -code, f"rank {self.rank}: {e}"
                                              .encode("utf-8", "replace")[:159])
@@ -781,6 +782,9 @@ class Buffer(_Buffer):
             raise TypeError("handle must be the handle low_latency_dispatch returned")
         handle.wait()  # its rows, if a hook was never called
         h = handle.handle
+        if h is None:
+            raise ValueError("the low_latency_dispatch of this handle failed: nothing to "
+                             "combine")
         try:
             for name, v in (("zero_copy", zero_copy), ("async_finish", async_finish),
                             ("return_recv_hook", return_recv_hook)):
