@@ -183,7 +183,9 @@ class Buffer(_Buffer):
     default $LOCUS_INSTANCE or "default", and detaches on close()), or a locus Client
     attached with rank=R, then with num_ranks= (locus's own form). DeepEP's sizing
     arguments (num_nvl_bytes, num_rdma_bytes, num_qps_per_rank, ...) are kept as
-    attributes: locus sizes from its stage (num_bytes=, as locus.Buffer).
+    attributes: locus sizes from its stage (num_bytes=, as locus.Buffer). The NVLink,
+    MNNVL and shrink switches change nothing: locus picks the paths, and a lost rank is
+    masked (locus.Buffer's "Ranks that fail").
 
     placement: the GRACE table locusd plans with (bytes or a path; default: the
     cluster placement in force, if any). expert_ids: "local" (DeepEP's: recv_topk_idx
@@ -201,6 +203,7 @@ class Buffer(_Buffer):
         for name, v in (("num_nvl_bytes", num_nvl_bytes), ("num_rdma_bytes", num_rdma_bytes),
                         ("num_qps_per_rank", num_qps_per_rank)):
             _arrays.check_uint(v, name, 63)
+        low_latency_mode = _flag(low_latency_mode, "low_latency_mode")
         own = None
         if isinstance(group, Client):
             client = group
@@ -226,7 +229,7 @@ class Buffer(_Buffer):
         self._own_client = own
         self.group, self.group_size = group, num_ranks
         self.num_nvl_bytes, self.num_rdma_bytes = num_nvl_bytes, num_rdma_bytes
-        self.low_latency_mode = _flag(low_latency_mode, "low_latency_mode")
+        self.low_latency_mode = low_latency_mode
         self.num_qps_per_rank = num_qps_per_rank
         self.explicitly_destroy = explicitly_destroy
         self.expert_ids = expert_ids
