@@ -326,6 +326,41 @@ def test_ll_over_bound_fails_every_rank_fast(ep_daemon, grace_table):
         close_and_wait(cs)
 
 
+def test_scales_bias_stats_and_mask(ranks):
+    """x as (quantized rows, scales) comes back as the pair; combine adds bias; the
+    low-latency mode adds its counts to cumulative_local_expert_recv_stats; the mask
+    query reads every rank live."""
+    layers, experts = ranks[0].client.table_shape(1)
+    w, xs, idx, gates = masked_layer(61, experts, 8, 8, [7, 5, 3, 6], 2)
+    q = [np.clip(x * 16, -127, 127).astype(np.int8) for x in xs]
+    sc = [np.abs(x).max(axis=1, keepdims=True).astype(np.float32) for x in xs]
+
+    def body(r):
+        b = ranks[r]
+        b.set_layer(LAYER)
+        (rq, rs), ri, rw, per, h, _ = b.dispatch(x=(q[r], sc[r]), topk_idx=idx[r],
+                                                 topk_weights=gates[r])
+        assert rq.dtype == np.int8 and rs.dtype == np.float32 and rs.shape[1] == 1
+        for src, (start, count) in h.src_slices.items():
+            toks = h.refs["token"][start:start + count]
+            np.testing.assert_array_equal(rq[start:start + count], q[src][toks])
+            np.testing.assert_array_equal(rs[start:start + count], sc[src][toks])
+        y = np.zeros((h.num_recv, 4), np.float32)
+        bias = np.full((len(xs[r]), 4), 0.5, np.float32)
+        out, _, _ = b.combine(y, h, bias=(bias, bias))
+        np.testing.assert_array_equal(out, 1.0)
+        stats = np.zeros(b.num_local_experts(), np.int32)
+        for _ in range(2):
+            rx, cnt, lh, ev, hook = b.low_latency_dispatch(xs[r], idx[r], 8, experts,
+                                                           cumulative_local_expert_recv_stats=stats)
+            b.low_latency_combine(np.zeros(rx.shape, np.float32), idx[r], gates[r], lh)
+        np.testing.assert_array_equal(stats, 2 * cnt)
+        mask = np.full(RANKS, 7, np.int32)
+        b.low_latency_query_mask_buffer(mask)
+        assert not mask.any()
+    on_ranks(body)
+
+
 def test_no_placement_refusal(ep_daemon, attach):
     c = attach(ep_daemon.instance, rank=0)
     b = deep_ep.Buffer(c, num_ranks=RANKS)
