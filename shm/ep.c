@@ -663,6 +663,16 @@ int locus_ep_pump(struct locus_ep *ep)
 	return ep ? ep_pump(ep) : -EINVAL;
 }
 
+int locus_ep_set_max_tokens(struct locus_ep *ep, uint32_t max_tokens)
+{
+	if (!ep || max_tokens > 1u << 24)
+		return -EINVAL;
+	if (ep->d.state == OP_RUN)
+		return -EBUSY;
+	ep->p.max_tokens = max_tokens ? max_tokens : 1u << 24;
+	return 0;
+}
+
 /* What a timed-out wait still lacked (requests of roles from role_lo on). */
 void ep_wait_text(struct locus_ep *ep, int role_lo, char *buf, size_t len)
 {

@@ -326,6 +326,24 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 	return (int64_t)d->batch;
 }
 
+int64_t locus_ep_dispatch_refuse(struct locus_ep *ep, int code, const char *reason)
+{
+	uint64_t batch;
+
+	if (!ep || code >= 0)
+		return -EINVAL;
+	if (ep->d.state == OP_RUN)
+		return -EBUSY;
+	if (ep->d.state == OP_READY)
+		ep_msgs_drop(ep, LOCUS_OP_ROWS_IN, ep->d.batch); /* never collected */
+	if (ep->d.state == OP_FAILED)
+		failed(ep, NULL); /* its failure was never polled for */
+	batch = ep->next_batch++;
+	ep_fail(ep, NULL, batch, code, ep->p.rank, NULL, "%s", reason ? reason : "");
+	ep_msgs_drop(ep, LOCUS_OP_ROWS_IN, batch); /* rows sent before the abort reached them */
+	return (int64_t)batch;
+}
+
 /* The DISPATCH's completion: what was sent, masked; EMPTY to the ranks sent nothing. */
 static void sent(struct locus_ep *ep)
 {

@@ -168,6 +168,15 @@ struct locus_ep_dispatch_args {
 int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispatch_args *a,
 				struct locus_error *err);
 
+/*
+ * This rank cannot take part in the next batch (its dispatch arguments
+ * were refused, say): the next batch id is taken and failed here and on
+ * every other live rank (an ABORT with code and reason), so none waits out
+ * its time-out for this rank's rows. The batch id, or -EINVAL (code not
+ * negative), -EBUSY (a dispatch runs).
+ */
+int64_t locus_ep_dispatch_refuse(struct locus_ep *ep, int code, const char *reason);
+
 /* What a dispatch received, known before a row is copied. */
 struct locus_ep_recv {
 	uint64_t batch;
@@ -313,6 +322,15 @@ uint64_t locus_ep_active(struct locus_ep *ep);
  * The descriptors polled, or -ENOTCONN.
  */
 int locus_ep_pump(struct locus_ep *ep);
+
+/*
+ * Set the receive bound (locus_ep_params.max_tokens; 0: 1 << 24) from the
+ * next dispatch on: the low-latency mode's tokens per rank per batch. Every
+ * rank of the group sets the same bound before the same batch (a rank
+ * refuses rows beyond its own bound, failing that batch on every rank).
+ * 0, -EINVAL (above 1 << 24), -EBUSY (a dispatch runs).
+ */
+int locus_ep_set_max_tokens(struct locus_ep *ep, uint32_t max_tokens);
 
 /* bindings (tools/python/locus/_lib.py) mirror these layouts */
 LOCUS_STATIC_ASSERT(sizeof(struct locus_ep_params) == 64, "ep params");

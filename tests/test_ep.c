@@ -7,7 +7,9 @@
  * received once with its row, id and gate, the handle's slices; combine
  * summed at the source against the sums computed here; and one rank whose
  * combine input does not fit its stage range failing the batch on all four
- * within a second although each waits 30 s at most; a time-out likewise.
+ * within a second although each waits 30 s at most; a time-out likewise;
+ * the receive bound set between batches; a rank refusing a batch failing
+ * it on all four at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -431,6 +433,112 @@ static void test_timeout_aborts(void **state)
 	ranks_free();
 }
 
+/*
+ * The receive bound set between batches (the low-latency mode's): a bound
+ * below a rank's tokens refuses its dispatch before anything is sent and
+ * takes no batch; the bound cannot change while a dispatch runs; raised
+ * again, the group dispatches batch 1 whole.
+ */
+static void *rank_dispatch_rest(void *arg)
+{
+	struct rank *k = arg;
+	struct locus_ep_recv_out o;
+
+	k->ret_dispatch = locus_ep_dispatch_wait(k->ep, &k->recv, &k->err);
+	if (k->ret_dispatch < 0)
+		return NULL;
+	k->ret_dispatch = 0;
+	k->rx = malloc((size_t)(k->recv.n_recv + 1) * ROW);
+	o = (struct locus_ep_recv_out){ .recv_x = k->rx };
+	if (locus_ep_dispatch_end(k->ep, &o, &k->h, &k->err) < 0)
+		k->ret_dispatch = -1;
+	return NULL;
+}
+
+static void test_set_max_tokens(void **state)
+{
+	struct locus_ep_dispatch_args a = {
+		.layer = 1, .top_k = K, .n_tokens = T, .row_bytes = ROW, .n_experts = E,
+	};
+	struct locus_ep_status st;
+	pthread_t th[GPN];
+	int64_t b;
+	(void)state;
+
+	for (int r = 0; r < GPN; r++)
+		rank_setup(&R[r], r, 65536, 10000);
+	push_grace();
+	assert_int_equal(locus_ep_set_max_tokens(NULL, 4), -EINVAL);
+	assert_int_equal(locus_ep_set_max_tokens(R[0].ep, (1u << 24) + 1), -EINVAL);
+	for (int r = 0; r < GPN; r++)
+		assert_int_equal(locus_ep_set_max_tokens(R[r].ep, T - 1), 0);
+	a.x = R[0].x;
+	a.topk_idx = &R[0].idx[0][0];
+	a.topk_weights = &R[0].gate[0][0];
+	assert_int_equal(locus_ep_dispatch_begin(R[0].ep, &a, &R[0].err), -LOCUS_ERANGE);
+	assert_non_null(strstr(R[0].err.msg, "the group's bound is 23 per rank"));
+	locus_ep_status(R[0].ep, &st);
+	assert_int_equal(st.next_batch, 1);
+	for (int r = 0; r < GPN; r++)
+		assert_int_equal(locus_ep_set_max_tokens(R[r].ep, T), 0);
+	b = locus_ep_dispatch_begin(R[0].ep, &a, &R[0].err);
+	assert_int_equal(b, 1);
+	assert_int_equal(locus_ep_set_max_tokens(R[0].ep, 0), -EBUSY);
+	R[0].batch = 1;
+	assert_int_equal(pthread_create(&th[0], NULL, rank_dispatch_rest, &R[0]), 0);
+	for (int r = 1; r < GPN; r++)
+		assert_int_equal(pthread_create(&th[r], NULL, rank_dispatch, &R[r]), 0);
+	for (int r = 0; r < GPN; r++)
+		pthread_join(th[r], NULL);
+	for (int r = 0; r < GPN; r++) {
+		if (R[r].ret_dispatch)
+			fail_msg("rank %d dispatch: %d %s", r, R[r].ret_dispatch, R[r].err.msg);
+		assert_int_equal(R[r].batch, 1);
+		assert_true(R[r].recv.n_recv <= GPN * T);
+	}
+	assert_int_equal(locus_ep_set_max_tokens(R[0].ep, 0), 0);
+	ranks_free();
+}
+
+/*
+ * Rank 0 refuses batch 1 (its arguments did not fit): ranks 1..3, each
+ * waiting 30 s at most, fail batch 1 within a second with rank 0's
+ * reason, and the four dispatch batch 2 whole.
+ */
+static void test_refuse(void **state)
+{
+	pthread_t th[GPN];
+	uint64_t t0;
+	(void)state;
+
+	for (int r = 0; r < GPN; r++)
+		rank_setup(&R[r], r, 65536, 30000);
+	push_grace();
+	assert_int_equal(locus_ep_dispatch_refuse(R[0].ep, 0, "no"), -EINVAL);
+	assert_int_equal(locus_ep_dispatch_refuse(NULL, -EINVAL, "no"), -EINVAL);
+	for (int r = 1; r < GPN; r++)
+		assert_int_equal(pthread_create(&th[r], NULL, rank_dispatch, &R[r]), 0);
+	usleep(200000); /* they wait for rank 0's rows */
+	t0 = tu_now_ns();
+	assert_int_equal(locus_ep_dispatch_refuse(R[0].ep, -LOCUS_ERANGE, "x too large"), 1);
+	for (int r = 1; r < GPN; r++)
+		pthread_join(th[r], NULL);
+	print_message("ranks 1..3 failed batch 1 %.2f ms after rank 0 refused it\n",
+		      (tu_now_ns() - t0) / 1e6);
+	assert_true(tu_now_ns() - t0 < 1000000000ull);
+	for (int r = 1; r < GPN; r++) {
+		assert_int_equal(R[r].ret_dispatch, -LOCUS_ERANGE);
+		assert_non_null(strstr(R[r].err.msg, "rank 0 aborted batch 1: x too large"));
+	}
+	on_ranks(rank_dispatch);
+	for (int r = 0; r < GPN; r++) {
+		if (R[r].ret_dispatch)
+			fail_msg("rank %d dispatch: %d %s", r, R[r].ret_dispatch, R[r].err.msg);
+		assert_int_equal(R[r].batch, 2);
+	}
+	ranks_free();
+}
+
 static int setup(void **state)
 {
 	(void)state;
@@ -469,6 +577,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_group, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_abort, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_timeout_aborts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_set_max_tokens, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_refuse, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -18,7 +18,11 @@ required, torch optional: tensor arguments are numpy arrays or CPU tensors).
     ep = locus.Buffer(locus.attach("default", rank=r), num_ranks=4)
     recv_x, recv_idx, recv_w, handle = ep.dispatch(x, topk_idx, topk_weights, layer)
     out = ep.combine(expert_outputs, handle)   # DeepEP's Buffer.dispatch / combine
+
+    from locus import deep_ep                  # DeepEP's signatures and tuples (vLLM's)
+    buf = deep_ep.Buffer(group, placement="grace.tbl")
 """
+from . import deep_ep
 from .buffer import BatchAborted, Buffer, Handle
 from .client import Client, Decision, ReceivedSignature
 from .errors import LocusError, LocusGone, LocusTimeout, NoTableError, code_name
@@ -26,7 +30,7 @@ from .stats import Counters, stats
 
 __version__ = "0.2.0"
 
-__all__ = ["attach", "stats", "BatchAborted", "Buffer", "Handle", "Client", "Decision",
+__all__ = ["attach", "stats", "deep_ep", "BatchAborted", "Buffer", "Handle", "Client", "Decision",
            "ReceivedSignature",
            "Counters",
            "LocusError", "LocusGone", "LocusTimeout", "NoTableError", "code_name"]

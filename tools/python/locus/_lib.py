@@ -296,6 +296,11 @@ _PROTOS = {
     "locus_ep_status": (None, [_P, POINTER(EpStatus)]),
     "locus_ep_active": (c_uint64, [_P]),
     "locus_ep_pump": (c_int, [_P]),
+    "locus_ep_set_max_tokens": (c_int, [_P, c_uint32]),
+    "locus_ep_dispatch_refuse": (ctypes.c_int64, [_P, c_int, c_char_p]),
+    # locus_grace.h
+    "locus_grace_blob_check": (c_int, [_P, c_size_t, POINTER(_P), POINTER(c_size_t),
+                                       POINTER(Error)]),
     # locus_placement.h
     "locus_placement_fetches": (c_int, [_P, c_size_t, _P, c_size_t, POINTER(c_uint64),
                                         POINTER(PlacementFetch), c_uint32, POINTER(c_uint32),
