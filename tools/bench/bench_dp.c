@@ -9,6 +9,8 @@
  *                   [--build]
  *   bench_dataplane dispatch -i INST --trace J [--row-bytes 4096,7168]
  *                   [--tokens N] [--window W] [--seconds S] [--cpus C]
+ *   bench_dataplane ep-dispatch -i INST --trace J [--ranks R] [--row-bytes B]
+ *                   [--tokens N] [--seconds S] [--cpus C]
  *   bench_dataplane idle -i INST --pid P [--gaps 1,100,1000] [--repeats 20,8,3]
  *                   [--cpu-seconds S] [--cpus C]
  *   bench_dataplane table -o FILE --layers L --experts E [--decoders K]
@@ -252,6 +254,8 @@ static void usage(void)
 		"                 [--build]   (each ROUTE built from the trace's routed experts)\n"
 		"       bench_dataplane dispatch -i INST --trace J [--ranks R] [--row-bytes 4096,7168]\n"
 		"                 [--tokens N] [--window W] [--seconds S] [--cpus C]\n"
+		"       bench_dataplane ep-dispatch -i INST --trace J [--ranks R] [--row-bytes B]\n"
+		"                 [--tokens N] [--seconds S] [--cpus C]\n"
 		"       bench_dataplane idle -i INST --pid P [--worker-tid T] [--gaps 1,100,1000]\n"
 		"                 [--repeats 20,8,3] [--cpu-seconds S] [--cpus C]\n"
 		"       bench_dataplane table -o FILE --layers L --experts E [--decoders K]\n"
@@ -410,6 +414,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return bd_dispatch(&o);
+	}
+	if (!strcmp(cmd, "ep-dispatch")) {
+		if (!o.trace) {
+			fprintf(stderr, "bench_dataplane ep-dispatch: --trace\n");
+			return 2;
+		}
+		return bd_ep_dispatch(&o);
 	}
 	if (!strcmp(cmd, "idle")) {
 		if (!o.pid) {

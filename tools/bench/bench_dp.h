@@ -138,6 +138,7 @@ int bd_poll_rank(struct bd_att *a, struct bd_win *win,
 /* The parts; each returns 0 or 1 (a failure, said on stderr). */
 int bd_route(const struct bd_opts *o);
 int bd_dispatch(const struct bd_opts *o);
+int bd_ep_dispatch(const struct bd_opts *o);
 int bd_idle(const struct bd_opts *o);
 int bd_table(const struct bd_opts *o);
 int bd_internode(const struct bd_opts *o);
