@@ -560,16 +560,24 @@ class Buffer:
         was dropped), else a new one. A kept buffer's pages and cache lines are warm:
         a fresh array of rows is page faults at its first write."""
         nbytes = n * hidden * dtype.itemsize
-        for b in self._pool:
+        pool, small = self._pool, None
+        for i in range(len(pool)):
+            b = pool[i]
             # references: the pool's list, b, getrefcount's argument; a view held elsewhere
             # (recv_x, a slice of it, a torch tensor over it) holds one more
-            if b.nbytes >= nbytes and sys.getrefcount(b) == 3:
-                return b[:nbytes].view(dtype).reshape(n, hidden)
-        if nbytes < 65536 or len(self._pool) >= _POOL_MAX:
+            if sys.getrefcount(b) == 3:
+                if b.nbytes >= nbytes:
+                    return b[:nbytes].view(dtype).reshape(n, hidden)
+                small = i
+        if nbytes < 65536 or (small is None and len(pool) >= _POOL_MAX):
             return np.empty((n, hidden), dtype=dtype)
-        b = np.empty(nbytes, dtype=np.uint8)
-        self._pool.append(b)
-        return b.view(dtype).reshape(n, hidden)
+        # a power of two: the next batches, received counts varying, fit it too
+        b = np.empty(1 << (nbytes - 1).bit_length(), dtype=np.uint8)
+        if small is None:
+            pool.append(b)
+        else:
+            pool[small] = b  # a free buffer too small for this dispatch: a larger one
+        return b[:nbytes].view(dtype).reshape(n, hidden)
 
     def _others(self):
         """How many descriptors the collective polled for the client."""
