@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _arrays, _lib
+from ._arrays import addr
 from .client import _timeout_s
 from ._lib import lib
 from .errors import LocusError, LocusTimeout, from_code
@@ -151,8 +152,7 @@ def _wrap(raw, dtname, as_torch):
     return t.view(torch.bfloat16) if dtname == "bfloat16" else t
 
 
-def _ptr(a):
-    return a.__array_interface__["data"][0]
+_ptr = addr
 
 
 class DispatchEvent:
@@ -500,8 +500,8 @@ class Buffer:
             args = self._dargs
             args.layer, args.top_k, args.n_tokens = layer, k, tokens
             args.row_bytes, args.n_experts = raw.shape[1] * raw.itemsize, experts
-            args.x = raw.ctypes.data if tokens else None
-            args.topk_idx, args.topk_weights = ids.ctypes.data, w.ctypes.data
+            args.x = addr(raw) if tokens else None
+            args.topk_idx, args.topk_weights = addr(ids), addr(w)
             args.timeout_ms = self._ms(self.timeout)
             b = lib.locus_ep_dispatch_begin(self._ep, self._dargs_p, self._err_p)
             if b < 0:
@@ -528,8 +528,8 @@ class Buffer:
         refs = np.empty(n, dtype=_ROW_DT)
         o = self._rout
         o.recv_x, o.recv_idx, o.recv_weights = \
-            recv_x.ctypes.data, idx.ctypes.data, wts.ctypes.data
-        o.per_expert, o.n_experts, o.refs = per.ctypes.data, ev.experts, refs.ctypes.data
+            addr(recv_x), addr(idx), addr(wts)
+        o.per_expert, o.n_experts, o.refs = addr(per), ev.experts, addr(refs)
         hp = ctypes.c_void_p()
         ret = lib.locus_ep_dispatch_end(self._ep, self._rout_p, ctypes.byref(hp), self._err_p)
         if ret < 0:

@@ -354,7 +354,7 @@ class Client:
         nbytes = _lib.ELDR_SIG_HDR_SIZE + layers * experts * 2
         q = self._rreq
         q.n_layers, q.n_experts, q.k, q.ids_type = layers, experts, ids.shape[2], itype
-        q.n_tokens, q.ids, q.allowed_decoders = ids.shape[0], ids.ctypes.data, mask
+        q.n_tokens, q.ids, q.allowed_decoders = ids.shape[0], _arrays.addr(ids), mask
         off = self._take_stage(nbytes, deadline)
         ret = lib.locus_client_route_typed(self._c, off, self._rreq_p, rid, self._rerr_p)
         if ret == 0:
