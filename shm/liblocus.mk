@@ -6,7 +6,7 @@
 # exported. The static libraries stay for locusd and the tests. Sanitizer
 # and fuzz builds have no shared library.
 LIBLOCUS_MAJOR   := 0
-LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).7.0
+LIBLOCUS_VERSION := $(LIBLOCUS_MAJOR).8.0
 LIBLOCUS_SONAME  := liblocus.so.$(LIBLOCUS_MAJOR)
 LIBLOCUS_SRCS    := shm/client_attach.c shm/client_route.c shm/client_blocks.c \
 	shm/client_dispatch.c \

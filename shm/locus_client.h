@@ -264,6 +264,53 @@ int locus_client_route(struct locus_client *c, uint64_t off,
 		       const struct locus_client_route_req *r, uint64_t id,
 		       struct locus_error *err);
 
+/* Element types of routed experts as a serving engine holds them (numpy, torch). */
+enum locus_ids_type {
+	LOCUS_IDS_U8 = 1,
+	LOCUS_IDS_I8 = 2,
+	LOCUS_IDS_U16 = 3,
+	LOCUS_IDS_I16 = 4,
+	LOCUS_IDS_U32 = 5,
+	LOCUS_IDS_I32 = 6,
+	LOCUS_IDS_U64 = 7,
+	LOCUS_IDS_I64 = 8,
+};
+
+/* A prompt's routed experts in the engine's own integer type. */
+struct locus_client_route_typed_req {
+	uint16_t n_layers;         /* MoE layers: the ELDR table's L */
+	uint16_t n_experts;        /* the table's E: every id must be below it */
+	uint16_t k;                /* experts per token per layer, 1..LOCUS_ELDR_MAX_K */
+	uint16_t ids_type;         /* enum locus_ids_type */
+	uint32_t n_tokens;         /* prompt tokens, at least 1 */
+	uint32_t reserved;         /* 0 */
+	const void *ids;           /* [n_tokens][n_layers][k] of ids_type, C order */
+	uint64_t allowed_decoders; /* bit i: decoder id i may take it; 0 = any */
+};
+
+/*
+ * locus_client_route for ids of any integer type: every id is checked
+ * (0 <= id < n_experts) before the signature is built, so an engine's
+ * int64 array goes as it is, with no narrowed copy. 0, or -LOCUS_ERANGE
+ * naming the first id out of range ("expert id X at token t, layer l,
+ * slot s is out of range: ...") or the shape, -EINVAL, -ENOMEM,
+ * -LOCUS_EFULL as locus_client_route; nothing is submitted on a refusal.
+ */
+int locus_client_route_typed(struct locus_client *c, uint64_t off,
+			     const struct locus_client_route_typed_req *r, uint64_t id,
+			     struct locus_error *err);
+
+/*
+ * locus_client_poll until the completion of request (op, id) comes: up to
+ * max descriptors into out, that completion among them (the caller sorts
+ * them all, as after a poll). Polls back to back for spin_ns, then naps
+ * 20 us between empty polls, until timeout_ns. The count, 0 when nothing
+ * came in time, or the poll's -ENOTCONN. It returns early with max
+ * descriptors (none the awaited) when out is full.
+ */
+int locus_client_poll_until(struct locus_client *c, struct locus_desc *out, uint32_t max,
+			    uint8_t op, uint64_t id, uint64_t spin_ns, uint64_t timeout_ns);
+
 /* A routed signature delivered to a decoder, read in place in its inbox. */
 struct locus_client_signature {
 	uint64_t id;               /* the prefiller's ROUTE / ROUTE_BLOCKS id */
@@ -420,6 +467,7 @@ int locus_client_rows_in(struct locus_client *c, const struct locus_desc *d,
 			 struct locus_client_rows *out, struct locus_error *err);
 
 /* bindings (tools/python/locus/_lib.py) mirror these layouts */
+LOCUS_STATIC_ASSERT(sizeof(struct locus_client_route_typed_req) == 32, "typed route request");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_client_dispatch_req) == 40, "dispatch helper request");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_client_combine_req) == 32, "combine helper request");
 LOCUS_STATIC_ASSERT(sizeof(struct locus_client_rows) == 80, "rows description");

@@ -22,7 +22,7 @@ BENCHES += tools/bench/sigcache_bench
 # bench_dataplane: the data plane from one pinned client thread (bench_daemon.sh)
 $(eval $(call PROGRAM,tools/bench/bench_dataplane,tools/bench/bench_dp.c \
 	tools/bench/bench_dp_route.c tools/bench/bench_dp_dispatch.c tools/bench/bench_dp_idle.c \
-	tools/bench/bench_dp_internode.c tools/bench/bench_dp_ranks.c,\
+	tools/bench/bench_dp_internode.c tools/bench/bench_dp_ranks.c tools/bench/bench_dp_ep.c,\
 	loadgen eldr_router trace))
 BENCH_SCRIPTS += tools/bench/bench_daemon.sh tools/bench/bench_engines.sh
 # guest-side verbs benchmarks, run in the Soft-RoCE VM (tests/vm/)

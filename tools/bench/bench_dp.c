@@ -6,8 +6,11 @@
  *
  *   bench_dataplane route -i INST (--table T --trace J | --layers L --experts E)
  *                   [--windows 1,8,32] [--seconds S] [--cpus 0[,2,...]] [--no-push]
+ *                   [--build]
  *   bench_dataplane dispatch -i INST --trace J [--row-bytes 4096,7168]
  *                   [--tokens N] [--window W] [--seconds S] [--cpus C]
+ *   bench_dataplane ep-dispatch -i INST --trace J [--ranks R] [--row-bytes B]
+ *                   [--tokens N] [--seconds S] [--cpus C]
  *   bench_dataplane idle -i INST --pid P [--gaps 1,100,1000] [--repeats 20,8,3]
  *                   [--cpu-seconds S] [--cpus C]
  *   bench_dataplane table -o FILE --layers L --experts E [--decoders K]
@@ -248,8 +251,11 @@ static void usage(void)
 		"                 [--decoders K] [--windows 1,8,32] [--seconds S] [--cpus C[,C...]]\n"
 		"                 [--no-push]   (the table is in force already)\n"
 		"                 [--path auto|auto-i8]   (the baseline's: locusd's eldr_precision)\n"
+		"                 [--build]   (each ROUTE built from the trace's routed experts)\n"
 		"       bench_dataplane dispatch -i INST --trace J [--ranks R] [--row-bytes 4096,7168]\n"
 		"                 [--tokens N] [--window W] [--seconds S] [--cpus C]\n"
+		"       bench_dataplane ep-dispatch -i INST --trace J [--ranks R] [--row-bytes B]\n"
+		"                 [--tokens N] [--seconds S] [--cpus C]\n"
 		"       bench_dataplane idle -i INST --pid P [--worker-tid T] [--gaps 1,100,1000]\n"
 		"                 [--repeats 20,8,3] [--cpu-seconds S] [--cpus C]\n"
 		"       bench_dataplane table -o FILE --layers L --experts E [--decoders K]\n"
@@ -282,6 +288,7 @@ int main(int argc, char **argv)
 		{ "on-node", required_argument, NULL, 'O' },
 		{ "region", no_argument, NULL, 'Y' }, { "nap-us", required_argument, NULL, 'Z' },
 		{ "path", required_argument, NULL, 'P' },
+		{ "build", no_argument, NULL, 'B' },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct bd_opts o = {
@@ -308,6 +315,7 @@ int main(int argc, char **argv)
 		case 't': o.table = optarg; break;
 		case 'o': o.out = optarg; break;
 		case 'N': o.no_push = 1; break;
+		case 'B': o.build = 1; break;
 		case 'L': bad |= parse_list(optarg, &o.layers, 1, 1, 512) != 1; break;
 		case 'E': bad |= parse_list(optarg, &o.experts, 1, 1, 4096) != 1; break;
 		case 'K': bad |= parse_list(optarg, &o.decoders, 1, 1, BD_MAX_ATT) != 1; break;
@@ -406,6 +414,13 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		return bd_dispatch(&o);
+	}
+	if (!strcmp(cmd, "ep-dispatch")) {
+		if (!o.trace) {
+			fprintf(stderr, "bench_dataplane ep-dispatch: --trace\n");
+			return 2;
+		}
+		return bd_ep_dispatch(&o);
 	}
 	if (!strcmp(cmd, "idle")) {
 		if (!o.pid) {

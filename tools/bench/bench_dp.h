@@ -54,6 +54,7 @@ struct bd_opts {
 	uint32_t nap_us;          /* internode: sleep this long after a poll found nothing */
 	uint32_t nodes, gpus, on_node; /* grace-table: topology, the node holding every expert */
 	int router_path;          /* route: the baseline router's path (locusd's eldr_precision) */
+	int build;                /* route: each ROUTE built from the trace's routed experts */
 };
 
 static inline uint64_t bd_now_ns(void)
@@ -137,6 +138,7 @@ int bd_poll_rank(struct bd_att *a, struct bd_win *win,
 /* The parts; each returns 0 or 1 (a failure, said on stderr). */
 int bd_route(const struct bd_opts *o);
 int bd_dispatch(const struct bd_opts *o);
+int bd_ep_dispatch(const struct bd_opts *o);
 int bd_idle(const struct bd_opts *o);
 int bd_table(const struct bd_opts *o);
 int bd_internode(const struct bd_opts *o);

@@ -8,6 +8,11 @@
  * Window 1 is the round trip: submit one ROUTE, poll every attachment until
  * its completion (the signature lands in a decoder's inbox on the way and
  * is released). Windows 8 and 32 keep that many ROUTEs in flight.
+ *
+ * The signatures are built once and submitted as they are, unless --build:
+ * then each ROUTE is built from the trace prompt's routed experts as it is
+ * submitted (locus_client_route, what a serving engine calls), and its
+ * round trip counts from before the build.
  */
 #include <errno.h>
 #include <math.h>
@@ -35,6 +40,8 @@ struct route_sh {                  /* what the threads share */
 	uint32_t n_sig, n_threads;
 	const uint32_t *dec_ids;
 	uint32_t K;
+	struct locus_trace *T;         /* --build: the routed experts each ROUTE is built from */
+	uint16_t L, E;
 	pthread_barrier_t bar;
 	int failed;
 };
@@ -67,11 +74,26 @@ static int submit(struct route_th *t, uint32_t w)
 	uint64_t s = t->seq % sh->n_sig;
 	struct locus_desc q = { .op = LOCUS_OP_ROUTE, .id = (t->seq << 16) | (s << 8) | w,
 				.off = s * sig_stride(sh->sig_len), .len = (uint32_t)sh->sig_len };
+	uint64_t t0 = bd_now_ns();
 
-	if (locus_client_submit(t->att[0].c, &q, 1) != 1)
+	if (sh->T) {
+		const struct locus_trace_req *r = &sh->T->reqs[s];
+		struct locus_client_route_req rq = { .n_layers = sh->L, .n_experts = sh->E,
+						     .k = (uint16_t)sh->T->k,
+						     .n_tokens = r->prompt_len, .ids = r->prompt };
+		struct locus_error err;
+
+		/* built into window slot w's own range, past the prebuilt signatures */
+		if (locus_client_route(t->att[0].c, (N_SIG + w) * sig_stride(sh->sig_len), &rq,
+				       q.id, &err) < 0)
+			return -1;
+	} else if (locus_client_submit(t->att[0].c, &q, 1) != 1) {
 		return -1;
+	} else {
+		t0 = bd_now_ns();
+	}
 	t->id_sub[w] = q.id;
-	t->t_sub[w] = bd_now_ns();
+	t->t_sub[w] = t0;
 	t->seq++;
 	return 0;
 }
@@ -204,8 +226,9 @@ static int attach_thread(struct route_th *t)
 	}
 	if (first && bd_attach(&t->att[t->n_att++], sh->o->instance, LOCUS_ROLE_PREFILL, 0) < 0)
 		return -1;
-	if (t->att[0].stage_size < N_SIG * sig_stride(sh->sig_len)) {
-		fprintf(stderr, "bench_dataplane: stage too small for %u signatures\n", N_SIG);
+	if (t->att[0].stage_size < (N_SIG + MAX_WINDOW) * sig_stride(sh->sig_len)) {
+		fprintf(stderr, "bench_dataplane: stage too small for %u signatures\n",
+			N_SIG + MAX_WINDOW);
 		return -1;
 	}
 	for (uint32_t s = 0; s < sh->n_sig; s++)
@@ -354,9 +377,10 @@ static void print_row(const struct route_sh *sh, struct route_th *th, uint32_t w
 		n_lat += th[i].n_lat;
 	}
 	rate = (double)done * 1e9 / (double)(t1 - t0);
-	printf("route %zu B, %u client thread%s, window %2u: %9.0f routes/s = %.3fx the pure "
+	printf("route %zu B%s, %u client thread%s, window %2u: %9.0f routes/s = %.3fx the pure "
 	       "router; round trip p50 %.2f us, p99 %.2f us (%llu routes, %llu inbox-full "
-	       "retries)\n", sh->sig_len, sh->n_threads, sh->n_threads > 1 ? "s" : "", window,
+	       "retries)\n", sh->sig_len, sh->T ? " built from the routed experts" : "",
+	       sh->n_threads, sh->n_threads > 1 ? "s" : "", window,
 	       rate, pure > 0 ? rate / pure : 0.0, bd_quantile(all, n_lat, 0.5) / 1e3,
 	       bd_quantile(all, n_lat, 0.99) / 1e3, (unsigned long long)done,
 	       (unsigned long long)retries);
@@ -398,6 +422,13 @@ int bd_route(const struct bd_opts *o)
 	sh.sigs = make_sigs(o, v.hdr->n_layers, v.hdr->n_experts, sh.K, sh.sig_len, &sh.n_sig);
 	if (!sh.sigs || (!o->no_push && bd_push_table(o->instance, blob, len) < 0))
 		goto out;
+	sh.L = v.hdr->n_layers;
+	sh.E = v.hdr->n_experts;
+	if (o->build && (!o->trace || locus_trace_load(o->trace, NULL, &sh.T, &err) < 0)) {
+		fprintf(stderr, "bench_dataplane: --build: %s\n", o->trace ? err.msg :
+			"the routed experts come from --trace");
+		goto out;
+	}
 	printf("route: %zu-byte signatures (%u layers x %u experts, %s), %u decoders; the table "
 	       "%s\n", sh.sig_len, v.hdr->n_layers, v.hdr->n_experts,
 	       o->trace ? "the trace's prompts" : "synthetic, 32 tokens x top-8", sh.K,
@@ -442,6 +473,7 @@ out:
 		free(th[i].lat);
 	}
 	free(th);
+	locus_trace_free(sh.T);
 	free((void *)sh.sigs);
 	free(blob);
 	return ret;

@@ -3,9 +3,22 @@
 ids, u64 hashes. Every refusal is a TypeError (the kind of thing) or a
 ValueError (its shape, device or values) with a sentence naming the argument.
 """
+import ctypes
 import numbers
 
 import numpy as np
+
+_char_at, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
+
+
+def addr(a):
+    """The address of a C-contiguous array's first byte: through the buffer protocol
+    when the array is writable and not empty (a third of a.ctypes.data's cost, which
+    every call paid a few times), else a.ctypes.data."""
+    try:
+        return _addressof(_char_at(a))
+    except (TypeError, ValueError, BufferError):
+        return a.ctypes.data
 
 
 def _is_torch(x):
@@ -62,6 +75,41 @@ def routed_experts(x, n_layers, n_experts, name="routed_experts"):
                          f"{bad[1]}, slot {bad[2]} is out of range: the ELDR table in use "
                          f"has {n_experts} experts (ids 0..{n_experts - 1})")
     return np.ascontiguousarray(a, dtype=np.uint16)
+
+
+# numpy integer dtypes -> liblocus's enum locus_ids_type (native byte order)
+_IDS_TYPES = {np.dtype(t): i for i, t in enumerate(
+    (np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64), 1)}
+
+
+def routed_experts_typed(x, n_layers, n_experts, name="routed_experts"):
+    """[tokens, n_layers, k] expert ids checked for kind and shape against the
+    table's, as (a C-contiguous array of the caller's integer type, its
+    locus_ids_type): no copy when x is one already. The ids' range is checked
+    by the C library as it builds the signature (locus_client_route_typed),
+    which names the first id out of range as routed_experts() does."""
+    a = x if type(x) is np.ndarray else as_numpy(x, name)
+    t = _IDS_TYPES.get(a.dtype)
+    if t is None:
+        check_int_dtype(a, name)
+        a = a.astype(a.dtype.newbyteorder("="))  # another byte order: the same values
+        t = _IDS_TYPES.get(a.dtype)
+        if t is None:
+            a, t = a.astype(np.int64), _IDS_TYPES[np.dtype(np.int64)]
+    if a.ndim != 3:
+        raise ValueError(f"{name} must be [prompt_len, n_moe_layers, k] (3 dimensions, as "
+                         f"vLLM / SGLang return it), not {a.ndim}-dimensional {a.shape}")
+    tokens, layers, k = a.shape
+    if tokens < 1:
+        raise ValueError(f"{name} has no tokens (shape {a.shape})")
+    if layers != n_layers:
+        raise ValueError(f"{name} has {layers} MoE layers; the ELDR table in use has "
+                         f"{n_layers}")
+    if not 1 <= k <= 64:
+        raise ValueError(f"{name} has k = {k} experts per token; 1..64 are accepted")
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    return a, t
 
 
 def check_uint(v, name, bits=32):

@@ -83,6 +83,15 @@ class RouteReq(Structure):
                 ("n_tokens", c_uint32), ("ids", c_void_p), ("allowed_decoders", c_uint64)]
 
 
+IDS_U8, IDS_I8, IDS_U16, IDS_I16, IDS_U32, IDS_I32, IDS_U64, IDS_I64 = range(1, 9)
+
+
+class RouteTypedReq(Structure):
+    _fields_ = [("n_layers", c_uint16), ("n_experts", c_uint16), ("k", c_uint16),
+                ("ids_type", c_uint16), ("n_tokens", c_uint32), ("reserved", c_uint32),
+                ("ids", c_void_p), ("allowed_decoders", c_uint64)]
+
+
 class Signature(Structure):
     _fields_ = [("id", c_uint64), ("slot", c_uint32), ("src_node", c_uint32),
                 ("decoder_id", c_uint32), ("n_layers", c_uint16), ("n_experts", c_uint16),
@@ -231,7 +240,7 @@ class EpStatus(Structure):
 
 # The C headers' LOCUS_STATIC_ASSERTs, for the layouts above.
 _SIZES = {Desc: 64, MsgHdr: 32, DispatchReq: 32, CombineReq: 40, RowsHdr: 48, RowRef: 8,
-          Error: 4 + ERRMSG_MAX, ClientReq: 16, ClientDispatchReq: 40, ClientCombineReq: 32,
+          Error: 4 + ERRMSG_MAX, ClientReq: 16, RouteTypedReq: 32, ClientDispatchReq: 40, ClientCombineReq: 32,
           ClientRows: 80, Placement: 48, ClientRanks: 24, PlacementFetch: 12, EpParams: 64,
           EpDispatchArgs: 48, EpRecv: 40, EpRecvOut: 56, EpHandleInfo: 80, EpCombineArgs: 32,
           EpStatus: 72}
@@ -249,6 +258,10 @@ _PROTOS = {
     "locus_client_release_slot": (c_int, [_P, c_uint32]),
     "locus_client_report_load": (None, [_P, c_uint32]),
     "locus_client_route": (c_int, [_P, c_uint64, POINTER(RouteReq), c_uint64, POINTER(Error)]),
+    "locus_client_route_typed": (c_int, [_P, c_uint64, POINTER(RouteTypedReq), c_uint64,
+                                         POINTER(Error)]),
+    "locus_client_poll_until": (c_int, [_P, POINTER(Desc), c_uint32, c_uint8, c_uint64,
+                                        c_uint64, c_uint64]),
     "locus_client_signature_in": (c_int, [_P, POINTER(Desc), POINTER(Signature),
                                           POINTER(Error)]),
     "locus_client_route_blocks": (c_int, [_P, c_uint64, POINTER(BlocksRoute), c_uint64,

@@ -39,6 +39,7 @@ no slot selected is still summed (to zero).
 import ctypes
 import errno
 import struct
+import sys
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _arrays, _lib
+from ._arrays import addr
 from .client import _timeout_s
 from ._lib import lib
 from .errors import LocusError, LocusTimeout, from_code
@@ -62,6 +64,9 @@ _ROW_DT = np.dtype([("token", "<u4"), ("kmask", "<u4")])
 _ROW_DTYPES = ("float16", "float32", "float64", "int8", "uint8", "int16", "int32")
 _SUM_DTYPES = {"float16": _lib.EP_F16, "float32": _lib.EP_F32, "float64": _lib.EP_F64,
                "bfloat16": _lib.EP_BF16}
+_ROW_NP = {np.dtype(n): n for n in _ROW_DTYPES}  # numpy row dtypes by dtype: no name lookups
+_I64, _F32 = np.dtype(np.int64), np.dtype(np.float32)
+_POOL_MAX = 4             # recv_x buffers a Buffer keeps for reuse
 
 
 def _torch():
@@ -147,8 +152,7 @@ def _wrap(raw, dtname, as_torch):
     return t.view(torch.bfloat16) if dtname == "bfloat16" else t
 
 
-def _ptr(a):
-    return a.__array_interface__["data"][0]
+_ptr = addr
 
 
 class DispatchEvent:
@@ -258,6 +262,7 @@ class Buffer:
         self._dead = deque()       # C handles of Handles collected: freed at the next call
         self._table_gen, self._shape = None, None
         self._pending = None       # the DispatchEvent not waited for
+        self._pool = []            # recv_x buffers: reused once every view of one is dropped
         self._next_batch = 1       # the id the group's next dispatch takes
         # the structures each call hands the library, made once
         self._dargs, self._recv, self._err = _lib.EpDispatchArgs(), _lib.EpRecv(), _lib.Error()
@@ -393,6 +398,12 @@ class Buffer:
     def _check_dispatch(self, x, topk_idx, topk_weights, layer):
         """Shapes and kinds; the ids' range and the gates' finiteness are the C
         library's checks (locus_ep_dispatch_begin), in the same words."""
+        if type(x) is np.ndarray and type(topk_idx) is np.ndarray and \
+                type(topk_weights) is np.ndarray and type(layer) is int:
+            # what a serving engine passes every call, checked without a name looked up
+            ok = self._check_fast(x, topk_idx, topk_weights, layer)
+            if ok is not None:
+                return ok
         raw, dtname, as_torch = _raw(x, "x")
         if raw.ndim != 2:
             raise ValueError(f"x must be [num_tokens, hidden], not {raw.ndim}-dimensional "
@@ -439,6 +450,25 @@ class Buffer:
             w = np.ascontiguousarray(w, dtype=np.float32)
         return raw, dtname, as_torch, ids, w, layer, experts
 
+    def _check_fast(self, x, ids, w, layer):
+        """_check_dispatch's result for numpy x (a row dtype, C-contiguous), int64 ids and
+        float32 weights of the same C-contiguous [tokens, k] shape and an int layer in
+        range with rows that fit; None for anything else (checked the long way)."""
+        dtname = _ROW_NP.get(x.dtype)
+        if dtname is None or x.ndim != 2 or ids.ndim != 2 or ids.dtype != _I64 or \
+                w.dtype != _F32 or w.shape != ids.shape or ids.shape[0] != x.shape[0] or \
+                not 1 <= ids.shape[1] <= _lib.MAX_TOPK or not x.flags.c_contiguous or \
+                not ids.flags.c_contiguous or not w.flags.c_contiguous:
+            return None
+        row_bytes = x.shape[1] * x.itemsize
+        if not 1 <= row_bytes <= _lib.MAX_ROW_BYTES or \
+                x.shape[0] * row_bytes > self.dispatch_bytes:
+            return None
+        layers, experts = self._table()
+        if not 0 <= layer < layers:
+            return None
+        return x, dtname, False, ids, w, layer, experts
+
     def dispatch(self, x, topk_idx, topk_weights, layer):
         """Send each of this rank's tokens (x [num_tokens, hidden]) to the ranks holding
         its experts (topk_idx [num_tokens, num_topk], global expert ids of the GRACE
@@ -470,8 +500,8 @@ class Buffer:
             args = self._dargs
             args.layer, args.top_k, args.n_tokens = layer, k, tokens
             args.row_bytes, args.n_experts = raw.shape[1] * raw.itemsize, experts
-            args.x = raw.ctypes.data if tokens else None
-            args.topk_idx, args.topk_weights = ids.ctypes.data, w.ctypes.data
+            args.x = addr(raw) if tokens else None
+            args.topk_idx, args.topk_weights = addr(ids), addr(w)
             args.timeout_ms = self._ms(self.timeout)
             b = lib.locus_ep_dispatch_begin(self._ep, self._dargs_p, self._err_p)
             if b < 0:
@@ -491,15 +521,15 @@ class Buffer:
         """The dispatch of ev is in: copy it out, make its Handle."""
         recv, err = self._recv, self._err
         n, kk, raw = recv.n_recv, recv.top_k, ev.raw
-        recv_x = np.empty((n, raw.shape[1]), dtype=raw.dtype)
+        recv_x = self._recv_array(n, raw.shape[1], raw.dtype)
         idx = np.empty((n, kk), dtype=np.int64)
         wts = np.empty((n, kk), dtype=np.float32)
         per = np.empty(ev.experts, dtype=np.uint32)
         refs = np.empty(n, dtype=_ROW_DT)
         o = self._rout
         o.recv_x, o.recv_idx, o.recv_weights = \
-            recv_x.ctypes.data, idx.ctypes.data, wts.ctypes.data
-        o.per_expert, o.n_experts, o.refs = per.ctypes.data, ev.experts, refs.ctypes.data
+            addr(recv_x), addr(idx), addr(wts)
+        o.per_expert, o.n_experts, o.refs = addr(per), ev.experts, addr(refs)
         hp = ctypes.c_void_p()
         ret = lib.locus_ep_dispatch_end(self._ep, self._rout_p, ctypes.byref(hp), self._err_p)
         if ret < 0:
@@ -523,6 +553,31 @@ class Buffer:
             return (_wrap(recv_x, ev.dtname, True), torch.from_numpy(idx),
                     torch.from_numpy(wts), h)
         return recv_x, idx, wts, h
+
+    def _recv_array(self, n, hidden, dtype):
+        """An [n, hidden] array for recv_x: a view of a buffer the Buffer keeps when one
+        is large enough and nothing else holds it any more (every array made from it
+        was dropped), else a new one. A kept buffer's pages and cache lines are warm:
+        a fresh array of rows is page faults at its first write."""
+        nbytes = n * hidden * dtype.itemsize
+        pool, small = self._pool, None
+        for i in range(len(pool)):
+            b = pool[i]
+            # references: the pool's list, b, getrefcount's argument; a view held elsewhere
+            # (recv_x, a slice of it, a torch tensor over it) holds one more
+            if sys.getrefcount(b) == 3:
+                if b.nbytes >= nbytes:
+                    return b[:nbytes].view(dtype).reshape(n, hidden)
+                small = i
+        if nbytes < 65536 or (small is None and len(pool) >= _POOL_MAX):
+            return np.empty((n, hidden), dtype=dtype)
+        # a power of two: the next batches, received counts varying, fit it too
+        b = np.empty(1 << (nbytes - 1).bit_length(), dtype=np.uint8)
+        if small is None:
+            pool.append(b)
+        else:
+            pool[small] = b  # a free buffer too small for this dispatch: a larger one
+        return b[:nbytes].view(dtype).reshape(n, hidden)
 
     def _others(self):
         """How many descriptors the collective polled for the client."""

@@ -28,8 +28,10 @@ from .stats import Counters, _check_instance
 _POLL_BURST = 64
 _NAP_S = 20e-6             # between empty polls while waiting
 _SPIN_S = 200e-6           # polls without a nap at the start of a wait
+_SLICE_S = 0.05            # the longest the library waits in one call (signals are seen between)
 _FULL_RETRY_S = 50e-6      # before submitting a request whose decoder's inbox was full
 _ELDR, _GRACE = 0, 1       # table channels
+_U32, _F32 = struct.Struct("<I"), struct.Struct("<f")
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,15 @@ class ReceivedSignature:
 
 
 class _Request:
-    __slots__ = ("id", "desc", "off", "nbytes", "retry_at")
+    __slots__ = ("id", "op", "off", "nbytes", "retry_at")
 
-    def __init__(self, rid, desc, off, nbytes):
-        self.id, self.desc, self.off, self.nbytes, self.retry_at = rid, desc, off, nbytes, 0.0
+    def __init__(self, rid, op, off, nbytes):
+        self.id, self.op, self.off, self.nbytes, self.retry_at = rid, op, off, nbytes, 0.0
+
+    @property
+    def desc(self):
+        """The descriptor that submits the staged request again (nbytes is its length)."""
+        return _lib.Desc(op=self.op, id=self.id, off=self.off, len=self.nbytes)
 
 
 def _timeout_s(t, name="timeout"):
@@ -162,6 +169,11 @@ class Client:
         self._stage_base = base
         self._alloc = Stage(size.value)
         self._descs = (_lib.Desc * _POLL_BURST)()
+        self._descs_p = ctypes.cast(self._descs, ctypes.POINTER(_lib.Desc))
+        # what a route hands the library, made once (calls are serialised by _lock)
+        self._rreq, self._rerr = _lib.RouteTypedReq(), _lib.Error()
+        self._rreq_p, self._rerr_p = ctypes.byref(self._rreq), ctypes.byref(self._rerr)
+        self._eldr = (None, 0, 0)    # (table generation, layers, experts) last read
         self._inflight = {}          # request id -> _Request (ROUTE, ROUTE_BLOCKS, EVICT)
         self._done = {}              # request id -> Decision / EVICT result
         self._retry = deque()        # requests refused for a full inbox, to submit again
@@ -278,8 +290,7 @@ class Client:
             ret, err = build(off)
             if ret == 0:
                 # nbytes is the request's exact length: a resubmission needs it
-                desc = _lib.Desc(op=op, id=rid, off=off, len=nbytes)
-                self._inflight[rid] = _Request(rid, desc, off, nbytes)
+                self._inflight[rid] = _Request(rid, op, off, nbytes)
                 return rid
             # -LOCUS_EFULL: the submit ring is full (nothing went in); else a refusal
             if ret != -_lib.LOCUS_EFULL or time.monotonic() >= deadline:
@@ -315,25 +326,49 @@ class Client:
             self._need(self.prefill, "prefiller", "prefill=True")
             t = self.timeout if timeout is None else _timeout_s(timeout)
             deadline = time.monotonic() + t
+            if cached_blocks is None and new_blocks is None:
+                return self._submit_route(routed_experts, allowed, request_id, deadline)
             layers, experts = self.table_shape(_ELDR)
             ids = _arrays.routed_experts(routed_experts, layers, experts)
             mask = _arrays.decoder_mask(allowed)
             rid = self._new_id(request_id)
-            if cached_blocks is None and new_blocks is None:
-                return self._submit_route(ids, layers, experts, mask, rid, deadline)
             return self._submit_blocks(ids, layers, experts, mask, cached_blocks, new_blocks,
                                        rid, deadline)
 
-    def _submit_route(self, ids, layers, experts, mask, rid, deadline):
-        nbytes = _lib.ELDR_SIG_HDR_SIZE + layers * experts * 2
-        req = _lib.RouteReq(n_layers=layers, n_experts=experts, k=ids.shape[2],
-                            n_tokens=ids.shape[0], ids=ids.ctypes.data, allowed_decoders=mask)
-        off = self._take_stage(nbytes, deadline)
+    def _eldr_shape(self):
+        """table_shape(ELDR), read again only when the table's generation moves."""
+        gen = self._counters.value("table_generation", _ELDR)
+        g, layers, experts = self._eldr
+        if gen != g or not gen:
+            layers, experts = self.table_shape(_ELDR)
+            self._eldr = (gen, layers, experts)
+        return layers, experts
 
-        def build(o):
-            err = _lib.Error()
-            ret = lib.locus_client_route(self._c, o, ctypes.byref(req), rid, ctypes.byref(err))
-            return ret, err.text()
+    def _submit_route(self, x, allowed, request_id, deadline):
+        """A ROUTE: the shape checked here, every id by the library as it builds the
+        signature from x as it is (locus_client_route_typed)."""
+        layers, experts = self._eldr_shape()
+        ids, itype = _arrays.routed_experts_typed(x, layers, experts)
+        mask = 0 if allowed is None else _arrays.decoder_mask(allowed)
+        rid = self._new_id(request_id)
+        nbytes = _lib.ELDR_SIG_HDR_SIZE + layers * experts * 2
+        q = self._rreq
+        q.n_layers, q.n_experts, q.k, q.ids_type = layers, experts, ids.shape[2], itype
+        q.n_tokens, q.ids, q.allowed_decoders = ids.shape[0], _arrays.addr(ids), mask
+        off = self._take_stage(nbytes, deadline)
+        ret = lib.locus_client_route_typed(self._c, off, self._rreq_p, rid, self._rerr_p)
+        if ret == 0:
+            self._inflight[rid] = _Request(rid, _lib.OP_ROUTE, off, nbytes)
+            return rid
+        if ret != -_lib.LOCUS_EFULL:
+            self._alloc.free(off, nbytes)
+            if ret == -_lib.LOCUS_ERANGE:
+                raise ValueError(f"routed_experts: {self._rerr.text()}")
+            raise from_code(ret, self._rerr.text() or None, what="submit")
+
+        def build(o):  # the submit ring was full: again until the deadline
+            r = lib.locus_client_route_typed(self._c, o, self._rreq_p, rid, self._rerr_p)
+            return r, self._rerr.text()
         return self._submit_built(_lib.OP_ROUTE, rid, off, nbytes, build, deadline)
 
     def _submit_blocks(self, ids, layers, experts, mask, cached, new, rid, deadline):
@@ -392,9 +427,41 @@ class Client:
         with self._lock:
             t = self.timeout if timeout is None else _timeout_s(timeout)
             deadline = time.monotonic() + t
-            rid = self.submit(routed_experts, allowed=allowed, cached_blocks=cached_blocks,
-                              new_blocks=new_blocks, request_id=request_id, timeout=t)
+            if cached_blocks is None and new_blocks is None:
+                self._live()
+                self._need(self.prefill, "prefiller", "prefill=True")
+                rid = self._submit_route(routed_experts, allowed, request_id, deadline)
+                if self._buffer is None and not self._retry:
+                    d = self._route_done(rid, deadline)
+                    if d is not None:
+                        return d
+            else:
+                rid = self.submit(routed_experts, allowed=allowed, cached_blocks=cached_blocks,
+                                  new_blocks=new_blocks, request_id=request_id, timeout=t)
             return self._wait(rid, deadline).raise_for_status()
+
+    def _route_done(self, rid, deadline):
+        """The Decision of ROUTE rid when its completion is the one descriptor of the
+        library's first wait and routed it (the common case, settled here without the
+        queues); else None, and _wait() settles what came."""
+        now = time.monotonic()
+        n = lib.locus_client_poll_until(self._c, self._descs_p, _POLL_BURST, _lib.OP_ROUTE,
+                                        rid, int(_SPIN_S * 1e9),
+                                        int(min(max(0.0, deadline - now), _SLICE_S) * 1e9))
+        if n != 1:
+            if n < 0:
+                self._poll_failed(n)
+            for i in range(n):
+                self._sort(self._descs[i], True)
+            return None
+        d = self._descs[0]
+        if d.id != rid or d.op != _lib.OP_ROUTE or d.status:
+            self._sort(d, True)
+            return None
+        r = self._inflight.pop(rid)
+        self._alloc.free(r.off, r.nbytes)
+        return Decision(rid, d.peer, d.count, _F32.unpack(_U32.pack(d.aux & 0xffffffff))[0],
+                        bool(d.flags & _lib.DESC_F_PARTIAL), d.blocks)
 
     def evict(self, hashes, *, timeout=None):
         """The serving engine evicted these KV blocks: locusd drops their counts.
@@ -443,9 +510,27 @@ class Client:
         spin_until = time.monotonic() + _SPIN_S
         while rid not in self._done:
             self._live()
-            if rid not in self._inflight:
+            r = self._inflight.get(rid)
+            if r is None:
                 raise ValueError(f"request {rid} is not in flight on this client (its "
                                  "decision may have been returned by poll())")
+            if self._buffer is None and not self._retry:
+                # nothing to resubmit, no collective to hand descriptors to: the library
+                # polls until the completion comes (spinning, then napping)
+                now = time.monotonic()
+                if now < deadline:
+                    n = lib.locus_client_poll_until(
+                        self._c, self._descs_p, _POLL_BURST, r.op, rid,
+                        int(max(0.0, spin_until - now) * 1e9),
+                        int(min(deadline - now, _SLICE_S) * 1e9))
+                    if n < 0:
+                        self._poll_failed(n)
+                    for i in range(n):
+                        self._sort(self._descs[i], True)
+                    continue
+                raise LocusTimeout(errno.ETIMEDOUT, f"request {rid} got no completion within "
+                                   "the timeout; it stays in flight (poll() or wait() later)",
+                                   what="wait")
             if self._pump() == 0:
                 now = time.monotonic()
                 if now < spin_until:
@@ -652,31 +737,40 @@ class Client:
             self._retry.popleft()
         n = lib.locus_client_poll(self._c, self._descs, _POLL_BURST)
         if n < 0:
-            self._gone = from_code(n, what=f"instance {self.instance}")
-            if isinstance(self._gone, LocusGone):
-                self._gone = LocusGone(n, "locusd is gone (killed or stopped): attach again "
-                                       "to a restarted one", what=f"instance {self.instance}")
-            raise self._gone
+            self._poll_failed(n)
         ep = self._buffer._ep if self._buffer is not None else None
         for i in range(n):
             # the Buffer's collectives (liblocus's locus_ep) take their own first
             if ep is not None and lib.locus_ep_take(ep, ctypes.byref(self._descs[i])):
                 continue
-            self._sort(_lib.Desc.from_buffer_copy(self._descs[i]))
+            self._sort(self._descs[i], True)
         return n
 
-    def _sort(self, d):
-        """A descriptor polled that is not the Buffer's: to its queue."""
-        if d.op in (_lib.OP_ROUTE, _lib.OP_ROUTE_BLOCKS, _lib.OP_EVICT):
+    def _poll_failed(self, n):
+        """A poll's failure n < 0 (locusd gone): raised now and by every later call."""
+        self._gone = from_code(n, what=f"instance {self.instance}")
+        if isinstance(self._gone, LocusGone):
+            self._gone = LocusGone(n, "locusd is gone (killed or stopped): attach again "
+                                   "to a restarted one", what=f"instance {self.instance}")
+        raise self._gone
+
+    def _sort(self, d, copy=False):
+        """A descriptor polled that is not the Buffer's: to its queue (a copy of it
+        when copy: d is then the poll array's, written again at the next poll)."""
+        op = d.op
+        if op == _lib.OP_ROUTE or op == _lib.OP_ROUTE_BLOCKS or op == _lib.OP_EVICT:
             self._complete(d)
-        elif d.op == _lib.OP_SIGNATURE_IN:
+            return
+        if copy:
+            d = _lib.Desc.from_buffer_copy(d)
+        if op == _lib.OP_SIGNATURE_IN:
             self._signatures.append(d)
         else:
-            self._other.setdefault(d.op, deque()).append(d)
+            self._other.setdefault(op, deque()).append(d)
 
     def _complete(self, d):
         r = self._inflight.get(d.id)
-        if r is None or r.desc.op != d.op:
+        if r is None or r.op != d.op:
             return  # not ours (cannot happen with locusd's contract): ignored
         if d.status == -_lib.LOCUS_EFULL and d.op != _lib.OP_EVICT:
             # back-pressure: the decoder's inbox is full; the request is still staged
@@ -693,7 +787,7 @@ class Client:
                 err = NoTableError(err.code, err.reason, what=err.what)
             self._done[d.id] = Decision(d.id, 0, 0, 0.0, False, 0, d.status, err)
             return
-        sim = struct.unpack("<f", struct.pack("<I", d.aux & 0xffffffff))[0]
+        sim = _F32.unpack(_U32.pack(d.aux & 0xffffffff))[0]
         self._done[d.id] = Decision(d.id, d.peer, d.count, sim,
                                     bool(d.flags & _lib.DESC_F_PARTIAL), d.blocks)
 

@@ -2,6 +2,8 @@
 """Attaching: roles, what the slot looks like, every refusal (ours before
 anything is sent, locusd's with its code), a closed client, a killed locusd."""
 import errno
+import signal
+import threading
 import time
 
 import pytest
@@ -144,3 +146,38 @@ def test_killed_locusd_is_reported(fresh, trace):
     with pytest.raises(locus.LocusGone):
         locus.attach(d.instance, prefill=True)
 
+
+
+def test_route_waits_are_bounded(fresh, trace):
+    """The library's wait for a decision (locus_client_poll_until) ends at the timeout:
+    with locusd stopped, route() raises LocusTimeout and the request stays in flight;
+    once locusd runs again wait() gives its decision. A locusd killed during a wait is
+    reported within the client library's check period, not at the timeout."""
+    d = fresh("load_timeout_ms = 60000\n")
+    _, reqs = trace
+    c = locus.attach(d.instance, prefill=True, decoder=0, timeout=5.0)
+    c.report_load(0)
+    assert c.route(reqs[0]).decoder == 0
+    d.proc.send_signal(signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(locus.LocusTimeout, match="no completion within the timeout"):
+            c.route(reqs[1], request_id=7, timeout=0.3)
+        assert 0.3 <= time.monotonic() - t0 < 2.0
+        assert c.in_flight == 1
+    finally:
+        d.proc.send_signal(signal.SIGCONT)
+    dec = c.wait(7, timeout=5.0)
+    assert (dec.request_id, dec.decoder) == (7, 0)
+    assert [s.request_id for s in c.poll_signatures(max=10, timeout=2.0)][-1] == 7
+    killer = threading.Timer(0.3, d.kill)
+    d.proc.send_signal(signal.SIGSTOP)  # the next route waits until the kill
+    killer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(locus.LocusGone):
+            c.route(reqs[2], timeout=30.0)
+    finally:
+        killer.join()
+    assert time.monotonic() - t0 < 3.0
+    c.close()

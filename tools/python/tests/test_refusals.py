@@ -29,6 +29,12 @@ def _x(trace):
     return trace[1][0]
 
 
+def _put(a, i, v):
+    """a with flat element i set to v (in a's own dtype)."""
+    a.flat[i] = v
+    return a
+
+
 BAD_EXPERTS = [
     (lambda x: x.astype(np.float32), TypeError, "must hold integers .* not float32"),
     (lambda x: x.astype(bool), TypeError, "must hold integers .* not bool"),
@@ -41,6 +47,12 @@ BAD_EXPERTS = [
     (lambda x: np.where(np.arange(x.size).reshape(x.shape) == 40, 64, x), ValueError,
      r"expert id 64 at token 0, layer 6, slot 4 is out of range: .* has 64 experts"),
     (lambda x: x - 1, ValueError, "expert id -1 .* out of range"),
+    (lambda x: _put(x.astype(np.uint64), 7, 2**63 + 5), ValueError,
+     r"expert id 9223372036854775813 at token 0, layer 1, slot 1 is out of range"),
+    (lambda x: _put(x.astype(np.int8), 161, -3), ValueError,
+     r"expert id -3 at token 1, layer 0, slot 5 is out of range"),
+    (lambda x: (x + 64).astype(">i4"), ValueError,
+     r"expert id \d+ at token 0, layer 0, slot 0 is out of range"),
     (lambda x: [[[1, 2], [3]]], ValueError, "not a rectangular array"),
 ]
 

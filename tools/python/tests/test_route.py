@@ -132,6 +132,31 @@ def test_torch_and_lists_route_alike(daemon, eldr_table, decoders, trace, tmp_pa
     check(decisions, rids, ref[:n], sigs[:n], deliveries(ds, n), reqs[:n])
 
 
+def test_every_integer_type_routes_alike(daemon, eldr_table, decoders, trace, tmp_path):
+    """The library checks and narrows the engine's ids as they are: every integer
+    dtype, another byte order and a non-contiguous view give C's decision and bytes."""
+    ds, report = decoders
+    loads = {0: 1, 1: 3, 2: 0, 3: 2}
+    report(loads)
+    ref, sigs = reference(eldr_table, loads, 0, tmp_path)
+    _, reqs = trace
+    kinds = [lambda x: x.astype(np.uint8), lambda x: x.astype(np.int8),
+             lambda x: x.astype(np.uint16), lambda x: x.astype(np.int16),
+             lambda x: x.astype(np.uint32), lambda x: x.astype(np.int32),
+             lambda x: x.astype(np.uint64), lambda x: x.astype(">i8"),
+             lambda x: np.asfortranarray(x), lambda x: np.repeat(x, 2, axis=2)[:, :, ::2]]
+    n = 2 * len(kinds)
+    with locus.attach(daemon.instance, prefill=True) as p:
+        decisions, rids = {}, []
+        for i, x in enumerate(reqs[:n]):
+            arg = kinds[i % len(kinds)](x)
+            assert np.array_equal(arg, x)
+            d = p.route(arg)
+            decisions[d.request_id] = d
+            rids.append(d.request_id)
+    check(decisions, rids, ref[:n], sigs[:n], deliveries(ds, n), reqs[:n])
+
+
 def test_one_attachment_prefill_and_decoder(daemon, trace, attach):
     """Several roles in one slot: a prefiller that is decoder 0 too routes to
     itself (the only decoder up) and receives its own signature."""
