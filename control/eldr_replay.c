@@ -29,7 +29,17 @@ struct eldr_replay_cache {
 	uint8_t *sigs;               /* [n_requests][slen] prompt signatures */
 	uint8_t *built;              /* [n_requests]: sigs[i] is built */
 	struct qsteps steps;
+	struct qmemo memo;           /* pairs per step of the batches replayed */
+	/* the decoder scores of the last table's centroids */
+	uint8_t *tbl;                /* its payload, routing fields cleared; NULL: none */
+	size_t tbl_len;
+	uint32_t K;
+	float *scores;               /* [n_requests][K] */
+	uint8_t *scored;             /* [n_requests]: scores[i] is set */
 };
+
+/* Slots of the memo: 2^20 batches (24 MiB at B = 4). */
+#define MEMO_SLOTS (1u << 20)
 
 int eldr_replay_cache_new(struct eldr_replay_cache **out)
 {
@@ -37,8 +47,22 @@ int eldr_replay_cache_new(struct eldr_replay_cache **out)
 	return *out ? 0 : -ENOMEM;
 }
 
+static void scores_clear(struct eldr_replay_cache *c)
+{
+	free(c->tbl);
+	free(c->scores);
+	free(c->scored);
+	c->tbl = NULL;
+	c->scores = NULL;
+	c->scored = NULL;
+	c->tbl_len = 0;
+	c->K = 0;
+}
+
 static void cache_clear(struct eldr_replay_cache *c)
 {
+	scores_clear(c);
+	qmemo_free(&c->memo);
 	qsteps_free(&c->steps);
 	free(c->built);
 	free(c->sigs);
@@ -100,15 +124,82 @@ static int cache_sigs(struct eldr_replay_cache *c, const uint32_t *idx, uint32_t
 }
 
 /*
+ * The routing fields of a table payload (tau, overflow rule, spill) cleared
+ * in a copy: two payloads equal but for those score every signature alike.
+ */
+static uint8_t *scoring_part(const void *payload, size_t len)
+{
+	struct locus_eldr_tbl_hdr *h;
+	uint8_t *p = malloc(len);
+
+	if (!p)
+		return NULL;
+	memcpy(p, payload, len);
+	h = (struct locus_eldr_tbl_hdr *)p;
+	h->tau = 0;
+	h->flags &= ~LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD;
+	h->spill_tau = 0;
+	h->spill_margin = 0;
+	return p;
+}
+
+/*
+ * The decoder scores under router r (built from payload) of idx[n] in c,
+ * each request scored once per table's centroids: into *out. 0, or a
+ * negative code with err set.
+ */
+static int cache_scores(struct eldr_replay_cache *c, struct locus_eldr_router *r,
+			const void *payload, size_t len, const uint32_t *idx, uint32_t n,
+			const float **out, struct locus_error *err)
+{
+	const struct locus_trace *t = c->t;
+	uint32_t K = locus_eldr_router_n_decoders(r);
+	uint8_t *key = scoring_part(payload, len);
+
+	if (!key)
+		return locus_error_set(err, ENOMEM, "out of memory");
+	if (!c->tbl || c->tbl_len != len || c->K != K || memcmp(c->tbl, key, len)) {
+		scores_clear(c);
+		c->scores = malloc(sizeof(*c->scores) * K * t->n_requests);
+		c->scored = calloc(t->n_requests, 1);
+		if (!c->scores || !c->scored) {
+			free(key);
+			scores_clear(c);
+			return locus_error_set(err, ENOMEM, "out of memory");
+		}
+		c->tbl = key;
+		c->tbl_len = len;
+		c->K = K;
+	} else {
+		free(key);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t q = idx[i];
+		int ret;
+
+		if (c->scored[q])
+			continue;
+		ret = locus_eldr_score(r, c->sigs + c->slen * q, c->slen,
+				       c->scores + (size_t)K * q);
+		if (ret < 0)
+			return locus_error_set(err, LOCUS_ERANGE,
+					       "replay: the router refused signature %u", q);
+		c->scored[q] = 1;
+	}
+	*out = c->scores;
+	return 0;
+}
+
+/*
  * Policy p of s (s->K, s->r set) over requests idx[n] of t in `orders`
  * arrival orders drawn from seed (the same orders for every policy and
  * table): the mean pairs per step (capped) and load (no cap). cache: the
  * caller's, or NULL (one for this call).
  */
 static int replay_orders(struct eldr_replay_cache *cache, struct qsim *s, int p,
-			 const struct locus_trace *t, const uint32_t *idx, uint32_t n, uint32_t B,
-			 uint32_t orders, uint64_t seed, double *pairs, double *load,
-			 struct locus_error *err)
+			 const struct locus_trace *t, const void *payload, size_t len,
+			 const uint32_t *idx, uint32_t n, uint32_t B, uint32_t orders,
+			 uint64_t seed, double *pairs, double *load, struct locus_error *err)
 {
 	struct eldr_replay_cache *own = NULL;
 	uint32_t *seq = malloc(sizeof(*seq) * (n ? n : 1));
@@ -135,9 +226,21 @@ static int replay_orders(struct eldr_replay_cache *cache, struct qsim *s, int p,
 	s->sigs = p == QPOL_DOMAIN ? NULL : cache->sigs;
 	if (p != QPOL_DOMAIN) {
 		ret = cache_sigs(cache, idx, n, err);
+		if (ret == 0)
+			ret = cache_scores(cache, s->r[p], payload, len, idx, n, &s->scores[p],
+					   err);
 		if (ret < 0)
 			goto out;
 	}
+	/* a memo pays over many replays: the caller's cache only */
+	if (!own && cache->memo.B != B && B <= QMEMO_MAX_BATCH) {
+		qmemo_free(&cache->memo);
+		if (qmemo_init(&cache->memo, B, MEMO_SLOTS) < 0) {
+			ret = locus_error_set(err, ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	s->memo = cache->memo.B == B ? &cache->memo : NULL;
 	for (uint32_t o = 0; o < orders; o++) {
 		memcpy(seq, idx, sizeof(*seq) * n);
 		for (uint32_t i = n - 1; n > 1 && i > 0; i--) {
@@ -185,7 +288,8 @@ int eldr_replay_router(void *arg, const struct locus_trace *t, const void *paylo
 				      &s.r[QPOL_ELDR], err);
 	if (ret == 0) {
 		s.K = locus_eldr_router_n_decoders(s.r[QPOL_ELDR]);
-		ret = replay_orders(arg, &s, QPOL_ELDR, t, idx, n, B, orders, seed, pairs, load, err);
+		ret = replay_orders(arg, &s, QPOL_ELDR, t, payload, len, idx, n, B, orders, seed,
+				    pairs, load, err);
 	}
 	free(mem);
 	return ret;
@@ -201,5 +305,6 @@ int eldr_replay_domain(void *arg, const struct locus_trace *t, uint32_t K, const
 	*load = 0;
 	if (!K)
 		return locus_error_set(err, EINVAL, "replay: no decoders");
-	return replay_orders(arg, &s, QPOL_DOMAIN, t, idx, n, B, orders, seed, pairs, load, err);
+	return replay_orders(arg, &s, QPOL_DOMAIN, t, NULL, 0, idx, n, B, orders, seed, pairs,
+			     load, err);
 }

@@ -259,6 +259,12 @@ int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_
 	return choose(r, sv_buf(r, 0), hdr->allowed_decoders, d);
 }
 
+int locus_eldr_route_scored(struct locus_eldr_router *r, const float *scores,
+			    uint64_t allowed_decoders, struct locus_eldr_decision *d)
+{
+	return choose(r, scores, allowed_decoders, d);
+}
+
 /*
  * Route signatures i in [0, n) for which hdrs[i] is set (checked copies,
  * or NULL where rc[i] already holds a check's code), batch_width at a

@@ -144,6 +144,16 @@ uint32_t locus_eldr_route_split_batch(struct locus_eldr_router *r,
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     float *scores);
 
+/*
+ * locus_eldr_route()'s choice for a signature already scored by
+ * locus_eldr_score() on a router built from the same centroids (the band,
+ * overflow rule and spill of r may differ): the same decision and load
+ * accounting as routing the signature itself, without scoring it again.
+ * allowed_decoders: the signature header's. Returns 0 or -LOCUS_ENODEST.
+ */
+int locus_eldr_route_scored(struct locus_eldr_router *r, const float *scores,
+			    uint64_t allowed_decoders, struct locus_eldr_decision *d);
+
 /* A load report for slot: replaces the reported load, clears local assignments. */
 void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
 
