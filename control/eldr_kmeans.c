@@ -311,6 +311,45 @@ typedef float v8f __attribute__((vector_size(32)));
 		  (((v)[1] + (v)[5]) + ((v)[3] + (v)[7])))
 
 /*
+ * out[i] = dotf(x_i, q) for rows i < n of x[n][D], four rows per pass
+ * sharing q's loads: each row's lanes run dotf's operations in its order
+ * (the same values), four chains of additions in flight instead of one.
+ */
+LOCUS_FIT_KERNEL
+static void dot_rows(const float *x, uint32_t n, uint32_t D, const float *q, float *out)
+{
+	LOCUS_FIT_NO_CONTRACT
+	const uint32_t D8 = D & ~7u;
+	uint32_t i0 = 0;
+
+	for (; i0 + 4 <= n; i0 += 4) {
+		const float *a = x + (size_t)i0 * D;
+		v8f acc[4] = { { 0 } };
+
+		for (uint32_t f = 0; f < D8; f += 8) {
+			v8f y;
+
+			LD8(y, q + f);
+			for (int ii = 0; ii < 4; ii++) {
+				v8f xv;
+
+				LD8(xv, a + (size_t)ii * D + f);
+				acc[ii] += xv * y;
+			}
+		}
+		for (int ii = 0; ii < 4; ii++) {
+			const float *p = a + (size_t)ii * D;
+
+			for (uint32_t f = D8; f < D; f++)
+				acc[ii][f - D8] += p[f] * q[f];
+			out[i0 + ii] = HSUM8(acc[ii]);
+		}
+	}
+	for (; i0 < n; i0++)
+		out[i0] = dotf(x + (size_t)i0 * D, q, D);
+}
+
+/*
  * cost[i][k] = -x_i . c_k for all points and centroids, 2 x 4 dot products
  * per block sharing their loads; the same lane order as dotf() (edges use
  * dotf itself), so a pair's value does not depend on the path taken.
@@ -355,15 +394,21 @@ static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, 
 				}
 			}
 		}
-		for (; k0 < K; k0++) {
-			cost[(size_t)i0 * K + k0] = -(double)dotf(a0, c + (size_t)k0 * D, D);
-			cost[(size_t)(i0 + 1) * K + k0] = -(double)dotf(a1, c + (size_t)k0 * D, D);
-		}
 	}
 	for (; i0 < n; i0++)
-		for (uint32_t k = 0; k < K; k++)
+		for (uint32_t k = 0; k < (K & ~3u); k++)
 			cost[(size_t)i0 * K + k] = -(double)dotf(x + (size_t)i0 * D,
 								 c + (size_t)k * D, D);
+	/* the last K mod 4 centroids: every row against each */
+	for (uint32_t k = K & ~3u; k < K; k++)
+		for (uint32_t i = 0; i < n; i += 64) {
+			uint32_t m = n - i < 64 ? n - i : 64;
+			float d[64];
+
+			dot_rows(x + (size_t)i * D, m, D, c + (size_t)k * D, d);
+			for (uint32_t j = 0; j < m; j++)
+				cost[(size_t)(i + j) * K + k] = -(double)d[j];
+		}
 }
 
 static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
@@ -379,10 +424,14 @@ static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_
 		const float *last = cen + (size_t)(k - 1) * D;
 		double total = 0, pick;
 		uint32_t chosen = NONE;
+		float dots[64];
 
 		for (uint32_t i = 0; i < n; i++) {
-			double d = 2.0 - 2.0 * dotf(x + (size_t)i * D, last, D);
+			double d;
 
+			if (i % 64 == 0)
+				dot_rows(x + (size_t)i * D, n - i < 64 ? n - i : 64, D, last, dots);
+			d = 2.0 - 2.0 * dots[i % 64];
 			if (d < 0)
 				d = 0;
 			if (d < dmin[i])
