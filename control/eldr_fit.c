@@ -17,13 +17,25 @@
 
 void locus_eldrfit_idf(const uint16_t *counts, uint32_t n, size_t le, float *idf)
 {
-	for (size_t f = 0; f < le; f++) {
-		uint32_t df = 0;
+	uint32_t *df = calloc(le ? le : 1, sizeof(*df));
 
-		for (uint32_t i = 0; i < n; i++)
-			df += counts[(size_t)i * le + f] != 0;
-		idf[f] = (float)(log((1.0 + n) / (1.0 + df)) + 1.0);
+	if (!df) { /* column by column, no scratch */
+		for (size_t f = 0; f < le; f++) {
+			uint32_t d = 0;
+
+			for (uint32_t i = 0; i < n; i++)
+				d += counts[(size_t)i * le + f] != 0;
+			idf[f] = (float)(log((1.0 + n) / (1.0 + d)) + 1.0);
+		}
+		return;
 	}
+	/* row by row: the counts are read in memory order */
+	for (uint32_t i = 0; i < n; i++)
+		for (size_t f = 0; f < le; f++)
+			df[f] += counts[(size_t)i * le + f] != 0;
+	for (size_t f = 0; f < le; f++)
+		idf[f] = (float)(log((1.0 + n) / (1.0 + df[f])) + 1.0);
+	free(df);
 }
 
 double locus_eldrfit_vector(const uint16_t *counts, uint16_t L, uint16_t E, const float *idf,
@@ -482,8 +494,12 @@ int eldr_prep_trace(const struct locus_trace *t, const struct locus_eldrfit_opts
 			if (kind == LOCUS_ELDRFIT_SCORE_DECODE) {
 				memcpy(spre + (size_t)s * LE, pre + (size_t)cand[s] * LE,
 				       sizeof(*spre) * LE);
-				ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k, r->gen,
-							    r->gen_len, err);
+				if (dec) /* the same counts, already made */
+					memcpy(stgt + (size_t)s * LE, dec + (size_t)cand[s] * LE,
+					       sizeof(*stgt) * LE);
+				else
+					ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k,
+								    r->gen, r->gen_len, err);
 			} else {
 				uint32_t h = r->prompt_len / 2;
 
