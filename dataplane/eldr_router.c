@@ -378,6 +378,17 @@ void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint
 	}
 }
 
+int locus_eldr_router_set_band(struct locus_eldr_router *r, float tau, int overflow_spread)
+{
+	if (!isfinite(tau) || tau < 0.0f || tau > 2.0f)
+		return -LOCUS_ERANGE;
+	r->tau = tau;
+	r->spread = !!overflow_spread;
+	if (r->spill_tau < tau)
+		r->spill_tau = tau;
+	return 0;
+}
+
 int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin)
 {
 	if (!isfinite(spill_tau) || spill_tau > 2.0f || spill_tau < r->tau)

@@ -166,6 +166,14 @@ void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint
  */
 int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin);
 
+/*
+ * Override the table's band and overflow rule (tests, tools: one router
+ * replayed at several routing points): tau in [0, 2] as a table's, spread
+ * as LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD. A spill narrower than the new tau is
+ * turned off (spill_tau = tau). -LOCUS_ERANGE for a tau outside [0, 2].
+ */
+int locus_eldr_router_set_band(struct locus_eldr_router *r, float tau, int overflow_spread);
+
 /* Mark slot up (1) or down (0). */
 void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up);
 
