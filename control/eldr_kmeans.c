@@ -289,26 +289,31 @@ static double uniform(uint64_t *s)
  * target has FMA and contraction is off): bit-identical results on every
  * CPU, only wider registers.
  */
-LOCUS_FIT_KERNEL
-static float dotf(const float *a, const float *b, uint32_t D)
-{
-	LOCUS_FIT_NO_CONTRACT
-	float s[8] = { 0 };
-	uint32_t i = 0;
-
-	for (; i + 8 <= D; i += 8)
-		for (unsigned l = 0; l < 8; l++)
-			s[l] += a[i + l] * b[i + l];
-	for (unsigned l = 0; i < D; i++, l++)
-		s[l] += a[i] * b[i];
-	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
-}
-
 typedef float v8f __attribute__((vector_size(32)));
 
 #define LD8(dst, p) memcpy(&(dst), (p), sizeof(v8f))
 #define HSUM8(v) ((((v)[0] + (v)[4]) + ((v)[2] + (v)[6])) + \
 		  (((v)[1] + (v)[5]) + ((v)[3] + (v)[7])))
+
+/* (lane l sums a[i] * b[i] over i = l mod 8, in order; the tail continues lanes 0..) */
+LOCUS_FIT_KERNEL
+static float dotf(const float *a, const float *b, uint32_t D)
+{
+	LOCUS_FIT_NO_CONTRACT
+	v8f s = { 0 };
+	uint32_t i = 0;
+
+	for (; i + 8 <= D; i += 8) {
+		v8f x, y;
+
+		LD8(x, a + i);
+		LD8(y, b + i);
+		s += x * y;
+	}
+	for (unsigned l = 0; i < D; i++, l++)
+		s[l] += a[i] * b[i];
+	return HSUM8(s);
+}
 
 /*
  * out[i] = dotf(x_i, q) for rows i < n of x[n][D], four rows per pass
@@ -323,20 +328,26 @@ static void dot_rows(const float *x, uint32_t n, uint32_t D, const float *q, flo
 	uint32_t i0 = 0;
 
 	for (; i0 + 4 <= n; i0 += 4) {
-		const float *a = x + (size_t)i0 * D;
-		v8f acc[4] = { { 0 } };
+		const float *a = x + (size_t)i0 * D, *a1 = a + D, *a2 = a1 + D, *a3 = a2 + D;
+		v8f acc[4], s0 = { 0 }, s1 = { 0 }, s2 = { 0 }, s3 = { 0 };
 
 		for (uint32_t f = 0; f < D8; f += 8) {
-			v8f y;
+			v8f y, xv;
 
 			LD8(y, q + f);
-			for (int ii = 0; ii < 4; ii++) {
-				v8f xv;
-
-				LD8(xv, a + (size_t)ii * D + f);
-				acc[ii] += xv * y;
-			}
+			LD8(xv, a + f);
+			s0 += xv * y;
+			LD8(xv, a1 + f);
+			s1 += xv * y;
+			LD8(xv, a2 + f);
+			s2 += xv * y;
+			LD8(xv, a3 + f);
+			s3 += xv * y;
 		}
+		acc[0] = s0;
+		acc[1] = s1;
+		acc[2] = s2;
+		acc[3] = s3;
 		for (int ii = 0; ii < 4; ii++) {
 			const float *p = a + (size_t)ii * D;
 
@@ -367,22 +378,39 @@ static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, 
 		uint32_t k0 = 0;
 
 		for (; k0 + 4 <= K; k0 += 4) {
-			const float *b0 = c + (size_t)k0 * D;
-			v8f acc[2][4] = { { { 0 } } };
+			const float *b0 = c + (size_t)k0 * D, *b1 = b0 + D, *b2 = b1 + D,
+				    *b3 = b2 + D;
+			v8f acc[2][4];
+			/* named accumulators: registers, not a stack array per step */
+			v8f s00 = { 0 }, s01 = { 0 }, s02 = { 0 }, s03 = { 0 };
+			v8f s10 = { 0 }, s11 = { 0 }, s12 = { 0 }, s13 = { 0 };
 
 			for (uint32_t f = 0; f < D8; f += 8) {
-				v8f x0, x1;
+				v8f x0, x1, y;
 
 				LD8(x0, a0 + f);
 				LD8(x1, a1 + f);
-				for (int kk = 0; kk < 4; kk++) {
-					v8f y;
-
-					LD8(y, b0 + (size_t)kk * D + f);
-					acc[0][kk] += x0 * y;
-					acc[1][kk] += x1 * y;
-				}
+				LD8(y, b0 + f);
+				s00 += x0 * y;
+				s10 += x1 * y;
+				LD8(y, b1 + f);
+				s01 += x0 * y;
+				s11 += x1 * y;
+				LD8(y, b2 + f);
+				s02 += x0 * y;
+				s12 += x1 * y;
+				LD8(y, b3 + f);
+				s03 += x0 * y;
+				s13 += x1 * y;
 			}
+			acc[0][0] = s00;
+			acc[0][1] = s01;
+			acc[0][2] = s02;
+			acc[0][3] = s03;
+			acc[1][0] = s10;
+			acc[1][1] = s11;
+			acc[1][2] = s12;
+			acc[1][3] = s13;
 			for (int ii = 0; ii < 2; ii++) {
 				for (int kk = 0; kk < 4; kk++) {
 					const float *p = ii ? a1 : a0, *q = b0 + (size_t)kk * D;
