@@ -481,6 +481,29 @@ static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_
 	}
 }
 
+typedef double v4d __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+
+/* acc[d] += row[d] for d < D, in double (each element on its own: any width, same sums). */
+LOCUS_FIT_KERNEL
+static void add_row(double *acc, const float *row, uint32_t D)
+{
+	LOCUS_FIT_NO_CONTRACT
+	uint32_t d = 0;
+
+	for (; d + 4 <= D; d += 4) {
+		v4f r;
+		v4d a;
+
+		memcpy(&r, row + d, sizeof(r));
+		memcpy(&a, acc + d, sizeof(a));
+		a += __builtin_convertvector(r, v4d);
+		memcpy(acc + d, &a, sizeof(a));
+	}
+	for (; d < D; d++)
+		acc[d] += row[d];
+}
+
 static void update(const float *x, uint32_t n, uint32_t D, uint32_t K, const uint32_t *assign,
 		   float *cen, double *acc)
 {
@@ -494,8 +517,7 @@ static void update(const float *x, uint32_t n, uint32_t D, uint32_t K, const uin
 				continue;
 			if (any == NONE)
 				any = i;
-			for (uint32_t d = 0; d < D; d++)
-				acc[d] += x[(size_t)i * D + d];
+			add_row(acc, x + (size_t)i * D, D);
 		}
 		for (uint32_t d = 0; d < D; d++)
 			nn += acc[d] * acc[d];
