@@ -256,7 +256,7 @@ int locus_eldrfit_tau_choose(const struct locus_trace *t, const uint32_t *calib,
 /* ---- the routing choices made from the calibration data (locusctl fit's default) ---- */
 
 #define LOCUS_ELDRFIT_TUNE_LIST_MAX 32
-#define LOCUS_ELDRFIT_TUNE_SCREEN_DIV 5u /* the screen's orders: orders / this */
+#define LOCUS_ELDRFIT_TUNE_SCREEN_DIV 10u /* the screen's orders: orders / this */
 #define LOCUS_ELDRFIT_TUNE_RESTARTS 2u   /* k-means seeds of each fold's fits, at most */
 
 /* One point of the search: fit choices, then routing choices written into the table. */

@@ -120,11 +120,11 @@ static void test_search_and_choice(void **state)
 		assert_int_equal(r.n_pt, 2 * 33 * 8);
 		/*
 		 * both folds, each with its reference: every point in the screen's
-		 * 20 / 5 orders, then the contenders (the 33 fewest pairs and the
+		 * 20 / 10 orders, then the contenders (the 33 fewest pairs and the
 		 * 33 least loaded: 528 / 16) in all 20
 		 */
 		assert_int_equal(r.orders, LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT);
-		assert_int_equal(r.screen_orders, 4);
+		assert_int_equal(r.screen_orders, 2);
 		assert_true(r.n_contenders >= 33 && r.n_contenders <= 66);
 		assert_int_equal(m.calls, 2 * (1 + r.n_pt + r.n_contenders));
 		assert_int_equal(m.calls_all, 2 * (1 + r.n_contenders));
