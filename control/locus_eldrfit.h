@@ -238,7 +238,7 @@ struct locus_eldrfit_tau_result {
  * taus with o's other choices fixed (its balance price, centroids per
  * decoder and overflow rule; no load spill): the calibration requests are
  * split alternately into two parts; for each part, the fit (options o, tau
- * irrelevant) runs on that part and the other part is replayed (to->replay)
+ * irrelevant, from at most LOCUS_ELDRFIT_TUNE_RESTARTS seeds) runs on that part and the other part is replayed (to->replay)
  * at every tau of the grid; pairs and load are averaged over both folds.
  * The choice is the tau with the fewest pairs per step among those whose
  * load is within the bound in each fold (the exact-balance fit's load on
