@@ -25,6 +25,8 @@
 #include "locus_eldrfit.h"
 
 #define NONE UINT32_MAX
+/* Up to this many clusters the move costs are kept up to date, not recomputed per search. */
+#define ELDR_BAL_MAX_ROWS 256u
 
 struct bal {
 	uint32_t n, K, lo, hi, r, X; /* X = node index K; r = capacity of X */
@@ -34,6 +36,7 @@ struct bal {
 	uint32_t *assign, *size;
 	double *w, *dist;       /* w[(K+1)^2] move costs; dist[K+1] */
 	uint32_t *wj, *prev;    /* argmin point per move; predecessor node */
+	int w_ok;               /* w and wj hold the current assignment's move costs */
 };
 
 /* k holds points through its extra edge (X -> k is a residual edge). */
@@ -89,6 +92,43 @@ static void move_costs(struct bal *b)
 	}
 }
 
+/*
+ * Point j joined cluster a: its moves out of a enter a's row of w. A row
+ * holds, per target, the least (cost, point index) over the members: what
+ * move_costs() finds scanning the points in order (the first of ties), in
+ * whatever order the members arrive.
+ */
+static void row_add(struct bal *b, uint32_t a, uint32_t j)
+{
+	const uint32_t K = b->K;
+	const double *cj = b->c + (size_t)j * K;
+	double *wa = b->w + (size_t)a * K;
+	uint32_t *ja = b->wj + (size_t)a * K;
+
+	for (uint32_t k = 0; k < K; k++) {
+		double v = cj[k] - cj[a];
+
+		if (k != a && (v < wa[k] || (v == wa[k] && j < ja[k]))) {
+			wa[k] = v;
+			ja[k] = j;
+		}
+	}
+}
+
+/* Cluster a's row of w from its members alone. */
+static void row_costs(struct bal *b, uint32_t a)
+{
+	const uint32_t K = b->K;
+
+	for (uint32_t k = 0; k < K; k++) {
+		b->w[(size_t)a * K + k] = DBL_MAX;
+		b->wj[(size_t)a * K + k] = NONE;
+	}
+	for (uint32_t j = 0; j < b->n; j++)
+		if (b->assign[j] == a)
+			row_add(b, a, j);
+}
+
 /* Shortest paths from point p over clusters and X (Bellman-Ford). */
 static void shortest(struct bal *b, uint32_t p)
 {
@@ -140,9 +180,32 @@ static void shortest(struct bal *b, uint32_t p)
 	}
 }
 
+/*
+ * After the moves j[i]: from[i] (NONE: p, unassigned before) -> to[i]: the
+ * rows whose argmin left are made anew, the others take their new points.
+ */
+static void rows_update(struct bal *b, const uint32_t *j, const uint32_t *from,
+			const uint32_t *to, uint32_t n)
+{
+	const uint32_t K = b->K;
+	uint8_t dirty[ELDR_BAL_MAX_ROWS] = { 0 };
+
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t k = 0; from[i] != NONE && k < K && !dirty[from[i]]; k++)
+			dirty[from[i]] = b->wj[(size_t)from[i] * K + k] == j[i];
+	for (uint32_t a = 0; a < K; a++)
+		if (dirty[a])
+			row_costs(b, a);
+	for (uint32_t i = 0; i < n; i++)
+		if (!dirty[to[i]])
+			row_add(b, to[i], j[i]);
+}
+
 static void augment(struct bal *b, uint32_t p)
 {
 	const uint32_t K = b->K, X = b->X;
+	uint32_t mv_j[ELDR_BAL_MAX_ROWS + 2], mv_from[ELDR_BAL_MAX_ROWS + 2];
+	uint32_t mv_to[ELDR_BAL_MAX_ROWS + 2], n_mv;
 	uint32_t end = NONE, node;
 	double best = DBL_MAX;
 	int x_open = b->extra < b->r;
@@ -164,9 +227,15 @@ static void augment(struct bal *b, uint32_t p)
 		b->extra += b->size[fav] >= b->lo;
 		b->assign[p] = fav;
 		b->size[fav]++;
+		if (b->w_ok)
+			row_add(b, fav, p);
 		return;
 	}
-	move_costs(b);
+	if (!b->w_ok) {
+		move_costs(b);
+		/* kept up to date from here on (rows_update) when few enough clusters */
+		b->w_ok = K <= ELDR_BAL_MAX_ROWS;
+	}
 	shortest(b, p);
 	for (uint32_t k = 0; k < K; k++) {
 		if (b->size[k] < b->lo && b->dist[k] < best - 1e-12) {
@@ -178,6 +247,7 @@ static void augment(struct bal *b, uint32_t p)
 		end = X;
 	/* walk back applying moves; a node reached from X sheds a point next */
 	node = end;
+	n_mv = 0;
 	if (node != X)
 		b->size[node]++;
 	while (node != NONE) {
@@ -185,12 +255,22 @@ static void augment(struct bal *b, uint32_t p)
 
 		if (from == NONE) {
 			b->assign[p] = node;
+			if (b->w_ok) {
+				mv_j[n_mv] = p;
+				mv_from[n_mv] = NONE;
+				mv_to[n_mv++] = node;
+			}
 			break;
 		}
 		if (from != X && node != X) {
 			uint32_t j = b->wj[(size_t)from * K + node];
 
 			b->assign[j] = node;
+			if (b->w_ok) {
+				mv_j[n_mv] = j;
+				mv_from[n_mv] = from;
+				mv_to[n_mv++] = node;
+			}
 			/* from gains the previous hop's point and loses j: net 0 */
 		} else if (from == X) {
 			/* node loses its extra point (moved further along the path) */
@@ -203,6 +283,8 @@ static void augment(struct bal *b, uint32_t p)
 		}
 		node = from;
 	}
+	if (b->w_ok)
+		rows_update(b, mv_j, mv_from, mv_to, n_mv);
 }
 
 int locus_eldrfit_bounded_assign(const double *cost, uint32_t n, uint32_t K, uint32_t lo,
