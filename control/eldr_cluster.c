@@ -137,26 +137,29 @@ void eldr_prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
 }
 
 int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
-		 const uint16_t *decode, uint16_t L, uint16_t E, float *cen,
-		 struct locus_eldrfit_result *res)
+		 const uint16_t *decode, uint16_t L, uint16_t E, const float *joint,
+		 int joint_any, float *cen, struct locus_eldrfit_result *res)
 {
 	const uint32_t K = o->n_decoders, R = o->restarts ? o->restarts : 1;
 	const float *v = x;
 	float *z = NULL, *c = NULL;
 	uint32_t *a = NULL, *size = NULL, DV = D, lo, hi;
 	double *acc = NULL, best = -INFINITY;
-	int ret = 0, conv, any = 0;
+	int ret = 0, conv, any = joint_any;
 
 	locus_eldrfit_slack_bounds(n, K, o->slack, &lo, &hi);
 	res->size_lo = lo;
 	res->size_hi = hi;
 	res->decode_clustered = 0;
 	if (decode && o->decode_weight > 0) {
-		z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
-		if (!z)
-			return -ENOMEM;
+		if (!joint) {
+			z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
+			if (!z)
+				return -ENOMEM;
+			joint = z;
+		}
 		if (any) {
-			v = z;
+			v = joint;
 			DV = D + (uint32_t)L * E;
 			res->decode_clustered = 1;
 		}
