@@ -79,3 +79,82 @@ uint64_t qsteps_pairs(const struct qsteps *q, const uint32_t *batch, uint32_t n,
 	}
 	return cnt;
 }
+
+int qmemo_init(struct qmemo *m, uint32_t B, uint32_t cap)
+{
+	memset(m, 0, sizeof(*m));
+	if (!B || B > QMEMO_MAX_BATCH || !cap || (cap & (cap - 1)))
+		return -EINVAL;
+	m->keys = malloc(sizeof(*m->keys) * B * cap);
+	m->val = malloc(sizeof(*m->val) * cap);
+	if (!m->keys || !m->val) {
+		qmemo_free(m);
+		return -ENOMEM;
+	}
+	m->B = B;
+	m->cap = cap;
+	for (uint32_t i = 0; i < cap; i++)
+		m->keys[(size_t)i * B] = UINT32_MAX;
+	return 0;
+}
+
+void qmemo_free(struct qmemo *m)
+{
+	free(m->keys);
+	free(m->val);
+	memset(m, 0, sizeof(*m));
+}
+
+static uint32_t qmemo_hash(const struct qmemo *m, const uint32_t *key)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+
+	for (uint32_t i = 0; i < m->B; i++) {
+		h ^= key[i];
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 29;
+	}
+	return (uint32_t)h & (m->cap - 1);
+}
+
+/* The slot holding key, or the empty slot where it would go. */
+static uint32_t qmemo_slot(const struct qmemo *m, const uint32_t *key)
+{
+	uint32_t i = qmemo_hash(m, key);
+
+	for (;; i = (i + 1) & (m->cap - 1)) {
+		const uint32_t *k = m->keys + (size_t)i * m->B;
+
+		if (k[0] == UINT32_MAX || !memcmp(k, key, sizeof(*key) * m->B))
+			return i;
+	}
+}
+
+int qmemo_get(const struct qmemo *m, const uint32_t *key, double *v)
+{
+	uint32_t i = qmemo_slot(m, key);
+
+	if (m->keys[(size_t)i * m->B] == UINT32_MAX)
+		return 0;
+	*v = m->val[i];
+	return 1;
+}
+
+void qmemo_put(struct qmemo *m, const uint32_t *key, double v)
+{
+	uint32_t i;
+
+	if (key[0] == UINT32_MAX)
+		return;
+	if (m->used >= m->cap / 4 * 3) {
+		for (uint32_t j = 0; j < m->cap; j++)
+			m->keys[(size_t)j * m->B] = UINT32_MAX;
+		m->used = 0;
+	}
+	i = qmemo_slot(m, key);
+	if (m->keys[(size_t)i * m->B] == UINT32_MAX) {
+		memcpy(m->keys + (size_t)i * m->B, key, sizeof(*key) * m->B);
+		m->used++;
+	}
+	m->val[i] = v;
+}
