@@ -17,8 +17,9 @@ $(eval $(call LIBRARY,eldrfit,control/eldr_fit.c control/eldr_mask.c control/eld
 # the GRACE fit: profile, spectral grouping (LAPACKE), replication, EPLB interop
 $(eval $(call LIBRARY,gracefit,control/grace_profile.c control/grace_spectral.c \
 	control/grace_group.c control/grace_balance.c control/grace_replicate.c \
-	control/grace_fit.c control/grace_eplb.c control/grace_eplb_balance.c \
-	control/grace_epgroups.c control/grace_rebalance.c control/grace_objective.c \
+	control/grace_swap.c control/grace_fit.c control/grace_eplb.c \
+	control/grace_eplb_balance.c control/grace_epgroups.c control/grace_rebalance.c \
+	control/grace_objective.c \
 	control/grace_adapt.c,formats common,lapacke openblas))
 # locusctl's GRACE subcommands
 $(eval $(call LIBRARY,gracectl,control/locusctl_grace.c control/locusctl_graceset.c,\

@@ -79,40 +79,101 @@ uint32_t locus_gracefit_moves_layer(const struct locus_grace_view *cur,
 		size_t le = (size_t)layer * E + e;
 		const uint16_t *a = cur->replica + le * R, *b = next->replica + le * R;
 
-		for (uint32_t i = 0; i < R && b[i] != LOCUS_GRACE_NO_RANK; i++) {
-			int held = b[i] == cur->primary[le];
+		/* copy i of next: its primary (i = R), then its replicas */
+		for (uint32_t i = 0; i <= R; i++) {
+			uint16_t r = i == R ? next->primary[le] : b[i];
+			int held;
 
+			if (r == LOCUS_GRACE_NO_RANK)
+				continue;
+			held = r == cur->primary[le];
 			for (uint32_t j = 0; !held && j < R && a[j] != LOCUS_GRACE_NO_RANK; j++)
-				held = a[j] == b[i];
+				held = a[j] == r;
 			moves += !held;
 		}
 	}
 	return moves;
 }
 
-/* Same dimensions and primaries: a refit of the same grouping. */
-static int same_grouping(const struct locus_grace_view *a, const struct locus_grace_view *b)
+/* Same dimensions: a refit of the same table's shape. */
+static int same_dims(const struct locus_grace_view *a, const struct locus_grace_view *b)
 {
-	return !memcmp(a->dims, b->dims, sizeof(*a->dims)) &&
-	       !memcmp(a->primary, b->primary,
-		       (size_t)a->dims->n_layers * a->dims->n_experts * sizeof(uint16_t));
+	return !memcmp(a->dims, b->dims, sizeof(*a->dims));
+}
+
+/* A copy of payload whose primaries took up to max_swaps swaps per layer on W. */
+static int swapped_payload(const void *payload, size_t payload_len, const double *W,
+			   const double *A, uint32_t max_swaps, void **out, uint32_t *swaps,
+			   struct locus_error *err)
+{
+	struct locus_grace_view v;
+	uint32_t L, E, N;
+	int rc;
+
+	*out = malloc(payload_len);
+	if (!*out)
+		return locus_error_set(err, ENOMEM, "rebalance plan: out of memory");
+	memcpy(*out, payload, payload_len);
+	rc = locus_grace_view_init(&v, *out, payload_len, err);
+	if (!rc)
+		rc = locus_grace_validate(&v, err);
+	if (rc)
+		goto err_free;
+	L = v.dims->n_layers;
+	E = v.dims->n_experts;
+	N = locus_grace_n_ranks(v.dims);
+	for (uint32_t l = 0; l < L; l++) {
+		uint32_t n = 0;
+
+		rc = locus_gracefit_swap_primaries(N, E, W + (size_t)l * E,
+						   A ? A + (size_t)l * E * E : NULL,
+						   v.primary + (size_t)l * E, max_swaps,
+						   LOCUS_GRACEFIT_SWAP_TOL, &n, err);
+		if (rc)
+			goto err_free;
+		*swaps += n;
+	}
+	return 0;
+
+err_free:
+	free(*out);
+	*out = NULL;
+	return rc;
 }
 
 int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const double *W,
 				  uint32_t max_moves, void **blob, size_t *blob_len,
 				  struct locus_gracefit_rebalance *rep, struct locus_error *err)
 {
+	return locus_gracefit_rebalance_plan_swaps(payload, payload_len, W, NULL, 0, max_moves,
+						   blob, blob_len, rep, err);
+}
+
+int locus_gracefit_rebalance_plan_swaps(const void *payload, size_t payload_len,
+					const double *W, const double *A, uint32_t max_swaps,
+					uint32_t max_moves, void **blob, size_t *blob_len,
+					struct locus_gracefit_rebalance *rep,
+					struct locus_error *err)
+{
 	struct locus_grace_view cur, nx;
 	double *gain = NULL, *pred = NULL, now = 0, full = 0, after = 0;
 	uint32_t *moves = NULL, *order = NULL, L, E, N, R, left = max_moves;
 	uint8_t *take = NULL;
+	void *sw = NULL;
 	int rc;
 
 	if (!payload || !W || !blob || !blob_len || !rep)
 		return locus_error_set(err, EINVAL, "rebalance plan: bad arguments");
 	memset(rep, 0, sizeof(*rep));
-	rc = locus_gracefit_refit_replicas(payload, payload_len, W, blob, blob_len, NULL, NULL,
-					   err);
+	if (max_swaps) {
+		rc = swapped_payload(payload, payload_len, W, A, max_swaps, &sw, &rep->swaps,
+				     err);
+		if (rc)
+			return rc;
+	}
+	rc = locus_gracefit_refit_replicas(sw ? sw : payload, payload_len, W, blob, blob_len,
+					   NULL, NULL, err);
+	free(sw);
 	if (rc)
 		return rc;
 	rc = locus_grace_view_init(&cur, (void *)(uintptr_t)payload, payload_len, err);
@@ -120,9 +181,9 @@ int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const
 		rc = locus_grace_view_init(&nx, (uint8_t *)*blob + HDR, *blob_len - HDR, err);
 	if (rc)
 		goto err_free;
-	if (!same_grouping(&cur, &nx)) {
+	if (!same_dims(&cur, &nx)) {
 		rc = locus_error_set(err, LOCUS_ESTATE, "rebalance plan: refit changed the "
-				     "grouping");
+				     "table's shape");
 		goto err_free;
 	}
 	L = cur.dims->n_layers;
@@ -185,6 +246,7 @@ int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const
 		size_t o = (size_t)l * E;
 
 		if (!take[l]) {
+			memcpy(nx.primary + o, cur.primary + o, E * sizeof(uint16_t));
 			memcpy(nx.replica + o * R, cur.replica + o * R, E * R * sizeof(uint16_t));
 			locus_gracefit_predict(cur.dims, W + o, cur.primary + o,
 					       cur.replica + o * R, pred);

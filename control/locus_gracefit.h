@@ -166,6 +166,11 @@ struct locus_gracefit_opts {
 	int no_fallback;     /* keep the grouping on every layer, whatever the objective */
 };
 
+/* rebalance: a layer's primaries are swapped while their skew exceeds 1 + this */
+#define LOCUS_GRACEFIT_SWAP_TOL 0.1
+/* rebalance: primary swaps per layer by default */
+#define LOCUS_GRACEFIT_SWAPS 2u
+
 /*
  * The objective of one layer's placement, lower is better:
  *   w_peak x k x (rho - 1) + cost_gpu x rows_gpu + cost_node x rows_node
@@ -227,6 +232,19 @@ int locus_gracefit_replicate_layer(const struct locus_gracefit_topo *topo, uint3
 				   const double *W, const double *A, const uint16_t *primary,
 				   uint32_t R, uint16_t *replica, float *pred,
 				   struct locus_gracefit_layer_info *info, struct locus_error *err);
+
+/*
+ * Swap primaries between ranks (N of them; every rank keeps its count)
+ * while the busiest rank's load on W[E] is above (1 + tol) x the mean, at
+ * most max_swaps: each swap the pair that lowers that peak most, or with A
+ * (E x E co-activation, may be NULL) the pair losing the least
+ * co-activation among those with half that gain or more. *swaps (may be
+ * NULL) gets the swaps made. For a grouping whose balance drifted with the
+ * traffic: each swap moves two experts' weights.
+ */
+int locus_gracefit_swap_primaries(uint32_t N, uint32_t n_experts, const double *W,
+				  const double *A, uint16_t *primary, uint32_t max_swaps,
+				  double tol, uint32_t *swaps, struct locus_error *err);
 
 /* Predicted loads W'[N] of a placement (the split model) and rho = max/mean. */
 double locus_gracefit_predict(const struct locus_grace_dims *d, const double *W,
@@ -401,6 +419,7 @@ struct locus_gracefit_rebalance {
 	uint32_t moves_full;     /* copies the full refit moves */
 	uint32_t moves;          /* copies the plan moves (<= max_moves) */
 	uint32_t layers_changed; /* layers that take the refit */
+	uint32_t swaps;          /* primary swaps before the refit (in layers taken or not) */
 };
 
 /*
@@ -414,6 +433,19 @@ struct locus_gracefit_rebalance {
 int locus_gracefit_rebalance_plan(const void *payload, size_t payload_len, const double *W,
 				  uint32_t max_moves, void **blob, size_t *blob_len,
 				  struct locus_gracefit_rebalance *rep, struct locus_error *err);
+
+/*
+ * The same, letting the grouping follow the traffic: each layer's primaries
+ * first take up to max_swaps swaps (locus_gracefit_swap_primaries on W, tol
+ * LOCUS_GRACEFIT_SWAP_TOL, co-activation A[L][E][E] from the calibration
+ * trace, may be NULL) when its balance drifted; a swap's two experts count
+ * as moved copies. max_swaps 0 is locus_gracefit_rebalance_plan.
+ */
+int locus_gracefit_rebalance_plan_swaps(const void *payload, size_t payload_len,
+					const double *W, const double *A, uint32_t max_swaps,
+					uint32_t max_moves, void **blob, size_t *blob_len,
+					struct locus_gracefit_rebalance *rep,
+					struct locus_error *err);
 
 /* ---- ranks lost and back (control/grace_adapt.c, pure) ----------------- */
 

@@ -120,7 +120,7 @@ enum {
 	OPT_LOADTOL, OPT_UNEVEN,
 	OPT_TABLE, OPT_INTERVAL, OPT_COUNT, OPT_THRESHOLD, OPT_COUNTER, OPT_TIMEOUT,
 	OPT_EP_RANKS, OPT_ELDR_TABLE, OPT_WINDOW, OPT_DECAY, OPT_EVERY, OPT_MAX_MOVES,
-	OPT_NO_FALLBACK, OPT_PEAK_WEIGHT, OPT_COST_GPU, OPT_COST_NODE,
+	OPT_NO_FALLBACK, OPT_PEAK_WEIGHT, OPT_COST_GPU, OPT_COST_NODE, OPT_SWAPS,
 };
 
 static const struct option long_opts[] = {
@@ -156,6 +156,7 @@ static const struct option long_opts[] = {
 	{ "decay", required_argument, NULL, OPT_DECAY },
 	{ "every", required_argument, NULL, OPT_EVERY },
 	{ "max-moves", required_argument, NULL, OPT_MAX_MOVES },
+	{ "swaps", required_argument, NULL, OPT_SWAPS },
 	{ "instance", required_argument, NULL, 'i' },
 	{ "output", required_argument, NULL, 'o' },
 	{ "help", no_argument, NULL, 'h' },
@@ -167,7 +168,7 @@ struct args {
 	int grace, use_gen, no_rep, uneven, no_fallback;
 	double load_tol, peak_weight, cost_gpu, cost_node;
 	uint32_t layers, k, n_experts, count, timeout_ms, seed, ep_ranks;
-	uint32_t window, every, max_moves;
+	uint32_t window, every, max_moves, swaps;
 	struct locus_gracefit_topo topo;
 	double r, interval, threshold, decay;
 	int n_pos;
@@ -190,6 +191,7 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 	a->every = 1;
 	a->decay = 1;
 	a->max_moves = UINT32_MAX;
+	a->swaps = UINT32_MAX; /* rebalance: LOCUS_GRACEFIT_SWAPS with --trace, else 0 */
 	optind = 0; /* GNU getopt: reinitialise (callable more than once) */
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "i:o:h", long_opts, NULL)) != -1) {
@@ -235,6 +237,7 @@ static int parse_args(const char *sub, int argc, char **argv, struct args *a)
 		case OPT_WINDOW: bad = parse_u32(optarg, 1, 65536, &a->window); break;
 		case OPT_EVERY: bad = parse_u32(optarg, 1, 1000000, &a->every); break;
 		case OPT_MAX_MOVES: bad = parse_u32(optarg, 0, UINT32_MAX - 1, &a->max_moves); break;
+		case OPT_SWAPS: bad = parse_u32(optarg, 0, LOCUS_GRACE_MAX_EXPERTS, &a->swaps); break;
 		case OPT_DECAY:
 			bad = parse_dbl(optarg, 1e-9, 1, &a->decay);
 			break;
@@ -610,11 +613,38 @@ static void print_plan(uint32_t round, double tot, uint32_t n_win,
 	if (max_moves != UINT32_MAX)
 		printf(" of %u allowed", max_moves);
 	printf(", %u layers", rp->layers_changed);
+	if (rp->swaps)
+		printf(", %u primary swaps", rp->swaps);
+}
+
+/*
+ * The co-activation of a calibration trace (its prompt tokens), for the
+ * primary swaps: prof->A [L][E][E]. The trace must have L layers, E experts.
+ */
+static int coactivation_of(const char *path, uint32_t n_experts, uint32_t L, uint32_t E,
+			   struct locus_gracefit_profile *prof, struct locus_error *err)
+{
+	struct locus_trace_opts to = { .n_experts = n_experts };
+	struct locus_trace *t = NULL;
+	int rc = locus_trace_load(path, &to, &t, err);
+
+	if (rc)
+		return rc;
+	if (t->n_layers != L || t->n_experts != E)
+		rc = locus_error_set(err, LOCUS_ERANGE, "%s: %u layers x %u experts, the table "
+				     "has %u x %u", path, t->n_layers, t->n_experts, L, E);
+	if (!rc)
+		rc = locus_gracefit_profile_init(prof, L, E, 1, err);
+	if (!rc)
+		rc = locus_gracefit_profile_add_trace(prof, t, 0, err);
+	locus_trace_free(t);
+	return rc;
 }
 
 static int cmd_rebalance(const char *sub, struct args *a)
 {
 	struct locus_gracefit_window win = { 0 };
+	struct locus_gracefit_profile prof = { 0 };
 	struct locus_error err = { 0 };
 	struct live lv;
 	void *cur = NULL;
@@ -651,6 +681,15 @@ static int cmd_rebalance(const char *sub, struct args *a)
 		ret = locusctl_fail(NULL, ENOMEM);
 		goto out;
 	}
+	if (a->trace) {
+		rc = coactivation_of(a->trace, a->n_experts, L, E, &prof, &err);
+		if (rc) {
+			ret = locusctl_fail(&err, rc);
+			goto out;
+		}
+	}
+	if (a->swaps == UINT32_MAX)
+		a->swaps = a->trace ? LOCUS_GRACEFIT_SWAPS : 0;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	stop_flag = 0;
@@ -677,8 +716,8 @@ static int cmd_rebalance(const char *sub, struct args *a)
 			fflush(stdout);
 			continue;
 		}
-		rc = locus_gracefit_rebalance_plan(pl, plen, W, a->max_moves, &blob, &len, &rp,
-						   &err);
+		rc = locus_gracefit_rebalance_plan_swaps(pl, plen, W, prof.A, a->swaps,
+							 a->max_moves, &blob, &len, &rp, &err);
 		if (rc) {
 			ret = locusctl_fail(&err, rc);
 			goto out;
@@ -725,6 +764,7 @@ static int cmd_rebalance(const char *sub, struct args *a)
 out:
 	free(W);
 	live_close(&lv);
+	locus_gracefit_profile_free(&prof);
 	locus_gracefit_window_free(&win);
 	free(cur);
 	return ret;

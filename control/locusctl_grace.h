@@ -25,7 +25,8 @@
  *       [--replica-budget B] -o TABLE
  *   rebalance -i INSTANCE --table TABLE --interval S [--count N]
  *       [--threshold 0.05] [--window N] [--decay D] [--every N]
- *       [--max-moves M] [--counter NAME] [--timeout-ms N] [-o TABLE]
+ *       [--max-moves M] [--trace CALIB] [--swaps N] [--counter NAME]
+ *       [--timeout-ms N] [-o TABLE]
  *
  * rebalance reads the live per-(layer, expert) token counters of a running
  * locusd (counter NAME; default "grace_expert_tokens", else the engine's "expert_tokens";
@@ -37,7 +38,11 @@
  * --max-moves copies a push may load onto GPUs (default no bound); it prints
  * the predicted gain against the moves and pushes to the GRACE table channel
  * only when the predicted skew improves by more than the threshold
- * (relative). The pushed table becomes the base of the next round.
+ * (relative). The pushed table becomes the base of the next round. Before
+ * each refit, a layer whose primaries' peak drifted above 1.1 x the mean
+ * takes up to --swaps N swaps of primaries between GPUs (default 2 with
+ * --trace, whose co-activation picks the swaps losing the least; 0 without:
+ * the grouping stays); swapped experts count as moved copies.
  *
  * Returns a process exit code: 0 success, 1 failure (message on stderr),
  * 2 usage error.

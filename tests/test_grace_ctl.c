@@ -236,7 +236,7 @@ static void budget_run(const char *inst, const char *tbl)
 
 static void test_rebalance_pushes(void **state)
 {
-	char inst[48], tbl[128], out[128];
+	char inst[48], tbl[128], out[128], tr[128];
 	struct locus_shm_params sp = { 0 };
 	struct locus_ctr_params cp = { .max_entries = 8, .n_blocks = 2, .block_size = 4096 };
 	struct locus_table_params tp = { .n_channels = 2, .n_readers = 1 };
@@ -254,6 +254,7 @@ static void test_rebalance_pushes(void **state)
 	/* base table: the one test_fit_show_eplb fitted (same directory) */
 	path(tbl, sizeof(tbl), "g.tbl");
 	path(out, sizeof(out), "pushed.tbl");
+	path(tr, sizeof(tr), "trace.jsonl");
 	snprintf(inst, sizeof(inst), "grace-ctl-%d", (int)getpid());
 	tp.channel[0] = (struct locus_table_channel_params){ .n_slots = 2, .slot_size = 4096 };
 	tp.channel[1] = (struct locus_table_channel_params){ .n_slots = 3, .slot_size = 65536 };
@@ -294,6 +295,13 @@ static void test_rebalance_pushes(void **state)
 			     "--decay", "1.5", NULL), 2);
 	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
 			     "--every", "0", NULL), 2);
+	/* primary swaps: the count checked, the calibration trace read and its shape checked */
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--swaps", "-1", NULL), 2);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--count", "1", "--trace", "/nonexistent", NULL), 1);
+	assert_int_equal(run("rebalance", "-i", inst, "--table", tbl, "--interval", "0.02",
+			     "--count", "1", "--trace", tr, "--swaps", "3", NULL), 0);
 
 	assert_int_equal(pthread_create(&th, NULL, bump, &w), 0);
 	budget_run(inst, tbl);

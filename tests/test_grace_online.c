@@ -10,20 +10,26 @@
  * On the real traces (../shared/data, or $LOCUS_DATA_DIR; skipped when
  * absent): ESFT's 4 domains one after another and gpt-oss-20b, each in
  * file order and shuffled, on 1x8 and 2x4, at grace_online_figures'
- * defaults (64 running requests, 10 windows). What the replay measures and
- * these bounds hold, on every model, order and topology:
+ * defaults (64 running requests, 10 windows, locus with up to
+ * LOCUS_GRACEFIT_SWAPS primary swaps per layer and the first interval's
+ * co-activation). What the replay measures and these bounds hold, on every
+ * model, order and topology:
  *   - locus online's rows off the source GPU at most 0.9x EPLB online's
- *     (measured 0.74x-0.86x; the goal 0.8x holds on ESFT, is at its edge
- *     on gpt-oss-20b in file order, 0.80x, and is not met on gpt-oss-20b
- *     shuffled, 0.85x: printed);
- *   - its busiest GPU / mean at most 0.15 above EPLB online's (measured
- *     -0.01 to +0.12: locus loses balance where the traffic drifts or its
- *     grouping concentrates correlated load; the goal "no worse" holds
- *     only on gpt-oss-20b shuffled: printed);
+ *     (measured 0.75x-0.87x; the goal 0.8x holds on ESFT and is not met on
+ *     gpt-oss-20b, 0.84x-0.87x: printed);
+ *   - its busiest GPU / mean at most 0.10 above EPLB online's (measured
+ *     -0.011 to +0.068: the goal "no worse" holds only on gpt-oss-20b
+ *     shuffled: printed);
  *   - its busiest GPU / mean below the initial fit never rebalanced (the
  *     loop helps);
- *   - at most 0.25x the copies EPLB moves per rebalance (measured ~0.18x);
- *   - no more copies on its fullest GPU than EPLB's slots per GPU.
+ *   - at most 0.35x the copies EPLB moves per rebalance (measured
+ *     0.22x-0.31x: the swapped primaries are moved weights too; without
+ *     swaps 0.16x-0.20x);
+ *   - no more copies on its fullest GPU than EPLB's slots per GPU;
+ *   - per model, the swaps lower busiest/mean against EPLB by at least 0.01
+ *     (mean over orders and topologies; measured 0.015 on ESFT, 0.035 on
+ *     gpt-oss-20b) and raise rows off the GPU by at most 0.05x EPLB's
+ *     (measured 0.008x and 0.027x) against the same loop without swaps.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -37,12 +43,15 @@
 
 #include "data_paths.h"
 #include "grace_online.h"
+#include "locus_gracefit.h"
 #include "locus_trace.h"
 
 #define ROWS_BOUND 0.90    /* locus rows off GPU / EPLB's, at most */
 #define ROWS_GOAL 0.80
-#define MM_TOL 0.15        /* locus busiest/mean - EPLB's, at most */
-#define MOVES_BOUND 0.25   /* locus copies moved / EPLB's, at most */
+#define MM_TOL 0.10        /* locus busiest/mean - EPLB's, at most */
+#define MOVES_BOUND 0.35   /* locus copies moved / EPLB's, at most */
+#define SWAP_GAIN 0.01     /* the swaps' busiest/mean gain against EPLB, at least */
+#define SWAP_ROWS 0.05     /* the swaps' rows off GPU / EPLB's added, at most */
 
 static const struct gf_topo topos[] = { { 1, 8 }, { 2, 4 } };
 
@@ -124,7 +133,8 @@ static void test_stream(void **state)
 /* Returns the failed checks on one model, every case printed. */
 static uint32_t check_model(const char *name, struct locus_trace *const *tr, uint32_t n_tr)
 {
-	uint32_t failed = 0;
+	double gain = 0, rows_added = 0;
+	uint32_t failed = 0, n_cases = 0;
 
 	for (int shuffle = 0; shuffle < 2; shuffle++) {
 		struct go_stream s;
@@ -139,33 +149,52 @@ static uint32_t check_model(const char *name, struct locus_trace *const *tr, uin
 			continue;
 		}
 		for (size_t ti = 0; ti < sizeof(topos) / sizeof(topos[0]); ti++) {
-			struct go_metrics m[GO_N_METHODS];
-			struct go_run r;
+			struct go_metrics m[GO_N_METHODS], m0[GO_N_METHODS];
+			struct go_run r, r0;
 			double rows, dmm, mv;
 			int bad;
 
 			go_replay(&s, &topos[ti], &c, 0, &r);
-			for (int x = 0; x < GO_N_METHODS; x++)
+			c.swaps = 0;
+			go_replay(&s, &topos[ti], &c, 0, &r0);
+			c.swaps = LOCUS_GRACEFIT_SWAPS;
+			for (int x = 0; x < GO_N_METHODS; x++) {
 				go_metrics_of(r.w[x], NULL, r.n_windows, &m[x]);
+				go_metrics_of(r0.w[x], NULL, r0.n_windows, &m0[x]);
+			}
 			rows = m[GO_LOCUS].rows_gpu / m[GO_EPLB].rows_gpu;
 			dmm = m[GO_LOCUS].mm - m[GO_EPLB].mm;
 			mv = m[GO_LOCUS].moves / m[GO_EPLB].moves;
+			gain += m0[GO_LOCUS].mm - m[GO_LOCUS].mm;
+			rows_added += rows - m0[GO_LOCUS].rows_gpu / m0[GO_EPLB].rows_gpu;
+			n_cases++;
 			bad = (rows > ROWS_BOUND) + (dmm > MM_TOL) +
 			      (m[GO_LOCUS].mm >= m[GO_GRACE_STATIC].mm) + (mv > MOVES_BOUND) +
 			      (r.slots[GO_LOCUS] > r.slots[GO_EPLB]);
 			print_message("%s %s %ux%u (%u windows): rows off GPU %.3fx EPLB's (goal "
 				      "%.1fx %s), busiest/mean %.3f vs EPLB %.3f (%+.3f; goal <= 0 "
-				      "%s), static fit %.3f, copies moved %.2fx, slots %u/%u%s\n",
+				      "%s; no swaps %.3f), static fit %.3f, copies moved %.2fx, "
+				      "slots %u/%u%s\n",
 				      name, shuffle ? "shuffled" : "file order", topos[ti].nodes,
 				      topos[ti].gpus, r.n_windows, rows, ROWS_GOAL,
 				      rows <= ROWS_GOAL ? "met" : "NOT met", m[GO_LOCUS].mm,
 				      m[GO_EPLB].mm, dmm, dmm <= 0 ? "met" : "NOT met",
-				      m[GO_GRACE_STATIC].mm, mv, r.slots[GO_LOCUS], r.slots[GO_EPLB],
-				      bad ? "  FAILED" : "");
+				      m0[GO_LOCUS].mm, m[GO_GRACE_STATIC].mm, mv, r.slots[GO_LOCUS],
+				      r.slots[GO_EPLB], bad ? "  FAILED" : "");
 			failed += bad;
+			go_run_free(&r0);
 			go_run_free(&r);
 		}
 		go_stream_free(&s);
+	}
+	if (n_cases) {
+		gain /= n_cases;
+		rows_added /= n_cases;
+		print_message("%s: the swaps lower busiest/mean by %.3f (at least %.2f) and add "
+			      "%.3fx EPLB's rows off GPU (at most %.2fx), mean of %u cases%s\n",
+			      name, gain, SWAP_GAIN, rows_added, SWAP_ROWS, n_cases,
+			      gain < SWAP_GAIN || rows_added > SWAP_ROWS ? "  FAILED" : "");
+		failed += (gain < SWAP_GAIN) + (rows_added > SWAP_ROWS);
 	}
 	return failed;
 }

@@ -6,6 +6,7 @@
  * one replica per GPU, every figure worked by hand from the split model
  * (an expert's load shared evenly by its copies).
  */
+#include <errno.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +16,7 @@
 #include <math.h>
 #include <cmocka.h>
 
+#include "locus_err.h"
 #include "locus_gracefit.h"
 #include "locus_tblfile.h"
 
@@ -141,11 +143,123 @@ static void test_budget(void **state)
 	free(base);
 }
 
+/*
+ * Primary swaps, 2 GPUs x 3 experts: GPU 0 holds e0, e1, e2 (loads 4, 4,
+ * 1), GPU 1 e3, e4, e5 (1 each): 9 | 3, skew 1.5. Swapping e0 or e1 with
+ * any of e3..e5 gives 6 | 6 (skew 1); e2 with them moves nothing. Without
+ * co-activation the first best pair is taken, (e0, e3); with A (e0-e1 10,
+ * e0-e2 5) moving e0 loses 15 and moving e1 10: (e1, e3).
+ */
+static void test_swap_primaries(void **state)
+{
+	const double W[6] = { 4, 4, 1, 1, 1, 1 };
+	const uint16_t pri0[6] = { 0, 0, 0, 1, 1, 1 };
+	double A[36] = { 0 };
+	struct locus_error err = { 0 };
+	uint16_t pri[6];
+	uint32_t n;
+	(void)state;
+
+	memcpy(pri, pri0, sizeof(pri));
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, W, NULL, pri, 8, 0.1, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(pri[0], 1);
+	assert_int_equal(pri[3], 0);
+	assert_int_equal(pri[1], 0);
+	A[0 * 6 + 1] = A[1 * 6 + 0] = 10;
+	A[0 * 6 + 2] = A[2 * 6 + 0] = 5;
+	memcpy(pri, pri0, sizeof(pri));
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, W, A, pri, 8, 0.1, &n, &err), 0);
+	assert_int_equal(n, 1);
+	assert_int_equal(pri[0], 0);
+	assert_int_equal(pri[1], 1);
+	assert_int_equal(pri[3], 0);
+	/* no swap allowed, or the skew within the tolerance: the grouping stays */
+	memcpy(pri, pri0, sizeof(pri));
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, W, A, pri, 0, 0.1, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, W, A, pri, 8, 0.5, &n, &err), 0);
+	assert_int_equal(n, 0);
+	assert_memory_equal(pri, pri0, sizeof(pri));
+	/* bad input */
+	pri[5] = 2;
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, W, NULL, pri, 8, 0.1, &n, &err),
+			 -LOCUS_ERANGE);
+	assert_memory_equal(pri, ((const uint16_t[]){ 0, 0, 0, 1, 1, 2 }), sizeof(pri));
+	assert_int_equal(locus_gracefit_swap_primaries(2, 6, NULL, NULL, pri, 8, 0.1, &n, &err),
+			 -EINVAL);
+}
+
+/*
+ * The rebalance with swaps, 1 layer, 2 GPUs x 2 experts (e0, e1 on GPU 0,
+ * e2, e3 on GPU 1), one replica per GPU, fitted on equal loads. The traffic
+ * drifts to {5, 4, 1, 1}: 9 | 2. Without swaps only copies can even it out
+ * (one per GPU). One swap (e0, e2) gives 5 | 6 before any copy; e0 and e2
+ * change GPU, so the push moves them too.
+ */
+static void test_plan_swaps(void **state)
+{
+	const double W[4] = { 5, 4, 1, 1 };
+	struct locus_gracefit_topo t = { .n_nodes = 1, .gpus_per_node = 2, .capacity = 2,
+					 .replica_budget = 1 };
+	struct locus_gracefit_opts o = { .r = -1, .seed = 1, .no_grouping = 1 };
+	struct locus_gracefit_rebalance r0, r1;
+	struct locus_gracefit_profile p;
+	struct locus_grace_view cur, nx;
+	struct locus_error err = { 0 };
+	void *base, *b0, *b1, *b2;
+	size_t blen, l0, l1, l2;
+	(void)state;
+
+	assert_int_equal(locus_gracefit_profile_init(&p, 1, 4, 0, &err), 0);
+	for (int i = 0; i < 4; i++)
+		p.W[i] = 1;
+	assert_int_equal(locus_gracefit_fit(&p, &t, &o, &base, &blen, NULL, &err), 0);
+	locus_gracefit_profile_free(&p);
+	view(base, blen, &cur);
+	assert_int_equal(cur.primary[0], 0);
+	assert_int_equal(cur.primary[2], 1);
+	/* 0 swaps: the plain plan, byte for byte */
+	assert_int_equal(locus_gracefit_rebalance_plan(cur.dims, blen - HDR, W, UINT32_MAX, &b0,
+						       &l0, &r0, &err), 0);
+	assert_int_equal(locus_gracefit_rebalance_plan_swaps(cur.dims, blen - HDR, W, NULL, 0,
+							     UINT32_MAX, &b2, &l2, &r1, &err), 0);
+	assert_int_equal(l0, l2);
+	assert_memory_equal((uint8_t *)b0 + HDR, (uint8_t *)b2 + HDR, l0 - HDR);
+	assert_int_equal(r1.swaps, 0);
+	free(b2);
+	/* 1 swap: the primaries follow the traffic, better skew, the swapped experts moved */
+	assert_int_equal(locus_gracefit_rebalance_plan_swaps(cur.dims, blen - HDR, W, NULL, 1,
+							     UINT32_MAX, &b1, &l1, &r1, &err), 0);
+	assert_int_equal(r1.swaps, 1);
+	assert_true(r1.rho_after < r0.rho_after - 0.05);
+	view(b1, l1, &nx);
+	assert_int_equal(nx.primary[0], 1);
+	assert_int_equal(nx.primary[2], 0);
+	assert_int_equal(nx.primary[1], 0);
+	assert_int_equal(nx.primary[3], 1);
+	assert_true(r1.moves >= 2);
+	assert_int_equal(r1.moves, locus_gracefit_moves_layer(&cur, &nx, 0));
+	assert_true(r1.moves > r0.moves);
+	/* a budget below the swap's moves keeps the layer as it is */
+	free(b1);
+	assert_int_equal(locus_gracefit_rebalance_plan_swaps(cur.dims, blen - HDR, W, NULL, 1, 1,
+							     &b1, &l1, &r1, &err), 0);
+	view(b1, l1, &nx);
+	assert_memory_equal(nx.primary, cur.primary, 4 * sizeof(uint16_t));
+	assert_int_equal(r1.moves, 0);
+	free(b1);
+	free(b0);
+	free(base);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_swap_primaries),
+		cmocka_unit_test(test_plan_swaps),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

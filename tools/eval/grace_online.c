@@ -140,6 +140,7 @@ void go_cadence_of(uint32_t n_steps, uint32_t min_windows, struct go_cadence *c)
 		c->interval = c->window * EVERY;
 	}
 	c->scale = (double)c->interval / GO_VLLM_INTERVAL;
+	c->swaps = LOCUS_GRACEFIT_SWAPS;
 	c->n_windows = c->interval ? n_steps / c->interval - 1 : 0;
 	if (!c->window)
 		c->n_windows = 0;
@@ -175,9 +176,13 @@ static void set_of(const struct go_stream *s, uint32_t from, uint32_t to, struct
 		       (size_t)n * s->k * sizeof(uint16_t));
 }
 
-/* locusctl fit --grace on the tokens of steps [from, to). */
+/*
+ * locusctl fit --grace on the tokens of steps [from, to); A (may be NULL)
+ * gets a copy of the profile's co-activation [L][E][E], which locusctl
+ * rebalance --trace reads from the same calibration trace.
+ */
 static void initial_fit(const struct go_stream *s, uint32_t from, uint32_t to,
-			const struct locus_gracefit_topo *tp, void **blob, size_t *len)
+			const struct locus_gracefit_topo *tp, void **blob, size_t *len, double **A)
 {
 	struct locus_gracefit_profile p;
 	struct locus_gracefit_opts o = { .r = -1, .seed = 1 };
@@ -194,6 +199,12 @@ static void initial_fit(const struct go_stream *s, uint32_t from, uint32_t to,
 		rc = locus_gracefit_fit(&p, tp, &o, blob, len, NULL, &err);
 	if (rc)
 		gf_die("initial fit", &err, rc);
+	if (A) {
+		size_t n = (size_t)s->L * s->E * s->E;
+
+		*A = xcalloc(n, sizeof(double));
+		memcpy(*A, p.A, n * sizeof(double));
+	}
 	locus_gracefit_profile_free(&p);
 }
 
@@ -332,6 +343,7 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 	void *blob0, *cur, *refit;
 	size_t len0, cur_len, refit_len;
 	double *W = xcalloc((size_t)L * E, sizeof(double));
+	double *A = NULL;
 	int rc;
 
 	memset(r, 0, sizeof(*r));
@@ -341,7 +353,7 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 	for (int x = 0; x < GO_N_METHODS; x++)
 		r->w[x] = xcalloc(c->n_windows, sizeof(struct go_window));
 	/* both start from a placement fitted on the first interval */
-	initial_fit(s, 0, c->interval, &tp, &blob0, &len0);
+	initial_fit(s, 0, c->interval, &tp, &blob0, &len0, &A);
 	loads_of(s, 0, c->interval, W);
 	rc = locus_gracefit_eplb_rebalance(W, L, E, P, 1, t->nodes, N, &ep0, &err);
 	if (rc)
@@ -379,7 +391,8 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 		locus_gracefit_window_loads(&win, W);
 		/* locus: the replication refit, pushed when it predicts enough gain */
 		payload_of(cur, cur_len, &pl, &plen);
-		rc = locus_gracefit_rebalance_plan(pl, plen, W, UINT32_MAX, &nb, &nlen, &rep, &err);
+		rc = locus_gracefit_rebalance_plan_swaps(pl, plen, W, A, c->swaps, UINT32_MAX, &nb,
+							 &nlen, &rep, &err);
 		if (rc)
 			gf_die("rebalance plan", &err, rc);
 		if (locus_gracefit_should_push(rep.rho_now, rep.rho_after, PUSH_THRESHOLD)) {
@@ -393,7 +406,7 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 		}
 		/* the diagnostic: the whole fit again on the window */
 		if (with_refit) {
-			initial_fit(s, from - c->window, from, &tp, &nb, &nlen);
+			initial_fit(s, from - c->window, from, &tp, &nb, &nlen, NULL);
 			r->w[GO_REFIT][j].moves = grace_gained(refit, refit_len, nb, nlen, L, N, E);
 			r->w[GO_REFIT][j].pushed = 1;
 			free(refit);
@@ -440,6 +453,7 @@ void go_replay(const struct go_stream *s, const struct gf_topo *t, const struct 
 	free(refit);
 	free(cur);
 	free(blob0);
+	free(A);
 	free(W);
 }
 

@@ -8,10 +8,13 @@
  * the last `window` steps; vLLM's defaults 3,000 and 1,000), with the same
  * expert slots per GPU (grace_figures.h's memory rule), the methods:
  *   locus online   locusctl rebalance --window 1 --every 3 --interval
- *                  <window steps> (threshold 0.05, no move bound): the
- *                  replication refit of the fitted grouping
- *                  (locus_gracefit_rebalance_plan), pushed when it predicts
- *                  more than 5 % lower skew; routed by the locus planner
+ *                  <window steps> --trace <the first interval> (threshold
+ *                  0.05, no move bound, --swaps 2): up to 2 swaps of
+ *                  primaries per layer where the grouping's balance drifted,
+ *                  at the least co-activation lost, then the replication
+ *                  refit (locus_gracefit_rebalance_plan_swaps), pushed when
+ *                  it predicts more than 5 % lower skew; routed by the
+ *                  locus planner
  *   EPLB online    EPLB (1 group, as vLLM calls it) re-run on the window's
  *                  loads at every rebalance; dispatched as vLLM does
  *   GRACE static   the initial fit, never rebalanced
@@ -34,6 +37,7 @@
 #include <stdint.h>
 
 #include "grace_figures.h"
+#include "locus_gracefit.h"
 #include "locus_trace.h"
 
 /* vLLM's EPLBConfig defaults (vllm/config/parallel.py). */
@@ -69,6 +73,7 @@ void go_stream_free(struct go_stream *s);
 struct go_cadence {
 	uint32_t window, interval, n_windows;
 	double scale;      /* interval / 3,000 */
+	uint32_t swaps;    /* locus's primary swaps per layer and rebalance */
 };
 void go_cadence_of(uint32_t n_steps, uint32_t min_windows, struct go_cadence *c);
 

@@ -50,7 +50,7 @@ struct model {
 };
 
 struct opts {
-	uint32_t batch, min_windows, boot;
+	uint32_t batch, min_windows, boot, swaps;
 	const char *only;
 	int per_window;
 };
@@ -179,6 +179,7 @@ static void run_model(const struct model *md, const struct opts *o)
 
 		go_stream_build(md->tr, md->n_tr, shuffle, SHUFFLE_SEED, o->batch, &s);
 		go_cadence_of(s.n_steps, o->min_windows, &c);
+		c.swaps = o->swaps;
 		printf("\n%s, %s: %u requests, %u tokens, %u steps of up to %u running requests\n",
 		       md->name, order, s.n_req, s.n_tok, s.n_steps, s.batch);
 		if (!c.n_windows) {
@@ -238,7 +239,8 @@ static int usage(void)
 {
 	fprintf(stderr, "usage: grace_online_figures [--batch B (1..4096, 64)] "
 		"[--min-windows N (2..1000, 10)] [--boot N (100..100000, 1000)] "
-		"[--only esft|gptoss] [--per-window]\n");
+		"[--only esft|gptoss] [--per-window] [--swaps N (0..64, %u)]\n",
+		LOCUS_GRACEFIT_SWAPS);
 	return 2;
 }
 
@@ -250,11 +252,13 @@ static int parse(int argc, char **argv, struct opts *o)
 		{ "boot", required_argument, NULL, 'n' },
 		{ "only", required_argument, NULL, 'o' },
 		{ "per-window", no_argument, NULL, 'p' },
+		{ "swaps", required_argument, NULL, 'x' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int c;
 
-	*o = (struct opts){ .batch = 64, .min_windows = 10, .boot = 1000 };
+	*o = (struct opts){ .batch = 64, .min_windows = 10, .boot = 1000,
+			    .swaps = LOCUS_GRACEFIT_SWAPS };
 	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
 		int bad = 0;
 
@@ -263,6 +267,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		case 'w': bad = parse_u32(optarg, 2, 1000, &o->min_windows); break;
 		case 'n': bad = parse_u32(optarg, 100, 100000, &o->boot); break;
 		case 'p': o->per_window = 1; break;
+		case 'x': bad = parse_u32(optarg, 0, 64, &o->swaps); break;
 		case 'o':
 			o->only = optarg;
 			bad = strcmp(optarg, "esft") && strcmp(optarg, "gptoss");
@@ -270,7 +275,7 @@ static int parse(int argc, char **argv, struct opts *o)
 		default: bad = 1;
 		}
 		if (bad) {
-			if (c == 'b' || c == 'w' || c == 'n' || c == 'o')
+			if (c == 'b' || c == 'w' || c == 'n' || c == 'o' || c == 'x')
 				fprintf(stderr, "grace_online_figures: bad value '%s'\n", optarg);
 			return usage();
 		}
@@ -303,7 +308,8 @@ int main(int argc, char **argv)
 	locus_data_find_root(argv[0]);
 	root = locus_data_dir();
 	printf("Online against online: locusctl rebalance (--window 1 --every 3, threshold "
-	       "0.05) and vLLM's EPLB\n(1 group; EPLBConfig window_size %u, step_interval %u), "
+	       "0.05, --swaps %u\nwith the first interval's co-activation) and vLLM's EPLB\n"
+	       "(1 group; EPLBConfig window_size %u, step_interval %u), "
 	       "same expert slots per GPU,\nreplayed in time order; a step is one forward pass "
 	       "of up to %u running requests\n(continuous batching). Both start from a "
 	       "placement fitted on the first interval;\nwindows are the intervals after each "
@@ -313,7 +319,7 @@ int main(int argc, char **argv)
 	       "bootstrap's bias; paired for locus vs EPLB. GRACE refit (diag.): the whole fit "
 	       "(grouping\ntoo) re-run on each window, not what locusctl rebalance does.\nNot replayed: "
 	       "OLMoE, Mixtral, Qwen3 and GLM (olmoe/, qwen3_coact/) hold aggregated\nloads, "
-	       "no per-token routing in an order.\n",
+	       "no per-token routing in an order.\n", o.swaps,
 	       GO_VLLM_WINDOW,
 	       GO_VLLM_INTERVAL, o.batch, o.boot);
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
