@@ -230,6 +230,41 @@ static uint64_t run(struct ictx *x, uint64_t ns, int check)
 	return x->last_rx_ns - t0;
 }
 
+/*
+ * Every sending rank's engine knows every rank of the run as reachable
+ * before the first batch: a peer learns of a rank client attached just now
+ * from its next load row, and a batch planned before that fails with
+ * -LOCUS_EPEERDOWN. 0, or -1 after timeout_ms with a sentence.
+ */
+static int ranks_live_wait(const struct ictx *x, unsigned timeout_ms)
+{
+	uint64_t lost[LOCUS_CLIENT_RANK_WORDS], t0 = bd_now_ns();
+	struct locus_client_ranks info;
+	uint32_t r, k;
+
+	for (;;) {
+		for (r = 0; r < x->R; r++) {
+			if (!x->r[r].sends)
+				continue;
+			if (locus_client_ranks(x->r[r].a.c, lost, LOCUS_CLIENT_RANK_WORDS, &info) < 0 ||
+			    !info.n_ranks)
+				break;
+			for (k = 0; k < x->R && !(lost[k / 64] >> (k % 64) & 1); k++)
+				;
+			if (k < x->R)
+				break;
+		}
+		if (r == x->R)
+			return 0;
+		if (bd_now_ns() - t0 > (uint64_t)timeout_ms * 1000000ull) {
+			fprintf(stderr, "bench_dataplane: rank %u's engine did not see every rank of the "
+				"run reachable within %u ms\n", r, timeout_ms);
+			return -1;
+		}
+		usleep(1000);
+	}
+}
+
 int bd_internode(const struct bd_opts *o)
 {
 	struct locus_error err = { 0 };
@@ -267,6 +302,8 @@ int bd_internode(const struct bd_opts *o)
 	if (o->region)
 		printf("internode: the senders' rows in %s dma-bufs registered with their locusd\n",
 		       x.how);
+	if (ranks_live_wait(&x, 30000) < 0)
+		goto out;
 	if (!run(&x, (uint64_t)(o->warmup * 1e9), 1)) /* every row checked byte for byte */
 		goto out;
 	printf("internode warm-up: %llu batches, %llu rows in %llu messages, every byte "
