@@ -6,7 +6,6 @@ checked against the same MoE layer computed in plain numpy, never against
 this package's output. Refusals submit nothing (locusd's dispatch_batches
 does not move)."""
 import ctypes
-import os
 import threading
 
 import numpy as np
@@ -14,6 +13,7 @@ import pytest
 
 import locus
 from conftest import close_and_wait, wait_for
+from moe_ref import make_layer, reference
 
 RANKS = 4
 
@@ -45,28 +45,6 @@ def on_ranks(fn, n=RANKS):
     assert not any(t.is_alive() for t in ts), "a rank did not return within 60 s"
     if errs:
         raise errs[0]
-    return out
-
-
-def make_layer(seed, experts, hidden, out_hidden, tokens, k):
-    rng = np.random.default_rng(seed)
-    w = rng.standard_normal((experts, hidden, out_hidden)).astype(np.float32) / 8
-    xs, idx, gates = [], [], []
-    for t in tokens:
-        xs.append(rng.standard_normal((t, hidden)).astype(np.float32))
-        idx.append(np.array([rng.choice(experts, k, replace=False) for _ in range(t)],
-                            dtype=np.int64).reshape(t, k))
-        g = rng.random((t, k)).astype(np.float32) + 0.1
-        gates.append(g / g.sum(axis=1, keepdims=True))
-    return w, xs, idx, gates
-
-
-def reference(w, x, idx, gates):
-    """The MoE layer without locus: sum_j gate_j * x @ W[expert_j]."""
-    out = np.zeros((x.shape[0], w.shape[2]), dtype=np.float64)
-    for t in range(x.shape[0]):
-        for j in range(idx.shape[1]):
-            out[t] += gates[t, j] * (x[t].astype(np.float64) @ w[idx[t, j]])
     return out
 
 
