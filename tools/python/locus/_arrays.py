@@ -52,11 +52,8 @@ def check_int_dtype(a, name):
         raise TypeError(f"{name} must hold integers (expert ids), not {a.dtype}")
 
 
-def routed_experts(x, n_layers, n_experts, name="routed_experts"):
-    """[tokens, n_layers, k] expert ids, checked against the table's shape,
-    as a C-contiguous uint16 array (a copy unless it already is one)."""
-    a = as_numpy(x, name)
-    check_int_dtype(a, name)
+def _check_routed_shape(a, n_layers, name):
+    """Refuse routed experts that are not [tokens >= 1, n_layers, 1..64]."""
     if a.ndim != 3:
         raise ValueError(f"{name} must be [prompt_len, n_moe_layers, k] (3 dimensions, as "
                          f"vLLM / SGLang return it), not {a.ndim}-dimensional {a.shape}")
@@ -68,6 +65,14 @@ def routed_experts(x, n_layers, n_experts, name="routed_experts"):
                          f"{n_layers}")
     if not 1 <= k <= 64:
         raise ValueError(f"{name} has k = {k} experts per token; 1..64 are accepted")
+
+
+def routed_experts(x, n_layers, n_experts, name="routed_experts"):
+    """[tokens, n_layers, k] expert ids, checked against the table's shape,
+    as a C-contiguous uint16 array (a copy unless it already is one)."""
+    a = as_numpy(x, name)
+    check_int_dtype(a, name)
+    _check_routed_shape(a, n_layers, name)
     lo, hi = int(a.min()), int(a.max())
     if lo < 0 or hi >= n_experts:
         bad = np.argwhere((a < 0) | (a >= n_experts))[0]
@@ -96,17 +101,7 @@ def routed_experts_typed(x, n_layers, n_experts, name="routed_experts"):
         t = _IDS_TYPES.get(a.dtype)
         if t is None:
             a, t = a.astype(np.int64), _IDS_TYPES[np.dtype(np.int64)]
-    if a.ndim != 3:
-        raise ValueError(f"{name} must be [prompt_len, n_moe_layers, k] (3 dimensions, as "
-                         f"vLLM / SGLang return it), not {a.ndim}-dimensional {a.shape}")
-    tokens, layers, k = a.shape
-    if tokens < 1:
-        raise ValueError(f"{name} has no tokens (shape {a.shape})")
-    if layers != n_layers:
-        raise ValueError(f"{name} has {layers} MoE layers; the ELDR table in use has "
-                         f"{n_layers}")
-    if not 1 <= k <= 64:
-        raise ValueError(f"{name} has k = {k} experts per token; 1..64 are accepted")
+    _check_routed_shape(a, n_layers, name)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
     return a, t
