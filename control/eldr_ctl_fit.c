@@ -555,7 +555,7 @@ usage:
 		"[--tune auto|off] [--tau-batch 4] [--tau-load-bound X] [--tau 0.1|auto] "
 		"[--centroids-per-decoder M] [--spill-tau T [--spill-margin N]] "
 		"[--overflow spread|nearest] [--seed N] [--no-mask] [--max-iter N] [--n-experts E] "
-		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 4] "
+		"[--mask-sample N] [--slack 0.5] [--balance-price 2] [--restarts 8] "
 		"[--decode-weight 1] [--exact-balance] [--quiet] -o TABLE\n");
 	free(a.ids);
 	return 2;

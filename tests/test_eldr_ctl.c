@@ -167,7 +167,7 @@ static void test_fit_and_show(void **state)
 	/* the fixed balance and clustering, printed; --exact-balance: exact bounds, one seed */
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --tune off --quiet -o %s", sample(), tbl),
 			 0);
-	assert_non_null(strstr(out, "(bounds 12..36: slack 0.50, balance price 2.00); best of 4 "
+	assert_non_null(strstr(out, "(bounds 12..36: slack 0.50, balance price 2.00); best of 8 "
 				    "k-means++ seeds"));
 	assert_non_null(strstr(out, "clustered on prefill and decode expert use"));
 	assert_int_equal(ctl("fit --trace %s --decoders 4 --exact-balance --quiet -o %s", sample(),

@@ -120,9 +120,7 @@ static void default_fit(uint32_t K, uint64_t seed, uint32_t screen, uint64_t *tu
 	tu.replay_arg = cache;
 	tu.oracle_arg = cache;
 	tu.screen_orders = screen;
-	/* no screen: 8 seeds for the folds' fits and the final fit, as before the speed-ups */
-	if (screen)
-		o.restarts = 8;
+	/* no screen: the folds' fits with the final fit's seeds, as before the speed-ups */
 	tu.fit_restarts = screen ? o.restarts : 0;
 	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &tu, &r, &e), 0);
 	assert_int_equal(r.pt[r.chosen].orders, r.orders);
