@@ -18,28 +18,8 @@ double eldr_objective(const float *x, uint32_t n, uint32_t D, const float *cen,
 			const uint32_t *assign)
 {
 	double obj = 0;
-	uint32_t i = 0;
 
-	/* four rows' sums at a time (independent chains), each in its own order */
-	for (; i + 4 <= n; i += 4) {
-		const float *x0 = x + (size_t)i * D, *x1 = x0 + D, *x2 = x1 + D, *x3 = x2 + D;
-		const float *c0 = cen + (size_t)assign[i] * D, *c1 = cen + (size_t)assign[i + 1] * D;
-		const float *c2 = cen + (size_t)assign[i + 2] * D;
-		const float *c3 = cen + (size_t)assign[i + 3] * D;
-		double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-
-		for (uint32_t f = 0; f < D; f++) {
-			s0 += (double)x0[f] * c0[f];
-			s1 += (double)x1[f] * c1[f];
-			s2 += (double)x2[f] * c2[f];
-			s3 += (double)x3[f] * c3[f];
-		}
-		obj += s0;
-		obj += s1;
-		obj += s2;
-		obj += s3;
-	}
-	for (; i < n; i++) {
+	for (uint32_t i = 0; i < n; i++) {
 		const float *xi = x + (size_t)i * D, *c = cen + (size_t)assign[i] * D;
 		double s = 0;
 
@@ -137,29 +117,26 @@ void eldr_prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
 }
 
 int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
-		 const uint16_t *decode, uint16_t L, uint16_t E, const float *joint,
-		 int joint_any, float *cen, struct locus_eldrfit_result *res)
+		 const uint16_t *decode, uint16_t L, uint16_t E, float *cen,
+		 struct locus_eldrfit_result *res)
 {
 	const uint32_t K = o->n_decoders, R = o->restarts ? o->restarts : 1;
 	const float *v = x;
 	float *z = NULL, *c = NULL;
 	uint32_t *a = NULL, *size = NULL, DV = D, lo, hi;
 	double *acc = NULL, best = -INFINITY;
-	int ret = 0, conv, any = joint_any;
+	int ret = 0, conv, any = 0;
 
 	locus_eldrfit_slack_bounds(n, K, o->slack, &lo, &hi);
 	res->size_lo = lo;
 	res->size_hi = hi;
 	res->decode_clustered = 0;
 	if (decode && o->decode_weight > 0) {
-		if (!joint) {
-			z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
-			if (!z)
-				return -ENOMEM;
-			joint = z;
-		}
+		z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
+		if (!z)
+			return -ENOMEM;
 		if (any) {
-			v = joint;
+			v = z;
 			DV = D + (uint32_t)L * E;
 			res->decode_clustered = 1;
 		}

@@ -157,40 +157,30 @@ static void print_tune(const struct locus_eldrfit_tune_result *r, uint32_t K, ui
 		uint32_t j = i, bi = i;
 		char spill[24];
 
-		/*
-		 * the fewest pairs within the bound of this (price, centroids), else
-		 * the least loaded: of its contenders, else of its screened points
-		 */
-		for (int all = 0; all < 2 && !b; all++)
-			for (j = i; j < r->n_pt && r->pt[j].balance_price == p->balance_price &&
-			     r->pt[j].centroids_per_decoder == p->centroids_per_decoder; j++) {
-				const struct locus_eldrfit_tune_point *q = &r->pt[j];
-				int in = !over_bound(r, q), bin = b && !over_bound(r, b);
+		/* the fewest pairs within the bound of this (price, centroids), else the least loaded */
+		for (; j < r->n_pt && r->pt[j].balance_price == p->balance_price &&
+		       r->pt[j].centroids_per_decoder == p->centroids_per_decoder; j++) {
+			const struct locus_eldrfit_tune_point *q = &r->pt[j];
+			int in = !over_bound(r, q), bin = b && !over_bound(r, b);
 
-				if (!all && q->orders != r->orders)
-					continue;
-				if (!b || (in && (!bin || q->pairs < b->pairs)) ||
-				    (!in && !bin && q->load < b->load)) {
-					b = q;
-					bi = j;
-				}
+			if (!b || (in && (!bin || q->pairs < b->pairs)) ||
+			    (!in && !bin && q->load < b->load)) {
+				b = q;
+				bi = j;
 			}
+		}
 		if (b->spill_tau != 0.0f)
 			snprintf(spill, sizeof(spill), "%.2g/%u", (double)b->spill_tau,
 				 b->spill_margin);
 		else
 			snprintf(spill, sizeof(spill), "off");
-		printf("  %-6.3g %-9u %-6.3g %-8s %-12s %-15.2f %.3f%s%s%s\n",
+		printf("  %-6.3g %-9u %-6.3g %-8s %-12s %-15.2f %.3f%s%s\n",
 		       (double)b->balance_price, b->centroids_per_decoder, (double)b->tau,
 		       b->overflow_spread ? "spread" : "nearest", spill, b->pairs, b->load,
 		       over_bound(r, b) ? "  over the bound" : "",
-		       b->orders != r->orders ? "  (screen only)" : "",
 		       bi == r->chosen ? "  <- chosen" : "");
 		i = j;
 	}
-	if (r->n_contenders < r->n_pt)
-		printf("  screen: every point in %u arrival orders, the %u contenders in all %u "
-		       "(the rest: screen only)\n", r->screen_orders, r->n_contenders, r->orders);
 	printf("  exact-balance fit at tau %.2f: %.2f pairs per step, busiest decoder %.3f\n",
 	       (double)LOCUS_ELDR_TAU_DEFAULT, r->ref_pairs, r->ref_load);
 	if (r->bound_oracle)

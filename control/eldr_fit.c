@@ -17,25 +17,13 @@
 
 void locus_eldrfit_idf(const uint16_t *counts, uint32_t n, size_t le, float *idf)
 {
-	uint32_t *df = calloc(le ? le : 1, sizeof(*df));
+	for (size_t f = 0; f < le; f++) {
+		uint32_t df = 0;
 
-	if (!df) { /* column by column, no scratch */
-		for (size_t f = 0; f < le; f++) {
-			uint32_t d = 0;
-
-			for (uint32_t i = 0; i < n; i++)
-				d += counts[(size_t)i * le + f] != 0;
-			idf[f] = (float)(log((1.0 + n) / (1.0 + d)) + 1.0);
-		}
-		return;
+		for (uint32_t i = 0; i < n; i++)
+			df += counts[(size_t)i * le + f] != 0;
+		idf[f] = (float)(log((1.0 + n) / (1.0 + df)) + 1.0);
 	}
-	/* row by row: the counts are read in memory order */
-	for (uint32_t i = 0; i < n; i++)
-		for (size_t f = 0; f < le; f++)
-			df[f] += counts[(size_t)i * le + f] != 0;
-	for (size_t f = 0; f < le; f++)
-		idf[f] = (float)(log((1.0 + n) / (1.0 + df[f])) + 1.0);
-	free(df);
 }
 
 double locus_eldrfit_vector(const uint16_t *counts, uint16_t L, uint16_t E, const float *idf,
@@ -247,26 +235,7 @@ void eldr_prep_free(struct eldr_prep *p)
 	free(p->x);
 	free(p->assign);
 	free(p->cen);
-	free(p->joint);
 	memset(p, 0, sizeof(*p));
-}
-
-/*
- * p's decode-aware rows for o's decode weight (made on first use, kept for
- * the next fit with that weight); NULL when the fit clusters prefill only.
- * -ENOMEM.
- */
-static int prep_joint(struct eldr_prep *p, const struct locus_eldrfit_opts *o)
-{
-	if (!p->dec || !(o->decode_weight > 0))
-		return 0;
-	if (p->joint && p->joint_weight == o->decode_weight)
-		return 0;
-	free(p->joint);
-	p->joint = eldr_joint_rows(p->x, p->n, p->D, p->dec, p->L, p->E, o->decode_weight,
-				   &p->joint_any);
-	p->joint_weight = o->decode_weight;
-	return p->joint ? 0 : -ENOMEM;
 }
 
 int eldr_prep_arrays(const uint16_t *prefill, const uint16_t *decode, uint32_t n, uint16_t L,
@@ -366,11 +335,7 @@ int eldr_prep_fit(struct eldr_prep *p, const struct locus_eldrfit_opts *o,
 		struct locus_eldrfit_result cr = { .assign = p->assign };
 
 		p->have_cluster = 0;
-		ret = prep_joint(p, o);
-		if (ret == 0)
-			ret = eldr_cluster(o, p->x, n, D, p->dec, p->L, p->E,
-					   o->decode_weight > 0 ? p->joint : NULL, p->joint_any,
-					   p->cen, &cr);
+		ret = eldr_cluster(o, p->x, n, D, p->dec, p->L, p->E, p->cen, &cr);
 		if (ret < 0) {
 			ret = locus_error_set(err, -ret, "k-means: %s", locus_strerror(ret));
 			goto err_free;
@@ -399,11 +364,9 @@ int eldr_prep_fit(struct eldr_prep *p, const struct locus_eldrfit_opts *o,
 	if (o->centroids_per_decoder > 1) {
 		sub = malloc(sizeof(float) * (size_t)K * o->centroids_per_decoder * D);
 		slot = malloc(sizeof(uint16_t) * K * o->centroids_per_decoder);
-		ret = sub && slot ? prep_joint(p, o) : -ENOMEM;
-		if (ret == 0)
-			ret = eldr_subcentroids(o, p->x, n, D, p->dec, p->L, p->E,
-						o->decode_weight > 0 ? p->joint : NULL,
-						p->joint_any, res->assign, p->cen, sub, slot, &C);
+		ret = sub && slot ? eldr_subcentroids(o, p->x, n, D, p->dec, p->L, p->E,
+						      res->assign, p->cen, sub, slot, &C) :
+				    -ENOMEM;
 		if (ret < 0) {
 			ret = locus_error_set(err, -ret, "sub-centroids: %s", locus_strerror(ret));
 			goto err_free;
@@ -519,12 +482,8 @@ int eldr_prep_trace(const struct locus_trace *t, const struct locus_eldrfit_opts
 			if (kind == LOCUS_ELDRFIT_SCORE_DECODE) {
 				memcpy(spre + (size_t)s * LE, pre + (size_t)cand[s] * LE,
 				       sizeof(*spre) * LE);
-				if (dec) /* the same counts, already made */
-					memcpy(stgt + (size_t)s * LE, dec + (size_t)cand[s] * LE,
-					       sizeof(*stgt) * LE);
-				else
-					ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k,
-								    r->gen, r->gen_len, err);
+				ret = locus_eldr_counts_add(stgt + (size_t)s * LE, L, E, k, r->gen,
+							    r->gen_len, err);
 			} else {
 				uint32_t h = r->prompt_len / 2;
 

@@ -41,12 +41,11 @@ int eldr_select_mask(const uint16_t *pre, const uint16_t *target, uint32_t S, ui
  * Writes cen[K][D] = normalised mean of the members' x (the router scores
  * prefill signatures only), res->assign, iterations, converged, seed,
  * size_lo/hi, decode_clustered and objective (sum x_i . cen[assign(i)]).
- * joint: those rows already made by eldr_joint_rows() with o->decode_weight
- * (joint_any its *any), or NULL: made here. Returns 0, -EINVAL, -ENOMEM.
+ * Returns 0, -EINVAL, -ENOMEM.
  */
 int eldr_cluster(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
-		 const uint16_t *decode, uint16_t L, uint16_t E, const float *joint,
-		 int joint_any, float *cen, struct locus_eldrfit_result *res);
+		 const uint16_t *decode, uint16_t L, uint16_t E, float *cen,
+		 struct locus_eldrfit_result *res);
 
 /* sum over rows of x_i . c[assign(i)] (fixed order). */
 double eldr_objective(const float *x, uint32_t n, uint32_t D, const float *cen,
@@ -77,14 +76,12 @@ void eldr_prefill_centroids(const float *x, uint32_t n, uint32_t D, uint32_t K,
  * when decode is given and o->decode_weight > 0, else x), each centroid the
  * normalised mean of its members' x. A cluster with fewer than two members
  * keeps its centroid cen_k[k]. Writes cen[C][D] (room for K * m rows),
- * slot[C] (the decoder slot of each, slots in order) and *C. joint, joint_any:
- * as eldr_cluster()'s.
+ * slot[C] (the decoder slot of each, slots in order) and *C.
  * Returns 0, -EINVAL, -ENOMEM.
  */
 int eldr_subcentroids(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
-		      const uint16_t *decode, uint16_t L, uint16_t E, const float *joint,
-		      int joint_any, const uint32_t *assign, const float *cen_k, float *cen,
-		      uint16_t *slot, uint32_t *C);
+		      const uint16_t *decode, uint16_t L, uint16_t E, const uint32_t *assign,
+		      const float *cen_k, float *cen, uint16_t *slot, uint32_t *C);
 
 /*
  * A fit's inputs prepared once for several fits of the same requests (the
@@ -109,9 +106,6 @@ struct eldr_prep {
 	float key_slack, key_price, key_weight;
 	uint32_t *assign, iterations, size_lo, size_hi;
 	float *cen;                  /* [K][D] */
-	/* the decode-aware rows (eldr_joint_rows) for one decode weight, made once */
-	float *joint, joint_weight;
-	int joint_any;
 	uint64_t seed;
 	int converged, decode_clustered;
 	double objective;

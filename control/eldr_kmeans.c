@@ -25,8 +25,6 @@
 #include "locus_eldrfit.h"
 
 #define NONE UINT32_MAX
-/* Up to this many clusters the move costs are kept up to date, not recomputed per search. */
-#define ELDR_BAL_MAX_ROWS 256u
 
 struct bal {
 	uint32_t n, K, lo, hi, r, X; /* X = node index K; r = capacity of X */
@@ -36,7 +34,6 @@ struct bal {
 	uint32_t *assign, *size;
 	double *w, *dist;       /* w[(K+1)^2] move costs; dist[K+1] */
 	uint32_t *wj, *prev;    /* argmin point per move; predecessor node */
-	int w_ok;               /* w and wj hold the current assignment's move costs */
 };
 
 /* k holds points through its extra edge (X -> k is a residual edge). */
@@ -92,43 +89,6 @@ static void move_costs(struct bal *b)
 	}
 }
 
-/*
- * Point j joined cluster a: its moves out of a enter a's row of w. A row
- * holds, per target, the least (cost, point index) over the members: what
- * move_costs() finds scanning the points in order (the first of ties), in
- * whatever order the members arrive.
- */
-static void row_add(struct bal *b, uint32_t a, uint32_t j)
-{
-	const uint32_t K = b->K;
-	const double *cj = b->c + (size_t)j * K;
-	double *wa = b->w + (size_t)a * K;
-	uint32_t *ja = b->wj + (size_t)a * K;
-
-	for (uint32_t k = 0; k < K; k++) {
-		double v = cj[k] - cj[a];
-
-		if (k != a && (v < wa[k] || (v == wa[k] && j < ja[k]))) {
-			wa[k] = v;
-			ja[k] = j;
-		}
-	}
-}
-
-/* Cluster a's row of w from its members alone. */
-static void row_costs(struct bal *b, uint32_t a)
-{
-	const uint32_t K = b->K;
-
-	for (uint32_t k = 0; k < K; k++) {
-		b->w[(size_t)a * K + k] = DBL_MAX;
-		b->wj[(size_t)a * K + k] = NONE;
-	}
-	for (uint32_t j = 0; j < b->n; j++)
-		if (b->assign[j] == a)
-			row_add(b, a, j);
-}
-
 /* Shortest paths from point p over clusters and X (Bellman-Ford). */
 static void shortest(struct bal *b, uint32_t p)
 {
@@ -180,32 +140,9 @@ static void shortest(struct bal *b, uint32_t p)
 	}
 }
 
-/*
- * After the moves j[i]: from[i] (NONE: p, unassigned before) -> to[i]: the
- * rows whose argmin left are made anew, the others take their new points.
- */
-static void rows_update(struct bal *b, const uint32_t *j, const uint32_t *from,
-			const uint32_t *to, uint32_t n)
-{
-	const uint32_t K = b->K;
-	uint8_t dirty[ELDR_BAL_MAX_ROWS] = { 0 };
-
-	for (uint32_t i = 0; i < n; i++)
-		for (uint32_t k = 0; from[i] != NONE && k < K && !dirty[from[i]]; k++)
-			dirty[from[i]] = b->wj[(size_t)from[i] * K + k] == j[i];
-	for (uint32_t a = 0; a < K; a++)
-		if (dirty[a])
-			row_costs(b, a);
-	for (uint32_t i = 0; i < n; i++)
-		if (!dirty[to[i]])
-			row_add(b, to[i], j[i]);
-}
-
 static void augment(struct bal *b, uint32_t p)
 {
 	const uint32_t K = b->K, X = b->X;
-	uint32_t mv_j[ELDR_BAL_MAX_ROWS + 2], mv_from[ELDR_BAL_MAX_ROWS + 2];
-	uint32_t mv_to[ELDR_BAL_MAX_ROWS + 2], n_mv;
 	uint32_t end = NONE, node;
 	double best = DBL_MAX;
 	int x_open = b->extra < b->r;
@@ -227,15 +164,9 @@ static void augment(struct bal *b, uint32_t p)
 		b->extra += b->size[fav] >= b->lo;
 		b->assign[p] = fav;
 		b->size[fav]++;
-		if (b->w_ok)
-			row_add(b, fav, p);
 		return;
 	}
-	if (!b->w_ok) {
-		move_costs(b);
-		/* kept up to date from here on (rows_update) when few enough clusters */
-		b->w_ok = K <= ELDR_BAL_MAX_ROWS;
-	}
+	move_costs(b);
 	shortest(b, p);
 	for (uint32_t k = 0; k < K; k++) {
 		if (b->size[k] < b->lo && b->dist[k] < best - 1e-12) {
@@ -247,7 +178,6 @@ static void augment(struct bal *b, uint32_t p)
 		end = X;
 	/* walk back applying moves; a node reached from X sheds a point next */
 	node = end;
-	n_mv = 0;
 	if (node != X)
 		b->size[node]++;
 	while (node != NONE) {
@@ -255,22 +185,12 @@ static void augment(struct bal *b, uint32_t p)
 
 		if (from == NONE) {
 			b->assign[p] = node;
-			if (b->w_ok) {
-				mv_j[n_mv] = p;
-				mv_from[n_mv] = NONE;
-				mv_to[n_mv++] = node;
-			}
 			break;
 		}
 		if (from != X && node != X) {
 			uint32_t j = b->wj[(size_t)from * K + node];
 
 			b->assign[j] = node;
-			if (b->w_ok) {
-				mv_j[n_mv] = j;
-				mv_from[n_mv] = from;
-				mv_to[n_mv++] = node;
-			}
 			/* from gains the previous hop's point and loses j: net 0 */
 		} else if (from == X) {
 			/* node loses its extra point (moved further along the path) */
@@ -283,8 +203,6 @@ static void augment(struct bal *b, uint32_t p)
 		}
 		node = from;
 	}
-	if (b->w_ok)
-		rows_update(b, mv_j, mv_from, mv_to, n_mv);
 }
 
 int locus_eldrfit_bounded_assign(const double *cost, uint32_t n, uint32_t K, uint32_t lo,
@@ -371,76 +289,26 @@ static double uniform(uint64_t *s)
  * target has FMA and contraction is off): bit-identical results on every
  * CPU, only wider registers.
  */
+LOCUS_FIT_KERNEL
+static float dotf(const float *a, const float *b, uint32_t D)
+{
+	LOCUS_FIT_NO_CONTRACT
+	float s[8] = { 0 };
+	uint32_t i = 0;
+
+	for (; i + 8 <= D; i += 8)
+		for (unsigned l = 0; l < 8; l++)
+			s[l] += a[i + l] * b[i + l];
+	for (unsigned l = 0; i < D; i++, l++)
+		s[l] += a[i] * b[i];
+	return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+}
+
 typedef float v8f __attribute__((vector_size(32)));
 
 #define LD8(dst, p) memcpy(&(dst), (p), sizeof(v8f))
 #define HSUM8(v) ((((v)[0] + (v)[4]) + ((v)[2] + (v)[6])) + \
 		  (((v)[1] + (v)[5]) + ((v)[3] + (v)[7])))
-
-/* (lane l sums a[i] * b[i] over i = l mod 8, in order; the tail continues lanes 0..) */
-LOCUS_FIT_KERNEL
-static float dotf(const float *a, const float *b, uint32_t D)
-{
-	LOCUS_FIT_NO_CONTRACT
-	v8f s = { 0 };
-	uint32_t i = 0;
-
-	for (; i + 8 <= D; i += 8) {
-		v8f x, y;
-
-		LD8(x, a + i);
-		LD8(y, b + i);
-		s += x * y;
-	}
-	for (unsigned l = 0; i < D; i++, l++)
-		s[l] += a[i] * b[i];
-	return HSUM8(s);
-}
-
-/*
- * out[i] = dotf(x_i, q) for rows i < n of x[n][D], four rows per pass
- * sharing q's loads: each row's lanes run dotf's operations in its order
- * (the same values), four chains of additions in flight instead of one.
- */
-LOCUS_FIT_KERNEL
-static void dot_rows(const float *x, uint32_t n, uint32_t D, const float *q, float *out)
-{
-	LOCUS_FIT_NO_CONTRACT
-	const uint32_t D8 = D & ~7u;
-	uint32_t i0 = 0;
-
-	for (; i0 + 4 <= n; i0 += 4) {
-		const float *a = x + (size_t)i0 * D, *a1 = a + D, *a2 = a1 + D, *a3 = a2 + D;
-		v8f acc[4], s0 = { 0 }, s1 = { 0 }, s2 = { 0 }, s3 = { 0 };
-
-		for (uint32_t f = 0; f < D8; f += 8) {
-			v8f y, xv;
-
-			LD8(y, q + f);
-			LD8(xv, a + f);
-			s0 += xv * y;
-			LD8(xv, a1 + f);
-			s1 += xv * y;
-			LD8(xv, a2 + f);
-			s2 += xv * y;
-			LD8(xv, a3 + f);
-			s3 += xv * y;
-		}
-		acc[0] = s0;
-		acc[1] = s1;
-		acc[2] = s2;
-		acc[3] = s3;
-		for (int ii = 0; ii < 4; ii++) {
-			const float *p = a + (size_t)ii * D;
-
-			for (uint32_t f = D8; f < D; f++)
-				acc[ii][f - D8] += p[f] * q[f];
-			out[i0 + ii] = HSUM8(acc[ii]);
-		}
-	}
-	for (; i0 < n; i0++)
-		out[i0] = dotf(x + (size_t)i0 * D, q, D);
-}
 
 /*
  * cost[i][k] = -x_i . c_k for all points and centroids, 2 x 4 dot products
@@ -460,39 +328,22 @@ static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, 
 		uint32_t k0 = 0;
 
 		for (; k0 + 4 <= K; k0 += 4) {
-			const float *b0 = c + (size_t)k0 * D, *b1 = b0 + D, *b2 = b1 + D,
-				    *b3 = b2 + D;
-			v8f acc[2][4];
-			/* named accumulators: registers, not a stack array per step */
-			v8f s00 = { 0 }, s01 = { 0 }, s02 = { 0 }, s03 = { 0 };
-			v8f s10 = { 0 }, s11 = { 0 }, s12 = { 0 }, s13 = { 0 };
+			const float *b0 = c + (size_t)k0 * D;
+			v8f acc[2][4] = { { { 0 } } };
 
 			for (uint32_t f = 0; f < D8; f += 8) {
-				v8f x0, x1, y;
+				v8f x0, x1;
 
 				LD8(x0, a0 + f);
 				LD8(x1, a1 + f);
-				LD8(y, b0 + f);
-				s00 += x0 * y;
-				s10 += x1 * y;
-				LD8(y, b1 + f);
-				s01 += x0 * y;
-				s11 += x1 * y;
-				LD8(y, b2 + f);
-				s02 += x0 * y;
-				s12 += x1 * y;
-				LD8(y, b3 + f);
-				s03 += x0 * y;
-				s13 += x1 * y;
+				for (int kk = 0; kk < 4; kk++) {
+					v8f y;
+
+					LD8(y, b0 + (size_t)kk * D + f);
+					acc[0][kk] += x0 * y;
+					acc[1][kk] += x1 * y;
+				}
 			}
-			acc[0][0] = s00;
-			acc[0][1] = s01;
-			acc[0][2] = s02;
-			acc[0][3] = s03;
-			acc[1][0] = s10;
-			acc[1][1] = s11;
-			acc[1][2] = s12;
-			acc[1][3] = s13;
 			for (int ii = 0; ii < 2; ii++) {
 				for (int kk = 0; kk < 4; kk++) {
 					const float *p = ii ? a1 : a0, *q = b0 + (size_t)kk * D;
@@ -504,21 +355,15 @@ static void cost_matrix(const float *x, uint32_t n, uint32_t D, const float *c, 
 				}
 			}
 		}
+		for (; k0 < K; k0++) {
+			cost[(size_t)i0 * K + k0] = -(double)dotf(a0, c + (size_t)k0 * D, D);
+			cost[(size_t)(i0 + 1) * K + k0] = -(double)dotf(a1, c + (size_t)k0 * D, D);
+		}
 	}
 	for (; i0 < n; i0++)
-		for (uint32_t k = 0; k < (K & ~3u); k++)
+		for (uint32_t k = 0; k < K; k++)
 			cost[(size_t)i0 * K + k] = -(double)dotf(x + (size_t)i0 * D,
 								 c + (size_t)k * D, D);
-	/* the last K mod 4 centroids: every row against each */
-	for (uint32_t k = K & ~3u; k < K; k++)
-		for (uint32_t i = 0; i < n; i += 64) {
-			uint32_t m = n - i < 64 ? n - i : 64;
-			float d[64];
-
-			dot_rows(x + (size_t)i * D, m, D, c + (size_t)k * D, d);
-			for (uint32_t j = 0; j < m; j++)
-				cost[(size_t)(i + j) * K + k] = -(double)d[j];
-		}
 }
 
 static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_t seed,
@@ -534,14 +379,10 @@ static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_
 		const float *last = cen + (size_t)(k - 1) * D;
 		double total = 0, pick;
 		uint32_t chosen = NONE;
-		float dots[64];
 
 		for (uint32_t i = 0; i < n; i++) {
-			double d;
+			double d = 2.0 - 2.0 * dotf(x + (size_t)i * D, last, D);
 
-			if (i % 64 == 0)
-				dot_rows(x + (size_t)i * D, n - i < 64 ? n - i : 64, D, last, dots);
-			d = 2.0 - 2.0 * dots[i % 64];
 			if (d < 0)
 				d = 0;
 			if (d < dmin[i])
@@ -563,29 +404,6 @@ static void kmeanspp(const float *x, uint32_t n, uint32_t D, uint32_t K, uint64_
 	}
 }
 
-typedef double v4d __attribute__((vector_size(32)));
-typedef float v4f __attribute__((vector_size(16)));
-
-/* acc[d] += row[d] for d < D, in double (each element on its own: any width, same sums). */
-LOCUS_FIT_KERNEL
-static void add_row(double *acc, const float *row, uint32_t D)
-{
-	LOCUS_FIT_NO_CONTRACT
-	uint32_t d = 0;
-
-	for (; d + 4 <= D; d += 4) {
-		v4f r;
-		v4d a;
-
-		memcpy(&r, row + d, sizeof(r));
-		memcpy(&a, acc + d, sizeof(a));
-		a += __builtin_convertvector(r, v4d);
-		memcpy(acc + d, &a, sizeof(a));
-	}
-	for (; d < D; d++)
-		acc[d] += row[d];
-}
-
 static void update(const float *x, uint32_t n, uint32_t D, uint32_t K, const uint32_t *assign,
 		   float *cen, double *acc)
 {
@@ -599,7 +417,8 @@ static void update(const float *x, uint32_t n, uint32_t D, uint32_t K, const uin
 				continue;
 			if (any == NONE)
 				any = i;
-			add_row(acc, x + (size_t)i * D, D);
+			for (uint32_t d = 0; d < D; d++)
+				acc[d] += x[(size_t)i * D + d];
 		}
 		for (uint32_t d = 0; d < D; d++)
 			nn += acc[d] * acc[d];

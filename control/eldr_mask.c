@@ -47,39 +47,22 @@ static void gram_acc(const float *A, uint32_t n, size_t ld, size_t off, size_t l
 	for (uint32_t i0 = 0; i0 < n; i0 += 2) {
 		for (uint32_t j0 = i0 & ~3u; j0 < n; j0 += 4) {
 			const float *a0 = A + (size_t)i0 * ld + off, *a1 = a0 + ld;
-			const float *b0 = A + (size_t)j0 * ld + off, *b1 = b0 + ld, *b2 = b1 + ld,
-				    *b3 = b2 + ld;
-			v8f acc[2][4];
-			/* named accumulators: registers, not a stack array per step */
-			v8f s00 = { 0 }, s01 = { 0 }, s02 = { 0 }, s03 = { 0 };
-			v8f s10 = { 0 }, s11 = { 0 }, s12 = { 0 }, s13 = { 0 };
+			const float *b0 = A + (size_t)j0 * ld + off;
+			v8f acc[2][4] = { { { 0 } } };
 
 			for (size_t f = 0; f < len; f += 8) {
-				v8f x0, x1, y;
+				v8f x0, x1;
 
 				LD8(x0, a0 + f);
 				LD8(x1, a1 + f);
-				LD8(y, b0 + f);
-				s00 += x0 * y;
-				s10 += x1 * y;
-				LD8(y, b1 + f);
-				s01 += x0 * y;
-				s11 += x1 * y;
-				LD8(y, b2 + f);
-				s02 += x0 * y;
-				s12 += x1 * y;
-				LD8(y, b3 + f);
-				s03 += x0 * y;
-				s13 += x1 * y;
+				for (int jj = 0; jj < 4; jj++) {
+					v8f y;
+
+					LD8(y, b0 + jj * ld + f);
+					acc[0][jj] += x0 * y;
+					acc[1][jj] += x1 * y;
+				}
 			}
-			acc[0][0] = s00;
-			acc[0][1] = s01;
-			acc[0][2] = s02;
-			acc[0][3] = s03;
-			acc[1][0] = s10;
-			acc[1][1] = s11;
-			acc[1][2] = s12;
-			acc[1][3] = s13;
 			for (uint32_t ii = 0; ii < 2 && i0 + ii < n; ii++)
 				for (uint32_t jj = 0; jj < 4 && j0 + jj < n; jj++)
 					G[(size_t)(i0 + ii) * n + j0 + jj] += HSUM8(acc[ii][jj]);

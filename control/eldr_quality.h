@@ -56,30 +56,6 @@ void qsteps_free(struct qsteps *q);
  */
 uint64_t qsteps_pairs(const struct qsteps *q, const uint32_t *batch, uint32_t n, uint32_t steps);
 
-/*
- * Pairs per step of batches already counted (control/eldr_steps.c): a
- * batch's figure depends only on its set of requests, and the tuning's
- * replays meet the same batches under many routing points. Open addressing
- * on the sorted request ids (the whole key compared: a hit is the figure
- * counted before, bit for bit); emptied when three quarters full.
- */
-#define QMEMO_MAX_BATCH 16
-struct qmemo {
-	uint32_t B;          /* key length; 0: no memo */
-	uint32_t cap, used;  /* slots (a power of two), filled */
-	uint32_t *keys;      /* [cap][B]; UINT32_MAX in key[0]: empty */
-	double *val;         /* [cap] */
-};
-
-/* A memo for batches of B requests with cap slots (a power of two). 0 or -ENOMEM. */
-int qmemo_init(struct qmemo *m, uint32_t B, uint32_t cap);
-void qmemo_free(struct qmemo *m);
-
-/* The figure of sorted key[m->B] into *v: 1 if remembered, else 0. */
-int qmemo_get(const struct qmemo *m, const uint32_t *key, double *v);
-/* Remember v for sorted key[m->B]. */
-void qmemo_put(struct qmemo *m, const uint32_t *key, double v);
-
 struct qsim {
 	const struct locus_trace *t;
 	const struct qsteps *steps;              /* NULL, or bits NULL: count with the stamps */
@@ -87,12 +63,6 @@ struct qsim {
 	const uint8_t *sigs;                     /* [n_requests][slen] prompt signatures */
 	size_t slen;
 	struct locus_eldr_router *r[QPOL_N];     /* the ELDR policies' routers */
-	/*
-	 * [n_requests][K]: an ELDR policy's decoder scores of each request
-	 * (locus_eldr_score on r[p]'s centroids), or NULL: r[p] scores it.
-	 */
-	const float *scores[QPOL_N];
-	struct qmemo *memo;                      /* NULL, or pairs per step of batches of B */
 	uint32_t *batch, *fill;                  /* [K * B], [K] */
 	uint32_t *total;                         /* [QPOL_N][K] uncapped requests per decoder */
 	uint32_t *seen, stamp;                   /* [L * E] generation stamps */

@@ -42,7 +42,7 @@ static uint32_t step_pairs(struct qsim *s, const uint32_t *batch, uint32_t n, ui
 }
 
 /* Per decode step, averaged over the steps every request of the batch has. */
-static double count_per_step(struct qsim *s, const uint32_t *batch, uint32_t n)
+static double pairs_per_step(struct qsim *s, const uint32_t *batch, uint32_t n)
 {
 	uint32_t steps = UINT32_MAX;
 	uint64_t cnt = 0;
@@ -56,28 +56,6 @@ static double count_per_step(struct qsim *s, const uint32_t *batch, uint32_t n)
 		for (uint32_t tok = 0; tok < steps; tok++)
 			cnt += step_pairs(s, batch, n, tok);
 	return steps ? (double)cnt / steps : 0;
-}
-
-/* count_per_step(), from s->memo when it holds the batch's set of requests. */
-static double pairs_per_step(struct qsim *s, const uint32_t *batch, uint32_t n)
-{
-	uint32_t key[QMEMO_MAX_BATCH];
-	double v;
-
-	if (!s->memo || n != s->memo->B)
-		return count_per_step(s, batch, n);
-	for (uint32_t i = 0; i < n; i++) {
-		uint32_t j = i, x = batch[i];
-
-		for (; j > 0 && key[j - 1] > x; j--)
-			key[j] = key[j - 1];
-		key[j] = x;
-	}
-	if (qmemo_get(s->memo, key, &v))
-		return v;
-	v = count_per_step(s, batch, n);
-	qmemo_put(s->memo, key, v);
-	return v;
 }
 
 /* Distinct pairs of all the generated tokens of a batch. */
@@ -147,18 +125,10 @@ static int route_round(struct qsim *s, int p, const uint32_t *req, int capped, i
 		} else if (p == QPOL_DOMAIN) {
 			dst = domain_pick(s, req[i], capped);
 		} else {
-			const uint8_t *sig = s->sigs + (size_t)req[i] * s->slen;
 			struct locus_eldr_decision dec;
-			int rc;
 
-			if (s->scores[p])
-				rc = locus_eldr_route_scored(
-					r, s->scores[p] + (size_t)req[i] * K,
-					((const struct locus_eldr_sig_hdr *)sig)->allowed_decoders,
-					&dec);
-			else
-				rc = locus_eldr_route(r, sig, s->slen, &dec);
-			if (rc < 0)
+			if (locus_eldr_route(r, s->sigs + (size_t)req[i] * s->slen, s->slen,
+					     &dec) < 0)
 				return -1;
 			dst = dec.slot;
 		}

@@ -59,28 +59,24 @@ static int split(const struct locus_eldrfit_opts *o, const float *rows, uint32_t
 }
 
 int eldr_subcentroids(const struct locus_eldrfit_opts *o, const float *x, uint32_t n, uint32_t D,
-		      const uint16_t *decode, uint16_t L, uint16_t E, const float *joint,
-		      int joint_any, const uint32_t *assign, const float *cen_k, float *cen,
-		      uint16_t *slot, uint32_t *C)
+		      const uint16_t *decode, uint16_t L, uint16_t E, const uint32_t *assign,
+		      const float *cen_k, float *cen, uint16_t *slot, uint32_t *C)
 {
 	const uint32_t K = o->n_decoders, m = o->centroids_per_decoder;
 	const float *v = x;
 	float *z = NULL, *rows = NULL, *xs = NULL, *c = NULL;
 	uint32_t *a = NULL, *best = NULL, DV = D, nc = 0;
 	double *acc = NULL;
-	int ret = 0, any = joint_any;
+	int ret = 0, any = 0;
 
 	if (!m || !K || !n)
 		return -EINVAL;
 	if (decode && o->decode_weight > 0) {
-		if (!joint) {
-			z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
-			if (!z)
-				return -ENOMEM;
-			joint = z;
-		}
+		z = eldr_joint_rows(x, n, D, decode, L, E, o->decode_weight, &any);
+		if (!z)
+			return -ENOMEM;
 		if (any) {
-			v = joint;
+			v = z;
 			DV = D + (uint32_t)L * E;
 		}
 	}

@@ -232,7 +232,7 @@ static struct locus_eldr_tbl_hdr *payload_hdr(const struct locus_eldrfit_result 
 	return (struct locus_eldr_tbl_hdr *)((uint8_t *)r->blob + 64);
 }
 
-/* Replay val[n_val] through fit's table with point p's routing: p's figures in fold f. */
+/* Replay val[n_val] through fit's table with point p's routing; adds / FOLDS into p. */
 static int replay_point(const struct locus_trace *t, const struct locus_eldrfit_tune_opts *to,
 			struct locus_eldrfit_result *fit, struct locus_eldrfit_tune_point *p,
 			uint32_t f, const uint32_t *val, uint32_t n_val, uint32_t B,
@@ -252,47 +252,35 @@ static int replay_point(const struct locus_trace *t, const struct locus_eldrfit_
 		return ret;
 	p->fold_pairs[f] = pairs;
 	p->fold_load[f] = load;
+	p->pairs += pairs / FOLDS;
+	p->load += load / FOLDS;
 	return 0;
 }
 
-/* What the folds share: each fold's fits, one per (price, centroids per decoder). */
-struct folds {
-	uint32_t *part[FOLDS], n_part[FOLDS];
-	uint32_t n_fit;                             /* per fold */
-	struct locus_eldrfit_result *fit[FOLDS];    /* [n_fit] */
-	uint32_t *fit_of;                           /* [n_pt]: the fit of each point */
-};
-
-static uint64_t fold_seed(uint32_t f)
-{
-	return 0x7a0a0707ull + f;
-}
-
 /*
- * One fold: the exact-balance reference replayed on part[1 - f], and a fit
- * on part[f] for each (price, centroids per decoder), kept in fd->fit[f].
+ * One fold: the exact-balance reference and, for each (price, centroids per
+ * decoder), a fit on part[f] replayed on part[1 - f] at each of its routing
+ * points (the next n_route of tr->pt each time).
  */
-static int fit_fold(const struct locus_trace *t, struct folds *fd, uint32_t f,
-		    const struct locus_eldrfit_opts *o, const struct locus_eldrfit_tune_opts *to,
-		    const struct space *sp, uint32_t B, uint32_t orders,
-		    struct locus_eldrfit_tune_result *tr, struct locus_error *err)
+static int run_fold(const struct locus_trace *t, uint32_t *const part[FOLDS],
+		    const uint32_t n_part[FOLDS], uint32_t f, const struct locus_eldrfit_opts *o,
+		    const struct locus_eldrfit_tune_opts *to, const struct space *sp, uint32_t B,
+		    uint32_t orders, struct locus_eldrfit_tune_result *tr, struct locus_error *err)
 {
-	const uint32_t *val = fd->part[1 - f], n_val = fd->n_part[1 - f];
+	const uint64_t seed = 0x7a0a0707ull + f;
+	const uint32_t *val = part[1 - f], n_val = n_part[1 - f];
 	struct locus_eldrfit_opts fo = *o, xo = { 0 };
 	struct locus_eldrfit_result ref = { 0 };
 	struct locus_eldrfit_tune_point rp = { .tau = LOCUS_ELDR_TAU_DEFAULT };
 	struct locus_trace *sub = NULL;
 	struct eldr_prep prep = { 0 };
+	uint32_t at = 0;
 	int ret;
 
-	ret = sub_trace(t, fd->part[f], fd->n_part[f], &sub, err);
+	ret = sub_trace(t, part[f], n_part[f], &sub, err);
 	if (ret < 0)
 		return ret;
 	fo.progress = NULL;
-	if (to->fit_restarts)
-		fo.restarts = to->fit_restarts;
-	else if (fo.restarts > LOCUS_ELDRFIT_TUNE_RESTARTS || !fo.restarts)
-		fo.restarts = LOCUS_ELDRFIT_TUNE_RESTARTS;
 	fo.tau = 0;
 	fo.spill_tau = 0;
 	fo.spill_margin = 0;
@@ -312,72 +300,36 @@ static int fit_fold(const struct locus_trace *t, struct folds *fd, uint32_t f,
 	ret = eldr_prep_fit(&prep, &xo, &ref, err);
 	if (ret < 0)
 		goto out;
-	ret = replay_point(t, to, &ref, &rp, f, val, n_val, B, orders, fold_seed(f), err);
+	ret = replay_point(t, to, &ref, &rp, f, val, n_val, B, orders, seed, err);
 	if (ret < 0)
 		goto out;
-	tr->ref_pairs += rp.fold_pairs[f] / FOLDS;
-	tr->ref_load += rp.fold_load[f] / FOLDS;
+	tr->ref_pairs += rp.pairs;
+	tr->ref_load += rp.load;
 	tr->ref_fold_load[f] = rp.fold_load[f];
 	for (uint32_t a = 0; a < sp->n_prices; a++)
 		for (uint32_t c = 0; c < sp->n_cpd; c++) {
+			struct locus_eldrfit_result fit = { 0 };
+			uint32_t n = route_points(sp, sp->prices[a], sp->cpd[c], NULL);
+
 			fo.balance_price = sp->prices[a];
 			fo.centroids_per_decoder = sp->cpd[c];
-			ret = eldr_prep_fit(&prep, &fo, &fd->fit[f][a * sp->n_cpd + c], err);
+			ret = eldr_prep_fit(&prep, &fo, &fit, err);
+			for (uint32_t i = 0; ret == 0 && i < n; i++)
+				ret = replay_point(t, to, &fit, &tr->pt[at + i], f, val, n_val,
+						   B, orders, seed, err);
+			locus_eldrfit_result_free(&fit);
 			if (ret < 0)
 				goto out;
+			at += n;
 			if (o->progress)
-				o->progress(o->progress_arg, "tune fit",
-					    f * fd->n_fit + a * sp->n_cpd + c + 1, FOLDS * fd->n_fit);
+				o->progress(o->progress_arg, "tune", f * sp->n_prices * sp->n_cpd +
+					    a * sp->n_cpd + c + 1, FOLDS * sp->n_prices * sp->n_cpd);
 		}
 out:
 	eldr_prep_free(&prep);
 	locus_eldrfit_result_free(&ref);
 	locus_trace_free(sub);
 	return ret;
-}
-
-/*
- * Replay the points g with want[g] set (NULL: every point) in every fold
- * in `orders` arrival orders (the first of the same sequence whatever their
- * number), each fold's on its own fit's table: their fold and mean figures.
- */
-static int replay_points(const struct locus_trace *t, const struct folds *fd,
-			 const struct locus_eldrfit_tune_opts *to, uint32_t B, uint32_t orders,
-			 const uint8_t *want, const struct locus_eldrfit_opts *o,
-			 struct locus_eldrfit_tune_result *tr, struct locus_error *err)
-{
-	uint32_t done = 0, todo = 0;
-
-	for (uint32_t g = 0; g < tr->n_pt; g++)
-		todo += !want || want[g];
-	for (uint32_t f = 0; f < FOLDS; f++)
-		for (uint32_t g = 0; g < tr->n_pt; g++) {
-			int ret;
-
-			if (want && !want[g])
-				continue;
-			ret = replay_point(t, to, &fd->fit[f][fd->fit_of[g]], &tr->pt[g], f,
-					   fd->part[1 - f], fd->n_part[1 - f], B, orders,
-					   fold_seed(f), err);
-			if (ret < 0)
-				return ret;
-			if (o->progress && ++done % 64 == 0)
-				o->progress(o->progress_arg, "tune replay", done, FOLDS * todo);
-		}
-	for (uint32_t g = 0; g < tr->n_pt; g++) {
-		struct locus_eldrfit_tune_point *p = &tr->pt[g];
-
-		if (want && !want[g])
-			continue;
-		p->pairs = 0;
-		p->load = 0;
-		for (uint32_t f = 0; f < FOLDS; f++) {
-			p->pairs += p->fold_pairs[f] / FOLDS;
-			p->load += p->fold_load[f] / FOLDS;
-		}
-		p->orders = orders;
-	}
-	return 0;
 }
 
 /*
@@ -409,7 +361,7 @@ static int oracle_bounds(const struct locus_trace *t, uint32_t *const part[FOLDS
 	for (uint32_t f = 0; f < FOLDS; f++) {
 		double pairs, load;
 		int ret = to->oracle(to->oracle_arg, t, K, part[1 - f], n_part[1 - f], B, orders,
-				     fold_seed(f), &pairs, &load, err);
+				     0x7a0a0707ull + f, &pairs, &load, err);
 
 		if (ret < 0)
 			return ret;
@@ -421,32 +373,24 @@ static int oracle_bounds(const struct locus_trace *t, uint32_t *const part[FOLDS
 	return 0;
 }
 
-/* Point g is over the bound in some fold. */
-static int over_bound(const struct locus_eldrfit_tune_result *tr, uint32_t g, double slack)
-{
-	int over = 0;
-
-	for (uint32_t f = 0; f < FOLDS; f++)
-		over |= tr->pt[g].fold_load[f] > tr->fold_bound[f] * (1.0 + slack);
-	return over;
-}
-
 /*
  * The fewest pairs within the bound in every fold (a mean within it can
  * hide one fold over it: the choice must hold on both halves it was
- * measured on); ties: lower load, then the later point. Only points
- * replayed in every arrival order compete.
+ * measured on); ties: lower load, then the later point.
  */
 static void pick(struct locus_eldrfit_tune_result *tr)
 {
-	int have = 0, any = 0;
+	int have = 0;
 
 	tr->feasible = 0;
 	tr->chosen = 0;
 	for (uint32_t g = 0; g < tr->n_pt; g++) {
 		const struct locus_eldrfit_tune_point *p = &tr->pt[g], *b = &tr->pt[tr->chosen];
+		int over = 0;
 
-		if (p->orders != tr->orders || over_bound(tr, g, 0))
+		for (uint32_t f = 0; f < FOLDS; f++)
+			over |= p->fold_load[f] > tr->fold_bound[f];
+		if (over)
 			continue;
 		if (!have || p->pairs < b->pairs || (p->pairs == b->pairs && p->load <= b->load))
 			tr->chosen = g;
@@ -456,127 +400,16 @@ static void pick(struct locus_eldrfit_tune_result *tr)
 		tr->feasible = 1;
 		return;
 	}
-	for (uint32_t g = 0; g < tr->n_pt; g++) {
-		if (tr->pt[g].orders != tr->orders)
-			continue;
-		if (!any || tr->pt[g].load <= tr->pt[tr->chosen].load)
+	for (uint32_t g = 0; g < tr->n_pt; g++)
+		if (tr->pt[g].load <= tr->pt[tr->chosen].load)
 			tr->chosen = g;
-		any = 1;
-	}
-}
-
-/* The screen: the share of the points kept (at least SCREEN_KEEP_MIN), load slack. */
-#define SCREEN_KEEP_DIV 16u
-#define SCREEN_KEEP_MIN 16u
-#define SCREEN_LOAD_SLACK 0.03
-
-static const struct locus_eldrfit_tune_point *sort_pt;
-
-/* Fewer pairs first, then lower load, then the later point (pick()'s order). */
-static int by_pairs(const void *a, const void *b)
-{
-	const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	double px = sort_pt[x].pairs, py = sort_pt[y].pairs;
-	double lx = sort_pt[x].load, ly = sort_pt[y].load;
-
-	return px < py ? -1 : px > py ? 1 : lx < ly ? -1 : lx > ly ? 1 : x > y ? -1 : x < y;
-}
-
-/* Lower load first, then the later point (pick()'s order without a feasible point). */
-static int by_load(const void *a, const void *b)
-{
-	const uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	double lx = sort_pt[x].load, ly = sort_pt[y].load;
-
-	return lx < ly ? -1 : lx > ly ? 1 : x > y ? -1 : x < y;
-}
-
-/*
- * The points a screen in fewer arrival orders cannot rule out, into
- * want[n_pt]: the `keep` fewest pairs among those within each fold's bound
- * widened by SCREEN_LOAD_SLACK (the noise of few orders), and the `keep`
- * least loaded (the choice when none is within the bound). Returns how
- * many, or -ENOMEM.
- */
-static uint32_t screen_keep(uint32_t n_pt)
-{
-	return LOCUS_MAX(SCREEN_KEEP_MIN, n_pt / SCREEN_KEEP_DIV);
-}
-
-static int contenders(const struct locus_eldrfit_tune_result *tr, uint8_t *want)
-{
-	const uint32_t keep = screen_keep(tr->n_pt);
-	uint32_t *idx = malloc(sizeof(*idx) * tr->n_pt), n = 0, kept = 0;
-
-	if (!idx)
-		return -ENOMEM;
-	memset(want, 0, tr->n_pt);
-	sort_pt = tr->pt;
-	for (uint32_t g = 0; g < tr->n_pt; g++)
-		if (!over_bound(tr, g, SCREEN_LOAD_SLACK))
-			idx[n++] = g;
-	qsort(idx, n, sizeof(*idx), by_pairs);
-	for (uint32_t i = 0; i < n && i < keep; i++)
-		want[idx[i]] = 1;
-	for (uint32_t g = 0; g < tr->n_pt; g++)
-		idx[g] = g;
-	qsort(idx, tr->n_pt, sizeof(*idx), by_load);
-	for (uint32_t i = 0; i < tr->n_pt && i < keep; i++)
-		want[idx[i]] = 1;
-	sort_pt = NULL;
-	free(idx);
-	for (uint32_t g = 0; g < tr->n_pt; g++)
-		kept += want[g];
-	return (int)kept;
-}
-
-/* Every point screened in a few orders, then the contenders in all of them. */
-static int replay_all(const struct locus_trace *t, const struct folds *fd,
-		      const struct locus_eldrfit_tune_opts *to, uint32_t B,
-		      const struct locus_eldrfit_opts *o, struct locus_eldrfit_tune_result *tr,
-		      struct locus_error *err)
-{
-	uint8_t *want;
-	int ret;
-
-	if (tr->screen_orders >= tr->orders || tr->n_pt <= 2 * screen_keep(tr->n_pt)) {
-		tr->screen_orders = tr->orders; /* no screen: it would keep about every point */
-		return replay_points(t, fd, to, B, tr->orders, NULL, o, tr, err);
-	}
-	want = malloc(tr->n_pt);
-	if (!want)
-		return locus_error_set(err, ENOMEM, "out of memory");
-	ret = replay_points(t, fd, to, B, tr->screen_orders, NULL, o, tr, err);
-	if (ret == 0) {
-		ret = contenders(tr, want);
-		if (ret < 0)
-			ret = locus_error_set(err, ENOMEM, "out of memory");
-	}
-	if (ret >= 0) {
-		tr->n_contenders = (uint32_t)ret;
-		ret = replay_points(t, fd, to, B, tr->orders, want, o, tr, err);
-	}
-	free(want);
-	return ret;
-}
-
-static void folds_free(struct folds *fd)
-{
-	for (int f = 0; f < FOLDS; f++) {
-		for (uint32_t i = 0; fd->fit[f] && i < fd->n_fit; i++)
-			locus_eldrfit_result_free(&fd->fit[f][i]);
-		free(fd->fit[f]);
-		free(fd->part[f]);
-	}
-	free(fd->fit_of);
 }
 
 int locus_eldrfit_tune(const struct locus_trace *t, const uint32_t *calib, uint32_t n_calib,
 		       const struct locus_eldrfit_opts *o, const struct locus_eldrfit_tune_opts *to,
 		       struct locus_eldrfit_tune_result *tr, struct locus_error *err)
 {
-	struct folds fd = { 0 };
-	uint32_t B, orders, screen;
+	uint32_t B, orders, *part[FOLDS] = { 0 }, n_part[FOLDS] = { 0 };
 	struct space sp;
 	int ret;
 
@@ -593,8 +426,6 @@ int locus_eldrfit_tune(const struct locus_trace *t, const uint32_t *calib, uint3
 	ret = fill_space(o, to, &sp, err);
 	if (ret < 0)
 		return ret;
-	screen = to->screen_orders ? to->screen_orders :
-		 LOCUS_MAX(1u, orders / LOCUS_ELDRFIT_TUNE_SCREEN_DIV);
 	for (uint32_t a = 0; a < sp.n_prices; a++)
 		for (uint32_t c = 0; c < sp.n_cpd; c++)
 			tr->n_pt += route_points(&sp, sp.prices[a], sp.cpd[c], NULL);
@@ -602,54 +433,40 @@ int locus_eldrfit_tune(const struct locus_trace *t, const uint32_t *calib, uint3
 		return locus_error_set(err, LOCUS_ERANGE,
 				       "tune: no routing point (a fixed spill tau %g not wider than "
 				       "any tau)", (double)sp.spills[0]);
-	tr->orders = orders;
-	tr->screen_orders = screen < orders ? screen : orders;
-	tr->n_contenders = tr->n_pt;
-	fd.n_fit = sp.n_prices * sp.n_cpd;
 	tr->pt = calloc(tr->n_pt, sizeof(*tr->pt));
-	fd.fit_of = malloc(sizeof(*fd.fit_of) * tr->n_pt);
-	for (int f = 0; f < FOLDS; f++) {
-		fd.part[f] = malloc(sizeof(uint32_t) * (n_calib / FOLDS + 1));
-		fd.fit[f] = calloc(fd.n_fit, sizeof(*fd.fit[f]));
-	}
-	if (!tr->pt || !fd.fit_of || !fd.part[0] || !fd.part[1] || !fd.fit[0] || !fd.fit[1]) {
+	for (int f = 0; f < FOLDS; f++)
+		part[f] = malloc(sizeof(uint32_t) * (n_calib / FOLDS + 1));
+	if (!tr->pt || !part[0] || !part[1]) {
 		ret = locus_error_set(err, ENOMEM, "out of memory");
 		goto out;
 	}
 	for (uint32_t a = 0, at = 0; a < sp.n_prices; a++)
-		for (uint32_t c = 0; c < sp.n_cpd; c++) {
-			uint32_t n = route_points(&sp, sp.prices[a], sp.cpd[c], tr->pt + at);
-
-			for (uint32_t i = 0; i < n; i++)
-				fd.fit_of[at + i] = a * sp.n_cpd + c;
-			at += n;
-		}
+		for (uint32_t c = 0; c < sp.n_cpd; c++)
+			at += route_points(&sp, sp.prices[a], sp.cpd[c], tr->pt + at);
 	for (uint32_t i = 0; i < n_calib; i++) {
 		uint32_t f = i % FOLDS;
 
-		fd.part[f][fd.n_part[f]++] = calib ? calib[i] : i;
+		part[f][n_part[f]++] = calib ? calib[i] : i;
 	}
 	for (uint32_t f = 0; f < FOLDS; f++) {
-		ret = fit_fold(t, &fd, f, o, to, &sp, B, orders, tr, err);
+		ret = run_fold(t, part, n_part, f, o, to, &sp, B, orders, tr, err);
 		if (ret < 0)
 			goto out;
 	}
-	tr->n_part[0] = fd.n_part[0];
-	tr->n_part[1] = fd.n_part[1];
+	tr->n_part[0] = n_part[0];
+	tr->n_part[1] = n_part[1];
 	for (uint32_t f = 0; f < FOLDS; f++)
 		tr->fold_bound[f] = to->load_bound > 0 ? to->load_bound : tr->ref_fold_load[f];
 	if (!(to->load_bound > 0) && to->oracle && labelled(t, calib, n_calib)) {
-		ret = oracle_bounds(t, fd.part, fd.n_part, o->n_decoders, to, B, orders, tr, err);
+		ret = oracle_bounds(t, part, n_part, o->n_decoders, to, B, orders, tr, err);
 		if (ret < 0)
 			goto out;
 	}
 	tr->bound = (tr->fold_bound[0] + tr->fold_bound[1]) / FOLDS;
-	ret = replay_all(t, &fd, to, B, o, tr, err);
-	if (ret < 0)
-		goto out;
 	pick(tr);
 out:
-	folds_free(&fd);
+	for (int f = 0; f < FOLDS; f++)
+		free(part[f]);
 	if (ret < 0)
 		locus_eldrfit_tune_result_free(tr);
 	return ret;

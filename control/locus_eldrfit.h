@@ -238,7 +238,7 @@ struct locus_eldrfit_tau_result {
  * taus with o's other choices fixed (its balance price, centroids per
  * decoder and overflow rule; no load spill): the calibration requests are
  * split alternately into two parts; for each part, the fit (options o, tau
- * irrelevant, from at most LOCUS_ELDRFIT_TUNE_RESTARTS seeds) runs on that part and the other part is replayed (to->replay)
+ * irrelevant) runs on that part and the other part is replayed (to->replay)
  * at every tau of the grid; pairs and load are averaged over both folds.
  * The choice is the tau with the fewest pairs per step among those whose
  * load is within the bound in each fold (the exact-balance fit's load on
@@ -256,8 +256,6 @@ int locus_eldrfit_tau_choose(const struct locus_trace *t, const uint32_t *calib,
 /* ---- the routing choices made from the calibration data (locusctl fit's default) ---- */
 
 #define LOCUS_ELDRFIT_TUNE_LIST_MAX 32
-#define LOCUS_ELDRFIT_TUNE_SCREEN_DIV 10u /* the screen's orders: orders / this */
-#define LOCUS_ELDRFIT_TUNE_RESTARTS 2u   /* k-means seeds of each fold's fits, at most */
 
 /* One point of the search: fit choices, then routing choices written into the table. */
 struct locus_eldrfit_tune_point {
@@ -269,7 +267,6 @@ struct locus_eldrfit_tune_point {
 	int overflow_spread;
 	double pairs, load;      /* replayed, mean over the folds */
 	double fold_pairs[2], fold_load[2]; /* each fold's replay */
-	uint32_t orders;         /* arrival orders replayed: the result's orders, or its screen's */
 };
 
 /* Choices locus_eldrfit_tune takes from the fit's options instead of searching. */
@@ -288,19 +285,6 @@ struct locus_eldrfit_tune_opts {
 	uint32_t fixed;          /* LOCUS_ELDRFIT_FIX_* */
 	uint32_t batch;          /* B of the replay; 0: LOCUS_ELDRFIT_TAU_BATCH_DEFAULT */
 	uint32_t orders;         /* 0: LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT */
-	/*
-	 * Arrival orders of the screen every point is replayed in first (the
-	 * first of the same orders); only the contenders it leaves are replayed
-	 * in all `orders` and can be chosen. 0: orders / LOCUS_ELDRFIT_TUNE_SCREEN_DIV
-	 * (at least 1); >= orders: no screen, every point in every order (also
-	 * with 32 points or fewer, where the contenders could be all of them).
-	 */
-	uint32_t screen_orders;
-	/*
-	 * k-means seeds of the folds' fits (the final fit keeps o->restarts):
-	 * 0: o->restarts, at most LOCUS_ELDRFIT_TUNE_RESTARTS.
-	 */
-	uint32_t fit_restarts;
 	float load_bound;        /* as locus_eldrfit_tau_opts' (0: the exact-balance fit's load) */
 	locus_eldrfit_replay_fn replay;
 	void *replay_arg;
@@ -338,8 +322,6 @@ struct locus_eldrfit_tune_result {
 	double ref_pairs, ref_load; /* the exact-balance fit at the default tau, same folds */
 	double ref_fold_load[2];    /* its load in each fold */
 	uint32_t n_part[2];      /* calibration requests in each fold's part */
-	uint32_t orders, screen_orders; /* arrival orders per replay: all, the screen's */
-	uint32_t n_contenders;   /* points replayed in all the orders (n_pt: no screen) */
 };
 
 /*
@@ -355,13 +337,7 @@ struct locus_eldrfit_tune_result {
  * is within the bound in each fold (to->load_bound; else the domain
  * oracle's load on that fold when to->oracle is given and every
  * calibration request is labelled; else the exact-balance fit's) (ties: the
- * lower load, then the later point); none within it: the least loaded.
- * The folds' fits run from to->fit_restarts seeds (default: at most
- * LOCUS_ELDRFIT_TUNE_RESTARTS). Every point is first replayed in the
- * screen's orders; only the contenders (the fewest pairs within the bound
- * widened by 3 % in each fold, and the least loaded; n_pt / 16 each, at
- * least 16) are replayed in all the orders (pt[g].orders), and only they
- * can be chosen; no screen when the two lists could hold every point. The caller then fits every calibration
+ * lower load, then the later point); none within it: the least loaded. The caller then fits every calibration
  * request with locus_eldrfit_tune_apply(). Needs decode tokens
  * (routed_experts) and at least K * B requests in each part. Returns 0 or a
  * negative code with err set (-LOCUS_ERANGE for an unusable list, batch or

@@ -259,12 +259,6 @@ int locus_eldr_route_split(struct locus_eldr_router *r, const struct locus_eldr_
 	return choose(r, sv_buf(r, 0), hdr->allowed_decoders, d);
 }
 
-int locus_eldr_route_scored(struct locus_eldr_router *r, const float *scores,
-			    uint64_t allowed_decoders, struct locus_eldr_decision *d)
-{
-	return choose(r, scores, allowed_decoders, d);
-}
-
 /*
  * Route signatures i in [0, n) for which hdrs[i] is set (checked copies,
  * or NULL where rc[i] already holds a check's code), batch_width at a
@@ -376,17 +370,6 @@ void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint
 		r->slots[slot].reported = load;
 		r->slots[slot].local = 0;
 	}
-}
-
-int locus_eldr_router_set_band(struct locus_eldr_router *r, float tau, int overflow_spread)
-{
-	if (!isfinite(tau) || tau < 0.0f || tau > 2.0f)
-		return -LOCUS_ERANGE;
-	r->tau = tau;
-	r->spread = !!overflow_spread;
-	if (r->spill_tau < tau)
-		r->spill_tau = tau;
-	return 0;
 }
 
 int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin)

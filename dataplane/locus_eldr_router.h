@@ -144,16 +144,6 @@ uint32_t locus_eldr_route_split_batch(struct locus_eldr_router *r,
 int locus_eldr_score(struct locus_eldr_router *r, const void *sig, size_t sig_len,
 		     float *scores);
 
-/*
- * locus_eldr_route()'s choice for a signature already scored by
- * locus_eldr_score() on a router built from the same centroids (the band,
- * overflow rule and spill of r may differ): the same decision and load
- * accounting as routing the signature itself, without scoring it again.
- * allowed_decoders: the signature header's. Returns 0 or -LOCUS_ENODEST.
- */
-int locus_eldr_route_scored(struct locus_eldr_router *r, const float *scores,
-			    uint64_t allowed_decoders, struct locus_eldr_decision *d);
-
 /* A load report for slot: replaces the reported load, clears local assignments. */
 void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint64_t load);
 
@@ -165,14 +155,6 @@ void locus_eldr_router_set_load(struct locus_eldr_router *r, uint32_t slot, uint
  * table's tau turns it off. -LOCUS_ERANGE unless tau <= spill_tau <= 2, finite.
  */
 int locus_eldr_router_set_spill(struct locus_eldr_router *r, float spill_tau, uint64_t margin);
-
-/*
- * Override the table's band and overflow rule (tests, tools: one router
- * replayed at several routing points): tau in [0, 2] as a table's, spread
- * as LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD. A spill narrower than the new tau is
- * turned off (spill_tau = tau). -LOCUS_ERANGE for a tau outside [0, 2].
- */
-int locus_eldr_router_set_band(struct locus_eldr_router *r, float tau, int overflow_spread);
 
 /* Mark slot up (1) or down (0). */
 void locus_eldr_router_set_up(struct locus_eldr_router *r, uint32_t slot, int up);

@@ -50,46 +50,6 @@ int locus_eldr_sig_hdr_check(const struct locus_eldr_sig_hdr *h, size_t len, uin
 	return 0;
 }
 
-/*
- * locus_eldr_counts_add()'s loop for E <= LOCUS_ELDR_MAX_EXPERTS: an expert
- * already counted for this token and layer is found in a bitmap (set for
- * the token's k ids, then cleared) instead of by comparing with the ids
- * before it. The same counts, the same first bad id reported.
- */
-static int counts_add_bits(uint16_t *counts, uint16_t n_layers, uint16_t n_experts, uint16_t k,
-			   const uint16_t *ids, uint32_t n_tokens, struct locus_error *err)
-{
-	uint64_t seen[LOCUS_ELDR_MAX_EXPERTS / 64] = { 0 };
-
-	for (uint32_t t = 0; t < n_tokens; t++) {
-		for (uint32_t l = 0; l < n_layers; l++) {
-			const uint16_t *top = ids + ((size_t)t * n_layers + l) * k;
-			uint16_t *row = counts + (size_t)l * n_experts;
-			uint32_t i;
-
-			for (i = 0; i < k; i++) {
-				uint32_t e = top[i];
-				uint64_t bit = 1ull << (e % 64);
-
-				if (unlikely(e >= n_experts))
-					break;
-				if (!(seen[e / 64] & bit)) {
-					seen[e / 64] |= bit;
-					if (row[e] != UINT16_MAX)
-						row[e]++;
-				}
-			}
-			for (uint32_t j = 0; j < i; j++)
-				seen[top[j] / 64] = 0;
-			if (unlikely(i < k))
-				return locus_error_set(err, LOCUS_ERANGE,
-						       "token %u layer %u: expert id %u >= E=%u",
-						       t, l, top[i], n_experts);
-		}
-	}
-	return 0;
-}
-
 int locus_eldr_counts_add(uint16_t *counts, uint16_t n_layers, uint16_t n_experts,
 			  uint16_t k, const uint16_t *ids, uint32_t n_tokens,
 			  struct locus_error *err)
@@ -98,8 +58,6 @@ int locus_eldr_counts_add(uint16_t *counts, uint16_t n_layers, uint16_t n_expert
 	    k > LOCUS_ELDR_MAX_K)
 		return locus_error_set(err, EINVAL, "bad shape L=%u E=%u k=%u", n_layers,
 				       n_experts, k);
-	if (n_experts <= LOCUS_ELDR_MAX_EXPERTS)
-		return counts_add_bits(counts, n_layers, n_experts, k, ids, n_tokens, err);
 	for (uint32_t t = 0; t < n_tokens; t++) {
 		for (uint32_t l = 0; l < n_layers; l++) {
 			const uint16_t *top = ids + ((size_t)t * n_layers + l) * k;

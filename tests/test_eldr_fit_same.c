@@ -3,12 +3,8 @@
  * What the fit's speed-ups must not change: the decode steps counted from
  * bitsets equal the stamps' count, batch by batch; and locusctl fit's
  * default (the tuning with the replays' cache, then the fit) on the
- * repository's sample: with every point replayed in every order, the same
- * tuning figures and table bytes as the fit before the speed-ups
- * (checksums recorded from it); by default (the folds' fits from at most
- * LOCUS_ELDRFIT_TUNE_RESTARTS seeds, every point screened in a few orders
- * and the contenders replayed in all), the figures and table recorded from
- * that code, whose choices eldr_quality checked on ESFT and gpt-oss-20b.
+ * repository's sample gives the same tuning figures and the same table
+ * bytes as the fit before the speed-ups (checksums recorded from it).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -96,13 +92,8 @@ static void test_steps_match_stamps(void **state)
 	locus_trace_free(t);
 }
 
-/*
- * The checksums of the tuning's figures and of the table payload; screen:
- * the tuning's screen_orders (0: its default; the orders: every point in
- * every order, no screen).
- */
-static void default_fit(uint32_t K, uint64_t seed, uint32_t screen, uint64_t *tune_sum,
-			uint64_t *table_sum)
+/* The checksums of the tuning's figures and of the table payload. */
+static void default_fit(uint32_t K, uint64_t seed, uint64_t *tune_sum, uint64_t *table_sum)
 {
 	struct locus_trace *t = sample();
 	struct locus_eldrfit_opts o;
@@ -119,11 +110,7 @@ static void default_fit(uint32_t K, uint64_t seed, uint32_t screen, uint64_t *tu
 	assert_int_equal(eldr_replay_cache_new(&cache), 0);
 	tu.replay_arg = cache;
 	tu.oracle_arg = cache;
-	tu.screen_orders = screen;
-	/* no screen: the folds' fits with the final fit's seeds, as before the speed-ups */
-	tu.fit_restarts = screen ? o.restarts : 0;
 	assert_int_equal(locus_eldrfit_tune(t, NULL, 0, &o, &tu, &r, &e), 0);
-	assert_int_equal(r.pt[r.chosen].orders, r.orders);
 	for (uint32_t g = 0; g < r.n_pt; g++) {
 		h = fnv(h, r.pt[g].fold_pairs, sizeof(r.pt[g].fold_pairs));
 		h = fnv(h, r.pt[g].fold_load, sizeof(r.pt[g].fold_load));
@@ -136,8 +123,8 @@ static void default_fit(uint32_t K, uint64_t seed, uint32_t screen, uint64_t *tu
 	assert_int_equal(locus_eldrfit_trace(t, &o, &res, &e), 0);
 	/* the payload after the 64-byte sealed header (which holds the time of sealing) */
 	*table_sum = fnv(FNV0, (const uint8_t *)res.blob + 64, res.blob_len - 64);
-	print_message("K=%u seed %llu screen %u: tuning %016llx, table %016llx\n", K,
-		      (unsigned long long)seed, screen, (unsigned long long)*tune_sum,
+	print_message("K=%u seed %llu: tuning %016llx, table %016llx\n", K,
+		      (unsigned long long)seed, (unsigned long long)*tune_sum,
 		      (unsigned long long)*table_sum);
 	locus_eldrfit_result_free(&res);
 	locus_eldrfit_tune_result_free(&r);
@@ -149,28 +136,19 @@ static void test_default_fit_unchanged(void **state)
 {
 	static const struct {
 		uint32_t K;
-		uint64_t seed, tune_sum, table_sum, screened_tune_sum, screened_table_sum;
+		uint64_t seed, tune_sum, table_sum;
 	} want[] = {
-		{ 2, 1, 0x5470464c843a8cecull, 0x7c21c3fdb76691a2ull, 0x9ba77a53dda5b78bull,
-		  0x7c21c3fdb76691a2ull },
-		{ 4, 7, 0x9c0a33dabe36bbe8ull, 0x2e60b498dfc58cafull, 0x02b1c9a77e773957ull,
-		  0x13045a39a6860efcull },
+		{ 2, 1, 0x5470464c843a8cecull, 0x7c21c3fdb76691a2ull },
+		{ 4, 7, 0x9c0a33dabe36bbe8ull, 0x2e60b498dfc58cafull },
 	};
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
 		uint64_t ts, bs;
 
-		default_fit(want[i].K, want[i].seed, LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT, &ts, &bs);
+		default_fit(want[i].K, want[i].seed, &ts, &bs);
 		assert_int_equal(ts, want[i].tune_sum);
 		assert_int_equal(bs, want[i].table_sum);
-		/*
-		 * the default: the folds' fits from fewer seeds and the screen
-		 * (other figures; at K=4 another choice, another table)
-		 */
-		default_fit(want[i].K, want[i].seed, 0, &ts, &bs);
-		assert_int_equal(ts, want[i].screened_tune_sum);
-		assert_int_equal(bs, want[i].screened_table_sum);
 	}
 }
 

@@ -2,8 +2,7 @@
 /*
  * Version 2 tables in the router: several centroids per decoder (a
  * decoder's score is the best of its centroids'), the overflow spread, the
- * table's load spill; bit-identical scores on every path with a centroid map;
- * a router set to other routing fields choosing from scores made once.
+ * table's load spill; bit-identical scores on every path with a centroid map.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -342,82 +341,6 @@ static void test_table_spill(void **state)
 	unbuild(&plain);
 }
 
-/*
- * One router replayed at several routing points (the tuning's replay): set
- * to another band, overflow rule and spill, and choosing from scores
- * computed once (locus_eldr_route_scored), it decides as a router built
- * with those fields routing the signatures, loads and down decoders alike.
- */
-static void test_set_band_scored(void **state)
-{
-	static const struct {
-		float tau, spill;
-		uint32_t margin, flags;
-	} pt[] = {
-		{ 0.0f, 0, 0, 0 }, { 0.05f, 0, 0, LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD },
-		{ 0.2f, 0.5f, 1, 0 }, { 0.1f, 0.3f, 2, LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD },
-		{ 0.6f, 0, 0, 0 },
-	};
-	uint8_t s[8][64];
-	float sc[8][3];
-	size_t len = 0;
-	struct tbl one;
-	uint64_t rng = 7;
-	(void)state;
-
-	build(&one, 3, 0, three, NULL, 0.3f, 0.4f, 1, 0, LOCUS_ELDR_PATH_AUTO);
-	assert_int_equal(locus_eldr_router_set_band(one.r, -0.1f, 0), -LOCUS_ERANGE);
-	assert_int_equal(locus_eldr_router_set_band(one.r, 2.5f, 0), -LOCUS_ERANGE);
-	for (int i = 0; i < 8; i++) {
-		uint16_t c[4];
-
-		for (int f = 0; f < 4; f++)
-			c[f] = (uint16_t)(locus_splitmix64(&rng) % 6);
-		len = sig(s[i], c, i == 5 ? (1ull << 5) | (1ull << 9) : 0);
-		assert_int_equal(locus_eldr_score(one.r, s[i], len, sc[i]), 0);
-	}
-	for (size_t p = 0; p < sizeof(pt) / sizeof(pt[0]); p++) {
-		struct tbl ref;
-
-		build(&ref, 3, 0, three, NULL, pt[p].tau, pt[p].spill, pt[p].margin, pt[p].flags,
-		      LOCUS_ELDR_PATH_AUTO);
-		assert_int_equal(locus_eldr_router_set_band(one.r, pt[p].tau,
-							    !!pt[p].flags), 0);
-		assert_int_equal(locus_eldr_router_set_spill(one.r, pt[p].spill > pt[p].tau ?
-							     pt[p].spill : pt[p].tau,
-							     pt[p].margin), 0);
-		for (uint32_t k = 0; k < 3; k++) {
-			locus_eldr_router_set_load(one.r, k, k == 1 ? 2 : 0);
-			locus_eldr_router_set_load(ref.r, k, k == 1 ? 2 : 0);
-			locus_eldr_router_set_up(one.r, k, 1);
-			locus_eldr_router_set_up(ref.r, k, 1);
-		}
-		for (int round = 0; round < 40; round++) {
-			int i = round % 8;
-			struct locus_eldr_decision a, b;
-			int ra, rb;
-
-			if (round == 20) { /* a decoder down for the rest */
-				locus_eldr_router_set_up(one.r, 2, 0);
-				locus_eldr_router_set_up(ref.r, 2, 0);
-			}
-			ra = locus_eldr_route_scored(one.r, sc[i],
-						     ((struct locus_eldr_sig_hdr *)s[i])->allowed_decoders,
-						     &a);
-			rb = locus_eldr_route(ref.r, s[i], len, &b);
-			assert_int_equal(ra, rb);
-			if (ra < 0)
-				continue;
-			assert_int_equal(a.slot, b.slot);
-			assert_int_equal(a.load, b.load);
-			assert_int_equal(a.n_candidates, b.n_candidates);
-			assert_true(a.similarity == b.similarity && a.best == b.best);
-		}
-		unbuild(&ref);
-	}
-	unbuild(&one);
-}
-
 /* A payload whose map leaves a decoder without a centroid builds no router. */
 static void test_bad_map_no_router(void **state)
 {
@@ -506,7 +429,6 @@ int main(void)
 		cmocka_unit_test(test_map_paths_random),
 		cmocka_unit_test(test_overflow_spread),
 		cmocka_unit_test(test_table_spill),
-		cmocka_unit_test(test_set_band_scored),
 		cmocka_unit_test(test_bad_map_no_router),
 		cmocka_unit_test(test_i8_score_clamped),
 	};

@@ -27,7 +27,6 @@
 struct mock {
 	const uint8_t *is_calib;  /* [n_requests] */
 	uint32_t calls, outside;
-	uint32_t calls_all;       /* calls replaying LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT orders */
 	uint32_t seen_cpd[8];     /* tables seen with C / K centroids per decoder */
 };
 
@@ -45,7 +44,7 @@ static int mock_replay(void *arg, const struct locus_trace *t, const void *paylo
 	double tau = h->tau, cpd;
 	int spill = h->spill_tau != 0.0f;
 
-	(void)t, (void)B, (void)seed;
+	(void)t, (void)B, (void)orders, (void)seed;
 	assert_int_equal(locus_eldr_tbl_validate(payload, len, &v, err), 0);
 	for (uint32_t i = 0; i < n; i++)
 		m->outside += !m->is_calib[idx[i]];
@@ -53,7 +52,6 @@ static int mock_replay(void *arg, const struct locus_trace *t, const void *paylo
 	if (cpd == floor(cpd) && cpd < 8)
 		m->seen_cpd[(int)cpd]++;
 	m->calls++;
-	m->calls_all += orders == LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT;
 	*pairs = 100 + 100 * (tau - 0.1) * (tau - 0.1) -
 		 (h->flags & LOCUS_ELDR_TBL_F_OVERFLOW_SPREAD ? 1 : 0) -
 		 (spill ? (fabsf(h->spill_tau - 0.3f) < 1e-6 && h->spill_margin == 2 ? 1.5 : -0.5) :
@@ -118,17 +116,7 @@ static void test_search_and_choice(void **state)
 		 * than tau x 2 margins): 7 + 7 + 7 + 7 + 5; 2 prices x 4 per decoder
 		 */
 		assert_int_equal(r.n_pt, 2 * 33 * 8);
-		/*
-		 * both folds, each with its reference: every point in the screen's
-		 * 20 / 10 orders, then the contenders (the 33 fewest pairs and the
-		 * 33 least loaded: 528 / 16) in all 20
-		 */
-		assert_int_equal(r.orders, LOCUS_ELDRFIT_TAU_ORDERS_DEFAULT);
-		assert_int_equal(r.screen_orders, 2);
-		assert_true(r.n_contenders >= 33 && r.n_contenders <= 66);
-		assert_int_equal(m.calls, 2 * (1 + r.n_pt + r.n_contenders));
-		assert_int_equal(m.calls_all, 2 * (1 + r.n_contenders));
-		assert_int_equal(r.pt[r.chosen].orders, r.orders);
+		assert_int_equal(m.calls, 2 * (r.n_pt + 1)); /* both folds, each with its reference */
 		assert_int_equal(m.outside, 0);
 		assert_int_equal(r.n_part[0] + r.n_part[1], nc);
 		/* the fits wrote 1..4 centroids per decoder (clusters of about 8 per fold) */
@@ -139,20 +127,6 @@ static void test_search_and_choice(void **state)
 		expect(&r.pt[r.chosen], 0.1f, 1, 0.3f, 2, 3, 2.0f);
 		locus_eldrfit_tune_result_free(&r);
 		assert_null(r.pt);
-	}
-	{
-		/* no screen: every point in every order, the same choice */
-		struct mock m = { .is_calib = is_calib };
-		struct locus_eldrfit_tune_opts to = { .load_bound = 10, .replay = mock_replay,
-						      .replay_arg = &m, .batch = 2,
-						      .screen_orders = 20 };
-
-		assert_int_equal(locus_eldrfit_tune(t, calib, nc, &o, &to, &r, &e), 0);
-		assert_int_equal(r.n_contenders, r.n_pt);
-		assert_int_equal(m.calls, 2 * (r.n_pt + 1));
-		assert_int_equal(m.calls_all, m.calls);
-		expect(&r.pt[r.chosen], 0.1f, 1, 0.3f, 2, 3, 2.0f);
-		locus_eldrfit_tune_result_free(&r);
 	}
 	{
 		/* load <= 1.16: a spill and tau >= 0.15 (a spill wider than 0.15: 0.3 or 0.5) */

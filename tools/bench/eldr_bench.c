@@ -561,9 +561,8 @@ static void fill_pool(uint8_t *pool, size_t slen, int long_prompts)
 }
 
 /*
- * eldr_bench [--route-only | --fit-only | --default-only] [--rounds N]
- * [--pool S]: --fit-only runs the fit figures alone, --default-only the
- * line of locusctl fit's default beside the plain fit alone, --route-only the
+ * eldr_bench [--route-only | --fit-only] [--rounds N] [--pool S]: --fit-only
+ * runs the fit figures alone, --route-only the
  * routing figures alone (K=16 every layer first), N interleaved slices per
  * variant (default 6), a pool of S signatures (default 4096, 48 MiB: from
  * memory; 16 keeps them in cache, the kernels' compute alone).
@@ -572,7 +571,7 @@ int main(int argc, char **argv)
 {
 	size_t slen = locus_eldr_sig_len(L, E);
 	uint8_t *pool = aligned_alloc(64, slen * POOL_MAX);
-	int route_only = 0, fit_only = 0, default_only = 0, rounds = 6;
+	int route_only = 0, fit_only = 0, rounds = 6;
 	cpu_set_t cpus;
 
 	for (int i = 1; i < argc; i++) {
@@ -580,8 +579,6 @@ int main(int argc, char **argv)
 			route_only = 1;
 		} else if (!strcmp(argv[i], "--fit-only")) {
 			fit_only = 1;
-		} else if (!strcmp(argv[i], "--default-only")) {
-			default_only = 1;
 		} else if (!strcmp(argv[i], "--pool") && i + 1 < argc) {
 			POOL = (uint32_t)atoi(argv[++i]);
 			if (POOL < 16 || POOL > POOL_MAX)
@@ -591,17 +588,12 @@ int main(int argc, char **argv)
 			if (rounds < 1 || rounds > 1000)
 				rounds = 6;
 		} else {
-			fprintf(stderr, "usage: eldr_bench [--route-only | --fit-only | --default-only] [--rounds N] [--pool 16..4096]\n");
+			fprintf(stderr, "usage: eldr_bench [--route-only | --fit-only] [--rounds N] [--pool 16..4096]\n");
 			return 2;
 		}
 	}
 	if (!pool)
 		return 1;
-	if (default_only) {
-		bench_default();
-		free(pool);
-		return 0;
-	}
 	fill_pool(pool, slen, 0);
 	printf("ELDR routing, one core, L=%d E=%d, pool of %d signatures (%zu MiB)\n", L, E, POOL,
 	       slen * POOL >> 20);
