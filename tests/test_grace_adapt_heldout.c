@@ -151,11 +151,10 @@ static void test_gptoss(void **state)
 	struct locus_error err = { 0 };
 	struct locus_trace *t;
 	struct gf_domain dom;
-	char path[4200];
+	const char *path = locus_data_gptoss_path();
 	uint32_t failed;
 	(void)state;
 
-	snprintf(path, sizeof(path), "%s/gptoss20b/gptoss20b_decode.jsonl", locus_data_dir());
 	if (access(path, F_OK) < 0) {
 		print_message("gpt-oss-20b trace absent (%s): skipped\n", path);
 		skip();

@@ -1,4 +1,5 @@
 // SPDX-License-Identifier: MIT
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,4 +67,22 @@ const char *locus_data_dir(void)
 		return d;
 	snprintf(def, sizeof(def), "%s/../shared/data", repo_root);
 	return def;
+}
+
+const char *locus_data_gptoss_path(void)
+{
+	static char buf[4200];
+
+	snprintf(buf, sizeof(buf), "%s/gptoss20b/gptoss20b_decode.jsonl", locus_data_dir());
+	return buf;
+}
+
+int locus_data_absent(const char *tool, const char *path, const char *what)
+{
+	if (access(path, F_OK) < 0 && errno == ENOENT) {
+		printf("%s: %s data absent (%s): skipped; the figures need the traces of "
+		       "../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", tool, what, path);
+		return 1;
+	}
+	return 0;
 }

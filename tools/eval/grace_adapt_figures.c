@@ -214,16 +214,6 @@ static void run_model(const struct model *md)
 	}
 }
 
-static int absent(const char *path, const char *what)
-{
-	if (access(path, F_OK) < 0 && errno == ENOENT) {
-		printf("grace_adapt_figures: %s data absent (%s): skipped; the figures need the "
-		       "traces of ../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", what, path);
-		return 1;
-	}
-	return 0;
-}
-
 int main(int argc, char **argv)
 {
 	static struct model esft = {
@@ -251,20 +241,19 @@ int main(int argc, char **argv)
 	       "token-layer; intervals 95 %% bootstrap over held-out\nsequences (%d resamples), "
 	       "percentiles shifted by the bootstrap's bias.\n", BOOT);
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
-	if (!absent(path, "ESFT")) {
+	if (!locus_data_absent("grace_adapt_figures", path, "ESFT")) {
 		for (uint32_t d = 0; d < esft.n_dom; d++)
 			gf_domain_load(root, locus_trace_esft_domains[d], &esft.dom[d]);
 		run_model(&esft);
 		for (uint32_t d = 0; d < esft.n_dom; d++)
 			gf_domain_free(&esft.dom[d]);
 	}
-	snprintf(path, sizeof(path), "%s/gptoss20b/gptoss20b_decode.jsonl", root);
-	if (!absent(path, "gpt-oss-20b")) {
+	if (!locus_data_absent("grace_adapt_figures", locus_data_gptoss_path(), "gpt-oss-20b")) {
 		struct locus_trace *t;
-		int rc = locus_trace_load(path, NULL, &t, &err);
+		int rc = locus_trace_load(locus_data_gptoss_path(), NULL, &t, &err);
 
 		if (rc)
-			gf_die(path, &err, rc);
+			gf_die(locus_data_gptoss_path(), &err, rc);
 		gf_domain_split(t, 1, &oss.dom[0]);
 		run_model(&oss);
 		gf_domain_free(&oss.dom[0]);

@@ -212,16 +212,6 @@ static void run_model(const struct model *md, const struct opts *o)
 	}
 }
 
-static int absent(const char *path, const char *what)
-{
-	if (access(path, F_OK) < 0 && errno == ENOENT) {
-		printf("grace_online_figures: %s data absent (%s): skipped; the figures need the "
-		       "traces of ../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", what, path);
-		return 1;
-	}
-	return 0;
-}
-
 static int parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *v)
 {
 	char *end;
@@ -323,7 +313,8 @@ int main(int argc, char **argv)
 	       GO_VLLM_WINDOW,
 	       GO_VLLM_INTERVAL, o.batch, o.boot);
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
-	if ((!o.only || !strcmp(o.only, esft.key)) && !absent(path, "ESFT")) {
+	if ((!o.only || !strcmp(o.only, esft.key)) &&
+	    !locus_data_absent("grace_online_figures", path, "ESFT")) {
 		for (uint32_t d = 0; d < esft.n_tr; d++) {
 			char dir[4300];
 
@@ -340,11 +331,11 @@ int main(int argc, char **argv)
 		for (uint32_t d = 0; d < esft.n_tr; d++)
 			locus_trace_free(esft.tr[d]);
 	}
-	snprintf(path, sizeof(path), "%s/gptoss20b/gptoss20b_decode.jsonl", root);
-	if ((!o.only || !strcmp(o.only, oss.key)) && !absent(path, "gpt-oss-20b")) {
-		rc = locus_trace_load(path, NULL, &oss.tr[0], &err);
+	if ((!o.only || !strcmp(o.only, oss.key)) &&
+	    !locus_data_absent("grace_online_figures", locus_data_gptoss_path(), "gpt-oss-20b")) {
+		rc = locus_trace_load(locus_data_gptoss_path(), NULL, &oss.tr[0], &err);
 		if (rc)
-			gf_die(path, &err, rc);
+			gf_die(locus_data_gptoss_path(), &err, rc);
 		printf("\nexpert weights assumed: %s: %.1f MB\n", oss.bytes_how,
 		       oss.expert_bytes / 1e6);
 		run_model(&oss, &o);
