@@ -529,10 +529,7 @@ int main(int argc, char **argv)
 	root = locus_data_dir();
 	/* absent data is a skip (a fresh clone has none); data present but broken fails */
 	snprintf(path, sizeof(path), "%s/esft/results/expert_scores", root);
-	if (access(path, F_OK) < 0 && errno == ENOENT)
-		printf("grace_figures: ESFT data absent (%s): skipped; the figures need the "
-		       "traces of ../shared/data (LOCUS_DATA_DIR to point elsewhere)\n", path);
-	else
+	if (!locus_data_absent("grace_figures", path, "ESFT"))
 		esft_figures(root);
 	snprintf(path, sizeof(path), "%s/olmoe/expert_counts.csv", root);
 	if (access(path, F_OK) < 0 && errno == ENOENT)
