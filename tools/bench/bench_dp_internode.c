@@ -238,31 +238,19 @@ static uint64_t run(struct ictx *x, uint64_t ns, int check)
  */
 static int ranks_live_wait(const struct ictx *x, unsigned timeout_ms)
 {
-	uint64_t lost[LOCUS_CLIENT_RANK_WORDS], t0 = bd_now_ns();
-	struct locus_client_ranks info;
-	uint32_t r, k;
+	uint64_t t0 = bd_now_ns();
 
-	for (;;) {
-		for (r = 0; r < x->R; r++) {
-			if (!x->r[r].sends)
-				continue;
-			if (locus_client_ranks(x->r[r].a.c, lost, LOCUS_CLIENT_RANK_WORDS, &info) < 0 ||
-			    !info.n_ranks)
-				break;
-			for (k = 0; k < x->R && !(lost[k / 64] >> (k % 64) & 1); k++)
-				;
-			if (k < x->R)
-				break;
+	for (uint32_t r = 0; r < x->R; r++) {
+		while (x->r[r].sends && !lg_ranks_live(x->r[r].a.c, x->R)) {
+			if (bd_now_ns() - t0 > (uint64_t)timeout_ms * 1000000ull) {
+				fprintf(stderr, "bench_dataplane: rank %u's engine did not see every "
+					"rank of the run reachable within %u ms\n", r, timeout_ms);
+				return -1;
+			}
+			usleep(1000);
 		}
-		if (r == x->R)
-			return 0;
-		if (bd_now_ns() - t0 > (uint64_t)timeout_ms * 1000000ull) {
-			fprintf(stderr, "bench_dataplane: rank %u's engine did not see every rank of the "
-				"run reachable within %u ms\n", r, timeout_ms);
-			return -1;
-		}
-		usleep(1000);
 	}
+	return 0;
 }
 
 int bd_internode(const struct bd_opts *o)

@@ -160,6 +160,12 @@ void *lg_dmabuf_map(int fd, size_t len);
 void lg_dmabuf_sync(int fd, int start);
 
 /*
+ * 1 when c's engine sees ranks 0..n-1 all reachable (locus_client_ranks()),
+ * 0 while any is lost or the set is not yet written or readable.
+ */
+int lg_ranks_live(struct locus_client *c, uint32_t n);
+
+/*
  * --prefix-blocks (loadgen_blocks.c): the domains' heads, built before the
  * processes fork (0, or -1 with why); request r's whole prompt's signature
  * (what its decoder must receive); its ROUTE_BLOCKS request into buf, the

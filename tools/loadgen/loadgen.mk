@@ -3,7 +3,7 @@
 $(BUILD)/tools/loadgen/%.o: INCLUDES += -Itools/loadgen
 $(eval $(call LIBRARY,loadgen,tools/loadgen/loadgen_opts.c tools/loadgen/loadgen_rank.c \
 	tools/loadgen/loadgen_dmabuf.c tools/loadgen/loadgen_blocks.c \
-	tools/loadgen/loadgen_weights.c,\
+	tools/loadgen/loadgen_weights.c tools/loadgen/loadgen_live.c,\
 	client wire formats shm common))
 $(eval $(call PROGRAM,bin/locus-loadgen,tools/loadgen/locus_loadgen.c,\
 	loadgen eldr_router trace))

@@ -656,16 +656,8 @@ static void follow_placement(struct rank_state *rs, struct proc_stats *s)
 /* Whether our engine sees ranks 0..O.ranks-1 all live, waiting for it (bounded). */
 static int ranks_known(struct rank_state *rs, uint64_t t0)
 {
-	uint64_t lost[LOCUS_CLIENT_RANK_WORDS];
-	struct locus_client_ranks info;
-
 	while (!expired(t0)) {
-		int all = locus_client_ranks(rs->c, lost, LOCUS_CLIENT_RANK_WORDS, &info) == 0 &&
-			  info.n_ranks >= O.ranks;
-
-		for (uint32_t r = 0; all && r < O.ranks; r++)
-			all = !(lost[r / 64] >> (r % 64) & 1);
-		if (all)
+		if (lg_ranks_live(rs->c, O.ranks))
 			return 1;
 		nap_us(1000);
 	}
