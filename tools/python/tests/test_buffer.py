@@ -473,7 +473,6 @@ def test_one_rank_fails_all_fail_fast(ep_daemon):
         close_and_wait(cs)
 
 
-
 def rows_match(rx, h, xs, skip=0):
     """Row i of rx (recv_x without its first skip rows) is its source's token row."""
     for src, (start, count) in h.src_slices.items():

@@ -30,7 +30,14 @@ def ranks(ep_daemon, grace_table):
     close_and_wait(cs)
 
 
-
+def layer_inputs(bufs, r, xs, idx, gates, torch):
+    """Rank r's Buffer at LAYER and its rows, ids and gates (torch tensors when torch)."""
+    b = bufs[r]
+    b.set_layer(LAYER)
+    x, ids, g = xs[r], idx[r], gates[r]
+    if torch is not None:
+        x, ids, g = torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(g)
+    return b, x, ids, g
 
 
 def run_ht(bufs, w, xs, idx, gates, experts, use_torch=False, right=True):
@@ -39,11 +46,7 @@ def run_ht(bufs, w, xs, idx, gates, experts, use_torch=False, right=True):
     torch = pytest.importorskip("torch") if use_torch else None
 
     def body(r):
-        b = bufs[r]
-        b.set_layer(LAYER)
-        x, ids, g = xs[r], idx[r], gates[r]
-        if use_torch:
-            x, ids, g = torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(g)
+        b, x, ids, g = layer_inputs(bufs, r, xs, idx, gates, torch)
         lay = b.get_dispatch_layout(topk_idx=ids, num_experts=experts, previous_event=None,
                                     async_finish=False, allocate_on_comm_stream=False)
         per_rank, per_rdma, per_expert, in_rank, event = lay
@@ -201,17 +204,12 @@ def test_global_ids_cached_dispatch_and_weights(ep_daemon, grace_table):
         close_and_wait(cs)
 
 
-
 def run_ll(bufs, w, xs, idx, gates, experts, bound, use_torch=False, hook=False,
            weights_at_dispatch=False):
     torch = pytest.importorskip("torch") if use_torch else None
 
     def body(r):
-        b = bufs[r]
-        b.set_layer(LAYER)
-        x, ids, g = xs[r], idx[r], gates[r]
-        if use_torch:
-            x, ids, g = torch.from_numpy(x), torch.from_numpy(ids), torch.from_numpy(g)
+        b, x, ids, g = layer_inputs(bufs, r, xs, idx, gates, torch)
         extra = {"topk_weights": g} if weights_at_dispatch else {}
         recv_x, recv_count, handle, event, h = b.low_latency_dispatch(
             x, ids, bound, experts, use_fp8=False, async_finish=False,
