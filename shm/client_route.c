@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "clock_priv.h"
 #include "locus_client.h"
 #include "locus_eldr.h"
 #include "locus_err_priv.h"
@@ -134,18 +135,10 @@ out:
 	return ret;
 }
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 int locus_client_poll_until(struct locus_client *c, struct locus_desc *out, uint32_t max,
 			    uint8_t op, uint64_t id, uint64_t spin_ns, uint64_t timeout_ns)
 {
-	uint64_t t0 = mono_ns(), now;
+	uint64_t t0 = locus_mono_ns(), now;
 	uint32_t got = 0;
 
 	if (!c || !out || !max)
@@ -163,7 +156,7 @@ int locus_client_poll_until(struct locus_client *c, struct locus_desc *out, uint
 			return (int)got;
 		if (n)
 			continue;
-		now = mono_ns();
+		now = locus_mono_ns();
 		if (now - t0 >= timeout_ns)
 			return (int)got;
 		if (now - t0 >= spin_ns) {

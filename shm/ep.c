@@ -20,14 +20,6 @@
 
 #define CTL_SLOT 256u /* a control row's request (48 bytes) at +0, its row at +64 */
 
-uint64_t ep_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 /*
  * Nothing came: give the core away. Right after progress the next
  * delivery is near (another rank of the group, maybe on this core, is
@@ -36,7 +28,7 @@ uint64_t ep_now(void)
 void ep_idle(struct locus_ep *ep)
 {
 	struct timespec ts = { 0, (long)EP_NAP_NS };
-	if (ep_now() - ep->last_progress_ns < EP_YIELD_NS)
+	if (locus_mono_ns() - ep->last_progress_ns < EP_YIELD_NS)
 		sched_yield();
 	else
 		nanosleep(&ts, NULL);
@@ -215,12 +207,12 @@ static void req_done(struct locus_ep *ep, struct ep_req *r, const struct locus_d
 	if (st == -LOCUS_EPEERDOWN && r->role != ROLE_DISPATCH && ep_lost(ep, r->peer))
 		st = 0; /* a lost rank needs neither results nor control rows */
 	if ((st == -LOCUS_EFULL || st == -LOCUS_EPEERDOWN) && !r->abandoned &&
-	    !(r->role == ROLE_ABORT && (st == -LOCUS_EPEERDOWN || ep_now() > r->give_up))) {
+	    !(r->role == ROLE_ABORT && (st == -LOCUS_EPEERDOWN || locus_mono_ns() > r->give_up))) {
 		/* nothing was delivered: the request is still staged; it goes again
 		 * until its batch's deadline, which then reports the status */
 		r->state = R_AGAIN;
 		r->last = st;
-		r->not_before = ep_now() + EP_RETRY_NS * (st == -LOCUS_EPEERDOWN ? 20 : 1);
+		r->not_before = locus_mono_ns() + EP_RETRY_NS * (st == -LOCUS_EPEERDOWN ? 20 : 1);
 		return;
 	}
 	if (r->abandoned || r->role == ROLE_ABORT) {
@@ -373,7 +365,7 @@ void ep_send_aborts(struct locus_ep *ep, uint64_t batch, int code, const char *r
 		memcpy(ep->stage + off + 64, &row, sizeof(row));
 		q->peer = r;
 		q->abandoned = 0;
-		q->give_up = ep_now() + EP_ABORT_NS;
+		q->give_up = locus_mono_ns() + EP_ABORT_NS;
 		q->desc = (struct locus_desc){
 			.op = LOCUS_OP_COMBINE, .id = locus_ep_ctl_id(LOCUS_EP_CTL_ABORT, batch),
 			.off = off, .len = (uint32_t)locus_combine_req_len(1), .peer = r,
@@ -585,13 +577,13 @@ int locus_ep_take(struct locus_ep *ep, const struct locus_desc *d)
 			r = ep_req_of(ep, ROLE_EMPTY, d->peer);
 		break;
 	case LOCUS_OP_ROWS_IN:
-		ep->last_in_ns = ep_now();
+		ep->last_in_ns = locus_mono_ns();
 		delivery(ep, d);
 		return 1;
 	case LOCUS_OP_RESULTS_IN:
 		if (locus_weights_is(d->id))
 			return 0;
-		ep->last_in_ns = ep_now();
+		ep->last_in_ns = locus_mono_ns();
 		delivery(ep, d);
 		return 1;
 	default:
@@ -633,7 +625,7 @@ uint32_t locus_ep_others(struct locus_ep *ep, struct locus_desc *out, uint32_t m
  */
 int ep_pump(struct locus_ep *ep)
 {
-	uint64_t now = ep_now();
+	uint64_t now = locus_mono_ns();
 	int n;
 
 	ep_refresh(ep);

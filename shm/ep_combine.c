@@ -340,9 +340,9 @@ int locus_ep_combine_begin(struct locus_ep *ep, struct locus_ep_handle *h,
 				       (unsigned long long)h->i.batch);
 	cb->h = h;
 	cb->state = OP_RUN;
-	ep->last_progress_ns = ep_now();
+	ep->last_progress_ns = locus_mono_ns();
 	cb->timeout_ms = a->timeout_ms ? a->timeout_ms : ep->p.timeout_ms;
-	cb->deadline = ep_now() + (uint64_t)cb->timeout_ms * 1000000ull;
+	cb->deadline = locus_mono_ns() + (uint64_t)cb->timeout_ms * 1000000ull;
 	if (h->fail_code) {
 		ep_fail(ep, &cb->state, h->i.batch, h->fail_code, h->fail_rank, NULL, "%s",
 			h->fail_msg);
@@ -373,7 +373,7 @@ int locus_ep_combine_begin(struct locus_ep *ep, struct locus_ep_handle *h,
 		return failed(ep, err);
 	}
 	/* combines of a batch given up may still be at locusd: their stage is theirs */
-	until = ep_now() + (uint64_t)cb->timeout_ms * 1000000ull;
+	until = locus_mono_ns() + (uint64_t)cb->timeout_ms * 1000000ull;
 	for (;;) {
 		int busy = 0;
 
@@ -381,7 +381,7 @@ int locus_ep_combine_begin(struct locus_ep *ep, struct locus_ep_handle *h,
 			busy |= ep_req_of(ep, ROLE_COMBINE, r)->state == R_FLIGHT;
 		if (!busy || cb->state != OP_RUN)
 			break;
-		if (ep_now() > until) {
+		if (locus_mono_ns() > until) {
 			ep_fail(ep, &cb->state, h->i.batch, -ETIMEDOUT, ep->p.rank, NULL,
 				"rank %u: an earlier batch's combines never completed", ep->p.rank);
 			break;
@@ -505,7 +505,7 @@ int locus_ep_combine_poll(struct locus_ep *ep, struct locus_error *err)
 		finish(ep);
 		return 1;
 	}
-	if (cb->state == OP_RUN && ep_now() > cb->deadline) {
+	if (cb->state == OP_RUN && locus_mono_ns() > cb->deadline) {
 		char lack[256];
 
 		ep_wait_text(ep, ROLE_COMBINE, lack, sizeof(lack));

@@ -259,7 +259,7 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 	if (d->state == OP_FAILED)
 		failed(ep, NULL); /* its failure was never polled for */
 	/* requests of a batch given up may still be at locusd: their stage is theirs */
-	until = ep_now() + (uint64_t)ep->p.timeout_ms * 1000000ull;
+	until = locus_mono_ns() + (uint64_t)ep->p.timeout_ms * 1000000ull;
 	for (;;) {
 		int busy = ep->req[0].state == R_FLIGHT;
 
@@ -267,7 +267,7 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 			busy |= ep_req_of(ep, ROLE_EMPTY, r)->state == R_FLIGHT;
 		if (!busy)
 			break;
-		if (ep_now() > until)
+		if (locus_mono_ns() > until)
 			return locus_error_set(err, ETIMEDOUT, "the requests of batch %llu never "
 					       "completed", (unsigned long long)d->batch);
 		if (ep_pump(ep) == 0)
@@ -278,9 +278,9 @@ int64_t locus_ep_dispatch_begin(struct locus_ep *ep, const struct locus_ep_dispa
 		ep_req_of(ep, ROLE_EMPTY, r)->state = R_FREE;
 	d->state = OP_RUN;
 	d->batch = ep->next_batch++;
-	ep->last_progress_ns = ep_now();
+	ep->last_progress_ns = locus_mono_ns();
 	d->timeout_ms = a->timeout_ms ? a->timeout_ms : ep->p.timeout_ms;
-	d->deadline = ep_now() + (uint64_t)d->timeout_ms * 1000000ull;
+	d->deadline = locus_mono_ns() + (uint64_t)d->timeout_ms * 1000000ull;
 	d->layer = a->layer;
 	d->top_k = a->top_k;
 	d->n_tokens = a->n_tokens;
@@ -517,7 +517,7 @@ int locus_ep_dispatch_poll(struct locus_ep *ep, struct locus_ep_recv *recv,
 		recv_fill(ep, recv);
 		return 1;
 	}
-	if (d->state == OP_RUN && ep_now() > d->deadline)
+	if (d->state == OP_RUN && locus_mono_ns() > d->deadline)
 		timed_out(ep);
 	if (d->state == OP_FAILED)
 		return failed(ep, err);

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "clock_priv.h"
 #include "locus_ep.h"
 
 enum ep_req_state { R_FREE, R_FLIGHT, R_AGAIN, R_DONE };
@@ -144,7 +145,6 @@ struct locus_ep {
 	struct locus_desc poll[32];
 };
 
-uint64_t ep_now(void);
 int ep_lost(const struct locus_ep *ep, uint32_t r);
 void ep_refresh(struct locus_ep *ep);
 int ep_pump(struct locus_ep *ep);

@@ -10,8 +10,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "clock_priv.h"
 #include "locus_dispatch.h"
 #include "locus_err_priv.h"
 #include "locus_grace.h"
@@ -69,14 +69,6 @@ struct locus_weights {
 	struct w_slot slot[W_WINDOW];
 	struct locus_weights_stats st;
 };
-
-static uint64_t w_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int locus_weights_create(struct locus_client *c, const struct locus_weights_params *p,
 			 struct locus_weights **out, struct locus_error *err)
@@ -282,7 +274,7 @@ int locus_weights_begin(struct locus_weights *w, const void *old_blob, size_t ol
 	w->st.gains = w->n_gains;
 	w->gains_left = w->n_gains;
 	w->next_send = w->next_piece = 0;
-	w->deadline_ns = w_now() + (uint64_t)(timeout_ms ? timeout_ms : 30000) * 1000000ull;
+	w->deadline_ns = locus_mono_ns() + (uint64_t)(timeout_ms ? timeout_ms : 30000) * 1000000ull;
 	w->busy = 1;
 	for (uint32_t i = 0; i < w->n_gains; i++) {
 		struct w_gain *g = &w->gains[i];
@@ -384,7 +376,7 @@ int locus_weights_take(struct locus_weights *w, const struct locus_desc *d)
 				continue;
 			if (d->status == -LOCUS_EFULL) {
 				s->state = 1;
-				s->not_before = w_now() + W_RETRY_NS;
+				s->not_before = locus_mono_ns() + W_RETRY_NS;
 				w->st.retries++;
 				return 1;
 			}
@@ -476,7 +468,7 @@ int locus_weights_step(struct locus_weights *w)
 
 	if (!w || !w->busy)
 		return 0;
-	now = w_now();
+	now = locus_mono_ns();
 	past = now > w->deadline_ns;
 	if (locus_client_ranks(w->c, w->lost, LOCUS_CLIENT_RANK_WORDS, &info) < 0)
 		memset(w->lost, 0, sizeof(w->lost));
